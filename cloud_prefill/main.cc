@@ -1,1 +1,131 @@
-int main() { return 0; }
+// baton-prefill: the cloud prefill service. This file only parses flags and
+// hands the configuration to the service.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/util/flags.h"
+
+namespace baton {
+namespace {
+
+constexpr char kDescription[] =
+    "Serves the Prefill gRPC service: prefills long prompts on this machine's GPU\n"
+    "(or CPU), quantizes and compresses the KV cache and streams it to edge agents.\n"
+    "Every flag may also be set in the --config file ('name = value' lines).";
+
+// Every knob of baton-prefill, with the defaults it serves with.
+struct PrefillConfig {
+  std::string model_path;               // GGUF, F32/F16/BF16/Q8_0 tensors
+  std::string listen_address;           // host:port of the gRPC server
+  std::string tls_cert_path;            // PEM; TLS is on when cert and key are set
+  std::string tls_key_path;             // PEM
+  std::string auth_tokens_path;         // 'tenant token' lines; empty: no auth
+  std::string backend = "auto";         // auto | cuda | cpu
+  int64_t threads = 0;                  // CPU threads; 0: one per core
+  int64_t max_running = 4;              // requests computing at once
+  int64_t max_queued = 64;              // requests waiting; more get RESOURCE_EXHAUSTED
+  int64_t max_context_tokens = 0;       // longest prompt; 0: the model's trained context
+  int64_t chunk_tokens = 256;           // default tokens per KV block
+  std::string default_codec = "int8";   // f16 | int8 | int4, when a request leaves it unset
+  int64_t zstd_level = 3;               // default zstd level; 0: no compression
+  uint64_t prefix_cache_bytes = 8ull << 30;   // prefix cache (KV kept by prefix digest)
+  uint64_t session_cache_bytes = 4ull << 30;  // session cache (KV kept per session id)
+  std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
+};
+
+void register_flags(FlagSet& flags, PrefillConfig& config) {
+  flags.add_string("model", &config.model_path, "GGUF model file to serve", "FILE");
+  flags.add_string("listen", &config.listen_address, "gRPC address to serve on", "ADDR");
+  flags.enable_config_file();
+  flags.add_string("tls-cert", &config.tls_cert_path,
+                   "TLS certificate chain (PEM); needs --tls-key", "FILE");
+  flags.add_string("tls-key", &config.tls_key_path, "TLS private key (PEM)", "FILE");
+  flags.add_string("auth-tokens", &config.auth_tokens_path,
+                   "bearer tokens, one 'tenant token' per line; empty: no authentication",
+                   "FILE");
+  flags.add_string("backend", &config.backend, "compute backend: auto, cuda or cpu", "NAME");
+  flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
+  flags.add_int64("max-running", &config.max_running, "requests computing at once");
+  flags.add_int64("max-queued", &config.max_queued,
+                  "requests waiting for a slot; more are refused with a retry hint");
+  flags.add_int64("max-context", &config.max_context_tokens,
+                  "longest prompt in tokens; 0: the model's trained context");
+  flags.add_int64("chunk-tokens", &config.chunk_tokens,
+                  "tokens per KV block when a request leaves it unset");
+  flags.add_string("codec", &config.default_codec,
+                   "KV codec when a request leaves it unset: f16, int8 or int4", "NAME");
+  flags.add_int64("zstd-level", &config.zstd_level,
+                  "zstd level when a request leaves it unset; 0: no compression");
+  flags.add_size("prefix-cache", &config.prefix_cache_bytes,
+                 "memory for KV kept by prefix digest");
+  flags.add_size("session-cache", &config.session_cache_bytes,
+                 "memory for KV kept per session id");
+  flags.add_duration("drain-timeout", &config.drain_timeout,
+                     "on shutdown, how long running requests may finish");
+  flags.require("model");
+  flags.require("listen");
+}
+
+absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
+  if (!flags.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional().front(), "'"));
+  }
+  if (absl::StatusOr<std::pair<std::string, int>> address =
+          parse_host_port(config.listen_address);
+      !address.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", address.status().message()));
+  }
+  if (config.tls_cert_path.empty() != config.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together; give both");
+  }
+  if (config.backend != "auto" && config.backend != "cuda" && config.backend != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: '", config.backend, "' is not one of auto, cuda, cpu"));
+  }
+  if (config.default_codec != "f16" && config.default_codec != "int8" &&
+      config.default_codec != "int4") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--codec: '", config.default_codec, "' is not one of f16, int8, int4"));
+  }
+  if (config.threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
+      config.max_context_tokens < 0 || config.chunk_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "--threads, --max-queued and --max-context must be >= 0; "
+        "--max-running and --chunk-tokens >= 1");
+  }
+  if (config.zstd_level < -7 || config.zstd_level > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--zstd-level: ", config.zstd_level, " is outside -7..19"));
+  }
+  return absl::OkStatus();
+}
+
+int run_prefill_service(const PrefillConfig& config) {
+  std::fprintf(stderr,
+               "baton-prefill: the prefill service is not implemented in this build yet "
+               "(model %s, listen %s)\n",
+               config.model_path.c_str(), config.listen_address.c_str());
+  return 1;
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::PrefillConfig config;
+  baton::FlagSet flags("baton-prefill", "--model FILE --listen ADDR [flags]",
+                       baton::kDescription);
+  baton::register_flags(flags, config);
+  if (std::optional<int> exit_code = baton::parse_command_line(flags, argc, argv)) {
+    return *exit_code;
+  }
+  if (absl::Status status = baton::validate(flags, config); !status.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());
+    return 2;
+  }
+  return baton::run_prefill_service(config);
+}

@@ -1,1 +1,134 @@
-int main() { return 0; }
+// baton-edge: the edge agent. This file only parses flags and hands the
+// configuration to the agent.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/util/check.h"
+#include "common/util/flags.h"
+
+namespace baton {
+namespace {
+
+constexpr char kDescription[] =
+    "Serves the Edge gRPC service to local clients (the baton CLI): holds INT4\n"
+    "weights, sessions and prefix packs, prefills short prompts itself, asks the\n"
+    "cloud (--cloud) for the KV of long ones, and decodes locally.\n"
+    "Every flag may also be set in the --config file ('name = value' lines).";
+
+// Every knob of baton-edge, with the defaults it serves with.
+struct EdgeConfig {
+  std::string model_path;               // GGUF, Q4_0/Q8_0 tensors
+  std::string listen_address;           // host:port of the gRPC server
+  std::string cloud_address;            // host:port of baton-prefill; empty: local only
+  std::string cloud_token_path;         // file holding the bearer token for the cloud
+  std::string cloud_ca_path;            // PEM roots; set: TLS to the cloud
+  std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
+  uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
+  std::string http_address;             // host:port for HTTP status; empty: off
+  std::string packs_dir;                // prefix packs; empty: none
+  std::string sessions_dir;             // persisted sessions; empty: memory only
+  std::string policy = "auto";          // auto | local | cloud
+  std::string codec = "int4";           // f16 | int8 | int4, KV held on the device
+  int64_t threads = 0;                  // CPU threads; 0: one per core
+  int64_t max_sessions = 16;            // sessions kept in memory
+  int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
+};
+
+void register_flags(FlagSet& flags, EdgeConfig& config) {
+  flags.add_string("model", &config.model_path, "GGUF model file (Q4_0 or Q8_0)", "FILE");
+  flags.add_string("listen", &config.listen_address, "gRPC address to serve on", "ADDR");
+  flags.enable_config_file();
+  flags.add_string("cloud", &config.cloud_address,
+                   "baton-prefill address; empty: always prefill locally", "ADDR");
+  flags.add_string("cloud-token-file", &config.cloud_token_path,
+                   "file holding the bearer token sent to the cloud", "FILE");
+  flags.add_string("cloud-ca", &config.cloud_ca_path,
+                   "CA roots (PEM) for TLS to the cloud; empty: plaintext", "FILE");
+  flags.add_duration("cloud-timeout", &config.cloud_timeout,
+                     "deadline of one cloud prefill");
+  flags.add_size("memory-budget", &config.memory_budget_bytes,
+                 "device memory for weights, KV and scratch; 0: detect");
+  flags.add_string("http", &config.http_address,
+                   "address for the HTTP status page; empty: off", "ADDR");
+  flags.add_string("packs", &config.packs_dir, "directory of prefix packs", "DIR");
+  flags.add_string("sessions", &config.sessions_dir,
+                   "directory where sessions persist; empty: memory only", "DIR");
+  flags.add_string("policy", &config.policy,
+                   "where to prefill when a request leaves it unset: auto, local or cloud",
+                   "NAME");
+  flags.add_string("codec", &config.codec, "KV codec held on the device: f16, int8 or int4",
+                   "NAME");
+  flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
+  flags.add_int64("max-sessions", &config.max_sessions, "sessions kept in memory");
+  flags.add_int64("max-tokens", &config.max_tokens,
+                  "tokens generated when a request leaves it unset");
+  flags.require("model");
+  flags.require("listen");
+}
+
+absl::Status check_address(const char* flag, const std::string& address) {
+  if (absl::StatusOr<std::pair<std::string, int>> parsed = parse_host_port(address);
+      !parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", parsed.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
+  if (!flags.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional().front(), "'"));
+  }
+  BATON_RETURN_IF_ERROR(check_address("listen", config.listen_address));
+  if (!config.cloud_address.empty()) {
+    BATON_RETURN_IF_ERROR(check_address("cloud", config.cloud_address));
+  }
+  if (!config.http_address.empty()) {
+    BATON_RETURN_IF_ERROR(check_address("http", config.http_address));
+  }
+  if (config.policy != "auto" && config.policy != "local" && config.policy != "cloud") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--policy: '", config.policy, "' is not one of auto, local, cloud"));
+  }
+  if (config.policy == "cloud" && config.cloud_address.empty()) {
+    return absl::InvalidArgumentError("--policy=cloud needs --cloud ADDR");
+  }
+  if (config.codec != "f16" && config.codec != "int8" && config.codec != "int4") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
+  }
+  if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "--threads must be >= 0; --max-sessions and --max-tokens >= 1");
+  }
+  return absl::OkStatus();
+}
+
+int run_edge_agent(const EdgeConfig& config) {
+  std::fprintf(stderr,
+               "baton-edge: the edge agent is not implemented in this build yet "
+               "(model %s, listen %s)\n",
+               config.model_path.c_str(), config.listen_address.c_str());
+  return 1;
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  baton::EdgeConfig config;
+  baton::FlagSet flags("baton-edge", "--model FILE --listen ADDR [flags]",
+                       baton::kDescription);
+  baton::register_flags(flags, config);
+  if (std::optional<int> exit_code = baton::parse_command_line(flags, argc, argv)) {
+    return *exit_code;
+  }
+  if (absl::Status status = baton::validate(flags, config); !status.ok()) {
+    std::fprintf(stderr, "baton-edge: %s\n", std::string(status.message()).c_str());
+    return 2;
+  }
+  return baton::run_edge_agent(config);
+}

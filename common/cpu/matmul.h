@@ -1,0 +1,43 @@
+// Matrix x activations for every weight type Baton loads: the engine's hot path.
+//
+// Dispatched on SimdLevel (scalar / AVX2+FMA+F16C / AVX-512+VNNI). Q4_0 and Q8_0
+// weights are multiplied in integers against Q8_0-quantized activations, as
+// llama.cpp does, so all levels agree up to float summation order.
+#pragma once
+
+#include <cstdint>
+
+#include "common/gguf/ggml_types.h"
+#include "common/util/cpu_features.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+
+// A weight matrix as stored in GGUF: `rows` rows (output features) of `cols`
+// elements (input features), each row ggml_row_bytes(type, cols) bytes, contiguous.
+struct WeightMatrix {
+  GgmlType type;
+  const void* data;  // rows * ggml_row_bytes(type, cols) bytes
+  int64_t rows;
+  int64_t cols;      // a multiple of 32 for Q4_0 / Q8_0
+};
+
+// y[t, r] = sum_c W[r, c] * x[t, c].
+//   x: [n_tokens, cols] f32 row-major; y: [n_tokens, rows] f32 row-major.
+// Q4_0 / Q8_0 weights: x is first quantized to Q8_0 blocks (into a thread-local
+// scratch of the calling thread), then integer dot products per block.
+// F32 / F16 / BF16 weights: f32 activations, weights widened on the fly.
+// Other types are a BATON_CHECK failure (the model loader rejects them earlier).
+// Parallel over rows (and tokens when rows are few) on `pool`; nullptr runs
+// single-threaded. Uses active_simd_level().
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+
+// matmul at a given level, for tests and benchmarks; level must be <= best_simd_level().
+void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                 ThreadPool* pool);
+
+// Activation quantization to Q8_0 (ggml's formulas: d = amax/127, q = roundf(x/d)),
+// dispatched. x: [n] f32, n % 32 == 0; y: [n/32] blocks. Bit-identical on all levels.
+void quantize_row_q8_0_fast(const float* x, BlockQ8_0* y, int64_t n);
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+#include "common/cpu/ops.h"
+
+#include <cmath>
+#include <vector>
+
+namespace baton {
+
+void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = out + r * n;
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(sum_sq / n + eps));
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
+               int64_t pos0, const float* inv_freq) {
+  const int n_pairs = n_rot / 2;
+  std::vector<float> cos_t(n_pairs), sin_t(n_pairs);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const double pos = static_cast<double>(pos0 + r);
+    for (int i = 0; i < n_pairs; ++i) {
+      const double theta = pos * inv_freq[i];
+      cos_t[i] = static_cast<float>(std::cos(theta));
+      sin_t[i] = static_cast<float>(std::sin(theta));
+    }
+    float* row = x + r * int64_t{n_heads} * head_dim;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = row + int64_t{h} * head_dim;
+      for (int i = 0; i < n_pairs; ++i) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + n_pairs : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void softmax_inplace(float* x, int64_t n) {
+  float max_v = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max_v = x[i] > max_v ? x[i] : max_v;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_v);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace baton

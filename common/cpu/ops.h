@@ -1,0 +1,28 @@
+// Element-wise and row ops of the transformer forward pass (CPU, F32).
+// Matmuls live in matmul.h; these are the cheap ops between them.
+#pragma once
+
+#include <cstdint>
+
+namespace baton {
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of `n` elements.
+void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, float eps);
+
+// In-place RoPE on `n_rows` rows of [n_heads, head_dim] at positions
+// pos0, pos0+1, ...; the first n_rot dims of each head are rotated.
+// neox=false pairs (2i, 2i+1); neox=true pairs (i, i + n_rot/2).
+// inv_freq: [n_rot/2], theta_i = pos * inv_freq[i].
+void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
+               int64_t pos0, const float* inv_freq);
+
+// gate[i] = silu(gate[i]) * up[i], n elements.
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+// In-place softmax over n elements; returns nothing. Max-subtracted.
+void softmax_inplace(float* x, int64_t n);
+
+}  // namespace baton

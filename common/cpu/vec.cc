@@ -1,0 +1,56 @@
+#include "common/cpu/vec.h"
+
+#include "common/cpu/matmul_kernels.h"
+#include "common/util/cpu_features.h"
+
+namespace baton {
+namespace {
+
+struct VecKernels {
+  float (*dot)(const float*, const float*, int64_t);
+  void (*axpy)(float, const float*, float*, int64_t);
+  void (*scale)(float*, float, int64_t);
+};
+
+const VecKernels& vec_kernels() {
+  static const VecKernels kernels = [] {
+    switch (active_simd_level()) {
+      case SimdLevel::kAvx512:
+        return VecKernels{cpu_kernels::dot_f32_avx512, cpu_kernels::axpy_f32_avx512,
+                          cpu_kernels::scale_f32_avx512};
+      case SimdLevel::kAvx2:
+        return VecKernels{cpu_kernels::dot_f32_avx2, cpu_kernels::axpy_f32_avx2,
+                          cpu_kernels::scale_f32_avx2};
+      case SimdLevel::kScalar:
+        break;
+    }
+    return VecKernels{cpu_kernels::dot_f32_scalar, cpu_kernels::axpy_f32_scalar,
+                      cpu_kernels::scale_f32_scalar};
+  }();
+  return kernels;
+}
+
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) { return vec_kernels().dot(a, b, n); }
+void axpy_f32(float a, const float* x, float* y, int64_t n) { vec_kernels().axpy(a, x, y, n); }
+void scale_f32(float* y, float a, int64_t n) { vec_kernels().scale(y, a, n); }
+
+namespace cpu_kernels {
+
+float dot_f32_scalar(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void axpy_f32_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale_f32_scalar(float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+}  // namespace cpu_kernels
+}  // namespace baton

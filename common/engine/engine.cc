@@ -1,0 +1,156 @@
+#include "common/engine/engine.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "common/cpu/ops.h"
+#include "common/engine/f32_kv_cache.h"
+#include "common/gguf/ggml_quant.h"
+#include "common/util/check.h"
+
+namespace baton {
+namespace {
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void add_bias_rows(float* y, const std::vector<float>& bias, int64_t n_rows) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < n_rows; ++r) add_inplace(y + r * n, bias.data(), n);
+}
+
+}  // namespace
+
+absl::Status check_tokens(std::span<const int32_t> tokens, int n_vocab) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, n_vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Engine::Engine(const Model& model, const EngineOptions& options)
+    : model_(model), options_(options), pool_(resolve_threads(options.n_threads)) {
+  BATON_CHECK(options_.max_batch_tokens >= 1);
+  const ModelSpec& s = model.spec();
+  const size_t b = static_cast<size_t>(options_.max_batch_tokens);
+  x_.resize(b * s.n_embd);
+  h_.resize(b * s.n_embd);
+  q_.resize(b * s.q_dim());
+  k_.resize(b * s.kv_dim());
+  v_.resize(b * s.kv_dim());
+  attn_.resize(b * s.q_dim());
+  proj_.resize(b * s.n_embd);
+  gate_.resize(b * s.n_ff);
+  up_.resize(b * s.n_ff);
+}
+
+KvGeometry Engine::kv_geometry() const {
+  const ModelSpec& s = model_.spec();
+  return KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+}
+
+std::unique_ptr<KvCache> Engine::new_f32_kv_cache(int64_t capacity_tokens) const {
+  return std::make_unique<F32KvCache>(kv_geometry(), capacity_tokens);
+}
+
+absl::Status Engine::prefill(std::span<const int32_t> tokens, KvCache& kv,
+                             std::vector<float>* last_logits, std::vector<float>* all_logits) {
+  const ModelSpec& s = model_.spec();
+  if (tokens.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
+  BATON_RETURN_IF_ERROR(check_tokens(tokens, s.n_vocab));
+  const int64_t start = kv.size();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (start + n > kv.capacity()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt of %d tokens after %d cached does not fit the KV cache of %d tokens", n, start,
+        kv.capacity()));
+  }
+  if (all_logits != nullptr) all_logits->assign(static_cast<size_t>(n) * s.n_vocab, 0.0f);
+  if (last_logits != nullptr) last_logits->assign(s.n_vocab, 0.0f);
+  for (int64_t begin = 0; begin < n; begin += options_.max_batch_tokens) {
+    const int64_t count = std::min<int64_t>(options_.max_batch_tokens, n - begin);
+    const bool is_last = begin + count == n;
+    float* logits = nullptr;
+    int64_t first_row = count;  // no logits
+    if (all_logits != nullptr) {
+      logits = all_logits->data() + begin * s.n_vocab;
+      first_row = 0;
+    } else if (is_last && last_logits != nullptr) {
+      logits = last_logits->data();
+      first_row = count - 1;
+    }
+    absl::Status status = forward(tokens.data() + begin, count, start + begin, kv, first_row, logits);
+    if (!status.ok()) {
+      kv.set_size(start);
+      return status;
+    }
+    kv.set_size(start + begin + count);
+  }
+  if (all_logits != nullptr && last_logits != nullptr) {
+    std::copy(all_logits->end() - s.n_vocab, all_logits->end(), last_logits->begin());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::decode_step(int32_t token, KvCache& kv, std::vector<float>* logits) {
+  return prefill(std::span<const int32_t>(&token, 1), kv, logits);
+}
+
+absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCache& kv,
+                             int64_t first_logit_row, float* logits) {
+  const ModelSpec& s = model_.spec();
+  const int64_t d = s.n_embd;
+  ThreadPool* pool = &pool_;
+
+  // Embedding rows: token_embd is [n_vocab, n_embd] in its stored type.
+  const WeightMatrix& embd = model_.token_embd();
+  const int64_t embd_row_bytes = ggml_row_bytes(embd.type, d);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* row = static_cast<const uint8_t*>(embd.data) + tokens[t] * embd_row_bytes;
+    dequantize_row(embd.type, row, x_.data() + t * d, d);
+  }
+
+  const bool neox = s.rope.type == RopeType::kNeox;
+  for (int il = 0; il < s.n_layer; ++il) {
+    const LayerWeights& l = model_.layer(il);
+    // Attention block.
+    rmsnorm_rows(x_.data(), l.attn_norm.data(), h_.data(), n, d, s.norm_eps);
+    matmul(l.wq, h_.data(), n, q_.data(), pool);
+    matmul(l.wk, h_.data(), n, k_.data(), pool);
+    matmul(l.wv, h_.data(), n, v_.data(), pool);
+    add_bias_rows(q_.data(), l.bq, n);
+    add_bias_rows(k_.data(), l.bk, n);
+    add_bias_rows(v_.data(), l.bv, n);
+    rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
+    rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos,
+              model_.rope_inv_freq().data());
+    BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
+    kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
+    matmul(l.wo, attn_.data(), n, proj_.data(), pool);
+    add_inplace(x_.data(), proj_.data(), n * d);
+    // Feed-forward block (SwiGLU).
+    rmsnorm_rows(x_.data(), l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
+    matmul(l.w_gate, h_.data(), n, gate_.data(), pool);
+    matmul(l.w_up, h_.data(), n, up_.data(), pool);
+    silu_mul(gate_.data(), up_.data(), n * s.n_ff);
+    matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
+    add_inplace(x_.data(), proj_.data(), n * d);
+  }
+
+  if (logits != nullptr && first_logit_row < n) {
+    const int64_t rows = n - first_logit_row;
+    rmsnorm_rows(x_.data() + first_logit_row * d, model_.output_norm().data(), h_.data(), rows, d,
+                 s.norm_eps);
+    matmul(model_.output(), h_.data(), rows, logits, pool);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton

@@ -1,0 +1,49 @@
+// The engine's view of a sequence's KV cache. The engine writes K/V of new
+// tokens and asks the cache to run attention over what it holds, so a store
+// that keeps KV quantized (the edge) attends over its own layout directly,
+// without a dequantized copy.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace baton {
+
+class ThreadPool;
+
+struct KvGeometry {
+  int n_layer = 0;
+  int n_head = 0;     // query heads
+  int n_head_kv = 0;  // key/value heads
+  int head_dim = 0;
+  int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
+  int64_t q_dim() const { return int64_t{n_head} * head_dim; }
+};
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+
+  virtual const KvGeometry& geometry() const = 0;
+  // Most tokens the cache can hold.
+  virtual int64_t capacity() const = 0;
+  // Tokens [0, size()) are committed: every layer holds them.
+  virtual int64_t size() const = 0;
+
+  // Writes K/V of tokens [pos, pos + n) for `layer`.
+  // k, v: f32 [n, n_head_kv * head_dim] row-major; k already rotated (RoPE).
+  // RESOURCE_EXHAUSTED when pos + n > capacity().
+  virtual absl::Status store(int layer, int64_t pos, int64_t n, const float* k, const float* v) = 0;
+
+  // Causal attention for queries at positions [pos, pos + n) over cached
+  // tokens [0, pos + i] for query i (the layer's K/V for [pos, pos+n) must
+  // have been stored). q, out: f32 [n, n_head * head_dim] row-major.
+  virtual void attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
+                      ThreadPool* pool) const = 0;
+
+  // Marks [0, n) committed after every layer stored it, or rolls back to n.
+  virtual void set_size(int64_t n) = 0;
+};
+
+}  // namespace baton

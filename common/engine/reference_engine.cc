@@ -1,0 +1,132 @@
+#include "common/engine/reference_engine.h"
+
+#include <cmath>
+
+#include "common/gguf/ggml_quant.h"
+#include "common/util/check.h"
+
+namespace baton {
+namespace {
+
+// y = W x for a weight of any stored type; W: [rows, cols], x: [cols].
+std::vector<float> matvec(const WeightMatrix& w, const std::vector<float>& x) {
+  BATON_CHECK(static_cast<int64_t>(x.size()) == w.cols);
+  std::vector<float> y(w.rows);
+  std::vector<float> row(w.cols);
+  const int64_t row_bytes = ggml_row_bytes(w.type, w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * row_bytes, row.data(), w.cols);
+    double sum = 0.0;
+    for (int64_t c = 0; c < w.cols; ++c) sum += static_cast<double>(row[c]) * x[c];
+    y[r] = static_cast<float>(sum);
+  }
+  return y;
+}
+
+std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& weight, float eps) {
+  double sum_sq = 0.0;
+  for (float v : x) sum_sq += static_cast<double>(v) * v;
+  const double scale = 1.0 / std::sqrt(sum_sq / x.size() + eps);
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i] * scale * weight[i]);
+  return y;
+}
+
+void add_bias(std::vector<float>& y, const std::vector<float>& bias) {
+  for (size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
+}
+
+// Rotates the first n_rot dims of each of n_heads heads at position pos.
+void rope(std::vector<float>& x, int n_heads, const ModelSpec& s, const std::vector<float>& inv_freq,
+          int64_t pos) {
+  const int half = s.rope.n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x.data() + h * s.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double theta = static_cast<double>(pos) * inv_freq[i];
+      const double c = std::cos(theta), sn = std::sin(theta);
+      const int a = s.rope.type == RopeType::kNeox ? i : 2 * i;
+      const int b = s.rope.type == RopeType::kNeox ? i + half : 2 * i + 1;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = static_cast<float>(x0 * c - x1 * sn);
+      v[b] = static_cast<float>(x0 * sn + x1 * c);
+    }
+  }
+}
+
+}  // namespace
+
+ReferenceEngine::ReferenceEngine(const Model& model)
+    : model_(model),
+      k_cache_(model.spec().n_layer),
+      v_cache_(model.spec().n_layer) {}
+
+void ReferenceEngine::reset() {
+  n_tokens_ = 0;
+  for (auto& layer : k_cache_) layer.clear();
+  for (auto& layer : v_cache_) layer.clear();
+}
+
+std::vector<float> ReferenceEngine::forward(int32_t token) {
+  const ModelSpec& s = model_.spec();
+  BATON_CHECK(token >= 0 && token < s.n_vocab);
+  const int64_t pos = n_tokens_;
+
+  std::vector<float> x(s.n_embd);  // residual stream [n_embd]
+  const WeightMatrix& embd = model_.token_embd();
+  dequantize_row(embd.type,
+                 static_cast<const uint8_t*>(embd.data) + token * ggml_row_bytes(embd.type, s.n_embd),
+                 x.data(), s.n_embd);
+
+  const int group = s.n_head / s.n_head_kv;
+  for (int il = 0; il < s.n_layer; ++il) {
+    const LayerWeights& l = model_.layer(il);
+    std::vector<float> h = rmsnorm(x, l.attn_norm, s.norm_eps);
+    std::vector<float> q = matvec(l.wq, h);  // [n_head * head_dim]
+    std::vector<float> k = matvec(l.wk, h);  // [n_head_kv * head_dim]
+    std::vector<float> v = matvec(l.wv, h);  // [n_head_kv * head_dim]
+    add_bias(q, l.bq);
+    add_bias(k, l.bk);
+    add_bias(v, l.bv);
+    rope(q, s.n_head, s, model_.rope_inv_freq(), pos);
+    rope(k, s.n_head_kv, s, model_.rope_inv_freq(), pos);
+    k_cache_[il].push_back(k);
+    v_cache_[il].push_back(v);
+
+    std::vector<float> attn(s.q_dim(), 0.0f);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    for (int head = 0; head < s.n_head; ++head) {
+      const int kv_head = head / group;
+      std::vector<double> scores(pos + 1);
+      double max_score = -INFINITY;
+      for (int64_t j = 0; j <= pos; ++j) {
+        double dot = 0.0;
+        for (int i = 0; i < s.head_dim; ++i) {
+          dot += static_cast<double>(q[head * s.head_dim + i]) * k_cache_[il][j][kv_head * s.head_dim + i];
+        }
+        scores[j] = dot * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double total = 0.0;
+      for (double& sc : scores) total += (sc = std::exp(sc - max_score));
+      for (int i = 0; i < s.head_dim; ++i) {
+        double acc = 0.0;
+        for (int64_t j = 0; j <= pos; ++j) acc += scores[j] / total * v_cache_[il][j][kv_head * s.head_dim + i];
+        attn[head * s.head_dim + i] = static_cast<float>(acc);
+      }
+    }
+    std::vector<float> o = matvec(l.wo, attn);
+    for (int i = 0; i < s.n_embd; ++i) x[i] += o[i];
+
+    h = rmsnorm(x, l.ffn_norm, s.norm_eps);
+    std::vector<float> gate = matvec(l.w_gate, h);  // [n_ff]
+    std::vector<float> up = matvec(l.w_up, h);      // [n_ff]
+    for (int i = 0; i < s.n_ff; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    std::vector<float> down = matvec(l.w_down, gate);
+    for (int i = 0; i < s.n_embd; ++i) x[i] += down[i];
+  }
+  ++n_tokens_;
+  return matvec(model_.output(), rmsnorm(x, model_.output_norm(), s.norm_eps));
+}
+
+}  // namespace baton

@@ -1,0 +1,124 @@
+#include "common/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "common/util/check.h"
+
+namespace baton {
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (uint64_t& word : s_) word = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+void Sampler::accept(int32_t token) {
+  if (params_.repeat_last_n <= 0) return;
+  recent_.push_back(token);
+  while (static_cast<int>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  BATON_CHECK(!logits.empty());
+  const int32_t n_vocab = static_cast<int32_t>(logits.size());
+  candidates_.resize(n_vocab);
+  for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
+
+  // Repetition penalty (llama.cpp / CTRL rule): divide positive logits,
+  // multiply negative ones, once per distinct recent token.
+  if (params_.repeat_penalty != 1.0f && !recent_.empty()) {
+    std::unordered_set<int32_t> seen(recent_.begin(), recent_.end());
+    for (int32_t token : seen) {
+      if (token < 0 || token >= n_vocab) continue;
+      float& logit = candidates_[token].first;
+      logit = logit > 0 ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
+    }
+  }
+
+  // Greedy: the highest logit, lowest id on ties.
+  if (params_.temperature <= 0.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; ++i) {
+      if (candidates_[i].first > candidates_[best].first) best = i;
+    }
+    return best;
+  }
+
+  // Sort descending by logit (stable on id for reproducibility), cut to top-k.
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  size_t keep = candidates_.size();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+    keep = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+    candidates_.resize(keep);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+
+  // Softmax at temperature.
+  const float max_logit = candidates_[0].first;
+  double total = 0.0;
+  for (auto& c : candidates_) {
+    c.first = std::exp((c.first - max_logit) / params_.temperature);
+    total += c.first;
+  }
+  for (auto& c : candidates_) c.first = static_cast<float>(c.first / total);
+
+  // min-p: drop tokens below min_p * p_max.
+  if (params_.min_p > 0.0f) {
+    const float floor = params_.min_p * candidates_[0].first;
+    size_t n = 1;
+    while (n < candidates_.size() && candidates_[n].first >= floor) ++n;
+    candidates_.resize(n);
+  }
+  // top-p: the smallest prefix whose mass reaches top_p.
+  if (params_.top_p < 1.0f) {
+    double mass = 0.0;
+    size_t n = 0;
+    while (n < candidates_.size()) {
+      mass += candidates_[n].first;
+      ++n;
+      if (mass >= params_.top_p) break;
+    }
+    candidates_.resize(n);
+  }
+
+  double kept = 0.0;
+  for (const auto& c : candidates_) kept += c.first;
+  double target = rng_.uniform() * kept;
+  for (const auto& c : candidates_) {
+    target -= c.first;
+    if (target < 0.0) return c.second;
+  }
+  return candidates_.back().second;
+}
+
+}  // namespace baton

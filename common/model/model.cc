@@ -1,0 +1,133 @@
+#include "common/model/model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/gguf/ggml_quant.h"
+#include "common/util/check.h"
+
+namespace baton {
+namespace {
+
+std::string dims_string(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+absl::StatusOr<const GgufTensorInfo*> find_shaped(const GgufFile& file, const std::string& name,
+                                                  const std::vector<int64_t>& dims) {
+  const GgufTensorInfo* t = file.find_tensor(name);
+  if (t == nullptr) return absl::InvalidArgumentError(absl::StrFormat("tensor '%s' is missing", name));
+  if (t->dims != dims) {
+    return absl::InvalidArgumentError(absl::StrFormat("tensor '%s' has dims %s, expected %s", name,
+                                                      dims_string(t->dims), dims_string(dims)));
+  }
+  return t;
+}
+
+// A 2-D weight [rows, cols] in ggml dims order {cols, rows}.
+absl::StatusOr<WeightMatrix> matrix(const GgufFile& file, const std::string& name, int64_t rows,
+                                    int64_t cols) {
+  BATON_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_shaped(file, name, {cols, rows}));
+  return WeightMatrix{t->type, t->data, rows, cols};
+}
+
+absl::StatusOr<std::vector<float>> vector_f32(const GgufFile& file, const std::string& name, int64_t n) {
+  BATON_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_shaped(file, name, {n}));
+  if (t->type == GgmlType::kQ4_0 || t->type == GgmlType::kQ8_0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s' is %s; 1-D tensors must be f32, f16 or bf16", name, ggml_type_name(t->type)));
+  }
+  std::vector<float> out(n);
+  dequantize_row(t->type, t->data, out.data(), n);
+  return out;
+}
+
+}  // namespace
+
+std::vector<float> compute_rope_inv_freq(const RopeSpec& rope, const std::vector<float>& freq_factors) {
+  const int n_pairs = rope.n_rot / 2;
+  std::vector<float> inv_freq(n_pairs);
+  const double linear = rope.scaling_type == "linear" ? 1.0 / rope.scaling_factor : 1.0;
+  for (int i = 0; i < n_pairs; ++i) {
+    double f = std::pow(static_cast<double>(rope.freq_base), -2.0 * i / rope.n_rot) * linear;
+    if (!freq_factors.empty()) f /= freq_factors[i];
+    inv_freq[i] = static_cast<float>(f);
+  }
+  return inv_freq;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, FromFile(std::move(file)));
+  model->path_ = path;
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::FromFile(std::unique_ptr<GgufFile> file) {
+  std::unique_ptr<Model> model(new Model());
+  model->file_ = std::move(file);
+  BATON_ASSIGN_OR_RETURN(model->spec_, model_spec_from_gguf(*model->file_));
+  BATON_RETURN_IF_ERROR(model->bind());
+  return model;
+}
+
+absl::Status Model::bind() {
+  const GgufFile& f = *file_;
+  const ModelSpec& s = spec_;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.dims.size() == 2 && t.dims[0] % 32 != 0 &&
+        (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0)) {
+      return absl::InvalidArgumentError(absl::StrFormat("tensor '%s' row length %d is not a multiple of 32",
+                                                        t.name, t.dims[0]));
+    }
+  }
+  BATON_ASSIGN_OR_RETURN(token_embd_, matrix(f, "token_embd.weight", s.n_vocab, s.n_embd));
+  if (s.tied_embeddings) {
+    output_ = token_embd_;
+  } else {
+    BATON_ASSIGN_OR_RETURN(output_, matrix(f, "output.weight", s.n_vocab, s.n_embd));
+  }
+  BATON_ASSIGN_OR_RETURN(output_norm_, vector_f32(f, "output_norm.weight", s.n_embd));
+  std::vector<float> freq_factors;
+  if (s.rope.has_freq_factors) {
+    BATON_ASSIGN_OR_RETURN(freq_factors, vector_f32(f, "rope_freqs.weight", s.rope.n_rot / 2));
+  }
+  rope_inv_freq_ = compute_rope_inv_freq(s.rope, freq_factors);
+
+  layers_.resize(s.n_layer);
+  for (int i = 0; i < s.n_layer; ++i) {
+    const std::string b = absl::StrFormat("blk.%d.", i);
+    LayerWeights& l = layers_[i];
+    BATON_ASSIGN_OR_RETURN(l.attn_norm, vector_f32(f, b + "attn_norm.weight", s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.wq, matrix(f, b + "attn_q.weight", s.q_dim(), s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.wk, matrix(f, b + "attn_k.weight", s.kv_dim(), s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.wv, matrix(f, b + "attn_v.weight", s.kv_dim(), s.n_embd));
+    if (s.qkv_bias) {
+      BATON_ASSIGN_OR_RETURN(l.bq, vector_f32(f, b + "attn_q.bias", s.q_dim()));
+      BATON_ASSIGN_OR_RETURN(l.bk, vector_f32(f, b + "attn_k.bias", s.kv_dim()));
+      BATON_ASSIGN_OR_RETURN(l.bv, vector_f32(f, b + "attn_v.bias", s.kv_dim()));
+    }
+    BATON_ASSIGN_OR_RETURN(l.wo, matrix(f, b + "attn_output.weight", s.n_embd, s.q_dim()));
+    BATON_ASSIGN_OR_RETURN(l.ffn_norm, vector_f32(f, b + "ffn_norm.weight", s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.w_gate, matrix(f, b + "ffn_gate.weight", s.n_ff, s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.w_up, matrix(f, b + "ffn_up.weight", s.n_ff, s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.w_down, matrix(f, b + "ffn_down.weight", s.n_embd, s.n_ff));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t total = 0;
+  for (const GgufTensorInfo& t : file_->tensors()) total += t.n_bytes;
+  return total;
+}
+
+int64_t Model::parameter_count() const {
+  int64_t total = 0;
+  for (const GgufTensorInfo& t : file_->tensors()) total += t.n_elements();
+  return total;
+}
+
+}  // namespace baton

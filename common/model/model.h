@@ -1,0 +1,68 @@
+// A loaded model: the GGUF mapping, its spec, and zero-copy views of every
+// weight the engine reads. Small 1-D tensors (norms, biases, RoPE factors) are
+// converted to owned F32 at load; matrices stay in their stored type.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cpu/matmul.h"
+#include "common/gguf/gguf_file.h"
+#include "common/model/model_spec.h"
+
+namespace baton {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;    // [n_embd]
+  WeightMatrix wq;                 // [q_dim rows, n_embd cols]
+  WeightMatrix wk;                 // [kv_dim, n_embd]
+  WeightMatrix wv;                 // [kv_dim, n_embd]
+  std::vector<float> bq, bk, bv;   // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
+  WeightMatrix wo;                 // [n_embd, q_dim]
+  std::vector<float> ffn_norm;     // [n_embd]
+  WeightMatrix w_gate;             // [n_ff, n_embd]
+  WeightMatrix w_up;               // [n_ff, n_embd]
+  WeightMatrix w_down;             // [n_embd, n_ff]
+};
+
+class Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Model>> FromFile(std::unique_ptr<GgufFile> file);
+
+  const ModelSpec& spec() const { return spec_; }
+  const GgufFile& file() const { return *file_; }
+  const std::string& path() const { return path_; }
+
+  const WeightMatrix& token_embd() const { return token_embd_; }  // [n_vocab, n_embd]
+  const WeightMatrix& output() const { return output_; }          // [n_vocab, n_embd]
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  // Per rotated pair i: theta_i = pos * rope_inv_freq[i]  (base, factors and
+  // linear scaling folded in).  [n_rot / 2]
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+
+  // Bytes of all tensor data in the file.
+  uint64_t weight_bytes() const;
+  int64_t parameter_count() const;
+
+ private:
+  Model() = default;
+  absl::Status bind();
+
+  std::string path_;
+  std::unique_ptr<GgufFile> file_;
+  ModelSpec spec_;
+  WeightMatrix token_embd_{};
+  WeightMatrix output_{};
+  std::vector<float> output_norm_;
+  std::vector<float> rope_inv_freq_;
+  std::vector<LayerWeights> layers_;
+};
+
+// RoPE inverse frequencies for a spec; `freq_factors` may be empty.
+std::vector<float> compute_rope_inv_freq(const RopeSpec& rope, const std::vector<float>& freq_factors);
+
+}  // namespace baton

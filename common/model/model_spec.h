@@ -1,0 +1,55 @@
+// The shape of a transformer as read from GGUF metadata: everything the engine,
+// the KV codec and the memory planner need to know about a model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace baton {
+
+class GgufFile;
+
+enum class RopeType {
+  kNorm,  // rotate pairs (2i, 2i+1): llama
+  kNeox,  // rotate pairs (i, i + n_rot/2): qwen2, GPT-NeoX
+};
+const char* rope_type_name(RopeType type);
+
+struct RopeSpec {
+  RopeType type = RopeType::kNorm;
+  float freq_base = 10000.0f;
+  int n_rot = 0;                       // rotated dims per head (<= head_dim, even)
+  std::string scaling_type = "none";  // none | linear (llama3 arrives as freq factors)
+  float scaling_factor = 1.0f;         // linear: positions are divided by it
+  bool has_freq_factors = false;       // rope_freqs.weight present: [n_rot/2] divisors
+};
+
+struct ModelSpec {
+  std::string arch;     // general.architecture: llama | qwen2
+  std::string name;     // general.name (informational)
+  int n_layer = 0;
+  int n_embd = 0;       // residual width
+  int n_head = 0;       // query heads
+  int n_head_kv = 0;    // key/value heads (GQA: n_head % n_head_kv == 0)
+  int head_dim = 0;     // per-head width of Q, K and V
+  int n_ff = 0;         // FFN hidden width
+  int n_vocab = 0;
+  int n_ctx_train = 0;  // trained context length, tokens
+  float norm_eps = 1e-5f;
+  RopeSpec rope;
+  bool qkv_bias = false;
+  bool tied_embeddings = false;  // no output.weight: logits use token_embd
+
+  int64_t q_dim() const { return int64_t{n_head} * head_dim; }
+  int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
+  // K and V of one token across all layers, in elements.
+  int64_t kv_elements_per_token() const { return 2 * int64_t{n_layer} * kv_dim(); }
+};
+
+// Reads and validates the spec from GGUF metadata and tensor shapes.
+// Errors name the key or tensor and the offending value.
+absl::StatusOr<ModelSpec> model_spec_from_gguf(const GgufFile& file);
+
+}  // namespace baton

@@ -1,0 +1,224 @@
+#include "common/model/model_synth.h"
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/gguf/ggml_quant.h"
+#include "common/gguf/gguf_writer.h"
+#include "common/model/model_metadata.h"
+#include "common/util/check.h"
+#include "common/util/sha256.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Fills `out` with approximately normal(0, std) values: Irwin-Hall sum of four
+// 16-bit uniforms from one 64-bit draw, scaled to unit variance. Seeded per
+// row so that the values do not depend on threading or on the stored type.
+void random_row(uint64_t row_seed, float std, float* out, int64_t n) {
+  uint64_t state = row_seed;
+  // The sum of four U[0, 65536) has mean 131070 and std 65536/sqrt(3).
+  const float scale = std * std::sqrt(3.0f) / 65536.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = mix64(state++);
+    const int32_t sum = static_cast<int32_t>(r & 0xffff) + static_cast<int32_t>((r >> 16) & 0xffff) +
+                        static_cast<int32_t>((r >> 32) & 0xffff) + static_cast<int32_t>(r >> 48);
+    out[i] = static_cast<float>(sum - 131070) * scale;
+  }
+}
+
+// Llama 3.1 RoPE frequency factors (as llama.cpp's converter computes them).
+std::vector<float> llama3_freq_factors(const SynthShape& s) {
+  const int n_pairs = s.head_dim / 2;
+  std::vector<float> factors(n_pairs);
+  const double low_wavelen = s.llama3_original_ctx / s.llama3_low_freq_factor;
+  const double high_wavelen = s.llama3_original_ctx / s.llama3_high_freq_factor;
+  for (int i = 0; i < n_pairs; ++i) {
+    const double freq = std::pow(static_cast<double>(s.rope_freq_base), -2.0 * i / s.head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    double factor;
+    if (wavelen < high_wavelen) {
+      factor = 1.0;
+    } else if (wavelen > low_wavelen) {
+      factor = s.llama3_rope_factor;
+    } else {
+      const double smooth = (s.llama3_original_ctx / wavelen - s.llama3_low_freq_factor) /
+                            (s.llama3_high_freq_factor - s.llama3_low_freq_factor);
+      factor = 1.0 / ((1.0 - smooth) / s.llama3_rope_factor + smooth);
+    }
+    factors[i] = static_cast<float>(factor);
+  }
+  return factors;
+}
+
+// The synthetic llama-style vocabulary: <unk>, <s>, </s>, the 256 byte
+// tokens, then distinct pieces over a-z (with and without the ▁ word marker).
+void add_synth_tokenizer(GgufWriter& w, int n_vocab) {
+  BATON_CHECK(n_vocab >= 259 + 26, "synthetic vocab needs room for specials, bytes and letters");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  tokens.reserve(n_vocab);
+  auto add = [&](std::string piece, float score, int32_t type) {
+    tokens.push_back(std::move(piece));
+    scores.push_back(score);
+    types.push_back(type);
+  };
+  add("<unk>", 0.0f, 2);   // UNKNOWN
+  add("<s>", 0.0f, 3);     // CONTROL
+  add("</s>", 0.0f, 3);
+  for (int b = 0; b < 256; ++b) add(absl::StrFormat("<0x%02X>", b), 0.0f, 6);  // BYTE
+  static const char kLetters[] = "etaoinshrdlucmfwypvbgkjqxz";
+  const std::string word_marker = "\xE2\x96\x81";  // U+2581
+  for (int64_t index = 0; static_cast<int>(tokens.size()) < n_vocab; ++index) {
+    // index -> (word, with marker?) enumerating lengths 1, 2, 3, ...
+    int64_t rem = index / 2;
+    int len = 1;
+    int64_t count = 26;
+    while (rem >= count) {
+      rem -= count;
+      count *= 26;
+      ++len;
+    }
+    std::string word(len, 'a');
+    for (int i = len - 1; i >= 0; --i) {
+      word[i] = kLetters[rem % 26];
+      rem /= 26;
+    }
+    if (index % 2 == 0) word = word_marker + word;
+    add(std::move(word), -static_cast<float>(tokens.size()), 1);  // NORMAL
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+Digest256 synth_source_digest(const SynthShape& s, uint64_t seed) {
+  Sha256 h;
+  h.update_field("baton-synth-weights/1");
+  h.update_field(absl::StrFormat("%s %s %d %d %d %d %d %d %d %g %g %g %d", s.name, s.arch, s.n_layer,
+                                 s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab,
+                                 s.rope_freq_base, s.llama3_rope_factor, s.norm_eps, s.tied_embeddings));
+  h.update_u64(seed);
+  return h.finish();
+}
+
+}  // namespace
+
+uint32_t llama_file_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return 0;
+    case GgmlType::kF16: return 1;
+    case GgmlType::kQ4_0: return 2;
+    case GgmlType::kQ8_0: return 7;
+    case GgmlType::kBF16: return 32;
+  }
+  return 0;
+}
+
+absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, const std::string& path) {
+  if ((options.type == GgmlType::kQ4_0 || options.type == GgmlType::kQ8_0) &&
+      (s.n_embd % 32 != 0 || s.n_ff % 32 != 0 || s.head_dim * s.n_head % 32 != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shape %s has widths that are not multiples of 32; cannot store it as %s", s.name,
+        ggml_type_name(options.type)));
+  }
+  GgufWriter w;
+  const std::string a = s.arch + ".";
+  w.set_string("general.architecture", s.arch);
+  w.set_string("general.name", "baton-synth-" + s.name);
+  w.set_u32("general.file_type", llama_file_type(options.type));
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32(a + "context_length", s.n_ctx_train);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.set_u32(a + "attention.key_length", s.head_dim);
+  w.set_u32(a + "attention.value_length", s.head_dim);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_freq_base);
+  w.set_u32(a + "rope.dimension_count", s.head_dim);
+  w.set_u32(a + "vocab_size", s.n_vocab);
+  add_synth_tokenizer(w, s.n_vocab);
+  w.set_string(kSourceWeightsDigestKey, to_hex(synth_source_digest(s, options.seed)));
+  w.set_string("baton.synth.shape", s.name);
+  w.set_u64("baton.synth.seed", options.seed);
+
+  auto pool = std::make_shared<ThreadPool>(
+      options.n_threads > 0 ? options.n_threads : std::max(1u, std::thread::hardware_concurrency()));
+  uint64_t tensor_index = 0;
+  // A matrix [rows, cols] stored as `type`, values N(0, std), one seed per row.
+  auto add_matrix = [&](const std::string& name, int64_t rows, int64_t cols, GgmlType type, float std) {
+    const uint64_t tensor_seed = mix64(options.seed ^ mix64(++tensor_index));
+    w.add_tensor(name, type, {cols, rows}, [=](uint8_t* dst, uint64_t n_bytes) -> absl::Status {
+      const int64_t row_bytes = ggml_row_bytes(type, cols);
+      BATON_CHECK(static_cast<uint64_t>(row_bytes * rows) == n_bytes);
+      pool->parallel_for(rows, [&](int64_t begin, int64_t end) {
+        std::vector<float> row(cols);
+        for (int64_t r = begin; r < end; ++r) {
+          random_row(mix64(tensor_seed + static_cast<uint64_t>(r)), std, row.data(), cols);
+          quantize_row(type, row.data(), dst + r * row_bytes, cols);
+        }
+      });
+      return absl::OkStatus();
+    });
+  };
+  auto add_vector = [&](const std::string& name, std::vector<float> values) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    w.add_tensor_copy(name, GgmlType::kF32, {n}, values.data());
+  };
+  auto add_random_vector = [&](const std::string& name, int64_t n, float std) {
+    std::vector<float> values(n);
+    random_row(mix64(options.seed ^ mix64(++tensor_index)), std, values.data(), n);
+    add_vector(name, std::move(values));
+  };
+
+  const float embd_std = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
+  const int64_t q_dim = int64_t{s.n_head} * s.head_dim;
+  const int64_t kv_dim = int64_t{s.n_head_kv} * s.head_dim;
+  add_matrix("token_embd.weight", s.n_vocab, s.n_embd, options.type, embd_std);
+  add_vector("output_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+  if (!s.tied_embeddings) add_matrix("output.weight", s.n_vocab, s.n_embd, options.type, embd_std);
+  if (s.llama3_rope_factor > 0) add_vector("rope_freqs.weight", llama3_freq_factors(s));
+  const bool qkv_bias = s.arch == "qwen2";
+  for (int i = 0; i < s.n_layer; ++i) {
+    const std::string b = absl::StrFormat("blk.%d.", i);
+    add_vector(b + "attn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+    add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
+    add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
+    add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
+    if (qkv_bias) {
+      add_random_vector(b + "attn_q.bias", q_dim, 0.1f);
+      add_random_vector(b + "attn_k.bias", kv_dim, 0.1f);
+      add_random_vector(b + "attn_v.bias", kv_dim, 0.1f);
+    }
+    add_matrix(b + "attn_output.weight", s.n_embd, q_dim, options.type,
+               1.0f / std::sqrt(static_cast<float>(q_dim)));
+    add_vector(b + "ffn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+    add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    add_matrix(b + "ffn_down.weight", s.n_embd, s.n_ff, options.type,
+               1.0f / std::sqrt(static_cast<float>(s.n_ff)));
+  }
+  return w.write(path);
+}
+
+}  // namespace baton

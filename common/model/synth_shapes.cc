@@ -1,0 +1,42 @@
+#include "common/model/synth_shapes.h"
+
+#include "absl/strings/str_join.h"
+
+namespace baton {
+
+const std::vector<SynthShape>& synth_shapes() {
+  // name, arch, layers, embd, heads, kv heads, head dim, ffn, vocab, ctx, eps, rope base,
+  // llama3 factor, low, high, original ctx, tied
+  static const std::vector<SynthShape> shapes = {
+      {"tiny", "llama", 2, 64, 4, 2, 16, 160, 512, 2048, 1e-5f, 10000.0f, 0, 0, 0, 0, false},
+      // tiny with Llama 3.1 frequency factors (short original context so they vary).
+      {"tiny-llama3", "llama", 2, 64, 4, 2, 16, 160, 512, 2048, 1e-5f, 500000.0f, 8.0f, 1.0f, 4.0f, 64, true},
+      {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 160, 512, 2048, 1e-6f, 1000000.0f, 0, 0, 0, 0, true},
+      {"llama-3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1e-5f, 500000.0f, 32.0f, 1.0f,
+       4.0f, 8192, true},
+      {"llama-3.2-3b", "llama", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 1e-5f, 500000.0f, 32.0f,
+       1.0f, 4.0f, 8192, true},
+      {"llama-3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 1e-5f, 500000.0f, 8.0f,
+       1.0f, 4.0f, 8192, false},
+      {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e-6f, 1000000.0f, 0, 0, 0, 0,
+       true},
+      {"qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1e-6f, 1000000.0f, 0, 0, 0,
+       0, true},
+  };
+  return shapes;
+}
+
+const SynthShape* find_synth_shape(std::string_view name) {
+  for (const SynthShape& shape : synth_shapes()) {
+    if (shape.name == name) return &shape;
+  }
+  return nullptr;
+}
+
+std::string synth_shape_names() {
+  std::vector<std::string> names;
+  for (const SynthShape& shape : synth_shapes()) names.push_back(shape.name);
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace baton

@@ -1,0 +1,41 @@
+// What the CPU we run on can execute, and which SIMD level the kernels use.
+// Kernels are compiled per ISA (files *_avx2.cc / *_avx512.cc) and entered only
+// after these checks, so one binary runs on any x86-64.
+#pragma once
+
+namespace baton {
+
+// Instruction-set extensions the CPU reports AND the OS has enabled register
+// state for (xgetbv): an AVX-512 flag is false when the OS does not save zmm.
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512vnni = false;
+  bool avx_vnni = false;
+};
+
+// Detected once, on first use.
+const CpuFeatures& cpu_features();
+
+// Ordered: a higher level may use everything a lower one does.
+// kAvx2 = AVX2 + FMA + F16C; kAvx512 = kAvx2 + AVX-512 F/BW/VL/DQ/VNNI.
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The highest level this CPU (and OS) supports.
+SimdLevel best_simd_level();
+// The level dispatched kernels use: best_simd_level(), lowered by the
+// environment variable BATON_SIMD=scalar|avx2|avx512 (never raised above best).
+// Read once, on first use.
+SimdLevel active_simd_level();
+// The level a BATON_SIMD value asks for, clamped to `best`; nullptr or an empty
+// or unknown value (logged as a warning) gives `best`.
+SimdLevel simd_level_for_request(const char* requested, SimdLevel best);
+// "scalar", "avx2", "avx512".
+const char* simd_level_name(SimdLevel level);
+
+}  // namespace baton

@@ -1,0 +1,103 @@
+#include "common/util/thread_pool.h"
+
+#include "common/util/check.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace baton {
+namespace {
+
+// ~50-100 us of spinning (pause is ~40-140 cycles) before a worker sleeps:
+// long enough to bridge the gap between two kernel calls within a token.
+constexpr int kSpinIterations = 1 << 11;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Set while a thread runs a pool job, so nested parallel_for runs inline.
+thread_local bool t_inside_pool_job = false;
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+  BATON_CHECK(n_threads >= 1, "a pool needs at least the calling thread");
+  workers_.reserve(n_threads - 1);
+  // Workers start from generation 0 as passed here, not from a load of
+  // generation_ once running: a job published before a worker got scheduled
+  // would otherwise be skipped, and the caller would wait for it forever.
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_main(i, 0); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::run_share(int thread_index) {
+  const int64_t begin = job_tasks_ * thread_index / n_threads_;
+  const int64_t end = job_tasks_ * (thread_index + 1) / n_threads_;
+  if (begin < end) (*job_fn_)(begin, end);
+}
+
+void ThreadPool::worker_main(int thread_index, uint32_t seen) {
+  t_inside_pool_job = true;  // a worker only ever runs pool jobs
+  for (;;) {
+    uint32_t now = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
+      cpu_relax();
+      now = generation_.load(std::memory_order_acquire);
+    }
+    while (now == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    run_share(thread_index);
+    // The caller cannot publish the next job before this, so no generation is missed.
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n_tasks,
+                              const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (n_tasks <= 0) return;
+  if (n_threads_ == 1 || n_tasks == 1 || t_inside_pool_job) {
+    fn(0, n_tasks);
+    return;
+  }
+  const bool was_in_call = in_call_.exchange(true, std::memory_order_acquire);
+  BATON_CHECK(!was_in_call, "ThreadPool::parallel_for called from two threads at once");
+
+  job_fn_ = &fn;
+  job_tasks_ = n_tasks;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+
+  t_inside_pool_job = true;
+  run_share(0);
+  t_inside_pool_job = false;
+
+  int left = pending_.load(std::memory_order_acquire);
+  for (int spin = 0; left != 0 && spin < kSpinIterations; ++spin) {
+    cpu_relax();
+    left = pending_.load(std::memory_order_acquire);
+  }
+  while (left != 0) {
+    pending_.wait(left, std::memory_order_acquire);
+    left = pending_.load(std::memory_order_acquire);
+  }
+  in_call_.store(false, std::memory_order_release);
+}
+
+}  // namespace baton

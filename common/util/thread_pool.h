@@ -1,0 +1,56 @@
+// A persistent pool of worker threads for the kernels' parallel loops.
+//
+// Decode issues 100+ parallel_for calls per token, so a call must cost a few
+// microseconds, not a thread start: workers spin briefly on a generation counter
+// after each job (the next call usually comes soon), then sleep on a futex
+// (std::atomic::wait) so an idle pool burns no CPU.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace baton {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread, which takes part in every call:
+  // ThreadPool(1) starts no worker and runs everything inline. Must be >= 1.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();  // wakes and joins the workers
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(begin, end) over contiguous ranges that together cover [0, n_tasks)
+  // exactly once; returns when all are done. Static split: thread i of size()
+  // gets [n_tasks*i/size(), n_tasks*(i+1)/size()), the caller is thread 0, so a
+  // range is never empty and fn runs at most size() times.
+  // Callers that want finer load balancing pass more, smaller tasks.
+  // A call made from inside fn (nested) runs inline on that thread. One caller
+  // at a time: concurrent calls from two outside threads are a BATON_CHECK failure.
+  void parallel_for(int64_t n_tasks, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+ private:
+  // `seen`: the last generation this worker has handled (0 at construction).
+  void worker_main(int thread_index, uint32_t seen);
+  void run_share(int thread_index);
+
+  const int n_threads_;
+  std::vector<std::thread> workers_;  // n_threads_ - 1 threads, index 1..n
+
+  // The current job, written by the caller before it bumps generation_ and
+  // read by workers after they observe the new generation (release/acquire).
+  const std::function<void(int64_t, int64_t)>* job_fn_ = nullptr;
+  int64_t job_tasks_ = 0;
+
+  std::atomic<uint32_t> generation_{0};  // bumped once per job; workers futex-wait on it
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<bool> stop_{false};        // set (before a final bump) by the destructor
+  std::atomic<bool> in_call_{false};     // a parallel_for is running
+};
+
+}  // namespace baton

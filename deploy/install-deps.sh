@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Baton needs to build, test and run its tools.
+# Idempotent and non-interactive: packages already installed are skipped, and
+# `apt-get update` runs once, only when something is missing.
+#
+#   deploy/install-deps.sh            install what is missing
+#   deploy/install-deps.sh --dry-run  only print what would be installed
+#
+# Runs as root, or as a user with sudo. CUDA is not installed here: the CUDA
+# backend is optional (cmake -DBATON_CUDA=AUTO builds it when nvcc is found).
+set -euo pipefail
+
+readonly PACKAGES=(
+  # toolchain and build
+  build-essential cmake ninja-build pkg-config git
+  # gRPC / protobuf
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # libraries
+  libabsl-dev libzstd-dev zstd libssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # reference checks and the tiny-model trainer
+  python3 python3-numpy python3-torch
+  # fuzzing (libFuzzer)
+  clang
+  # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc)
+  curl openssl iproute2
+)
+
+dry_run=0
+for arg in "$@"; do
+  case "${arg}" in
+    --dry-run) dry_run=1 ;;
+    -h|--help)
+      # The header comment is the help text.
+      awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+      exit 0 ;;
+    *)
+      echo "install-deps.sh: unknown argument '${arg}' (see --help)" >&2
+      exit 2 ;;
+  esac
+done
+
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps.sh: needs a Debian/Ubuntu system (apt-get, dpkg-query)" >&2
+  exit 1
+fi
+
+is_installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  is_installed "${package}" || missing+=("${package}")
+done
+
+if (( ${#missing[@]} == 0 )); then
+  echo "install-deps.sh: all ${#PACKAGES[@]} packages are already installed"
+  exit 0
+fi
+
+echo "install-deps.sh: installing ${#missing[@]} package(s): ${missing[*]}"
+if (( dry_run )); then
+  echo "install-deps.sh: --dry-run, nothing installed"
+  exit 0
+fi
+
+as_root=()
+if (( EUID != 0 )); then
+  if command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo)
+  else
+    echo "install-deps.sh: not root and sudo is not available; run as root" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
+${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+  --no-install-recommends -o Dpkg::Options::=--force-confdef \
+  -o Dpkg::Options::=--force-confold "${missing[@]}"
+
+still_missing=()
+for package in "${missing[@]}"; do
+  is_installed "${package}" || still_missing+=("${package}")
+done
+if (( ${#still_missing[@]} != 0 )); then
+  echo "install-deps.sh: still missing after install: ${still_missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps.sh: done (${#missing[@]} installed, $(( ${#PACKAGES[@]} - ${#missing[@]} )) already present)"

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Self-test for gguf_numpy_reference.py: builds tiny GGUF files with a pure-Python
+writer (F32/F16/BF16/Q8_0/Q4_0 tensors), then checks decoding, causality, a naive
+per-token/per-head re-implementation, RoPE-mode behaviour and the CLI.
+Run: python3 tests/tools/test_gguf_numpy_reference.py   (exit 0 = pass)"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gguf_numpy_reference as ref  # noqa: E402
+
+F32, F16, Q4_0, Q8_0, BF16 = 0, 1, 2, 8, 30
+N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_VOCAB = 2, 64, 4, 2, 96, 50
+HEAD_DIM = N_EMBD // N_HEAD
+FAILURES = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILURES.append(msg)
+        print("FAIL: " + msg, file=sys.stderr)
+
+
+# ---------------------------------------------------------------- quantizers
+def quant_q8_0(x):
+    """Returns (bytes, dequantized float64, per-element scale d)."""
+    b = x.reshape(-1, 32).astype(np.float64)
+    d16 = (np.abs(b).max(axis=1) / 127.0).astype(np.float16)
+    dd = d16.astype(np.float64)[:, None]
+    q = np.where(dd > 0, np.clip(np.round(b / np.where(dd > 0, dd, 1)), -127, 127), 0).astype(np.int8)
+    raw = b"".join(d16[i:i + 1].astype("<f2").tobytes() + q[i].tobytes() for i in range(len(b)))
+    return raw, (dd * q).reshape(-1), np.repeat(dd[:, 0], 32)
+
+
+def quant_q4_0(x):
+    b = x.reshape(-1, 32).astype(np.float64)
+    m = b[np.arange(len(b)), np.abs(b).argmax(axis=1)]   # signed max-magnitude element
+    d16 = (m / -8.0).astype(np.float16)
+    dd = d16.astype(np.float64)[:, None]
+    q = np.where(dd != 0, np.clip(np.round(b / np.where(dd != 0, dd, 1)) + 8, 0, 15), 8).astype(np.uint8)
+    packed = (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)  # byte j: lo = elem j, hi = elem j+16
+    raw = b"".join(d16[i:i + 1].astype("<f2").tobytes() + packed[i].tobytes() for i in range(len(b)))
+    return raw, (dd * (q.astype(np.float64) - 8)).reshape(-1), np.repeat(np.abs(dd[:, 0]), 32)
+
+
+def encode(x, ttype):
+    """Returns (raw bytes, exactly-expected decoded float64 values, scale or None)."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    if ttype == F32:
+        a = x.astype("<f4")
+        return a.tobytes(), a.astype(np.float64), None
+    if ttype == F16:
+        a = x.astype("<f2")
+        return a.tobytes(), a.astype(np.float64), None
+    if ttype == BF16:
+        bits = (x.astype(np.float32).view(np.uint32) >> 16).astype("<u2")  # truncate
+        return bits.tobytes(), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64), None
+    if ttype == Q8_0:
+        return quant_q8_0(x)
+    if ttype == Q4_0:
+        return quant_q4_0(x)
+    raise ValueError(ttype)
+
+
+# ---------------------------------------------------------------- GGUF writer
+def s_(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_value(v):
+    if isinstance(v, bool):
+        return struct.pack("<IB", 7, int(v))
+    if isinstance(v, int):
+        return struct.pack("<II", 4, v)
+    if isinstance(v, float):
+        return struct.pack("<If", 6, v)
+    if isinstance(v, str):
+        return struct.pack("<I", 8) + s_(v)
+    if isinstance(v, list):  # array of strings (tokenizer-like filler, exercises type 9)
+        return struct.pack("<IIQ", 9, 8, len(v)) + b"".join(s_(e) for e in v)
+    raise TypeError(v)
+
+
+def write_gguf(path, kvs, tensors, align=32):
+    """tensors: list of (name, ggml dims, ggml type, raw bytes)."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs) + 1))
+    out += s_("general.alignment") + kv_value(align)
+    for k, v in kvs.items():
+        out += s_(k) + kv_value(v)
+    data, offsets = bytearray(), []
+    for _, _, _, raw in tensors:
+        data += b"\0" * (-len(data) % align)
+        offsets.append(len(data))
+        data += raw
+    for (name, dims, ttype, _), off in zip(tensors, offsets):
+        out += s_(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ttype, off)
+    out += b"\0" * (-len(out) % align)
+    with open(path, "wb") as f:
+        f.write(bytes(out + data))
+
+
+def build_model(path, arch, seed=0, biases=False, tied=False, rope_freqs=False, linear=None):
+    rng = np.random.default_rng(seed)
+    kvs = {"general.architecture": arch, arch + ".block_count": N_LAYER,
+           arch + ".embedding_length": N_EMBD, arch + ".feed_forward_length": N_FF,
+           arch + ".attention.head_count": N_HEAD, arch + ".attention.head_count_kv": N_HEAD_KV,
+           arch + ".attention.layer_norm_rms_epsilon": 1e-5, arch + ".rope.freq_base": 10000.0,
+           "tokenizer.ggml.tokens": ["t%d" % i for i in range(N_VOCAB)]}
+    if linear:
+        kvs[arch + ".rope.scaling.type"] = "linear"
+        kvs[arch + ".rope.scaling.factor"] = float(linear)
+    tensors, expected = [], {}
+
+    def add(name, dims, ttype, scale=0.3, vals=None):
+        x = rng.standard_normal(int(np.prod(dims))) * scale if vals is None else vals
+        raw, exp, d = encode(x, ttype)
+        tensors.append((name, dims, ttype, raw))
+        expected[name] = (x, exp, d, ttype)
+
+    ones = lambda n: 1.0 + 0.1 * rng.standard_normal(n)  # noqa: E731
+    add("token_embd.weight", [N_EMBD, N_VOCAB], F16, 1.0)
+    for i in range(N_LAYER):
+        p = "blk.%d." % i
+        add(p + "attn_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
+        add(p + "attn_q.weight", [N_EMBD, N_HEAD * HEAD_DIM], Q8_0)
+        add(p + "attn_k.weight", [N_EMBD, N_HEAD_KV * HEAD_DIM], Q4_0)
+        add(p + "attn_v.weight", [N_EMBD, N_HEAD_KV * HEAD_DIM], BF16)
+        if biases:
+            add(p + "attn_q.bias", [N_HEAD * HEAD_DIM], F32, 0.5)
+            add(p + "attn_k.bias", [N_HEAD_KV * HEAD_DIM], F32, 0.5)
+            add(p + "attn_v.bias", [N_HEAD_KV * HEAD_DIM], F32, 0.5)
+        add(p + "attn_output.weight", [N_HEAD * HEAD_DIM, N_EMBD], F32, 0.15)
+        add(p + "ffn_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
+        add(p + "ffn_gate.weight", [N_EMBD, N_FF], Q8_0)
+        add(p + "ffn_up.weight", [N_EMBD, N_FF], Q4_0)
+        add(p + "ffn_down.weight", [N_FF, N_EMBD], Q8_0, 0.15)
+    add("output_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
+    if not tied:
+        add("output.weight", [N_EMBD, N_VOCAB], Q8_0)
+    if rope_freqs:
+        add("rope_freqs.weight", [HEAD_DIM // 2], F32, vals=1.0 + 3.0 * rng.random(HEAD_DIM // 2))
+    write_gguf(path, kvs, tensors)
+    return expected
+
+
+# ---------------------------------------------------------------- naive forward
+def naive_forward(path, tokens):
+    """Token-at-a-time with a KV cache, per-head Python loops, independent of the
+    vectorized code paths in the reference (shares only the tensor decoder)."""
+    g = ref.GGUF(path)
+    arch = g.kv["general.architecture"]
+    eps = g.kv[arch + ".attention.layer_norm_rms_epsilon"]
+    base = g.kv[arch + ".rope.freq_base"]
+    fs = 1.0 / g.kv[arch + ".rope.scaling.factor"] if g.kv.get(arch + ".rope.scaling.type") == "linear" else 1.0
+    ff = g.get("rope_freqs.weight") if g.has("rope_freqs.weight") else np.ones(HEAD_DIM // 2)
+    emb = g.get("token_embd.weight")
+    w_out = g.get("output.weight") if g.has("output.weight") else emb
+
+    def norm(v, w):
+        return v / np.sqrt(np.dot(v, v) / len(v) + eps) * w
+
+    def rot(vec, p):
+        out = vec.copy()
+        for i in range(HEAD_DIM // 2):
+            th = p * fs * base ** (-2.0 * i / HEAD_DIM) / ff[i]
+            a, b = (i, i + HEAD_DIM // 2) if arch == "qwen2" else (2 * i, 2 * i + 1)
+            out[a] = vec[a] * np.cos(th) - vec[b] * np.sin(th)
+            out[b] = vec[a] * np.sin(th) + vec[b] * np.cos(th)
+        return out
+
+    cache = [([], []) for _ in range(N_LAYER)]
+    logits = []
+    for p, t in enumerate(tokens):
+        x = emb[t].copy()
+        for il in range(N_LAYER):
+            pre = "blk.%d." % il
+            h = norm(x, g.get(pre + "attn_norm.weight"))
+            q, k, v = (g.get(pre + "attn_%s.weight" % n) @ h for n in "qkv")
+            if g.has(pre + "attn_q.bias"):
+                q, k, v = (z + g.get(pre + "attn_%s.bias" % n) for z, n in zip((q, k, v), "qkv"))
+            ks = [rot(k[j * HEAD_DIM:(j + 1) * HEAD_DIM], p) for j in range(N_HEAD_KV)]
+            vs = [v[j * HEAD_DIM:(j + 1) * HEAD_DIM] for j in range(N_HEAD_KV)]
+            cache[il][0].append(ks)
+            cache[il][1].append(vs)
+            out = []
+            for hd in range(N_HEAD):
+                qh = rot(q[hd * HEAD_DIM:(hd + 1) * HEAD_DIM], p)
+                kvh = hd // (N_HEAD // N_HEAD_KV)
+                sc = np.array([np.dot(qh, cache[il][0][j][kvh]) for j in range(p + 1)]) / np.sqrt(HEAD_DIM)
+                w = np.exp(sc - sc.max())
+                w /= w.sum()
+                out.append(sum(w[j] * cache[il][1][j][kvh] for j in range(p + 1)))
+            x = x + g.get(pre + "attn_output.weight") @ np.concatenate(out)
+            h = norm(x, g.get(pre + "ffn_norm.weight"))
+            a = g.get(pre + "ffn_gate.weight") @ h
+            x = x + g.get(pre + "ffn_down.weight") @ (a / (1 + np.exp(-a)) * (g.get(pre + "ffn_up.weight") @ h))
+        logits.append(w_out @ norm(x, g.get("output_norm.weight")))
+    return np.array(logits)
+
+
+# ---------------------------------------------------------------- tests
+def main():
+    with tempfile.TemporaryDirectory(prefix="gguf_ref_test_") as tmp:
+        return run_tests(tmp)
+
+
+def run_tests(tmp):
+    rng = np.random.default_rng(123)
+    tokens = [int(t) for t in rng.integers(0, N_VOCAB, size=12)]
+    variants = {
+        "llama": dict(arch="llama"),
+        "llama_nobias_tied": dict(arch="llama", tied=True),
+        "llama_ropefreqs_linear": dict(arch="llama", rope_freqs=True, linear=4.0),
+        "qwen2": dict(arch="qwen2", biases=True),
+        "qwen2_nobias": dict(arch="qwen2"),
+    }
+    paths = {}
+    for name, kw in variants.items():
+        paths[name] = os.path.join(tmp, name + ".gguf")
+        expected = build_model(paths[name], seed=7, **kw)
+        g = ref.GGUF(paths[name])
+        check(g.kv["tokenizer.ggml.tokens"][3] == "t3", "%s: string array kv parsed" % name)
+        # Decoding: exact match with what the writer encoded; Q8_0 within d/2 of originals.
+        for tname, (orig, exp, d, ttype) in expected.items():
+            got = g.get(tname).reshape(-1)
+            check(np.array_equal(got, exp), "%s: %s (type %d) decodes exactly" % (name, tname, ttype))
+            if ttype == Q8_0:
+                check(np.all(np.abs(got - orig) <= d / 2 * (1 + 1e-9) + 1e-300),
+                      "%s: %s Q8_0 within d/2 of original" % (name, tname))
+            if ttype == Q4_0:
+                check(np.all(np.abs(got - orig) <= d * (1 + 1e-9)), "%s: %s Q4_0 within d" % (name, tname))
+        check(g.get("blk.0.attn_q.weight").shape == (N_HEAD * HEAD_DIM, N_EMBD), "%s: numpy shape = reversed dims" % name)
+
+        full = ref.compute_logits(paths[name], tokens)
+        check(full.shape == (len(tokens), N_VOCAB) and np.all(np.isfinite(full)), "%s: shape/finite" % name)
+        # Causality: prefix runs reproduce the prefix rows of the full run.
+        for k in range(1, len(tokens) + 1):
+            part = ref.compute_logits(paths[name], tokens[:k])
+            check(np.allclose(part, full[:k], rtol=1e-11, atol=1e-11), "%s: causality k=%d" % (name, k))
+        # Changing the last token must change its own logits (the check above can fail).
+        alt = tokens[:-1] + [(tokens[-1] + 1) % N_VOCAB]
+        alt_l = ref.compute_logits(paths[name], alt)
+        check(np.allclose(alt_l[:-1], full[:-1], rtol=1e-11, atol=1e-11) and
+              not np.allclose(alt_l[-1], full[-1], rtol=1e-6, atol=1e-6), "%s: last-token sensitivity" % name)
+        # Independent naive per-token KV-cache implementation.
+        naive = naive_forward(paths[name], tokens)
+        check(np.allclose(naive, full, rtol=1e-9, atol=1e-9),
+              "%s: matches naive forward (max abs diff %.3g)" % (name, np.abs(naive - full).max()))
+
+    # RoPE: at position 0 the rotation is the identity, so NORM vs NEOX only differ from pos 1.
+    la, qw = ref.compute_logits(paths["llama"], tokens), ref.compute_logits(paths["qwen2_nobias"], tokens)
+    check(np.allclose(la[0], qw[0], rtol=1e-12, atol=1e-12), "rope: llama == qwen2 at position 0")
+    check(not np.allclose(la[1:], qw[1:], rtol=1e-6, atol=1e-6), "rope: NORM != NEOX at positions > 0")
+    rf = ref.compute_logits(paths["llama_ropefreqs_linear"], tokens)
+    check(np.allclose(rf[0], la[0], rtol=1e-12, atol=1e-12) and not np.allclose(rf[1:], la[1:], rtol=1e-6, atol=1e-6),
+          "rope: rope_freqs/linear scaling only affect positions > 0")
+
+    # CLI: --out file and stdout, float32 LE [n_tokens, n_vocab], silent on success.
+    script = os.path.join(HERE, "gguf_numpy_reference.py")
+    tok_arg = ",".join(map(str, tokens))
+    out_path = os.path.join(tmp, "logits.bin")
+    r = subprocess.run([sys.executable, script, paths["qwen2"], "--tokens", tok_arg, "--out", out_path],
+                       capture_output=True)
+    check(r.returncode == 0 and r.stdout == b"" and r.stderr == b"", "cli --out: rc=%d stderr=%r" % (r.returncode, r.stderr))
+    want = ref.compute_logits(paths["qwen2"], tokens).astype("<f4").tobytes()
+    with open(out_path, "rb") as f:
+        check(f.read() == want, "cli --out: content is float32 LE logits")
+    r = subprocess.run([sys.executable, script, paths["qwen2"], "--tokens", tok_arg], capture_output=True)
+    check(r.returncode == 0 and r.stdout == want and r.stderr == b"", "cli stdout: content")
+    r = subprocess.run([sys.executable, script, paths["qwen2"], "--tokens", "1,%d" % N_VOCAB], capture_output=True)
+    check(r.returncode != 0 and r.stdout == b"" and b"error" in r.stderr, "cli: out-of-range token is an error")
+
+    if FAILURES:
+        print("%d check(s) FAILED" % len(FAILURES), file=sys.stderr)
+        return 1
+    print("OK: gguf_numpy_reference self-test passed (%d variants)" % len(variants))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

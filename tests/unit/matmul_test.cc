@@ -1,0 +1,353 @@
+// matmul / quantize_row_q8_0_fast / vec kernels at every SIMD level this CPU
+// has, against plain double-precision references.
+//
+// Tolerances (relative to sum_c |W[r,c] * x[t,c]|, the scale of float error):
+//   F32 / F16 / BF16 vs double(dequant(W)) . double(x):             1e-5
+//   Q4_0 / Q8_0 vs double(dequant(W)) . double(dequant(q8_0(x))):    4e-6
+//     (the integer path is exact; only the float scaling/summation order differs)
+//   Q4_0 / Q8_0 vs double(dequant(W)) . double(x): the above plus the exact
+//     activation-quantization bound sum_c |W[r,c]| * |x[t,c] - dequant(q8_0(x))[t,c]|.
+//   Every level vs scalar: the same bounds.
+#include "common/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cpu/matmul_kernels.h"
+#include "common/cpu/vec.h"
+#include "common/util/fp16.h"
+
+namespace baton {
+namespace {
+
+constexpr SimdLevel kAllLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512};
+
+#define SKIP_IF_UNAVAILABLE(level)                                                             \
+  if ((level) > best_simd_level())                                                             \
+  GTEST_SKIP() << simd_level_name(level) << " is not available on this CPU (best: "           \
+               << simd_level_name(best_simd_level()) << ")"
+
+// ggml's reference quantizers, kept here so the test does not depend on the
+// library code it checks.
+void ref_quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    for (int i = 0; i < 32; ++i) y[b].qs[i] = static_cast<int8_t>(std::roundf(x[b * 32 + i] * id));
+  }
+}
+
+void ref_quantize_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[b * 32 + i];
+      if (std::fabs(v) > amax) {
+        amax = std::fabs(v);
+        max = v;
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[b * 32 + j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[b * 32 + j + 16] * id + 8.5f)));
+      y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// A weight matrix in `type`, plus its exact dequantized values.
+struct TestWeights {
+  std::vector<uint8_t> bytes;    // [rows, row_bytes]
+  std::vector<double> dequant;   // [rows, cols]
+};
+
+TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_scale = 0.25f + static_cast<float>(r % 5);  // rows of different magnitude
+    for (int64_t c = 0; c < cols; ++c) values[r * cols + c] = dist(rng) * row_scale;
+  }
+  TestWeights w;
+  const int64_t row_bytes = ggml_row_bytes(type, cols);
+  w.bytes.resize(rows * row_bytes);
+  w.dequant.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.bytes.data() + r * row_bytes;
+    const float* v = values.data() + r * cols;
+    double* out = w.dequant.data() + r * cols;
+    switch (type) {
+      case GgmlType::kF32:
+        std::memcpy(row, v, cols * 4);
+        for (int64_t c = 0; c < cols; ++c) out[c] = v[c];
+        break;
+      case GgmlType::kF16:
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint16_t h = fp32_to_fp16(v[c]);
+          std::memcpy(row + 2 * c, &h, 2);
+          out[c] = fp16_to_fp32(h);
+        }
+        break;
+      case GgmlType::kBF16:
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint16_t h = fp32_to_bf16(v[c]);
+          std::memcpy(row + 2 * c, &h, 2);
+          out[c] = bf16_to_fp32(h);
+        }
+        break;
+      case GgmlType::kQ8_0: {
+        BlockQ8_0* blocks = reinterpret_cast<BlockQ8_0*>(row);
+        ref_quantize_q8_0(v, blocks, cols);
+        for (int64_t c = 0; c < cols; ++c)
+          out[c] = static_cast<double>(fp16_to_fp32(blocks[c / 32].d)) * blocks[c / 32].qs[c % 32];
+        break;
+      }
+      case GgmlType::kQ4_0: {
+        BlockQ4_0* blocks = reinterpret_cast<BlockQ4_0*>(row);
+        ref_quantize_q4_0(v, blocks, cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          const BlockQ4_0& blk = blocks[c / 32];
+          const int j = c % 32;
+          const int q = j < 16 ? (blk.qs[j] & 0x0f) : (blk.qs[j - 16] >> 4);
+          out[c] = static_cast<double>(fp16_to_fp32(blk.d)) * (q - 8);
+        }
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+struct MatmulCase {
+  SimdLevel level;
+  GgmlType type;
+  int64_t n_tokens;
+  int64_t rows;
+  int64_t cols;
+  int threads;
+};
+
+std::string case_name(const testing::TestParamInfo<MatmulCase>& info) {
+  const MatmulCase& c = info.param;
+  return std::string(simd_level_name(c.level)) + "_" + std::string(ggml_type_name(c.type)) + "_tokens" +
+         std::to_string(c.n_tokens) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+         "_threads" + std::to_string(c.threads);
+}
+
+std::vector<MatmulCase> all_cases() {
+  std::vector<MatmulCase> cases;
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ4_0};
+  // 37 x 96: odd rows and an odd block count (AVX-512 pairs blocks);
+  // 8 x 64: so few rows that prefill splits tokens; 37 x 100: float column tail.
+  const int64_t shapes[][2] = {{96, 256}, {37, 96}, {8, 64}, {37, 100}};
+  for (SimdLevel level : kAllLevels)
+    for (GgmlType type : types)
+      for (int64_t n_tokens : {1, 3, 17, 64})
+        for (const auto& shape : shapes)
+          for (int threads : {1, 3}) {
+            const bool quantized = type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0;
+            if (quantized && shape[1] % 32 != 0) continue;
+            cases.push_back({level, type, n_tokens, shape[0], shape[1], threads});
+          }
+  return cases;
+}
+
+class MatmulTest : public testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, MatchesDoubleReferenceWithinStatedTolerance) {
+  const MatmulCase& tc = GetParam();
+  SKIP_IF_UNAVAILABLE(tc.level);
+  std::mt19937 rng(1234 + static_cast<unsigned>(tc.rows * 7 + tc.n_tokens));
+  const TestWeights w = make_weights(tc.type, tc.rows, tc.cols, rng);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> x(tc.n_tokens * tc.cols);  // [n_tokens, cols]
+  for (float& v : x) v = dist(rng);
+
+  ThreadPool pool(tc.threads);
+  std::vector<float> y(tc.n_tokens * tc.rows, -1234.0f);  // [n_tokens, rows]
+  const WeightMatrix matrix{tc.type, w.bytes.data(), tc.rows, tc.cols};
+  matmul_with(tc.level, matrix, x.data(), tc.n_tokens, y.data(), tc.threads > 1 ? &pool : nullptr);
+  std::vector<float> y_scalar(tc.n_tokens * tc.rows);
+  matmul_with(SimdLevel::kScalar, matrix, x.data(), tc.n_tokens, y_scalar.data(), nullptr);
+
+  const bool quantized = tc.type == GgmlType::kQ4_0 || tc.type == GgmlType::kQ8_0;
+  std::vector<double> x_used(x.begin(), x.end());  // what the kernel multiplies: x or dequant(q8_0(x))
+  if (quantized) {
+    std::vector<BlockQ8_0> xq(tc.cols / 32);
+    for (int64_t t = 0; t < tc.n_tokens; ++t) {
+      ref_quantize_q8_0(x.data() + t * tc.cols, xq.data(), tc.cols);
+      for (int64_t c = 0; c < tc.cols; ++c)
+        x_used[t * tc.cols + c] = static_cast<double>(fp16_to_fp32(xq[c / 32].d)) * xq[c / 32].qs[c % 32];
+    }
+  }
+  const double rel_tol = quantized ? 4e-6 : 1e-5;
+  for (int64_t t = 0; t < tc.n_tokens; ++t) {
+    for (int64_t r = 0; r < tc.rows; ++r) {
+      double exact = 0, exact_from_x = 0, magnitude = 0, activation_error = 0;
+      for (int64_t c = 0; c < tc.cols; ++c) {
+        const double wv = w.dequant[r * tc.cols + c];
+        const double xv = x_used[t * tc.cols + c];
+        exact += wv * xv;
+        exact_from_x += wv * x[t * tc.cols + c];
+        magnitude += std::fabs(wv * xv);
+        activation_error += std::fabs(wv) * std::fabs(x[t * tc.cols + c] - xv);
+      }
+      const double tol = rel_tol * magnitude + 1e-6;
+      const float got = y[t * tc.rows + r];
+      ASSERT_NEAR(got, exact, tol) << "token " << t << " row " << r;
+      ASSERT_NEAR(got, exact_from_x, tol + activation_error) << "token " << t << " row " << r;
+      ASSERT_NEAR(got, y_scalar[t * tc.rows + r], 2 * tol) << "vs scalar, token " << t << " row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevelsTypesShapes, MatmulTest, testing::ValuesIn(all_cases()), case_name);
+
+TEST(Matmul, DispatchedMatmulEqualsActiveLevel) {
+  std::mt19937 rng(7);
+  const TestWeights w = make_weights(GgmlType::kQ4_0, 40, 128, rng);
+  std::vector<float> x(3 * 128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  const WeightMatrix matrix{GgmlType::kQ4_0, w.bytes.data(), 40, 128};
+  std::vector<float> a(3 * 40), b(3 * 40);
+  matmul(matrix, x.data(), 3, a.data(), nullptr);
+  matmul_with(active_simd_level(), matrix, x.data(), 3, b.data(), nullptr);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Matmul, EmptyShapesWriteNothing) {
+  const WeightMatrix matrix{GgmlType::kF32, nullptr, 0, 16};
+  float y = 5.0f;
+  matmul(matrix, nullptr, 4, &y, nullptr);
+  const WeightMatrix rows_only{GgmlType::kF32, nullptr, 4, 16};
+  matmul(rows_only, nullptr, 0, &y, nullptr);
+  EXPECT_EQ(y, 5.0f);
+}
+
+TEST(MatmulDeathTest, UnsupportedWeightTypeIsACheckFailure) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<uint8_t> bytes(1024);
+  std::vector<float> x(32), y(4);
+  const WeightMatrix q4_k{static_cast<GgmlType>(12), bytes.data(), 4, 32};
+  EXPECT_DEATH(matmul(q4_k, x.data(), 1, y.data(), nullptr), "unsupported weight type");
+}
+
+// --- Q8_0 activation quantization ---
+
+cpu_kernels::QuantizeBlocksFn quantize_for(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return cpu_kernels::quantize_q8_0_avx512;
+    case SimdLevel::kAvx2: return cpu_kernels::quantize_q8_0_avx2;
+    case SimdLevel::kScalar: break;
+  }
+  return cpu_kernels::quantize_q8_0_scalar;
+}
+
+cpu_kernels::QuantizeSplitFn quantize_split_for(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return cpu_kernels::quantize_q8_0_split_avx512;
+    case SimdLevel::kAvx2: return cpu_kernels::quantize_q8_0_split_avx2;
+    case SimdLevel::kScalar: break;
+  }
+  return cpu_kernels::quantize_q8_0_split_scalar;
+}
+
+class QuantizeQ8Test : public testing::TestWithParam<SimdLevel> {};
+
+TEST_P(QuantizeQ8Test, BitIdenticalToGgmlReferenceIncludingTies) {
+  SKIP_IF_UNAVAILABLE(GetParam());
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  constexpr int64_t kBlocks = 40;
+  std::vector<float> x(kBlocks * 32);
+  for (float& v : x) v = dist(rng);
+  // Block 0: amax 127 gives scale 1, so x.5 values are exact ties: roundf
+  // rounds them away from zero (2.5 -> 3, -0.5 -> -1), unlike round-to-even.
+  for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i % 8) - 3.5f;
+  x[0] = 127.0f;
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                              // block 1: all zero
+  for (int i = 0; i < 32; ++i) x[64 + i] = 1e-5f * static_cast<float>(i - 16);  // block 2: fp16-subnormal scale
+  for (int i = 0; i < 32; ++i) x[96 + i] = 6e4f * static_cast<float>(i - 16) / 16.0f;  // block 3: large
+
+  std::vector<BlockQ8_0> want(kBlocks), got(kBlocks);
+  ref_quantize_q8_0(x.data(), want.data(), kBlocks * 32);
+  quantize_for(GetParam())(x.data(), got.data(), kBlocks * 32);
+  std::vector<int8_t> split_qs(kBlocks * 32);
+  std::vector<float> split_d(kBlocks);
+  quantize_split_for(GetParam())(x.data(), split_qs.data(), split_d.data(), kBlocks * 32);
+  EXPECT_EQ(want[0].qs[1], -3);  // x = -2.5
+  EXPECT_EQ(want[0].qs[4], 1);   // x = 0.5
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    ASSERT_EQ(got[b].d, want[b].d) << "block " << b;
+    ASSERT_EQ(split_d[b], fp16_to_fp32(want[b].d)) << "block " << b;
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(got[b].qs[i], want[b].qs[i]) << "block " << b << " element " << i;
+      ASSERT_EQ(split_qs[b * 32 + i], want[b].qs[i]) << "block " << b << " element " << i;
+    }
+  }
+}
+
+TEST(QuantizeQ8, DispatchedMatchesReference) {
+  std::vector<float> x(256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.37f * static_cast<float>(i)) * 5.0f;
+  std::vector<BlockQ8_0> want(8), got(8);
+  ref_quantize_q8_0(x.data(), want.data(), 256);
+  quantize_row_q8_0_fast(x.data(), got.data(), 256);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(BlockQ8_0) * 8), 0);
+}
+
+// --- vec kernels ---
+
+class VecTest : public testing::TestWithParam<SimdLevel> {};
+
+TEST_P(VecTest, DotAxpyScaleMatchDoubleReference) {
+  SKIP_IF_UNAVAILABLE(GetParam());
+  struct Fns {
+    float (*dot)(const float*, const float*, int64_t);
+    void (*axpy)(float, const float*, float*, int64_t);
+    void (*scale)(float*, float, int64_t);
+  } fns{cpu_kernels::dot_f32_scalar, cpu_kernels::axpy_f32_scalar, cpu_kernels::scale_f32_scalar};
+  if (GetParam() == SimdLevel::kAvx2)
+    fns = {cpu_kernels::dot_f32_avx2, cpu_kernels::axpy_f32_avx2, cpu_kernels::scale_f32_avx2};
+  if (GetParam() == SimdLevel::kAvx512)
+    fns = {cpu_kernels::dot_f32_avx512, cpu_kernels::axpy_f32_avx512, cpu_kernels::scale_f32_avx512};
+
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 100, 1000}) {
+    std::vector<float> a(n), b(n);
+    for (int64_t i = 0; i < n; ++i) a[i] = dist(rng), b[i] = dist(rng);
+    double want = 0, magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) want += double(a[i]) * b[i], magnitude += std::fabs(double(a[i]) * b[i]);
+    EXPECT_NEAR(fns.dot(a.data(), b.data(), n), want, 1e-5 * magnitude + 1e-7) << "n=" << n;
+
+    std::vector<float> y = b;
+    fns.axpy(0.75f, a.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6) << "axpy n=" << n;
+    fns.scale(y.data(), -2.0f, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], -2.0 * (b[i] + 0.75 * a[i]), 2e-6) << "scale n=" << n;
+  }
+  // The dispatched entry points agree with the per-level ones on a simple case.
+  const float ones[3] = {1, 1, 1};
+  EXPECT_EQ(dot_f32(ones, ones, 3), 3.0f);
+}
+
+std::string level_name(const testing::TestParamInfo<SimdLevel>& info) { return simd_level_name(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(AllLevels, QuantizeQ8Test, testing::ValuesIn(kAllLevels), level_name);
+INSTANTIATE_TEST_SUITE_P(AllLevels, VecTest, testing::ValuesIn(kAllLevels), level_name);
+
+}  // namespace
+}  // namespace baton

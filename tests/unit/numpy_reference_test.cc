@@ -1,0 +1,83 @@
+// Logits of the engines against an independent NumPy implementation that
+// parses the GGUF file itself (tests/tools/gguf_numpy_reference.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/engine/engine.h"
+#include "common/engine/reference_engine.h"
+#include "common/model/model.h"
+#include "test_models.h"
+
+namespace baton {
+namespace {
+
+// Runs the NumPy reference; empty when python3 + numpy are unavailable.
+std::vector<float> numpy_logits(const std::string& model_path, const std::vector<int32_t>& tokens,
+                                const std::string& out_path, std::string* error) {
+  const std::string script = testing::source_dir() + "/tests/tools/gguf_numpy_reference.py";
+  const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s --tokens %s --out %s 2>&1", script,
+                                          model_path, absl::StrJoin(tokens, ","), out_path);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    *error = "popen failed";
+    return {};
+  }
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) *error += buf;
+  const int rc = pclose(pipe);
+  if (rc != 0) return {};
+  std::ifstream in(out_path, std::ios::binary);
+  std::vector<float> logits;
+  float v;
+  while (in.read(reinterpret_cast<char*>(&v), sizeof(v))) logits.push_back(v);
+  return logits;
+}
+
+class NumpyReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NumpyReference, EnginesAgreeWithIndependentNumpyForward) {
+  const std::string& path = testing::synth_model_path(GetParam(), GgmlType::kF32);
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelSpec& s = (*model)->spec();
+  std::vector<int32_t> tokens = {1, 300, 17, 450, 299, 8, 511, 42, 260, 3, 77, 128};
+  const std::string dir = testing::make_temp_dir("numpy");
+  std::string error;
+  std::vector<float> expected = numpy_logits(path, tokens, dir + "/logits.bin", &error);
+  ASSERT_EQ(expected.size(), tokens.size() * s.n_vocab) << "numpy reference failed: " << error;
+
+  ReferenceEngine ref(**model);
+  Engine engine(**model, EngineOptions{2, 5});
+  auto kv = engine.new_f32_kv_cache(static_cast<int64_t>(tokens.size()));
+  std::vector<float> fast;
+  ASSERT_TRUE(engine.prefill(tokens, *kv, nullptr, &fast).ok());
+  double worst_ref = 0, worst_fast = 0, scale = 1;
+  for (float x : expected) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    std::vector<float> r = ref.forward(tokens[t]);
+    for (int i = 0; i < s.n_vocab; ++i) {
+      const double e = expected[t * s.n_vocab + i];
+      worst_ref = std::max(worst_ref, std::fabs(r[i] - e));
+      worst_fast = std::max(worst_fast, std::fabs(fast[t * s.n_vocab + i] - e));
+    }
+  }
+  // F32 weights: float32 vs float64 arithmetic only.
+  EXPECT_LE(worst_ref / scale, 1e-5);
+  EXPECT_LE(worst_fast / scale, 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, NumpyReference, ::testing::Values("tiny", "tiny-llama3", "tiny-qwen2"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           for (char& c : n) c = (c == '-') ? '_' : c;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace baton

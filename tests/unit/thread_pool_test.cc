@@ -1,0 +1,125 @@
+#include "common/util/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace baton {
+namespace {
+
+// Runs one parallel_for and checks every index in [0, n) was visited once.
+void expect_each_index_once(ThreadPool& pool, int64_t n) {
+  std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+  std::atomic<int> calls{0};
+  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    ASSERT_LT(begin, end);
+    ASSERT_GE(begin, 0);
+    ASSERT_LE(end, n);
+    calls.fetch_add(1, std::memory_order_relaxed);
+    for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+  EXPECT_LE(calls.load(), pool.size());
+}
+
+class ThreadPoolTest : public testing::TestWithParam<int> {};
+
+TEST_P(ThreadPoolTest, EveryIndexVisitedExactlyOnceForManySizes) {
+  ThreadPool pool(GetParam());
+  EXPECT_EQ(pool.size(), GetParam());
+  for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 8, 13, 64, 100, 1000, 4097}) expect_each_index_once(pool, n);
+}
+
+TEST_P(ThreadPoolTest, ManyBackToBackCallsStayCorrect) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> total{0};
+  constexpr int kCalls = 5000;
+  for (int call = 0; call < kCalls; ++call) {
+    const int64_t n = call % 37;
+    pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+      total.fetch_add(end - begin, std::memory_order_relaxed);
+    });
+  }
+  int64_t want = 0;
+  for (int call = 0; call < kCalls; ++call) want += call % 37;
+  EXPECT_EQ(total.load(), want);
+}
+
+TEST_P(ThreadPoolTest, WorkersWakeAfterSleeping) {
+  ThreadPool pool(GetParam());
+  expect_each_index_once(pool, 50);
+  // Long enough for every worker to stop spinning and futex-wait.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  expect_each_index_once(pool, 50);
+}
+
+TEST_P(ThreadPoolTest, ResultsWrittenByWorkersAreVisibleAfterReturn) {
+  ThreadPool pool(GetParam());
+  std::vector<int64_t> out(1000);  // plain (non-atomic) writes: TSan checks the happens-before
+  for (int round = 0; round < 50; ++round) {
+    pool.parallel_for(static_cast<int64_t>(out.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = i * round;
+    });
+    for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) ASSERT_EQ(out[i], i * round);
+  }
+}
+
+TEST_P(ThreadPoolTest, NestedCallsRunInlineIncludingSizesZeroAndOne) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> inner_total{0};
+  pool.parallel_for(8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      pool.parallel_for(0, [&](int64_t, int64_t) { inner_total.fetch_add(1000); });
+      pool.parallel_for(1, [&](int64_t b, int64_t e) { inner_total.fetch_add(e - b); });
+      pool.parallel_for(5, [&](int64_t b, int64_t e) { inner_total.fetch_add(e - b); });
+    }
+  });
+  EXPECT_EQ(inner_total.load(), 8 * (1 + 5));
+}
+
+TEST_P(ThreadPoolTest, DestroyedWhileIdleAndRightAfterWork) {
+  for (int i = 0; i < 20; ++i) {
+    auto pool = std::make_unique<ThreadPool>(GetParam());
+    if (i % 2 == 0) expect_each_index_once(*pool, 17);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadCounts, ThreadPoolTest, testing::Values(1, 2, 3, 4, 8),
+                         [](const testing::TestParamInfo<int>& param_info) {
+                           return "threads" + std::to_string(param_info.param);
+                         });
+
+TEST(ThreadPool, SingleThreadRunsInlineOnCaller) {
+  ThreadPool pool(1);
+  const std::thread::id caller = std::this_thread::get_id();
+  int calls = 0;
+  pool.parallel_for(10, [&](int64_t begin, int64_t end) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    EXPECT_EQ(begin, 0);
+    EXPECT_EQ(end, 10);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ThreadPool, StaticSplitGivesContiguousBalancedRanges) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int64_t>> sizes(4);
+  std::atomic<int> slot{0};
+  pool.parallel_for(10, [&](int64_t begin, int64_t end) {
+    sizes[slot.fetch_add(1)].store(end - begin);
+  });
+  ASSERT_EQ(slot.load(), 4);
+  for (auto& s : sizes) {
+    EXPECT_GE(s.load(), 2);
+    EXPECT_LE(s.load(), 3);
+  }
+}
+
+}  // namespace
+}  // namespace baton

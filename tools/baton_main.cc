@@ -1,0 +1,60 @@
+// `baton`: the command-line client and model tools.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+#include "common/util/flags.h"
+
+namespace baton::cli {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "baton: %s\n", message.c_str());
+  return 1;
+}
+
+std::optional<int> parse_flags(FlagSet& flags, const Args& args) {
+  absl::Status status = flags.parse(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n(see --help)\n", std::string(status.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.usage().c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: baton COMMAND [ARGS]\n"
+    "\n"
+    "Baton splits LLM inference between a cloud prefill service and an edge agent.\n"
+    "\n"
+    "commands:\n"
+    "  generate   generate text from a prompt (--model FILE runs the CPU engine locally)\n"
+    "  model      model tools: synth, quantize, info\n"
+    "  bench      benchmarks: decode, prefill (--json for scripts)\n"
+    "\n"
+    "Run 'baton COMMAND --help' for the flags of a command.\n";
+
+}  // namespace
+}  // namespace baton::cli
+
+int main(int argc, char** argv) {
+  using namespace baton::cli;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  Args args(argv + 2, argv + argc);
+  if (command == "model") return model_command(args);
+  if (command == "bench") return bench_command(args);
+  if (command == "generate") return generate_command(args);
+  std::fprintf(stderr, "baton: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,134 @@
+// baton generate: runs the CPU engine on a local model and streams the
+// generated tokens with the stats at the end. (The edge/cloud flow and the
+// text tokenizer arrive with their issues; until then prompts are token ids
+// or synthetic tokens, and output is shown through the vocabulary pieces.)
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "commands.h"
+#include "common/engine/engine.h"
+#include "common/engine/sampler.h"
+#include "common/model/model.h"
+#include "common/util/flags.h"
+#include "report.h"
+
+namespace baton::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shows a token through its vocabulary piece: U+2581 becomes a space and
+// <0xNN> byte tokens become the byte.
+std::string display_piece(const std::vector<std::string>& vocab, int32_t token) {
+  if (token < 0 || token >= static_cast<int32_t>(vocab.size())) return "";
+  const std::string& piece = vocab[token];
+  unsigned int byte = 0;
+  if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>' &&
+      std::sscanf(piece.c_str() + 3, "%2x", &byte) == 1) {
+    return std::string(1, static_cast<char>(byte));
+  }
+  std::string out;
+  for (size_t i = 0; i < piece.size(); ++i) {
+    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += piece[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int generate_command(const Args& args) {
+  std::string model_path, prompt_tokens_text;
+  int64_t prompt_len = 256, max_tokens = 32, threads = 2, seed = 0, top_k = 40;
+  double temperature = 0.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
+  bool json = false;
+  FlagSet flags("baton generate", "--model FILE [--prompt-tokens IDS | --prompt-len N] [flags]",
+                "Generates tokens from a prompt with the CPU engine on a local model and prints "
+                "them as they are produced, then the stats.");
+  flags.add_string("model", &model_path, "GGUF model file", "FILE");
+  flags.add_string("prompt-tokens", &prompt_tokens_text, "prompt as comma-separated token ids", "IDS");
+  flags.add_int64("prompt-len", &prompt_len, "synthetic prompt length when no ids are given");
+  flags.add_int64("max-tokens", &max_tokens, "tokens to generate");
+  flags.add_int64("threads", &threads, "worker threads");
+  flags.add_double("temperature", &temperature, "0 = greedy");
+  flags.add_int64("top-k", &top_k, "top-k cut (0 = off)");
+  flags.add_double("top-p", &top_p, "nucleus cut (1 = off)");
+  flags.add_double("min-p", &min_p, "min-p cut (0 = off)");
+  flags.add_double("repeat-penalty", &repeat_penalty, "repetition penalty (1 = off)");
+  flags.add_int64("seed", &seed, "sampling seed");
+  flags.add_bool("json", &json, "print the stats as one JSON object");
+  flags.require("model");
+  if (auto code = parse_flags(flags, args)) return *code;
+
+  auto model = Model::Load(model_path);
+  if (!model.ok()) return fail(std::string(model.status().message()));
+  const ModelSpec& s = (*model)->spec();
+  std::vector<std::string> vocab;
+  if (auto tokens = (*model)->file().get_string_array("tokenizer.ggml.tokens"); tokens.ok()) vocab = *tokens;
+
+  std::vector<int32_t> prompt;
+  if (!prompt_tokens_text.empty()) {
+    for (absl::string_view part : absl::StrSplit(prompt_tokens_text, ',')) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(part, &id)) return fail(absl::StrFormat("--prompt-tokens: '%s' is not a token id", part));
+      prompt.push_back(id);
+    }
+  } else {
+    Rng rng(static_cast<uint64_t>(seed) + 1);
+    // Ids past the specials and byte tokens of a llama vocabulary.
+    const int first = s.n_vocab > 512 ? 259 : 0;
+    for (int64_t i = 0; i < prompt_len; ++i) {
+      prompt.push_back(first + static_cast<int32_t>(rng.next() % static_cast<uint64_t>(s.n_vocab - first)));
+    }
+  }
+  if (prompt.empty()) return fail("the prompt is empty");
+
+  Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
+  auto kv = engine.new_f32_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
+  Sampler sampler(SamplingParams{static_cast<float>(temperature), static_cast<int>(top_k),
+                                 static_cast<float>(top_p), static_cast<float>(min_p),
+                                 static_cast<float>(repeat_penalty), 64, static_cast<uint64_t>(seed)});
+  for (int32_t t : prompt) sampler.accept(t);
+
+  std::vector<float> logits;
+  const auto start = Clock::now();
+  if (auto st = engine.prefill(prompt, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
+  const auto prefill_done = Clock::now();
+  int64_t generated = 0;
+  Clock::time_point first_token_time = prefill_done;
+  for (; generated < max_tokens; ++generated) {
+    const int32_t token = sampler.sample(logits);
+    sampler.accept(token);
+    if (generated == 0) first_token_time = Clock::now();
+    std::fputs(display_piece(vocab, token).c_str(), stdout);
+    std::fflush(stdout);
+    if (generated + 1 == max_tokens) {
+      ++generated;
+      break;
+    }
+    if (auto st = engine.decode_step(token, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
+  }
+  const auto end = Clock::now();
+  std::fputs("\n", stdout);
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  Report r(absl::StrFormat("stats (%s, local CPU engine, %d threads)", s.name, threads));
+  r.add_int("prompt_tokens", "prompt tokens", static_cast<long long>(prompt.size()));
+  r.add_int("generated_tokens", "generated tokens", generated);
+  r.add("ttft_ms", "time to first token", secs(start, first_token_time) * 1e3, "ms", 1);
+  r.add("prefill_tok_per_s", "prefill", prompt.size() / secs(start, prefill_done), "tok/s");
+  r.add("decode_tok_per_s", "decode (mean)", generated > 1 ? (generated - 1) / secs(first_token_time, end) : 0.0,
+        "tok/s");
+  r.print(json);
+  return 0;
+}
+
+}  // namespace baton::cli

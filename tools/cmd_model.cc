@@ -1,0 +1,164 @@
+// baton model synth | quantize | info
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "commands.h"
+#include "common/gguf/gguf_file.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/model/model_quantize.h"
+#include "common/model/model_synth.h"
+#include "common/util/flags.h"
+#include "report.h"
+
+namespace baton::cli {
+namespace {
+
+absl::StatusOr<GgmlType> parse_type(const std::string& name) {
+  if (name == "f32") return GgmlType::kF32;
+  if (name == "f16") return GgmlType::kF16;
+  if (name == "bf16") return GgmlType::kBF16;
+  if (name == "q8_0") return GgmlType::kQ8_0;
+  if (name == "q4_0") return GgmlType::kQ4_0;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--type: '%s' is not one of f32, f16, bf16, q8_0, q4_0", name));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int synth(const Args& args) {
+  std::string shape_name = "tiny", type_name = "f16", out;
+  int64_t seed = 0, threads = 0;
+  FlagSet flags("baton model synth", "--shape NAME --type TYPE --seed N -o FILE",
+                "Writes a seeded synthetic model of a real shape: random weights scaled so "
+                "activations stay finite, and a synthetic llama-style vocabulary of the shape's size. "
+                "Shapes: " + synth_shape_names() + ".");
+  flags.add_string("shape", &shape_name, "model shape", "NAME");
+  flags.add_string("type", &type_name, "type of the weight matrices: f32|f16|bf16|q8_0|q4_0", "TYPE");
+  flags.add_int64("seed", &seed, "random seed (same shape + seed = same source weights)");
+  flags.add_string("output", &out, "output GGUF file (also -o)", "FILE");
+  flags.add_int64("threads", &threads, "threads (0: all)");
+  flags.require("output");
+  Args expanded = args;
+  for (std::string& arg : expanded) {
+    if (arg == "-o") arg = "--output";
+  }
+  if (auto code = parse_flags(flags, expanded)) return *code;
+  const SynthShape* shape = find_synth_shape(shape_name);
+  if (shape == nullptr) {
+    std::fprintf(stderr, "baton model synth: unknown shape '%s' (shapes: %s)\n", shape_name.c_str(),
+                 synth_shape_names().c_str());
+    return 2;
+  }
+  auto type = parse_type(type_name);
+  if (!type.ok()) return fail(std::string(type.status().message()));
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = synthesize_model(
+      *shape, SynthOptions{*type, static_cast<uint64_t>(seed), static_cast<int>(threads)}, out);
+  if (!status.ok()) return fail(std::string(status.message()));
+  std::printf("wrote %s (%s, %s, seed %lld) in %.1f s\n", out.c_str(), shape_name.c_str(),
+              type_name.c_str(), static_cast<long long>(seed), seconds_since(start));
+  return 0;
+}
+
+int quantize(const Args& args) {
+  std::string type_name = "q4_0";
+  int64_t threads = 0;
+  FlagSet flags("baton model quantize", "IN OUT --type q4_0|q8_0",
+                "Re-stores the weight matrices of IN as Q4_0 or Q8_0 (1-D tensors as f32) and stamps "
+                "the source weights' digest into OUT, so both have the same model fingerprint.");
+  flags.add_string("type", &type_name, "target type: q4_0|q8_0|f16|bf16|f32", "TYPE");
+  flags.add_int64("threads", &threads, "threads (0: all)");
+  if (auto code = parse_flags(flags, args)) return *code;
+  if (flags.positional().size() != 2) {
+    std::fprintf(stderr, "baton model quantize: expected IN and OUT files\n");
+    return 2;
+  }
+  auto type = parse_type(type_name);
+  if (!type.ok()) return fail(std::string(type.status().message()));
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = quantize_model(flags.positional()[0], flags.positional()[1],
+                                       QuantizeOptions{*type, static_cast<int>(threads)});
+  if (!status.ok()) return fail(std::string(status.message()));
+  std::printf("wrote %s (%s) in %.1f s\n", flags.positional()[1].c_str(), type_name.c_str(),
+              seconds_since(start));
+  return 0;
+}
+
+int info(const Args& args) {
+  bool json = false;
+  FlagSet flags("baton model info", "FILE [--json]",
+                "Architecture, shapes, parameter count, bytes by tensor type, KV bytes per token "
+                "and the model fingerprint of a GGUF model.");
+  flags.add_bool("json", &json, "one JSON object instead of the table");
+  if (auto code = parse_flags(flags, args)) return *code;
+  if (flags.positional().size() != 1) {
+    std::fprintf(stderr, "baton model info: expected one FILE\n");
+    return 2;
+  }
+  auto model = Model::Load(flags.positional()[0]);
+  if (!model.ok()) return fail(std::string(model.status().message()));
+  auto fingerprint = model_fingerprint(**model);
+  if (!fingerprint.ok()) return fail(std::string(fingerprint.status().message()));
+  const ModelSpec& s = (*model)->spec();
+
+  Report r("model " + flags.positional()[0]);
+  r.add_text("architecture", "architecture", s.arch);
+  r.add_text("name", "name", s.name);
+  r.add_int("n_layer", "layers", s.n_layer);
+  r.add_int("n_embd", "embedding width", s.n_embd);
+  r.add_int("n_head", "query heads", s.n_head);
+  r.add_int("n_head_kv", "key/value heads", s.n_head_kv);
+  r.add_int("head_dim", "head dim", s.head_dim);
+  r.add_int("n_ff", "ffn width", s.n_ff);
+  r.add_int("n_vocab", "vocabulary", s.n_vocab);
+  r.add_int("n_ctx_train", "trained context", s.n_ctx_train, "tokens");
+  r.add_text("rope", "rope", absl::StrFormat("%s, base %g, %d dims, scaling %s", rope_type_name(s.rope.type),
+                                             s.rope.freq_base, s.rope.n_rot, s.rope.scaling_type));
+  r.add_text("tied_embeddings", "tied embeddings", s.tied_embeddings ? "yes" : "no");
+  r.add_int("parameter_count", "parameters", (*model)->parameter_count());
+  r.add_int("weight_bytes", "weight bytes", static_cast<long long>((*model)->weight_bytes()), "B");
+  std::map<std::string, uint64_t> by_type;
+  for (const GgufTensorInfo& t : (*model)->file().tensors()) by_type[std::string(ggml_type_name(t.type))] += t.n_bytes;
+  for (const auto& [type, bytes] : by_type) {
+    r.add_int("bytes_" + type, "  bytes in " + type, static_cast<long long>(bytes), "B");
+  }
+  // K and V per token over all layers; INT8/INT4 with one fp16 scale per 32 values.
+  const double elements = static_cast<double>(s.kv_elements_per_token());
+  r.add_int("kv_bytes_per_token_f16", "KV bytes/token f16", static_cast<long long>(elements * 2), "B");
+  r.add_int("kv_bytes_per_token_int8", "KV bytes/token int8 (g32)",
+            static_cast<long long>(elements * (1.0 + 2.0 / 32)), "B");
+  r.add_int("kv_bytes_per_token_int4", "KV bytes/token int4 (g32)",
+            static_cast<long long>(elements * (0.5 + 2.0 / 32)), "B");
+  r.add_text("fingerprint", "model fingerprint", fingerprint->digest);
+  r.add_text("tokenizer_digest", "tokenizer digest", *fingerprint->find("tokenizer_digest"));
+  r.add_text("source_weights_digest", "source weights digest", *fingerprint->find("source_weights_digest"));
+  r.print(json);
+  return 0;
+}
+
+}  // namespace
+
+int model_command(const Args& args) {
+  const char* usage =
+      "usage: baton model synth|quantize|info ...\n"
+      "  synth     write a seeded synthetic model of a real shape\n"
+      "  quantize  re-store a model as q4_0 / q8_0, stamping its source digest\n"
+      "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(usage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const Args rest(args.begin() + 1, args.end());
+  if (args[0] == "synth") return synth(rest);
+  if (args[0] == "quantize") return quantize(rest);
+  if (args[0] == "info") return info(rest);
+  std::fprintf(stderr, "baton model: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
+  return 2;
+}
+
+}  // namespace baton::cli

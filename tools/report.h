@@ -1,0 +1,37 @@
+// Output of `baton bench` and `baton model info`: a readable table, or with
+// --json one JSON object holding the same figures under snake_case keys.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace baton::cli {
+
+class Report {
+ public:
+  explicit Report(std::string title) : title_(std::move(title)) {}
+
+  // `key` is snake_case and names the figure; `label` is the table text.
+  void add(std::string key, std::string label, double value, std::string unit = "", int precision = 2);
+  void add_int(std::string key, std::string label, long long value, std::string unit = "");
+  void add_text(std::string key, std::string label, std::string value);
+
+  void print_table(std::FILE* out) const;
+  void print_json(std::FILE* out) const;
+  void print(bool json, std::FILE* out = stdout) const { json ? print_json(out) : print_table(out); }
+
+ private:
+  struct Row {
+    std::string key, label, unit;
+    std::variant<double, long long, std::string> value;
+    int precision = 2;
+  };
+  std::string title_;
+  std::vector<Row> rows_;
+};
+
+std::string json_escape(const std::string& s);
+
+}  // namespace baton::cli
