@@ -14,7 +14,6 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include <type_traits>
 
 #include "common/cpu/matmul_kernels.h"
 
@@ -28,42 +27,73 @@ inline __mmask16 tail_mask16(int64_t left) {
 template <GgmlType kType>
 constexpr int kWeightOffset = kType == GgmlType::kQ4_0 ? 8 : 128;
 
-// Blocks b and b+1 (kPair) or b alone (upper half zero) of a row, as
-// offset unsigned bytes: [block b: 32 bytes | block b+1: 32 bytes].
+// Lane layout of one step (two blocks b, b+1; or b alone with zeros for b+1),
+// in 128-bit lanes of 16 bytes:
+//   Q8_0: [b 0..15 | b 16..31 | b+1 0..15 | b+1 16..31]  (the natural order)
+//   Q4_0: [b 0..15 | b+1 0..15 | b 16..31 | b+1 16..31]  (low nibbles, then high:
+//         cheaper to build from packed nibbles; x quants are permuted to match)
+// Scales are spread to the int32 lanes their block's products land in.
+
+// The step's weights as offset unsigned bytes, in the layout above.
 template <GgmlType kType, bool kPair>
-inline __m512i load_blocks_u8(const uint8_t* row, int64_t b) {
+inline __m512i load_weights_u8(const uint8_t* row, int64_t b) {
   if constexpr (kType == GgmlType::kQ4_0) {
     const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    const __m128i raw0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs));
-    const __m256i lo = _mm256_set_m128i(_mm_srli_epi16(raw0, 4), raw0);
-    __m512i both = _mm512_zextsi256_si512(lo);
+    __m256i packed = _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs)));
     if constexpr (kPair) {
-      const __m128i raw1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs));
-      both = _mm512_inserti64x4(both, _mm256_set_m128i(_mm_srli_epi16(raw1, 4), raw1), 1);
+      packed = _mm256_inserti128_si256(packed, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+    } else {
+      packed = _mm256_zextsi128_si256(_mm256_castsi256_si128(packed));
     }
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
     return _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
   } else {
     const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
     const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
-    const __m256i u0 = _mm256_xor_si256(q0, _mm256_set1_epi8(static_cast<char>(0x80)));
-    if constexpr (kPair) {
-      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs));
-      const __m256i u1 = _mm256_xor_si256(q1, _mm256_set1_epi8(static_cast<char>(0x80)));
-      return _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
-    } else {
-      return _mm512_zextsi256_si512(u0);
-    }
+    const __m256i q1 = kPair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+                             : _mm256_set1_epi8(static_cast<char>(0x80));  // -> 0 after the xor
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+    return _mm512_xor_si512(both, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
 }
 
-// [scale of block b x8 | scale of block b+1 x8 (or 0)].
+// The step's two fp16 weight scales, widened and spread over the int32 lanes
+// (one masked load + vpermw + vcvtph2ps instead of scalar conversions).
 template <GgmlType kType, bool kPair>
-inline __m512 load_block_scales(const uint8_t* row, int64_t b) {
-  using Block = std::conditional_t<kType == GgmlType::kQ4_0, BlockQ4_0, BlockQ8_0>;
-  const Block* blk = reinterpret_cast<const Block*>(row) + b;
-  const __m512 lo = _mm512_set1_ps(_cvtsh_ss(blk[0].d));
-  const __m256 hi = kPair ? _mm256_set1_ps(_cvtsh_ss(blk[1].d)) : _mm256_setzero_ps();
-  return _mm512_insertf32x8(lo, hi, 1);
+inline __m512 load_weight_scales(const uint8_t* row, int64_t b) {
+  if constexpr (kType == GgmlType::kQ4_0) {
+    // d of block b is word 0, d of block b+1 is word 9 (18-byte blocks).
+    const __m256i idx = _mm256_setr_epi16(0, 0, 0, 0, 9, 9, 9, 9, 0, 0, 0, 0, 9, 9, 9, 9);
+    const __m256i halves = _mm256_maskz_loadu_epi16(kPair ? 0x201 : 0x1, row + b * sizeof(BlockQ4_0));
+    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(idx, halves));
+  } else {
+    // d of block b is word 0, d of block b+1 is word 17 (34-byte blocks).
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                         17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i halves = _mm512_maskz_loadu_epi16(kPair ? 0x20001 : 0x1, row + b * sizeof(BlockQ8_0));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, halves)));
+  }
+}
+
+// The step's x quants (token row xq at block b) in the weights' layout.
+template <GgmlType kType, bool kPair>
+inline __m512i load_x_quants(const int8_t* xq) {
+  const __m512i x = kPair ? _mm512_loadu_si512(xq)
+                          : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+  if constexpr (kType == GgmlType::kQ4_0) {
+    return _mm512_shuffle_i64x2(x, x, _MM_SHUFFLE(3, 1, 2, 0));
+  } else {
+    return x;
+  }
+}
+
+// The step's two f32 x scales spread like the weight scales.
+template <GgmlType kType, bool kPair>
+inline __m512 load_x_scales(const float* xd) {
+  const __m512i idx = kType == GgmlType::kQ4_0
+                          ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                          : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(kPair ? 0x3 : 0x1, xd));
 }
 
 // One step (two blocks, or the last odd block) of an R x T quantized tile.
@@ -73,17 +103,13 @@ inline void quant_step(const MatmulProblem& p, const uint8_t* const* rows, int64
   __m512i w[R];
   __m512 w_scale[R];
   for (int r = 0; r < R; ++r) {
-    w[r] = load_blocks_u8<kType, kPair>(rows[r], b);
-    w_scale[r] = load_block_scales<kType, kPair>(rows[r], b);
+    w[r] = load_weights_u8<kType, kPair>(rows[r], b);
+    w_scale[r] = load_weight_scales<kType, kPair>(rows[r], b);
   }
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(kWeightOffset<kType>));
   for (int t = 0; t < T; ++t) {
-    const int8_t* xq = p.xq + (t0 + t) * p.cols + b * kQK8_0;
-    const float* xd = p.xd + (t0 + t) * n_blocks + b;
-    const __m512i x = kPair ? _mm512_loadu_si512(xq) : _mm512_zextsi256_si512(_mm256_loadu_si256(
-                                                           reinterpret_cast<const __m256i*>(xq)));
-    const __m512 x_scale = _mm512_insertf32x8(_mm512_set1_ps(xd[0]),
-                                              kPair ? _mm256_set1_ps(xd[1]) : _mm256_setzero_ps(), 1);
+    const __m512i x = load_x_quants<kType, kPair>(p.xq + (t0 + t) * p.cols + b * kQK8_0);
+    const __m512 x_scale = load_x_scales<kType, kPair>(p.xd + (t0 + t) * n_blocks + b);
     // -offset * (sum of x quants), spread over the lanes that the dot products fill.
     const __m512i bias = _mm512_sub_epi32(_mm512_setzero_si512(),
                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, x));
