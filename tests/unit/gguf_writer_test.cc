@@ -10,6 +10,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include "common/gguf/gguf_file.h"
+#include "test_models.h"
 #include <vector>
 
 #include "common/gguf/gguf_file.h"
@@ -238,6 +240,33 @@ TEST(GgufWriter, FileWithNoTensorsIsReadable) {
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_TRUE(*(*file)->get_bool("flag"));
   EXPECT_TRUE((*file)->tensors().empty());
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// llama.cpp's gguf loader (gguf_init_from_file_impl) refuses a file unless the
+// data section starts at the first aligned offset after the tensor infos and
+// each tensor's offset equals the sum of the aligned sizes of the tensors
+// before it, in info order. Check a synthesized model against those rules.
+TEST(GgufWriter, LayoutFollowsTheRulesLlamaCppLoaderEnforces) {
+  const std::string& path = testing::synth_model_path("tiny-qwen2", GgmlType::kQ4_0);
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const uint64_t alignment = (*file)->alignment();
+  EXPECT_EQ((*file)->data_offset() % alignment, 0u);
+  uint64_t expected_offset = 0;
+  for (const GgufTensorInfo& t : (*file)->tensors()) {
+    EXPECT_EQ(t.offset, expected_offset) << t.name;
+    expected_offset += (t.n_bytes + alignment - 1) / alignment * alignment;
+  }
+  EXPECT_LE((*file)->data_offset() + expected_offset - alignment, (*file)->file_size());
+  // llama.cpp reads general.architecture and the file type from these keys.
+  EXPECT_EQ(*(*file)->get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(*(*file)->get_int("general.file_type"), 2);  // LLAMA_FTYPE_MOSTLY_Q4_0
 }
 
 }  // namespace

@@ -21,14 +21,18 @@ std::string make_temp_dir(const std::string& tag) {
 }
 
 namespace {
+// The models' directory, removed when the test binary exits.
+struct ModelsDir {
+  std::string path = make_temp_dir("models");
+  ~ModelsDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
 const std::string& models_dir() {
-  static const std::string dir = [] {
-    std::string d = make_temp_dir("models");
-    // Removed at exit; tests only read the files.
-    std::atexit([] { std::filesystem::remove_all(models_dir()); });
-    return d;
-  }();
-  return dir;
+  static const ModelsDir dir;
+  return dir.path;
 }
 }  // namespace
 
