@@ -16,13 +16,13 @@ readonly PACKAGES=(
   # gRPC / protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # libraries
-  libabsl-dev libzstd-dev zstd libssl-dev
+  libabsl-dev libzstd-dev zstd libssl-dev libxxhash-dev libicu-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference checks and the tiny-model trainer
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch bible-kjv-text bible-kjv sentencepiece libopenblas0-pthread
   # fuzzing (libFuzzer)
-  clang
+  clang libclang-rt-14-dev
   # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc)
   curl openssl iproute2
 )

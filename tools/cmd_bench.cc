@@ -199,9 +199,10 @@ int prefill(const Args& args) {
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill ... [--json]\n"
+      "usage: baton bench decode|prefill|kv-codec ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
-      "  prefill  local prefill tok/s\n";
+      "  prefill  local prefill tok/s\n"
+      "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -209,6 +210,7 @@ int bench_command(const Args& args) {
   const Args rest(args.begin() + 1, args.end());
   if (args[0] == "decode") return decode(rest);
   if (args[0] == "prefill") return prefill(rest);
+  if (args[0] == "kv-codec") return bench_kv_codec(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

@@ -17,6 +17,7 @@ using Args = std::vector<std::string>;
 int model_command(const Args& args);     // baton model synth|quantize|info
 int bench_command(const Args& args);     // baton bench decode|prefill
 int generate_command(const Args& args);  // baton generate
+int bench_kv_codec(const Args& args);    // baton bench kv-codec (cmd_bench_kv.cc)
 
 
 // Parses a subcommand's flags: on --help prints the usage and returns 0, on a

@@ -1,0 +1,57 @@
+// Internal: per-ISA kernels of the KV codec and the quantized store
+// (kv_kernels.cc holds the scalar set and the dispatch; *_avx2.cc the AVX2
+// set). Same rules as common/cpu/matmul_kernels.h: ISA files keep helpers in
+// an anonymous namespace and use no inline code from shared headers; call an
+// ISA's functions only through kv_kernels().
+//
+// Shapes: q, out: [n] f32; codes as in kv_quant.h (INT8 [n] int8, INT4 [n/2]
+// packed low nibble first); scales, mins: [n / group] f16. n % group == 0.
+#pragma once
+
+#include <cstdint>
+
+namespace baton::kv_kernels_impl {
+
+struct KvKernels {
+  // sum_i q[i] * x[i] for the dequantized x.
+  float (*dot_f16)(const float* q, const uint16_t* x, int64_t n);
+  float (*dot_int8)(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group);
+  float (*dot_int4)(const float* q, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins,
+                    int64_t n, int group);
+  // out[i] += p * x[i] for the dequantized x.
+  void (*axpy_f16)(float p, const uint16_t* x, float* out, int64_t n);
+  void (*axpy_int8)(float p, const int8_t* codes, const uint16_t* scales, float* out, int64_t n, int group);
+  void (*axpy_int4)(float p, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, float* out,
+                    int64_t n, int group);
+  // out [n] = dequantized codes (per-token groups, as kv_quant.h).
+  void (*dequantize_int8)(const int8_t* codes, const uint16_t* scales, int64_t n, int group, float* out);
+  void (*dequantize_int4)(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
+                          float* out);
+  // In-place normalized Walsh-Hadamard transform of n_vectors vectors of n
+  // floats (n a power of two).
+  void (*hadamard_rows)(float* x, int64_t n_vectors, int n);
+  // Conversions, n elements.
+  void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
+  void (*f16_to_f32)(const uint16_t* x, float* out, int64_t n);
+};
+
+// The set for active_simd_level(), chosen once.
+const KvKernels& kv_kernels();
+
+// Per-ISA sets. AVX2 kernels call the scalar ones below for groups that are
+// not a multiple of 8 (Hadamard: n < 8), so every set handles every valid input.
+KvKernels kv_kernels_scalar();
+KvKernels kv_kernels_avx2();
+
+float dot_int8_scalar(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group);
+float dot_int4_scalar(const float* q, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins,
+                      int64_t n, int group);
+void axpy_int8_scalar(float p, const int8_t* codes, const uint16_t* scales, float* out, int64_t n, int group);
+void axpy_int4_scalar(float p, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, float* out,
+                      int64_t n, int group);
+void dequantize_int8_scalar(const int8_t* codes, const uint16_t* scales, int64_t n, int group, float* out);
+void dequantize_int4_scalar(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
+                            float* out);
+void hadamard_rows_scalar(float* x, int64_t n_vectors, int n);
+
+}  // namespace baton::kv_kernels_impl

@@ -1,0 +1,246 @@
+#include "common/kv/kv_pack_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "absl/strings/str_format.h"
+#include "common/util/check.h"
+
+namespace baton {
+namespace {
+
+namespace pbio = google::protobuf::io;
+
+absl::Status errno_status(int error, const std::string& what) {
+  const std::string message = absl::StrFormat("%s: %s", what, std::strerror(error));
+  switch (error) {
+    case ENOENT: return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM: return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT: return absl::ResourceExhaustedError(message);
+    default: return absl::InternalError(message);
+  }
+}
+
+// Prefixes a reader error with where in the pack it happened, keeping its code.
+absl::Status at_message(const absl::Status& status, int index, uint64_t offset) {
+  return absl::Status(status.code(),
+                      absl::StrFormat("pack message %d (byte %u): %s", index, offset, std::string(status.message())));
+}
+
+// True when `input` has no more bytes (the stream position is unchanged).
+bool at_end(pbio::ZeroCopyInputStream* input) {
+  const void* data = nullptr;
+  int size = 0;
+  while (input->Next(&data, &size)) {
+    if (size > 0) {
+      input->BackUp(size);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Writing
+
+KvPackFileWriter::KvPackFileWriter(std::string path, std::string temp_path, int fd)
+    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+
+absl::StatusOr<std::unique_ptr<KvPackFileWriter>> KvPackFileWriter::create(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string temp_path = absl::StrFormat("%s.tmp.%d.%u", path, static_cast<int>(getpid()), counter++);
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_status(errno, "creating " + temp_path);
+  std::unique_ptr<KvPackFileWriter> writer(new KvPackFileWriter(path, temp_path, fd));
+  BATON_RETURN_IF_ERROR(writer->write_all(kKvPackMagic.data(), kKvPackMagic.size()));
+  return writer;
+}
+
+KvPackFileWriter::~KvPackFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+absl::Status KvPackFileWriter::write_all(const void* data, size_t n_bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (n_bytes > 0) {
+    const ssize_t n = ::write(fd_, p, n_bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      error_ = errno_status(errno, "writing " + temp_path_);
+      return error_;
+    }
+    p += n;
+    n_bytes -= static_cast<size_t>(n);
+    bytes_written_ += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPackFileWriter::append(const v1::KvStreamMessage& message) {
+  if (!error_.ok()) return error_;
+  if (committed_) return absl::FailedPreconditionError("pack file " + path_ + " is already committed");
+  const size_t size = message.ByteSizeLong();
+  if (size > static_cast<size_t>(INT_MAX)) {
+    return absl::ResourceExhaustedError(absl::StrFormat("KV stream message of %u bytes is too large for a pack", size));
+  }
+  std::string record;
+  {
+    pbio::StringOutputStream string_output(&record);
+    pbio::CodedOutputStream coded(&string_output);
+    coded.WriteVarint32(static_cast<uint32_t>(size));
+    message.SerializeWithCachedSizes(&coded);
+    if (coded.HadError()) {
+      return absl::InternalError("serializing a KV stream message failed");
+    }
+  }
+  return write_all(record.data(), record.size());
+}
+
+absl::Status KvPackFileWriter::commit() {
+  if (!error_.ok()) return error_;
+  if (committed_) return absl::OkStatus();
+  if (::fsync(fd_) != 0) return error_ = errno_status(errno, "fsync " + temp_path_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return error_ = errno_status(errno, "closing " + temp_path_);
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    return error_ = errno_status(errno, "renaming " + temp_path_ + " to " + path_);
+  }
+  committed_ = true;
+  // Make the rename durable; a failure here leaves a complete file in place.
+  const int dir_fd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+absl::StatusOr<KvSegment> read_kv_pack(pbio::ZeroCopyInputStream* input, KvStreamReader* reader) {
+  const uint64_t max_message_bytes = std::min<uint64_t>(reader->options().max_message_bytes, INT_MAX);
+  {
+    pbio::CodedInputStream coded(input);
+    std::string magic;
+    if (!coded.ReadString(&magic, static_cast<int>(kKvPackMagic.size())) || magic != kKvPackMagic) {
+      return reader->abandon(absl::InvalidArgumentError(
+          absl::StrFormat("not a KV pack: the file does not start with the magic \"%s\"", std::string(kKvPackMagic))));
+    }
+  }
+  uint64_t offset = kKvPackMagic.size();
+  for (int index = 0;; ++index) {
+    if (at_end(input)) break;
+    if (reader->complete()) {
+      return reader->abandon(absl::InvalidArgumentError(
+          absl::StrFormat("KV pack has bytes after its trailer, at byte %u", offset)));
+    }
+    pbio::CodedInputStream coded(input);
+    uint32_t size = 0;
+    if (!coded.ReadVarint32(&size)) {
+      return reader->abandon(absl::DataLossError(absl::StrFormat(
+          "KV pack is truncated or garbled in the length of message %d at byte %u", index, offset)));
+    }
+    if (size > max_message_bytes) {
+      return reader->abandon(absl::ResourceExhaustedError(absl::StrFormat(
+          "KV pack message %d at byte %u has %u bytes; the limit is %u (max_message_bytes)", index, offset, size,
+          max_message_bytes)));
+    }
+    const int length_bytes = coded.CurrentPosition();
+    const pbio::CodedInputStream::Limit limit = coded.PushLimit(static_cast<int>(size));
+    v1::KvStreamMessage message;
+    const bool parsed = message.ParseFromCodedStream(&coded) && coded.BytesUntilLimit() == 0;
+    coded.PopLimit(limit);
+    if (!parsed) {
+      return reader->abandon(absl::DataLossError(absl::StrFormat(
+          "KV pack message %d at byte %u (%u bytes) is truncated or malformed", index, offset, size)));
+    }
+    absl::Status status = reader->consume(std::move(message));
+    if (!status.ok()) return at_message(status, index, offset);
+    offset += static_cast<uint64_t>(length_bytes) + size;
+  }
+  auto segment = reader->commit();
+  if (!segment.ok()) {
+    return absl::Status(segment.status().code(), absl::StrFormat("KV pack ends at byte %u: %s", offset,
+                                                                 std::string(segment.status().message())));
+  }
+  return segment;
+}
+
+absl::StatusOr<KvSegment> read_kv_pack(std::string_view bytes, KvStreamReader* reader) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    return reader->abandon(absl::ResourceExhaustedError(
+        absl::StrFormat("KV pack of %u bytes is too large to read from memory", bytes.size())));
+  }
+  pbio::ArrayInputStream input(bytes.data(), static_cast<int>(bytes.size()));
+  return read_kv_pack(&input, reader);
+}
+
+absl::StatusOr<KvSegment> read_kv_pack_file(const std::string& path, KvStreamReader* reader) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return reader->abandon(errno_status(errno, "opening KV pack " + path));
+  pbio::FileInputStream input(fd);
+  input.SetCloseOnDelete(true);
+  auto segment = read_kv_pack(&input, reader);
+  if (input.GetErrno() != 0) return errno_status(input.GetErrno(), "reading KV pack " + path);
+  if (!segment.ok()) {
+    return absl::Status(segment.status().code(), path + ": " + std::string(segment.status().message()));
+  }
+  return segment;
+}
+
+absl::StatusOr<KvSegment> read_kv_pack_file(const std::string& path, const KvStreamExpectation& expected,
+                                            const KvStreamReaderOptions& options) {
+  KvStreamReader reader(expected, options);
+  return read_kv_pack_file(path, &reader);
+}
+
+absl::StatusOr<v1::KvHeader> read_kv_pack_header(const std::string& path, uint64_t max_message_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "opening KV pack " + path);
+  pbio::FileInputStream input(fd);
+  input.SetCloseOnDelete(true);
+  pbio::CodedInputStream coded(&input);
+  std::string magic;
+  if (!coded.ReadString(&magic, static_cast<int>(kKvPackMagic.size())) || magic != kKvPackMagic) {
+    return absl::InvalidArgumentError(path + " is not a KV pack (no \"BATONKV1\" magic)");
+  }
+  uint32_t size = 0;
+  if (!coded.ReadVarint32(&size)) return absl::DataLossError(path + ": KV pack has no header");
+  if (size > std::min<uint64_t>(max_message_bytes, INT_MAX)) {
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: KV pack header has %u bytes; the limit is %u", path,
+                                                        size, max_message_bytes));
+  }
+  const pbio::CodedInputStream::Limit limit = coded.PushLimit(static_cast<int>(size));
+  v1::KvStreamMessage message;
+  if (!message.ParseFromCodedStream(&coded) || coded.BytesUntilLimit() != 0 || !message.has_header()) {
+    return absl::DataLossError(path + ": KV pack does not start with a readable header");
+  }
+  coded.PopLimit(limit);
+  return std::move(*message.mutable_header());
+}
+
+}  // namespace baton

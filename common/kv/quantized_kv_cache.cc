@@ -1,0 +1,299 @@
+#include "common/kv/quantized_kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/cpu/ops.h"
+#include "common/kv/kv_kernels.h"
+#include "common/kv/kv_quant.h"
+#include "common/util/check.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+using Bits = KvCodecConfig::Bits;
+
+int64_t code_bytes_per_row(const KvCodecConfig& c, const KvGeometry& g) {
+  switch (c.bits) {
+    case Bits::kF16:
+      return 2 * g.kv_dim();
+    case Bits::kInt8:
+      return g.kv_dim();
+    case Bits::kInt4:
+      return g.kv_dim() / 2;
+  }
+  return 0;
+}
+
+int64_t groups_per_row(const KvCodecConfig& c, const KvGeometry& g) {
+  return c.quantized() ? g.kv_dim() / c.group_size : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QuantizedKvCache>> QuantizedKvCache::Create(const KvGeometry& geometry,
+                                                                            int64_t capacity_tokens,
+                                                                            const KvCodecConfig& config) {
+  if (absl::Status st = config.validate(geometry); !st.ok()) return st;
+  if (config.quantized() && config.key_axis != KvCodecConfig::KeyAxis::kPerToken) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store codec %s: the store keeps keys in per-token groups (per-channel keys are requantized on "
+        "ingest); use %s",
+        config.to_string(), store_config_for(config).to_string()));
+  }
+  if (config.pre_rope_keys) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store codec %s: the store keeps post-RoPE keys; use %s", config.to_string(),
+        store_config_for(config).to_string()));
+  }
+  if (geometry.n_layer < 1 || geometry.n_head < geometry.n_head_kv || geometry.n_head % geometry.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV store: bad geometry (%d layers, %d heads, %d kv heads)",
+                                                      geometry.n_layer, geometry.n_head, geometry.n_head_kv));
+  }
+  if (capacity_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV store: negative capacity %d", capacity_tokens));
+  }
+  return std::unique_ptr<QuantizedKvCache>(new QuantizedKvCache(geometry, capacity_tokens, config));
+}
+
+KvCodecConfig QuantizedKvCache::store_config_for(const KvCodecConfig& wire) {
+  KvCodecConfig c;
+  c.bits = wire.bits;
+  c.group_size = wire.group_size;
+  c.hadamard_keys = wire.hadamard_keys;
+  c.hadamard_values = wire.hadamard_values;
+  return c;
+}
+
+int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry) {
+  const int64_t scale_arrays = config.bits == Bits::kInt4 ? 2 : 1;
+  const int64_t row = code_bytes_per_row(config, geometry) + 2 * scale_arrays * groups_per_row(config, geometry);
+  return 2 * row * geometry.n_layer;
+}
+
+QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens,
+                                   const KvCodecConfig& config)
+    : geometry_(geometry),
+      capacity_(capacity_tokens),
+      config_(config),
+      row_code_bytes_(code_bytes_per_row(config, geometry)),
+      row_groups_(groups_per_row(config, geometry)) {
+  const size_t rows = static_cast<size_t>(geometry.n_layer * capacity_tokens);
+  for (Plane* p : {&k_, &v_}) {
+    p->codes.resize(rows * row_code_bytes_);
+    p->scales.resize(rows * row_groups_);
+    if (config.bits == Bits::kInt4) p->mins.resize(rows * row_groups_);
+  }
+}
+
+void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const {
+  const int64_t elements = n * geometry_.kv_dim();
+  uint8_t* codes = plane.codes.data() + first_row * row_code_bytes_;
+  // Groups divide head_dim, so quantizing the n rows as one run of elements
+  // gives the same groups as per row.
+  switch (config_.bits) {
+    case Bits::kF16:
+      kv_quant::f32_to_f16(x, reinterpret_cast<uint16_t*>(codes), elements);
+      break;
+    case Bits::kInt8:
+      kv_quant::quantize_int8_groups(x, elements, config_.group_size, reinterpret_cast<int8_t*>(codes),
+                                     plane.scales.data() + first_row * row_groups_);
+      break;
+    case Bits::kInt4:
+      kv_quant::quantize_int4_groups(x, elements, config_.group_size, codes,
+                                     plane.scales.data() + first_row * row_groups_,
+                                     plane.mins.data() + first_row * row_groups_);
+      break;
+  }
+}
+
+absl::Status QuantizedKvCache::check_range(int layer, int64_t token_begin, int64_t n_tokens) const {
+  if (layer < 0 || layer >= geometry_.n_layer) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV store: layer %d is outside [0, %d)", layer, geometry_.n_layer));
+  }
+  if (token_begin < 0 || n_tokens < 0 || token_begin + n_tokens > capacity_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV store holds %d tokens; positions [%d, %d) do not fit", capacity_, token_begin, token_begin + n_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const float* k, const float* v) {
+  BATON_CHECK(layer >= 0 && layer < geometry_.n_layer && pos >= 0 && n >= 0);
+  if (absl::Status st = check_range(layer, pos, n); !st.ok()) return st;
+  if (n == 0) return absl::OkStatus();
+  const int64_t elements = n * geometry_.kv_dim();
+  const int64_t first_row = layer * capacity_ + pos;
+  std::vector<float> rotated;
+  auto maybe_rotate = [&](const float* x, bool hadamard) {
+    if (!hadamard) return x;
+    rotated.assign(x, x + elements);
+    kv_quant::hadamard_rows(rotated.data(), n * geometry_.n_head_kv, geometry_.head_dim);
+    return static_cast<const float*>(rotated.data());
+  };
+  quantize_rows(maybe_rotate(k, config_.hadamard_keys), n, k_, first_row);
+  quantize_rows(maybe_rotate(v, config_.hadamard_values), n, v_, first_row);
+  return absl::OkStatus();
+}
+
+void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
+                              ThreadPool* pool) const {
+  const KvGeometry& g = geometry_;
+  const int64_t q_dim = g.q_dim();
+  const int heads_per_kv = g.n_head / g.n_head_kv;
+  const int head_dim = g.head_dim;
+  const int group = config_.group_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
+  const int64_t head_code_bytes = row_code_bytes_ / g.n_head_kv;
+  const int64_t head_groups = row_groups_ / g.n_head_kv;
+  const int64_t layer_row = int64_t{layer} * capacity_;
+  // Row j of head kv_h in a plane.
+  const uint8_t* k_codes = k_.codes.data() + layer_row * row_code_bytes_;
+  const uint8_t* v_codes = v_.codes.data() + layer_row * row_code_bytes_;
+  const uint16_t* k_scales = k_.scales.data() + layer_row * row_groups_;
+  const uint16_t* v_scales = v_.scales.data() + layer_row * row_groups_;
+  const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * row_groups_;
+  const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * row_groups_;
+  const Bits bits = config_.bits;
+
+  // One task per (query token, head).
+  auto run = [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(static_cast<size_t>(pos + n));
+    std::vector<float> q_rotated(static_cast<size_t>(head_dim));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / g.n_head;
+      const int h = static_cast<int>(task % g.n_head);
+      const int kv_h = h / heads_per_kv;
+      const int64_t n_ctx = pos + t + 1;  // causal: keys [0, pos + t]
+      const float* qh = q + t * q_dim + int64_t{h} * head_dim;
+      if (config_.hadamard_keys) {
+        std::memcpy(q_rotated.data(), qh, sizeof(float) * head_dim);
+        kv_quant::hadamard_inplace(q_rotated.data(), head_dim);
+        qh = q_rotated.data();
+      }
+      const int64_t code_off = kv_h * head_code_bytes;
+      const int64_t group_off = kv_h * head_groups;
+      switch (bits) {
+        case Bits::kF16:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            scores[j] = kern.dot_f16(qh, reinterpret_cast<const uint16_t*>(k_codes + j * row_code_bytes_ + code_off),
+                                     head_dim) * scale;
+          }
+          break;
+        case Bits::kInt8:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            scores[j] = kern.dot_int8(qh, reinterpret_cast<const int8_t*>(k_codes + j * row_code_bytes_ + code_off),
+                                      k_scales + j * row_groups_ + group_off, head_dim, group) * scale;
+          }
+          break;
+        case Bits::kInt4:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            scores[j] = kern.dot_int4(qh, k_codes + j * row_code_bytes_ + code_off,
+                                      k_scales + j * row_groups_ + group_off, k_mins + j * row_groups_ + group_off,
+                                      head_dim, group) * scale;
+          }
+          break;
+      }
+      softmax_inplace(scores.data(), n_ctx);
+      float* oh = out + t * q_dim + int64_t{h} * head_dim;
+      std::memset(oh, 0, sizeof(float) * head_dim);
+      switch (bits) {
+        case Bits::kF16:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            kern.axpy_f16(scores[j], reinterpret_cast<const uint16_t*>(v_codes + j * row_code_bytes_ + code_off), oh,
+                          head_dim);
+          }
+          break;
+        case Bits::kInt8:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            kern.axpy_int8(scores[j], reinterpret_cast<const int8_t*>(v_codes + j * row_code_bytes_ + code_off),
+                           v_scales + j * row_groups_ + group_off, oh, head_dim, group);
+          }
+          break;
+        case Bits::kInt4:
+          for (int64_t j = 0; j < n_ctx; ++j) {
+            kern.axpy_int4(scores[j], v_codes + j * row_code_bytes_ + code_off, v_scales + j * row_groups_ + group_off,
+                           v_mins + j * row_groups_ + group_off, oh, head_dim, group);
+          }
+          break;
+      }
+      if (config_.hadamard_values) kv_quant::hadamard_inplace(oh, head_dim);
+    }
+  };
+  const int64_t n_tasks = n * g.n_head;
+  if (pool != nullptr) {
+    pool->parallel_for(n_tasks, run);
+  } else {
+    run(0, n_tasks);
+  }
+}
+
+void QuantizedKvCache::set_size(int64_t n) {
+  BATON_CHECK(n >= 0 && n <= capacity_);
+  size_ = n;
+}
+
+bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {
+  if (wire.bits != config_.bits) return false;
+  if (wire.quantized() && wire.group_size != config_.group_size) return false;
+  if (!is_key) return wire.hadamard_values == config_.hadamard_values;
+  return wire.hadamard_keys == config_.hadamard_keys && !wire.pre_rope_keys &&
+         (!wire.quantized() || wire.key_axis == KvCodecConfig::KeyAxis::kPerToken);
+}
+
+absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t token_begin,
+                                            const QuantizedKvBlock& block) {
+  if (absl::Status st = check_range(layer, token_begin, block.n_tokens); !st.ok()) return st;
+  const int64_t n = block.n_tokens;
+  const int64_t scale_count = config_.bits == Bits::kInt4 ? n * row_groups_ : 0;
+  if (static_cast<int64_t>(block.codes.size()) != n * row_code_bytes_ ||
+      static_cast<int64_t>(block.scales.size()) != n * row_groups_ ||
+      static_cast<int64_t>(block.mins.size()) != scale_count) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store %s: block of %d tokens has %d code bytes, %d scales, %d mins; expected %d, %d, %d",
+        config_.to_string(), n, block.codes.size(), block.scales.size(), block.mins.size(), n * row_code_bytes_,
+        n * row_groups_, scale_count));
+  }
+  if (!kv_quant::all_f16_finite(block.scales.data(), static_cast<int64_t>(block.scales.size())) ||
+      !kv_quant::all_f16_finite(block.mins.data(), static_cast<int64_t>(block.mins.size())) ||
+      (config_.bits == Bits::kF16 &&
+       !kv_quant::all_f16_finite(reinterpret_cast<const uint16_t*>(block.codes.data()), n * geometry_.kv_dim()))) {
+    return absl::InvalidArgumentError("KV store: block holds Inf or NaN f16 values");
+  }
+  Plane& plane = is_key ? k_ : v_;
+  const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
+  if (n == 0) return absl::OkStatus();
+  std::memcpy(plane.codes.data() + first_row * row_code_bytes_, block.codes.data(), block.codes.size());
+  if (!block.scales.empty()) {
+    std::memcpy(plane.scales.data() + first_row * row_groups_, block.scales.data(),
+                block.scales.size() * sizeof(uint16_t));
+  }
+  if (!block.mins.empty()) {
+    std::memcpy(plane.mins.data() + first_row * row_groups_, block.mins.data(), block.mins.size() * sizeof(uint16_t));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool is_key, int64_t token_begin,
+                                                                int64_t n_tokens) const {
+  if (absl::Status st = check_range(layer, token_begin, n_tokens); !st.ok()) return st;
+  const Plane& plane = is_key ? k_ : v_;
+  const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
+  QuantizedKvBlock b;
+  b.n_tokens = n_tokens;
+  const uint8_t* codes = plane.codes.data() + first_row * row_code_bytes_;
+  b.codes.assign(codes, codes + n_tokens * row_code_bytes_);
+  const uint16_t* scales = plane.scales.data() + first_row * row_groups_;
+  b.scales.assign(scales, scales + n_tokens * row_groups_);
+  if (!plane.mins.empty()) {
+    const uint16_t* mins = plane.mins.data() + first_row * row_groups_;
+    b.mins.assign(mins, mins + n_tokens * row_groups_);
+  }
+  return b;
+}
+
+}  // namespace baton

@@ -1,0 +1,89 @@
+// QuantizedKvCache: the edge's KV store. Holds K and V in the codec's
+// quantized form (F16, INT8 or INT4 with per-token groups along head_dim) and
+// attends over it directly: dequantization happens inside the dot products,
+// per head, with no dequantized copy (DESIGN.md "Edge memory").
+//
+// Layout choice: keys are always stored post-RoPE in per-token groups, so a
+// decode step appends one token without touching earlier ones. Blocks from
+// the wire whose config agrees (same bits, group size and Hadamard flags;
+// keys per-token and post-RoPE) are copied in as they are (ingest_block);
+// per-channel (KIVI) or pre-RoPE keys are decoded to f32 by the codec
+// (decode_kv_block applies RoPE) and requantized here by store().
+// With hadamard_keys the stored keys are rotated and attend() rotates each
+// query head the same way (q.k is invariant); with hadamard_values attend()
+// rotates each head's output back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/engine/kv_cache.h"
+#include "common/kv/kv_codec.h"
+#include "common/kv/kv_codec_config.h"
+
+namespace baton {
+
+class QuantizedKvCache final : public KvCache {
+ public:
+  // `config`: bits, group_size, hadamard flags; key_axis must be per-token and
+  // pre_rope_keys false (see above); layout and zstd_level are ignored.
+  static absl::StatusOr<std::unique_ptr<QuantizedKvCache>> Create(const KvGeometry& geometry,
+                                                                  int64_t capacity_tokens,
+                                                                  const KvCodecConfig& config);
+  // The store config that holds blocks of `wire`: same bits, group and
+  // Hadamard flags; per-token, post-RoPE keys; no layout / zstd choices.
+  static KvCodecConfig store_config_for(const KvCodecConfig& wire);
+  // Bytes one token takes over all layers, K and V (codes plus scales/mins).
+  static int64_t bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry);
+
+  const KvGeometry& geometry() const override { return geometry_; }
+  int64_t capacity() const override { return capacity_; }
+  int64_t size() const override { return size_; }
+  // k, v: f32 [n, n_head_kv * head_dim]; k post-RoPE. Quantized as the codec
+  // would quantize the same rows (bit-identical to an ingested block).
+  absl::Status store(int layer, int64_t pos, int64_t n, const float* k, const float* v) override;
+  void attend(int layer, int64_t pos, int64_t n, const float* q, float* out, ThreadPool* pool) const override;
+  void set_size(int64_t n) override;
+
+  const KvCodecConfig& config() const { return config_; }
+  int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
+  // Bytes held for the whole capacity.
+  int64_t memory_bytes() const { return bytes_per_token() * capacity_; }
+
+  // True when blocks encoded with `wire` for K (is_key) or V can be ingested
+  // without requantizing.
+  bool can_ingest(const KvCodecConfig& wire, bool is_key) const;
+  // Copies a block in quantized form (decode_kv_block_quantized with a config
+  // for which can_ingest holds) to tokens [token_begin, token_begin + n).
+  // Does not commit: call set_size when every layer holds the segment.
+  absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block);
+  // The stored tokens [token_begin, token_begin + n_tokens) of one layer's K
+  // or V, in this store's config (e.g. to save a session or a prefix pack).
+  absl::StatusOr<QuantizedKvBlock> export_block(int layer, bool is_key, int64_t token_begin,
+                                                int64_t n_tokens) const;
+
+ private:
+  // One layer's K or V: per token a row of codes and a row of group scales.
+  struct Plane {
+    std::vector<uint8_t> codes;    // [n_layer, capacity, row_code_bytes]
+    std::vector<uint16_t> scales;  // f16 [n_layer, capacity, row_groups]
+    std::vector<uint16_t> mins;    // f16, INT4 only, same shape
+  };
+
+  QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens, const KvCodecConfig& config);
+  void quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const;
+  absl::Status check_range(int layer, int64_t token_begin, int64_t n_tokens) const;
+
+  KvGeometry geometry_;
+  int64_t capacity_;
+  KvCodecConfig config_;
+  int64_t size_ = 0;
+  int64_t row_code_bytes_;  // code bytes per token per layer: kv_dim * bits / 8
+  int64_t row_groups_;      // scale groups per token per layer: kv_dim / group (0 for F16)
+  Plane k_, v_;
+};
+
+}  // namespace baton
