@@ -1,8 +1,10 @@
 // baton generate: runs the CPU engine on a local model and streams the
-// generated tokens with the stats at the end. (The edge/cloud flow and the
-// text tokenizer arrive with their issues; until then prompts are token ids
-// or synthetic tokens, and output is shown through the vocabulary pieces.)
+// generated text with the stats at the end. Prompts are text (tokenized with
+// the model's own tokenizer), token ids, or synthetic tokens for speed runs.
+// (The edge/cloud flow arrives with the agent and the cloud service.)
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +16,8 @@
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/model/model.h"
+#include "common/tokenizer/streaming_decoder.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/flags.h"
 #include "report.h"
 
@@ -22,41 +26,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Shows a token through its vocabulary piece: U+2581 becomes a space and
-// <0xNN> byte tokens become the byte.
-std::string display_piece(const std::vector<std::string>& vocab, int32_t token) {
-  if (token < 0 || token >= static_cast<int32_t>(vocab.size())) return "";
-  const std::string& piece = vocab[token];
-  unsigned int byte = 0;
-  if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>' &&
-      std::sscanf(piece.c_str() + 3, "%2x", &byte) == 1) {
-    return std::string(1, static_cast<char>(byte));
-  }
-  std::string out;
-  for (size_t i = 0; i < piece.size(); ++i) {
-    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
-      out += ' ';
-      i += 2;
-    } else {
-      out += piece[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 int generate_command(const Args& args) {
-  std::string model_path, prompt_tokens_text;
+  std::string model_path, prompt_text, prompt_file, prompt_tokens_text;
   int64_t prompt_len = 256, max_tokens = 32, threads = 2, seed = 0, top_k = 40;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
   bool json = false;
-  FlagSet flags("baton generate", "--model FILE [--prompt-tokens IDS | --prompt-len N] [flags]",
-                "Generates tokens from a prompt with the CPU engine on a local model and prints "
-                "them as they are produced, then the stats.");
+  bool ignore_eos = false;
+  FlagSet flags("baton generate",
+                "--model FILE [-p TEXT | --prompt-file F | --prompt-tokens IDS | --prompt-len N] [flags]",
+                "Generates text from a prompt with the CPU engine on a local model, printing it as "
+                "it is produced, then the stats. Without a prompt, a synthetic prompt of "
+                "--prompt-len random tokens is used (speed runs).");
   flags.add_string("model", &model_path, "GGUF model file", "FILE");
+  flags.add_string("prompt", &prompt_text, "prompt text (also -p)", "TEXT");
+  flags.add_string("prompt-file", &prompt_file, "read the prompt text from a file", "FILE");
   flags.add_string("prompt-tokens", &prompt_tokens_text, "prompt as comma-separated token ids", "IDS");
-  flags.add_int64("prompt-len", &prompt_len, "synthetic prompt length when no ids are given");
+  flags.add_int64("prompt-len", &prompt_len, "synthetic prompt length when no prompt is given");
+  flags.add_bool("ignore-eos", &ignore_eos, "keep generating past end-of-sequence tokens");
   flags.add_int64("max-tokens", &max_tokens, "tokens to generate");
   flags.add_int64("threads", &threads, "worker threads");
   flags.add_double("temperature", &temperature, "0 = greedy");
@@ -67,16 +55,29 @@ int generate_command(const Args& args) {
   flags.add_int64("seed", &seed, "sampling seed");
   flags.add_bool("json", &json, "print the stats as one JSON object");
   flags.require("model");
-  if (auto code = parse_flags(flags, args)) return *code;
+  Args expanded = args;
+  for (std::string& arg : expanded) {
+    if (arg == "-p") arg = "--prompt";
+  }
+  if (auto code = parse_flags(flags, expanded)) return *code;
 
   auto model = Model::Load(model_path);
   if (!model.ok()) return fail(std::string(model.status().message()));
   const ModelSpec& s = (*model)->spec();
-  std::vector<std::string> vocab;
-  if (auto tokens = (*model)->file().get_string_array("tokenizer.ggml.tokens"); tokens.ok()) vocab = *tokens;
+  auto tokenizer = Tokenizer::FromGguf((*model)->file());
+  if (!tokenizer.ok()) return fail("the model's tokenizer: " + std::string(tokenizer.status().message()));
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file, std::ios::binary);
+    if (!in) return fail("cannot read --prompt-file " + prompt_file);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    prompt_text = buffer.str();
+  }
 
   std::vector<int32_t> prompt;
-  if (!prompt_tokens_text.empty()) {
+  if (!prompt_text.empty()) {
+    prompt = (*tokenizer)->encode(prompt_text);
+  } else if (!prompt_tokens_text.empty()) {
     for (absl::string_view part : absl::StrSplit(prompt_tokens_text, ',')) {
       int32_t id = 0;
       if (!absl::SimpleAtoi(part, &id)) return fail(absl::StrFormat("--prompt-tokens: '%s' is not a token id", part));
@@ -105,19 +106,20 @@ int generate_command(const Args& args) {
   const auto prefill_done = Clock::now();
   int64_t generated = 0;
   Clock::time_point first_token_time = prefill_done;
-  for (; generated < max_tokens; ++generated) {
+  StreamingDecoder detokenizer(**tokenizer);
+  while (generated < max_tokens) {
     const int32_t token = sampler.sample(logits);
     sampler.accept(token);
     if (generated == 0) first_token_time = Clock::now();
-    std::fputs(display_piece(vocab, token).c_str(), stdout);
+    ++generated;
+    if (!ignore_eos && (*tokenizer)->is_eog(token)) break;
+    std::fputs(detokenizer.push(token).c_str(), stdout);
     std::fflush(stdout);
-    if (generated + 1 == max_tokens) {
-      ++generated;
-      break;
-    }
+    if (generated == max_tokens) break;
     if (auto st = engine.decode_step(token, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
   }
   const auto end = Clock::now();
+  std::fputs(detokenizer.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   Report r(absl::StrFormat("stats (%s, local CPU engine, %d threads)", s.name, threads));
