@@ -2,6 +2,8 @@
 // read bandwidth measured in the same run so ratios hold on a noisy machine.
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "commands.h"
 #include "common/cpu/vec.h"
 #include "common/engine/engine.h"
+#include "common/engine/perplexity.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/engine/sampler.h"
 #include "common/model/model.h"
 #include "common/util/cpu_features.h"
@@ -195,14 +199,65 @@ int prefill(const Args& args) {
   return 0;
 }
 
+int perplexity(const Args& args) {
+  CommonFlags c;
+  std::string text_file, ids_file;
+  int64_t chunk = 256;
+  FlagSet flags("baton bench perplexity", "--model FILE (--text-file F | --ids-file F) [--chunk N] [--json]",
+                "Held-out perplexity: the text's lines are tokenized one by one (no BOS) and "
+                "concatenated, cut into chunks of --chunk tokens, each evaluated from an empty "
+                "context as [BOS] + chunk[:-1] with every chunk token scored (the bundled "
+                "model's recipe).");
+  add_common(flags, c);
+  flags.add_string("text-file", &text_file, "text, one passage per line", "FILE");
+  flags.add_string("ids-file", &ids_file, "token ids, space-separated, any number per line", "FILE");
+  flags.add_int64("chunk", &chunk, "tokens per chunk");
+  if (auto code = parse_flags(flags, args)) return *code;
+  if (text_file.empty() == ids_file.empty()) {
+    std::fprintf(stderr, "baton bench perplexity: give one of --text-file and --ids-file\n");
+    return 2;
+  }
+  auto model = Model::Load(c.model);
+  if (!model.ok()) return fail(std::string(model.status().message()));
+  auto tokenizer = Tokenizer::FromGguf((*model)->file());
+  if (!tokenizer.ok()) return fail(std::string(tokenizer.status().message()));
+  std::ifstream in(text_file.empty() ? ids_file : text_file);
+  if (!in) return fail("cannot read " + (text_file.empty() ? ids_file : text_file));
+  std::vector<int32_t> tokens;
+  EncodeOptions no_bos;
+  no_bos.add_bos = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!text_file.empty()) {
+      const auto ids = (*tokenizer)->encode(line, no_bos);
+      tokens.insert(tokens.end(), ids.begin(), ids.end());
+    } else {
+      std::istringstream words(line);
+      for (int32_t id; words >> id;) tokens.push_back(id);
+    }
+  }
+  Engine engine(**model, EngineOptions{static_cast<int>(c.threads), 64});
+  const auto start = Clock::now();
+  auto result = evaluate_perplexity(engine, tokens, chunk, nullptr, (*tokenizer)->bos_id());
+  if (!result.ok()) return fail(std::string(result.status().message()));
+  const double seconds = seconds_between(start, Clock::now());
+  Report r(absl::StrFormat("perplexity: %s, %d chunks of <= %d tokens", (*model)->spec().name, result->chunks, chunk));
+  r.add("perplexity", "perplexity", result->perplexity, "", 3);
+  r.add("mean_nll", "mean NLL", result->mean_nll, "nats/token", 4);
+  r.add_int("scored_tokens", "scored tokens", result->scored_tokens);
+  r.add("eval_tok_per_s", "evaluation speed", result->scored_tokens / seconds, "tok/s", 1);
+  r.print(c.json);
+  return 0;
+}
+
 }  // namespace
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill|kv-codec ... [--json]\n"
+      "usage: baton bench decode|prefill|kv-codec|perplexity ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
       "  prefill  local prefill tok/s\n"
-      "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n";
+      "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
+      "  perplexity  held-out perplexity of a model over a text or id file\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -211,6 +266,7 @@ int bench_command(const Args& args) {
   if (args[0] == "decode") return decode(rest);
   if (args[0] == "prefill") return prefill(rest);
   if (args[0] == "kv-codec") return bench_kv_codec(rest);
+  if (args[0] == "perplexity") return perplexity(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

@@ -18,7 +18,30 @@ double negative_log_likelihood(std::span<const float> logits, int32_t target) {
 }
 
 absl::StatusOr<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens,
-                                                     int64_t chunk_tokens, const KvCacheFactory& make_cache) {
+                                                     int64_t chunk_tokens, const KvCacheFactory& make_cache,
+                                                     int32_t bos_id) {
+  if (bos_id >= 0) {
+    // [BOS] + chunk[:-1] scores all of chunk: the same as scoring [BOS] + chunk
+    // without BOS, so build those sequences and score all but their first.
+    if (chunk_tokens < 1) return absl::InvalidArgumentError("chunk_tokens must be >= 1");
+    PerplexityResult total;
+    double nll = 0.0;
+    std::vector<int32_t> sequence;
+    for (size_t begin = 0; begin < tokens.size(); begin += chunk_tokens) {
+      const size_t n = std::min<size_t>(chunk_tokens, tokens.size() - begin);
+      sequence.assign(1, bos_id);
+      sequence.insert(sequence.end(), tokens.begin() + begin, tokens.begin() + begin + n);
+      BATON_ASSIGN_OR_RETURN(PerplexityResult part,
+                             evaluate_perplexity(engine, sequence, static_cast<int64_t>(n) + 1, make_cache));
+      nll += part.mean_nll * part.scored_tokens;
+      total.scored_tokens += part.scored_tokens;
+      ++total.chunks;
+    }
+    if (total.scored_tokens == 0) return absl::InvalidArgumentError("no tokens to score");
+    total.mean_nll = nll / total.scored_tokens;
+    total.perplexity = std::exp(total.mean_nll);
+    return total;
+  }
   if (chunk_tokens < 2) {
     return absl::InvalidArgumentError(absl::StrFormat("chunk of %d tokens scores nothing; need >= 2", chunk_tokens));
   }

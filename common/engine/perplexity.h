@@ -1,7 +1,8 @@
-// Held-out perplexity of a model over a token sequence, the way the tiny-model
-// trainer measures it: the sequence is cut into chunks of `chunk_tokens`, each
-// chunk is evaluated from an empty KV cache, and every token of a chunk but
-// its first is scored by the logits of the token before it.
+// Held-out perplexity of a model over a token sequence. The sequence is cut
+// into consecutive chunks of `chunk_tokens`, each evaluated from an empty KV
+// cache. Without a BOS id every token of a chunk but its first is scored by
+// the logits of the token before it; with one (the tiny-model trainer's
+// recipe) each chunk runs as [BOS] + chunk[:-1] and every chunk token is scored.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,8 @@ using KvCacheFactory = std::function<std::unique_ptr<KvCache>(int64_t capacity_t
 
 absl::StatusOr<PerplexityResult> evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens,
                                                      int64_t chunk_tokens,
-                                                     const KvCacheFactory& make_cache = nullptr);
+                                                     const KvCacheFactory& make_cache = nullptr,
+                                                     int32_t bos_id = -1);
 
 // -log softmax(logits)[target], computed stably in double. logits: [n_vocab].
 double negative_log_likelihood(std::span<const float> logits, int32_t target);

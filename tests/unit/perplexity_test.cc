@@ -37,6 +37,28 @@ TEST(Perplexity, ChunkedEvaluationMatchesReferenceForwardByHand) {
   EXPECT_NEAR(result->perplexity, std::exp(nll / 20), 1e-3 * result->perplexity);
 }
 
+TEST(Perplexity, BosRecipeScoresEveryChunkTokenAfterBos) {
+  auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF32));
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 13; ++i) tokens.push_back((i * 53 + 11) % 512);
+  Engine engine(**model, EngineOptions{2, 8});
+  auto result = evaluate_perplexity(engine, tokens, 5, nullptr, /*bos_id=*/1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->chunks, 3);          // [0,5) [5,10) [10,13)
+  EXPECT_EQ(result->scored_tokens, 13);  // every token, the first from BOS alone
+  double nll = 0;
+  for (size_t begin = 0; begin < tokens.size(); begin += 5) {
+    ReferenceEngine ref(**model);
+    std::vector<float> logits = ref.forward(1);
+    for (size_t i = begin; i < std::min(tokens.size(), begin + 5); ++i) {
+      nll += negative_log_likelihood(logits, tokens[i]);
+      logits = ref.forward(tokens[i]);
+    }
+  }
+  EXPECT_NEAR(result->mean_nll, nll / 13, 1e-4);
+}
+
 TEST(Perplexity, TooShortChunkIsAnError) {
   auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF32));
   ASSERT_TRUE(model.ok());
