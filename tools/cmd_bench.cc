@@ -253,10 +253,11 @@ int perplexity(const Args& args) {
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill|kv-codec|perplexity ... [--json]\n"
+      "usage: baton bench decode|prefill|kv-codec|kv-quality|perplexity ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
       "  prefill  local prefill tok/s\n"
       "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
+      "  kv-quality  perplexity / KL / greedy agreement of each KV codec against F16 KV\n"
       "  perplexity  held-out perplexity of a model over a text or id file\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
@@ -266,6 +267,7 @@ int bench_command(const Args& args) {
   if (args[0] == "decode") return decode(rest);
   if (args[0] == "prefill") return prefill(rest);
   if (args[0] == "kv-codec") return bench_kv_codec(rest);
+  if (args[0] == "kv-quality") return bench_kv_quality(rest);
   if (args[0] == "perplexity") return perplexity(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;

@@ -3,7 +3,8 @@
 // layer's K and V per codec variant in blocks, one thread, and reports bytes
 // per token (raw and after zstd), the ratio to F16, encode / decode MB/s of
 // F16-equivalent bytes (thread CPU time), and the reconstruction error
-// against the F32 K/V.
+// against the F32 K/V (overall, and relative per kind: keys and values may
+// differ in bits and group, e.g. int4-k8, int4-pc-kg128).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -44,7 +45,7 @@ constexpr char kDefaultCodecs[] =
     "int8-gG,int8-gG-z3,int8-gG-rows-z3,int8-pc-gG-z3,int8-gG-had-z3,int8-gG-pre-z3,"
     "int4-gG,int4-gG-z1,int4-gG-z3,int4-gG-z9,int4-gG-rows-z3,int4-pc-gG-z3,int4-pc-gG-rows-z3,"
     "int4-gG-had-z3,int4-pc-gG-had-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-pre-had-z3,"
-    "int4-gG2-z3,int4-gG2-had-z3,int4-pc-gG2-z3";
+    "int4-gG2-z3,int4-gG2-had-z3,int4-pc-gG2-z3,int4-k8-gG-z3,int4-pc-kg128-gG-z3";
 
 std::string default_codecs(int head_dim) {
   const int group = std::min(32, head_dim);
@@ -71,6 +72,7 @@ struct VariantResult {
   double raw_bytes_per_token = 0, encoded_bytes_per_token = 0, ratio_to_f16 = 0;
   double encode_mb_per_s = 0, decode_mb_per_s = 0;
   double rmse = 0, relative_rmse = 0;  // decoded vs F32, and / RMS of the F32 K/V
+  double key_relative_rmse = 0, value_relative_rmse = 0;  // the same over K only, V only
   std::string error;                   // non-empty: variant not valid for the model
 };
 
@@ -90,6 +92,7 @@ VariantResult run_variant(const KvCodecConfig& c, const KvGeometry& g, const std
   double best_encode = 1e30, best_decode = 1e30, total_encode = 0, total_decode = 0;
   uint64_t raw_bytes = 0, encoded_bytes = 0;
   double err_sq = 0, ref_sq = 0;
+  double kind_err_sq[2] = {0, 0}, kind_ref_sq[2] = {0, 0};  // [0] keys, [1] values
   std::vector<float> out(static_cast<size_t>(block_tokens * kv_dim));
   for (int rep = 0; rep < 3 || (rep < 1000 && (total_encode < 0.2 || total_decode < 0.2)); ++rep) {
     const double encode_start = thread_cpu_seconds();
@@ -123,11 +126,16 @@ VariantResult run_variant(const KvCodecConfig& c, const KvGeometry& g, const std
         }
         if (rep == 0) {
           const float* ref = t.post_rope.data() + b * kv_dim;
+          double block_err_sq = 0, block_ref_sq = 0;
           for (int64_t e = 0; e < n * kv_dim; ++e) {
             const double d = double{out[e]} - ref[e];
-            err_sq += d * d;
-            ref_sq += double{ref[e]} * ref[e];
+            block_err_sq += d * d;
+            block_ref_sq += double{ref[e]} * ref[e];
           }
+          err_sq += block_err_sq;
+          ref_sq += block_ref_sq;
+          kind_err_sq[t.is_key ? 0 : 1] += block_err_sq;
+          kind_ref_sq[t.is_key ? 0 : 1] += block_ref_sq;
           raw_bytes += encoded[i][bi].raw_size;
           encoded_bytes += encoded[i][bi].payload.size();
         }
@@ -148,6 +156,8 @@ VariantResult run_variant(const KvCodecConfig& c, const KvGeometry& g, const std
   r.decode_mb_per_s = f16_bytes / best_decode / 1e6;
   r.rmse = std::sqrt(err_sq / elements);
   r.relative_rmse = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : 0.0;
+  r.key_relative_rmse = kind_ref_sq[0] > 0 ? std::sqrt(kind_err_sq[0] / kind_ref_sq[0]) : 0.0;
+  r.value_relative_rmse = kind_ref_sq[1] > 0 ? std::sqrt(kind_err_sq[1] / kind_ref_sq[1]) : 0.0;
   return r;
 }
 
@@ -162,7 +172,7 @@ int bench_kv_codec(const std::vector<std::string>& args) {
                 "then per codec variant encodes and decodes every layer's K and V in blocks on one "
                 "thread. Reports bytes per token (raw quantized and after zstd), the ratio to F16, encode "
                 "and decode MB/s of F16-equivalent bytes, and the RMSE against the F32 K/V (absolute and "
-                "relative to the K/V's RMS).");
+                "relative to the K/V's RMS, also per K and V).");
   flags.add_string("model", &model_path, "GGUF model file", "FILE");
   flags.add_int64("tokens", &tokens, "prompt tokens to prefill");
   flags.add_string("token-ids", &token_ids, "comma-separated prompt token ids (overrides --tokens)", "LIST");
@@ -254,25 +264,25 @@ int bench_kv_codec(const std::vector<std::string>& args) {
       out += absl::StrFormat(
           "{\"codec\": \"%s\", \"raw_bytes_per_token\": %.1f, \"encoded_bytes_per_token\": %.1f, "
           "\"ratio_to_f16\": %.4f, \"encode_mb_per_s\": %.1f, \"decode_mb_per_s\": %.1f, \"rmse\": %.6g, "
-          "\"relative_rmse\": %.6g}",
+          "\"relative_rmse\": %.6g, \"key_relative_rmse\": %.6g, \"value_relative_rmse\": %.6g}",
           json_escape(r.codec), r.raw_bytes_per_token, r.encoded_bytes_per_token, r.ratio_to_f16, r.encode_mb_per_s,
-          r.decode_mb_per_s, r.rmse, r.relative_rmse);
+          r.decode_mb_per_s, r.rmse, r.relative_rmse, r.key_relative_rmse, r.value_relative_rmse);
     }
     out += "]}\n";
     std::fputs(out.c_str(), stdout);
     return 0;
   }
   std::printf("%s\nF16 K/V: %.0f bytes per token\n", title.c_str(), f16_bytes_per_token);
-  std::printf("  %-24s %10s %10s %8s %10s %10s %10s %9s\n", "codec", "raw B/tok", "enc B/tok", "vs f16", "enc MB/s",
-              "dec MB/s", "rmse", "rel rmse");
+  std::printf("  %-24s %10s %10s %8s %10s %10s %10s %9s %9s %9s\n", "codec", "raw B/tok", "enc B/tok", "vs f16",
+              "enc MB/s", "dec MB/s", "rmse", "rel rmse", "K rel", "V rel");
   for (const VariantResult& r : results) {
     if (!r.error.empty()) {
       std::printf("  %-24s skipped: %s\n", r.codec.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("  %-24s %10.1f %10.1f %8.4f %10.1f %10.1f %10.3g %9.4f\n", r.codec.c_str(), r.raw_bytes_per_token,
-                r.encoded_bytes_per_token, r.ratio_to_f16, r.encode_mb_per_s, r.decode_mb_per_s, r.rmse,
-                r.relative_rmse);
+    std::printf("  %-24s %10.1f %10.1f %8.4f %10.1f %10.1f %10.3g %9.4f %9.4f %9.4f\n", r.codec.c_str(),
+                r.raw_bytes_per_token, r.encoded_bytes_per_token, r.ratio_to_f16, r.encode_mb_per_s,
+                r.decode_mb_per_s, r.rmse, r.relative_rmse, r.key_relative_rmse, r.value_relative_rmse);
   }
   return 0;
 }

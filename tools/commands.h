@@ -18,6 +18,7 @@ int model_command(const Args& args);     // baton model synth|quantize|info
 int bench_command(const Args& args);     // baton bench decode|prefill
 int generate_command(const Args& args);  // baton generate
 int bench_kv_codec(const Args& args);    // baton bench kv-codec (cmd_bench_kv.cc)
+int bench_kv_quality(const Args& args);  // baton bench kv-quality (cmd_bench_kv_quality.cc)
 
 
 // Parses a subcommand's flags: on --help prints the usage and returns 0, on a

@@ -21,7 +21,7 @@ struct BlockShape {
   Bits bits;
   int64_t n_tokens;
   int64_t width;        // n_head_kv * head_dim: elements per token
-  int group;            // group_size (quantized)
+  int group;            // the kind's group size (quantized)
   bool per_channel;     // key groups over tokens
   int64_t code_bytes;   // F16 2*T*W, INT8 T*W, INT4 T*W/2
   int64_t n_groups;     // scales (and mins for INT4)
@@ -32,13 +32,13 @@ struct BlockShape {
 
 BlockShape block_shape(const KvCodecConfig& c, const KvGeometry& g, bool is_key, int64_t n_tokens) {
   BlockShape s;
-  s.bits = c.bits;
+  s.bits = c.bits_for(is_key);
   s.n_tokens = n_tokens;
   s.width = g.kv_dim();
-  s.group = c.group_size;
+  s.group = c.group_size_for(is_key);
   s.per_channel = is_key && c.quantized() && c.key_axis == KvCodecConfig::KeyAxis::kPerChannel;
   const int64_t elements = n_tokens * s.width;
-  switch (c.bits) {
+  switch (s.bits) {
     case Bits::kF16:
       s.code_bytes = 2 * elements;
       s.n_groups = 0;
@@ -333,24 +333,27 @@ uint64_t kv_block_raw_size(const KvCodecConfig& config, const KvGeometry& geomet
 
 double kv_raw_bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry) {
   const double elements = static_cast<double>(geometry.kv_dim());
-  double code = 0, scale_bytes = 0;
-  switch (config.bits) {
-    case Bits::kF16:
-      code = 2;
-      break;
-    case Bits::kInt8:
-      code = 1;
-      scale_bytes = 2;
-      break;
-    case Bits::kInt4:
-      code = 0.5;
-      scale_bytes = 4;
-      break;
+  double per_token = 0;
+  for (bool is_key : {true, false}) {
+    double code = 0, scale_bytes = 0;
+    switch (config.bits_for(is_key)) {
+      case Bits::kF16:
+        code = 2;
+        break;
+      case Bits::kInt8:
+        code = 1;
+        scale_bytes = 2;
+        break;
+      case Bits::kInt4:
+        code = 0.5;
+        scale_bytes = 4;
+        break;
+    }
+    // One scale record per group elements (per-token groups) or per group
+    // tokens per channel (per-channel keys): scale_bytes / group per element.
+    per_token += elements * (code + (scale_bytes > 0 ? scale_bytes / config.group_size_for(is_key) : 0.0));
   }
-  // Per token both K and V carry one scale record per group_size elements
-  // (per-token groups) or per group_size tokens per channel (per-channel).
-  const double per_kind = elements * (code + (config.quantized() ? scale_bytes / config.group_size : 0.0));
-  return 2.0 * per_kind * geometry.n_layer;
+  return per_token * geometry.n_layer;
 }
 
 absl::StatusOr<QuantizedKvBlock> quantize_kv_block(const KvCodecConfig& config, const KvGeometry& geometry,

@@ -6,7 +6,11 @@
 // optional Walsh-Hadamard rotation of each head vector (hadamard_keys /
 // hadamard_values) -> quantization -> byte layout -> optional zstd frame.
 //
-// Quantized form (QuantizedKvBlock), G = group_size:
+// Keys and values may differ in bits and group (config.bits_for(is_key),
+// group_size_for(is_key): e.g. int4-k8 has INT8 keys and INT4 values); every
+// shape and size below is per kind, with that kind's bits and G.
+//
+// Quantized form (QuantizedKvBlock), G = the kind's group size:
 //   F16:  values f16 [T, H, D].
 //   INT8: codes int8 [T, H, D] (symmetric, x = code * scale, |code| <= 127);
 //         scales f16: [T, H, D/G] for values and per-token keys,

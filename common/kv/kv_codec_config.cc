@@ -1,5 +1,6 @@
 #include "common/kv/kv_codec_config.h"
 
+#include <algorithm>
 #include <zstd.h>
 
 #include <string>
@@ -43,10 +44,15 @@ const char* kv_bits_name(KvCodecConfig::Bits bits) {
 
 std::string KvCodecConfig::to_string() const {
   std::string name = kv_bits_name(bits);
-  if (quantized()) {
-    if (key_axis == KeyAxis::kPerChannel) name += "-pc";
-    absl::StrAppend(&name, "-g", group_size);
+  // A key_bits or key_group_size equal to the default prints nothing; a
+  // non-quantized config prints them only when set (so an invalid one names
+  // itself in validate()'s errors).
+  if (key_bits && *key_bits != bits) {
+    name += *key_bits == Bits::kInt8 ? "-k8" : *key_bits == Bits::kInt4 ? "-k4" : "-k16";
   }
+  if (quantized() && key_axis == KeyAxis::kPerChannel) name += "-pc";
+  if (key_group_size != 0 && key_group_size != group_size) absl::StrAppend(&name, "-kg", key_group_size);
+  if (quantized()) absl::StrAppend(&name, "-g", group_size);
   if (pre_rope_keys) name += "-pre";
   if (hadamard_keys && hadamard_values) {
     name += "-had";
@@ -74,6 +80,30 @@ absl::Status KvCodecConfig::validate() const {
   if (!quantized() && key_axis != KeyAxis::kPerToken) {
     return absl::InvalidArgumentError("KV codec f16: per-channel key groups apply to int8/int4 only");
   }
+  const Bits kbits = bits_for(/*is_key=*/true);
+  if ((bits == Bits::kF16) != (kbits == Bits::kF16)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s: f16 does not mix with quantized keys or values (mixed precision is int4 values with "
+        "int8 keys: int4-k8)",
+        to_string()));
+  }
+  if (bits == Bits::kInt8 && kbits == Bits::kInt4) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s: keys may not be narrower than values (int4 keys with int8 values)", to_string()));
+  }
+  if (key_group_size != 0) {
+    if (!quantized()) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV codec %s: f16 takes no key group size", to_string()));
+    }
+    if (key_group_size < 1 || key_group_size > kMaxGroupSize) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV codec %s: key group size %d is outside [1, %d]",
+                                                        to_string(), key_group_size, kMaxGroupSize));
+    }
+    if (kbits == Bits::kInt4 && key_group_size % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "KV codec %s: int4 keys need an even key group size, not %d", to_string(), key_group_size));
+    }
+  }
   if (zstd_level != 0 && (zstd_level < ZSTD_minCLevel() || zstd_level > ZSTD_maxCLevel())) {
     return absl::InvalidArgumentError(absl::StrFormat("KV codec: zstd level %d is outside [%d, %d]",
                                                       zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel()));
@@ -87,10 +117,17 @@ absl::Status KvCodecConfig::validate(const KvGeometry& g) const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV codec %s: bad KV geometry (n_head_kv %d, head_dim %d)", to_string(), g.n_head_kv, g.head_dim));
   }
+  const bool keys_per_token = key_axis == KeyAxis::kPerToken;
   if (quantized() && g.head_dim % group_size != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV codec %s: group size %d does not divide head_dim %d (values%s group along head_dim)",
-        to_string(), group_size, g.head_dim, key_axis == KeyAxis::kPerToken ? " and keys" : ""));
+        to_string(), group_size, g.head_dim, keys_per_token && key_group_size == 0 ? " and keys" : ""));
+  }
+  if (quantized() && keys_per_token && g.head_dim % group_size_for(/*is_key=*/true) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s: key group size %d does not divide head_dim %d (per-token keys group along head_dim; "
+        "with pc a key group spans tokens)",
+        to_string(), group_size_for(/*is_key=*/true), g.head_dim));
   }
   if ((hadamard_keys || hadamard_values) && !is_power_of_two(g.head_dim)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -106,7 +143,7 @@ absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "bad KV codec name '%s': %s (expected e.g. int4-pc-g32-had-z3; bits f16|int8|int4, options "
-        "gN pt pc pre hk hv had rows planes zN zfN)",
+        "gN k8 kgN pt pc pre hk hv had rows planes zN zfN)",
         text, why));
   };
   if (tokens[0] == "f16") {
@@ -119,6 +156,7 @@ absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
     return bad(absl::StrCat("unknown bits '", tokens[0], "'"));
   }
   bool group_given = false;
+  bool key_bits_given = false;
   for (size_t i = 1; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     int value = 0;
@@ -126,6 +164,12 @@ absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
       config.key_axis = KvCodecConfig::KeyAxis::kPerToken;
     } else if (t == "pc") {
       config.key_axis = KvCodecConfig::KeyAxis::kPerChannel;
+    } else if (t == "k8") {
+      config.key_bits = KvCodecConfig::Bits::kInt8;
+      key_bits_given = true;
+    } else if (t.size() > 2 && t.rfind("kg", 0) == 0 && parse_suffix_int(t, 2, &value)) {
+      if (value == 0) return bad("key group size kg0 is outside [1, 1024]");
+      config.key_group_size = value;
     } else if (t == "pre") {
       config.pre_rope_keys = true;
     } else if (t == "hk") {
@@ -150,10 +194,39 @@ absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
     }
   }
   if (!config.quantized() && group_given) return bad("f16 takes no group size");
+  if (!config.quantized() && key_bits_given) return bad("f16 does not mix with int8 keys (k8 needs int4 values)");
+  if (!config.quantized() && config.key_group_size != 0) return bad("f16 takes no key group size");
+  // Canonical form: defaults are unset, so equal configs compare equal.
+  if (config.key_bits == config.bits) config.key_bits.reset();
+  if (config.key_group_size == config.group_size) config.key_group_size = 0;
   if (!config.quantized() && config.key_axis == KvCodecConfig::KeyAxis::kPerChannel) {
     return bad("per-channel key groups apply to int8/int4 only");
   }
   if (absl::Status st = config.validate(); !st.ok()) return bad(std::string(st.message()));
+  return config;
+}
+
+int key_group_tokens(const KvCodecConfig& config) {
+  if (!config.quantized() || config.key_axis != KvCodecConfig::KeyAxis::kPerChannel) return 1;
+  return config.group_size_for(/*is_key=*/true);
+}
+
+}  // namespace baton
+
+namespace baton {
+
+KvCodecConfig default_kv_codec_config(KvCodecConfig::Bits bits, const KvGeometry& geometry) {
+  KvCodecConfig config;
+  config.bits = bits;
+  config.zstd_level = 3;
+  if (bits == KvCodecConfig::Bits::kF16) return config;
+  config.group_size = geometry.head_dim > 0 ? std::min(32, geometry.head_dim) : 32;
+  if (bits == KvCodecConfig::Bits::kInt4) {
+    // Per-channel keys over 128 tokens: KIVI's axis, and fewer scales than
+    // per-token groups (the size target), at equal measured quality.
+    config.key_axis = KvCodecConfig::KeyAxis::kPerChannel;
+    config.key_group_size = 128;
+  }
   return config;
 }
 

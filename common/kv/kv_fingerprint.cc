@@ -153,8 +153,14 @@ FingerprintFields KvFingerprint::context_fields() const {
 
 FingerprintFields KvFingerprint::codec_fields() const {
   const bool f16 = codec.codec() == v1::KV_CODEC_F16;
+  // Key codec and key group resolved to their effective values, so that an
+  // unset field and its explicit default fingerprint the same.
+  const int key_codec = codec.key_codec() == v1::KV_CODEC_UNSPECIFIED ? codec.codec() : codec.key_codec();
+  const uint32_t key_group = f16 ? 0u : (codec.key_group_size() != 0 ? codec.key_group_size() : codec.group_size());
   return {{"codec", kv_codec_name(codec.codec())},
+          {"key_codec", kv_codec_name(key_codec)},
           {"group_size", absl::StrFormat("%u", f16 ? 0u : codec.group_size())},
+          {"key_group_size", absl::StrFormat("%u", key_group)},
           {"key_axis", key_axis_name(f16 ? v1::KEY_AXIS_UNSPECIFIED : codec.key_axis())},
           {"pre_rope_keys", bool_text(codec.pre_rope_keys())},
           {"hadamard_keys", bool_text(codec.hadamard_keys())},

@@ -40,8 +40,9 @@ uint64_t KvStreamDigest::value() const { return XXH64_digest(state_); }
 
 uint32_t kv_block_token_alignment(const v1::CodecParams& codec, v1::KvKind kind) {
   const bool quantized = codec.codec() == v1::KV_CODEC_INT8 || codec.codec() == v1::KV_CODEC_INT4;
-  if (quantized && kind == v1::KV_KIND_K && codec.key_axis() == v1::KEY_AXIS_PER_CHANNEL && codec.group_size() > 0) {
-    return codec.group_size();
+  const uint32_t key_group = codec.key_group_size() != 0 ? codec.key_group_size() : codec.group_size();
+  if (quantized && kind == v1::KV_KIND_K && codec.key_axis() == v1::KEY_AXIS_PER_CHANNEL && key_group > 0) {
+    return key_group;
   }
   return 1;
 }

@@ -72,8 +72,8 @@ using KvBlockRuleFn = std::function<absl::Status(const v1::CodecParams& codec, c
 using KvPayloadCheckFn = std::function<absl::Status(const v1::CodecParams& codec, const v1::KvBlock& block)>;
 
 // Tokens a block's token_count must be a multiple of (except the segment's
-// last block): group_size for keys of a quantized codec with per-channel key
-// groups, else 1.
+// last block): the key group (key_group_size, else group_size) for keys of a
+// quantized codec with per-channel key groups, else 1.
 uint32_t kv_block_token_alignment(const v1::CodecParams& codec, v1::KvKind kind);
 // The default KvBlockRuleFn: applies kv_block_token_alignment.
 absl::Status default_kv_block_rule(const v1::CodecParams& codec, const v1::KvBlock& block, uint32_t segment_begin,

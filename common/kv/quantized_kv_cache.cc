@@ -15,8 +15,8 @@ namespace {
 
 using Bits = KvCodecConfig::Bits;
 
-int64_t code_bytes_per_row(const KvCodecConfig& c, const KvGeometry& g) {
-  switch (c.bits) {
+int64_t code_bytes_per_row(Bits bits, const KvGeometry& g) {
+  switch (bits) {
     case Bits::kF16:
       return 2 * g.kv_dim();
     case Bits::kInt8:
@@ -27,8 +27,15 @@ int64_t code_bytes_per_row(const KvCodecConfig& c, const KvGeometry& g) {
   return 0;
 }
 
-int64_t groups_per_row(const KvCodecConfig& c, const KvGeometry& g) {
-  return c.quantized() ? g.kv_dim() / c.group_size : 0;
+int64_t groups_per_row(Bits bits, int group, const KvGeometry& g) {
+  return bits != Bits::kF16 ? g.kv_dim() / group : 0;
+}
+
+// Bytes of one token's row of one layer's K (is_key) or V: codes, scales, mins.
+int64_t row_bytes(const KvCodecConfig& c, const KvGeometry& g, bool is_key) {
+  const Bits bits = c.bits_for(is_key);
+  const int64_t scale_arrays = bits == Bits::kInt4 ? 2 : 1;
+  return code_bytes_per_row(bits, g) + 2 * scale_arrays * groups_per_row(bits, c.group_size_for(is_key), g);
 }
 
 }  // namespace
@@ -61,50 +68,56 @@ absl::StatusOr<std::unique_ptr<QuantizedKvCache>> QuantizedKvCache::Create(const
 KvCodecConfig QuantizedKvCache::store_config_for(const KvCodecConfig& wire) {
   KvCodecConfig c;
   c.bits = wire.bits;
+  c.key_bits = wire.key_bits;
   c.group_size = wire.group_size;
+  // Per-channel wire keys are requantized in per-token groups of the value
+  // group (the wire's key group spans tokens).
+  if (wire.key_axis == KvCodecConfig::KeyAxis::kPerToken) c.key_group_size = wire.key_group_size;
   c.hadamard_keys = wire.hadamard_keys;
   c.hadamard_values = wire.hadamard_values;
   return c;
 }
 
 int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry) {
-  const int64_t scale_arrays = config.bits == Bits::kInt4 ? 2 : 1;
-  const int64_t row = code_bytes_per_row(config, geometry) + 2 * scale_arrays * groups_per_row(config, geometry);
-  return 2 * row * geometry.n_layer;
+  return (row_bytes(config, geometry, /*is_key=*/true) + row_bytes(config, geometry, /*is_key=*/false)) *
+         geometry.n_layer;
 }
 
 QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens,
                                    const KvCodecConfig& config)
     : geometry_(geometry),
       capacity_(capacity_tokens),
-      config_(config),
-      row_code_bytes_(code_bytes_per_row(config, geometry)),
-      row_groups_(groups_per_row(config, geometry)) {
+      config_(config) {
   const size_t rows = static_cast<size_t>(geometry.n_layer * capacity_tokens);
-  for (Plane* p : {&k_, &v_}) {
-    p->codes.resize(rows * row_code_bytes_);
-    p->scales.resize(rows * row_groups_);
-    if (config.bits == Bits::kInt4) p->mins.resize(rows * row_groups_);
+  for (bool is_key : {true, false}) {
+    Plane& p = is_key ? k_ : v_;
+    p.bits = config.bits_for(is_key);
+    p.group = config.group_size_for(is_key);
+    p.row_code_bytes = code_bytes_per_row(p.bits, geometry);
+    p.row_groups = groups_per_row(p.bits, p.group, geometry);
+    p.codes.resize(rows * p.row_code_bytes);
+    p.scales.resize(rows * p.row_groups);
+    if (p.bits == Bits::kInt4) p.mins.resize(rows * p.row_groups);
   }
 }
 
 void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const {
   const int64_t elements = n * geometry_.kv_dim();
-  uint8_t* codes = plane.codes.data() + first_row * row_code_bytes_;
+  uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
   // Groups divide head_dim, so quantizing the n rows as one run of elements
   // gives the same groups as per row.
-  switch (config_.bits) {
+  switch (plane.bits) {
     case Bits::kF16:
       kv_quant::f32_to_f16(x, reinterpret_cast<uint16_t*>(codes), elements);
       break;
     case Bits::kInt8:
-      kv_quant::quantize_int8_groups(x, elements, config_.group_size, reinterpret_cast<int8_t*>(codes),
-                                     plane.scales.data() + first_row * row_groups_);
+      kv_quant::quantize_int8_groups(x, elements, plane.group, reinterpret_cast<int8_t*>(codes),
+                                     plane.scales.data() + first_row * plane.row_groups);
       break;
     case Bits::kInt4:
-      kv_quant::quantize_int4_groups(x, elements, config_.group_size, codes,
-                                     plane.scales.data() + first_row * row_groups_,
-                                     plane.mins.data() + first_row * row_groups_);
+      kv_quant::quantize_int4_groups(x, elements, plane.group, codes,
+                                     plane.scales.data() + first_row * plane.row_groups,
+                                     plane.mins.data() + first_row * plane.row_groups);
       break;
   }
 }
@@ -145,20 +158,24 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const int64_t q_dim = g.q_dim();
   const int heads_per_kv = g.n_head / g.n_head_kv;
   const int head_dim = g.head_dim;
-  const int group = config_.group_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
-  const int64_t head_code_bytes = row_code_bytes_ / g.n_head_kv;
-  const int64_t head_groups = row_groups_ / g.n_head_kv;
+  // K and V may differ in bits and group (int4-k8): each plane has its own
+  // row strides and kernel path. Row j of head kv_h: codes at
+  // j * row_code_bytes + kv_h * head_code_bytes, scales (mins) at
+  // j * row_groups + kv_h * head_groups.
+  const int k_group = k_.group, v_group = v_.group;
+  const int64_t k_row_code_bytes = k_.row_code_bytes, v_row_code_bytes = v_.row_code_bytes;
+  const int64_t k_row_groups = k_.row_groups, v_row_groups = v_.row_groups;
+  const int64_t k_head_code_bytes = k_row_code_bytes / g.n_head_kv, v_head_code_bytes = v_row_code_bytes / g.n_head_kv;
+  const int64_t k_head_groups = k_row_groups / g.n_head_kv, v_head_groups = v_row_groups / g.n_head_kv;
   const int64_t layer_row = int64_t{layer} * capacity_;
-  // Row j of head kv_h in a plane.
-  const uint8_t* k_codes = k_.codes.data() + layer_row * row_code_bytes_;
-  const uint8_t* v_codes = v_.codes.data() + layer_row * row_code_bytes_;
-  const uint16_t* k_scales = k_.scales.data() + layer_row * row_groups_;
-  const uint16_t* v_scales = v_.scales.data() + layer_row * row_groups_;
-  const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * row_groups_;
-  const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * row_groups_;
-  const Bits bits = config_.bits;
+  const uint8_t* k_codes = k_.codes.data() + layer_row * k_row_code_bytes;
+  const uint8_t* v_codes = v_.codes.data() + layer_row * v_row_code_bytes;
+  const uint16_t* k_scales = k_.scales.data() + layer_row * k_row_groups;
+  const uint16_t* v_scales = v_.scales.data() + layer_row * v_row_groups;
+  const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * k_row_groups;
+  const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * v_row_groups;
 
   // One task per (query token, head).
   auto run = [&](int64_t begin, int64_t end) {
@@ -175,49 +192,52 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
         kv_quant::hadamard_inplace(q_rotated.data(), head_dim);
         qh = q_rotated.data();
       }
-      const int64_t code_off = kv_h * head_code_bytes;
-      const int64_t group_off = kv_h * head_groups;
-      switch (bits) {
+      const int64_t k_code_off = kv_h * k_head_code_bytes, k_group_off = kv_h * k_head_groups;
+      const int64_t v_code_off = kv_h * v_head_code_bytes, v_group_off = kv_h * v_head_groups;
+      switch (k_.bits) {
         case Bits::kF16:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] = kern.dot_f16(qh, reinterpret_cast<const uint16_t*>(k_codes + j * row_code_bytes_ + code_off),
-                                     head_dim) * scale;
+            scores[j] =
+                kern.dot_f16(qh, reinterpret_cast<const uint16_t*>(k_codes + j * k_row_code_bytes + k_code_off),
+                             head_dim) * scale;
           }
           break;
         case Bits::kInt8:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] = kern.dot_int8(qh, reinterpret_cast<const int8_t*>(k_codes + j * row_code_bytes_ + code_off),
-                                      k_scales + j * row_groups_ + group_off, head_dim, group) * scale;
+            scores[j] =
+                kern.dot_int8(qh, reinterpret_cast<const int8_t*>(k_codes + j * k_row_code_bytes + k_code_off),
+                              k_scales + j * k_row_groups + k_group_off, head_dim, k_group) * scale;
           }
           break;
         case Bits::kInt4:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] = kern.dot_int4(qh, k_codes + j * row_code_bytes_ + code_off,
-                                      k_scales + j * row_groups_ + group_off, k_mins + j * row_groups_ + group_off,
-                                      head_dim, group) * scale;
+            scores[j] = kern.dot_int4(qh, k_codes + j * k_row_code_bytes + k_code_off,
+                                      k_scales + j * k_row_groups + k_group_off,
+                                      k_mins + j * k_row_groups + k_group_off, head_dim, k_group) * scale;
           }
           break;
       }
       softmax_inplace(scores.data(), n_ctx);
       float* oh = out + t * q_dim + int64_t{h} * head_dim;
       std::memset(oh, 0, sizeof(float) * head_dim);
-      switch (bits) {
+      switch (v_.bits) {
         case Bits::kF16:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_f16(scores[j], reinterpret_cast<const uint16_t*>(v_codes + j * row_code_bytes_ + code_off), oh,
-                          head_dim);
+            kern.axpy_f16(scores[j], reinterpret_cast<const uint16_t*>(v_codes + j * v_row_code_bytes + v_code_off),
+                          oh, head_dim);
           }
           break;
         case Bits::kInt8:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_int8(scores[j], reinterpret_cast<const int8_t*>(v_codes + j * row_code_bytes_ + code_off),
-                           v_scales + j * row_groups_ + group_off, oh, head_dim, group);
+            kern.axpy_int8(scores[j], reinterpret_cast<const int8_t*>(v_codes + j * v_row_code_bytes + v_code_off),
+                           v_scales + j * v_row_groups + v_group_off, oh, head_dim, v_group);
           }
           break;
         case Bits::kInt4:
           for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_int4(scores[j], v_codes + j * row_code_bytes_ + code_off, v_scales + j * row_groups_ + group_off,
-                           v_mins + j * row_groups_ + group_off, oh, head_dim, group);
+            kern.axpy_int4(scores[j], v_codes + j * v_row_code_bytes + v_code_off,
+                           v_scales + j * v_row_groups + v_group_off, v_mins + j * v_row_groups + v_group_off, oh,
+                           head_dim, v_group);
           }
           break;
       }
@@ -238,8 +258,10 @@ void QuantizedKvCache::set_size(int64_t n) {
 }
 
 bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {
-  if (wire.bits != config_.bits) return false;
-  if (wire.quantized() && wire.group_size != config_.group_size) return false;
+  const Plane& plane = is_key ? k_ : v_;
+  const Bits bits = wire.bits_for(is_key);
+  if (bits != plane.bits) return false;
+  if (bits != Bits::kF16 && wire.group_size_for(is_key) != plane.group) return false;
   if (!is_key) return wire.hadamard_values == config_.hadamard_values;
   return wire.hadamard_keys == config_.hadamard_keys && !wire.pre_rope_keys &&
          (!wire.quantized() || wire.key_axis == KvCodecConfig::KeyAxis::kPerToken);
@@ -248,32 +270,33 @@ bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const 
 absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t token_begin,
                                             const QuantizedKvBlock& block) {
   if (absl::Status st = check_range(layer, token_begin, block.n_tokens); !st.ok()) return st;
+  Plane& plane = is_key ? k_ : v_;
   const int64_t n = block.n_tokens;
-  const int64_t scale_count = config_.bits == Bits::kInt4 ? n * row_groups_ : 0;
-  if (static_cast<int64_t>(block.codes.size()) != n * row_code_bytes_ ||
-      static_cast<int64_t>(block.scales.size()) != n * row_groups_ ||
+  const int64_t scale_count = plane.bits == Bits::kInt4 ? n * plane.row_groups : 0;
+  if (static_cast<int64_t>(block.codes.size()) != n * plane.row_code_bytes ||
+      static_cast<int64_t>(block.scales.size()) != n * plane.row_groups ||
       static_cast<int64_t>(block.mins.size()) != scale_count) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "KV store %s: block of %d tokens has %d code bytes, %d scales, %d mins; expected %d, %d, %d",
-        config_.to_string(), n, block.codes.size(), block.scales.size(), block.mins.size(), n * row_code_bytes_,
-        n * row_groups_, scale_count));
+        "KV store %s: %s block of %d tokens has %d code bytes, %d scales, %d mins; expected %d, %d, %d",
+        config_.to_string(), is_key ? "key" : "value", n, block.codes.size(), block.scales.size(),
+        block.mins.size(), n * plane.row_code_bytes, n * plane.row_groups, scale_count));
   }
   if (!kv_quant::all_f16_finite(block.scales.data(), static_cast<int64_t>(block.scales.size())) ||
       !kv_quant::all_f16_finite(block.mins.data(), static_cast<int64_t>(block.mins.size())) ||
-      (config_.bits == Bits::kF16 &&
+      (plane.bits == Bits::kF16 &&
        !kv_quant::all_f16_finite(reinterpret_cast<const uint16_t*>(block.codes.data()), n * geometry_.kv_dim()))) {
     return absl::InvalidArgumentError("KV store: block holds Inf or NaN f16 values");
   }
-  Plane& plane = is_key ? k_ : v_;
   const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
   if (n == 0) return absl::OkStatus();
-  std::memcpy(plane.codes.data() + first_row * row_code_bytes_, block.codes.data(), block.codes.size());
+  std::memcpy(plane.codes.data() + first_row * plane.row_code_bytes, block.codes.data(), block.codes.size());
   if (!block.scales.empty()) {
-    std::memcpy(plane.scales.data() + first_row * row_groups_, block.scales.data(),
+    std::memcpy(plane.scales.data() + first_row * plane.row_groups, block.scales.data(),
                 block.scales.size() * sizeof(uint16_t));
   }
   if (!block.mins.empty()) {
-    std::memcpy(plane.mins.data() + first_row * row_groups_, block.mins.data(), block.mins.size() * sizeof(uint16_t));
+    std::memcpy(plane.mins.data() + first_row * plane.row_groups, block.mins.data(),
+                block.mins.size() * sizeof(uint16_t));
   }
   return absl::OkStatus();
 }
@@ -285,13 +308,13 @@ absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool 
   const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
   QuantizedKvBlock b;
   b.n_tokens = n_tokens;
-  const uint8_t* codes = plane.codes.data() + first_row * row_code_bytes_;
-  b.codes.assign(codes, codes + n_tokens * row_code_bytes_);
-  const uint16_t* scales = plane.scales.data() + first_row * row_groups_;
-  b.scales.assign(scales, scales + n_tokens * row_groups_);
+  const uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
+  b.codes.assign(codes, codes + n_tokens * plane.row_code_bytes);
+  const uint16_t* scales = plane.scales.data() + first_row * plane.row_groups;
+  b.scales.assign(scales, scales + n_tokens * plane.row_groups);
   if (!plane.mins.empty()) {
-    const uint16_t* mins = plane.mins.data() + first_row * row_groups_;
-    b.mins.assign(mins, mins + n_tokens * row_groups_);
+    const uint16_t* mins = plane.mins.data() + first_row * plane.row_groups;
+    b.mins.assign(mins, mins + n_tokens * plane.row_groups);
   }
   return b;
 }

@@ -1,11 +1,13 @@
 // QuantizedKvCache: the edge's KV store. Holds K and V in the codec's
-// quantized form (F16, INT8 or INT4 with per-token groups along head_dim) and
-// attends over it directly: dequantization happens inside the dot products,
+// quantized form (F16, INT8 or INT4 with per-token groups along head_dim; K
+// and V each with their own bits and group, e.g. int4-k8: INT8 keys, INT4
+// values) and attends over it directly: dequantization happens inside the dot products,
 // per head, with no dequantized copy (DESIGN.md "Edge memory").
 //
 // Layout choice: keys are always stored post-RoPE in per-token groups, so a
 // decode step appends one token without touching earlier ones. Blocks from
-// the wire whose config agrees (same bits, group size and Hadamard flags;
+// the wire whose config agrees (same bits, group size and Hadamard flags of
+// that kind;
 // keys per-token and post-RoPE) are copied in as they are (ingest_block);
 // per-channel (KIVI) or pre-RoPE keys are decoded to f32 by the codec
 // (decode_kv_block applies RoPE) and requantized here by store().
@@ -28,13 +30,16 @@ namespace baton {
 
 class QuantizedKvCache final : public KvCache {
  public:
-  // `config`: bits, group_size, hadamard flags; key_axis must be per-token and
-  // pre_rope_keys false (see above); layout and zstd_level are ignored.
+  // `config`: bits, key_bits, group_size, key_group_size, hadamard flags;
+  // key_axis must be per-token and pre_rope_keys false (see above); layout
+  // and zstd_level are ignored.
   static absl::StatusOr<std::unique_ptr<QuantizedKvCache>> Create(const KvGeometry& geometry,
                                                                   int64_t capacity_tokens,
                                                                   const KvCodecConfig& config);
-  // The store config that holds blocks of `wire`: same bits, group and
-  // Hadamard flags; per-token, post-RoPE keys; no layout / zstd choices.
+  // The store config that holds blocks of `wire`: same bits (keys and
+  // values), groups and Hadamard flags; per-token, post-RoPE keys (whose group
+  // is the value group when the wire's keys are per-channel); no layout /
+  // zstd choices.
   static KvCodecConfig store_config_for(const KvCodecConfig& wire);
   // Bytes one token takes over all layers, K and V (codes plus scales/mins).
   static int64_t bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry);
@@ -66,8 +71,12 @@ class QuantizedKvCache final : public KvCache {
                                                 int64_t n_tokens) const;
 
  private:
-  // One layer's K or V: per token a row of codes and a row of group scales.
+  // All layers' K or V: per token a row of codes and a row of group scales.
   struct Plane {
+    KvCodecConfig::Bits bits;
+    int group;                     // elements per scale group along head_dim (quantized)
+    int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
+    int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
     std::vector<uint8_t> codes;    // [n_layer, capacity, row_code_bytes]
     std::vector<uint16_t> scales;  // f16 [n_layer, capacity, row_groups]
     std::vector<uint16_t> mins;    // f16, INT4 only, same shape
@@ -81,8 +90,6 @@ class QuantizedKvCache final : public KvCache {
   int64_t capacity_;
   KvCodecConfig config_;
   int64_t size_ = 0;
-  int64_t row_code_bytes_;  // code bytes per token per layer: kv_dim * bits / 8
-  int64_t row_groups_;      // scale groups per token per layer: kv_dim / group (0 for F16)
   Plane k_, v_;
 };
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -64,7 +65,9 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
 
 TEST(KvCodecConfig, CanonicalNamesRoundTrip) {
   for (const char* name : {"f16", "f16-z3", "int8-g32", "int4-g32", "int4-pc-g32-had-z3", "int8-pc-g16-pre-hk",
-                           "int4-g64-hv-rows-z1", "int8-g32-zf5", "f16-pre-had"}) {
+                           "int4-g64-hv-rows-z1", "int8-g32-zf5", "f16-pre-had", "int4-k8-g32-z3",
+                           "int4-pc-kg128-g32-z3", "int4-k8-pc-kg64-g32-pre-had-z3", "int4-kg16-g32",
+                           "int8-pc-kg5-g32"}) {
     auto c = parse_kv_codec_config(name);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status();
     EXPECT_EQ(c->to_string(), name);
@@ -81,6 +84,60 @@ TEST(KvCodecConfig, ParsesOptionsInAnyOrderAndPrintsCanonically) {
   EXPECT_EQ(parse("int8").to_string(), "int8-g32");  // default group printed
   EXPECT_EQ(parse("int8-hk-hv").to_string(), "int8-g32-had");
   EXPECT_EQ(parse("int8-planes-z0").to_string(), "int8-g32");
+  EXPECT_EQ(parse("int4-g32-z3-kg128-pc-k8").to_string(), "int4-k8-pc-kg128-g32-z3");
+  // Defaults restated are dropped: int8 keys of int8, a key group equal to g.
+  EXPECT_EQ(parse("int8-k8-g32"), parse("int8-g32"));
+  EXPECT_EQ(parse("int4-kg64-g64"), parse("int4-g64"));
+  EXPECT_EQ(parse("int4-kg64-g64").to_string(), "int4-g64");
+}
+
+TEST(KvCodecConfig, KeyBitsAndKeyGroupDefaultToTheValueOnes) {
+  // Old names keep their meaning: keys share bits and group with values.
+  const KvCodecConfig old = parse("int4-pc-g32-z3");
+  EXPECT_FALSE(old.key_bits.has_value());
+  EXPECT_EQ(old.key_group_size, 0);
+  EXPECT_EQ(old.bits_for(true), KvCodecConfig::Bits::kInt4);
+  EXPECT_EQ(old.group_size_for(true), 32);
+  const KvCodecConfig mixed = parse("int4-k8-pc-kg128-g32");
+  EXPECT_EQ(mixed.bits_for(true), KvCodecConfig::Bits::kInt8);
+  EXPECT_EQ(mixed.bits_for(false), KvCodecConfig::Bits::kInt4);
+  EXPECT_EQ(mixed.group_size_for(true), 128);
+  EXPECT_EQ(mixed.group_size_for(false), 32);
+}
+
+TEST(KvCodecConfig, KeyGroupTokensIsThePerChannelKeyGroup) {
+  EXPECT_EQ(key_group_tokens(parse("int4-pc-kg128-g32")), 128);
+  EXPECT_EQ(key_group_tokens(parse("int4-pc-g32")), 32);
+  EXPECT_EQ(key_group_tokens(parse("int4-kg16-g32")), 1);  // per-token keys: no alignment
+  EXPECT_EQ(key_group_tokens(parse("int4-g32")), 1);
+  EXPECT_EQ(key_group_tokens(parse("f16")), 1);
+}
+
+TEST(KvCodecConfig, RejectsInvalidMixesWithTheReason) {
+  struct Bad {
+    const char* name;
+    const char* reason;
+  };
+  for (const Bad& b : {Bad{"f16-k8", "f16 does not mix"}, Bad{"f16-kg32", "f16 takes no key group"},
+                       Bad{"int4-kg7", "even key group size, not 7"},
+                       Bad{"int4-kg0", "kg0"}, Bad{"int8-kg2000", "key group size 2000 is outside [1, 1024]"},
+                       Bad{"int4-k4", "unknown option 'k4'"}, Bad{"int4-kg", "unknown option 'kg'"}}) {
+    auto c = parse_kv_codec_config(b.name);
+    ASSERT_FALSE(c.ok()) << b.name;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(b.reason)) << b.name;
+  }
+  // INT8 keys need no even key group (only INT4 packs two codes per byte).
+  EXPECT_TRUE(parse_kv_codec_config("int4-k8-pc-kg7").ok());
+  KvCodecConfig narrow_keys = parse("int8-g32");
+  narrow_keys.key_bits = KvCodecConfig::Bits::kInt4;
+  EXPECT_THAT(std::string(narrow_keys.validate().message()), HasSubstr("keys may not be narrower than values"));
+  KvCodecConfig f16_keys = parse("int4-g32");
+  f16_keys.key_bits = KvCodecConfig::Bits::kF16;
+  EXPECT_THAT(std::string(f16_keys.validate().message()), HasSubstr("f16 does not mix"));
+  KvCodecConfig f16_values = parse("f16");
+  f16_values.key_bits = KvCodecConfig::Bits::kInt8;
+  EXPECT_THAT(std::string(f16_values.validate().message()), HasSubstr("f16 does not mix"));
 }
 
 TEST(KvCodecConfig, RejectsBadNamesWithTheReason) {
@@ -112,6 +169,13 @@ TEST(KvCodecConfig, ValidatesAgainstGeometry) {
   EXPECT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()), HasSubstr("power-of-two head_dim, not 96"));
   EXPECT_TRUE(parse("int8-g32").validate(g).ok());
+  g.head_dim = 64;
+  // Per-token keys group along head_dim; per-channel key groups span tokens.
+  st = parse("int4-kg48-g32").validate(g);
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("key group size 48 does not divide head_dim 64"));
+  EXPECT_TRUE(parse("int4-pc-kg128-g32").validate(g).ok());
+  EXPECT_TRUE(parse("int4-kg16-g32").validate(g).ok());
 }
 
 TEST(KvCodec, RawSizesFollowTheLayout) {
@@ -124,6 +188,79 @@ TEST(KvCodec, RawSizesFollowTheLayout) {
   EXPECT_EQ(kv_block_raw_size(parse("int4-pc-g4"), g, false, 10), 10u * 64 + 4 * 10 * 32);
   // 2 layers x K,V x 128 x (0.5 + 4/32) bytes.
   EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-g32"), g), 2 * 2 * 128 * 0.625);
+  // Mixed: INT8 keys (1 byte + 2-byte scale per 32), INT4 values.
+  EXPECT_EQ(kv_block_raw_size(parse("int4-k8-g32"), g, true, 10), 10u * 128 + 2 * 10 * 4);
+  EXPECT_EQ(kv_block_raw_size(parse("int4-k8-g32"), g, false, 10), 10u * 64 + 4 * 10 * 4);
+  EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-k8-g32"), g), 2 * 128 * ((1 + 2.0 / 32) + (0.5 + 4.0 / 32)));
+  // Separate key group: per-channel keys over 4 tokens, values per token g32.
+  EXPECT_EQ(kv_block_raw_size(parse("int4-pc-kg4-g32"), g, true, 10), 10u * 64 + 4 * 3 * 128);
+  EXPECT_EQ(kv_block_raw_size(parse("int4-pc-kg4-g32"), g, false, 10), 10u * 64 + 4 * 10 * 4);
+  EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-pc-kg128-g32"), g),
+                   2 * 128 * ((0.5 + 4.0 / 128) + (0.5 + 4.0 / 32)));
+}
+
+// A mixed config quantizes each kind exactly as the plain config of that
+// kind's bits and group: int4-k8 keys are int8 keys (so within the INT8
+// bound), its values int4 values; kgN keys are gN keys (a gN beyond
+// head_dim is only valid as kgN, so the cases stay within head_dim 64).
+TEST(KvCodec, MixedConfigsQuantizeEachKindAsItsPlainConfig) {
+  const KvGeometry g = test_geometry();
+  const int64_t n = 37;
+  struct Case {
+    const char* mixed;
+    const char* keys_as;
+    const char* values_as;
+  };
+  for (const Case& c : {Case{"int4-k8-g32-z3", "int8-g32-z3", "int4-g32-z3"},
+                        Case{"int4-pc-kg64-g32", "int4-pc-g64", "int4-g32"},
+                        Case{"int4-k8-pc-kg64-g16-rows", "int8-pc-g64-rows", "int4-g16-rows"},
+                        Case{"int4-k8-kg64-g16", "int8-g64", "int4-g16"}}) {
+    SCOPED_TRACE(c.mixed);
+    for (bool is_key : {true, false}) {
+      const std::vector<float> x = kv_data(g, n, is_key ? 5 : 6);
+      const KvCodecConfig mixed = parse(c.mixed), plain = parse(is_key ? c.keys_as : c.values_as);
+      auto a = quantize_kv_block(mixed, g, is_key, x.data(), n);
+      auto b = quantize_kv_block(plain, g, is_key, x.data(), n);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(a->codes, b->codes);
+      EXPECT_EQ(a->scales, b->scales);
+      EXPECT_EQ(a->mins, b->mins);
+      auto ea = encode_kv_block(mixed, g, is_key, x.data(), n);
+      auto eb = encode_kv_block(plain, g, is_key, x.data(), n);
+      ASSERT_TRUE(ea.ok() && eb.ok());
+      EXPECT_EQ(ea->payload, eb->payload);
+      EXPECT_EQ(ea->raw_size, kv_block_raw_size(mixed, g, is_key, n));
+    }
+  }
+}
+
+// The point of k8: on the same data the keys' worst error drops to the INT8
+// bound (amax / 254 per group) while values keep the INT4 one.
+TEST(KvCodec, Int8KeysOfInt4ValuesAreWithinTheInt8Bound) {
+  const KvGeometry g = test_geometry();
+  const int64_t n = 40;
+  const KvCodecConfig c = parse("int4-k8-g32-z3");
+  const std::vector<float> x = kv_data(g, n, 7);
+  for (bool is_key : {true, false}) {
+    auto enc = encode_kv_block(c, g, is_key, x.data(), n);
+    ASSERT_TRUE(enc.ok());
+    std::vector<float> out(x.size());
+    ASSERT_TRUE(decode_kv_block(c, g, is_key, enc->payload, enc->raw_size, n, out.data()).ok());
+    for (int64_t grp = 0; grp < n * g.kv_dim() / 32; ++grp) {
+      float lo = x[grp * 32], hi = lo, amax = 0;
+      for (int i = 0; i < 32; ++i) {
+        lo = std::min(lo, x[grp * 32 + i]);
+        hi = std::max(hi, x[grp * 32 + i]);
+        amax = std::max(amax, std::fabs(x[grp * 32 + i]));
+      }
+      // Half a step plus f16 rounding of the scale (and min).
+      const float bound = is_key ? 0.5f * amax / 127 * 1.002f + 1e-6f : 0.5f * (hi - lo) / 15 * 1.01f + 2e-3f * std::fabs(lo);
+      for (int i = 0; i < 32; ++i) {
+        ASSERT_LE(std::fabs(out[grp * 32 + i] - x[grp * 32 + i]), bound)
+            << (is_key ? "key" : "value") << " group " << grp << " element " << i;
+      }
+    }
+  }
 }
 
 TEST(KvCodec, HadamardIsTheNormalizedSylvesterMatrix) {
@@ -171,14 +308,16 @@ TEST_P(KvCodecRoundTrip, ErrorWithinHalfAStepAndDecodeUndoesTheRotation) {
       for (int64_t ch = 0; ch < g.kv_dim(); ++ch) {
         const int64_t e = t * g.kv_dim() + ch;
         const float err = std::fabs(deq[e] - domain[e]);
-        if (c.bits == KvCodecConfig::Bits::kF16) {
+        const KvCodecConfig::Bits bits = c.bits_for(is_key);
+        const int group = c.group_size_for(is_key);
+        if (bits == KvCodecConfig::Bits::kF16) {
           ASSERT_EQ(deq[e], fp16_to_fp32(fp32_to_fp16(domain[e]))) << e;
           continue;
         }
-        const int64_t group_index = per_channel ? (t / c.group_size) * g.kv_dim() + ch : e / c.group_size;
+        const int64_t group_index = per_channel ? (t / group) * g.kv_dim() + ch : e / group;
         const float step = fp16_to_fp32(q->scales[group_index]);
         float bound = 0.5f * step * (1 + 1e-5f) + 1e-6f;
-        if (c.bits == KvCodecConfig::Bits::kInt4) bound += 1e-3f * std::fabs(fp16_to_fp32(q->mins[group_index]));
+        if (bits == KvCodecConfig::Bits::kInt4) bound += 1e-3f * std::fabs(fp16_to_fp32(q->mins[group_index]));
         ASSERT_LE(err, bound) << "token " << t << " channel " << ch;
       }
     }
@@ -202,7 +341,10 @@ INSTANTIATE_TEST_SUITE_P(Configs, KvCodecRoundTrip,
                          ::testing::Values("f16", "f16-z3", "f16-rows", "int8-g32", "int8-g16-z3", "int8-g8-rows",
                                            "int8-pc-g32", "int8-pc-g16-rows-z1", "int4-g32", "int4-g16-z3",
                                            "int4-g64-rows", "int4-pc-g32", "int4-pc-g32-rows-z3", "int4-g32-had",
-                                           "int8-pc-g32-had-z1", "int4-pc-g32-hk", "f16-had"),
+                                           "int8-pc-g32-had-z1", "int4-pc-g32-hk", "f16-had", "int4-k8-g32",
+                                           "int4-k8-g16-rows-z3", "int4-k8-pc-g32-had", "int4-pc-kg128-g32-z3",
+                                           "int4-pc-kg16-g32-rows", "int4-k8-pc-kg64-g32", "int4-kg16-g32",
+                                           "int8-pc-kg5-g32"),
                          param_name);
 
 TEST(KvCodec, LayoutsAndCompressionDecodeToTheSameValues) {
@@ -333,7 +475,8 @@ TEST_P(KvCodecCorruption, RandomBytesAndBitFlipsNeverCrash) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, KvCodecCorruption,
                          ::testing::Values("f16", "f16-z3", "int8-g32", "int8-g32-z3", "int4-pc-g32-z3",
-                                           "int4-g32-rows-z1", "int4-g32"),
+                                           "int4-g32-rows-z1", "int4-g32", "int4-k8-g32-z3", "int4-k8-g32",
+                                           "int4-pc-kg128-g32-z3", "int4-k8-pc-kg16-g32-rows-z1"),
                          param_name);
 
 TEST(KvCodec, NonFiniteF16FieldsAreRejected) {

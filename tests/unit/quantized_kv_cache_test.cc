@@ -117,7 +117,8 @@ TEST_P(QuantizedAttend, EqualsF32AttendOnTheDequantizedData) {
 INSTANTIATE_TEST_SUITE_P(Configs, QuantizedAttend,
                          ::testing::Values("f16", "f16-had", "int8-g32", "int8-g16", "int8-g8", "int8-g4",
                                            "int8-g32-had", "int4-g32", "int4-g16", "int4-g8", "int4-g4",
-                                           "int4-g32-hk", "int4-g16-hv"),
+                                           "int4-g32-hk", "int4-g16-hv", "int4-k8-g32", "int4-k8-g16-had",
+                                           "int4-kg16-g32", "int4-k8-kg8-g32-hk", "int8-kg4-g32"),
                          param_name);
 
 TEST(QuantizedKvCache, CreateRejectsWireOnlyLayouts) {
@@ -131,6 +132,9 @@ TEST(QuantizedKvCache, CreateRejectsWireOnlyLayouts) {
   EXPECT_THAT(std::string(pre.status().message()), HasSubstr("post-RoPE"));
   EXPECT_FALSE(QuantizedKvCache::Create(g, 8, parse("int8-g64")).ok());  // 64 does not divide 32
   EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-pc-g32-pre-had-rows-z3")).to_string(), "int4-g32-had");
+  // Key bits carry over; a per-channel key group (tokens) does not.
+  EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-k8-pc-kg128-g32-pre-z3")).to_string(), "int4-k8-g32");
+  EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-k8-kg16-g32-z3")).to_string(), "int4-k8-kg16-g32");
 }
 
 TEST(QuantizedKvCache, BytesPerTokenCountCodesAndScales) {
@@ -143,11 +147,15 @@ TEST(QuantizedKvCache, BytesPerTokenCountCodesAndScales) {
   EXPECT_EQ((*cache)->memory_bytes(), 100 * 2 * 2 * (32 + 4 * 2));
   // The store agrees with the codec's raw size per token for per-token codecs.
   EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-g32"), g), (*cache)->bytes_per_token());
+  // Mixed: INT8 keys (64 codes + 2 scales), INT4 values (32 bytes + 2 scales + 2 mins).
+  EXPECT_EQ(QuantizedKvCache::bytes_per_token(parse("int4-k8-g32"), g), 2 * ((64 + 2 * 2) + (32 + 4 * 2)));
+  EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-k8-kg16-g32"), g),
+                   QuantizedKvCache::bytes_per_token(parse("int4-k8-kg16-g32"), g));
 }
 
 TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
   const KvGeometry g = test_geometry();
-  for (const char* wire_name : {"int4-g32-z3", "int8-g16-had-rows", "f16-z1"}) {
+  for (const char* wire_name : {"int4-g32-z3", "int8-g16-had-rows", "f16-z1", "int4-k8-g32-z3", "int4-k8-kg16-g32-hk"}) {
     SCOPED_TRACE(wire_name);
     const KvCodecConfig wire = parse(wire_name);
     auto a = QuantizedKvCache::Create(g, 32, QuantizedKvCache::store_config_for(wire));
@@ -205,6 +213,27 @@ TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {
   EXPECT_TRUE(q.ingest_block(0, true, 12, *block).ok());
   const auto big = random_rows(20, g.kv_dim(), 4);
   EXPECT_EQ(q.store(0, 0, 20, big.data(), big.data()).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(QuantizedKvCache, MixedStoreIngestsEachKindWithItsOwnBits) {
+  const KvGeometry g = test_geometry();
+  auto cache = QuantizedKvCache::Create(g, 16, parse("int4-k8-g32"));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  QuantizedKvCache& q = **cache;
+  EXPECT_TRUE(q.can_ingest(parse("int4-k8-g32-z3"), true));
+  EXPECT_TRUE(q.can_ingest(parse("int4-k8-g32-z3"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int4-g32"), true));  // INT4 keys into INT8 key rows
+  EXPECT_TRUE(q.can_ingest(parse("int4-g32"), false));
+  EXPECT_TRUE(q.can_ingest(parse("int8-g32"), true));   // INT8 keys of group 32 are the same bytes
+  EXPECT_FALSE(q.can_ingest(parse("int8-g32"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int4-k8-kg16-g32"), true));
+  const auto k = random_rows(4, g.kv_dim(), 3);
+  auto int4_keys = quantize_kv_block(parse("int4-g32"), g, true, k.data(), 4);
+  ASSERT_TRUE(int4_keys.ok());
+  absl::Status st = q.ingest_block(0, true, 0, *int4_keys);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("key block of 4 tokens"));
+  EXPECT_TRUE(q.ingest_block(0, false, 0, *int4_keys).ok());  // INT4 rows fit the value plane
 }
 
 // ------------------------------------------------------------- engine ------
@@ -285,7 +314,8 @@ TEST_P(QuantizedKvEngine, MatchesF32KvWithinTheCodecTolerance) {
 INSTANTIATE_TEST_SUITE_P(Codecs, QuantizedKvEngine,
                          ::testing::Values(EngineCase{"f16", 2e-3}, EngineCase{"f16-had", 2e-3},
                                            EngineCase{"int8-g16", 2e-2}, EngineCase{"int8-g16-had", 2e-2},
-                                           EngineCase{"int4-g16", 0.25}, EngineCase{"int4-g16-had", 0.25}),
+                                           EngineCase{"int4-g16", 0.25}, EngineCase{"int4-g16-had", 0.25},
+                                           EngineCase{"int4-k8-g16", 0.25}),
                          engine_case_name);
 
 TEST(QuantizedKvEngineHadamard, F16RotationDoesNotChangeLogitsBeyondF16Rounding) {
