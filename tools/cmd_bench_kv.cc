@@ -25,6 +25,7 @@
 #include "common/model/model.h"
 #include "common/util/cpu_features.h"
 #include "common/util/flags.h"
+#include "kv_codec_list.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -47,17 +48,7 @@ constexpr char kDefaultCodecs[] =
     "int4-gG-had-z3,int4-pc-gG-had-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-pre-had-z3,"
     "int4-gG2-z3,int4-gG2-had-z3,int4-pc-gG2-z3,int4-k8-gG-z3,int4-pc-kg128-gG-z3";
 
-std::string default_codecs(int head_dim) {
-  const int group = std::min(32, head_dim);
-  std::string list = kDefaultCodecs;
-  for (size_t at = list.find("gG2"); at != std::string::npos; at = list.find("gG2")) {
-    list.replace(at, 3, "g" + std::to_string(2 * group));
-  }
-  for (size_t at = list.find("gG"); at != std::string::npos; at = list.find("gG")) {
-    list.replace(at, 2, "g" + std::to_string(group));
-  }
-  return list;
-}
+std::string default_codecs(int head_dim) { return expand_codec_list(kDefaultCodecs, head_dim); }
 
 // One layer's K or V over the prompt: f32 [n_tokens, kv_dim].
 struct KvTensor {

@@ -39,6 +39,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "kv_codec_list.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -50,24 +51,13 @@ constexpr char kBaselineCodec[] = "f16";
 
 // Default variants; "G" stands for the group size min(32, head_dim), "G2"
 // for twice that (variants whose group does not fit the model are reported
-// as skipped). The KV codec has one bit width for K and V, so there is no
-// mixed INT8-keys / INT4-values variant.
+// as skipped).
 constexpr char kDefaultCodecs[] =
     "f16-z3,int8-gG-z3,int8-pc-gG-z3,int8-gG-had-z3,int8-gG-pre-z3,"
     "int4-gG-z3,int4-pc-gG-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-had-z3,int4-pc-gG-had-z3,"
-    "int4-gG2-z3,int4-gG2-had-z3";
+    "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3";
 
-std::string default_codecs(int head_dim) {
-  const int group = std::min(32, head_dim);
-  std::string list = kDefaultCodecs;
-  for (size_t at = list.find("gG2"); at != std::string::npos; at = list.find("gG2")) {
-    list.replace(at, 3, "g" + std::to_string(2 * group));
-  }
-  for (size_t at = list.find("gG"); at != std::string::npos; at = list.find("gG")) {
-    list.replace(at, 2, "g" + std::to_string(group));
-  }
-  return list;
-}
+std::string default_codecs(int head_dim) { return expand_codec_list(kDefaultCodecs, head_dim); }
 
 // log softmax of a logit row, in double: [n_vocab].
 void log_softmax(std::span<const float> logits, std::vector<double>& out) {
