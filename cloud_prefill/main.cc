@@ -1,11 +1,16 @@
 // baton-prefill: the cloud prefill service. This file only parses flags and
 // hands the configuration to the service.
+#include <pthread.h>
+
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cloud_prefill/prefill_server.h"
+#include "cloud_prefill/prefill_service.h"
 #include "common/util/flags.h"
 
 namespace baton {
@@ -104,18 +109,64 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
   return absl::OkStatus();
 }
 
+// Serves until SIGINT / SIGTERM: Health answers while the model loads.
 int run_prefill_service(const PrefillConfig& config) {
-  std::fprintf(stderr,
-               "baton-prefill: the prefill service is not implemented in this build yet "
-               "(model %s, listen %s)\n",
-               config.model_path.c_str(), config.listen_address.c_str());
-  return 1;
+  if (!config.tls_cert_path.empty() || !config.auth_tokens_path.empty()) {
+    std::fprintf(stderr, "baton-prefill: --tls-cert / --auth-tokens are not implemented in this build yet\n");
+    return 2;
+  }
+  if (config.backend == "cuda") {
+    std::fprintf(stderr, "baton-prefill: --backend cuda is not wired into the service yet; use cpu or auto\n");
+    return 2;
+  }
+  PrefillServiceOptions options;
+  options.threads = static_cast<int>(config.threads);
+  options.max_running = static_cast<int>(config.max_running);
+  options.max_queued = static_cast<int>(config.max_queued);
+  options.max_context_tokens = config.max_context_tokens;
+  options.chunk_tokens = static_cast<int>(config.chunk_tokens);
+  options.default_codec = config.default_codec == "f16"    ? KvCodecConfig::Bits::kF16
+                          : config.default_codec == "int4" ? KvCodecConfig::Bits::kInt4
+                                                           : KvCodecConfig::Bits::kInt8;
+  options.zstd_level = static_cast<int>(config.zstd_level);
+  PrefillService service(options);
+  absl::StatusOr<std::unique_ptr<PrefillServer>> server = PrefillServer::Start(config.listen_address, service);
+  if (!server.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "baton-prefill: listening on port %d, loading %s\n", (*server)->port(),
+               config.model_path.c_str());
+  if (absl::Status status = service.Load(config.model_path); !status.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());
+    (*server)->Shutdown();
+    return 1;
+  }
+  std::fprintf(stderr, "baton-prefill: READY\n");
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "baton-prefill: signal %d, draining for up to %lld ms\n", signal_number,
+               static_cast<long long>(config.drain_timeout.count()));
+  (*server)->Shutdown(config.drain_timeout.count());
+  return 0;
 }
 
 }  // namespace
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  // SIGINT / SIGTERM are taken by sigwait in run_prefill_service; block them
+  // before gRPC starts its threads so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   baton::PrefillConfig config;
   baton::FlagSet flags("baton-prefill", "--model FILE --listen ADDR [flags]",
                        baton::kDescription);

@@ -1,0 +1,315 @@
+// Real-server tests of the Prefill service: a PrefillServer on 127.0.0.1:0
+// serving the synthetic tiny model, called through a real gRPC channel with
+// deadlines. The KV that comes back must equal the engine's own KV for the
+// same tokens (within the codec's rounding).
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "cloud_prefill/prefill_server.h"
+#include "cloud_prefill/prefill_service.h"
+#include "common/engine/engine.h"
+#include "common/engine/f32_kv_cache.h"
+#include "common/kv/kv_fingerprint.h"
+#include "common/kv/kv_handoff.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "proto/baton.grpc.pb.h"
+#include "tests/unit/test_models.h"
+
+namespace baton {
+namespace {
+
+constexpr int64_t kMaxContextTokens = 64;
+
+class PrefillServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_path_ = new std::string(testing::synth_model_path("tiny", GgmlType::kF32));
+    PrefillServiceOptions options;
+    options.threads = 1;
+    options.max_running = 2;
+    options.max_queued = 4;
+    options.max_context_tokens = kMaxContextTokens;
+    options.chunk_tokens = 7;  // several chunks per prompt
+    service_ = new PrefillService(options);
+    ASSERT_TRUE(service_->Load(*model_path_).ok());
+    auto server = PrefillServer::Start("127.0.0.1:0", *service_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    auto model = Model::Load(*model_path_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = model->release();
+  }
+
+  static void TearDownTestSuite() {
+    delete server_;  // shuts the server down before the service goes
+    delete service_;
+    delete model_;
+    delete model_path_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Prefill::NewStub(channel_);
+  }
+
+  static void set_deadline(grpc::ClientContext& context) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+
+  static std::vector<int32_t> prompt(int n) {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + 3) % model_->spec().n_vocab);
+    return tokens;
+  }
+
+  static v1::PrefillRequest request_for(const std::vector<int32_t>& tokens) {
+    v1::PrefillRequest request;
+    for (int32_t token : tokens) request.mutable_tokens()->add_ids(static_cast<uint32_t>(token));
+    return request;
+  }
+
+  // Runs one Prefill call; the messages it streamed and its final status.
+  grpc::Status call_prefill(const v1::PrefillRequest& request, std::vector<v1::KvStreamMessage>* messages) {
+    grpc::ClientContext context;
+    set_deadline(context);
+    std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub_->Prefill(&context, request);
+    v1::KvStreamMessage message;
+    while (reader->Read(&message)) messages->push_back(message);
+    return reader->Finish();
+  }
+
+  static ModelFingerprint our_fingerprint() {
+    auto fingerprint = model_fingerprint(*model_);
+    EXPECT_TRUE(fingerprint.ok());
+    return *fingerprint;
+  }
+
+  static std::string* model_path_;
+  static PrefillService* service_;
+  static PrefillServer* server_;
+  static Model* model_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Prefill::Stub> stub_;
+};
+
+std::string* PrefillServiceTest::model_path_ = nullptr;
+PrefillService* PrefillServiceTest::service_ = nullptr;
+PrefillServer* PrefillServiceTest::server_ = nullptr;
+Model* PrefillServiceTest::model_ = nullptr;
+
+TEST_F(PrefillServiceTest, HealthIsReadyWithTheModelFingerprint) {
+  grpc::ClientContext context;
+  set_deadline(context);
+  v1::HealthResponse response;
+  grpc::Status status = stub_->Health(&context, v1::HealthRequest(), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.state(), v1::SERVING_STATE_READY);
+  const v1::ModelFingerprint expected = model_fingerprint_to_proto(our_fingerprint());
+  EXPECT_EQ(response.model().digest(), expected.digest());
+  EXPECT_EQ(response.backend().rfind("cpu:", 0), 0u) << response.backend();
+  EXPECT_EQ(response.codecs_size(), 3);
+  EXPECT_EQ(response.max_context_tokens(), static_cast<uint32_t>(kMaxContextTokens));
+}
+
+TEST_F(PrefillServiceTest, F16KvEqualsTheEnginesOwnKv) {
+  const std::vector<int32_t> tokens = prompt(20);
+  v1::PrefillRequest request = request_for(tokens);
+  request.mutable_codec()->set_codec(v1::KV_CODEC_F16);
+  *request.mutable_expected_model() = model_fingerprint_to_proto(our_fingerprint());
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_GE(messages.size(), 3u);
+  EXPECT_TRUE(messages.front().has_header());
+  EXPECT_TRUE(messages.back().has_trailer());
+
+  Engine engine(*model_, EngineOptions{.n_threads = 1});
+  F32KvCache received(engine.kv_geometry(), kMaxContextTokens);
+  KvStreamExpectation expected;
+  expected.model = our_fingerprint();
+  expected.first_position = 0;
+  expected.token_ids = tokens;
+  const KvRope rope = kv_rope_of(*model_);
+  auto load = read_kv_segment(messages, expected, &rope, received);
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->token_count, tokens.size());
+  EXPECT_EQ(received.size(), static_cast<int64_t>(tokens.size()));
+
+  F32KvCache reference(engine.kv_geometry(), kMaxContextTokens);
+  ASSERT_TRUE(engine.prefill(tokens, reference, nullptr).ok());
+  const KvGeometry geometry = engine.kv_geometry();
+  for (int layer = 0; layer < geometry.n_layer; ++layer) {
+    for (int64_t token = 0; token < static_cast<int64_t>(tokens.size()); ++token) {
+      for (int64_t i = 0; i < geometry.kv_dim(); ++i) {
+        const float k_ref = reference.k_row(layer, token)[i];
+        const float v_ref = reference.v_row(layer, token)[i];
+        // f16 keeps 11 significant bits: relative error <= 2^-11.
+        ASSERT_NEAR(received.k_row(layer, token)[i], k_ref, 1e-3f * std::fabs(k_ref) + 1e-6f)
+            << "K layer " << layer << " token " << token << " element " << i;
+        ASSERT_NEAR(received.v_row(layer, token)[i], v_ref, 1e-3f * std::fabs(v_ref) + 1e-6f)
+            << "V layer " << layer << " token " << token << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_F(PrefillServiceTest, DefaultInt8CodecStreamsASegmentFromFirstPosition) {
+  const std::vector<int32_t> tokens = prompt(30);
+  v1::PrefillRequest request = request_for(tokens);
+  request.set_first_position(5);
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_FALSE(messages.empty());
+  ASSERT_TRUE(messages.front().has_header());
+  EXPECT_EQ(messages.front().header().codec().codec(), v1::KV_CODEC_INT8);
+
+  Engine engine(*model_, EngineOptions{.n_threads = 1});
+  auto edge = std::make_unique<F32KvCache>(engine.kv_geometry(), kMaxContextTokens);
+  ASSERT_TRUE(engine.prefill(std::span<const int32_t>(tokens).first(5), *edge, nullptr).ok());
+  KvStreamExpectation expected;
+  expected.model = our_fingerprint();
+  expected.first_position = 5;
+  const KvRope rope = kv_rope_of(*model_);
+  auto load = read_kv_segment(messages, expected, &rope, *edge);
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->first_position, 5u);
+  EXPECT_EQ(load->token_count, 25u);
+  EXPECT_EQ(edge->size(), 30);
+}
+
+TEST_F(PrefillServiceTest, OutOfVocabularyTokenIsInvalidArgument) {
+  v1::PrefillRequest request = request_for(prompt(4));
+  request.mutable_tokens()->add_ids(static_cast<uint32_t>(model_->spec().n_vocab));
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("tokens.ids[4]"), std::string::npos) << status.error_message();
+  EXPECT_TRUE(messages.empty());
+}
+
+TEST_F(PrefillServiceTest, EmptyPromptIsInvalidArgument) {
+  v1::PrefillRequest request;
+  request.mutable_tokens();
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
+TEST_F(PrefillServiceTest, WrongModelFingerprintIsFailedPreconditionNamingTheField) {
+  auto other = Model::Load(testing::synth_model_path("tiny", GgmlType::kF32, /*seed=*/2));
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_fingerprint = model_fingerprint(**other);
+  ASSERT_TRUE(other_fingerprint.ok());
+  v1::PrefillRequest request = request_for(prompt(4));
+  *request.mutable_expected_model() = model_fingerprint_to_proto(*other_fingerprint);
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("expected_model"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("weights"), std::string::npos) << status.error_message();
+}
+
+TEST_F(PrefillServiceTest, PromptOverTheContextLimitIsResourceExhaustedWithTheNumbers) {
+  v1::PrefillRequest request = request_for(prompt(kMaxContextTokens + 1));
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_NE(status.error_message().find("65"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("64"), std::string::npos) << status.error_message();
+}
+
+TEST_F(PrefillServiceTest, UnknownCodecIsInvalidArgument) {
+  v1::PrefillRequest request = request_for(prompt(4));
+  request.mutable_codec()->set_codec(static_cast<v1::KvCodec>(99));
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
+TEST_F(PrefillServiceTest, TextIsTokenizedByTheServer) {
+  v1::PrefillRequest request;
+  request.set_text("hello world, hello prefill");
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request, &messages);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_FALSE(messages.empty());
+  ASSERT_TRUE(messages.front().has_header());
+  EXPECT_GT(messages.front().header().token_count(), 0u);
+  EXPECT_TRUE(messages.back().has_trailer());
+}
+
+TEST_F(PrefillServiceTest, CancelledCallLeavesTheServerServing) {
+  for (int round = 0; round < 3; ++round) {
+    grpc::ClientContext context;
+    set_deadline(context);
+    v1::PrefillRequest request = request_for(prompt(kMaxContextTokens));
+    request.mutable_codec()->set_codec(v1::KV_CODEC_F16);
+    request.set_chunk_tokens(1);  // many small blocks
+    auto reader = stub_->Prefill(&context, request);
+    v1::KvStreamMessage message;
+    if (round > 0) {
+      ASSERT_TRUE(reader->Read(&message));  // round 0 cancels before the first message
+    }
+    context.TryCancel();
+    while (reader->Read(&message)) {
+    }
+    grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) << status.error_message();
+  }
+  // The workers are free again: a full call still works.
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(request_for(prompt(8)), &messages);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_TRUE(messages.back().has_trailer());
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    grpc::ClientContext context;
+    set_deadline(context);
+    v1::HealthResponse health;
+    ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
+    if (health.running() == 0 && health.queued() == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << "requests still counted as running after cancellation";
+}
+
+TEST(PrefillServiceNotReadyTest, PrefillBeforeReadyIsUnavailableWithARetryHint) {
+  PrefillService service(PrefillServiceOptions{});  // never loaded: LOADING
+  auto server = PrefillServer::Start("127.0.0.1:0", service);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Prefill::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                                       grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::HealthResponse health;
+    ASSERT_TRUE(stub->Health(&context, v1::HealthRequest(), &health).ok());
+    EXPECT_EQ(health.state(), v1::SERVING_STATE_LOADING);
+    EXPECT_GT(health.retry_after_ms(), 0u);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::PrefillRequest request;
+  request.mutable_tokens()->add_ids(1);
+  auto reader = stub->Prefill(&context, request);
+  v1::KvStreamMessage message;
+  EXPECT_FALSE(reader->Read(&message));
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  const auto& trailers = context.GetServerTrailingMetadata();
+  EXPECT_NE(trailers.find(kRetryAfterMetadataKey), trailers.end());
+  (*server)->Shutdown();
+}
+
+}  // namespace
+}  // namespace baton
