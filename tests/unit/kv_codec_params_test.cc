@@ -20,14 +20,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-KvGeometry test_geometry() {
-  KvGeometry g;
-  g.n_layer = 2;
-  g.n_head = 4;
-  g.n_head_kv = 2;
-  g.head_dim = 32;
-  return g;
-}
+// 2 layers, 4 query heads, 2 KV heads, head_dim 32.
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32}; }
 
 KvCodecConfig parse(const std::string& name) {
   auto c = parse_kv_codec_config(name);

@@ -22,14 +22,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-KvGeometry test_geometry() {
-  KvGeometry g;
-  g.n_layer = 2;
-  g.n_head = 4;
-  g.n_head_kv = 2;
-  g.head_dim = 64;
-  return g;
-}
+// 2 layers, 4 query heads, 2 KV heads, head_dim 64.
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 64}; }
 
 // KV-like data: N(0, 1) plus a few outlier channels with a large offset, as
 // real keys have.

@@ -26,14 +26,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-KvGeometry test_geometry() {
-  KvGeometry g;
-  g.n_layer = 2;
-  g.n_head = 4;
-  g.n_head_kv = 2;
-  g.head_dim = 32;
-  return g;
-}
+// 2 layers, 4 query heads, 2 KV heads, head_dim 32.
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32}; }
 
 std::vector<float> random_rows(int64_t n, int64_t width, uint32_t seed, float outlier = 6.0f) {
   std::mt19937 rng(seed);
