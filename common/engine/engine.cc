@@ -1,7 +1,6 @@
 #include "common/engine/engine.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "common/cpu/ops.h"
@@ -11,11 +10,6 @@
 
 namespace baton {
 namespace {
-
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 void add_bias_rows(float* y, const std::vector<float>& bias, int64_t n_rows) {
   if (bias.empty()) return;
@@ -36,7 +30,7 @@ absl::Status check_tokens(std::span<const int32_t> tokens, int n_vocab) {
 }
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : model_(model), options_(options), pool_(resolve_threads(options.n_threads)) {
+    : model_(model), options_(options), pool_(resolve_thread_count(options.n_threads)) {
   BATON_CHECK(options_.max_batch_tokens >= 1);
   const ModelSpec& s = model.spec();
   const size_t b = static_cast<size_t>(options_.max_batch_tokens);

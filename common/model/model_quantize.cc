@@ -1,7 +1,6 @@
 #include "common/model/model_quantize.h"
 
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -34,8 +33,7 @@ absl::Status quantize_model(const std::string& in_path, const std::string& out_p
   w.set_u32("general.file_type", llama_file_type(options.type));
   w.set_string(kSourceWeightsDigestKey, source_digest);
 
-  auto pool = std::make_shared<ThreadPool>(
-      options.n_threads > 0 ? options.n_threads : std::max(1u, std::thread::hardware_concurrency()));
+  auto pool = std::make_shared<ThreadPool>(resolve_thread_count(options.n_threads));
   const bool target_is_block = options.type == GgmlType::kQ4_0 || options.type == GgmlType::kQ8_0;
   for (const GgufTensorInfo& t : in_raw->tensors()) {
     GgmlType out_type = GgmlType::kF32;

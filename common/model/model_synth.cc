@@ -1,7 +1,6 @@
 #include "common/model/model_synth.h"
 
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -162,8 +161,7 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   w.set_string("baton.synth.shape", s.name);
   w.set_u64("baton.synth.seed", options.seed);
 
-  auto pool = std::make_shared<ThreadPool>(
-      options.n_threads > 0 ? options.n_threads : std::max(1u, std::thread::hardware_concurrency()));
+  auto pool = std::make_shared<ThreadPool>(resolve_thread_count(options.n_threads));
   uint64_t tensor_index = 0;
   // A matrix [rows, cols] stored as `type`, values N(0, std), one seed per row.
   auto add_matrix = [&](const std::string& name, int64_t rows, int64_t cols, GgmlType type, float std) {

@@ -1,5 +1,7 @@
 #include "common/util/thread_pool.h"
 
+#include <algorithm>
+
 #include "common/util/check.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -25,6 +27,11 @@ inline void cpu_relax() {
 thread_local bool t_inside_pool_job = false;
 
 }  // namespace
+
+int resolve_thread_count(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
   BATON_CHECK(n_threads >= 1, "a pool needs at least the calling thread");

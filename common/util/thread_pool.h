@@ -14,6 +14,9 @@
 
 namespace baton {
 
+// Threads for a pool: `requested` when > 0, else one per hardware thread.
+int resolve_thread_count(int requested);
+
 class ThreadPool {
  public:
   // n_threads counts the calling thread, which takes part in every call:
