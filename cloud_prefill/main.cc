@@ -27,7 +27,8 @@ struct PrefillConfig {
   std::string listen_address;           // host:port of the gRPC server
   std::string tls_cert_path;            // PEM; TLS is on when cert and key are set
   std::string tls_key_path;             // PEM
-  std::string auth_tokens_path;         // 'tenant token' lines; empty: no auth
+  std::string tls_client_ca_path;       // PEM roots; set: clients need certificates (mutual TLS)
+  std::string auth_tokens_path;         // '<token> <tenant>' lines; empty: no auth
   std::string backend = "auto";         // auto | cuda | cpu
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_running = 4;              // requests computing at once
@@ -38,6 +39,7 @@ struct PrefillConfig {
   int64_t zstd_level = 3;               // default zstd level; 0: no compression
   uint64_t prefix_cache_bytes = 8ull << 30;   // prefix cache (KV kept by prefix digest)
   uint64_t session_cache_bytes = 4ull << 30;  // session cache (KV kept per session id)
+  uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
 };
 
@@ -48,8 +50,10 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
   flags.add_string("tls-cert", &config.tls_cert_path,
                    "TLS certificate chain (PEM); needs --tls-key", "FILE");
   flags.add_string("tls-key", &config.tls_key_path, "TLS private key (PEM)", "FILE");
+  flags.add_string("tls-client-ca", &config.tls_client_ca_path,
+                   "CA roots (PEM) that client certificates must chain to (mutual TLS)", "FILE");
   flags.add_string("auth-tokens", &config.auth_tokens_path,
-                   "bearer tokens, one 'tenant token' per line; empty: no authentication",
+                   "bearer tokens, one '<token> <tenant>' per line; empty: no authentication",
                    "FILE");
   flags.add_string("backend", &config.backend, "compute backend: auto, cuda or cpu", "NAME");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
@@ -68,6 +72,8 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                  "memory for KV kept by prefix digest");
   flags.add_size("session-cache", &config.session_cache_bytes,
                  "memory for KV kept per session id");
+  flags.add_size("pack-store", &config.pack_store_bytes,
+                 "memory for prefix packs uploaded with PutPrefix");
   flags.add_duration("drain-timeout", &config.drain_timeout,
                      "on shutdown, how long running requests may finish");
   flags.require("model");
@@ -111,10 +117,6 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
 
 // Serves until SIGINT / SIGTERM: Health answers while the model loads.
 int run_prefill_service(const PrefillConfig& config) {
-  if (!config.tls_cert_path.empty() || !config.auth_tokens_path.empty()) {
-    std::fprintf(stderr, "baton-prefill: --tls-cert / --auth-tokens are not implemented in this build yet\n");
-    return 2;
-  }
   if (config.backend == "cuda") {
     std::fprintf(stderr, "baton-prefill: --backend cuda is not wired into the service yet; use cpu or auto\n");
     return 2;
@@ -129,8 +131,22 @@ int run_prefill_service(const PrefillConfig& config) {
                           : config.default_codec == "int4" ? KvCodecConfig::Bits::kInt4
                                                            : KvCodecConfig::Bits::kInt8;
   options.zstd_level = static_cast<int>(config.zstd_level);
-  PrefillService service(options);
-  absl::StatusOr<std::unique_ptr<PrefillServer>> server = PrefillServer::Start(config.listen_address, service);
+  options.prefix_cache_bytes = config.prefix_cache_bytes;
+  options.session_cache_bytes = config.session_cache_bytes;
+  options.pack_store_bytes = config.pack_store_bytes;
+  if (!config.auth_tokens_path.empty()) {
+    absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
+    if (!auth.ok()) {
+      std::fprintf(stderr, "baton-prefill: --auth-tokens: %s\n", std::string(auth.status().message()).c_str());
+      return 2;
+    }
+    options.auth = std::move(*auth);
+  }
+  PrefillServerOptions server_options;
+  server_options.tls = ServerTlsOptions{config.tls_cert_path, config.tls_key_path, config.tls_client_ca_path};
+  PrefillService service(std::move(options));
+  absl::StatusOr<std::unique_ptr<PrefillServer>> server =
+      PrefillServer::Start(config.listen_address, service, server_options);
   if (!server.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(server.status().message()).c_str());
     return 1;
@@ -150,9 +166,14 @@ int run_prefill_service(const PrefillConfig& config) {
   sigaddset(&signals, SIGTERM);
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "baton-prefill: signal %d, draining for up to %lld ms\n", signal_number,
-               static_cast<long long>(config.drain_timeout.count()));
-  (*server)->Shutdown(config.drain_timeout.count());
+  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
+               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
+               service.queued());
+  // No new work; running and queued streams finish; then the server stops.
+  service.begin_drain();
+  const bool idle = service.wait_idle(config.drain_timeout);
+  (*server)->Shutdown(idle ? 1000 : 0);
+  std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
   return 0;
 }
 

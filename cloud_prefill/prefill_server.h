@@ -1,5 +1,5 @@
-// PrefillServer: a grpc::Server that serves one PrefillService (insecure
-// credentials; TLS and auth are a later step).
+// PrefillServer: a grpc::Server that serves one PrefillService, plaintext or
+// TLS (server certificate; mutual TLS when a client CA is given).
 #pragma once
 
 #include <memory>
@@ -12,11 +12,25 @@
 
 namespace baton {
 
+struct ServerTlsOptions {
+  std::string cert_path;       // PEM certificate chain; empty: plaintext
+  std::string key_path;        // PEM private key
+  std::string client_ca_path;  // PEM roots; set: clients must present a certificate they sign (mutual TLS)
+};
+
+struct PrefillServerOptions {
+  ServerTlsOptions tls;
+  // Largest message accepted (PutPrefix blocks are bounded at ~1 MiB; the
+  // slack covers the header's token ids).
+  int max_receive_message_bytes = 8 << 20;
+};
+
 class PrefillServer {
  public:
   // Starts serving `service` (which must outlive the server) on `address`
   // ("host:port"; port 0 picks a free port, see port()).
-  static absl::StatusOr<std::unique_ptr<PrefillServer>> Start(const std::string& address, PrefillService& service);
+  static absl::StatusOr<std::unique_ptr<PrefillServer>> Start(const std::string& address, PrefillService& service,
+                                                              const PrefillServerOptions& options = {});
   ~PrefillServer();
 
   int port() const { return port_; }
@@ -30,5 +44,8 @@ class PrefillServer {
   int port_ = 0;
   bool shut_down_ = false;
 };
+
+// Server credentials from `tls`: insecure when cert_path is empty.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> make_server_credentials(const ServerTlsOptions& tls);
 
 }  // namespace baton

@@ -5,135 +5,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/engine/engine.h"
+#include "cloud_prefill/cpu_prefill_backend.h"
+#include "cloud_prefill/prefill_reactor.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/kv_handoff.h"
-#include "common/kv/kv_stream_writer.h"
 #include "common/kv/prefix_digest.h"
-#include "common/util/cpu_features.h"
+#include "common/util/check.h"
 #include "common/util/log.h"
+#include "common/util/version.h"
 
 namespace baton {
 namespace {
-
-grpc::Status to_grpc_status(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
-
-// One Prefill RPC. The worker thread produces messages (push / producer_done);
-// the reactor writes them one at a time and calls Finish once the producer is
-// done and the last write completed. OnDone (after Finish) deletes the
-// reactor, so the worker may use it until it calls producer_done. gRPC calls
-// (StartWrite, Finish) are made outside mu_: Finish may run OnDone on another
-// thread at once.
-class PrefillReactor final : public grpc::ServerWriteReactor<v1::KvStreamMessage> {
- public:
-  // A refused request: finishes at once with `status`.
-  explicit PrefillReactor(const grpc::Status& status) { Finish(status); }
-  PrefillReactor() = default;
-
-  // Queues a message; CANCELLED once the client is gone (the worker stops).
-  // Blocks the worker while kMaxPendingMessages are waiting, so gRPC flow
-  // control paces the encoder to the link.
-  absl::Status push(v1::KvStreamMessage message) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      room_cv_.wait(lock, [this] { return cancelled_ || pending_.size() < kMaxPendingMessages; });
-      if (cancelled_) return absl::CancelledError("the client cancelled the Prefill call");
-      pending_.push_back(std::move(message));
-    }
-    pump();
-    return absl::OkStatus();
-  }
-
-  // The worker is done with this reactor (it must not touch it afterwards).
-  void producer_done(const absl::Status& status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      producer_done_ = true;
-      producer_status_ = status;
-    }
-    pump();
-  }
-
-  bool cancelled() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cancelled_;
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      writing_ = false;
-      if (!ok) {
-        cancelled_ = true;  // the stream is broken: drop the rest
-        pending_.clear();
-      }
-    }
-    room_cv_.notify_all();
-    pump();
-  }
-
-  void OnCancel() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled_ = true;
-      pending_.clear();
-    }
-    room_cv_.notify_all();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  // Starts the next write, or finishes once everything is written.
-  void pump() {
-    bool write = false;
-    bool finish = false;
-    grpc::Status final_status;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || writing_) return;
-      if (!pending_.empty() && !cancelled_) {
-        current_ = std::move(pending_.front());
-        pending_.pop_front();
-        writing_ = true;
-        write = true;
-        room_cv_.notify_all();
-      } else if (producer_done_) {
-        finished_ = true;
-        finish = true;
-        final_status = cancelled_ && producer_status_.ok()
-                           ? grpc::Status(grpc::StatusCode::CANCELLED, "Prefill call cancelled")
-                           : to_grpc_status(producer_status_);
-      }
-    }
-    if (write) StartWrite(&current_);
-    if (finish) Finish(final_status);  // `this` may be gone after this line
-  }
-
-  // Messages (each <= ~1 MiB of payload) encoded ahead of the network.
-  static constexpr size_t kMaxPendingMessages = 8;
-
-  mutable std::mutex mu_;
-  std::condition_variable room_cv_;          // pending_ shrank or the call ended
-  std::deque<v1::KvStreamMessage> pending_;  // guarded by mu_
-  v1::KvStreamMessage current_;              // the write in flight
-  bool writing_ = false;                     // guarded by mu_
-  bool cancelled_ = false;                   // guarded by mu_
-  bool producer_done_ = false;               // guarded by mu_
-  bool finished_ = false;                    // guarded by mu_
-  absl::Status producer_status_;             // guarded by mu_
-};
 
 PrefillService::PrefillService(PrefillServiceOptions options)
     : options_(std::move(options)), start_time_(std::chrono::steady_clock::now()) {}
@@ -145,9 +35,11 @@ PrefillService::~PrefillService() {
   }
   work_cv_.notify_all();
   for (std::thread& worker : workers_) worker.join();
-  // Jobs never started get a null engine: they finish their RPC with UNAVAILABLE.
+  // Jobs never started get a null backend: they finish their RPC with UNAVAILABLE.
   for (auto& job : jobs_) job(nullptr);
   jobs_.clear();
+  // GetPrefix senders end once their (cancelled) streams refuse more messages.
+  while (pack_streams_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 absl::Status PrefillService::Load(const std::string& model_path) {
@@ -162,34 +54,65 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   tokenizer_ = std::move(*tokenizer);
   fingerprint_ = std::move(*fingerprint);
   fingerprint_proto_ = model_fingerprint_to_proto(fingerprint_);
-  backend_name_ = absl::StrCat("cpu:", simd_level_name(active_simd_level()));
-  max_context_tokens_ = options_.max_context_tokens > 0 ? options_.max_context_tokens : model_->spec().n_ctx_train;
+  const ModelSpec& spec = model_->spec();
+  geometry_ = KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  max_context_tokens_ = options_.max_context_tokens > 0 ? options_.max_context_tokens : spec.n_ctx_train;
   if (max_context_tokens_ <= 0) max_context_tokens_ = int64_t{1} << 20;
+  prefix_cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes, geometry_);
+  session_cache_ = std::make_unique<SessionCache>(options_.session_cache_bytes);
+  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes);
 
   state_ = v1::SERVING_STATE_WARMING;
-  {
+  const PrefillBackendFactory factory =
+      options_.backend_factory ? options_.backend_factory : cpu_prefill_backend_factory(options_.threads);
+  const int n_workers = std::max(1, options_.max_running);
+  for (int i = 0; i < n_workers; ++i) {
+    absl::StatusOr<std::unique_ptr<PrefillBackend>> backend = factory(*model_, i);
+    if (!backend.ok()) return backend.status();
     // One tiny forward pass: touches the weights and the kernels once.
-    Engine engine(*model_, EngineOptions{.n_threads = options_.threads});
-    F32KvCache cache(engine.kv_geometry(), 1);
+    F32KvCache cache(geometry_, 1);
     const int32_t token = std::max<int32_t>(0, tokenizer_->bos_id());
-    std::vector<float> logits;
-    if (absl::Status status = engine.prefill(std::span<const int32_t>(&token, 1), cache, &logits); !status.ok()) {
+    (*backend)->begin_sequence();
+    if (absl::Status status = (*backend)->prefill(std::span<const int32_t>(&token, 1), cache, nullptr);
+        !status.ok()) {
       return absl::InternalError(absl::StrCat("warm-up forward pass failed: ", status.message()));
     }
+    backends_.push_back(std::move(*backend));
   }
-  for (int i = 0; i < std::max(1, options_.max_running); ++i) {
-    workers_.emplace_back([this] { worker_loop(); });
+  backend_name_ = backends_.front()->name();
+  for (auto& backend : backends_) {
+    workers_.emplace_back([this, b = backend.get()] { worker_loop(b); });
   }
   state_ = v1::SERVING_STATE_READY;
-  BATON_INFO("serving %s (%s), max context %lld tokens", model_path.c_str(), backend_name_.c_str(),
-             static_cast<long long>(max_context_tokens_));
+  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s", model_path.c_str(), backend_name_.c_str(),
+             n_workers, static_cast<long long>(max_context_tokens_),
+             options_.auth.enabled() ? ", bearer tokens required" : "");
   return absl::OkStatus();
 }
 
-void PrefillService::worker_loop() {
-  Engine engine(*model_, EngineOptions{.n_threads = options_.threads});
+void PrefillService::begin_drain() {
+  v1::ServingState expected = v1::SERVING_STATE_READY;
+  state_.compare_exchange_strong(expected, v1::SERVING_STATE_DRAINING);
+  if (expected != v1::SERVING_STATE_READY) state_ = v1::SERVING_STATE_DRAINING;
+  BATON_INFO("draining: %u running, %u queued", running_.load(), queued_.load());
+}
+
+bool PrefillService::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [this] { return running_.load() == 0 && queued_.load() == 0; });
+}
+
+PrefixCacheStats PrefillService::prefix_cache_stats() const {
+  return prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{};
+}
+
+SessionCacheStats PrefillService::session_cache_stats() const {
+  return session_cache_ ? session_cache_->stats() : SessionCacheStats{};
+}
+
+void PrefillService::worker_loop(PrefillBackend* backend) {
   for (;;) {
-    std::function<void(Engine*)> job;
+    std::function<void(PrefillBackend*)> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
@@ -197,11 +120,15 @@ void PrefillService::worker_loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job(&engine);
+    job(backend);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // pairs with wait_idle's predicate
+    }
+    idle_cv_.notify_all();
   }
 }
 
-bool PrefillService::try_enqueue(std::function<void(Engine*)> job) {
+bool PrefillService::try_enqueue(std::function<void(PrefillBackend*)> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return false;
@@ -216,18 +143,35 @@ bool PrefillService::try_enqueue(std::function<void(Engine*)> job) {
   return true;
 }
 
+void PrefillService::record_throughput(int64_t computed_tokens, double prefill_ms) {
+  if (computed_tokens <= 0 || prefill_ms <= 0) return;
+  const double tokens_per_s = static_cast<double>(computed_tokens) * 1000.0 / prefill_ms;
+  std::lock_guard<std::mutex> lock(mu_);
+  prefill_tokens_per_s_ =
+      prefill_tokens_per_s_ == 0 ? tokens_per_s : 0.8 * prefill_tokens_per_s_ + 0.2 * tokens_per_s;
+}
+
+absl::Status PrefillService::check_serving(grpc::CallbackServerContext* context) const {
+  const v1::ServingState state = state_.load();
+  if (state == v1::SERVING_STATE_READY) return absl::OkStatus();
+  context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+  if (state == v1::SERVING_STATE_DRAINING) {
+    return absl::UnavailableError("the prefill server is draining (shutting down); retry on another replica");
+  }
+  return absl::UnavailableError("the prefill server is not READY yet (loading or warming up)");
+}
+
 grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* context,
                                                  const v1::HealthRequest* /*request*/,
                                                  v1::HealthResponse* response) {
   const v1::ServingState state = state_.load();
   response->set_state(state);
-  if (state == v1::SERVING_STATE_READY) {
+  if (state == v1::SERVING_STATE_READY || state == v1::SERVING_STATE_DRAINING) {
     *response->mutable_model() = fingerprint_proto_;
     response->set_backend(backend_name_);
     response->set_max_context_tokens(static_cast<uint32_t>(max_context_tokens_));
-  } else {
-    response->set_retry_after_ms(options_.retry_after_ms);
   }
+  if (state != v1::SERVING_STATE_READY) response->set_retry_after_ms(options_.retry_after_ms);
   response->add_codecs(v1::KV_CODEC_F16);
   response->add_codecs(v1::KV_CODEC_INT8);
   response->add_codecs(v1::KV_CODEC_INT4);
@@ -237,6 +181,7 @@ grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* co
     std::lock_guard<std::mutex> lock(mu_);
     response->set_prefill_tokens_per_s(prefill_tokens_per_s_);
   }
+  response->set_version(kBatonVersion);
   response->set_uptime_ms(static_cast<uint64_t>(ms_since(start_time_)));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -244,8 +189,7 @@ grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* co
 }
 
 absl::StatusOr<KvCodecConfig> PrefillService::resolve_codec(const v1::CodecParams& requested) const {
-  const KvGeometry geometry{model_->spec().n_layer, model_->spec().n_head, model_->spec().n_head_kv,
-                            model_->spec().head_dim};
+  const KvGeometry& geometry = geometry_;
   KvCodecConfig::Bits bits = options_.default_codec;
   switch (requested.codec()) {
     case v1::KV_CODEC_UNSPECIFIED: break;
@@ -287,11 +231,26 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_codec(const v1::CodecParam
   return config;
 }
 
-absl::StatusOr<PrefillService::PrefillPlan> PrefillService::plan_request(const v1::PrefillRequest& request) const {
-  PrefillPlan plan;
+absl::Status PrefillService::check_expected_model(const v1::ModelFingerprint& expected_proto) const {
+  absl::StatusOr<ModelFingerprint> expected = model_fingerprint_from_proto(expected_proto);
+  if (!expected.ok()) return absl::InvalidArgumentError(absl::StrCat("expected_model: ", expected.status().message()));
+  if (absl::Status status = compare_model_fingerprints(fingerprint_, *expected, "expected_model"); !status.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("expected_model: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRequest& request,
+                                                             const std::string& tenant) const {
+  PrefillJobInput plan;
+  plan.tenant = tenant;
   const int n_vocab = model_->spec().n_vocab;
   switch (request.input_case()) {
     case v1::PrefillRequest::kTokens:
+      if (request.tokens().ids_size() > max_context_tokens_) {
+        return absl::ResourceExhaustedError(absl::StrFormat("prompt has %d tokens; this server accepts at most %d",
+                                                            request.tokens().ids_size(), max_context_tokens_));
+      }
       plan.tokens.reserve(static_cast<size_t>(request.tokens().ids_size()));
       for (int i = 0; i < request.tokens().ids_size(); ++i) {
         const uint32_t id = request.tokens().ids(i);
@@ -303,6 +262,11 @@ absl::StatusOr<PrefillService::PrefillPlan> PrefillService::plan_request(const v
       }
       break;
     case v1::PrefillRequest::kText:
+      if (static_cast<int64_t>(request.text().size()) > max_context_tokens_ * 64) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "prompt text has %d bytes; this server accepts at most %d tokens", request.text().size(),
+            max_context_tokens_));
+      }
       plan.tokens = tokenizer_->encode(request.text());
       break;
     default:
@@ -318,21 +282,25 @@ absl::StatusOr<PrefillService::PrefillPlan> PrefillService::plan_request(const v
                                                       request.first_position(), plan.tokens.size()));
   }
   plan.first_position = request.first_position();
-  if (request.has_expected_model()) {
-    absl::StatusOr<ModelFingerprint> expected = model_fingerprint_from_proto(request.expected_model());
-    if (!expected.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("expected_model: ", expected.status().message()));
+  if (request.has_expected_model()) BATON_RETURN_IF_ERROR(check_expected_model(request.expected_model()));
+  if (!request.session_id().empty()) {
+    if (request.session_id().size() > 128) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("session_id has %d characters; at most 128 are allowed", request.session_id().size()));
     }
-    if (absl::Status status = compare_model_fingerprints(fingerprint_, *expected, "expected_model");
-        !status.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("expected_model: ", status.message()));
-    }
+    plan.session_id = request.session_id();
   }
-  if (!request.session_id().empty() || !request.prefix_pack_id().empty()) {
-    // Session and prefix caches are not implemented yet; the KV is recomputed.
-    if (!request.prefix_pack_id().empty()) {
-      return absl::NotFoundError(absl::StrCat("prefix_pack_id '", request.prefix_pack_id(),
-                                              "' is unknown (this server stores no prefix packs yet)"));
+  if (!request.prefix_pack_id().empty()) {
+    plan.pack = packs_->find_by_id(tenant, request.prefix_pack_id());
+    if (plan.pack == nullptr) {
+      return absl::NotFoundError(absl::StrCat("prefix_pack_id '", request.prefix_pack_id(), "' is unknown"));
+    }
+    const std::vector<int32_t>& pack_tokens = plan.pack->tokens;
+    if (pack_tokens.size() > plan.tokens.size() ||
+        !std::equal(pack_tokens.begin(), pack_tokens.end(), plan.tokens.begin())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "prefix pack '%s' (%d tokens) is not a prefix of the request's %d tokens", request.prefix_pack_id(),
+          pack_tokens.size(), plan.tokens.size()));
     }
   }
   absl::StatusOr<KvCodecConfig> codec = resolve_codec(request.codec());
@@ -340,79 +308,50 @@ absl::StatusOr<PrefillService::PrefillPlan> PrefillService::plan_request(const v
   plan.codec = *codec;
   plan.chunk_tokens = request.chunk_tokens() > 0 ? request.chunk_tokens()
                                                  : static_cast<uint32_t>(std::max(1, options_.chunk_tokens));
+  plan.chunk_tokens = std::min<uint32_t>(plan.chunk_tokens, 8192);  // bounds the compute scratch
   return plan;
 }
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                                        const v1::PrefillRequest* request) {
-  if (state_.load() != v1::SERVING_STATE_READY) {
-    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
-    return new PrefillReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                           "the prefill server is not READY yet (loading or warming up)"));
+  if (absl::Status serving = check_serving(context); !serving.ok()) {
+    return new PrefillReactor(to_grpc_status(serving));
   }
-  absl::StatusOr<PrefillPlan> plan = plan_request(*request);
+  absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
+  if (!tenant.ok()) return new PrefillReactor(to_grpc_status(tenant.status()));
+  absl::StatusOr<PrefillJobInput> plan = plan_request(*request, *tenant);
   if (!plan.ok()) return new PrefillReactor(to_grpc_status(plan.status()));
 
   auto* reactor = new PrefillReactor();
-  const auto admitted = std::chrono::steady_clock::now();
-  auto shared_plan = std::make_shared<PrefillPlan>(std::move(*plan));
-  auto job = [this, reactor, shared_plan, admitted](Engine* engine) {
+  plan->admitted = std::chrono::steady_clock::now();
+  auto shared_plan = std::make_shared<PrefillJobInput>(std::move(*plan));
+  auto job = [this, reactor, shared_plan](PrefillBackend* backend) {
     --queued_;
-    if (engine == nullptr) {
+    if (backend == nullptr) {
       reactor->producer_done(absl::UnavailableError("the prefill server is shutting down"));
       return;
     }
+    if (reactor->cancelled()) {  // gave up (deadline, client gone) while queued
+      reactor->producer_done(absl::CancelledError("the Prefill call ended while it was queued"));
+      return;
+    }
     ++running_;
-    reactor->producer_done(run_prefill(*engine, *shared_plan, admitted, *reactor));
+    const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get()};
+    absl::StatusOr<PrefillJobResult> result = run_prefill_job(
+        *shared_plan, env, *backend,
+        [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },
+        [reactor] { return reactor->cancelled(); });
+    if (result.ok()) record_throughput(result->computed_tokens, result->prefill_ms);
     --running_;
+    reactor->producer_done(result.status());
   };
   if (!try_enqueue(std::move(job))) {
     context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
     reactor->producer_done(absl::ResourceExhaustedError(
-        absl::StrFormat("the prefill queue is full (%d running, %d queued)", options_.max_running,
-                        options_.max_queued)));
+        absl::StrFormat("the prefill queue is full (%d running, %d queued); retry after %u ms", options_.max_running,
+                        options_.max_queued, options_.retry_after_ms)));
   }
   return reactor;
-}
-
-absl::Status PrefillService::run_prefill(Engine& engine, const PrefillPlan& plan,
-                                         std::chrono::steady_clock::time_point admitted, PrefillReactor& reactor) {
-  const double queue_ms = ms_since(admitted);
-  const auto compute_start = std::chrono::steady_clock::now();
-  const int64_t end = static_cast<int64_t>(plan.tokens.size());
-  F32KvCache cache(engine.kv_geometry(), end);
-  std::vector<float> logits;
-  for (int64_t begin = 0; begin < end; begin += plan.chunk_tokens) {
-    if (reactor.cancelled()) return absl::CancelledError("the client cancelled the Prefill call");
-    const int64_t count = std::min<int64_t>(plan.chunk_tokens, end - begin);
-    if (absl::Status status = engine.prefill(std::span<const int32_t>(plan.tokens).subspan(begin, count), cache,
-                                             &logits);
-        !status.ok()) {
-      return absl::InternalError(absl::StrCat("prefill failed: ", status.message()));
-    }
-  }
-  const double prefill_ms = ms_since(compute_start);
-  if (prefill_ms > 0) {
-    const double tokens_per_s = static_cast<double>(end) * 1000.0 / prefill_ms;
-    std::lock_guard<std::mutex> lock(mu_);
-    prefill_tokens_per_s_ =
-        prefill_tokens_per_s_ == 0 ? tokens_per_s : 0.8 * prefill_tokens_per_s_ + 0.2 * tokens_per_s;
-  }
-
-  KvStreamHeaderInfo info;
-  info.model = fingerprint_;
-  info.codec = plan.codec;
-  info.first_position = plan.first_position;
-  info.token_ids.assign(plan.tokens.begin() + plan.first_position, plan.tokens.end());
-  info.prefix_digest = prefix_digest(plan.tokens);
-  v1::ProducerStats producer;
-  producer.set_queue_ms(queue_ms);
-  producer.set_prefill_ms(prefill_ms);
-  producer.set_computed_tokens(static_cast<uint32_t>(end));
-  producer.set_backend(backend_name_);
-  KvStreamWriter writer([&reactor](const v1::KvStreamMessage& message) { return reactor.push(message); });
-  const KvRope rope = kv_rope_of(*model_);
-  return write_kv_segment(cache, info, &rope, writer, &producer);
 }
 
 }  // namespace baton

@@ -1,16 +1,22 @@
-// PrefillService: the Prefill gRPC service (callback API) over a CPU Engine.
+// PrefillService: the Prefill gRPC service (callback API) over a
+// PrefillBackend (CPU engine, or CUDA when built and asked for).
 //
 // Lifecycle: LOADING (constructed) -> WARMING (model loaded, one tiny forward
-// pass) -> READY (Load() returned OK). Prefill before READY is refused with
-// UNAVAILABLE and a retry hint in trailing metadata (kRetryAfterMetadataKey).
+// pass per backend) -> READY (Load() returned OK) -> DRAINING (begin_drain():
+// running streams finish, new requests get UNAVAILABLE). Before READY and
+// while draining, Prefill is refused with UNAVAILABLE and a retry hint in
+// trailing metadata (kRetryAfterMetadataKey).
 //
-// A Prefill request is validated on the gRPC thread (cheap checks only), then
-// queued for one of max_running worker threads, each with its own Engine. The
-// worker prefills the prompt in chunks of chunk_tokens into an F32KvCache and
-// then encodes the KV stream (header, bounded blocks per layer, trailer); each
-// message is handed to the RPC's PrefillReactor, which writes them one at a
-// time. Cancellation (client gone, deadline) is checked between chunks and
-// between messages.
+// A Prefill request is authenticated (bearer token -> tenant) and validated
+// on the gRPC thread (cheap checks only), then queued for one of max_running
+// worker threads, each with its own backend; a full queue answers
+// RESOURCE_EXHAUSTED with a retry hint. The worker runs a PrefillJob
+// (prefill_job.h): reuse from the tenant's pack / session / prefix caches,
+// chunked layer-by-layer compute, blocks streamed as layers complete. A
+// cancelled or timed-out stream stops at the next layer and frees
+// everything it held; a queued one is dropped when its turn comes.
+//
+// PutPrefix / GetPrefix store and hand out prefix packs per tenant.
 #pragma once
 
 #include <atomic>
@@ -29,6 +35,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cloud_prefill/prefill_backend.h"
+#include "cloud_prefill/prefill_job.h"
+#include "cloud_prefill/prefix_cache.h"
+#include "cloud_prefill/prefix_pack_store.h"
+#include "cloud_prefill/session_cache.h"
+#include "cloud_prefill/tenant_auth.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
@@ -36,8 +48,6 @@
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
-
-class Engine;
 
 // Trailing metadata key of the retry hint on UNAVAILABLE / RESOURCE_EXHAUSTED.
 inline constexpr char kRetryAfterMetadataKey[] = "baton-retry-after-ms";
@@ -47,10 +57,15 @@ struct PrefillServiceOptions {
   int max_running = 4;                // requests computing at once (worker threads)
   int max_queued = 64;                // requests waiting; more get RESOURCE_EXHAUSTED
   int64_t max_context_tokens = 0;     // longest prompt, tokens; 0: the model's n_ctx_train
-  int chunk_tokens = 256;             // tokens per prefill chunk and KV block when unset
+  int chunk_tokens = 256;             // tokens per prefill chunk and stream slice when unset
   KvCodecConfig::Bits default_codec = KvCodecConfig::Bits::kInt8;  // request codec unset
   int zstd_level = 3;                 // request zstd_level unset
   uint32_t retry_after_ms = 1000;     // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED
+  uint64_t prefix_cache_bytes = uint64_t{1} << 30;   // f32 KV kept by block digest; 0: off
+  uint64_t session_cache_bytes = uint64_t{1} << 30;  // f32 KV of recent sessions; 0: off
+  uint64_t pack_store_bytes = uint64_t{1} << 30;     // prefix packs (stream + decoded KV)
+  TenantAuth auth;                    // no tokens: one tenant, no auth
+  PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
@@ -62,40 +77,51 @@ class PrefillService final : public v1::Prefill::CallbackService {
   PrefillService(const PrefillService&) = delete;
   PrefillService& operator=(const PrefillService&) = delete;
 
-  // LOADING -> WARMING -> READY: loads the GGUF at `model_path`, then runs one
-  // tiny forward pass. Blocks; may run while the server already serves Health.
+  // LOADING -> WARMING -> READY: loads the GGUF at `model_path`, makes the
+  // backends, then runs one tiny forward pass. Blocks; may run while the
+  // server already serves Health.
   absl::Status Load(const std::string& model_path);
 
+  // DRAINING: new Prefill / PutPrefix calls get UNAVAILABLE; running and
+  // queued ones finish.
+  void begin_drain();
+  // Waits until nothing runs or waits (true), or until `timeout` (false).
+  bool wait_idle(std::chrono::milliseconds timeout);
+
   v1::ServingState state() const { return state_.load(); }
+  uint32_t running() const { return running_.load(); }
+  uint32_t queued() const { return queued_.load(); }
+  PrefixCacheStats prefix_cache_stats() const;
+  SessionCacheStats session_cache_stats() const;
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
   grpc::ServerWriteReactor<v1::KvStreamMessage>* Prefill(grpc::CallbackServerContext* context,
                                                          const v1::PrefillRequest* request) override;
+  grpc::ServerReadReactor<v1::KvStreamMessage>* PutPrefix(grpc::CallbackServerContext* context,
+                                                          v1::PutPrefixResponse* response) override;
+  grpc::ServerWriteReactor<v1::KvStreamMessage>* GetPrefix(grpc::CallbackServerContext* context,
+                                                           const v1::GetPrefixRequest* request) override;
 
  private:
-  friend class PrefillReactor;
+  friend class PutPrefixReactor;
 
-  // A validated request: what the worker needs.
-  struct PrefillPlan {
-    std::vector<int32_t> tokens;      // the whole prompt [0, end)
-    uint32_t first_position = 0;      // KV of [first_position, end) is streamed
-    uint32_t chunk_tokens = 0;        // tokens per prefill chunk
-    KvCodecConfig codec;              // the wire codec, validated against the geometry
-  };
-
-  // Validates `request` against the served model and the limits; the error
-  // carries the gRPC-mapped code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
-  // FAILED_PRECONDITION).
-  absl::StatusOr<PrefillPlan> plan_request(const v1::PrefillRequest& request) const;
+  // Validates `request` against the served model, the tenant's packs and the
+  // limits; the error carries the gRPC-mapped code (INVALID_ARGUMENT,
+  // RESOURCE_EXHAUSTED, FAILED_PRECONDITION, NOT_FOUND).
+  absl::StatusOr<PrefillJobInput> plan_request(const v1::PrefillRequest& request, const std::string& tenant) const;
   absl::StatusOr<KvCodecConfig> resolve_codec(const v1::CodecParams& params) const;
-  // Runs on a worker: prefills in chunks, then streams the KV through `reactor`.
-  absl::Status run_prefill(Engine& engine, const PrefillPlan& plan, std::chrono::steady_clock::time_point admitted,
-                           class PrefillReactor& reactor);
+  // FAILED_PRECONDITION naming the field when `expected` differs from the served model.
+  absl::Status check_expected_model(const v1::ModelFingerprint& expected) const;
+  // Verifies an uploaded pack and stores it (PutPrefix's work).
+  absl::StatusOr<PutPackResult> store_pack(const std::string& tenant, KvSegment segment);
+  // UNAVAILABLE (with the retry hint added to `context`) unless READY.
+  absl::Status check_serving(grpc::CallbackServerContext* context) const;
 
   // Queues a job for a worker; false when the queue is full.
-  bool try_enqueue(std::function<void(Engine*)> job);
-  void worker_loop();
+  bool try_enqueue(std::function<void(PrefillBackend*)> job);
+  void worker_loop(PrefillBackend* backend);
+  void record_throughput(int64_t computed_tokens, double prefill_ms);
 
   PrefillServiceOptions options_;
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
@@ -106,16 +132,23 @@ class PrefillService final : public v1::Prefill::CallbackService {
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelFingerprint fingerprint_;
   v1::ModelFingerprint fingerprint_proto_;
-  std::string backend_name_;          // "cpu:<simd level>"
+  KvGeometry geometry_;
+  std::string backend_name_;          // the first backend's name()
   int64_t max_context_tokens_ = 0;    // effective cap, tokens
+  std::vector<std::unique_ptr<PrefillBackend>> backends_;  // one per worker
+  std::unique_ptr<PrefixCache> prefix_cache_;
+  std::unique_ptr<SessionCache> session_cache_;
+  std::unique_ptr<PrefixPackStore> packs_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable work_cv_;
-  std::deque<std::function<void(Engine*)>> jobs_;  // guarded by mu_
-  bool stopping_ = false;                                 // guarded by mu_
+  std::condition_variable idle_cv_;   // running + queued fell
+  std::deque<std::function<void(PrefillBackend*)>> jobs_;  // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
   std::atomic<uint32_t> running_{0};
   std::atomic<uint32_t> queued_{0};
-  double prefill_tokens_per_s_ = 0;  // guarded by mu_: moving average over requests
+  std::atomic<uint32_t> pack_streams_{0};  // GetPrefix sender threads alive
+  double prefill_tokens_per_s_ = 0;   // guarded by mu_: moving average over requests
   std::vector<std::thread> workers_;
 };
 

@@ -101,49 +101,92 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
                              int64_t first_logit_row, float* logits) {
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
-  ThreadPool* pool = &pool_;
-
-  // Embedding rows: token_embd is [n_vocab, n_embd] in its stored type.
-  const WeightMatrix& embd = model_.token_embd();
-  const int64_t embd_row_bytes = ggml_row_bytes(embd.type, d);
-  for (int64_t t = 0; t < n; ++t) {
-    const auto* row = static_cast<const uint8_t*>(embd.data) + tokens[t] * embd_row_bytes;
-    dequantize_row(embd.type, row, x_.data() + t * d, d);
-  }
-
-  const bool neox = s.rope.type == RopeType::kNeox;
-  for (int il = 0; il < s.n_layer; ++il) {
-    const LayerWeights& l = model_.layer(il);
-    // Attention block.
-    rmsnorm_rows(x_.data(), l.attn_norm.data(), h_.data(), n, d, s.norm_eps);
-    matmul(l.wq, h_.data(), n, q_.data(), pool);
-    matmul(l.wk, h_.data(), n, k_.data(), pool);
-    matmul(l.wv, h_.data(), n, v_.data(), pool);
-    add_bias_rows(q_.data(), l.bq, n);
-    add_bias_rows(k_.data(), l.bk, n);
-    add_bias_rows(v_.data(), l.bv, n);
-    rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
-    rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos,
-              model_.rope_inv_freq().data());
-    BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
-    kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
-    matmul(l.wo, attn_.data(), n, proj_.data(), pool);
-    add_inplace(x_.data(), proj_.data(), n * d);
-    // Feed-forward block (SwiGLU).
-    rmsnorm_rows(x_.data(), l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
-    matmul(l.w_gate, h_.data(), n, gate_.data(), pool);
-    matmul(l.w_up, h_.data(), n, up_.data(), pool);
-    silu_mul(gate_.data(), up_.data(), n * s.n_ff);
-    matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
-    add_inplace(x_.data(), proj_.data(), n * d);
-  }
-
+  embed(tokens, n, x_.data());
+  for (int il = 0; il < s.n_layer; ++il) BATON_RETURN_IF_ERROR(layer(il, x_.data(), n, pos, kv));
   if (logits != nullptr && first_logit_row < n) {
     const int64_t rows = n - first_logit_row;
     rmsnorm_rows(x_.data() + first_logit_row * d, model_.output_norm().data(), h_.data(), rows, d,
                  s.norm_eps);
-    matmul(model_.output(), h_.data(), rows, logits, pool);
+    matmul(model_.output(), h_.data(), rows, logits, &pool_);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::prefill_layers(std::span<const int32_t> tokens, KvCache& kv,
+                                    const std::function<absl::Status(int layer)>& layer_done) {
+  const ModelSpec& s = model_.spec();
+  if (tokens.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
+  BATON_RETURN_IF_ERROR(check_tokens(tokens, s.n_vocab));
+  const int64_t start = kv.size();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (start + n > kv.capacity()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt of %d tokens after %d cached does not fit the KV cache of %d tokens", n, start,
+        kv.capacity()));
+  }
+  const int64_t d = s.n_embd;
+  chunk_x_.resize(static_cast<size_t>(n * d));
+  embed(tokens.data(), n, chunk_x_.data());
+  for (int il = 0; il < s.n_layer; ++il) {
+    // The same micro-batches as prefill(), so the KV is bit-identical.
+    for (int64_t begin = 0; begin < n; begin += options_.max_batch_tokens) {
+      const int64_t count = std::min<int64_t>(options_.max_batch_tokens, n - begin);
+      absl::Status status = layer(il, chunk_x_.data() + begin * d, count, start + begin, kv);
+      if (!status.ok()) {
+        kv.set_size(start);
+        return status;
+      }
+    }
+    if (layer_done) {
+      absl::Status status = layer_done(il);
+      if (!status.ok()) {
+        kv.set_size(start);
+        return status;
+      }
+    }
+  }
+  kv.set_size(start + n);
+  return absl::OkStatus();
+}
+
+void Engine::embed(const int32_t* tokens, int64_t n, float* x) const {
+  // Embedding rows: token_embd is [n_vocab, n_embd] in its stored type.
+  const int64_t d = model_.spec().n_embd;
+  const WeightMatrix& embd = model_.token_embd();
+  const int64_t embd_row_bytes = ggml_row_bytes(embd.type, d);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto* row = static_cast<const uint8_t*>(embd.data) + tokens[t] * embd_row_bytes;
+    dequantize_row(embd.type, row, x + t * d, d);
+  }
+}
+
+absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv) {
+  const ModelSpec& s = model_.spec();
+  const int64_t d = s.n_embd;
+  ThreadPool* pool = &pool_;
+  const bool neox = s.rope.type == RopeType::kNeox;
+  const LayerWeights& l = model_.layer(il);
+  // Attention block.
+  rmsnorm_rows(x, l.attn_norm.data(), h_.data(), n, d, s.norm_eps);
+  matmul(l.wq, h_.data(), n, q_.data(), pool);
+  matmul(l.wk, h_.data(), n, k_.data(), pool);
+  matmul(l.wv, h_.data(), n, v_.data(), pool);
+  add_bias_rows(q_.data(), l.bq, n);
+  add_bias_rows(k_.data(), l.bk, n);
+  add_bias_rows(v_.data(), l.bv, n);
+  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
+  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
+  BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
+  kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
+  matmul(l.wo, attn_.data(), n, proj_.data(), pool);
+  add_inplace(x, proj_.data(), n * d);
+  // Feed-forward block (SwiGLU).
+  rmsnorm_rows(x, l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
+  matmul(l.w_gate, h_.data(), n, gate_.data(), pool);
+  matmul(l.w_up, h_.data(), n, up_.data(), pool);
+  silu_mul(gate_.data(), up_.data(), n * s.n_ff);
+  matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
+  add_inplace(x, proj_.data(), n * d);
   return absl::OkStatus();
 }
 

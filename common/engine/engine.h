@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -35,6 +36,15 @@ class Engine {
   // On error the cache keeps its previous size.
   absl::Status prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits,
                        std::vector<float>* all_logits = nullptr);
+  // Runs `tokens` at positions [kv.size(), kv.size() + n) layer by layer
+  // over the whole chunk (the cloud's order): after layer L's K/V of all n
+  // tokens are stored, calls layer_done(L) (optional), so a caller can send
+  // layer L while layer L+1 computes. The same micro-batches as prefill(), so
+  // the KV is bit-identical to it. Commits at the end; on error (or a
+  // non-OK layer_done) the cache keeps its previous size. No logits.
+  // Scratch: n * n_embd floats for the chunk's residual stream.
+  absl::Status prefill_layers(std::span<const int32_t> tokens, KvCache& kv,
+                              const std::function<absl::Status(int layer)>& layer_done);
   // One token at position kv.size(); logits: [n_vocab].
   absl::Status decode_step(int32_t token, KvCache& kv, std::vector<float>* logits);
 
@@ -45,6 +55,11 @@ class Engine {
   // [first_logit_row, n) go to `logits` ([n - first_logit_row, n_vocab]).
   absl::Status forward(const int32_t* tokens, int64_t n, int64_t pos, KvCache& kv,
                        int64_t first_logit_row, float* logits);
+  // Embedding rows of n tokens into x: f32 [n, n_embd].
+  void embed(const int32_t* tokens, int64_t n, float* x) const;
+  // Transformer block `il` on n <= max_batch_tokens rows of x ([n, n_embd],
+  // updated in place) at positions [pos, pos + n); stores their K/V.
+  absl::Status layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv);
 
   const Model& model_;
   EngineOptions options_;
@@ -59,6 +74,7 @@ class Engine {
   std::vector<float> proj_;    // [B, n_embd]
   std::vector<float> gate_;    // [B, n_ff]
   std::vector<float> up_;      // [B, n_ff]
+  std::vector<float> chunk_x_; // [n, n_embd] residual stream of a prefill_layers chunk
 };
 
 // Validates token ids against the vocabulary.

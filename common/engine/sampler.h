@@ -3,6 +3,7 @@
 // std::uniform_real_distribution whose output differs between libraries).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -26,8 +27,21 @@ class Rng {
   explicit Rng(uint64_t seed);
   uint64_t next();
   double uniform();  // [0, 1), 53 bits
+  std::array<uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const std::array<uint64_t, 4>& state) {
+    for (int i = 0; i < 4; ++i) s_[i] = state[i];
+  }
+
  private:
   uint64_t s_[4];
+};
+
+// Everything a Sampler carries between tokens besides its parameters: the
+// PRNG position and the repetition window. Saved with a session so a seeded
+// conversation continues its random stream after a restart.
+struct SamplerState {
+  std::array<uint64_t, 4> rng{};
+  std::vector<int32_t> recent;  // last repeat_last_n accepted tokens, oldest first
 };
 
 class Sampler {
@@ -39,6 +53,11 @@ class Sampler {
   // Records a token (prompt or generated) for the repetition penalty.
   void accept(int32_t token);
   const SamplingParams& params() const { return params_; }
+  SamplerState state() const { return SamplerState{rng_.state(), {recent_.begin(), recent_.end()}}; }
+  void restore(const SamplerState& state) {
+    rng_.set_state(state.rng);
+    recent_.assign(state.recent.begin(), state.recent.end());
+  }
 
  private:
   SamplingParams params_;

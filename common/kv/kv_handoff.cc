@@ -105,8 +105,12 @@ KvRowsFn f32_kv_rows(const F32KvCache& cache) {
   };
 }
 
-absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
-                            const KvRope* rope, int layer, KvStreamWriter& writer) {
+namespace {
+
+// range: [token_begin, token_begin + n_tokens), or the whole segment when unset.
+absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
+                                 const KvRope* rope, int layer, const std::optional<KvTokenRange>& range,
+                                 KvStreamWriter& writer) {
   BATON_RETURN_IF_ERROR(codec.validate(geometry));
   BATON_RETURN_IF_ERROR(kv_codec_params(codec).status());  // rejects what a stream cannot carry
   BATON_RETURN_IF_ERROR(check_rope(codec, geometry, rope, "sender"));
@@ -135,10 +139,28 @@ absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, co
                              encode_kv_block(codec, geometry, is_key, buffer.data(), n_tokens));
       return KvEncodedPayload{std::move(encoded.payload), encoded.raw_size};
     };
-    BATON_RETURN_IF_ERROR(writer.write_layer(static_cast<uint32_t>(layer), is_key ? v1::KV_KIND_K : v1::KV_KIND_V,
-                                             raw_bytes_per_token, encode));
+    const v1::KvKind kind = is_key ? v1::KV_KIND_K : v1::KV_KIND_V;
+    if (range.has_value()) {
+      BATON_RETURN_IF_ERROR(writer.write_layer_range(static_cast<uint32_t>(layer), kind, range->begin, range->count,
+                                                     raw_bytes_per_token, encode));
+    } else {
+      BATON_RETURN_IF_ERROR(writer.write_layer(static_cast<uint32_t>(layer), kind, raw_bytes_per_token, encode));
+    }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
+                            const KvRope* rope, int layer, KvStreamWriter& writer) {
+  return write_kv_layer_impl(rows, geometry, codec, rope, layer, std::nullopt, writer);
+}
+
+absl::Status write_kv_layer_range(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
+                                  const KvRope* rope, int layer, uint32_t token_begin, uint32_t n_tokens,
+                                  KvStreamWriter& writer) {
+  return write_kv_layer_impl(rows, geometry, codec, rope, layer, KvTokenRange{token_begin, n_tokens}, writer);
 }
 
 absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, const KvStreamHeaderInfo& info,

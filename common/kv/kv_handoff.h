@@ -84,6 +84,12 @@ KvRowsFn f32_kv_rows(const F32KvCache& cache);
 // must have been written with the same codec).
 absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
                             const KvRope* rope, int layer, KvStreamWriter& writer);
+// The same for positions [token_begin, token_begin + n_tokens) of the
+// segment only (KvStreamWriter::write_layer_range's alignment rule applies:
+// kv_block_token_alignment of the codec's keys).
+absl::Status write_kv_layer_range(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
+                                  const KvRope* rope, int layer, uint32_t token_begin, uint32_t n_tokens,
+                                  KvStreamWriter& writer);
 
 // Header, every layer's K and V, trailer. `rope` is needed for pre-RoPE
 // codecs only (INVALID_ARGUMENT without it). `producer` (optional) goes into

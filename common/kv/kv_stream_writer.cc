@@ -81,14 +81,36 @@ absl::Status KvStreamWriter::write_block(uint32_t layer, v1::KvKind kind, uint32
 absl::Status KvStreamWriter::write_layer(uint32_t layer, v1::KvKind kind, uint64_t raw_bytes_per_token,
                                          const KvBlockEncodeFn& encode) {
   if (state_ != State::kBlocks) return absl::FailedPreconditionError("KV layer written outside header..trailer");
+  return write_layer_range(layer, kind, segment_begin_, static_cast<uint32_t>(segment_end_ - segment_begin_),
+                           raw_bytes_per_token, encode);
+}
+
+absl::Status KvStreamWriter::write_layer_range(uint32_t layer, v1::KvKind kind, uint32_t token_begin,
+                                               uint32_t n_tokens, uint64_t raw_bytes_per_token,
+                                               const KvBlockEncodeFn& encode) {
+  if (state_ != State::kBlocks) return absl::FailedPreconditionError("KV layer written outside header..trailer");
   const uint32_t align = kv_block_token_alignment(codec_, kind);
-  const uint32_t count = static_cast<uint32_t>(segment_end_ - segment_begin_);
-  std::vector<KvTokenRange> plan = plan_kv_block_ranges(segment_begin_, count, raw_bytes_per_token,
+  const uint64_t range_end = uint64_t{token_begin} + n_tokens;
+  if (n_tokens == 0 || token_begin < segment_begin_ || range_end > segment_end_) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV layer range [%u, %u) is not inside the segment [%u, %u)",
+                                                      token_begin, range_end, segment_begin_, segment_end_));
+  }
+  if ((token_begin - segment_begin_) % align != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV layer range starts at %u, not a whole number of %u-token groups after the segment start %u",
+        token_begin, align, segment_begin_));
+  }
+  if (range_end != segment_end_ && n_tokens % align != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV layer range [%u, %u) ends inside the segment but is not a whole number of %u-token groups",
+        token_begin, range_end, align));
+  }
+  std::vector<KvTokenRange> plan = plan_kv_block_ranges(token_begin, n_tokens, raw_bytes_per_token,
                                                         options_.max_block_payload_bytes, align);
   const uint32_t first_chunk = plan.empty() ? align : plan.front().count;
   uint32_t chunk = first_chunk;
-  for (uint64_t begin = segment_begin_; begin < segment_end_;) {
-    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, segment_end_ - begin));
+  for (uint64_t begin = token_begin; begin < range_end;) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, range_end - begin));
     auto encoded = encode(static_cast<uint32_t>(begin), n);
     if (!encoded.ok()) return encoded.status();
     if (encoded->payload.size() > options_.max_block_payload_bytes) {

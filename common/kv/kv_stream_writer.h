@@ -69,6 +69,13 @@ class KvStreamWriter {
   // encoded again. RESOURCE_EXHAUSTED when a single group does not fit.
   absl::Status write_layer(uint32_t layer, v1::KvKind kind, uint64_t raw_bytes_per_token,
                            const KvBlockEncodeFn& encode);
+  // The same for the part [token_begin, token_begin + n_tokens) of the
+  // segment (a sender that streams a layer chunk by chunk as it is computed).
+  // Blocks are cut in alignment groups from token_begin, so token_begin must
+  // sit a whole number of groups after the segment's start unless the range
+  // ends the segment (INVALID_ARGUMENT otherwise).
+  absl::Status write_layer_range(uint32_t layer, v1::KvKind kind, uint32_t token_begin, uint32_t n_tokens,
+                                 uint64_t raw_bytes_per_token, const KvBlockEncodeFn& encode);
 
   // Sends the trailer (block count, stream digest, byte totals) and closes the
   // stream; `producer` is optional.

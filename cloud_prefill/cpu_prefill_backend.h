@@ -1,0 +1,30 @@
+// CpuPrefillBackend: the PrefillBackend over the CPU Engine (common/engine),
+// computing a chunk layer by layer with Engine::prefill_layers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cloud_prefill/prefill_backend.h"
+#include "common/engine/engine.h"
+
+namespace baton {
+
+class CpuPrefillBackend final : public PrefillBackend {
+ public:
+  // threads: matmul threads of this backend's engine; 0: one per core.
+  CpuPrefillBackend(const Model& model, int threads);
+
+  std::string name() const override { return name_; }
+  void begin_sequence() override {}
+  absl::Status prefill(std::span<const int32_t> tokens, F32KvCache& kv, const LayerDoneFn& layer_done) override;
+
+ private:
+  Engine engine_;
+  std::string name_;
+};
+
+// One CpuPrefillBackend per worker, each with `threads` matmul threads.
+PrefillBackendFactory cpu_prefill_backend_factory(int threads);
+
+}  // namespace baton

@@ -1,0 +1,274 @@
+#include "cloud_prefill/prefill_job.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/engine/f32_kv_cache.h"
+#include "common/kv/kv_codec_params.h"
+#include "common/kv/kv_handoff.h"
+#include "common/kv/kv_stream_writer.h"
+#include "common/kv/prefix_digest.h"
+#include "common/model/model.h"
+#include "common/util/check.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Encodes and sends on its own thread. The compute thread submits
+// (layer, token range) tasks whose rows are final in the host cache; the
+// encoder reads those rows (the compute thread never writes them again) and
+// writes blocks through the stream writer, which only this thread touches
+// after the header.
+class StreamEncoder {
+ public:
+  struct Task {
+    int layer = 0;
+    uint32_t begin = 0;
+    uint32_t count = 0;
+  };
+
+  StreamEncoder(const F32KvCache& cache, const KvCodecConfig& codec, const KvRope& rope, KvStreamWriter& writer)
+      : cache_(cache), codec_(codec), rope_(rope), writer_(writer), thread_([this] { loop(); }) {}
+
+  ~StreamEncoder() { stop(); }
+
+  void submit(const Task& task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(task);
+    }
+    cv_.notify_one();
+  }
+
+  // Sticky: the first encode / send error (a cancelled client shows here).
+  absl::Status status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+  // Waits until every submitted task is written; then the writer belongs to
+  // the caller again.
+  absl::Status drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [this] { return (tasks_.empty() && !busy_) || !status_.ok(); });
+    return status_;
+  }
+
+  // Ends the thread after the task in hand; `discard` drops queued tasks
+  // (the job failed), else they are written first.
+  void stop(bool discard = false) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (discard) tasks_.clear();
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  // When the first block went to the sink; nullopt before.
+  std::optional<Clock::time_point> first_block_time() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_block_;
+  }
+
+ private:
+  void loop() {
+    const KvGeometry& g = cache_.geometry();
+    // Rows straight from the host cache: the positions are final even though
+    // the cache has not committed (set_size) the chunk yet.
+    const KvRowsFn rows = [this, &g](int layer, bool is_key, int64_t begin, int64_t n, float* out) {
+      const float* src = is_key ? cache_.k_row(layer, begin) : cache_.v_row(layer, begin);
+      std::memcpy(out, src, static_cast<size_t>(n * g.kv_dim()) * sizeof(float));
+      return absl::OkStatus();
+    };
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopping
+        task = tasks_.front();
+        tasks_.pop_front();
+        busy_ = true;
+        if (!status_.ok()) {  // failed earlier: drop the rest
+          tasks_.clear();
+          busy_ = false;
+          idle_cv_.notify_all();
+          continue;
+        }
+      }
+      absl::Status status =
+          write_kv_layer_range(rows, g, codec_, &rope_, task.layer, task.begin, task.count, writer_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!first_block_.has_value() && status.ok()) first_block_ = Clock::now();
+        if (!status.ok() && status_.ok()) status_ = status;
+        busy_ = false;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  const F32KvCache& cache_;
+  const KvCodecConfig& codec_;
+  const KvRope& rope_;
+  KvStreamWriter& writer_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // tasks_ grew or stopping_
+  std::condition_variable idle_cv_;  // a task finished
+  std::deque<Task> tasks_;           // guarded by mu_
+  bool busy_ = false;                // guarded by mu_
+  bool stopping_ = false;            // guarded by mu_
+  absl::Status status_;              // guarded by mu_
+  std::optional<Clock::time_point> first_block_;  // guarded by mu_
+  std::thread thread_;               // last: starts after the members above exist
+};
+
+// Copies rows [0, n) of every layer of `source` into the empty `target`.
+void copy_prefix(const F32KvCache& source, int64_t n, F32KvCache& target) {
+  for (int layer = 0; layer < target.geometry().n_layer; ++layer) {
+    const absl::Status stored = target.store(layer, 0, n, source.k_row(layer, 0), source.v_row(layer, 0));
+    BATON_CHECK(stored.ok(), "copying reused KV into the request cache failed");
+  }
+  target.set_size(n);
+}
+
+}  // namespace
+
+absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, const PrefillJobEnv& env,
+                                                 PrefillBackend& backend, const KvMessageSink& sink,
+                                                 const std::function<bool()>& cancelled) {
+  const Clock::time_point job_start = Clock::now();
+  PrefillJobResult result;
+  result.queue_ms = ms_between(input.admitted, job_start);
+  const Model& model = *env.model;
+  const ModelSpec& spec = model.spec();
+  const KvGeometry geometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  const int64_t end = static_cast<int64_t>(input.tokens.size());
+  const int64_t first = input.first_position;
+  BATON_CHECK(first < end);
+
+  // 1. Reuse what is held. The cache is shared so the session cache can keep it.
+  auto cache = std::make_shared<F32KvCache>(geometry, end);
+  const std::span<const int32_t> tokens(input.tokens);
+  int64_t reused = 0;
+  if (input.pack != nullptr) {
+    reused = static_cast<int64_t>(input.pack->tokens.size());
+    copy_prefix(*input.pack->kv, reused, *cache);
+  }
+  if (env.session_cache != nullptr && !input.session_id.empty()) {
+    F32KvCache candidate(geometry, end);
+    const int64_t from_session = env.session_cache->load(input.tenant, input.session_id, tokens, end, candidate);
+    if (from_session > reused) {
+      cache->set_size(0);
+      copy_prefix(candidate, from_session, *cache);
+      reused = from_session;
+    }
+  }
+  if (env.prefix_cache != nullptr && reused < end) {
+    F32KvCache candidate(geometry, end);
+    const int64_t from_prefix = env.prefix_cache->load_longest(input.tenant, tokens, end, candidate);
+    if (from_prefix > reused) {
+      cache->set_size(0);
+      copy_prefix(candidate, from_prefix, *cache);
+      reused = from_prefix;
+    }
+  }
+  result.reused_tokens = reused;
+  result.computed_tokens = end - reused;
+
+  // 3. The header goes out at once; blocks follow as layers complete.
+  KvStreamWriter writer(sink);
+  KvStreamHeaderInfo info;
+  info.model = *env.fingerprint;
+  info.codec = input.codec;
+  info.first_position = input.first_position;
+  info.token_ids.assign(input.tokens.begin() + first, input.tokens.end());
+  info.prefix_digest = prefix_digest(tokens);
+  BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
+  BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
+
+  BATON_ASSIGN_OR_RETURN(const v1::CodecParams wire_params, kv_codec_params(input.codec));
+  const uint32_t align = kv_block_token_alignment(wire_params, v1::KV_KIND_K);
+  const int64_t chunk = std::max<int64_t>(1, input.chunk_tokens);
+  const int64_t slice = (chunk + align - 1) / align * align;  // stream slice, tokens
+  const KvRope rope = kv_rope_of(model);
+  StreamEncoder encoder(*cache, input.codec, rope, writer);
+  std::vector<int64_t> emitted(static_cast<size_t>(spec.n_layer), first);  // per layer: sent up to
+  // Sends layer `layer` up to the last slice boundary at or below `available`
+  // (or to the end once everything is there).
+  auto emit = [&](int layer, int64_t available) {
+    int64_t upto = available >= end ? end : first + (available - first) / slice * slice;
+    int64_t& from = emitted[static_cast<size_t>(layer)];
+    if (upto <= from) return;
+    encoder.submit({layer, static_cast<uint32_t>(from), static_cast<uint32_t>(upto - from)});
+    from = upto;
+  };
+  for (int layer = 0; layer < spec.n_layer; ++layer) emit(layer, reused);
+
+  // 2. Compute the rest, chunk by chunk, layer by layer.
+  const Clock::time_point compute_start = Clock::now();
+  backend.begin_sequence();
+  absl::Status compute_status;
+  for (int64_t pos = reused; pos < end && compute_status.ok();) {
+    // Chunks end on stream slice boundaries so each layer's slice can go as soon as it is done.
+    const int64_t boundary = pos < first ? std::min(pos + chunk, first) : first + ((pos - first) / slice + 1) * slice;
+    const int64_t chunk_end = std::min({boundary, end, pos + std::max(chunk, slice)});
+    compute_status = backend.prefill(tokens.subspan(pos, chunk_end - pos), *cache, [&](int layer) -> absl::Status {
+      if (cancelled && cancelled()) return absl::CancelledError("the client cancelled the Prefill call");
+      BATON_RETURN_IF_ERROR(encoder.status());
+      emit(layer, chunk_end);
+      return absl::OkStatus();
+    });
+    pos = chunk_end;
+  }
+  const Clock::time_point compute_end = Clock::now();
+  result.prefill_ms = ms_between(compute_start, compute_end);
+  if (!compute_status.ok()) {
+    encoder.stop(/*discard=*/true);
+    if (absl::IsCancelled(compute_status)) return compute_status;
+    absl::Status sent = encoder.status();
+    if (!sent.ok()) return sent;  // the client went away: that is the cause
+    return absl::Status(compute_status.code(), absl::StrCat("prefill failed: ", compute_status.message()));
+  }
+  BATON_RETURN_IF_ERROR(encoder.drain());
+  encoder.stop();
+  const Clock::time_point encode_end = Clock::now();
+  result.encode_tail_ms = ms_between(compute_end, encode_end);
+  if (std::optional<Clock::time_point> t = encoder.first_block_time(); t.has_value()) {
+    result.first_block_ms = ms_between(job_start, *t);
+  }
+
+  v1::ProducerStats producer;
+  producer.set_queue_ms(result.queue_ms);
+  producer.set_prefill_ms(result.prefill_ms);
+  producer.set_encode_ms(result.encode_tail_ms);
+  producer.set_cached_tokens(static_cast<uint32_t>(reused));
+  producer.set_computed_tokens(static_cast<uint32_t>(end - reused));
+  producer.set_backend(backend.name());
+  BATON_RETURN_IF_ERROR(writer.write_trailer(&producer));
+
+  // 4. Keep what was computed for later requests.
+  if (env.prefix_cache != nullptr) env.prefix_cache->insert(input.tenant, tokens, *cache);
+  if (env.session_cache != nullptr && !input.session_id.empty()) {
+    env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache));
+  }
+  return result;
+}
+
+}  // namespace baton

@@ -1,0 +1,65 @@
+// SessionCache: the cloud's copy of each conversation's KV (delta prefill for
+// follow-up turns, DESIGN.md "The handoff" step 5). Keyed by (tenant, session
+// id); holds the token ids and their f32 KV. A follow-up request carries the
+// whole history [0, end); if the cached tokens are a prefix of it, their KV
+// is reused and only the new tokens are computed. Best effort: least recently
+// used sessions go first over the byte cap, and an evicted session is rebuilt
+// from the prefix cache or recomputed — the answer is the same.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/engine/f32_kv_cache.h"
+
+namespace baton {
+
+struct SessionCacheStats {
+  uint64_t bytes = 0;       // held now
+  uint64_t sessions = 0;    // held now
+  uint64_t hit_tokens = 0;  // tokens served from the cache, total
+  uint64_t evicted = 0;
+};
+
+class SessionCache {
+ public:
+  explicit SessionCache(uint64_t max_bytes);
+
+  // Copies the KV of the session's cached tokens into `kv` (empty) when they
+  // are a prefix of `tokens` (at most max_tokens of them) and commits it;
+  // returns the tokens reused (0 when unknown or diverged).
+  int64_t load(const std::string& tenant, const std::string& session_id, std::span<const int32_t> tokens,
+               int64_t max_tokens, F32KvCache& kv);
+
+  // Keeps `kv` (holding `tokens`, kv->size() == tokens.size()) as the
+  // session's state, replacing the previous one.
+  void store(const std::string& tenant, const std::string& session_id, std::vector<int32_t> tokens,
+             std::shared_ptr<const F32KvCache> kv);
+
+  SessionCacheStats stats() const;
+
+ private:
+  struct Entry {
+    std::string key;
+    std::vector<int32_t> tokens;
+    std::shared_ptr<const F32KvCache> kv;
+    uint64_t bytes = 0;
+  };
+  static std::string make_key(const std::string& tenant, const std::string& session_id);
+  void evict_locked();
+
+  const uint64_t max_bytes_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // most recently used first; guarded by mu_
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // guarded by mu_
+  SessionCacheStats stats_;  // guarded by mu_
+};
+
+}  // namespace baton
