@@ -48,6 +48,8 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
       return;
     }
     if (absl::Status status = reader_->consume(std::move(message_)); !status.ok()) {
+      // The contract (baton.proto, PutPrefix): a stream that does not verify is the caller's bad input.
+      if (absl::IsDataLoss(status)) status = absl::InvalidArgumentError(status.message());
       Finish(to_grpc_status(status));
       return;
     }
