@@ -16,7 +16,7 @@ readonly PACKAGES=(
   # gRPC / protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # libraries
-  libabsl-dev libzstd-dev zstd libssl-dev libxxhash-dev libicu-dev nlohmann-json3-dev
+  libabsl-dev libzstd-dev zstd libssl-dev libxxhash-dev libicu-dev nlohmann-json3-dev libcpp-httplib-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference checks and the tiny-model trainer

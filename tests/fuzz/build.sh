@@ -3,7 +3,7 @@
 # UndefinedBehaviorSanitizer, from the sources they need and the system
 # libraries (no CMake build needed):
 #
-#   tests/fuzz/build.sh             -> build-fuzz/kv_stream_fuzz, build-fuzz/kv_stream_seed_gen
+#   tests/fuzz/build.sh             -> build-fuzz/{kv_stream,gguf,tokenizer}_fuzz, build-fuzz/kv_stream_seed_gen
 #   BATON_FUZZ_BUILD=DIR tests/fuzz/build.sh
 #
 # Needs: clang, libclang-rt-14-dev (libFuzzer runtime), protobuf-compiler,
@@ -52,6 +52,28 @@ printf '%s\n' "${jobs_list[@]}" | xargs -P "${jobs}" -L 1 bash -c \
 
 "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/kv_stream_fuzz.cc" "${objects[@]}" "${libs[@]}" \
   -o "${out}/kv_stream_fuzz"
+
+# The GGUF + tokenizer closure for gguf_fuzz and tokenizer_fuzz.
+model_sources=(common/gguf/*.cc common/tokenizer/*.cc common/model/model_spec.cc common/model/model_metadata.cc
+               common/model/arch/*.cc common/util/log.cc common/util/check.cc)
+model_objects=()
+model_jobs=()
+cd "${root}"
+for src in ${model_sources[@]}; do
+  [[ -f "${src}" ]] || continue
+  obj="${out}/obj/$(echo "${src}" | tr '/' '_').o"
+  model_objects+=("${obj}")
+  model_jobs+=("${root}/${src} ${obj}")
+done
+cd - > /dev/null
+printf '%s\n' "${model_jobs[@]}" | xargs -P "${jobs}" -L 1 bash -c \
+  "$(declare -p cxxflags); "'"${cxx}" "${cxxflags[@]}" -c "$0" -o "$1"'
+# shellcheck disable=SC2207
+model_libs=($(pkg-config --libs icu-uc icu-i18n) -lpthread)
+for target in gguf tokenizer; do
+  "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/${target}_fuzz.cc" "${model_objects[@]}" \
+    "${objects[@]}" "${libs[@]}" "${model_libs[@]}" -o "${out}/${target}_fuzz"
+done
 "${cxx}" "${cxxflags[@]}" "${root}/tests/fuzz/kv_stream_seed_gen.cc" "${objects[@]}" "${libs[@]}" \
   -o "${out}/kv_stream_seed_gen"
-echo "build.sh: built ${out}/kv_stream_fuzz and ${out}/kv_stream_seed_gen"
+echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer}_fuzz and ${out}/kv_stream_seed_gen"

@@ -21,6 +21,7 @@ out="${BATON_FUZZ_BUILD:-${root}/build-fuzz}"
 binary="${out}/${target}_fuzz"
 [[ -x "${binary}" ]] || "${root}/tests/fuzz/build.sh"
 
+export BATON_SOURCE_DIR="${BATON_SOURCE_DIR:-${root}}"  # tokenizer_fuzz loads vocabularies from the tree
 work="${out}/corpus/${target}"
 artifacts="${out}/artifacts/${target}"
 mkdir -p "${work}" "${artifacts}"
