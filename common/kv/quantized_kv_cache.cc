@@ -1,7 +1,9 @@
 #include "common/kv/quantized_kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "common/cpu/ops.h"
@@ -255,6 +257,33 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
 void QuantizedKvCache::set_size(int64_t n) {
   BATON_CHECK(n >= 0 && n <= capacity_);
   size_ = n;
+}
+
+absl::Status QuantizedKvCache::reserve(int64_t new_capacity_tokens) {
+  if (new_capacity_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV store: cannot reserve a negative capacity (%d tokens)", new_capacity_tokens));
+  }
+  if (new_capacity_tokens <= capacity_) return absl::OkStatus();
+  const int64_t old_capacity = capacity_;
+  const size_t rows = static_cast<size_t>(geometry_.n_layer * new_capacity_tokens);
+  // Moves each layer's rows [0, old_capacity) (`row` elements each) to the
+  // new layer stride; rows past them are zero.
+  auto relayout = [&](auto& data, int64_t row) {
+    std::remove_reference_t<decltype(data)> grown(rows * static_cast<size_t>(row));
+    for (int64_t layer = 0; layer < geometry_.n_layer; ++layer) {
+      const auto src = data.begin() + layer * old_capacity * row;
+      std::copy(src, src + old_capacity * row, grown.begin() + layer * new_capacity_tokens * row);
+    }
+    data = std::move(grown);
+  };
+  for (Plane* plane : {&k_, &v_}) {
+    relayout(plane->codes, plane->row_code_bytes);
+    relayout(plane->scales, plane->row_groups);
+    if (plane->bits == Bits::kInt4) relayout(plane->mins, plane->row_groups);
+  }
+  capacity_ = new_capacity_tokens;
+  return absl::OkStatus();
 }
 
 bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {

@@ -52,6 +52,12 @@ class QuantizedKvCache final : public KvCache {
   absl::Status store(int layer, int64_t pos, int64_t n, const float* k, const float* v) override;
   void attend(int layer, int64_t pos, int64_t n, const float* q, float* out, ThreadPool* pool) const override;
   void set_size(int64_t n) override;
+  // Grows the capacity to `new_capacity_tokens` (a session's KV between
+  // turns): the planes are laid out [n_layer, capacity, row], so every layer's
+  // rows move to the new stride; the stored tokens stay bit-identical (and
+  // rows past size() too). Never shrinks: a capacity at or under the current
+  // one is a no-op. INVALID_ARGUMENT for a negative capacity.
+  absl::Status reserve(int64_t new_capacity_tokens);
 
   const KvCodecConfig& config() const { return config_; }
   int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
