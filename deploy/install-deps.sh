@@ -25,6 +25,8 @@ readonly PACKAGES=(
   clang libclang-rt-14-dev
   # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc)
   curl openssl iproute2
+  # deployment lint (YAML, shell)
+  python3-yaml shellcheck
 )
 
 dry_run=0
