@@ -16,6 +16,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/unicode.h"
 
 namespace {
 
@@ -45,19 +46,10 @@ void require(bool ok, const char* what) {
   }
 }
 
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    }
-    i += n;
-  }
-  return true;
-}
+// The project's UTF-8 rule (rejects overlong forms and surrogates: a
+// hand-rolled lead-byte check here once flagged "\xc0\x80" as valid and
+// blamed the decoder for sanitizing it).
+bool valid_utf8(const std::string& s) { return baton::IsValidUtf8(s); }
 
 }  // namespace
 

@@ -140,3 +140,35 @@ TEST(StreamingDecoder, IncompleteCharacterAtFlushBecomesReplacementChar) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// tokenizer_fuzz input crash-391eec7d: these bytes, read as 2-byte token
+// ids, decode to bytes with an overlong form (C0 80). The harness's own
+// UTF-8 check took them for valid and flagged the decoder, which rightly
+// streams U+FFFD for them; kept as a regression case for both.
+TEST(StreamingDecoderFuzzRegression, Crash391eec7dStreamsLikeDecode) {
+  const unsigned char bytes[] = {0xff, 0xfe, 0xc3, 0x00, 0x00, 0x60, 0xc0, 0x00, 0x00, 0x89,
+                                 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x75, 0x74, 0x66, 0x38};
+  for (const std::string& path : {std::string(BATON_SOURCE_DIR) + "/deploy/models/baton-tiny-kjv-f16.gguf",
+                                 VocabPath("ggml-vocab-gpt-2.gguf")}) {
+    auto file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tokenizer = Tokenizer::FromGguf(**file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i + 1 < sizeof(bytes); i += 2) {
+      ids.push_back(static_cast<int32_t>((bytes[i] | (bytes[i + 1] << 8)) % (*tokenizer)->n_vocab()));
+    }
+    const std::string decoded = (*tokenizer)->decode(ids);
+    const std::string streamed = Stream(**tokenizer, ids);
+    EXPECT_EQ(streamed, Sanitized(decoded)) << path;
+    if (IsValidUtf8(decoded)) {
+      EXPECT_EQ(streamed, decoded) << path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton
