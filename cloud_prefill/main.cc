@@ -9,9 +9,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cloud_prefill/metrics_http.h"
+#include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_server.h"
+#ifdef BATON_HAVE_CUDA
+#include "cloud_prefill/cuda/cuda_prefill_backend.h"
+#endif
 #include "cloud_prefill/prefill_service.h"
 #include "common/util/flags.h"
+#include "common/util/metrics.h"
 
 namespace baton {
 namespace {
@@ -41,6 +47,7 @@ struct PrefillConfig {
   uint64_t session_cache_bytes = 4ull << 30;  // session cache (KV kept per session id)
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
+  std::string metrics_address;          // host:port of GET /metrics; empty: off
 };
 
 void register_flags(FlagSet& flags, PrefillConfig& config) {
@@ -74,6 +81,8 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                  "memory for KV kept per session id");
   flags.add_size("pack-store", &config.pack_store_bytes,
                  "memory for prefix packs uploaded with PutPrefix");
+  flags.add_string("metrics", &config.metrics_address,
+                   "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
   flags.add_duration("drain-timeout", &config.drain_timeout,
                      "on shutdown, how long running requests may finish");
   flags.require("model");
@@ -89,6 +98,12 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
           parse_host_port(config.listen_address);
       !address.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--listen: ", address.status().message()));
+  }
+  if (!config.metrics_address.empty()) {
+    if (absl::StatusOr<std::pair<std::string, int>> address = parse_host_port(config.metrics_address);
+        !address.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--metrics: ", address.status().message()));
+    }
   }
   if (config.tls_cert_path.empty() != config.tls_key_path.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together; give both");
@@ -117,10 +132,6 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
 
 // Serves until SIGINT / SIGTERM: Health answers while the model loads.
 int run_prefill_service(const PrefillConfig& config) {
-  if (config.backend == "cuda") {
-    std::fprintf(stderr, "baton-prefill: --backend cuda is not wired into the service yet; use cpu or auto\n");
-    return 2;
-  }
   PrefillServiceOptions options;
   options.threads = static_cast<int>(config.threads);
   options.max_running = static_cast<int>(config.max_running);
@@ -131,6 +142,27 @@ int run_prefill_service(const PrefillConfig& config) {
                           : config.default_codec == "int4" ? KvCodecConfig::Bits::kInt4
                                                            : KvCodecConfig::Bits::kInt8;
   options.zstd_level = static_cast<int>(config.zstd_level);
+  if (config.backend != "cpu") {
+#ifdef BATON_HAVE_CUDA
+    absl::StatusOr<PrefillBackendFactory> cuda = cuda::make_cuda_prefill_backend_factory(cuda::CudaBackendOptions{});
+    if (cuda.ok()) {
+      options.backend_factory = std::move(*cuda);
+      if (config.chunk_tokens == 256) options.chunk_tokens = 4096;  // a GPU wants big GEMMs
+      std::fprintf(stderr, "baton-prefill: CUDA backend, chunks of %d tokens\n", options.chunk_tokens);
+    } else if (config.backend == "cuda") {
+      std::fprintf(stderr, "baton-prefill: --backend cuda: %s\n", std::string(cuda.status().message()).c_str());
+      return 1;
+    } else {
+      std::fprintf(stderr, "baton-prefill: no usable GPU (%s); using the CPU backend\n",
+                   std::string(cuda.status().message()).c_str());
+    }
+#else
+    if (config.backend == "cuda") {
+      std::fprintf(stderr, "baton-prefill: --backend cuda: this build has no CUDA backend (nvcc was not found)\n");
+      return 1;
+    }
+#endif
+  }
   options.prefix_cache_bytes = config.prefix_cache_bytes;
   options.session_cache_bytes = config.session_cache_bytes;
   options.pack_store_bytes = config.pack_store_bytes;
@@ -142,6 +174,9 @@ int run_prefill_service(const PrefillConfig& config) {
     }
     options.auth = std::move(*auth);
   }
+  MetricsRegistry metrics;
+  PrefillMetrics prefill_metrics(metrics);
+  options.metrics = &prefill_metrics;
   PrefillServerOptions server_options;
   server_options.tls = ServerTlsOptions{config.tls_cert_path, config.tls_key_path, config.tls_client_ca_path};
   PrefillService service(std::move(options));
@@ -153,11 +188,25 @@ int run_prefill_service(const PrefillConfig& config) {
   }
   std::fprintf(stderr, "baton-prefill: listening on port %d, loading %s\n", (*server)->port(),
                config.model_path.c_str());
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(config.metrics_address, metrics);
+    if (!started.ok()) {
+      std::fprintf(stderr, "baton-prefill: --metrics: %s\n", std::string(started.status().message()).c_str());
+      (*server)->Shutdown();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    std::fprintf(stderr, "baton-prefill: metrics on port %d\n", metrics_server->port());
+  }
   if (absl::Status status = service.Load(config.model_path); !status.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());
+    if (metrics_server) metrics_server->Stop();
     (*server)->Shutdown();
     return 1;
   }
+  prefill_metrics.collect_at_scrape(service);
   std::fprintf(stderr, "baton-prefill: READY\n");
 
   sigset_t signals;
@@ -173,6 +222,7 @@ int run_prefill_service(const PrefillConfig& config) {
   service.begin_drain();
   const bool idle = service.wait_idle(config.drain_timeout);
   (*server)->Shutdown(idle ? 1000 : 0);
+  if (metrics_server) metrics_server->Stop();
   std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
   return 0;
 }

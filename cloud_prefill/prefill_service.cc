@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cpu_prefill_backend.h"
+#include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_reactor.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/kv_codec_params.h"
@@ -342,6 +343,10 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },
         [reactor] { return reactor->cancelled(); });
     if (result.ok()) record_throughput(result->computed_tokens, result->prefill_ms);
+    if (options_.metrics != nullptr) {
+      options_.metrics->record_job(result, static_cast<uint64_t>(geometry_.kv_dim()) * 2 * geometry_.n_layer *
+                                               sizeof(float));
+    }
     --running_;
     reactor->producer_done(result.status());
   };

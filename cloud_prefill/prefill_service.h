@@ -66,6 +66,7 @@ struct PrefillServiceOptions {
   uint64_t pack_store_bytes = uint64_t{1} << 30;     // prefix packs (stream + decoded KV)
   TenantAuth auth;                    // no tokens: one tenant, no auth
   PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
+  struct PrefillMetrics* metrics = nullptr;  // optional: per-job figures for GET /metrics
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {

@@ -27,6 +27,8 @@ readonly PACKAGES=(
   curl openssl iproute2
   # deployment lint (YAML, shell)
   python3-yaml shellcheck
+  # the split benchmark's plot
+  gnuplot-nox
 )
 
 dry_run=0

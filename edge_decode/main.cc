@@ -1,13 +1,26 @@
 // baton-edge: the edge agent. This file only parses flags and hands the
 // configuration to the agent.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "common/util/metrics.h"
+#include "edge_decode/edge_metrics.h"
+#include "edge_decode/edge_server.h"
+#include "edge_decode/edge_service.h"
+#include "edge_decode/http_front_end.h"
+#include "edge_decode/split_policy.h"
 
 namespace baton {
 namespace {
@@ -27,7 +40,7 @@ struct EdgeConfig {
   std::string cloud_ca_path;            // PEM roots; set: TLS to the cloud
   std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
   uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
-  std::string http_address;             // host:port for HTTP status; empty: off
+  std::string http_address;             // host:port of the OpenAI-compatible API and /metrics; empty: off
   std::string packs_dir;                // prefix packs; empty: none
   std::string sessions_dir;             // persisted sessions; empty: memory only
   std::string policy = "auto";          // auto | local | cloud
@@ -52,7 +65,7 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_size("memory-budget", &config.memory_budget_bytes,
                  "device memory for weights, KV and scratch; 0: detect");
   flags.add_string("http", &config.http_address,
-                   "address for the HTTP status page; empty: off", "ADDR");
+                   "address of the OpenAI-compatible HTTP API and /metrics; empty: off", "ADDR");
   flags.add_string("packs", &config.packs_dir, "directory of prefix packs", "DIR");
   flags.add_string("sessions", &config.sessions_dir,
                    "directory where sessions persist; empty: memory only", "DIR");
@@ -107,12 +120,98 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   return absl::OkStatus();
 }
 
+// Flags -> service options.
+absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
+  EdgeServiceOptions options;
+  options.threads = static_cast<int>(config.threads);
+  options.memory_budget_bytes = config.memory_budget_bytes;
+  options.codec = config.codec;
+  BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));
+  options.max_tokens = static_cast<int>(config.max_tokens);
+  options.sessions_dir = config.sessions_dir;
+  options.max_sessions = static_cast<int>(config.max_sessions);
+  options.packs_dir = config.packs_dir;
+  if (!config.cloud_address.empty()) {
+    CloudClientOptions cloud;
+    cloud.address = config.cloud_address;
+    cloud.token_path = config.cloud_token_path;
+    cloud.ca_path = config.cloud_ca_path;
+    cloud.prefill_timeout = config.cloud_timeout;
+    options.cloud = cloud;
+  }
+  return options;
+}
+
+// Serves until SIGINT / SIGTERM: the server starts first (Health answers
+// LOADING / WARMING), the model loads on a second thread, and a signal
+// drains the agent and shuts the server down with a grace period for
+// running calls.
 int run_edge_agent(const EdgeConfig& config) {
-  std::fprintf(stderr,
-               "baton-edge: the edge agent is not implemented in this build yet "
-               "(model %s, listen %s)\n",
-               config.model_path.c_str(), config.listen_address.c_str());
-  return 1;
+  absl::StatusOr<EdgeServiceOptions> options = service_options(config);
+  if (!options.ok()) {
+    std::fprintf(stderr, "baton-edge: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  // The service records every Generate (gRPC and HTTP alike) for /metrics.
+  MetricsRegistry registry;
+  EdgeMetrics metrics(registry);
+  options->metrics = &metrics;
+  // Block the signals in every thread; the main thread takes them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  EdgeService service(*options);
+  absl::StatusOr<std::unique_ptr<EdgeServer>> server = EdgeServer::Start(config.listen_address, service);
+  if (!server.ok()) {
+    std::fprintf(stderr, "baton-edge: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  const std::string host = config.listen_address.substr(0, config.listen_address.rfind(':'));
+  std::fprintf(stderr, "baton-edge: listening on %s:%d\n", host.c_str(), (*server)->port());
+
+  // --http: the OpenAI-compatible API and /metrics, relaying to this agent's
+  // own gRPC service over loopback (one code path, two front ends).
+  std::unique_ptr<HttpFrontEnd> http;
+  if (!config.http_address.empty()) {
+    HttpFrontEndOptions http_options;
+    http_options.listen = config.http_address;
+    const bool wildcard = host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+    http_options.grpc_target = absl::StrCat(wildcard ? "127.0.0.1" : host, ":", (*server)->port());
+    http_options.model_path = config.model_path;
+    http_options.metrics = &registry;
+    http_options.record_generate_metrics = false;  // the service records them
+    absl::StatusOr<std::unique_ptr<HttpFrontEnd>> started = HttpFrontEnd::Start(http_options);
+    if (!started.ok()) {
+      std::fprintf(stderr, "baton-edge: --http: %s\n", std::string(started.status().message()).c_str());
+      (*server)->Shutdown();
+      return 1;
+    }
+    http = std::move(*started);
+    std::fprintf(stderr, "baton-edge: HTTP API on %s:%d\n",
+                 config.http_address.substr(0, config.http_address.rfind(':')).c_str(), http->port());
+  }
+
+  std::atomic<bool> load_failed{false};
+  std::thread loader([&] {
+    absl::Status loaded = service.Load(config.model_path);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "baton-edge: %s\n", loaded.ToString().c_str());
+      load_failed = true;
+      kill(getpid(), SIGTERM);  // wakes the sigwait below
+    }
+  });
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  if (!load_failed) std::fprintf(stderr, "baton-edge: signal %d: draining\n", signal_number);
+  service.Drain();
+  if (http) http->Stop();
+  (*server)->Shutdown(/*grace_ms=*/5000);
+  loader.join();
+  server->reset();
+  return load_failed ? 1 : 0;
 }
 
 }  // namespace

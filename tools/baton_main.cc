@@ -34,7 +34,11 @@ constexpr char kUsage[] =
     "Baton splits LLM inference between a cloud prefill service and an edge agent.\n"
     "\n"
     "commands:\n"
-    "  generate   generate text from a prompt (--model FILE runs the CPU engine locally)\n"
+    "  generate   generate text: --edge ADDR through the edge agent, --model FILE with the CPU engine here\n"
+    "  health     state of an edge agent (--edge ADDR) or the cloud service (--cloud ADDR)\n"
+    "  sessions   sessions an edge agent holds: ls, rm\n"
+    "  pack       prefix packs: build, push (cloud), pull and ls (edge), info\n"
+    "  plan       edge memory plan: max context per KV codec on a memory budget\n"
     "  model      model tools: synth, quantize, info\n"
     "  bench      benchmarks: decode, prefill (--json for scripts)\n"
     "\n"
@@ -53,8 +57,15 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   Args args(argv + 2, argv + argc);
   if (command == "model") return model_command(args);
+  if (command == "bench" && !args.empty() && args[0] == "prefill-cuda") {
+    return bench_prefill_cuda(Args(args.begin() + 1, args.end()));
+  }
   if (command == "bench") return bench_command(args);
   if (command == "generate") return generate_command(args);
+  if (command == "health") return health_command(args);
+  if (command == "sessions") return sessions_command(args);
+  if (command == "pack") return pack_command(args);
+  if (command == "plan") return plan_command(args);
   std::fprintf(stderr, "baton: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -8,16 +8,22 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "commands.h"
 #include "common/cpu/vec.h"
 #include "common/engine/engine.h"
 #include "common/engine/perplexity.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/engine/sampler.h"
+#include "common/kv/kv_codec_config.h"
+#include "common/kv/quantized_kv_cache.h"
 #include "common/model/model.h"
+#include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "common/util/flags.h"
+#include "kv_codec_list.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -29,15 +35,16 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Read bandwidth in bytes/s: `threads` threads each stream their share of a
-// 1 GiB buffer (larger than any cache) several times; best of the passes.
-double measure_read_bandwidth(ThreadPool& pool) {
-  const int64_t n = int64_t{1} << 28;  // floats = 1 GiB
-  std::vector<float> buffer(n, 1.0f);
+// Read bandwidth in bytes/s: the pool's threads each stream their share of
+// `buffer` (1 GiB, larger than the last-level cache's share a run can hold
+// warm) `passes` times; best pass. The same code path as a dot product, so a
+// decode step that streams its weights at this rate is memory-bound.
+double measure_read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int passes) {
+  const int64_t n = static_cast<int64_t>(buffer.size());
   double best = 0.0;
-  for (int pass = 0; pass < 4; ++pass) {
+  std::vector<float> sums(pool.size() * 16, 0.0f);
+  for (int pass = 0; pass < passes; ++pass) {
     const auto start = Clock::now();
-    std::vector<float> sums(pool.size() * 16, 0.0f);
     pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end) {
       for (int64_t part = begin; part < end; ++part) {
         const int64_t chunk = n / pool.size();
@@ -47,8 +54,8 @@ double measure_read_bandwidth(ThreadPool& pool) {
     });
     const double seconds = seconds_between(start, Clock::now());
     best = std::max(best, static_cast<double>(n) * sizeof(float) / seconds);
-    if (sums[0] < 0) std::puts("");  // keep the sums alive
   }
+  if (sums[0] < 0) std::puts("");  // keep the sums alive
   return best;
 }
 
@@ -94,80 +101,215 @@ std::vector<int32_t> synthetic_tokens(int64_t n, int n_vocab, uint64_t seed) {
   return tokens;
 }
 
+double median(std::vector<double> values) {
+  BATON_CHECK(!values.empty());
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// One (context, KV) cell of the decode table.
+struct DecodeCell {
+  int64_t context = 0;
+  std::string kv;                // "f32" or a wire codec name
+  std::string store;             // the edge store's config ("f32" for the F32 cache)
+  double tok_per_s = 0;            // 1 / median step time
+  double mean_tok_per_s = 0;       // timed tokens / their total time
+  double kv_bytes_per_token = 0;  // KV read per decoded token at the mean context
+  double achieved_bytes_per_s = 0;
+  double bandwidth_bytes_per_s = 0;  // median of the passes interleaved with the steps
+  std::string error;
+};
+
+// A KV cache of `capacity` tokens for `kv` ("f32" or a codec name) and its
+// bytes per cached token (all layers, K and V, codes plus scales).
+absl::StatusOr<std::unique_ptr<KvCache>> decode_cache(const Engine& engine, const std::string& kv,
+                                                      int64_t capacity, std::string* store_name,
+                                                      double* bytes_per_token) {
+  const KvGeometry g = engine.kv_geometry();
+  if (kv == "f32") {
+    *store_name = "f32";
+    *bytes_per_token = 2.0 * g.kv_dim() * g.n_layer * sizeof(float);
+    return engine.new_f32_kv_cache(capacity);
+  }
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig wire, parse_kv_codec_config(kv));
+  const KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> cache, QuantizedKvCache::Create(g, capacity, store));
+  *store_name = store.to_string();
+  *bytes_per_token = static_cast<double>(cache->bytes_per_token());
+  return std::unique_ptr<KvCache>(std::move(cache));
+}
+
+// Fills positions [0, context) of every layer with seeded random K/V (the
+// attention cost of a real context without a long prefill).
+absl::Status fill_synthetic(KvCache& kv, int64_t context, uint64_t seed) {
+  const KvGeometry& g = kv.geometry();
+  Rng rng(seed);
+  std::vector<float> k(static_cast<size_t>(context * g.kv_dim())), v(k.size());  // [context, kv_dim]
+  for (int l = 0; l < g.n_layer; ++l) {
+    for (auto& x : k) x = static_cast<float>(rng.uniform() * 2 - 1);
+    for (auto& x : v) x = static_cast<float>(rng.uniform() * 2 - 1);
+    BATON_RETURN_IF_ERROR(kv.store(l, 0, context, k.data(), v.data()));
+  }
+  kv.set_size(context);
+  return absl::OkStatus();
+}
+
 int decode(const Args& args) {
   CommonFlags c;
-  int64_t context = 512, tokens = 32;
+  // "G": the group size min(32, head_dim) (kv_codec_list.h): g32 for the
+  // llama-3.2 shapes.
+  std::string contexts = "512,4096", kv_list = "f16,int8-gG-z3,int4-pc-kg128-gG-z3";
+  int64_t tokens = 16;
   bool fill_by_prefill = false;
-  FlagSet flags("baton bench decode", "--model FILE [--context N] [--threads N] [--json]",
-                "Decode speed of the CPU engine at a given context: tokens/s, the weight and KV "
-                "bytes read per token, the achieved read rate, and the machine's read bandwidth "
-                "measured in the same run. The context is filled with synthetic K/V unless "
-                "--prefill is given (same attention cost, no long prefill).");
+  FlagSet flags("baton bench decode",
+                "--model FILE [--context 512,4096] [--kv f16,int8-g32-z3,...] [--threads 2] [--json]",
+                "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
+                "bytes read per token, the achieved read rate, and the machine's memory read bandwidth measured "
+                "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
+                "(common/kv/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
+                "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
+                "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill).");
   add_common(flags, c);
-  flags.add_int64("context", &context, "tokens already in the KV cache");
-  flags.add_int64("tokens", &tokens, "tokens to decode and time");
+  flags.add_string("context", &contexts, "comma-separated contexts: tokens already in the KV cache", "LIST");
+  flags.add_string("kv", &kv_list,
+                   "comma-separated KV codecs (f32 for the F32 cache); G stands for min(32, head_dim)", "LIST");
+  flags.add_int64("tokens", &tokens, "tokens to decode and time per row");
   flags.add_bool("prefill", &fill_by_prefill, "fill the context by a real prefill");
   if (auto code = parse_flags(flags, args)) return *code;
+  if (tokens < 1 || c.threads < 1) return fail("--tokens and --threads must be >= 1");
 
+  std::vector<int64_t> context_values;
+  for (const std::string& item : std::vector<std::string>(absl::StrSplit(contexts, ',', absl::SkipEmpty()))) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value < 0) return fail("--context: bad value '" + item + "'");
+    context_values.push_back(value);
+  }
   auto model = Model::Load(c.model);
   if (!model.ok()) return fail(std::string(model.status().message()));
+  const std::vector<std::string> kv_names =
+      absl::StrSplit(expand_codec_list(kv_list, (*model)->spec().head_dim), ',', absl::SkipEmpty());
+  if (context_values.empty() || kv_names.empty()) return fail("--context and --kv need at least one value");
   Engine engine(**model, EngineOptions{static_cast<int>(c.threads), 64});
   const ModelSpec& s = (*model)->spec();
-  auto kv = engine.new_f32_kv_cache(context + tokens + 1);
-  if (fill_by_prefill) {
-    auto prompt = synthetic_tokens(context, s.n_vocab, 1);
-    absl::Status st = engine.prefill(prompt, *kv, nullptr);
-    if (!st.ok()) return fail(std::string(st.message()));
-  } else {
-    Rng rng(7);
-    std::vector<float> k(s.kv_dim()), v(s.kv_dim());
-    for (int64_t pos = 0; pos < context; ++pos) {
-      for (auto& x : k) x = static_cast<float>(rng.uniform() * 2 - 1);
-      for (auto& x : v) x = static_cast<float>(rng.uniform() * 2 - 1);
-      for (int l = 0; l < s.n_layer; ++l) (void)kv->store(l, pos, 1, k.data(), v.data());
-    }
-    kv->set_size(context);
-  }
-  std::vector<float> logits;
-  int32_t token = 1;
-  // One untimed step warms caches and page-ins.
-  if (auto st = engine.decode_step(token, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < tokens; ++i) {
-    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (auto st = engine.decode_step(token, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
-  }
-  const double seconds = seconds_between(start, Clock::now());
-  const double tok_per_s = tokens / seconds;
   const double weight_bytes = static_cast<double>(weight_bytes_per_token(**model));
-  const double mean_ctx = context + 1 + tokens / 2.0;
-  const double kv_bytes = mean_ctx * s.kv_elements_per_token() * sizeof(float);
-  const double bandwidth = measure_read_bandwidth(engine.pool());
+  const std::vector<float> bandwidth_buffer(size_t{1} << 28, 1.0f);  // 1 GiB
 
-  Report r(absl::StrFormat("decode: %s, context %d, %d threads, %s kernels, f32 KV", s.name, context,
-                           c.threads, simd_level_name(active_simd_level())));
-  r.add("decode_tok_per_s", "decode", tok_per_s, "tok/s");
-  r.add("weight_bytes_per_token", "weights read per token", weight_bytes / 1e6, "MB");
-  r.add("kv_bytes_per_token", "KV read per token", kv_bytes / 1e6, "MB");
-  r.add("weight_gb_per_s", "achieved weight read", weight_bytes * tok_per_s / 1e9, "GB/s");
-  r.add("total_gb_per_s", "achieved weight+KV read", (weight_bytes + kv_bytes) * tok_per_s / 1e9, "GB/s");
-  r.add("memory_read_gb_per_s", "memory read bandwidth", bandwidth / 1e9, "GB/s");
-  r.add("ratio_to_bandwidth", "achieved / bandwidth", (weight_bytes + kv_bytes) * tok_per_s / bandwidth, "", 3);
-  r.add_int("context", "context", context, "tokens");
-  r.add_int("threads", "threads", c.threads);
-  r.print(c.json);
+  std::vector<DecodeCell> cells;
+  std::vector<float> logits;
+  for (int64_t context : context_values) {
+    for (const std::string& kv_name : kv_names) {
+      DecodeCell cell;
+      cell.context = context;
+      cell.kv = kv_name;
+      double kv_bytes_per_cached_token = 0;
+      auto kv = decode_cache(engine, kv_name, context + tokens + 1, &cell.store, &kv_bytes_per_cached_token);
+      absl::Status st = kv.status();
+      if (st.ok()) {
+        st = fill_by_prefill ? engine.prefill(synthetic_tokens(context, s.n_vocab, 1), **kv, nullptr)
+                             : fill_synthetic(**kv, context, 7);
+      }
+      int32_t token = 1;
+      // One untimed step warms caches and page-ins.
+      if (st.ok()) st = engine.decode_step(token, **kv, &logits);
+      // Each timed step is followed by one bandwidth pass, so both figures
+      // sample the same moments of a shared machine; medians of both.
+      std::vector<double> step_seconds, bandwidths;
+      for (int64_t i = 0; st.ok() && i < tokens; ++i) {
+        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const auto start = Clock::now();
+        st = engine.decode_step(token, **kv, &logits);
+        step_seconds.push_back(seconds_between(start, Clock::now()));
+        bandwidths.push_back(measure_read_bandwidth(engine.pool(), bandwidth_buffer, 1));
+      }
+      if (!st.ok()) {
+        cell.error = std::string(st.message());
+        cells.push_back(cell);
+        continue;
+      }
+      double total_seconds = 0;
+      for (double x : step_seconds) total_seconds += x;
+      cell.tok_per_s = 1.0 / median(step_seconds);
+      cell.mean_tok_per_s = tokens / total_seconds;
+      // Step i attends over context + 2 + i tokens (the warm-up step's included).
+      cell.kv_bytes_per_token = (context + 2 + (tokens - 1) / 2.0) * kv_bytes_per_cached_token;
+      cell.achieved_bytes_per_s = (weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
+      cell.bandwidth_bytes_per_s = median(bandwidths);
+      cells.push_back(cell);
+    }
+  }
+
+  const std::string kernels = simd_level_name(active_simd_level());
+  if (c.json) {
+    std::string out = absl::StrFormat(
+        "{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"tokens_per_row\": %d, "
+        "\"weight_bytes_per_token\": %.0f, \"rows\": [",
+        json_escape(s.name), c.threads, kernels, tokens, weight_bytes);
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const DecodeCell& r = cells[i];
+      if (i > 0) out += ", ";
+      if (!r.error.empty()) {
+        out += absl::StrFormat("{\"context\": %d, \"kv\": \"%s\", \"error\": \"%s\"}", r.context,
+                               json_escape(r.kv), json_escape(r.error));
+        continue;
+      }
+      out += absl::StrFormat(
+          "{\"context\": %d, \"kv\": \"%s\", \"store\": \"%s\", \"decode_tok_per_s\": %.3f, \"mean_decode_tok_per_s\": %.3f, "
+          "\"kv_bytes_per_token\": %.0f, \"weight_gb_per_s\": %.3f, \"achieved_gb_per_s\": %.3f, "
+          "\"memory_read_gb_per_s\": %.3f, "
+          "\"ratio_to_bandwidth\": %.4f}",
+          r.context, json_escape(r.kv), json_escape(r.store), r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token,
+          weight_bytes * r.tok_per_s / 1e9, r.achieved_bytes_per_s / 1e9, r.bandwidth_bytes_per_s / 1e9,
+          r.achieved_bytes_per_s / r.bandwidth_bytes_per_s);
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+  std::fputs(absl::StrFormat("decode: %s, %d threads, %s kernels, %d timed tokens per row; weights read per "
+                             "token %.2f MB\n",
+                             s.name, c.threads, kernels, tokens, weight_bytes / 1e6)
+                 .c_str(),
+             stdout);
+  std::fputs(absl::StrFormat("  %7s  %-22s %-16s %8s %8s %10s %12s %12s %7s\n", "context", "kv codec", "store",
+                             "tok/s", "mean", "KV MB/tok", "read GB/s", "memory GB/s", "ratio")
+                 .c_str(),
+             stdout);
+  for (const DecodeCell& r : cells) {
+    if (!r.error.empty()) {
+      std::fputs(absl::StrFormat("  %7d  %-22s failed: %s\n", r.context, r.kv, r.error).c_str(), stdout);
+      continue;
+    }
+    std::fputs(absl::StrFormat("  %7d  %-22s %-16s %8.2f %8.2f %10.2f %12.2f %12.2f %7.3f\n", r.context, r.kv,
+                               r.store, r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6, r.achieved_bytes_per_s / 1e9,
+                               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / r.bandwidth_bytes_per_s)
+                   .c_str(),
+               stdout);
+  }
+  std::fputs("  (tok/s = 1 / median step time, mean = tokens / total time; read = (weights + KV at the mean "
+             "context) x tok/s; memory = median of full-pool 1 GiB read passes, one after each timed step; "
+             "ratio = read / memory)\n",
+             stdout);
   return 0;
 }
 
 int prefill(const Args& args) {
   CommonFlags c;
   int64_t tokens = 512, batch = 64;
-  FlagSet flags("baton bench prefill", "--model FILE [--tokens N] [--threads N] [--json]",
-                "Prefill speed of the CPU engine: a prompt of N synthetic tokens, micro-batched.");
+  bool local = true;
+  std::string kv_name = "f16";
+  FlagSet flags("baton bench prefill", "--model FILE --local [--tokens N] [--kv CODEC] [--threads N] [--json]",
+                "Local prefill speed of the CPU engine (the edge's own prefill on its Q4_0 model: batched "
+                "Q4_0 matmuls over micro-batches of --batch tokens): a prompt of N synthetic tokens into the KV "
+                "store a codec implies (\"f32\": the engine's F32 cache).");
   add_common(flags, c);
+  flags.add_bool("local", &local, "prefill here on the CPU engine (the only mode; the cloud has its own bench)");
   flags.add_int64("tokens", &tokens, "prompt tokens");
   flags.add_int64("batch", &batch, "micro-batch tokens per forward");
+  flags.add_string("kv", &kv_name, "KV codec of the store the prompt goes into (f32, f16, int8-g32-z3, ...)", "CODEC");
   if (auto code = parse_flags(flags, args)) return *code;
+  if (!local) return fail("only --local prefill is measured here");
+  if (tokens < 1 || batch < 1 || c.threads < 1) return fail("--tokens, --batch and --threads must be >= 1");
   auto model = Model::Load(c.model);
   if (!model.ok()) return fail(std::string(model.status().message()));
   Engine engine(**model, EngineOptions{static_cast<int>(c.threads), static_cast<int>(batch)});
@@ -179,22 +321,26 @@ int prefill(const Args& args) {
     std::vector<float> logits;
     (void)engine.prefill(std::span<const int32_t>(prompt.data(), 4), *warm, &logits);
   }
-  auto kv = engine.new_f32_kv_cache(tokens);
+  std::string store_name;
+  double kv_bytes_per_token = 0;
+  auto kv = decode_cache(engine, kv_name, tokens, &store_name, &kv_bytes_per_token);
+  if (!kv.ok()) return fail(std::string(kv.status().message()));
   std::vector<float> logits;
   const auto start = Clock::now();
-  if (auto st = engine.prefill(prompt, *kv, &logits); !st.ok()) return fail(std::string(st.message()));
+  if (auto st = engine.prefill(prompt, **kv, &logits); !st.ok()) return fail(std::string(st.message()));
   const double seconds = seconds_between(start, Clock::now());
   // Matmul work: every layer matrix per token, the output projection once.
-  const double layer_weight_elements =
-      static_cast<double>(layer_matrix_elements(**model));
+  const double layer_weight_elements = static_cast<double>(layer_matrix_elements(**model));
   const double matmul_flops = 2.0 * layer_weight_elements * tokens + 2.0 * s.n_vocab * s.n_embd;
-  Report r(absl::StrFormat("prefill: %s, %d tokens, %d threads, %s kernels", s.name, tokens, c.threads,
-                           simd_level_name(active_simd_level())));
+  Report r(absl::StrFormat("prefill (local): %s, %d tokens, batches of %d, %d threads, %s kernels, KV %s", s.name,
+                           tokens, batch, c.threads, simd_level_name(active_simd_level()), store_name));
   r.add("prefill_tok_per_s", "prefill", tokens / seconds, "tok/s");
   r.add("prefill_seconds", "time", seconds, "s", 3);
   r.add("matmul_gflop_per_s", "matmul GFLOP/s", matmul_flops / seconds / 1e9, "GFLOP/s");
   r.add_int("tokens", "tokens", tokens);
+  r.add_int("batch", "batch", batch);
   r.add_int("threads", "threads", c.threads);
+  r.add_text("kv_store", "KV store", store_name);
   r.print(c.json);
   return 0;
 }
@@ -253,12 +399,14 @@ int perplexity(const Args& args) {
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill|kv-codec|kv-quality|perplexity ... [--json]\n"
+      "usage: baton bench decode|prefill|prefill-service|kv-codec|kv-quality|perplexity|fidelity ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
-      "  prefill  local prefill tok/s\n"
+      "  prefill  local prefill tok/s (--local: the edge's batched Q4_0 prefill)\n"
+      "  prefill-service  the cloud prefill service's speed (cmd_bench_prefill_service.cc)\n"
       "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
       "  kv-quality  perplexity / KL / greedy agreement of each KV codec against F16 KV\n"
-      "  perplexity  held-out perplexity of a model over a text or id file\n";
+      "  perplexity  held-out perplexity of a model over a text or id file\n"
+      "  fidelity    perplexity / KL vs the F16 model of the edge's Q4_0 alone and split with the cloud\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -267,8 +415,10 @@ int bench_command(const Args& args) {
   if (args[0] == "decode") return decode(rest);
   if (args[0] == "prefill") return prefill(rest);
   if (args[0] == "kv-codec") return bench_kv_codec(rest);
+  if (args[0] == "prefill-service") return bench_prefill_service(rest);
   if (args[0] == "kv-quality") return bench_kv_quality(rest);
   if (args[0] == "perplexity") return perplexity(rest);
+  if (args[0] == "fidelity") return bench_fidelity(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

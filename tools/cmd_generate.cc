@@ -1,7 +1,8 @@
 // baton generate: runs the CPU engine on a local model and streams the
 // generated text with the stats at the end. Prompts are text (tokenized with
 // the model's own tokenizer), token ids, or synthetic tokens for speed runs.
-// (The edge/cloud flow arrives with the agent and the cloud service.)
+// With --edge ADDR the command is a client of the edge agent instead
+// (cmd_generate_edge.cc).
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -29,6 +30,10 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int generate_command(const Args& args) {
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg == "--edge" || arg.rfind("--edge=", 0) == 0) return generate_on_edge(args);
+  }
   std::string model_path, prompt_text, prompt_file, prompt_tokens_text;
   int64_t prompt_len = 256, max_tokens = 32, threads = 2, seed = 0, top_k = 40;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
@@ -38,7 +43,9 @@ int generate_command(const Args& args) {
                 "--model FILE [-p TEXT | --prompt-file F | --prompt-tokens IDS | --prompt-len N] [flags]",
                 "Generates text from a prompt with the CPU engine on a local model, printing it as "
                 "it is produced, then the stats. Without a prompt, a synthetic prompt of "
-                "--prompt-len random tokens is used (speed runs).");
+                "--prompt-len random tokens is used (speed runs). "
+                "'baton generate --edge ADDR ...' sends the prompt to an edge agent instead "
+                "(see 'baton generate --edge ADDR --help').");
   flags.add_string("model", &model_path, "GGUF model file", "FILE");
   flags.add_string("prompt", &prompt_text, "prompt text (also -p)", "TEXT");
   flags.add_string("prompt-file", &prompt_file, "read the prompt text from a file", "FILE");

@@ -19,6 +19,14 @@ int bench_command(const Args& args);     // baton bench decode|prefill
 int generate_command(const Args& args);  // baton generate
 int bench_kv_codec(const Args& args);    // baton bench kv-codec (cmd_bench_kv.cc)
 int bench_kv_quality(const Args& args);  // baton bench kv-quality (cmd_bench_kv_quality.cc)
+int bench_prefill_service(const Args& args);  // baton bench prefill-service (cmd_bench_prefill_service.cc)
+int bench_prefill_cuda(const Args& args);  // baton bench prefill-cuda (cmd_bench_cuda.cc)
+int bench_fidelity(const Args& args);    // baton bench fidelity (cmd_bench_fidelity.cc)
+int generate_on_edge(const Args& args);  // baton generate --edge ADDR (cmd_generate_edge.cc)
+int health_command(const Args& args);    // baton health --edge ADDR | --cloud ADDR
+int sessions_command(const Args& args);  // baton sessions ls|rm
+int pack_command(const Args& args);      // baton pack build|push|pull|ls|info
+int plan_command(const Args& args);      // baton plan --model FILE --memory SIZE
 
 
 // Parses a subcommand's flags: on --help prints the usage and returns 0, on a

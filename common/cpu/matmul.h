@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "common/gguf/ggml_types.h"
 #include "common/util/cpu_features.h"
@@ -35,6 +36,16 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // matmul at a given level, for tests and benchmarks; level must be <= best_simd_level().
 void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                  ThreadPool* pool);
+
+// y_i = W_i x for up to 8 matrices that share the input x (Q/K/V, gate/up):
+// the same results as one matmul per matrix, but x is quantized once and all
+// rows go out in one parallel loop (one pool wake-up instead of one per
+// matrix). ws[i]: same cols; matrices of mixed storage (quantized beside
+// float) or more than 8 run one call each. ys[i]: [n_tokens, ws[i]->rows] f32.
+void matmul_many(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
+                 std::span<float* const> ys, ThreadPool* pool);
+void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
+                      std::span<float* const> ys, ThreadPool* pool);
 
 // Activation quantization to Q8_0 (ggml's formulas: d = amax/127, q = roundf(x/d)),
 // dispatched. x: [n] f32, n % 32 == 0; y: [n/32] blocks. Bit-identical on all levels.

@@ -58,7 +58,18 @@ void quant_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = p.weights + (r0 + r) * p.row_bytes;
 
+  // Decode (T == 1) streams weights from DRAM: prefetch the next tile's rows
+  // (R rows further on, the same columns) while this one computes.
+  constexpr int64_t kBlockBytes = kType == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const int64_t ahead = R * p.row_bytes;
   for (int64_t b = 0; b < n_blocks; ++b) {
+    if constexpr (T == 1) {
+      if ((b & 1) == 0) {
+        for (int r = 0; r < R; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes), _MM_HINT_T0);
+        }
+      }
+    }
     __m256i w[R], w_abs[R];
     float w_scale[R];
     for (int r = 0; r < R; ++r) {

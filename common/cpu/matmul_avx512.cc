@@ -129,10 +129,92 @@ void quant_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = p.weights + (r0 + r) * p.row_bytes;
   int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) quant_step<kType, R, T, true>(p, rows, t0, b, n_blocks, acc);
+  // Decode (T == 1) streams weights from DRAM: prefetch the next tile's rows
+  // (R rows further on, the same columns) while this one computes.
+  constexpr int64_t kBlockBytes = kType == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const int64_t ahead = R * p.row_bytes;
+  for (; b + 2 <= n_blocks; b += 2) {
+    if constexpr (T == 1) {
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes), _MM_HINT_T0);
+      }
+    }
+    quant_step<kType, R, T, true>(p, rows, t0, b, n_blocks, acc);
+  }
   if (b < n_blocks) quant_step<kType, R, T, false>(p, rows, t0, b, n_blocks, acc);
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) p.y[(t0 + t) * p.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// Q4_0 decode (one token): four blocks per step, so one int32 accumulator
+// register holds whole blocks and the scales are applied once per four blocks.
+// Per row and step: the 72 bytes of blocks b..b+3 arrive in two loads; one
+// two-source word permute gathers their packed nibbles into
+//   packed = [qs(b) | qs(b+1) | qs(b+2) | qs(b+3)]   (16 bytes per 128-bit lane)
+// and the low / high nibbles (elements 0..15 / 16..31 of each block) meet x
+// quants arranged the same way (xa / xb, built once per step for all rows).
+// Lane k of the int32 result holds block b+k's dot product in lanes 4k..4k+3.
+// Weights are read once from DRAM, so later tiles' rows are prefetched
+// while this one computes.
+template <int R>
+void q4_0_decode_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = p.weights + (r0 + r) * p.row_bytes;
+  const int8_t* xq = p.xq + t0 * p.cols;
+  const float* xd = p.xd + t0 * n_blocks;
+  const int64_t ahead = R * p.row_bytes;
+  // Words 9k+1..9k+8 are block k's nibbles; 32.. index the second source.
+  alignas(64) static constexpr int16_t kQsWords[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12,
+                                                       13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24,
+                                                       25, 26, 28, 29, 30, 31, 32, 33, 34, 35};
+  // Word 9k is block k's fp16 scale: spread over the block's four lanes.
+  alignas(64) static constexpr int16_t kScaleWords[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
+  const __m512i qs_index = _mm512_load_si512(kQsWords);
+  const __m512i d_index = _mm512_load_si512(kScaleWords);
+  const __m512i xd_index = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const __m512i eight = _mm512_set1_epi8(8);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+
+  int64_t b = 0;
+  for (; b + 4 <= n_blocks; b += 4) {
+    const __m512i x0 = _mm512_loadu_si512(xq + b * kQK8_0);       // blocks b, b+1
+    const __m512i x1 = _mm512_loadu_si512(xq + b * kQK8_0 + 64);  // blocks b+2, b+3
+    const __m512i xa = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0..15
+    const __m512i xb = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16..31
+    const __m512 x_scale = _mm512_permutexvar_ps(xd_index, _mm512_castps128_ps512(_mm_loadu_ps(xd + b)));
+    // The weights enter as nibble + 8: start each block at -8 * sum(x quants).
+    const __m512i bias = _mm512_sub_epi32(
+        _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xa), eight, xb));
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* group = rows[r] + b * sizeof(BlockQ4_0);
+      // Near (next tile, into L1) and far (four tiles on, into L2): the far
+      // one keeps more DRAM requests in flight than L1's fill buffers allow.
+      _mm_prefetch(reinterpret_cast<const char*>(group + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(group + ahead + kGroupBytes - 1), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(group + 4 * ahead), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(group + 4 * ahead + kGroupBytes - 1), _MM_HINT_T1);
+      const __m512i head = _mm512_loadu_si512(group);                                     // bytes 0..63
+      const __m512i tail = _mm512_castsi128_si512(_mm_maskz_loadu_epi16(0xf, group + 64));  // bytes 64..71
+      const __m512i packed = _mm512_permutex2var_epi16(head, qs_index, tail);
+      const __m512i wa = _mm512_and_si512(packed, low_nibbles);
+      const __m512i wb = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, wa, xa), wb, xb);
+      const __m512 w_scale = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w_scale, x_scale), acc[r]);
+    }
+  }
+  if (b < n_blocks) {  // 1..3 blocks left: the pairwise steps, same accumulators
+    __m512 tail_acc[R][1];
+    for (int r = 0; r < R; ++r) tail_acc[r][0] = acc[r];
+    for (; b + 2 <= n_blocks; b += 2) quant_step<GgmlType::kQ4_0, R, 1, true>(p, rows, t0, b, n_blocks, tail_acc);
+    if (b < n_blocks) quant_step<GgmlType::kQ4_0, R, 1, false>(p, rows, t0, b, n_blocks, tail_acc);
+    for (int r = 0; r < R; ++r) acc[r] = tail_acc[r][0];
+  }
+  for (int r = 0; r < R; ++r) p.y[t0 * p.rows + r0 + r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 // 16 weights from column c, masked: lanes past `mask` read nothing and are 0.
@@ -202,7 +284,11 @@ void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64
 template <GgmlType kType>
 void run_type(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
               int64_t tok_end) {
-  if (tok_end - tok_begin == 1) {
+  if (kType == GgmlType::kQ4_0 && tok_end - tok_begin == 1) {
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) q4_0_decode_tile<4>(p, r, tok_begin);
+    for (; r < row_end; ++r) q4_0_decode_tile<1>(p, r, tok_begin);
+  } else if (tok_end - tok_begin == 1) {
     run_tiles<kType, 4, 1>(p, row_begin, row_end, tok_begin, tok_end);
   } else {
     run_tiles<kType, 4, 4>(p, row_begin, row_end, tok_begin, tok_end);

@@ -168,9 +168,9 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
   const LayerWeights& l = model_.layer(il);
   // Attention block.
   rmsnorm_rows(x, l.attn_norm.data(), h_.data(), n, d, s.norm_eps);
-  matmul(l.wq, h_.data(), n, q_.data(), pool);
-  matmul(l.wk, h_.data(), n, k_.data(), pool);
-  matmul(l.wv, h_.data(), n, v_.data(), pool);
+  const WeightMatrix* qkv[] = {&l.wq, &l.wk, &l.wv};  // one dispatch, x quantized once
+  float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
+  matmul_many(qkv, h_.data(), n, qkv_out, pool);
   add_bias_rows(q_.data(), l.bq, n);
   add_bias_rows(k_.data(), l.bk, n);
   add_bias_rows(v_.data(), l.bv, n);
@@ -182,8 +182,9 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
   add_inplace(x, proj_.data(), n * d);
   // Feed-forward block (SwiGLU).
   rmsnorm_rows(x, l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
-  matmul(l.w_gate, h_.data(), n, gate_.data(), pool);
-  matmul(l.w_up, h_.data(), n, up_.data(), pool);
+  const WeightMatrix* gate_up[] = {&l.w_gate, &l.w_up};
+  float* const gate_up_out[] = {gate_.data(), up_.data()};
+  matmul_many(gate_up, h_.data(), n, gate_up_out, pool);
   silu_mul(gate_.data(), up_.data(), n * s.n_ff);
   matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
   add_inplace(x, proj_.data(), n * d);

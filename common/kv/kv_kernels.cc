@@ -1,5 +1,6 @@
 #include "common/kv/kv_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/util/cpu_features.h"
@@ -117,10 +118,67 @@ void hadamard_rows_scalar(float* x, int64_t n_vectors, int n) {
   }
 }
 
+namespace {
+
+// Row j of a head, dequantized: [head_dim] floats.
+void dequantize_head_row_scalar(const KvHeadRows& h, int64_t j, int head_dim, float* out) {
+  const uint8_t* codes = h.codes + j * h.row_code_bytes;
+  switch (h.bits) {
+    case 16:
+      f16_to_f32_scalar(reinterpret_cast<const uint16_t*>(codes), out, head_dim);
+      return;
+    case 8:
+      dequantize_int8_scalar(reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, head_dim, h.group,
+                             out);
+      return;
+    default:
+      dequantize_int4_scalar(codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, head_dim, h.group, out);
+      return;
+  }
+}
+
+}  // namespace
+
+void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
+                         int64_t n_ctx, float* scratch, float* out) {
+  float* scores = scratch;                       // [n_q, n_ctx]
+  float* row = scratch + int64_t{n_q} * n_ctx;   // [head_dim]
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    dequantize_head_row_scalar(k, j, head_dim, row);
+    for (int i = 0; i < n_q; ++i) {
+      const float* qi = q + int64_t{i} * head_dim;
+      float dot = 0.0f;
+      for (int d = 0; d < head_dim; ++d) dot += qi[d] * row[d];
+      scores[i * n_ctx + j] = dot * scale;
+    }
+  }
+  for (int i = 0; i < n_q; ++i) {
+    float* s = scores + i * n_ctx;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < n_ctx; ++j) max_score = std::max(max_score, s[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n_ctx; ++j) s[j] *= inv;
+  }
+  for (int64_t e = 0; e < int64_t{n_q} * head_dim; ++e) out[e] = 0.0f;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    dequantize_head_row_scalar(v, j, head_dim, row);
+    for (int i = 0; i < n_q; ++i) {
+      const float p = scores[i * n_ctx + j];
+      float* oi = out + int64_t{i} * head_dim;
+      for (int d = 0; d < head_dim; ++d) oi[d] += p * row[d];
+    }
+  }
+}
+
 KvKernels kv_kernels_scalar() {
   return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
                    axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
-                   hadamard_rows_scalar,   f32_to_f16_scalar,      f16_to_f32_scalar};
+                   hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar};
 }
 
 const KvKernels& kv_kernels() {

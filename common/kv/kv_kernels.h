@@ -12,6 +12,24 @@
 
 namespace baton::kv_kernels_impl {
 
+// One KV head's rows in a quantized store plane (QuantizedKvCache layout):
+// row j's codes at codes + j * row_code_bytes, its group scales (and INT4
+// mins) at scales + j * row_groups (mins + j * row_groups).
+struct KvHeadRows {
+  int bits = 16;                     // 16 (F16), 8 (INT8) or 4 (INT4)
+  const uint8_t* codes = nullptr;    // row 0 of this head
+  int64_t row_code_bytes = 0;        // stride between rows, bytes
+  const uint16_t* scales = nullptr;  // f16, INT8 / INT4; row 0 of this head
+  const uint16_t* mins = nullptr;    // f16, INT4 only
+  int64_t row_groups = 0;            // stride between rows, scale entries
+  int group = 0;                     // elements per scale group (INT8 / INT4)
+};
+
+// Scratch floats attend_heads needs.
+inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx) {
+  return int64_t{n_q} * n_ctx + 2 * int64_t{head_dim};
+}
+
 struct KvKernels {
   // sum_i q[i] * x[i] for the dequantized x.
   float (*dot_f16)(const float* q, const uint16_t* x, int64_t n);
@@ -30,6 +48,13 @@ struct KvKernels {
   // In-place normalized Walsh-Hadamard transform of n_vectors vectors of n
   // floats (n a power of two).
   void (*hadamard_rows)(float* x, int64_t n_vectors, int n);
+  // Attention of n_q query heads that share one KV head (GQA) over rows
+  // [0, n_ctx): out[i] = sum_j softmax_j(scale * q[i] . K_j) * V_j. Each K
+  // and V row is dequantized once for all n_q heads, in one call per head
+  // group (no per-row calls). q, out: [n_q, head_dim] f32 (consecutive heads);
+  // scratch: attend_heads_scratch_floats() floats. head_dim % group == 0.
+  void (*attend_heads)(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim,
+                       float scale, int64_t n_ctx, float* scratch, float* out);
   // Conversions, n elements.
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
   void (*f16_to_f32)(const uint16_t* x, float* out, int64_t n);
@@ -53,5 +78,7 @@ void dequantize_int8_scalar(const int8_t* codes, const uint16_t* scales, int64_t
 void dequantize_int4_scalar(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
                             float* out);
 void hadamard_rows_scalar(float* x, int64_t n_vectors, int n);
+void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
+                         int64_t n_ctx, float* scratch, float* out);
 
 }  // namespace baton::kv_kernels_impl

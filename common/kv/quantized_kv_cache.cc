@@ -179,74 +179,49 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * k_row_groups;
   const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * v_row_groups;
 
-  // One task per (query token, head).
+  auto bits_number = [](Bits b) { return b == Bits::kF16 ? 16 : b == Bits::kInt8 ? 8 : 4; };
+  const int group_floats = heads_per_kv * head_dim;  // the query heads of one KV head, [heads_per_kv, head_dim]
+  // One task per (query token, KV head): the heads_per_kv query heads that
+  // share a KV head (GQA) read each of its rows once, in one kernel call
+  // (kv_kernels attend_heads) instead of one call per row and head.
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(pos + n));
-    std::vector<float> q_rotated(static_cast<size_t>(head_dim));
+    thread_local std::vector<float> scratch, q_rotated;  // grow only: no allocation per decode step
+    const size_t scratch_floats =
+        static_cast<size_t>(kv_kernels_impl::attend_heads_scratch_floats(heads_per_kv, head_dim, pos + n));
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    if (q_rotated.size() < static_cast<size_t>(group_floats)) q_rotated.resize(group_floats);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / g.n_head;
-      const int h = static_cast<int>(task % g.n_head);
-      const int kv_h = h / heads_per_kv;
+      const int64_t t = task / g.n_head_kv;
+      const int kv_h = static_cast<int>(task % g.n_head_kv);
       const int64_t n_ctx = pos + t + 1;  // causal: keys [0, pos + t]
-      const float* qh = q + t * q_dim + int64_t{h} * head_dim;
+      const float* qh = q + t * q_dim + int64_t{kv_h} * group_floats;
       if (config_.hadamard_keys) {
-        std::memcpy(q_rotated.data(), qh, sizeof(float) * head_dim);
-        kv_quant::hadamard_inplace(q_rotated.data(), head_dim);
+        std::memcpy(q_rotated.data(), qh, sizeof(float) * group_floats);
+        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(q_rotated.data() + i * head_dim, head_dim);
         qh = q_rotated.data();
       }
-      const int64_t k_code_off = kv_h * k_head_code_bytes, k_group_off = kv_h * k_head_groups;
-      const int64_t v_code_off = kv_h * v_head_code_bytes, v_group_off = kv_h * v_head_groups;
-      switch (k_.bits) {
-        case Bits::kF16:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] =
-                kern.dot_f16(qh, reinterpret_cast<const uint16_t*>(k_codes + j * k_row_code_bytes + k_code_off),
-                             head_dim) * scale;
-          }
-          break;
-        case Bits::kInt8:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] =
-                kern.dot_int8(qh, reinterpret_cast<const int8_t*>(k_codes + j * k_row_code_bytes + k_code_off),
-                              k_scales + j * k_row_groups + k_group_off, head_dim, k_group) * scale;
-          }
-          break;
-        case Bits::kInt4:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            scores[j] = kern.dot_int4(qh, k_codes + j * k_row_code_bytes + k_code_off,
-                                      k_scales + j * k_row_groups + k_group_off,
-                                      k_mins + j * k_row_groups + k_group_off, head_dim, k_group) * scale;
-          }
-          break;
+      const kv_kernels_impl::KvHeadRows k_rows{bits_number(k_.bits),
+                                               k_codes + kv_h * k_head_code_bytes,
+                                               k_row_code_bytes,
+                                               k_scales + kv_h * k_head_groups,
+                                               k_mins != nullptr ? k_mins + kv_h * k_head_groups : nullptr,
+                                               k_row_groups,
+                                               k_group};
+      const kv_kernels_impl::KvHeadRows v_rows{bits_number(v_.bits),
+                                               v_codes + kv_h * v_head_code_bytes,
+                                               v_row_code_bytes,
+                                               v_scales + kv_h * v_head_groups,
+                                               v_mins != nullptr ? v_mins + kv_h * v_head_groups : nullptr,
+                                               v_row_groups,
+                                               v_group};
+      float* oh = out + t * q_dim + int64_t{kv_h} * group_floats;
+      kern.attend_heads(k_rows, v_rows, qh, heads_per_kv, head_dim, scale, n_ctx, scratch.data(), oh);
+      if (config_.hadamard_values) {
+        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(oh + i * head_dim, head_dim);
       }
-      softmax_inplace(scores.data(), n_ctx);
-      float* oh = out + t * q_dim + int64_t{h} * head_dim;
-      std::memset(oh, 0, sizeof(float) * head_dim);
-      switch (v_.bits) {
-        case Bits::kF16:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_f16(scores[j], reinterpret_cast<const uint16_t*>(v_codes + j * v_row_code_bytes + v_code_off),
-                          oh, head_dim);
-          }
-          break;
-        case Bits::kInt8:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_int8(scores[j], reinterpret_cast<const int8_t*>(v_codes + j * v_row_code_bytes + v_code_off),
-                           v_scales + j * v_row_groups + v_group_off, oh, head_dim, v_group);
-          }
-          break;
-        case Bits::kInt4:
-          for (int64_t j = 0; j < n_ctx; ++j) {
-            kern.axpy_int4(scores[j], v_codes + j * v_row_code_bytes + v_code_off,
-                           v_scales + j * v_row_groups + v_group_off, v_mins + j * v_row_groups + v_group_off, oh,
-                           head_dim, v_group);
-          }
-          break;
-      }
-      if (config_.hadamard_values) kv_quant::hadamard_inplace(oh, head_dim);
     }
   };
-  const int64_t n_tasks = n * g.n_head;
+  const int64_t n_tasks = n * g.n_head_kv;
   if (pool != nullptr) {
     pool->parallel_for(n_tasks, run);
   } else {

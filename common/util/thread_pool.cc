@@ -50,6 +50,13 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_share(int thread_index) {
+  if (job_grain_ > 0) {
+    for (;;) {
+      const int64_t begin = next_task_.fetch_add(job_grain_, std::memory_order_relaxed);
+      if (begin >= job_tasks_) return;
+      (*job_fn_)(begin, std::min(begin + job_grain_, job_tasks_));
+    }
+  }
   const int64_t begin = job_tasks_ * thread_index / n_threads_;
   const int64_t end = job_tasks_ * (thread_index + 1) / n_threads_;
   if (begin < end) (*job_fn_)(begin, end);
@@ -77,8 +84,18 @@ void ThreadPool::worker_main(int thread_index, uint32_t seen) {
 
 void ThreadPool::parallel_for(int64_t n_tasks,
                               const std::function<void(int64_t begin, int64_t end)>& fn) {
+  run_job(n_tasks, 0, fn);
+}
+
+void ThreadPool::parallel_for_dynamic(int64_t n_tasks, int64_t grain,
+                                      const std::function<void(int64_t begin, int64_t end)>& fn) {
+  BATON_CHECK(grain >= 1, "parallel_for_dynamic: grain must be >= 1");
+  run_job(n_tasks, grain, fn);
+}
+
+void ThreadPool::run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n_tasks <= 0) return;
-  if (n_threads_ == 1 || n_tasks == 1 || t_inside_pool_job) {
+  if (n_threads_ == 1 || n_tasks == 1 || t_inside_pool_job || (grain > 0 && grain >= n_tasks)) {
     fn(0, n_tasks);
     return;
   }
@@ -87,6 +104,8 @@ void ThreadPool::parallel_for(int64_t n_tasks,
 
   job_fn_ = &fn;
   job_tasks_ = n_tasks;
+  job_grain_ = grain;
+  next_task_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();

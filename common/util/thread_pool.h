@@ -37,6 +37,16 @@ class ThreadPool {
   // at a time: concurrent calls from two outside threads are a BATON_CHECK failure.
   void parallel_for(int64_t n_tasks, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  // The same cover of [0, n_tasks), handed out dynamically: every thread
+  // (the caller included) claims chunks of `grain` consecutive tasks (the
+  // last one shorter) from a shared counter in increasing order until none
+  // are left, so a thread that starts late or runs slow (a shared machine)
+  // does less instead of holding up the others. fn may run many times per
+  // thread. grain >= 1. A one-thread pool, a job of one chunk and nested
+  // calls run fn(0, n_tasks) inline.
+  void parallel_for_dynamic(int64_t n_tasks, int64_t grain,
+                            const std::function<void(int64_t begin, int64_t end)>& fn);
+
  private:
   // `seen`: the last generation this worker has handled (0 at construction).
   void worker_main(int thread_index, uint32_t seen);
@@ -49,11 +59,18 @@ class ThreadPool {
   // read by workers after they observe the new generation (release/acquire).
   const std::function<void(int64_t, int64_t)>* job_fn_ = nullptr;
   int64_t job_tasks_ = 0;
+  int64_t job_grain_ = 0;  // 0: static split; else chunk size of a dynamic job
+
+  // Next unclaimed task of a dynamic job; on its own cache line (every
+  // thread increments it).
+  alignas(64) std::atomic<int64_t> next_task_{0};
 
   std::atomic<uint32_t> generation_{0};  // bumped once per job; workers futex-wait on it
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stop_{false};        // set (before a final bump) by the destructor
   std::atomic<bool> in_call_{false};     // a parallel_for is running
+
+  void run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 };
 
 }  // namespace baton

@@ -150,8 +150,10 @@ std::vector<MatmulCase> all_cases() {
   const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
                             GgmlType::kQ4_0};
   // 37 x 96: odd rows and an odd block count (AVX-512 pairs blocks);
-  // 8 x 64: so few rows that prefill splits tokens; 37 x 100: float column tail.
-  const int64_t shapes[][2] = {{96, 256}, {37, 96}, {8, 64}, {37, 100}};
+  // 8 x 64: so few rows that prefill splits tokens; 37 x 100: float column tail;
+  // 13 x 224 and 6 x 480: 7 and 15 blocks (AVX-512 Q4_0 decode takes four
+  // blocks per step, then pairs, then one).
+  const int64_t shapes[][2] = {{96, 256}, {37, 96}, {8, 64}, {37, 100}, {13, 224}, {6, 480}};
   for (SimdLevel level : kAllLevels)
     for (GgmlType type : types)
       for (int64_t n_tokens : {1, 3, 17, 64})
@@ -225,6 +227,49 @@ TEST(Matmul, DispatchedMatmulEqualsActiveLevel) {
   matmul(matrix, x.data(), 3, a.data(), nullptr);
   matmul_with(active_simd_level(), matrix, x.data(), 3, b.data(), nullptr);
   EXPECT_EQ(a, b);
+}
+
+// matmul_many (Q/K/V and gate/up in one dispatch) must give exactly what one
+// matmul per matrix gives: the same kernels on the same quantized input.
+TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {
+  const GgmlType type_sets[][3] = {{GgmlType::kQ4_0, GgmlType::kQ4_0, GgmlType::kQ4_0},
+                                   {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ8_0},
+                                   {GgmlType::kF16, GgmlType::kF32, GgmlType::kBF16},
+                                   {GgmlType::kQ4_0, GgmlType::kF16, GgmlType::kQ4_0}};  // mixed: per-matrix path
+  const int64_t rows[3] = {64, 16, 37};  // Q, K, V of a GQA layer (V: odd rows)
+  const int64_t cols = 224;              // 7 blocks
+  for (SimdLevel level : kAllLevels) {
+    if (level > best_simd_level()) continue;
+    for (const auto& types : type_sets) {
+      std::mt19937 rng(99);
+      std::vector<TestWeights> weights;
+      std::vector<WeightMatrix> matrices;
+      for (int i = 0; i < 3; ++i) weights.push_back(make_weights(types[i], rows[i], cols, rng));
+      for (int i = 0; i < 3; ++i) matrices.push_back(WeightMatrix{types[i], weights[i].bytes.data(), rows[i], cols});
+      for (int64_t n_tokens : {1, 5, 40}) {
+        std::vector<float> x(n_tokens * cols);  // [n_tokens, cols]
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        for (float& v : x) v = dist(rng);
+        for (int threads : {1, 3}) {
+          ThreadPool pool(threads);
+          ThreadPool* p = threads > 1 ? &pool : nullptr;
+          std::vector<std::vector<float>> one(3), many(3);
+          for (int i = 0; i < 3; ++i) {
+            one[i].assign(n_tokens * rows[i], -1.0f);
+            many[i].assign(n_tokens * rows[i], -2.0f);
+            matmul_with(level, matrices[i], x.data(), n_tokens, one[i].data(), p);
+          }
+          const WeightMatrix* ws[] = {&matrices[0], &matrices[1], &matrices[2]};
+          float* const ys[] = {many[0].data(), many[1].data(), many[2].data()};
+          matmul_many_with(level, ws, x.data(), n_tokens, ys, p);
+          for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(many[i], one[i]) << simd_level_name(level) << " " << ggml_type_name(types[i]) << " matrix "
+                                       << i << " tokens " << n_tokens << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Matmul, EmptyShapesWriteNothing) {

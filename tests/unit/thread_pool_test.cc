@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -87,6 +88,66 @@ TEST_P(ThreadPoolTest, DestroyedWhileIdleAndRightAfterWork) {
     auto pool = std::make_unique<ThreadPool>(GetParam());
     if (i % 2 == 0) expect_each_index_once(*pool, 17);
   }
+}
+
+TEST_P(ThreadPoolTest, DynamicCoversEveryIndexOnceInGrainAlignedChunks) {
+  ThreadPool pool(GetParam());
+  for (int64_t grain : {1, 2, 3, 8, 64}) {
+    for (int64_t n : {0, 1, 2, 5, 8, 13, 100, 1000, 4097}) {
+      std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+      pool.parallel_for_dynamic(n, grain, [&](int64_t begin, int64_t end) {
+        ASSERT_LT(begin, end);
+        ASSERT_GE(begin, 0);
+        ASSERT_LE(end, n);
+        // A chunk is [k * grain, min((k + 1) * grain, n)); a one-thread pool
+        // or a single chunk runs [0, n) inline.
+        if (pool.size() > 1 && grain < n) {
+          ASSERT_EQ(begin % grain, 0) << "grain " << grain << " n " << n;
+          ASSERT_EQ(end, std::min(begin + grain, n)) << "grain " << grain << " n " << n;
+        }
+        for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+    }
+  }
+}
+
+TEST_P(ThreadPoolTest, DynamicAndStaticCallsInterleaveBackToBack) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> total{0};
+  int64_t want = 0;
+  for (int call = 0; call < 3000; ++call) {
+    const int64_t n = call % 41;
+    auto add = [&](int64_t begin, int64_t end) { total.fetch_add(end - begin, std::memory_order_relaxed); };
+    if (call % 2 == 0) {
+      pool.parallel_for(n, add);
+    } else {
+      pool.parallel_for_dynamic(n, 1 + call % 5, add);
+    }
+    want += n;
+  }
+  EXPECT_EQ(total.load(), want);
+}
+
+TEST(ThreadPool, DynamicLetsAFastThreadTakeWhatASlowOneLeaves) {
+  // The caller's first chunk does not finish until the worker has done 60
+  // of the 100 tasks: only a dynamic hand-out lets it (a static split gives
+  // the worker 50, and the caller gives up waiting after 20 s).
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int64_t> caller_tasks{0}, worker_tasks{0};
+  pool.parallel_for_dynamic(100, 1, [&](int64_t begin, int64_t end) {
+    if (std::this_thread::get_id() == caller) {
+      if (caller_tasks.fetch_add(end - begin) == 0) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (worker_tasks.load() < 60 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      }
+    } else {
+      worker_tasks.fetch_add(end - begin);
+    }
+  });
+  EXPECT_EQ(caller_tasks.load() + worker_tasks.load(), 100);
+  EXPECT_GT(worker_tasks.load(), 50);
 }
 
 INSTANTIATE_TEST_SUITE_P(ThreadCounts, ThreadPoolTest, testing::Values(1, 2, 3, 4, 8),

@@ -1,0 +1,306 @@
+// Causal GQA prefill attention, FlashAttention-2 style, on tensor cores with
+// mma.sync.m16n8k16 (f32 accumulate), scores and output kept in registers.
+//
+// A block of 4 warps owns 64 queries of one head; warp w owns query rows
+// [16w, 16w + 16). Per 64-key tile (K and V of the tile in shared memory,
+// V transposed so that its B fragments are 32-bit loads):
+//   S = Q K^T         8 key n-tiles x head_dim/16 k-steps of mma; Q's A
+//                     fragments stay in registers for the whole kernel
+//   online softmax    on the S accumulators: each row lives in the 4 lanes of
+//                     a quad (shfl_xor 1, 2); running max m and partial sum l
+//   O += P V          the S accumulators of two key n-tiles are exactly the A
+//                     fragment of one 16-key k-step (converted to 16 bits)
+// Finally out = O / l. Scores of the whole context are never materialized.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit inputs), g = lane / 4,
+// t = lane % 4:
+//   A (16 x 16, row-major) regs: {r g, c 2t..2t+1}, {r g+8, c 2t..}, {r g, c 2t+8..}, {r g+8, c 2t+8..}
+//   B (16 x 8, "col")      regs: {k 2t..2t+1, n g}, {k 2t+8..2t+9, n g}
+//   C (16 x 8, f32)        c0, c1: {r g, c 2t, 2t+1}; c2, c3: {r g+8, c 2t, 2t+1}
+#include "cloud_prefill/cuda/cuda_kernel_util.cuh"
+#include "cloud_prefill/cuda/cuda_ops.h"
+
+namespace baton::cuda {
+namespace {
+
+constexpr int kBlockQ = 64;  // queries per block
+constexpr int kBlockK = 64;  // keys per tile
+constexpr int kWarps = 4;    // kBlockQ / 16
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kHeadDim>
+struct Smem {
+  static constexpr int kPitchQK = kHeadDim + 8;  // q and k tiles [row][dim], T
+  static constexpr int kPitchVt = kBlockK + 8;   // transposed v tile [dim][key], T
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + sizeof(uint16_t) * kBlockQ * kPitchQK;
+  static constexpr size_t kVt = kK + sizeof(uint16_t) * kBlockK * kPitchQK;
+  static constexpr size_t kBytes = kVt + sizeof(uint16_t) * kHeadDim * kPitchVt;
+};
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one register of two 16-bit values, `lo` in the low half
+// (the lower column / key index).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t load32(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionParams p, const T* __restrict__ q,
+                                                                   KvStore<T> store, T* __restrict__ out) {
+  using S = Smem<kHeadDim>;
+  constexpr int kVectors = kHeadDim / 8;      // 16-byte vectors per row
+  constexpr int kDimSteps = kHeadDim / 16;    // k-steps of S = Q K^T
+  constexpr int kKeyTiles = kBlockK / 8;      // n-tiles of S
+  constexpr int kDimTiles = kHeadDim / 8;     // n-tiles of O
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_tile = reinterpret_cast<T*>(smem + S::kQ);
+  T* k_tile = reinterpret_cast<T*>(smem + S::kK);
+  T* vt_tile = reinterpret_cast<T*>(smem + S::kVt);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  // Heaviest (latest) query blocks first: causal work grows with the position.
+  const int64_t q0 = (int64_t{gridDim.x} - 1 - blockIdx.x) * kBlockQ;
+  const int h = blockIdx.y;
+  const int kv_head = h / (p.n_head / p.n_head_kv);
+  const int64_t q_dim = int64_t{p.n_head} * kHeadDim;
+  const int q_rows = static_cast<int>(min_i64(kBlockQ, p.n_queries - q0));
+  const int64_t n_keys = p.pos0 + q0 + q_rows;  // keys any query of the block sees
+
+  // Q tile -> shared -> this warp's A fragments (registers, whole kernel).
+  for (int idx = threadIdx.x; idx < kBlockQ * kVectors; idx += kThreads) {
+    const int r = idx / kVectors, c = idx % kVectors;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < q_rows) value = reinterpret_cast<const uint4*>(q + (q0 + r) * q_dim + int64_t{h} * kHeadDim)[c];
+    reinterpret_cast<uint4*>(q_tile + r * S::kPitchQK)[c] = value;
+  }
+  __syncthreads();
+  const int row0 = warp * 16;
+  uint32_t q_frag[kDimSteps][4];
+  #pragma unroll
+  for (int kk = 0; kk < kDimSteps; ++kk) {
+    const T* base = q_tile + kk * 16 + 2 * t;
+    q_frag[kk][0] = load32(base + (row0 + g) * S::kPitchQK);
+    q_frag[kk][1] = load32(base + (row0 + g + 8) * S::kPitchQK);
+    q_frag[kk][2] = load32(base + (row0 + g) * S::kPitchQK + 8);
+    q_frag[kk][3] = load32(base + (row0 + g + 8) * S::kPitchQK + 8);
+  }
+
+  // Rows g and g + 8 of the warp: query index within the block, position.
+  const int row_a = row0 + g, row_b = row0 + g + 8;
+  const int64_t pos_a = p.pos0 + q0 + row_a, pos_b = p.pos0 + q0 + row_b;
+  const bool valid_a = row_a < q_rows, valid_b = row_b < q_rows;
+  const float scale_log2 = p.scale * kLog2e;  // scores in log2 units: exp2 below
+  float max_a = -INFINITY, max_b = -INFINITY;
+  float sum_a = 0.0f, sum_b = 0.0f;  // this lane's share of the row sums
+  float o[kDimTiles][4];
+  #pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < n_keys; k0 += kBlockK) {
+    const int k_rows = static_cast<int>(min_i64(kBlockK, n_keys - k0));
+    __syncthreads();  // every warp is done with the previous K / V tile
+    // Zeros past the end: a NaN times a zero probability would poison O.
+    // K: consecutive lanes take consecutive vectors of a row (coalesced reads,
+    // conflict-free 16-byte stores).
+    for (int idx = threadIdx.x; idx < kBlockK * kVectors; idx += kThreads) {
+      const int r = idx / kVectors, c = idx % kVectors;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (r < k_rows) {
+        value = reinterpret_cast<const uint4*>(store.row(p.layer, 0, k0 + r) + int64_t{kv_head} * kHeadDim)[c];
+      }
+      reinterpret_cast<uint4*>(k_tile + r * S::kPitchQK)[c] = value;
+    }
+    // V, transposed: consecutive lanes take consecutive keys of one 8-dim
+    // vector, so the 16-bit stores of a warp land in consecutive words.
+    for (int idx = threadIdx.x; idx < kBlockK * kVectors; idx += kThreads) {
+      const int c = idx / kBlockK, r = idx % kBlockK;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (r < k_rows) {
+        value = reinterpret_cast<const uint4*>(store.row(p.layer, 1, k0 + r) + int64_t{kv_head} * kHeadDim)[c];
+      }
+      const T* v8 = reinterpret_cast<const T*>(&value);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vt_tile[(c * 8 + i) * S::kPitchVt + r] = v8[i];
+    }
+    __syncthreads();
+
+    // S = Q K^T: B fragment (k = dim, n = key) from k_tile rows.
+    float s[kKeyTiles][4];
+    #pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      const T* k_row = k_tile + (j * 8 + g) * S::kPitchQK + 2 * t;
+      #pragma unroll
+      for (int kk = 0; kk < kDimSteps; ++kk) {
+        mma_16816<T>(s[j], q_frag[kk], load32(k_row + kk * 16), load32(k_row + kk * 16 + 8));
+      }
+    }
+
+    // Mask (causal, padding) and scale; new row maxima over the quad.
+    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
+    #pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t key = k0 + j * 8 + 2 * t + e;
+        s[j][e] = valid_a && key <= pos_a ? s[j][e] * scale_log2 : -INFINITY;
+        s[j][2 + e] = valid_b && key <= pos_b ? s[j][2 + e] * scale_log2 : -INFINITY;
+        tile_max_a = fmaxf(tile_max_a, s[j][e]);
+        tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
+      }
+    }
+    #pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {
+      tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
+      tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
+    }
+    const float new_max_a = fmaxf(max_a, tile_max_a), new_max_b = fmaxf(max_b, tile_max_b);
+    // -inf only for padding rows (a valid query always sees key 0 first).
+    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2f(max_a - new_max_a);
+    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2f(max_b - new_max_b);
+    const float sub_a = new_max_a == -INFINITY ? 0.0f : new_max_a;
+    const float sub_b = new_max_b == -INFINITY ? 0.0f : new_max_b;
+    max_a = new_max_a;
+    max_b = new_max_b;
+    sum_a *= alpha_a;
+    sum_b *= alpha_b;
+    #pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = exp2f(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
+      s[j][1] = exp2f(s[j][1] - sub_a);
+      s[j][2] = exp2f(s[j][2] - sub_b);
+      s[j][3] = exp2f(s[j][3] - sub_b);
+      sum_a += s[j][0] + s[j][1];
+      sum_b += s[j][2] + s[j][3];
+    }
+    #pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+
+    // O += P V: P's A fragment for keys [16 kb, 16 kb + 16) is the S
+    // accumulators of key n-tiles 2 kb and 2 kb + 1; V's B fragment
+    // (k = key, n = dim) from the transposed tile.
+    #pragma unroll
+    for (int kb = 0; kb < kBlockK / 16; ++kb) {
+      const uint32_t p_frag[4] = {pack2<T>(s[2 * kb][0], s[2 * kb][1]), pack2<T>(s[2 * kb][2], s[2 * kb][3]),
+                                  pack2<T>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
+                                  pack2<T>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+      #pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+        const T* v_col = vt_tile + (n * 8 + g) * S::kPitchVt + kb * 16 + 2 * t;
+        mma_16816<T>(o[n], p_frag, load32(v_col), load32(v_col + 8));
+      }
+    }
+  }
+
+  // Row sums over the quad, then out = O / l.
+  #pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, offset);
+    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, offset);
+  }
+  const float inv_a = valid_a ? 1.0f / sum_a : 0.0f, inv_b = valid_b ? 1.0f / sum_b : 0.0f;
+  #pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+    const int d = n * 8 + 2 * t;
+    if (valid_a) {
+      T* dst = out + (q0 + row_a) * q_dim + int64_t{h} * kHeadDim + d;
+      dst[0] = from_float<T>(o[n][0] * inv_a);
+      dst[1] = from_float<T>(o[n][1] * inv_a);
+    }
+    if (valid_b) {
+      T* dst = out + (q0 + row_b) * q_dim + int64_t{h} * kHeadDim + d;
+      dst[0] = from_float<T>(o[n][2] * inv_b);
+      dst[1] = from_float<T>(o[n][3] * inv_b);
+    }
+  }
+}
+
+template <typename T, int kHeadDim>
+cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
+                         cudaStream_t stream) {
+  constexpr size_t kBytes = Smem<kHeadDim>::kBytes;
+  auto kernel = flash_attention_kernel<T, kHeadDim>;
+  if (kBytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
+  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
+                            cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
+    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
+    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
+    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool flash_attention_supports(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+cudaError_t launch_flash_attention(const AttentionParams& params, const void* q, const PagedKvView& kv, void* out,
+                                   cudaStream_t stream) {
+  if (params.n_queries == 0) return cudaSuccess;
+  if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
+      params.n_head % params.n_head_kv != 0) {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = cudaSuccess;
+  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
+  return err;
+}
+
+}  // namespace baton::cuda

@@ -1,0 +1,83 @@
+#include "cloud_prefill/metrics_http.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/util/flags.h"
+#include "common/util/log.h"
+
+namespace baton {
+
+class MetricsHttpServer::Impl {
+ public:
+  explicit Impl(MetricsRegistry& registry) : registry_(registry) {}
+  ~Impl() { stop(); }
+
+  absl::Status start(const std::string& address) {
+    absl::StatusOr<std::pair<std::string, int>> host_port = parse_host_port(address);
+    if (!host_port.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics ", host_port.status().message()));
+    }
+    const auto& [host, port] = *host_port;
+    server_.new_task_queue = [] { return new httplib::ThreadPool(1); };
+    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a
+    // second process bind the same port and silently take half the requests.
+    server_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(registry_.render(), MetricsRegistry::kContentType);
+    });
+    if (port == 0) {
+      port_ = server_.bind_to_any_port(host);
+    } else if (server_.bind_to_port(host, port)) {
+      port_ = port;
+    }
+    if (port_ <= 0) return absl::UnavailableError(absl::StrFormat("cannot bind the metrics listener on %s", address));
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() only takes effect once the server runs.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_.is_running() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!server_.is_running()) return absl::InternalError("the metrics listener did not start within 10 s");
+    BATON_INFO("metrics on http://%s:%d/metrics", host.c_str(), port_);
+    return absl::OkStatus();
+  }
+
+  void stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  int port() const { return port_; }
+
+ private:
+  MetricsRegistry& registry_;
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& address,
+                                                                             MetricsRegistry& registry) {
+  auto impl = std::make_unique<Impl>(registry);
+  absl::Status started = impl->start(address);
+  if (!started.ok()) return started;
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
+}
+
+int MetricsHttpServer::port() const { return impl_->port(); }
+
+void MetricsHttpServer::Stop() { impl_->stop(); }
+
+}  // namespace baton

@@ -1,0 +1,66 @@
+#include "cloud_prefill/prefill_metrics.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+
+namespace baton {
+
+PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
+    : registry(r),
+      tokens_prefilled(r.counter("baton_prefill_tokens_total", "Tokens prefilled (computed, not served from a cache).")),
+      cache_hit_bytes(r.counter("baton_prefill_cache_hit_bytes_total",
+                                "KV bytes served from the prefix and session caches instead of computed.")),
+      // 1 ms .. ~8 s.
+      encode_seconds(r.histogram("baton_prefill_encode_seconds",
+                                 "KV quantize + compress time per Prefill call, seconds.",
+                                 exponential_buckets(0.001, 2, 14))),
+      // 10 ms .. ~82 s.
+      prefill_seconds(r.histogram("baton_prefill_seconds", "Queue + compute time per Prefill call, seconds.",
+                                  exponential_buckets(0.01, 2, 14))),
+      running(r.gauge("baton_prefill_running", "Prefill calls computing now.")),
+      queued(r.gauge("baton_prefill_queued", "Prefill calls admitted and waiting.")),
+      ready(r.gauge("baton_prefill_ready", "1 when the service is READY, else 0.")),
+      prefix_cache_bytes(r.gauge("baton_prefill_prefix_cache_bytes", "KV held by the prefix cache, bytes.")),
+      prefix_cache_entries(r.gauge("baton_prefill_prefix_cache_entries", "Blocks held by the prefix cache.")),
+      prefix_cache_hit_tokens(r.counter("baton_prefill_prefix_cache_hit_tokens_total",
+                                        "Tokens served from the prefix cache.")),
+      session_cache_bytes(r.gauge("baton_prefill_session_cache_bytes", "KV held by the session cache, bytes.")),
+      session_cache_hit_tokens(r.counter("baton_prefill_session_cache_hit_tokens_total",
+                                         "Tokens served from the session cache.")) {
+  // The family exists from the first scrape.
+  registry.counter("baton_prefill_requests_total", "Prefill calls by outcome.", {{"outcome", "ok"}}).inc(0);
+}
+
+void PrefillMetrics::record_outcome(const absl::Status& status) {
+  const std::string outcome = status.ok() ? "ok" : absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+  registry.counter("baton_prefill_requests_total", "Prefill calls by outcome.", {{"outcome", outcome}}).inc();
+}
+
+void PrefillMetrics::record_job(const absl::StatusOr<PrefillJobResult>& result, uint64_t kv_bytes_per_token) {
+  record_outcome(result.status());
+  if (!result.ok()) return;
+  tokens_prefilled.inc(static_cast<double>(result->computed_tokens));
+  cache_hit_bytes.inc(static_cast<double>(result->reused_tokens) * static_cast<double>(kv_bytes_per_token));
+  encode_seconds.observe(result->encode_tail_ms / 1000.0);
+  prefill_seconds.observe((result->queue_ms + result->prefill_ms) / 1000.0);
+}
+
+void PrefillMetrics::collect(const PrefillService& service) {
+  running.set(service.running());
+  queued.set(service.queued());
+  ready.set(service.state() == v1::SERVING_STATE_READY ? 1 : 0);
+  const PrefixCacheStats prefix = service.prefix_cache_stats();
+  prefix_cache_bytes.set(static_cast<double>(prefix.bytes));
+  prefix_cache_entries.set(static_cast<double>(prefix.entries));
+  prefix_cache_hit_tokens.advance_to(static_cast<double>(prefix.hit_tokens));
+  const SessionCacheStats session = service.session_cache_stats();
+  session_cache_bytes.set(static_cast<double>(session.bytes));
+  session_cache_hit_tokens.advance_to(static_cast<double>(session.hit_tokens));
+}
+
+void PrefillMetrics::collect_at_scrape(const PrefillService& service) {
+  registry.add_collector([this, &service] { collect(service); });
+}
+
+}  // namespace baton

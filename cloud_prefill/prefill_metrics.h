@@ -1,0 +1,62 @@
+// PrefillMetrics: the Prometheus metrics of baton-prefill (GET /metrics,
+// metrics_http.h), as handles into a MetricsRegistry.
+//
+// Pushed by the service as work finishes:
+//   baton_prefill_requests_total{outcome}        Prefill calls: "ok" or the gRPC code in lower case
+//   baton_prefill_tokens_total                   tokens prefilled (computed, not served from a cache)
+//   baton_prefill_cache_hit_bytes_total          KV bytes served from the prefix and session caches
+//   baton_prefill_encode_seconds                 histogram: quantize + compress time per request
+//   baton_prefill_seconds                        histogram: queue + compute time per request
+// Pulled from the service at every scrape (collect_at_scrape):
+//   baton_prefill_running, baton_prefill_queued, baton_prefill_ready
+//   baton_prefill_prefix_cache_bytes, baton_prefill_prefix_cache_entries,
+//   baton_prefill_prefix_cache_hit_tokens_total, baton_prefill_session_cache_bytes,
+//   baton_prefill_session_cache_hit_tokens_total
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cloud_prefill/prefill_job.h"
+#include "cloud_prefill/prefill_service.h"
+#include "common/util/metrics.h"
+
+namespace baton {
+
+struct PrefillMetrics {
+  explicit PrefillMetrics(MetricsRegistry& registry);
+
+  // One finished Prefill call.
+  void record_outcome(const absl::Status& status);
+  // One finished prefill job (run_prefill_job's answer): its outcome, and when
+  // it succeeded the tokens it computed, the cache bytes it reused
+  // (reused_tokens x `kv_bytes_per_token`, the size per token of the KV the
+  // caches hold), its encode tail and its queue + compute time.
+  void record_job(const absl::StatusOr<PrefillJobResult>& result, uint64_t kv_bytes_per_token);
+  // Fills the pulled gauges and counters from `service` now.
+  void collect(const PrefillService& service);
+  // Calls collect(service) before every render of the registry. Call it once
+  // service.Load() has returned (Load sets up the caches collect() reads).
+  // `service` and this struct must outlive the registry's last render (stop
+  // the metrics server before destroying the service).
+  void collect_at_scrape(const PrefillService& service);
+
+  MetricsRegistry& registry;
+  // Pushed.
+  Counter& tokens_prefilled;
+  Counter& cache_hit_bytes;
+  Histogram& encode_seconds;
+  Histogram& prefill_seconds;
+  // Pulled.
+  Gauge& running;
+  Gauge& queued;
+  Gauge& ready;
+  Gauge& prefix_cache_bytes;
+  Gauge& prefix_cache_entries;
+  Counter& prefix_cache_hit_tokens;
+  Gauge& session_cache_bytes;
+  Counter& session_cache_hit_tokens;
+};
+
+}  // namespace baton

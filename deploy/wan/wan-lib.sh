@@ -1,0 +1,57 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the variables are used by the scripts
+# Shared by wan-up.sh, wan-down.sh, wan-exec.sh (sourced, not run).
+#
+# Topology: two network namespaces, ${BATON_WAN_PREFIX}-cloud and
+# ${BATON_WAN_PREFIX}-edge, joined by one veth pair; the cloud end is
+# ${BATON_WAN_SUBNET}.1, the edge end ${BATON_WAN_SUBNET}.2 (/30). Several
+# pairs can exist at once with different prefixes (the subnet only matters
+# inside the namespaces).
+BATON_WAN_PREFIX=${BATON_WAN_PREFIX:-baton}
+BATON_WAN_SUBNET=${BATON_WAN_SUBNET:-10.77.0}
+wan_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+wan_ns_cloud="${BATON_WAN_PREFIX}-cloud"
+wan_ns_edge="${BATON_WAN_PREFIX}-edge"
+wan_if_cloud="${BATON_WAN_PREFIX}-c"
+wan_if_edge="${BATON_WAN_PREFIX}-e"
+wan_ip_cloud="${BATON_WAN_SUBNET}.1"
+wan_ip_edge="${BATON_WAN_SUBNET}.2"
+# Exit code for "cannot run here" (the automake/ctest skip convention).
+readonly WAN_SKIP=77
+
+wan_die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+wan_skip() { echo "$(basename "$0"): SKIP: $*" >&2; exit "${WAN_SKIP}"; }
+
+# Root, ip(8), tc(8), and a kernel that lets us create a namespace.
+wan_check_capability() {
+  (( ${#BATON_WAN_PREFIX} <= 12 )) || wan_die "BATON_WAN_PREFIX '${BATON_WAN_PREFIX}' is longer than 12 characters"
+  [[ $(id -u) -eq 0 ]] || wan_skip "needs root (network namespaces and tc); run with sudo"
+  command -v ip > /dev/null 2>&1 || wan_skip "ip (iproute2) is not installed"
+  command -v tc > /dev/null 2>&1 || wan_skip "tc (iproute2) is not installed"
+  local probe="${BATON_WAN_PREFIX}-probe$$"
+  if ! ip netns add "${probe}" 2> /dev/null; then
+    wan_skip "creating a network namespace is not permitted here (container without CAP_SYS_ADMIN?)"
+  fi
+  ip netns del "${probe}" 2> /dev/null || true
+}
+
+# True when the kernel has the netem qdisc (delay, loss); some container
+# kernels lack sch_netem.
+wan_have_netem() {
+  local probe="${BATON_WAN_PREFIX}-nprobe$$"
+  ip netns add "${probe}" 2> /dev/null || return 1
+  ip -n "${probe}" link set lo up
+  local ok=1
+  ip netns exec "${probe}" tc qdisc add dev lo root netem delay 1ms 2> /dev/null && ok=0
+  ip netns del "${probe}" 2> /dev/null || true
+  return "${ok}"
+}
+
+# Reads PROFILE from the profiles file: sets wan_rate, wan_rtt_ms.
+wan_read_profile() {
+  local name=$1 line
+  line=$(awk -v n="${name}" '$1 == n { print; exit }' "${wan_dir}/profiles")
+  [[ -n "${line}" ]] || wan_die "unknown profile '${name}' (known: $(awk '!/^#/ && NF { printf "%s ", $1 }' "${wan_dir}/profiles"))"
+  read -r _ wan_rate wan_rtt_ms _ <<< "${line}"
+}
+
+wan_is_up() { ip netns list 2> /dev/null | grep -qw "${wan_ns_cloud}"; }

@@ -1,0 +1,288 @@
+#include "edge_decode/cloud_client.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/kv/kv_codec_params.h"
+#include "common/kv/kv_fingerprint.h"
+#include "common/util/check.h"
+#include "common/util/log.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - begin).count();
+}
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string hex_of(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) absl::StrAppendFormat(&out, "%02x", c);
+  return out;
+}
+
+}  // namespace
+
+absl::Status from_grpc_status(const grpc::Status& status, const std::string& what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, status.error_message()));
+}
+
+CloudKvStream::~CloudKvStream() {
+  if (reader_ != nullptr && !finished_) {
+    context_.TryCancel();
+    v1::KvStreamMessage ignored;
+    while (reader_->Read(&ignored)) {
+    }
+    reader_->Finish().ok();
+  }
+}
+
+KvMessageSource CloudKvStream::source() {
+  return [this]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
+    if (finished_) return std::optional<v1::KvStreamMessage>();
+    v1::KvStreamMessage message;
+    if (reader_->Read(&message)) return std::optional<v1::KvStreamMessage>(std::move(message));
+    finished_ = true;
+    grpc::Status status = reader_->Finish();
+    if (!status.ok()) return from_grpc_status(status, "cloud: ");
+    return std::optional<v1::KvStreamMessage>();
+  };
+}
+
+absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOptions options) {
+  std::unique_ptr<CloudClient> client(new CloudClient(std::move(options)));
+  if (!client->options_.token_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(std::string token, read_file(client->options_.token_path, "--cloud-token-file"));
+    client->bearer_token_ = std::string(absl::StripAsciiWhitespace(token));
+    if (client->bearer_token_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cloud-token-file '", client->options_.token_path, "' is empty"));
+    }
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (client->options_.ca_path.empty()) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    BATON_ASSIGN_OR_RETURN(std::string roots, read_file(client->options_.ca_path, "--cloud-ca"));
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = roots;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(8 << 20);  // KV blocks stay under 4 MiB; leave slack
+  client->channel_ = grpc::CreateCustomChannel(client->options_.address, credentials, arguments);
+  client->stub_ = v1::Prefill::NewStub(client->channel_);
+  client->link_.address = client->options_.address;
+  return client;
+}
+
+CloudClient::~CloudClient() { stop_health_polling(); }
+
+void CloudClient::prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const {
+  context.set_deadline(deadline);
+  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
+}
+
+void CloudClient::start_health_polling() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (polling_) return;
+  polling_ = true;
+  poller_ = std::thread([this] { poll_loop(); });
+}
+
+void CloudClient::stop_health_polling() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!polling_) return;
+    polling_ = false;
+  }
+  poll_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+void CloudClient::poll_loop() {
+  while (true) {
+    check_health().IgnoreError();  // the outcome lands in link_
+    std::unique_lock<std::mutex> lock(mu_);
+    poll_cv_.wait_for(lock, options_.health_interval, [this] { return !polling_; });
+    if (!polling_) return;
+  }
+}
+
+absl::Status CloudClient::check_health() {
+  grpc::ClientContext context;
+  prepare(context, std::chrono::system_clock::now() + options_.health_timeout);
+  v1::HealthResponse response;
+  const Clock::time_point start = Clock::now();
+  grpc::Status status = stub_->Health(&context, v1::HealthRequest(), &response);
+  const double rtt_ms = ms_between(start, Clock::now());
+  std::lock_guard<std::mutex> lock(mu_);
+  link_.checked_unix_ms = unix_ms_now();
+  if (!status.ok()) {
+    link_.reachable = false;
+    link_.state = v1::SERVING_STATE_UNSPECIFIED;
+    link_.last_error = absl::StrCat("Health: ", status.error_message());
+    return from_grpc_status(status, "cloud Health: ");
+  }
+  rtt_ms_.add(rtt_ms);
+  link_.reachable = true;
+  link_.last_error.clear();
+  link_.state = response.state();
+  link_.last_rtt_ms = rtt_ms;
+  link_.prefill_tokens_per_s = response.prefill_tokens_per_s();
+  link_.model_digest = hex_of(response.model().digest());
+  return absl::OkStatus();
+}
+
+CloudLinkStatus CloudClient::link() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CloudLinkStatus link = link_;
+  link.rtt_ms = rtt_ms_.value();
+  link.bandwidth_bytes_per_s = bandwidth_.value();
+  link.wire_bytes_per_quantized_byte = wire_ratio_.value();
+  return link;
+}
+
+void CloudClient::record_transfer(uint64_t wire_bytes, uint64_t quantized_bytes, double seconds) {
+  if (quantized_bytes > 0) wire_ratio_.add(static_cast<double>(wire_bytes) / static_cast<double>(quantized_bytes));
+  // Short transfers say more about latency than about bandwidth.
+  if (wire_bytes >= (64u << 10) && seconds >= 0.001) bandwidth_.add(static_cast<double>(wire_bytes) / seconds);
+}
+
+absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillRequest& request,
+                                                        const ModelFingerprint& model, const KvRope& rope,
+                                                        KvCache& target, const CloudProgressFn& progress,
+                                                        const CancelledFn& cancelled, CancelSlot* cancel_slot) {
+  if (request.first_position >= request.tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("cloud prefill of [%d, %d) is empty", request.first_position,
+                                                      request.tokens.size()));
+  }
+  v1::PrefillRequest rpc;
+  for (int32_t token : request.tokens) rpc.mutable_tokens()->add_ids(static_cast<uint32_t>(token));
+  *rpc.mutable_expected_model() = model_fingerprint_to_proto(model);
+  BATON_ASSIGN_OR_RETURN(*rpc.mutable_codec(), kv_codec_params(request.codec));
+  rpc.set_first_position(request.first_position);
+  rpc.set_session_id(request.session_id);
+  rpc.set_prefix_pack_id(request.prefix_pack_id);
+
+  grpc::ClientContext context;
+  prepare(context, std::min(request.deadline, std::chrono::system_clock::now() + options_.prefill_timeout));
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub_->Prefill(&context, rpc);
+  // Disarmed on every way out, before `context` goes away.
+  struct Disarm {
+    CancelSlot* slot;
+    ~Disarm() {
+      if (slot != nullptr) slot->disarm();
+    }
+  } disarm{cancel_slot};
+  if (cancel_slot != nullptr) cancel_slot->arm([&context] { context.TryCancel(); });
+
+  const uint32_t n_layer = static_cast<uint32_t>(target.geometry().n_layer);
+  CloudPrefillResult result;
+  CloudPrefillProgress seen;
+  seen.n_layer = n_layer;
+  Clock::time_point first_block_time{};
+  Clock::time_point last_message_time = start;
+  bool finished = false;
+  bool have_first_block = false;
+  KvMessageSource source = [&]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
+    if (finished) return std::optional<v1::KvStreamMessage>();
+    if (cancelled && cancelled()) {
+      context.TryCancel();
+      return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
+    }
+    v1::KvStreamMessage message;
+    if (!reader->Read(&message)) {
+      finished = true;
+      last_message_time = Clock::now();
+      grpc::Status status = reader->Finish();
+      if (!status.ok()) return from_grpc_status(status, "cloud: ");
+      return std::optional<v1::KvStreamMessage>();
+    }
+    last_message_time = Clock::now();
+    if (message.has_block()) {
+      const v1::KvBlock& block = message.block();
+      seen.first_block = !have_first_block;
+      if (!have_first_block) {
+        have_first_block = true;
+        first_block_time = last_message_time;
+      }
+      seen.kv_bytes_received += block.encoded_size();
+      seen.kv_layers_received = std::max(seen.kv_layers_received, std::min(block.layer(), n_layer));
+      result.wire_bytes += block.encoded_size();
+      result.quantized_bytes += block.raw_size();
+      if (progress) progress(seen);
+    } else if (message.has_trailer()) {
+      if (message.trailer().has_producer()) result.producer = message.trailer().producer();
+      seen.kv_layers_received = n_layer;
+      seen.first_block = false;
+      seen.trailer = true;
+      if (progress) progress(seen);
+    }
+    return std::optional<v1::KvStreamMessage>(std::move(message));
+  };
+
+  KvStreamExpectation expected;
+  expected.model = model;
+  expected.first_position = request.first_position;
+  expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
+  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target);
+  if (!finished) {
+    // The reader stopped early (a bad message): end the call instead of draining it.
+    context.TryCancel();
+    v1::KvStreamMessage ignored;
+    while (reader->Read(&ignored)) {
+    }
+    reader->Finish().ok();
+  }
+  if (!load.ok()) return load.status();
+  const Clock::time_point end = Clock::now();
+
+  result.load = *load;
+  result.total_ms = ms_between(start, end);
+  const double receive_ms = ms_between(start, last_message_time);
+  result.first_block_ms = have_first_block ? ms_between(start, first_block_time) : receive_ms;
+  const v1::ProducerStats& producer = result.producer;
+  const double compute_ms = producer.queue_ms() + producer.prefill_ms() + producer.encode_ms();
+  result.cloud_prefill_ms = std::min(receive_ms, compute_ms > 0 ? compute_ms : result.first_block_ms);
+  result.transfer_ms = std::max(0.0, receive_ms - result.cloud_prefill_ms);
+  result.ingest_ms = std::max(0.0, result.total_ms - receive_ms);
+  // The link estimate is what the split policy models: wire bytes over the
+  // receive time not hidden behind cloud compute.
+  if (have_first_block) record_transfer(result.wire_bytes, result.quantized_bytes, result.transfer_ms / 1000.0);
+  return result;
+}
+
+std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {
+  std::unique_ptr<CloudKvStream> stream(new CloudKvStream());
+  prepare(stream->context_, std::chrono::system_clock::now() + options_.prefill_timeout);
+  v1::GetPrefixRequest request;
+  request.set_pack_id(pack_id);
+  *request.mutable_expected_model() = model_fingerprint_to_proto(model);
+  stream->reader_ = stub_->GetPrefix(&stream->context_, request);
+  return stream;
+}
+
+}  // namespace baton

@@ -1,0 +1,169 @@
+// CloudClient: the edge agent's connection to baton-prefill (--cloud). One
+// channel (plaintext, or TLS with --cloud-ca roots); every call carries the
+// bearer token from --cloud-token-file ("authorization: Bearer ...") and a
+// deadline. A background thread polls Health so the split policy knows
+// whether the cloud is up, its RTT and its prefill speed; KV transfers feed
+// the link bandwidth estimate (moving averages).
+//
+// prefill() asks for the KV of positions [first_position, end) and reads the
+// answer with read_kv_segment against our own model fingerprint, the
+// positions and the token ids we sent: the target cache is unchanged unless
+// the whole stream verified.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/engine/kv_cache.h"
+#include "common/kv/kv_codec_config.h"
+#include "common/kv/kv_handoff.h"
+#include "common/model/model_fingerprint.h"
+#include "edge_decode/cancel_slot.h"
+#include "edge_decode/split_policy.h"
+#include "proto/baton.grpc.pb.h"
+
+namespace baton {
+
+struct CloudClientOptions {
+  std::string address;                              // host:port of baton-prefill
+  std::string token_path;                           // bearer token file; empty: no token
+  std::string ca_path;                              // PEM roots; set: TLS
+  std::chrono::milliseconds prefill_timeout{60'000};  // deadline of one Prefill / GetPrefix call
+  std::chrono::milliseconds health_timeout{2'000};    // deadline of one Health call
+  std::chrono::milliseconds health_interval{2'000};   // between background Health polls
+};
+
+// What the edge knows about the cloud now.
+struct CloudLinkStatus {
+  std::string address;
+  bool reachable = false;                 // the last Health call succeeded
+  v1::ServingState state = v1::SERVING_STATE_UNSPECIFIED;
+  double rtt_ms = 0;                      // moving average of Health round trips
+  double last_rtt_ms = 0;                 // the last Health round trip
+  double bandwidth_bytes_per_s = 0;       // moving average over KV transfers; 0 if unknown
+  double prefill_tokens_per_s = 0;        // the cloud's reported throughput
+  double wire_bytes_per_quantized_byte = 0;  // zstd ratio of recent transfers; 0 if unknown
+  int64_t checked_unix_ms = 0;            // when Health last answered or failed
+  std::string last_error;                 // why the last Health failed
+  std::string model_digest;               // the cloud's model fingerprint digest (hex)
+};
+
+struct CloudPrefillRequest {
+  std::vector<int32_t> tokens;            // positions [0, end): the prompt without its last token
+  uint32_t first_position = 0;            // positions the edge already holds
+  KvCodecConfig codec;                    // wire codec wanted
+  std::string session_id;                 // lets the cloud keep the conversation (delta prefill)
+  std::string prefix_pack_id;             // a pack (on the cloud) whose tokens start `tokens`; empty: none
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+};
+
+// Called after every KV block and after the trailer.
+struct CloudPrefillProgress {
+  uint32_t kv_layers_received = 0;        // layers whose blocks are complete
+  uint32_t n_layer = 0;
+  uint64_t kv_bytes_received = 0;         // wire bytes so far
+  bool first_block = false;               // this is the first block
+  bool trailer = false;                   // the trailer arrived: verifying and committing follow
+};
+using CloudProgressFn = std::function<void(const CloudPrefillProgress&)>;
+// Polled between messages; true stops the call (CANCELLED).
+using CancelledFn = std::function<bool()>;
+
+struct CloudPrefillResult {
+  KvSegmentLoad load;                     // what entered the target cache
+  // Times add up to total_ms (request sent -> segment committed):
+  double cloud_prefill_ms = 0;            // cloud queue + compute (trailer ProducerStats, or time to first block)
+  double transfer_ms = 0;                 // receiving, minus what hid behind cloud compute
+  double ingest_ms = 0;                   // after the last byte: verify, decode, commit
+  double total_ms = 0;
+  double first_block_ms = 0;              // request sent -> first block
+  uint64_t wire_bytes = 0;                // encoded payload bytes (after zstd)
+  uint64_t quantized_bytes = 0;           // payload bytes before zstd
+  v1::ProducerStats producer;             // from the trailer (empty if absent)
+};
+
+// A server stream of KV messages (GetPrefix) as a KvMessageSource; cancels the
+// call when dropped early.
+class CloudKvStream {
+ public:
+  ~CloudKvStream();
+  KvMessageSource source();
+  grpc::ClientContext& context() { return context_; }
+
+ private:
+  friend class CloudClient;
+  CloudKvStream() = default;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader_;
+  bool finished_ = false;
+};
+
+class CloudClient {
+ public:
+  // Reads the token and CA files; the channel connects lazily.
+  static absl::StatusOr<std::unique_ptr<CloudClient>> Create(CloudClientOptions options);
+  ~CloudClient();
+  CloudClient(const CloudClient&) = delete;
+  CloudClient& operator=(const CloudClient&) = delete;
+
+  const std::string& address() const { return options_.address; }
+
+  // Starts / stops the background Health poller (idempotent).
+  void start_health_polling();
+  void stop_health_polling();
+  // One Health call now; updates link().
+  absl::Status check_health();
+  CloudLinkStatus link() const;
+
+  // Streams the KV of [request.first_position, end) into `target` (which
+  // must hold exactly [0, first_position)); `model` is ours (the stream must
+  // match it), `rope` our model's RoPE. Errors: the cloud's status code with
+  // "cloud: " before its message (UNAVAILABLE when unreachable), or the
+  // reader's (FAILED_PRECONDITION for a fingerprint mismatch naming the
+  // field, DATA_LOSS for a corrupt or truncated stream); `target` is then
+  // unchanged.
+  // `cancel_slot` (optional) is armed with the call's TryCancel for its
+  // length, so a client that goes away stops a stalled stream at once.
+  absl::StatusOr<CloudPrefillResult> prefill(const CloudPrefillRequest& request, const ModelFingerprint& model,
+                                             const KvRope& rope, KvCache& target, const CloudProgressFn& progress = {},
+                                             const CancelledFn& cancelled = {}, CancelSlot* cancel_slot = nullptr);
+
+  // Opens GetPrefix for `pack_id` (checked against `model` by the cloud).
+  std::unique_ptr<CloudKvStream> get_prefix(const std::string& pack_id, const ModelFingerprint& model);
+
+ private:
+  explicit CloudClient(CloudClientOptions options) : options_(std::move(options)) {}
+  void prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const;
+  void poll_loop();
+  void record_transfer(uint64_t wire_bytes, uint64_t quantized_bytes, double seconds);
+
+  CloudClientOptions options_;
+  std::string bearer_token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Prefill::Stub> stub_;
+
+  MovingAverage rtt_ms_;
+  MovingAverage bandwidth_;
+  MovingAverage wire_ratio_;
+  mutable std::mutex mu_;
+  CloudLinkStatus link_;                  // guarded by mu_ (moving averages filled on read)
+  std::condition_variable poll_cv_;
+  bool polling_ = false;                  // guarded by mu_
+  std::thread poller_;
+};
+
+// absl::Status of a gRPC status (same code), message prefixed with `what`.
+absl::Status from_grpc_status(const grpc::Status& status, const std::string& what);
+
+}  // namespace baton

@@ -1,0 +1,44 @@
+// EdgeRuntime: what one Generate turn needs from the agent: the loaded model
+// and its engine, the stores, the cloud client and the measured figures.
+// Built by EdgeService::Load; the pointers outlive every turn.
+#pragma once
+
+#include <string>
+
+#include "common/engine/engine.h"
+#include "common/kv/kv_codec_config.h"
+#include "common/kv/kv_handoff.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/tokenizer/tokenizer.h"
+#include "edge_decode/cloud_client.h"
+#include "edge_decode/memory_plan.h"
+#include "edge_decode/pack_store.h"
+#include "edge_decode/session_store.h"
+#include "edge_decode/split_policy.h"
+
+namespace baton {
+
+struct EdgeRuntime {
+  const Model* model = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  Engine* engine = nullptr;               // used by the generation worker only
+  ModelFingerprint fingerprint;
+  KvGeometry geometry;
+  KvRope rope;
+  EdgeMemoryPlan memory;
+  KvCodecConfig default_codec;            // wire codec when a request leaves it unset
+  PrefillPolicy default_policy = PrefillPolicy::kAuto;
+  int default_max_tokens = 256;
+  float default_temperature = 0.8f;
+  SessionStore* sessions = nullptr;
+  PackStore* packs = nullptr;
+  CloudClient* cloud = nullptr;           // nullptr: no cloud configured
+  // Local prefill speed for the split policy: measured at warm-up and after
+  // each local prefill; `assumed_local_prefill_tokens_per_s` > 0 replaces it.
+  MovingAverage* local_prefill_tokens_per_s = nullptr;
+  double assumed_local_prefill_tokens_per_s = 0;
+  MovingAverage* decode_tokens_per_s = nullptr;
+};
+
+}  // namespace baton

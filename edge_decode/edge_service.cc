@@ -1,0 +1,423 @@
+#include "edge_decode/edge_service.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/gguf/ggml_types.h"
+#include "common/kv/kv_codec_params.h"
+#include "common/kv/kv_fingerprint.h"
+#include "common/kv/quantized_kv_cache.h"
+#include "common/util/check.h"
+#include "common/util/cpu_features.h"
+#include "common/util/log.h"
+#include "common/util/version.h"
+#include "edge_decode/generate_turn.h"
+#include "edge_decode/memory_plan.h"
+#include "edge_decode/queued_write_reactor.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string digest_bytes(const Digest256& digest) {
+  return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+}
+
+absl::StatusOr<KvCodecConfig> default_codec_from_name(const std::string& name, const KvGeometry& geometry) {
+  KvCodecConfig config;
+  if (name == "f16") {
+    config = default_kv_codec_config(KvCodecConfig::Bits::kF16, geometry);
+  } else if (name == "int8") {
+    config = default_kv_codec_config(KvCodecConfig::Bits::kInt8, geometry);
+  } else if (name == "int4") {
+    config = default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry);
+  } else {
+    BATON_ASSIGN_OR_RETURN(config, parse_kv_codec_config(name));
+  }
+  absl::Status valid = config.validate(geometry);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("--codec ", name, ": ", valid.message()));
+  return config;
+}
+
+void fill_codec(const KvCodecConfig& config, v1::CodecParams* out) {
+  if (absl::StatusOr<v1::CodecParams> params = kv_codec_params(config); params.ok()) *out = *params;
+}
+
+// "LOADING", "WARMING", ... (the enum name without its prefix).
+std::string state_name(v1::ServingState state) {
+  std::string name = v1::ServingState_Name(state);
+  const std::string prefix = "SERVING_STATE_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+// A unary reply: finishes at once.
+grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(to_grpc_status(status));
+  return reactor;
+}
+
+}  // namespace
+
+EdgeService::EdgeService(EdgeServiceOptions options)
+    : options_(std::move(options)),
+      start_time_(Clock::now()),
+      generate_queue_(options_.max_queued),
+      pack_queue_(4) {}
+
+EdgeService::~EdgeService() {
+  pack_queue_.stop();
+  generate_queue_.stop();
+  if (cloud_ != nullptr) cloud_->stop_health_polling();
+}
+
+absl::Status EdgeService::Load(const std::string& model_path) {
+  absl::Status status = load(model_path);
+  if (!status.ok()) {
+    BATON_ERROR("cannot load %s: %s", model_path.c_str(), status.ToString().c_str());
+    return status;
+  }
+  v1::ServingState loading = v1::SERVING_STATE_LOADING;
+  state_.compare_exchange_strong(loading, v1::SERVING_STATE_WARMING);  // a Drain() meanwhile wins
+  status = warm_up();
+  if (!status.ok()) {
+    BATON_ERROR("warm-up failed: %s", status.ToString().c_str());
+    return status;
+  }
+  v1::ServingState expected = v1::SERVING_STATE_WARMING;
+  state_.compare_exchange_strong(expected, v1::SERVING_STATE_READY);  // a Drain() meanwhile wins
+  BATON_INFO("READY: %s (%s), %s", model_->spec().name.c_str(), backend_name_.c_str(),
+             runtime_.memory.capacity.empty()
+                 ? "no codec"
+                 : absl::StrFormat("max context %d tokens with %s", runtime_.memory.capacity[0].max_context_tokens,
+                                   runtime_.memory.capacity[0].codec.to_string())
+                       .c_str());
+  return absl::OkStatus();
+}
+
+absl::Status EdgeService::load(const std::string& model_path) {
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(model_path));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(model->file()));
+  BATON_ASSIGN_OR_RETURN(ModelFingerprint fingerprint, model_fingerprint(*model));
+  EngineOptions engine_options;
+  engine_options.n_threads = options_.threads;
+  auto engine = std::make_unique<Engine>(*model, engine_options);
+  const KvGeometry geometry = engine->kv_geometry();
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig default_codec, default_codec_from_name(options_.codec, geometry));
+
+  // Memory plan: the default codec first, then the other widths.
+  std::vector<KvCodecConfig> codecs = {default_codec};
+  for (KvCodecConfig::Bits bits : {KvCodecConfig::Bits::kF16, KvCodecConfig::Bits::kInt8, KvCodecConfig::Bits::kInt4}) {
+    const KvCodecConfig config = default_kv_codec_config(bits, geometry);
+    bool seen = false;
+    for (const KvCodecConfig& c : codecs) {
+      seen = seen || QuantizedKvCache::store_config_for(c) == QuantizedKvCache::store_config_for(config);
+    }
+    if (!seen) codecs.push_back(config);
+  }
+  uint64_t limit = options_.memory_budget_bytes;
+  if (limit == 0) limit = detect_device_memory_bytes();
+  const EdgeMemoryPlan plan = make_memory_plan(*model, limit, codecs);
+  if (plan.kv_budget_bytes == 0) {
+    BATON_WARN("no memory left for KV: limit %s, weights %s, scratch %s, headroom %s",
+               format_bytes(plan.device_limit_bytes).c_str(), format_bytes(plan.weights_bytes).c_str(),
+               format_bytes(plan.scratch_bytes).c_str(), format_bytes(plan.headroom_bytes).c_str());
+  }
+
+  SessionStoreOptions session_options;
+  session_options.dir = options_.sessions_dir;
+  session_options.max_memory_bytes = std::max<uint64_t>(1, plan.kv_budget_bytes);
+  session_options.max_sessions = options_.max_sessions;
+  auto sessions = std::make_unique<SessionStore>(session_options, fingerprint, geometry);
+  std::vector<std::string> refused;
+  BATON_RETURN_IF_ERROR(sessions->open(&refused));
+  for (const std::string& line : refused) BATON_WARN("session refused: %s", line.c_str());
+
+  PackStoreOptions pack_options;
+  pack_options.dir = options_.packs_dir;
+  pack_options.max_pulled_bytes = options_.max_pulled_pack_bytes;
+  auto packs = std::make_unique<PackStore>(pack_options, fingerprint, geometry, kv_rope_of(*model));
+  refused.clear();
+  BATON_RETURN_IF_ERROR(packs->open(&refused));
+  for (const std::string& line : refused) BATON_WARN("pack refused: %s", line.c_str());
+
+  std::unique_ptr<CloudClient> cloud;
+  if (options_.cloud.has_value()) {
+    BATON_ASSIGN_OR_RETURN(cloud, CloudClient::Create(*options_.cloud));
+    cloud->start_health_polling();
+  }
+
+  backend_name_ = absl::StrFormat("cpu:%s x%d", simd_level_name(active_simd_level()), engine->pool().size());
+  fingerprint_proto_ = model_fingerprint_to_proto(fingerprint);
+  // [info] field: the stored type of the weight matrices ("Q4_0").
+  fingerprint_proto_.set_weights_type(absl::AsciiStrToUpper(std::string(ggml_type_name(model->layer(0).wq.type))));
+  runtime_.model = model.get();
+  runtime_.tokenizer = tokenizer.get();
+  runtime_.engine = engine.get();
+  runtime_.fingerprint = std::move(fingerprint);
+  runtime_.geometry = geometry;
+  runtime_.rope = kv_rope_of(*model);
+  runtime_.memory = plan;
+  runtime_.default_codec = default_codec;
+  runtime_.default_policy = options_.policy;
+  runtime_.default_max_tokens = options_.max_tokens;
+  runtime_.default_temperature = options_.temperature;
+  runtime_.sessions = sessions.get();
+  runtime_.packs = packs.get();
+  runtime_.cloud = cloud.get();
+  runtime_.local_prefill_tokens_per_s = &local_prefill_tokens_per_s_;
+  runtime_.assumed_local_prefill_tokens_per_s = options_.assumed_local_prefill_tokens_per_s;
+  runtime_.decode_tokens_per_s = &decode_tokens_per_s_;
+  model_ = std::move(model);
+  tokenizer_ = std::move(tokenizer);
+  engine_ = std::move(engine);
+  sessions_ = std::move(sessions);
+  packs_ = std::move(packs);
+  cloud_ = std::move(cloud);
+  return absl::OkStatus();
+}
+
+absl::Status EdgeService::warm_up() {
+  // Twice: the first pass pays page faults and lazy allocations; the second
+  // measures local prefill speed.
+  const int n = std::max(2, std::min(options_.warmup_tokens, model_->spec().n_ctx_train));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = (i * 31 + 7) % model_->spec().n_vocab;
+  for (int pass = 0; pass < 2; ++pass) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
+                           QuantizedKvCache::Create(runtime_.geometry, n,
+                                                    QuantizedKvCache::store_config_for(runtime_.default_codec)));
+    std::vector<float> logits;
+    const Clock::time_point start = Clock::now();
+    BATON_RETURN_IF_ERROR(engine_->prefill(tokens, *kv, &logits));
+    const double seconds = ms_since(start) / 1000.0;
+    if (pass == 1 && seconds > 0) local_prefill_tokens_per_s_.add(n / seconds);
+  }
+  return absl::OkStatus();
+}
+
+void EdgeService::Drain() {
+  state_ = v1::SERVING_STATE_DRAINING;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::CallbackServerContext* context,
+                                                                      const v1::GenerateRequest* request) {
+  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context);
+  const v1::ServingState state = state_.load();
+  if (state != v1::SERVING_STATE_READY) {
+    reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state),
+                                                        state == v1::SERVING_STATE_DRAINING
+                                                            ? ""
+                                                            : "; retry after the model is loaded and warmed up")),
+                    options_.retry_after_ms);
+    return reactor;
+  }
+  TurnIo io;
+  io.arrival = Clock::now();
+  io.deadline = context->deadline();
+  io.cancelled = [reactor] { return reactor->cancelled(); };
+  // io.cancel_slot = &reactor->cancel_slot();
+  ++generating_;
+  // The request is copied: gRPC owns *request only until the reactor finishes.
+  const bool queued = generate_queue_.try_push([this, reactor, io, request_copy = *request](bool run) mutable {
+    std::optional<v1::Stats> stats;
+    io.emit = [reactor, &stats](v1::GenerateResponse response) {
+      if (response.has_stats()) stats = response.stats();
+      return reactor->push(std::move(response));
+    };
+    absl::Status status = run ? run_generate_turn(runtime_, request_copy, io)
+                              : absl::UnavailableError("the edge agent is shutting down");
+    if (options_.metrics != nullptr) {
+      options_.metrics->record_outcome(status);
+      if (status.ok() && stats.has_value()) options_.metrics->record_stats(*stats);
+    }
+    --generating_;
+    reactor->done(status);
+  });
+  if (!queued) {
+    --generating_;
+    if (options_.metrics != nullptr) options_.metrics->record_outcome(absl::ResourceExhaustedError("queue full"));
+    reactor->refuse(absl::ResourceExhaustedError(absl::StrFormat(
+                        "%d Generate calls are already waiting (the limit); retry later", options_.max_queued)),
+                    options_.retry_after_ms);
+  }
+  return reactor;
+}
+
+void EdgeService::fill_health(v1::EdgeHealthResponse* response) const {
+  const v1::ServingState state = state_.load();
+  response->set_state(state);
+  response->set_version(kBatonVersion);
+  // generating_ drops before a call's final status goes out, so a client that
+  // saw its call end never sees it counted.
+  const uint32_t admitted = generating_.load();
+  const uint32_t queued = std::min(admitted, generate_queue_.queued());
+  response->set_running(admitted - queued);
+  response->set_queued(queued);
+  if (state != v1::SERVING_STATE_READY) response->set_retry_after_ms(options_.retry_after_ms);
+  if (state == v1::SERVING_STATE_LOADING) return;  // nothing below is set yet
+  *response->mutable_model() = fingerprint_proto_;
+  response->set_backend(backend_name_);
+  to_proto(runtime_.memory, sessions_->memory_bytes(), response->mutable_memory());
+  v1::CloudLink* link = response->mutable_cloud();
+  if (cloud_ != nullptr) {
+    const CloudLinkStatus status = cloud_->link();
+    link->set_address(status.address);
+    link->set_reachable(status.reachable);
+    link->set_state(status.state);
+    link->set_rtt_ms(status.last_rtt_ms);
+    link->set_bandwidth_bytes_per_s(status.bandwidth_bytes_per_s);
+    link->set_prefill_tokens_per_s(status.prefill_tokens_per_s);
+    link->set_checked_unix_ms(status.checked_unix_ms);
+  }
+  response->set_local_prefill_tokens_per_s(local_prefill_tokens_per_s_.value());
+  response->set_decode_tokens_per_s(decode_tokens_per_s_.value());
+  response->set_sessions(static_cast<uint32_t>(sessions_->size()));
+  response->set_packs(static_cast<uint32_t>(packs_->list().size()));
+}
+
+grpc::ServerUnaryReactor* EdgeService::Health(grpc::CallbackServerContext* context, const v1::HealthRequest*,
+                                              v1::EdgeHealthResponse* response) {
+  fill_health(response);
+  return reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext* context,
+                                                    const v1::ListSessionsRequest*,
+                                                    v1::ListSessionsResponse* response) {
+  if (state_.load() == v1::SERVING_STATE_LOADING) {
+    return reply(context, absl::UnavailableError("the edge agent is LOADING"));
+  }
+  for (const SessionSummary& summary : sessions_->list()) {
+    v1::SessionInfo* info = response->add_sessions();
+    info->set_session_id(summary.id);
+    info->set_token_count(summary.token_count);
+    info->set_kv_bytes(summary.kv_bytes);
+    fill_codec(summary.codec, info->mutable_codec());
+    info->set_pack_id(summary.pack_id);
+    info->set_prefix_digest(digest_bytes(summary.prefix_digest));
+    info->set_created_unix_ms(summary.created_unix_ms);
+    info->set_last_used_unix_ms(summary.last_used_unix_ms);
+    info->set_persisted(summary.persisted);
+    info->set_busy(summary.busy);
+  }
+  return reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* EdgeService::DeleteSession(grpc::CallbackServerContext* context,
+                                                     const v1::DeleteSessionRequest* request,
+                                                     v1::DeleteSessionResponse* response) {
+  if (state_.load() == v1::SERVING_STATE_LOADING) {
+    return reply(context, absl::UnavailableError("the edge agent is LOADING"));
+  }
+  if (!is_valid_session_id(request->session_id())) {
+    return reply(context, absl::InvalidArgumentError(absl::StrCat(
+                              "session_id '", request->session_id(), "' is not 1..128 characters of [A-Za-z0-9._-]")));
+  }
+  absl::StatusOr<uint64_t> freed = sessions_->remove(request->session_id());
+  if (!freed.ok()) return reply(context, freed.status());
+  response->set_freed_bytes(*freed);
+  return reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* context, const v1::ListPacksRequest*,
+                                                 v1::ListPacksResponse* response) {
+  if (state_.load() == v1::SERVING_STATE_LOADING) {
+    return reply(context, absl::UnavailableError("the edge agent is LOADING"));
+  }
+  for (const PackSummary& summary : packs_->list()) {
+    v1::PackInfo* info = response->add_packs();
+    info->set_pack_id(summary.pack_id);
+    info->set_description(summary.description);
+    info->set_token_count(static_cast<uint32_t>(summary.tokens.size()));
+    info->set_prefix_digest(digest_bytes(summary.prefix_digest));
+    fill_codec(summary.codec, info->mutable_codec());
+    info->set_file_bytes(summary.file_bytes);
+    info->set_path(summary.path);
+  }
+  return reply(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::CallbackServerContext* context,
+                                                                      const v1::PullPackRequest* request) {
+  auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context);
+  const v1::ServingState state = state_.load();
+  if (state != v1::SERVING_STATE_READY) {
+    reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state))),
+                    options_.retry_after_ms);
+    return reactor;
+  }
+  if (cloud_ == nullptr) {
+    reactor->refuse(absl::FailedPreconditionError("PullPack needs a cloud, and this agent has none (--cloud)"));
+    return reactor;
+  }
+  const Clock::time_point arrival = Clock::now();
+  const bool queued = pack_queue_.try_push([this, reactor, arrival, request_copy = *request](bool run) {
+    absl::Status status =
+        run ? pull_pack(request_copy, arrival,
+                        [reactor](v1::PullPackResponse response) { return reactor->push(std::move(response)); })
+            : absl::UnavailableError("the edge agent is shutting down");
+    reactor->done(status);
+  });
+  if (!queued) {
+    reactor->refuse(absl::ResourceExhaustedError("too many PullPack calls are waiting; retry later"),
+                    options_.retry_after_ms);
+  }
+  return reactor;
+}
+
+absl::Status EdgeService::pull_pack(const v1::PullPackRequest& request, Clock::time_point arrival,
+                                    const std::function<absl::Status(v1::PullPackResponse)>& emit) {
+  if (request.pack_id().empty()) return absl::InvalidArgumentError("pack_id is empty");
+  std::unique_ptr<CloudKvStream> stream = cloud_->get_prefix(request.pack_id(), runtime_.fingerprint);
+  absl::Status emit_status;
+  const uint32_t n_layer = static_cast<uint32_t>(runtime_.geometry.n_layer);
+  uint32_t layers_seen = 0;
+  KvMessageSource inner = stream->source();
+  // Count layers as blocks go by (blocks come in layer order).
+  KvMessageSource source = [&]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
+    BATON_ASSIGN_OR_RETURN(std::optional<v1::KvStreamMessage> message, inner());
+    if (message.has_value() && message->has_block()) layers_seen = std::max(layers_seen, message->block().layer());
+    if (message.has_value() && message->has_trailer()) layers_seen = n_layer;
+    return message;
+  };
+  auto progress = [&](uint32_t blocks, uint64_t bytes) {
+    (void)blocks;
+    if (!emit_status.ok()) return;
+    v1::PullPackResponse response;
+    v1::Progress* p = response.mutable_progress();
+    p->set_phase(v1::PHASE_RECEIVING_KV);
+    p->set_kv_layers_received(layers_seen);
+    p->set_n_layer(n_layer);
+    p->set_kv_bytes_received(bytes);
+    p->set_elapsed_ms(ms_since(arrival));
+    emit_status = emit(std::move(response));
+    if (!emit_status.ok()) stream->context().TryCancel();
+  };
+  absl::StatusOr<PackSummary> stored =
+      packs_->add_from_stream(request.pack_id(), source, request.overwrite(), progress);
+  BATON_RETURN_IF_ERROR(emit_status);
+  if (!stored.ok()) return stored.status();
+  v1::PullPackResponse done;
+  v1::PackInfo* info = done.mutable_done();
+  info->set_pack_id(stored->pack_id);
+  info->set_description(stored->description);
+  info->set_token_count(static_cast<uint32_t>(stored->tokens.size()));
+  info->set_prefix_digest(digest_bytes(stored->prefix_digest));
+  fill_codec(stored->codec, info->mutable_codec());
+  info->set_file_bytes(stored->file_bytes);
+  info->set_path(stored->path);
+  return emit(std::move(done));
+}
+
+}  // namespace baton

@@ -1,0 +1,126 @@
+// EdgeService: the Edge gRPC service (callback API) of baton-edge.
+//
+// Lifecycle: LOADING (constructed; Load() maps the weights, opens the
+// session and pack stores, connects the cloud client) -> WARMING (a first
+// forward pass that also measures local prefill tok/s) -> READY.
+// Health answers in every state; Generate before READY (or while DRAINING)
+// is UNAVAILABLE with the retry hint in trailing metadata
+// (baton-retry-after-ms).
+//
+// Generate: one QueuedWriteReactor per call; the request waits in the
+// generation queue (one turn computes at a time on the device's Engine) and
+// runs on its worker thread (generate_turn.h), never on a gRPC thread.
+// PullPack runs on a second worker (network-bound). The unary RPCs are
+// answered on the gRPC thread (they only read the stores' indexes).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "common/engine/engine.h"
+#include "common/model/model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "edge_decode/cloud_client.h"
+#include "edge_decode/edge_metrics.h"
+#include "edge_decode/edge_runtime.h"
+#include "edge_decode/pack_store.h"
+#include "edge_decode/session_store.h"
+#include "edge_decode/split_policy.h"
+#include "edge_decode/work_queue.h"
+#include "proto/baton.grpc.pb.h"
+
+namespace baton {
+
+struct EdgeServiceOptions {
+  int threads = 0;                        // CPU threads of the engine; 0: one per core
+  uint64_t memory_budget_bytes = 0;       // device memory for Baton; 0: detect_device_memory_bytes()
+  std::string codec = "int4";             // default KV codec: f16 | int8 | int4 (the default variant) or a full name
+  PrefillPolicy policy = PrefillPolicy::kAuto;  // when a request leaves it unset
+  int max_tokens = 256;                   // generated tokens when a request leaves it unset
+  float temperature = 0.8f;               // when a request leaves it unset
+  std::string sessions_dir;               // empty: sessions in memory only
+  int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
+  std::string packs_dir;                  // empty: no packs
+  uint64_t max_pulled_pack_bytes = 0;     // cap on packs pulled from the cloud; 0: none
+  std::optional<CloudClientOptions> cloud;  // unset: no cloud (always local)
+  int max_queued = 16;                    // Generate calls waiting; more get RESOURCE_EXHAUSTED
+  uint32_t retry_after_ms = 1000;         // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED
+  int warmup_tokens = 32;                 // tokens of the warm-up forward pass
+  // > 0: replaces the measured local prefill tok/s in the split policy
+  // (tests and tuning; the measured figure is still reported by Health).
+  double assumed_local_prefill_tokens_per_s = 0;
+  // Set: every Generate's outcome and Stats are recorded here (the HTTP front
+  // end's own recording should then be off). Must outlive the service.
+  EdgeMetrics* metrics = nullptr;
+};
+
+class EdgeService final : public v1::Edge::CallbackService {
+ public:
+  explicit EdgeService(EdgeServiceOptions options);
+  // Stops the workers (queued calls end UNAVAILABLE). The gRPC server must
+  // have been shut down first.
+  ~EdgeService() override;
+  EdgeService(const EdgeService&) = delete;
+  EdgeService& operator=(const EdgeService&) = delete;
+
+  // LOADING -> WARMING -> READY for the GGUF at `model_path` (Q4_0 / Q8_0).
+  // Blocks; the server may already serve Health meanwhile.
+  absl::Status Load(const std::string& model_path);
+  // READY -> DRAINING: new Generate calls are refused; running ones finish.
+  void Drain();
+
+  v1::ServingState state() const { return state_.load(); }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
+                                   v1::EdgeHealthResponse* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const v1::DeleteSessionRequest* request,
+                                          v1::DeleteSessionResponse* response) override;
+  grpc::ServerWriteReactor<v1::PullPackResponse>* PullPack(grpc::CallbackServerContext* context,
+                                                           const v1::PullPackRequest* request) override;
+  grpc::ServerUnaryReactor* ListPacks(grpc::CallbackServerContext* context, const v1::ListPacksRequest* request,
+                                      v1::ListPacksResponse* response) override;
+
+ private:
+  absl::Status load(const std::string& model_path);
+  absl::Status warm_up();
+  void fill_health(v1::EdgeHealthResponse* response) const;
+  absl::Status pull_pack(const v1::PullPackRequest& request, std::chrono::steady_clock::time_point arrival,
+                         const std::function<absl::Status(v1::PullPackResponse)>& emit);
+
+  EdgeServiceOptions options_;
+  std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
+  std::chrono::steady_clock::time_point start_time_;
+
+  // Set by Load() before state_ leaves LOADING; read-only afterwards (the
+  // engine is used by the generation worker only).
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SessionStore> sessions_;
+  std::unique_ptr<PackStore> packs_;
+  std::unique_ptr<CloudClient> cloud_;
+  v1::ModelFingerprint fingerprint_proto_;
+  std::string backend_name_;
+  EdgeRuntime runtime_;
+  MovingAverage local_prefill_tokens_per_s_;
+  MovingAverage decode_tokens_per_s_;
+
+  std::atomic<uint32_t> generating_{0};   // Generate calls admitted and not finished
+  WorkQueue generate_queue_;
+  WorkQueue pack_queue_;
+};
+
+}  // namespace baton

@@ -1,0 +1,588 @@
+#include "edge_decode/generate_turn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/engine/f32_kv_cache.h"
+#include "common/kv/quantized_kv_cache.h"
+#include "common/tokenizer/streaming_decoder.h"
+#include "common/util/check.h"
+#include "common/util/fp16.h"
+#include "common/util/log.h"
+#include "edge_decode/session_lease.h"
+#include "edge_decode/stop_matcher.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - begin).count();
+}
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Tokens per local prefill call: a multiple of the engine's micro-batch, so
+// chunking does not change the arithmetic; progress and cancellation are
+// checked between chunks.
+constexpr int64_t kLocalPrefillChunkTokens = 256;
+
+KvCodecConfig::Bits bits_of(v1::KvCodec codec) {
+  switch (codec) {
+    case v1::KV_CODEC_F16:
+      return KvCodecConfig::Bits::kF16;
+    case v1::KV_CODEC_INT4:
+      return KvCodecConfig::Bits::kInt4;
+    default:
+      return KvCodecConfig::Bits::kInt8;
+  }
+}
+
+// An f32 staging cache with room for `capacity_tokens` holding an F16
+// store's tokens [0, n) (f16 -> f32 is exact).
+absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCache& store, int64_t n,
+                                                          int64_t capacity_tokens) {
+  const KvGeometry& geometry = store.geometry();
+  auto staging = std::make_unique<F32KvCache>(geometry, capacity_tokens);
+  if (n == 0) return staging;
+  std::vector<float> k(static_cast<size_t>(n * geometry.kv_dim()));
+  std::vector<float> v(k.size());
+  for (int layer = 0; layer < geometry.n_layer; ++layer) {
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock k_block, store.export_block(layer, /*is_key=*/true, 0, n));
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock v_block, store.export_block(layer, /*is_key=*/false, 0, n));
+    BATON_CHECK(k_block.codes.size() == 2 * k.size() && v_block.codes.size() == 2 * v.size(),
+                "F16 block of unexpected size");
+    for (size_t i = 0; i < k.size(); ++i) {
+      uint16_t k_half = 0;
+      uint16_t v_half = 0;
+      std::memcpy(&k_half, k_block.codes.data() + 2 * i, 2);
+      std::memcpy(&v_half, v_block.codes.data() + 2 * i, 2);
+      k[i] = fp16_to_fp32(k_half);
+      v[i] = fp16_to_fp32(v_half);
+    }
+    BATON_RETURN_IF_ERROR(staging->store(layer, 0, n, k.data(), v.data()));
+  }
+  staging->set_size(n);
+  return staging;
+}
+
+class GenerateTurn {
+ public:
+  GenerateTurn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io)
+      : rt_(runtime), request_(request), io_(io) {}
+
+  absl::Status run();
+
+ private:
+  absl::Status check_alive() const {
+    if (io_.cancelled && io_.cancelled()) return absl::CancelledError("the client cancelled the Generate call");
+    if (std::chrono::system_clock::now() > io_.deadline) {
+      return absl::DeadlineExceededError("the Generate call's deadline passed");
+    }
+    return absl::OkStatus();
+  }
+  double elapsed_ms() const { return ms_between(io_.arrival, Clock::now()); }
+  absl::Status emit(v1::GenerateResponse response) { return io_.emit(std::move(response)); }
+  absl::Status progress(v1::Phase phase, const std::function<void(v1::Progress*)>& fill = {}) {
+    if (!request_.progress()) return absl::OkStatus();
+    v1::GenerateResponse response;
+    v1::Progress* p = response.mutable_progress();
+    p->set_phase(phase);
+    p->set_n_layer(static_cast<uint32_t>(rt_.geometry.n_layer));
+    p->set_elapsed_ms(elapsed_ms());
+    if (fill) fill(p);
+    return emit(std::move(response));
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt_tokens(bool first_turn_without_pack) const;
+  // Computes positions [store.size(), end) of `all` into the store;
+  // positions [0, keep) are never recomputed (a prefix pack).
+  absl::Status local_prefill(std::span<const int32_t> all, int64_t end, int64_t keep, QuantizedKvCache& store);
+  // True when local prefill up to `end` goes through f32 staging (a lossless
+  // store whose staging fits the headroom; see local_prefill).
+  bool stages_in_f32(const KvCodecConfig& store, int64_t end) const {
+    const uint64_t staging_bytes =
+        static_cast<uint64_t>(end) * static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) * sizeof(float);
+    return store.bits == KvCodecConfig::Bits::kF16 && !store.key_bits.has_value() &&
+           staging_bytes <= rt_.memory.headroom_bytes;
+  }
+  SplitInputs split_inputs(const KvCodecConfig& wire, uint32_t reused, uint32_t to_prefill,
+                           uint32_t local_tokens) const;
+
+  const EdgeRuntime& rt_;
+  const v1::GenerateRequest& request_;
+  const TurnIo& io_;
+};
+
+absl::StatusOr<std::vector<int32_t>> GenerateTurn::prompt_tokens(bool first_turn_without_pack) const {
+  std::vector<int32_t> tokens;
+  if (request_.prompt_case() == v1::GenerateRequest::kText) {
+    EncodeOptions options;
+    // BOS starts a conversation: the model's rule on a first turn without a
+    // pack (a pack's tokens carry their own start), never on later turns.
+    if (!first_turn_without_pack) options.add_bos = false;
+    tokens = rt_.tokenizer->encode(request_.text(), options);
+  } else if (request_.prompt_case() == v1::GenerateRequest::kTokens) {
+    const int n_vocab = rt_.model->spec().n_vocab;
+    for (int i = 0; i < request_.tokens().ids_size(); ++i) {
+      const uint32_t id = request_.tokens().ids(i);
+      if (id >= static_cast<uint32_t>(n_vocab)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("tokens.ids[%d] = %d is outside the vocabulary of %d tokens", i, id, n_vocab));
+      }
+      tokens.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("the prompt is empty (no text and no tokens)");
+  return tokens;
+}
+
+SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reused, uint32_t to_prefill,
+                                       uint32_t local_tokens) const {
+  SplitInputs in;
+  in.local_prefill_tokens = local_tokens;
+  in.policy = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
+  in.cloud_configured = rt_.cloud != nullptr;
+  in.reused_tokens = reused;
+  in.prefill_tokens = to_prefill;
+  in.local_prefill_tokens_per_s = rt_.assumed_local_prefill_tokens_per_s > 0
+                                      ? rt_.assumed_local_prefill_tokens_per_s
+                                      : rt_.local_prefill_tokens_per_s->value();
+  const double quantized_per_token =
+      static_cast<double>(QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(wire), rt_.geometry));
+  double wire_ratio = wire.zstd_level != 0 ? 0.85 : 1.0;  // zstd on quantized KV: assumed until measured
+  if (rt_.cloud != nullptr) {
+    const CloudLinkStatus link = rt_.cloud->link();
+    in.cloud_reachable = link.reachable && link.state == v1::SERVING_STATE_READY;
+    in.cloud_prefill_tokens_per_s = link.prefill_tokens_per_s;
+    in.link_bytes_per_s = link.bandwidth_bytes_per_s;
+    in.link_rtt_ms = link.rtt_ms;
+    if (wire.zstd_level != 0 && link.wire_bytes_per_quantized_byte > 0) wire_ratio = link.wire_bytes_per_quantized_byte;
+  }
+  in.wire_bytes_per_token = quantized_per_token * wire_ratio;
+  return in;
+}
+
+absl::Status GenerateTurn::local_prefill(std::span<const int32_t> all, int64_t end, int64_t keep,
+                                        QuantizedKvCache& store) {
+  const int64_t have = store.size();
+  const Clock::time_point start = Clock::now();
+  // A lossless (F16) store is prefilled the way the cloud computes its KV:
+  // in f32, attending over f32 K/V. Positions [keep, have) (earlier turns,
+  // whose KV here came from f16 attention and decode steps) are recomputed
+  // from their tokens as the cloud does; [0, keep) (a prefix pack, reused as
+  // it is on both sides) is read back from the store; then [have, end) is
+  // rounded into the store. So local and cloud prefill give bit-identical KV
+  // turn after turn. The f32 staging must fit the headroom; past it (and for
+  // quantized stores) the new positions attend over the stored codes.
+  std::unique_ptr<F32KvCache> staging;
+  if (stages_in_f32(store.config(), end)) {
+    BATON_ASSIGN_OR_RETURN(staging, f32_staging_of(store, std::min(keep, have), end));
+  }
+  KvCache& kv = staging ? static_cast<KvCache&>(*staging) : static_cast<KvCache&>(store);
+  const int64_t first = kv.size();
+  const int64_t total = end - first;
+  for (int64_t done = 0; done < total;) {
+    BATON_RETURN_IF_ERROR(check_alive());
+    const int64_t count = std::min(kLocalPrefillChunkTokens, total - done);
+    absl::Status status = rt_.engine->prefill(all.subspan(first + done, count), kv, nullptr);
+    if (!status.ok()) {
+      store.set_size(have);
+      return status;
+    }
+    done += count;
+    BATON_RETURN_IF_ERROR(progress(v1::PHASE_LOCAL_PREFILL, [&](v1::Progress* p) {
+      p->set_tokens_done(static_cast<uint32_t>(done));
+      p->set_tokens_total(static_cast<uint32_t>(total));
+    }));
+  }
+  if (staging) {
+    for (int layer = 0; layer < rt_.geometry.n_layer; ++layer) {
+      absl::Status stored =
+          store.store(layer, have, end - have, staging->k_row(layer, have), staging->v_row(layer, have));
+      if (!stored.ok()) {
+        store.set_size(have);
+        return stored;
+      }
+    }
+    store.set_size(end);
+  }
+  const double seconds = ms_between(start, Clock::now()) / 1000.0;
+  // Short prefills measure overhead more than throughput.
+  if (total >= 16 && seconds > 0) rt_.local_prefill_tokens_per_s->add(static_cast<double>(total) / seconds);
+  return absl::OkStatus();
+}
+
+absl::Status GenerateTurn::run() {
+  // 1. Validate (cheap checks first).
+  const std::string& session_id = request_.session_id();
+  const bool one_shot = session_id.empty();
+  if (!one_shot && !is_valid_session_id(session_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id '", session_id, "' is not 1..128 characters of [A-Za-z0-9._-]"));
+  }
+  if (request_.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
+    return absl::InvalidArgumentError("the prompt is empty (no text and no tokens)");
+  }
+  BATON_ASSIGN_OR_RETURN(SamplingParams sampling,
+                         sampling_params_from_proto(request_.sampling(), rt_.default_temperature));
+  const uint32_t max_tokens =
+      request_.max_tokens() > 0 ? request_.max_tokens() : static_cast<uint32_t>(rt_.default_max_tokens);
+  const PrefillPolicy policy = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
+  if (policy == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
+    return absl::FailedPreconditionError("policy cloud needs a cloud, and this agent has none (--cloud)");
+  }
+  const bool codec_requested = request_.codec().codec() != v1::KV_CODEC_UNSPECIFIED;
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig wire, resolve_wire_codec(request_.codec(), rt_.default_codec, rt_.geometry));
+
+  // 2. The session: continue it, or create it (one-shot sessions live for this call only).
+  BATON_RETURN_IF_ERROR(progress(v1::PHASE_TOKENIZING));
+  std::unique_ptr<Session> taken;
+  bool is_new = true;
+  if (!one_shot && rt_.sessions->contains(session_id)) {
+    BATON_ASSIGN_OR_RETURN(taken, rt_.sessions->checkout(session_id));
+    is_new = false;
+  } else {
+    if (!one_shot) BATON_RETURN_IF_ERROR(rt_.sessions->reserve(session_id));
+    taken = std::make_unique<Session>();
+    taken->id = session_id;
+    taken->created_unix_ms = unix_ms_now();
+  }
+  SessionLease session(rt_.sessions, std::move(taken), is_new, one_shot);
+
+  KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
+  if (!is_new) {
+    const KvCodecConfig session_store = QuantizedKvCache::store_config_for(session->codec);
+    if (codec_requested && store != session_store) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", session_id, "' holds its KV as ",
+                                                     session_store.to_string(), "; the request asks for ",
+                                                     store.to_string()));
+    }
+    if (!request_.pack_id().empty() && request_.pack_id() != session->pack_id) {
+      return absl::InvalidArgumentError(absl::StrCat("pack_id '", request_.pack_id(), "' applies to new sessions; '",
+                                                     session_id, "' started from '", session->pack_id, "'"));
+    }
+    store = session_store;
+    // The session's store came from a wire codec of the same width; unless
+    // the request names one, ask the cloud for the agent's default variant
+    // when it lands in the same store, else for the store's own form.
+    if (!codec_requested) {
+      wire = QuantizedKvCache::store_config_for(rt_.default_codec) == store ? rt_.default_codec : store;
+    }
+  }
+  session->codec = store;
+
+  // 3. Tokens of the conversation after this turn's prompt.
+  std::vector<int32_t> all = session->tokens;
+  std::optional<PackSummary> pack;
+  if (is_new && !request_.pack_id().empty()) {
+    BATON_ASSIGN_OR_RETURN(PackSummary found, rt_.packs->find(request_.pack_id()));
+    pack = std::move(found);
+  }
+  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(is_new && !pack.has_value()));
+  if (pack.has_value()) {
+    // The pack starts the conversation: a prompt that begins with its tokens
+    // is taken as is, any other prompt follows them.
+    const bool starts_with_pack = prompt.size() >= pack->tokens.size() &&
+                                  std::equal(pack->tokens.begin(), pack->tokens.end(), prompt.begin());
+    if (!starts_with_pack) all = pack->tokens;
+  }
+  all.insert(all.end(), prompt.begin(), prompt.end());
+  const int64_t n = static_cast<int64_t>(all.size());
+  const uint32_t prompt_token_count = static_cast<uint32_t>(n - static_cast<int64_t>(session.tokens_before()));
+
+  // 4. Memory: the conversation must fit this codec's max context.
+  const CodecCapacityPlan* capacity = rt_.memory.find(store);
+  CodecCapacityPlan computed;
+  if (capacity == nullptr) {
+    computed.codec = store;
+    computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store, rt_.geometry));
+    computed.max_context_tokens = static_cast<uint32_t>(std::min<uint64_t>(
+        rt_.memory.kv_budget_bytes / std::max<uint64_t>(1, computed.kv_bytes_per_token),
+        static_cast<uint64_t>(rt_.model->spec().n_ctx_train)));
+    capacity = &computed;
+  }
+  const int64_t max_context = capacity->max_context_tokens;
+  if (n > max_context) return over_budget_error(rt_.memory, *capacity, static_cast<uint64_t>(n));
+  const int64_t wanted_capacity = std::min<int64_t>(max_context, n + static_cast<int64_t>(max_tokens));
+  if (session->kv == nullptr) {
+    BATON_ASSIGN_OR_RETURN(session->kv, QuantizedKvCache::Create(rt_.geometry, wanted_capacity, store));
+  } else if (session->kv->capacity() < wanted_capacity) {
+    BATON_RETURN_IF_ERROR(session->kv->reserve(wanted_capacity));
+  }
+  QuantizedKvCache& kv = *session->kv;
+  if (pack.has_value()) {
+    BATON_ASSIGN_OR_RETURN(KvSegmentLoad loaded, rt_.packs->load_into(pack->pack_id, kv));
+    (void)loaded;
+    session->pack_id = pack->pack_id;
+  }
+  // The pack part of the session is reused as loaded, here and on the cloud
+  // (when the cloud holds the pack: it was pulled from there).
+  int64_t pack_tokens = 0;
+  std::string cloud_pack_id;
+  if (!session->pack_id.empty()) {
+    absl::StatusOr<PackSummary> summary = pack.has_value() ? absl::StatusOr<PackSummary>(*pack)
+                                                           : rt_.packs->find(session->pack_id);
+    pack_tokens = summary.ok() ? static_cast<int64_t>(summary->tokens.size()) : kv.size();
+    if (summary.ok() && summary->pulled) cloud_pack_id = session->pack_id;
+  }
+
+  // 5. Plan: positions [have, n-1) to prefill; the last prompt token always runs here.
+  int64_t have = kv.size();
+  BATON_CHECK(have <= n, "session KV holds more tokens than the conversation");
+  if (have == n) {
+    have = n - 1;  // everything is held (a prompt equal to the pack): recompute the last token's logits
+    kv.set_size(have);
+  }
+  BATON_RETURN_IF_ERROR(progress(v1::PHASE_PLANNING));
+  const uint32_t to_prefill = static_cast<uint32_t>(n - 1 - have);
+  const int64_t local_from = stages_in_f32(store, n - 1) ? std::min<int64_t>(pack_tokens, have) : have;
+  const SplitPlan plan = decide_split(
+      split_inputs(wire, static_cast<uint32_t>(have), to_prefill, static_cast<uint32_t>(n - 1 - local_from)));
+  if (request_.progress()) {
+    v1::GenerateResponse response;
+    to_proto(plan, response.mutable_plan());
+    BATON_RETURN_IF_ERROR(emit(std::move(response)));
+  }
+
+  // 6. Prefill [have, n-1).
+  v1::Stats stats;
+  bool prefilled = plan.place == v1::PREFILL_PLACE_REUSED;
+  if (plan.place == v1::PREFILL_PLACE_CLOUD) {
+    BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
+    CloudPrefillRequest cloud_request;
+    cloud_request.tokens.assign(all.begin(), all.end() - 1);
+    cloud_request.first_position = static_cast<uint32_t>(have);
+    cloud_request.codec = wire;
+    cloud_request.session_id = session_id;
+    cloud_request.deadline = io_.deadline;
+    absl::Status emit_status;
+    auto on_block = [&](const CloudPrefillProgress& seen) {
+      if (!emit_status.ok() || !request_.progress()) return;
+      emit_status = progress(seen.trailer ? v1::PHASE_INGESTING : v1::PHASE_RECEIVING_KV, [&](v1::Progress* p) {
+        p->set_kv_layers_received(seen.kv_layers_received);
+        p->set_kv_bytes_received(seen.kv_bytes_received);
+      });
+    };
+    auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok(); };
+    cloud_request.prefix_pack_id = cloud_pack_id;
+    absl::StatusOr<CloudPrefillResult> result =
+        rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
+    if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id.empty()) {
+      // The cloud no longer holds the pack: it recomputes those tokens instead.
+      cloud_request.prefix_pack_id.clear();
+      result = rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
+    }
+    if (result.ok()) {
+      prefilled = true;
+      stats.set_cloud_prefill_ms(result->cloud_prefill_ms);
+      stats.set_transfer_ms(result->transfer_ms);
+      stats.set_ingest_ms(result->ingest_ms);
+      // F16-equivalent: 2 bytes per K/V element of the segment.
+      stats.set_kv_raw_bytes(uint64_t{to_prefill} * static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) *
+                             2);
+      stats.set_kv_quantized_bytes(result->quantized_bytes);
+      stats.set_kv_wire_bytes(result->wire_bytes);
+    } else {
+      BATON_CHECK(kv.size() == have, "a failed KV stream changed the session");
+      BATON_RETURN_IF_ERROR(check_alive());
+      // Our client is still here (check_alive), so a cancelled cloud call
+      // means the cloud went away.
+      const absl::StatusCode code = absl::IsCancelled(result.status()) ? absl::StatusCode::kUnavailable
+                                                                       : result.status().code();
+      const std::string why =
+          absl::StrCat("cloud prefill failed (", absl::StatusCodeToString(code), "): ", result.status().message());
+      if (policy == PrefillPolicy::kCloud) return absl::Status(code, why);
+      BATON_WARN("session %s: %s; prefilling locally", session_id.c_str(), why.c_str());
+      stats.set_fallback_reason(why);
+    }
+  }
+  if (!prefilled) {
+    BATON_RETURN_IF_ERROR(local_prefill(all, n - 1, pack_tokens, kv));
+  }
+
+  // 7. The last prompt token, then decode.
+  Sampler sampler(sampling);
+  if (!is_new) {
+    SamplerState state = session->sampler;
+    if (request_.sampling().has_seed()) state.rng = sampler.state().rng;  // an explicit seed restarts the stream
+    sampler.restore(state);
+  }
+  const size_t accept_from = is_new ? 0 : session.tokens_before();
+  for (size_t i = accept_from; i < all.size(); ++i) sampler.accept(all[i]);
+
+  std::vector<float> logits;
+  BATON_RETURN_IF_ERROR(check_alive());
+  BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
+  BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all[n - 1], kv, &logits));
+  session->tokens = all;
+
+  StreamingDecoder decoder(*rt_.tokenizer);
+  StopMatcher stop_matcher({request_.stop().begin(), request_.stop().end()});
+  v1::FinishReason finish = v1::FINISH_REASON_LENGTH;
+  uint32_t generated = 0;
+  Clock::time_point first_token_time{};
+  Clock::time_point last_token_time{};
+  while (true) {
+    BATON_RETURN_IF_ERROR(check_alive());
+    const int32_t token = sampler.sample(logits);
+    const Clock::time_point now = Clock::now();
+    if (generated == 0) first_token_time = now;
+    if (rt_.tokenizer->is_eog(token)) {
+      finish = v1::FINISH_REASON_EOS;
+      break;
+    }
+    last_token_time = now;
+    sampler.accept(token);
+    session->tokens.push_back(token);
+    ++generated;
+    bool stopped = false;
+    v1::GenerateResponse piece;
+    piece.mutable_text()->set_text(stop_matcher.add(decoder.push(token), &stopped));
+    piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
+    BATON_RETURN_IF_ERROR(emit(std::move(piece)));
+    if (stopped) {
+      finish = v1::FINISH_REASON_STOP;
+      break;
+    }
+    if (generated >= max_tokens) {
+      finish = v1::FINISH_REASON_LENGTH;
+      break;
+    }
+    if (kv.size() + 1 > max_context) {
+      finish = v1::FINISH_REASON_CONTEXT_FULL;
+      break;
+    }
+    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, kv, &logits));
+  }
+  if (finish != v1::FINISH_REASON_STOP) {
+    // Bytes the decoder or the stop matcher held back end the text.
+    bool stopped = false;
+    std::string rest = stop_matcher.add(decoder.flush(), &stopped);
+    if (stopped) {
+      finish = v1::FINISH_REASON_STOP;
+    } else {
+      rest += stop_matcher.flush();
+    }
+    if (!rest.empty()) {
+      v1::GenerateResponse piece;
+      piece.mutable_text()->set_text(rest);
+      BATON_RETURN_IF_ERROR(emit(std::move(piece)));
+    }
+  }
+  const Clock::time_point end = Clock::now();
+
+  // 8. Commit, then the final Stats.
+  session->last_used_unix_ms = unix_ms_now();
+  session->sampler = sampler.state();
+  const uint32_t context_tokens = static_cast<uint32_t>(session->tokens.size());
+  session.commit();
+
+  const double ttft_ms = ms_between(io_.arrival, first_token_time);
+  stats.set_ttft_ms(ttft_ms);
+  stats.set_local_ms(std::max(0.0, ttft_ms - stats.cloud_prefill_ms() - stats.transfer_ms() - stats.ingest_ms()));
+  if (generated > 1) {
+    const double decode_s = ms_between(first_token_time, last_token_time) / 1000.0;
+    if (decode_s > 0) {
+      stats.set_decode_tokens_per_s(static_cast<double>(generated - 1) / decode_s);
+      rt_.decode_tokens_per_s->add(stats.decode_tokens_per_s());
+    }
+  }
+  stats.set_prompt_tokens(prompt_token_count);
+  stats.set_generated_tokens(generated);
+  stats.set_context_tokens(context_tokens);
+  to_proto(plan, stats.mutable_plan());
+  if (!stats.fallback_reason().empty()) {
+    stats.mutable_plan()->set_place(v1::PREFILL_PLACE_LOCAL);
+    stats.mutable_plan()->set_reason(absl::StrCat(plan.reason, "; fell back to local prefill"));
+  }
+  stats.set_finish_reason(finish);
+  stats.set_total_ms(ms_between(io_.arrival, end));
+  stats.set_session_id(session_id);
+  v1::GenerateResponse last;
+  *last.mutable_stats() = std::move(stats);
+  return emit(std::move(last));
+}
+
+}  // namespace
+
+absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingParams& params,
+                                                          float default_temperature) {
+  SamplingParams out;
+  out.temperature = params.has_temperature() ? params.temperature() : default_temperature;
+  if (!std::isfinite(out.temperature) || out.temperature < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.temperature = %g; must be >= 0 (0 = greedy)", out.temperature));
+  }
+  if (params.top_k() > 1'000'000) {
+    return absl::InvalidArgumentError(absl::StrFormat("sampling.top_k = %d; at most 1000000", params.top_k()));
+  }
+  out.top_k = static_cast<int>(params.top_k());  // 0: off
+  if (!(params.top_p() >= 0 && params.top_p() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat("sampling.top_p = %g; must be in [0, 1]", params.top_p()));
+  }
+  out.top_p = params.top_p() == 0 ? 1.0f : params.top_p();
+  if (!(params.min_p() >= 0 && params.min_p() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat("sampling.min_p = %g; must be in [0, 1]", params.min_p()));
+  }
+  out.min_p = params.min_p();
+  if (!(params.repetition_penalty() >= 0) || !std::isfinite(params.repetition_penalty())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.repetition_penalty = %g; must be >= 0 (0 or 1 = off)", params.repetition_penalty()));
+  }
+  out.repeat_penalty = params.repetition_penalty() == 0 ? 1.0f : params.repetition_penalty();
+  if (params.repetition_last_n() > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.repetition_last_n = %d; at most 65536", params.repetition_last_n()));
+  }
+  out.repeat_last_n = params.repetition_last_n() == 0 ? 64 : static_cast<int>(params.repetition_last_n());
+  if (params.has_seed()) {
+    out.seed = params.seed();
+  } else {
+    std::random_device device;
+    out.seed = (uint64_t{device()} << 32) ^ device();
+  }
+  return out;
+}
+
+absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
+                                                 const KvGeometry& geometry) {
+  if (params.codec() == v1::KV_CODEC_UNSPECIFIED) return fallback;
+  if (!v1::KvCodec_IsValid(params.codec())) {
+    return absl::InvalidArgumentError(absl::StrFormat("codec.codec = %d is not a known codec", params.codec()));
+  }
+  KvCodecConfig config = default_kv_codec_config(bits_of(params.codec()), geometry);
+  if (params.group_size() > 0) config.group_size = static_cast<int>(params.group_size());
+  if (params.key_axis() == v1::KEY_AXIS_PER_TOKEN) config.key_axis = KvCodecConfig::KeyAxis::kPerToken;
+  if (params.key_axis() == v1::KEY_AXIS_PER_CHANNEL) config.key_axis = KvCodecConfig::KeyAxis::kPerChannel;
+  if (params.pre_rope_keys()) config.pre_rope_keys = true;
+  if (params.hadamard_keys()) config.hadamard_keys = true;
+  if (params.hadamard_values()) config.hadamard_values = true;
+  if (params.has_zstd_level()) config.zstd_level = params.zstd_level();
+  if (params.key_codec() != v1::KV_CODEC_UNSPECIFIED) {
+    const KvCodecConfig::Bits key_bits = bits_of(params.key_codec());
+    config.key_bits = key_bits == config.bits ? std::nullopt : std::optional<KvCodecConfig::Bits>(key_bits);
+  }
+  if (params.key_group_size() > 0) config.key_group_size = static_cast<int>(params.key_group_size());
+  if (config.bits == KvCodecConfig::Bits::kF16) config.key_axis = KvCodecConfig::KeyAxis::kPerToken;
+  absl::Status valid = config.validate(geometry);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("codec: ", valid.message()));
+  return config;
+}
+
+absl::Status run_generate_turn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io) {
+  GenerateTurn turn(runtime, request, io);
+  return turn.run();
+}
+
+}  // namespace baton

@@ -1,0 +1,56 @@
+// One Generate turn of the edge agent (DESIGN.md "The handoff"), run on the
+// generation worker: validate, tokenize, take the session (continue, or
+// create it, optionally from a prefix pack), check the memory plan, decide
+// where to prefill [have, n-1), prefill it locally or through the cloud
+// (falling back to local under policy AUTO), run the last prompt token
+// locally (fresh logits), decode with the sampler streaming UTF-8-safe text
+// pieces, and commit the session.
+//
+// A failed or cancelled turn leaves the session exactly as it was (its KV
+// size and tokens are rolled back and it is released unsaved; a new session
+// is abandoned): nothing of a turn the client did not see to its end is
+// kept. Only a completed turn (Stats sent) is committed and saved.
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/engine/sampler.h"
+#include "edge_decode/cancel_slot.h"
+#include "edge_decode/edge_runtime.h"
+#include "proto/baton.pb.h"
+
+namespace baton {
+
+struct TurnIo {
+  // Sends one event to the client; CANCELLED once the client is gone.
+  std::function<absl::Status(v1::GenerateResponse)> emit;
+  // True once the client is gone (polled between steps).
+  std::function<bool()> cancelled;
+  // Optional: stops blocking work (a cloud stream) the moment the client goes.
+  CancelSlot* cancel_slot = nullptr;
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+};
+
+// Runs the turn; the Stats message is the last event of a successful turn.
+// Errors carry the gRPC-mapped code (INVALID_ARGUMENT, NOT_FOUND,
+// RESOURCE_EXHAUSTED, FAILED_PRECONDITION, UNAVAILABLE, CANCELLED,
+// DEADLINE_EXCEEDED).
+absl::Status run_generate_turn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io);
+
+// Request sampling values -> sampler parameters (proto zero values mean "off"
+// or the agent default; see baton.proto SamplingParams). An unset seed draws
+// a random one. INVALID_ARGUMENT names the bad field and its range.
+absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingParams& params,
+                                                          float default_temperature);
+
+// The wire codec of a request: unset (UNSPECIFIED) -> `fallback`; else the
+// default variant of that width (default_kv_codec_config) with every set
+// field applied, validated against `geometry` (INVALID_ARGUMENT).
+absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
+                                                 const KvGeometry& geometry);
+
+}  // namespace baton

@@ -1,0 +1,568 @@
+#include "edge_decode/http_front_end.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/gguf/gguf_file.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/check.h"
+#include "common/util/flags.h"
+#include "common/util/log.h"
+#include "edge_decode/chat_template.h"
+#include "edge_decode/edge_metrics.h"
+#include "edge_decode/openai_api.h"
+#include "proto/baton.grpc.pb.h"
+
+namespace baton {
+namespace {
+
+constexpr char kRetryAfterKey[] = "baton-retry-after-ms";
+constexpr char kJson[] = "application/json";
+// Deadline of the small unary calls (Health, ListSessions) on loopback.
+constexpr auto kUnaryTimeout = std::chrono::seconds(5);
+
+absl::Status to_absl(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+uint32_t trailing_retry_after_ms(const grpc::ClientContext& context) {
+  const auto& trailing = context.GetServerTrailingMetadata();
+  auto it = trailing.find(kRetryAfterKey);
+  if (it == trailing.end()) return 0;
+  uint32_t ms = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms)) return 0;
+  return ms;
+}
+
+void send_error(httplib::Response& res, const HttpError& error) {
+  res.status = error.http_status;
+  if (error.retry_after_s > 0) res.set_header("Retry-After", std::to_string(error.retry_after_s));
+  res.set_content(error.body, kJson);
+}
+
+void send_error(httplib::Response& res, const absl::Status& status) {
+  send_error(res, http_error_from_status(status, 0));
+}
+
+// Compares in time independent of where the strings differ.
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A bounded label for the request counter.
+std::string route_label(const std::string& path) {
+  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+    if (path == route) return route;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+const char* state_name(v1::ServingState state) {
+  switch (state) {
+    case v1::SERVING_STATE_LOADING: return "loading";
+    case v1::SERVING_STATE_WARMING: return "warming";
+    case v1::SERVING_STATE_READY: return "ok";
+    case v1::SERVING_STATE_DRAINING: return "draining";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+class HttpFrontEnd::Impl {
+ public:
+  explicit Impl(HttpFrontEndOptions options) : options_(std::move(options)) {}
+  ~Impl() { stop(); }
+
+  absl::Status start();
+  void stop();
+  int port() const { return port_; }
+  const std::string& model_name() const { return model_name_; }
+
+ private:
+  class GenerateCall;
+  class SseStream;
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) const;
+  void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle_models(const httplib::Request& req, httplib::Response& res) const;
+  void handle_health(httplib::Response& res);
+  void handle_metrics(httplib::Response& res);
+  absl::StatusOr<v1::GenerateRequest> build_request(const OpenAiRequest& request);
+  absl::StatusOr<bool> session_exists(const std::string& session_id);
+  grpc::Status health(v1::EdgeHealthResponse* response);
+
+  // Running Generate calls, so stop() can cancel them.
+  bool track(grpc::ClientContext* context);
+  void untrack(grpc::ClientContext* context);
+
+  HttpFrontEndOptions options_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // nullptr without a model file
+  ChatFormat chat_format_;
+  std::string model_name_;
+  int64_t created_ = 0;                   // unix seconds, for /v1/models
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Edge::Stub> stub_;
+  std::unique_ptr<EdgeMetrics> metrics_;  // nullptr without a registry
+
+  httplib::Server server_;
+  std::thread listen_thread_;
+  int port_ = 0;
+
+  std::mutex calls_mu_;
+  std::set<grpc::ClientContext*> calls_;  // guarded by calls_mu_
+  bool stopping_ = false;                 // guarded by calls_mu_; set once by stop()
+};
+
+// One Generate call on the agent: a blocking reader on the HTTP worker
+// thread. Ends (Finish, metrics) exactly once; a call dropped before its end
+// is cancelled.
+class HttpFrontEnd::Impl::GenerateCall {
+ public:
+  GenerateCall(Impl& owner, const v1::GenerateRequest& request) : owner_(owner) {
+    context_.set_deadline(std::chrono::system_clock::now() + owner_.options_.generate_timeout);
+    context_.AddMetadata("baton-frontend", "http");
+    if (!owner_.track(&context_)) context_.TryCancel();
+    reader_ = owner_.stub_->Generate(&context_, request);
+  }
+  ~GenerateCall() {
+    if (!finished_) {
+      context_.TryCancel();
+      v1::GenerateResponse ignored;
+      while (reader_->Read(&ignored)) {
+      }
+      finish();
+    }
+    owner_.untrack(&context_);
+  }
+  GenerateCall(const GenerateCall&) = delete;
+  GenerateCall& operator=(const GenerateCall&) = delete;
+
+  // The next message; false at the end of the stream (see status()).
+  bool next(v1::GenerateResponse* message) {
+    if (finished_) return false;
+    if (reader_->Read(message)) {
+      if (message->has_stats()) stats_ = message->stats();
+      return true;
+    }
+    finish();
+    return false;
+  }
+  void cancel() { context_.TryCancel(); }
+
+  const absl::Status& status() const { return status_; }
+  const std::optional<v1::Stats>& stats() const { return stats_; }
+  HttpError http_error() const { return http_error_from_status(status_, trailing_retry_after_ms(context_)); }
+
+ private:
+  void finish() {
+    finished_ = true;
+    status_ = to_absl(reader_->Finish());
+    if (status_.ok() && !stats_.has_value()) {
+      status_ = absl::InternalError("the agent's Generate stream ended without its Stats message");
+    }
+    if (owner_.metrics_ != nullptr && owner_.options_.record_generate_metrics) {
+      owner_.metrics_->record_outcome(status_);
+      if (status_.ok()) owner_.metrics_->record_stats(*stats_);
+    }
+    if (!status_.ok()) BATON_DEBUG("Generate over HTTP ended: %s", status_.ToString().c_str());
+  }
+
+  Impl& owner_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader_;
+  bool finished_ = false;
+  absl::Status status_;
+  std::optional<v1::Stats> stats_;
+};
+
+// stream: true. Each pump() writes what the gRPC stream delivered next as SSE
+// events, and at the end the finish chunk, the usage chunk (if asked) and
+// [DONE] — or an error event when the stream failed after it started.
+class HttpFrontEnd::Impl::SseStream {
+ public:
+  SseStream(std::unique_ptr<GenerateCall> call, OpenAiAnswerInfo info, bool include_usage, std::string first_text,
+            bool ended)
+      : call_(std::move(call)),
+        info_(std::move(info)),
+        include_usage_(include_usage),
+        pending_(std::move(first_text)),
+        ended_(ended) {}
+
+  bool pump(httplib::DataSink& sink) {
+    std::string out;
+    if (!sent_role_ && info_.endpoint == OpenAiEndpoint::kChatCompletions) {
+      out += sse_event(openai_chunk_json(info_, "", std::nullopt, /*role=*/true));
+      sent_role_ = true;
+    }
+    if (!pending_.empty()) {
+      out += sse_event(openai_chunk_json(info_, pending_, std::nullopt));
+      pending_.clear();
+    }
+    v1::GenerateResponse message;
+    while (out.empty() && !ended_) {
+      if (!call_->next(&message)) {
+        ended_ = true;
+      } else if (message.has_text() && !message.text().text().empty()) {
+        out += sse_event(openai_chunk_json(info_, message.text().text(), std::nullopt));
+      }
+    }
+    if (ended_) {
+      if (call_->status().ok()) {
+        out += sse_event(openai_chunk_json(info_, "", call_->stats()->finish_reason()));
+        if (include_usage_) out += sse_event(openai_usage_chunk_json(info_, *call_->stats()));
+      } else {
+        out += sse_event(call_->http_error().body);
+      }
+      out += kSseDone;
+    }
+    if (!sink.write(out.data(), out.size())) {
+      call_->cancel();  // the client went away
+      return false;
+    }
+    if (ended_) sink.done();
+    return true;
+  }
+
+  void cancel() { call_->cancel(); }
+
+ private:
+  std::unique_ptr<GenerateCall> call_;
+  const OpenAiAnswerInfo info_;
+  const bool include_usage_;
+  std::string pending_;  // text read before the headers went out
+  bool ended_;
+  bool sent_role_ = false;
+};
+
+bool HttpFrontEnd::Impl::track(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  calls_.insert(context);
+  return !stopping_;
+}
+
+void HttpFrontEnd::Impl::untrack(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  calls_.erase(context);
+}
+
+absl::Status HttpFrontEnd::Impl::start() {
+  if (options_.grpc_target.empty()) return absl::InvalidArgumentError("HttpFrontEndOptions.grpc_target is empty");
+  if (options_.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("HTTP threads = %d; at least 1", options_.threads));
+  }
+  absl::StatusOr<std::pair<std::string, int>> host_port = parse_host_port(http_listen_address(options_.listen));
+  if (!host_port.ok()) return absl::InvalidArgumentError(absl::StrCat("HTTP ", host_port.status().message()));
+  if (!options_.model_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(options_.model_path));
+    BATON_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromGguf(*gguf_));
+    chat_format_ = chat_format_from_gguf(*gguf_, *tokenizer_);
+  }
+  model_name_ = options_.model_name;
+  if (model_name_.empty()) {
+    model_name_ =
+        options_.model_path.empty() ? "baton" : std::filesystem::path(options_.model_path).stem().string();
+  }
+  created_ = unix_seconds();
+  channel_ = grpc::CreateChannel(options_.grpc_target, grpc::InsecureChannelCredentials());
+  stub_ = v1::Edge::NewStub(channel_);
+  if (options_.metrics != nullptr) metrics_ = std::make_unique<EdgeMetrics>(*options_.metrics);
+
+  const int threads = options_.threads;
+  server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server_.set_payload_max_length(options_.max_body_bytes);
+  // Streams can pause for a long local prefill between writes.
+  server_.set_write_timeout(std::chrono::seconds(60));
+  server_.set_tcp_nodelay(true);  // each SSE event goes out as written
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a
+  // second process bind the same port and silently take half the requests.
+  server_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  const size_t max_body_bytes = options_.max_body_bytes;
+  server_.set_error_handler(httplib::Server::HandlerWithResponse([max_body_bytes](const httplib::Request& req,
+                                                                                   httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already in shape
+    std::string message;
+    std::string type = "invalid_request_error";
+    switch (res.status) {
+      case 404:
+        message = absl::StrFormat("no route for %s %s", req.method, req.path);
+        type = "not_found_error";
+        break;
+      case 413:
+        message = absl::StrFormat("the request body is over the limit of %d bytes", max_body_bytes);
+        break;
+      default:
+        message = absl::StrFormat("HTTP %d", res.status);
+        if (res.status >= 500) type = "server_error";
+        break;
+    }
+    res.set_content(openai_error_json(message, type), kJson);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    res.status = 500;
+    res.set_content(openai_error_json("internal error while answering the request", "server_error"), kJson);
+  });
+  if (metrics_ != nullptr) {
+    MetricsRegistry* registry = options_.metrics;
+    server_.set_logger([registry](const httplib::Request& req, const httplib::Response& res) {
+      registry
+          ->counter("baton_http_requests_total", "HTTP requests by route and status code.",
+                    {{"route", route_label(req.path)}, {"code", std::to_string(res.status)}})
+          .inc();
+    });
+  }
+
+  server_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
+  server_.Get(R"(/v1/models/(.+))",
+              [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
+  server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(OpenAiEndpoint::kCompletions, req, res);
+  });
+  server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(OpenAiEndpoint::kChatCompletions, req, res);
+  });
+  server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
+  if (metrics_ != nullptr) {
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
+  }
+
+  const auto& [host, port] = *host_port;
+  if (port == 0) {
+    port_ = server_.bind_to_any_port(host);
+    if (port_ <= 0) return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
+  } else {
+    if (!server_.bind_to_port(host, port)) {
+      return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
+    }
+    port_ = port;
+  }
+  listen_thread_ = std::thread([this] { server_.listen_after_bind(); });
+  // stop() only takes effect once the server runs; wait for it (a few ms).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server_.is_running() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!server_.is_running()) return absl::InternalError("the HTTP server did not start within 10 s");
+  BATON_INFO("OpenAI-compatible HTTP API on %s:%d for model '%s' (chat template: %s), relaying to %s",
+             host.c_str(), port_, model_name_.c_str(), chat_template_family_name(chat_format_.family),
+             options_.grpc_target.c_str());
+  return absl::OkStatus();
+}
+
+void HttpFrontEnd::Impl::stop() {
+  {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (grpc::ClientContext* context : calls_) context->TryCancel();
+  }
+  server_.stop();
+  if (listen_thread_.joinable()) listen_thread_.join();
+}
+
+bool HttpFrontEnd::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (options_.api_key.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
+      constant_time_equal(std::string_view(header).substr(kBearer.size()), options_.api_key)) {
+    return true;
+  }
+  send_error(res, absl::UnauthenticatedError(header.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                                            : "invalid API key"));
+  return false;
+}
+
+void HttpFrontEnd::Impl::handle_models(const httplib::Request& req, httplib::Response& res) const {
+  if (!authorized(req, res)) return;
+  if (req.matches.size() > 1) {
+    const std::string id = req.matches[1].str();
+    if (id != model_name_) {
+      send_error(res, absl::NotFoundError(absl::StrFormat("model '%s' is not served here; this agent serves '%s'",
+                                                          id, model_name_)));
+      return;
+    }
+    res.set_content(openai_model_json(model_name_, created_), kJson);
+    return;
+  }
+  res.set_content(openai_models_json(model_name_, created_), kJson);
+}
+
+grpc::Status HttpFrontEnd::Impl::health(v1::EdgeHealthResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  return stub_->Health(&context, v1::HealthRequest(), response);
+}
+
+void HttpFrontEnd::Impl::handle_health(httplib::Response& res) {
+  v1::EdgeHealthResponse health_response;
+  const grpc::Status status = health(&health_response);
+  if (!status.ok()) {
+    res.status = 503;
+    res.set_content(openai_error_json(absl::StrCat("the edge agent is unreachable: ", status.error_message()),
+                                      "service_unavailable"),
+                    kJson);
+    return;
+  }
+  const bool ready = health_response.state() == v1::SERVING_STATE_READY;
+  res.status = ready ? 200 : 503;
+  if (!ready && health_response.retry_after_ms() > 0) {
+    res.set_header("Retry-After", std::to_string((health_response.retry_after_ms() + 999) / 1000));
+  }
+  res.set_content(absl::StrFormat(R"({"status":"%s"})", state_name(health_response.state())), kJson);
+}
+
+void HttpFrontEnd::Impl::handle_metrics(httplib::Response& res) {
+  v1::EdgeHealthResponse health_response;
+  if (health(&health_response).ok()) {
+    metrics_->record_health(health_response);
+  } else {
+    metrics_->ready.set(0);
+  }
+  res.set_content(options_.metrics->render(), MetricsRegistry::kContentType);
+}
+
+absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& session_id) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  v1::ListSessionsResponse response;
+  const grpc::Status status = stub_->ListSessions(&context, v1::ListSessionsRequest(), &response);
+  if (!status.ok()) return to_absl(status);
+  for (const v1::SessionInfo& info : response.sessions()) {
+    if (info.session_id() == session_id) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<v1::GenerateRequest> HttpFrontEnd::Impl::build_request(const OpenAiRequest& request) {
+  BATON_ASSIGN_OR_RETURN(v1::GenerateRequest out, to_generate_request(request));
+  if (request.endpoint != OpenAiEndpoint::kChatCompletions) return out;
+  bool continuing = false;
+  if (!request.session_id.empty()) {
+    BATON_ASSIGN_OR_RETURN(continuing, session_exists(request.session_id));
+  }
+  const std::vector<ChatMessage> messages = new_chat_messages(request.messages, continuing);
+  if (messages.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "session %s already holds this conversation: no messages after the last assistant message",
+        request.session_id));
+  }
+  ChatRenderOptions render_options = chat_format_.options;
+  render_options.continuation = continuing;
+  const std::vector<ChatSegment> segments = render_chat(chat_format_.family, messages, render_options);
+  if (tokenizer_ != nullptr) {
+    // BOS starts a conversation; a pack's tokens carry their own start.
+    const bool add_bos = !continuing && request.pack_id.empty();
+    for (const int32_t id : tokenize_chat(*tokenizer_, segments, add_bos)) {
+      out.mutable_tokens()->add_ids(static_cast<uint32_t>(id));
+    }
+  } else {
+    out.set_text(chat_text(segments));
+  }
+  // The default layout's turn marker is text in most vocabularies: stop there
+  // too, not only at EOS.
+  if (chat_format_.family == ChatTemplateFamily::kDefault && out.stop_size() < 16) out.add_stop("<|user|>");
+  return out;
+}
+
+void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req,
+                                         httplib::Response& res) {
+  if (!authorized(req, res)) return;
+  absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(endpoint, req.body);
+  if (!parsed.ok()) return send_error(res, parsed.status());
+  if (!parsed->model.empty() && parsed->model != model_name_) {
+    HttpError error = http_error_from_status(absl::NotFoundError(""), 0);
+    error.body = openai_error_json(
+        absl::StrFormat("model '%s' is not served here; this agent serves '%s'", parsed->model, model_name_),
+        "not_found_error", "model_not_found");
+    return send_error(res, error);
+  }
+  absl::StatusOr<v1::GenerateRequest> request = build_request(*parsed);
+  if (!request.ok()) return send_error(res, request.status());
+
+  auto call = std::make_unique<GenerateCall>(*this, *request);
+  OpenAiAnswerInfo info{endpoint, new_openai_id(endpoint), unix_seconds(), model_name_};
+  v1::GenerateResponse message;
+  if (!parsed->stream) {
+    std::string text;
+    while (call->next(&message)) {
+      if (message.has_text()) text += message.text().text();
+    }
+    if (!call->status().ok()) return send_error(res, call->http_error());
+    res.set_content(openai_answer_json(info, text, *call->stats()), kJson);
+    return;
+  }
+  // Headers go out with the first text, so an error before it (bad value,
+  // warming up, too long) still gets its own status code.
+  std::string first_text;
+  bool ended = true;
+  while (call->next(&message)) {
+    if (message.has_text() && !message.text().text().empty()) {
+      first_text = message.text().text();
+      ended = false;
+      break;
+    }
+  }
+  if (ended && !call->status().ok()) return send_error(res, call->http_error());
+  auto stream = std::make_shared<SseStream>(std::move(call), info, parsed->include_usage, std::move(first_text), ended);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->pump(sink); },
+      [stream](bool success) {
+        if (!success) stream->cancel();
+      });
+}
+
+std::string http_listen_address(const std::string& address) {
+  if (address.empty()) return address;
+  if (address.find(':') == std::string::npos) return "127.0.0.1:" + address;
+  if (address.front() == ':') return "127.0.0.1" + address;
+  return address;
+}
+
+HttpFrontEnd::HttpFrontEnd(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpFrontEnd::~HttpFrontEnd() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<HttpFrontEnd>> HttpFrontEnd::Start(const HttpFrontEndOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  BATON_RETURN_IF_ERROR(impl->start());
+  return std::unique_ptr<HttpFrontEnd>(new HttpFrontEnd(std::move(impl)));
+}
+
+int HttpFrontEnd::port() const { return impl_->port(); }
+
+const std::string& HttpFrontEnd::model_name() const { return impl_->model_name(); }
+
+void HttpFrontEnd::Stop() {
+  if (impl_ != nullptr) impl_->stop();
+}
+
+}  // namespace baton

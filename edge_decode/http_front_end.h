@@ -1,0 +1,87 @@
+// HttpFrontEnd: baton-edge's OpenAI-compatible HTTP API (--http ADDR) and
+// its Prometheus GET /metrics.
+//
+// One code path, two front ends: the HTTP front end is a thin translator
+// (openai_api.h) that relays every request to the agent's own gRPC service
+// (Edge.Generate, Edge.Health, Edge.ListSessions) over a loopback channel to
+// --listen, so sessions, split policy, memory limits and admission are the
+// gRPC path's, and errors are its gRPC status mapped to HTTP.
+//
+// Routes:
+//   GET  /v1/models, /v1/models/{id}
+//   POST /v1/completions, /v1/chat/completions   (stream false: one JSON;
+//        stream true: server-sent events "data: {...}\n\n", then "data: [DONE]\n\n")
+//   GET  /health    200 {"status": "ok"} when READY; 503 with Retry-After otherwise
+//   GET  /metrics   Prometheus text 0.0.4 (when a registry is given)
+// Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}:
+// 400 bad JSON / bad field, 401 missing or wrong API key, 404 unknown model
+// or route, 413 body over max_body_bytes or prompt over the device's
+// context, 429 queue full, 503 (+ Retry-After) while the agent loads or warms
+// up, 500 otherwise.
+//
+// Threads: httplib's pool of `threads` workers; a request holds one worker
+// for its whole Generate, which is a blocking gRPC reader on that worker (the
+// worker is held anyway; a stream writes each piece as the gRPC stream
+// delivers it). Every Generate has a deadline (generate_timeout); a streaming
+// client that goes away cancels its Generate at the next piece; Stop()
+// cancels the running ones. /health and /metrics need no API key.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/util/metrics.h"
+
+namespace baton {
+
+struct HttpFrontEndOptions {
+  // host:port; port 0 picks a free port (see port()). "PORT" or ":PORT" alone
+  // listens on loopback (127.0.0.1).
+  std::string listen = "127.0.0.1:0";
+  std::string grpc_target;             // the agent's gRPC address (its --listen), e.g. "127.0.0.1:50061"
+  // The model file the agent serves: its tokenizer and chat template build
+  // chat prompts. Empty: chat prompts are sent as text in the default layout.
+  std::string model_path;
+  // The id /v1/models lists and requests may name; empty: the model file's
+  // stem ("baton-tiny-kjv-f16"), or "baton" without a model file.
+  std::string model_name;
+  MetricsRegistry* metrics = nullptr;  // GET /metrics serves it; nullptr: no /metrics
+  // Record each relayed Generate in EdgeMetrics (outcome, TTFT, decode tok/s,
+  // KV bytes, fallbacks). Turn off when EdgeService records every Generate.
+  bool record_generate_metrics = true;
+  size_t max_body_bytes = size_t{8} << 20;  // larger request bodies get 413
+  std::string api_key;                  // non-empty: "Authorization: Bearer KEY" required (else 401)
+  int threads = 8;                      // HTTP worker threads = concurrent requests
+  std::chrono::milliseconds generate_timeout{std::chrono::minutes(10)};  // deadline of each Generate
+};
+
+// "PORT" or ":PORT" -> "127.0.0.1:PORT" (the HTTP API is loopback unless a
+// host is given); anything else unchanged.
+std::string http_listen_address(const std::string& address);
+
+class HttpFrontEnd {
+ public:
+  // Loads the tokenizer (model_path), binds `listen` and starts serving.
+  // INVALID_ARGUMENT for a malformed address or empty grpc_target;
+  // UNAVAILABLE when the address cannot be bound; the model file's errors.
+  static absl::StatusOr<std::unique_ptr<HttpFrontEnd>> Start(const HttpFrontEndOptions& options);
+  ~HttpFrontEnd();  // Stop()
+  HttpFrontEnd(const HttpFrontEnd&) = delete;
+  HttpFrontEnd& operator=(const HttpFrontEnd&) = delete;
+
+  int port() const;
+  const std::string& model_name() const;
+  // Cancels running Generate calls, stops accepting, joins the workers.
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit HttpFrontEnd(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton

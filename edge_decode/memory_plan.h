@@ -1,0 +1,81 @@
+// EdgeMemoryPlan: how the edge device's memory is shared (DESIGN.md "Edge
+// memory"):
+//   kv_budget = device limit - weights - runtime scratch - headroom
+//   max context (per codec) = kv_budget / KV bytes per token, capped at n_ctx_train
+// Reported by Health (v1::MemoryPlan) and `baton plan`; a session beyond its
+// codec's max context is refused with over_budget_error().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/kv/kv_codec_config.h"
+#include "proto/baton.pb.h"
+
+namespace baton {
+
+class Model;
+struct ModelSpec;
+
+// Headroom rule: 5% of the device limit, at least 64 MiB (allocator slack,
+// gRPC buffers, the tokenizer, stacks of the worker threads).
+inline constexpr uint64_t kMinHeadroomBytes = uint64_t{64} << 20;
+inline constexpr double kHeadroomFraction = 0.05;
+
+struct CodecCapacityPlan {
+  KvCodecConfig codec;               // the store config (QuantizedKvCache::store_config_for)
+  uint64_t kv_bytes_per_token = 0;   // all layers, K and V, scales included
+  uint32_t max_context_tokens = 0;   // kv_budget_bytes / kv_bytes_per_token, capped at n_ctx_train
+};
+
+struct EdgeMemoryPlan {
+  uint64_t device_limit_bytes = 0;   // --memory-budget, or detect_device_memory_bytes()
+  uint64_t weights_bytes = 0;        // tensor data of the GGUF file
+  uint64_t scratch_bytes = 0;        // engine activations + logits (engine_scratch_bytes)
+  uint64_t headroom_bytes = 0;       // max(5% of the limit, 64 MiB), at most what is left
+  uint64_t kv_budget_bytes = 0;      // what is left for KV (0 when the rest does not fit)
+  std::vector<CodecCapacityPlan> capacity;  // one per codec; the default first
+
+  // The entry whose store config equals `codec`'s store config; nullptr when
+  // none does.
+  const CodecCapacityPlan* find(const KvCodecConfig& codec) const;
+};
+
+// Bytes of the Engine's runtime buffers for `spec` with micro-batches of
+// `max_batch_tokens` rows: f32 activations [B, 3 n_embd + 2 q_dim + 2 kv_dim
+// + 2 n_ff], their 8-bit copies for the quantized matmuls (about a quarter
+// more), and the logits of one token [n_vocab] f32 (twice: the engine's and
+// the sampler's copy).
+uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens = 64);
+
+// The plan for `model` under `device_limit_bytes`, one capacity entry per
+// codec in `codecs` (the default first). Max contexts are 0 when weights,
+// scratch and headroom do not fit the limit.
+EdgeMemoryPlan make_memory_plan(const Model& model, uint64_t device_limit_bytes,
+                                const std::vector<KvCodecConfig>& codecs);
+// The same from a spec and a weights size (no model loaded: `baton plan`
+// for a shape).
+EdgeMemoryPlan make_memory_plan(const ModelSpec& spec, uint64_t weights_bytes, uint64_t device_limit_bytes,
+                                const std::vector<KvCodecConfig>& codecs);
+
+// The memory Baton may use on this machine: the cgroup v2 memory.max (or v1
+// memory.limit_in_bytes) when set, else MemAvailable from /proc/meminfo; 0
+// when neither can be read.
+uint64_t detect_device_memory_bytes();
+
+// Fills `out` (kv_used_bytes: KV held by sessions now).
+void to_proto(const EdgeMemoryPlan& plan, uint64_t kv_used_bytes, v1::MemoryPlan* out);
+
+// RESOURCE_EXHAUSTED for a session that needs `needed_tokens` of context:
+// "session needs 9000 tokens; this device fits 6144 with codec int4-g32
+// (KV budget 512.0 MiB = limit 4.00 GiB - weights 3.10 GiB - scratch 40.0 MiB
+// - headroom 204.8 MiB; 87.4 KiB per token)".
+absl::Status over_budget_error(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity,
+                               uint64_t needed_tokens);
+
+// "1.50 GiB", "512.0 MiB", "96 B".
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace baton

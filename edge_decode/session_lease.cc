@@ -1,0 +1,38 @@
+#include "edge_decode/session_lease.h"
+
+#include <string>
+
+#include "common/util/log.h"
+
+namespace baton {
+
+SessionLease::SessionLease(SessionStore* store, std::unique_ptr<Session> session, bool is_new, bool one_shot)
+    : store_(store), session_(std::move(session)), is_new_(is_new), one_shot_(one_shot) {
+  tokens_before_ = session_->tokens.size();
+  kv_before_ = session_->kv ? session_->kv->size() : 0;
+}
+
+SessionLease::~SessionLease() {
+  if (session_ == nullptr || one_shot_) return;
+  if (is_new_) {
+    store_->abandon(session_->id);
+    return;
+  }
+  session_->tokens.resize(tokens_before_);
+  if (session_->kv) session_->kv->set_size(kv_before_);
+  store_->release(std::move(session_));
+}
+
+void SessionLease::commit() {
+  if (one_shot_) {
+    session_.reset();
+    return;
+  }
+  const std::string id = session_->id;
+  absl::Status saved = store_->commit(std::move(session_));
+  if (!saved.ok()) {
+    BATON_WARN("session %s: turn kept in memory but not saved: %s", id.c_str(), saved.ToString().c_str());
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,81 @@
+// Split policy: where to prefill a request's new tokens (DESIGN.md "Why it
+// pays": offloading wins when the link moves the KV faster than the edge
+// computes it). A pure decision from measured figures, so it is unit-tested
+// without servers:
+//   local_ms = prefill_tokens / local prefill tok/s
+//   cloud_ms = RTT + prefill_tokens / cloud prefill tok/s
+//            + prefill_tokens * wire bytes per token / link bandwidth
+// Unknown figures (0) take the stated assumptions below. Policy LOCAL never
+// contacts the cloud (privacy); CLOUD always asks it (the caller fails
+// rather than falling back); an unconfigured or unreachable cloud means local.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/baton.pb.h"
+
+namespace baton {
+
+enum class PrefillPolicy { kAuto, kLocal, kCloud };
+
+// "auto", "local", "cloud".
+const char* prefill_policy_name(PrefillPolicy policy);
+absl::StatusOr<PrefillPolicy> parse_prefill_policy(const std::string& name);
+// UNSPECIFIED -> `fallback` (the agent's --policy).
+PrefillPolicy prefill_policy_from_proto(v1::SplitPolicy policy, PrefillPolicy fallback);
+
+// Assumptions for figures not measured yet.
+inline constexpr double kAssumedCloudPrefillTokensPerS = 2000.0;  // a modest GPU
+inline constexpr double kAssumedLinkBytesPerS = 12.5e6;           // 100 Mbit/s
+inline constexpr double kAssumedLinkRttMs = 50.0;
+inline constexpr double kAssumedLocalPrefillTokensPerS = 50.0;    // a laptop CPU on a 1B model
+
+struct SplitInputs {
+  PrefillPolicy policy = PrefillPolicy::kAuto;
+  bool cloud_configured = false;         // --cloud set
+  bool cloud_reachable = false;          // last Health succeeded and said READY
+  uint32_t reused_tokens = 0;            // positions the session / pack already holds
+  uint32_t prefill_tokens = 0;           // positions [have, n-1) to prefill
+  // Positions local prefill would compute (more than prefill_tokens when a
+  // lossless store recomputes earlier turns); 0: prefill_tokens.
+  uint32_t local_prefill_tokens = 0;
+  double local_prefill_tokens_per_s = 0; // measured on this device; 0: unknown
+  double cloud_prefill_tokens_per_s = 0; // the cloud's Health figure; 0: unknown
+  double link_bytes_per_s = 0;           // moving average over recent KV transfers; 0: unknown
+  double link_rtt_ms = 0;                // moving average of Health round trips; 0: unknown
+  double wire_bytes_per_token = 0;       // the codec's expected wire size per token (all layers, K+V)
+};
+
+struct SplitPlan {
+  v1::PrefillPlace place = v1::PREFILL_PLACE_LOCAL;
+  std::string reason;                    // the decision with its numbers
+  uint32_t reused_tokens = 0;
+  uint32_t prefill_tokens = 0;
+  double estimated_local_ms = 0;
+  double estimated_cloud_ms = 0;         // RTT + prefill + transfer; 0 if not estimated
+};
+
+SplitPlan decide_split(const SplitInputs& inputs);
+
+void to_proto(const SplitPlan& plan, v1::Plan* out);
+
+// An exponentially weighted moving average (weight `alpha` on the newest
+// sample); value() is 0 until the first sample. Thread-safe.
+class MovingAverage {
+ public:
+  explicit MovingAverage(double alpha = 0.3) : alpha_(alpha) {}
+  void add(double sample);
+  double value() const;
+  int samples() const;
+
+ private:
+  double alpha_;
+  mutable std::mutex mu_;
+  double value_ = 0;   // guarded by mu_
+  int samples_ = 0;    // guarded by mu_
+};
+
+}  // namespace baton

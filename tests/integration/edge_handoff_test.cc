@@ -1,0 +1,379 @@
+// Real-server tests of the edge's KV handoff failures: a cloud serving a
+// different model, a relay that corrupts a block, truncates the stream or
+// dies mid-stream, an unreachable cloud; policy local never contacting the
+// cloud; the bearer token and TLS to the cloud. Each failure leaves the
+// session unchanged and says why: an error under policy cloud, a local
+// fallback with Stats.fallback_reason under auto.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "cloud_prefill/tenant_auth.h"
+#include "tests/integration/edge_test_env.h"
+
+namespace baton::edge_test {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Handoff failures
+// ---------------------------------------------------------------------------
+
+TEST(EdgeHandoffTest, FingerprintMismatchFailsUnderCloudAndFallsBackUnderAuto) {
+  const std::string& model_path = edge_model_path("tiny");
+  std::unique_ptr<Cloud> other_cloud = start_cloud(edge_model_path("tiny", /*seed=*/2));
+  EdgeServiceOptions options = edge_options(other_cloud->address());
+  options.assumed_local_prefill_tokens_per_s = 0.01;  // so AUTO prefers the cloud
+  std::unique_ptr<Edge> edge = start_edge(model_path, options);
+  ASSERT_NE(edge->stub, nullptr);
+  wait_for_cloud(*edge->stub);
+
+  const std::vector<uint32_t> turn1 = prompt(20, 3);
+  const std::vector<uint32_t> turn2 = prompt(25, 4);
+  ASSERT_TRUE(generate(*edge->stub, greedy_request(turn1, "m", v1::SPLIT_POLICY_LOCAL)).status.ok());
+  ASSERT_TRUE(generate(*edge->stub, greedy_request(turn1, "ref", v1::SPLIT_POLICY_LOCAL)).status.ok());
+  const int64_t before = session_tokens(*edge->stub, "m");
+  ASSERT_GT(before, 0);
+
+  GenerateResult refused = generate(*edge->stub, greedy_request(turn2, "m", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("weights_digest"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_TRUE(refused.tokens.empty());
+  EXPECT_EQ(session_tokens(*edge->stub, "m"), before);
+
+  GenerateResult fell_back = generate(*edge->stub, greedy_request(turn2, "m", v1::SPLIT_POLICY_AUTO));
+  GenerateResult reference = generate(*edge->stub, greedy_request(turn2, "ref", v1::SPLIT_POLICY_LOCAL));
+  ASSERT_TRUE(fell_back.status.ok()) << fell_back.status.error_message();
+  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+  EXPECT_NE(fell_back.stats.fallback_reason().find("weights_digest"), std::string::npos)
+      << fell_back.stats.fallback_reason();
+  EXPECT_EQ(fell_back.stats.plan().place(), v1::PREFILL_PLACE_LOCAL);
+  EXPECT_EQ(fell_back.tokens, reference.tokens);
+}
+
+// A Prefill service that relays a real cloud's answer with a fault in it.
+class FaultyPrefill final : public v1::Prefill::Service {
+ public:
+  enum class Fault { kNone, kCorruptBlock, kTruncate, kStall };
+  FaultyPrefill(const std::string& upstream, Fault fault)
+      : stub_(v1::Prefill::NewStub(grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()))),
+        fault_(fault) {}
+
+  grpc::Status Health(grpc::ServerContext*, const v1::HealthRequest*, v1::HealthResponse* response) override {
+    response->set_state(v1::SERVING_STATE_READY);
+    response->set_prefill_tokens_per_s(1e6);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
+                       grpc::ServerWriter<v1::KvStreamMessage>* writer) override {
+    ++prefill_calls_;
+    std::vector<v1::KvStreamMessage> messages;
+    {
+      grpc::ClientContext upstream;
+      upstream.set_deadline(deadline_in(30));
+      auto reader = stub_->Prefill(&upstream, *request);
+      v1::KvStreamMessage message;
+      while (reader->Read(&message)) messages.push_back(message);
+      grpc::Status status = reader->Finish();
+      if (!status.ok()) return status;
+    }
+    size_t n_blocks = 0;
+    for (const v1::KvStreamMessage& message : messages) n_blocks += message.has_block() ? 1 : 0;
+    size_t blocks = 0;
+    for (v1::KvStreamMessage& message : messages) {
+      if (message.has_block()) {
+        ++blocks;
+        if (fault_ == Fault::kCorruptBlock && blocks == 2) {
+          std::string* payload = message.mutable_block()->mutable_payload();
+          (*payload)[payload->size() / 2] ^= 0x5a;
+        }
+        if (fault_ == Fault::kTruncate && blocks > n_blocks / 2) return grpc::Status::OK;  // no trailer
+        if (fault_ == Fault::kStall && blocks > n_blocks / 2) {
+          stalled_.set_value();
+          while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return grpc::Status(grpc::StatusCode::CANCELLED, "shut down");
+        }
+      }
+      writer->Write(message);
+    }
+    return grpc::Status::OK;
+  }
+
+  std::future<void> stalled() { return stalled_.get_future(); }
+  int prefill_calls() const { return prefill_calls_.load(); }
+
+ private:
+  std::unique_ptr<v1::Prefill::Stub> stub_;
+  Fault fault_;
+  std::promise<void> stalled_;
+  std::atomic<int> prefill_calls_{0};
+};
+
+struct FaultyCloud {
+  std::unique_ptr<FaultyPrefill> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  ~FaultyCloud() {
+    if (server) server->Shutdown(std::chrono::system_clock::now());
+  }
+};
+
+std::unique_ptr<FaultyCloud> start_faulty_cloud(const std::string& upstream, FaultyPrefill::Fault fault) {
+  auto cloud = std::make_unique<FaultyCloud>();
+  cloud->service = std::make_unique<FaultyPrefill>(upstream, fault);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &cloud->port);
+  builder.RegisterService(cloud->service.get());
+  cloud->server = builder.BuildAndStart();
+  EXPECT_NE(cloud->server, nullptr);
+  return cloud;
+}
+
+struct FaultCase {
+  const char* name;
+  FaultyPrefill::Fault fault;
+  grpc::StatusCode code;  // under policy cloud
+  const char* why;        // in the message / fallback reason
+};
+
+class EdgeHandoffFaultTest : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(EdgeHandoffFaultTest, BadStreamLeavesTheSessionUnchangedAndSaysWhy) {
+  const FaultCase& fault = GetParam();
+  const std::string& model_path = edge_model_path("tiny");
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path);
+  std::unique_ptr<FaultyCloud> faulty = start_faulty_cloud(cloud->address(), fault.fault);
+  EdgeServiceOptions options = edge_options(faulty->address());
+  options.assumed_local_prefill_tokens_per_s = 0.01;  // so AUTO prefers the cloud
+  std::unique_ptr<Edge> edge = start_edge(model_path, options);
+  ASSERT_NE(edge->stub, nullptr);
+  wait_for_cloud(*edge->stub);
+
+  const std::vector<uint32_t> turn1 = prompt(20, 5);
+  const std::vector<uint32_t> turn2 = prompt(40, 6);
+  ASSERT_TRUE(generate(*edge->stub, greedy_request(turn1, "s", v1::SPLIT_POLICY_LOCAL)).status.ok());
+  ASSERT_TRUE(generate(*edge->stub, greedy_request(turn1, "ref", v1::SPLIT_POLICY_LOCAL)).status.ok());
+  const int64_t before = session_tokens(*edge->stub, "s");
+
+  if (fault.fault == FaultyPrefill::Fault::kStall) {
+    // Kill the cloud while it streams: shut its server down mid-stream.
+    std::future<void> stalled = faulty->service->stalled();
+    auto call = std::async(std::launch::async, [&] {
+      return generate(*edge->stub, greedy_request(turn2, "s", v1::SPLIT_POLICY_CLOUD));
+    });
+    ASSERT_EQ(stalled.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    faulty->server->Shutdown(std::chrono::system_clock::now());
+    GenerateResult killed = call.get();
+    EXPECT_FALSE(killed.status.ok());
+    EXPECT_EQ(killed.status.error_code(), fault.code) << killed.status.error_message();
+    EXPECT_NE(killed.status.error_message().find(fault.why), std::string::npos) << killed.status.error_message();
+    EXPECT_EQ(session_tokens(*edge->stub, "s"), before);
+    // With the cloud gone, AUTO goes local and gives the reference's tokens.
+    GenerateResult after = generate(*edge->stub, greedy_request(turn2, "s", v1::SPLIT_POLICY_AUTO));
+    GenerateResult reference = generate(*edge->stub, greedy_request(turn2, "ref", v1::SPLIT_POLICY_LOCAL));
+    ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+    EXPECT_EQ(after.tokens, reference.tokens);
+    return;
+  }
+
+  GenerateResult refused = generate(*edge->stub, greedy_request(turn2, "s", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(refused.status.error_code(), fault.code) << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find(fault.why), std::string::npos) << refused.status.error_message();
+  EXPECT_EQ(session_tokens(*edge->stub, "s"), before);
+
+  GenerateResult fell_back = generate(*edge->stub, greedy_request(turn2, "s", v1::SPLIT_POLICY_AUTO));
+  GenerateResult reference = generate(*edge->stub, greedy_request(turn2, "ref", v1::SPLIT_POLICY_LOCAL));
+  ASSERT_TRUE(fell_back.status.ok()) << fell_back.status.error_message();
+  EXPECT_NE(fell_back.stats.fallback_reason().find(fault.why), std::string::npos)
+      << fell_back.stats.fallback_reason();
+  EXPECT_EQ(fell_back.tokens, reference.tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, EdgeHandoffFaultTest,
+    ::testing::Values(FaultCase{"CorruptBlock", FaultyPrefill::Fault::kCorruptBlock, grpc::StatusCode::DATA_LOSS,
+                                "checksum"},
+                      FaultCase{"TruncatedStream", FaultyPrefill::Fault::kTruncate, grpc::StatusCode::DATA_LOSS,
+                                "trailer"},
+                      FaultCase{"CloudKilledMidStream", FaultyPrefill::Fault::kStall,
+                                grpc::StatusCode::UNAVAILABLE, "cloud prefill failed"}),
+    [](const ::testing::TestParamInfo<FaultCase>& param_info) { return std::string(param_info.param.name); });
+
+TEST(EdgeHandoffTest, ClientLeavingDuringAStalledCloudStreamFreesTheAgentAtOnce) {
+  const std::string& model_path = edge_model_path("tiny");
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path);
+  std::unique_ptr<FaultyCloud> stalling = start_faulty_cloud(cloud->address(), FaultyPrefill::Fault::kStall);
+  EdgeServiceOptions options = edge_options(stalling->address());
+  options.cloud->prefill_timeout = std::chrono::seconds(120);  // the stall would hold the worker this long
+  std::unique_ptr<Edge> edge = start_edge(model_path, options);
+  wait_for_cloud(*edge->stub);
+  ASSERT_TRUE(generate(*edge->stub, greedy_request(prompt(20, 1), "s", v1::SPLIT_POLICY_LOCAL)).status.ok());
+  const int64_t before = session_tokens(*edge->stub, "s");
+
+  std::future<void> stalled = stalling->service->stalled();
+  grpc::ClientContext context;
+  context.set_deadline(deadline_in(120));
+  auto call = std::async(std::launch::async, [&] {
+    auto reader = edge->stub->Generate(&context, greedy_request(prompt(40, 2), "s", v1::SPLIT_POLICY_CLOUD));
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish();
+  });
+  ASSERT_EQ(stalled.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  context.TryCancel();
+  EXPECT_EQ(call.get().error_code(), grpc::StatusCode::CANCELLED);
+
+  // The one generation worker is free again well before the cloud deadline.
+  v1::GenerateRequest next = greedy_request(prompt(10, 3), "s", v1::SPLIT_POLICY_LOCAL);
+  GenerateResult result;
+  {
+    grpc::ClientContext next_context;
+    next_context.set_deadline(deadline_in(20));
+    auto reader = edge->stub->Generate(&next_context, next);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_stats()) result.stats = response.stats();
+    }
+    result.status = reader->Finish();
+  }
+  if (result.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    // The cancelled turn may still be handing the session back; then once more.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    result = generate(*edge->stub, next);
+  }
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(result.stats.plan().reused_tokens(), static_cast<uint32_t>(before));
+  stalling->server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST(EdgeHandoffTest, PolicyLocalNeverContactsTheCloud) {
+  const std::string& model_path = edge_model_path("tiny");
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path);
+  std::unique_ptr<FaultyCloud> relay = start_faulty_cloud(cloud->address(), FaultyPrefill::Fault::kNone);
+  EdgeServiceOptions options = edge_options(relay->address());
+  options.assumed_local_prefill_tokens_per_s = 0.01;  // AUTO would offload anything
+  std::unique_ptr<Edge> edge = start_edge(model_path, options);
+  wait_for_cloud(*edge->stub);
+  for (int turn = 0; turn < 2; ++turn) {
+    GenerateResult local = generate(*edge->stub, greedy_request(prompt(40, turn), "private", v1::SPLIT_POLICY_LOCAL));
+    ASSERT_TRUE(local.status.ok()) << local.status.error_message();
+    EXPECT_EQ(local.stats.plan().place(), v1::PREFILL_PLACE_LOCAL);
+  }
+  EXPECT_EQ(relay->service->prefill_calls(), 0);
+  // The same relay does see AUTO's requests (so the count above can fail).
+  GenerateResult offloaded = generate(*edge->stub, greedy_request(prompt(40, 5), "", v1::SPLIT_POLICY_AUTO));
+  ASSERT_TRUE(offloaded.status.ok()) << offloaded.status.error_message();
+  EXPECT_EQ(offloaded.stats.plan().place(), v1::PREFILL_PLACE_CLOUD) << offloaded.stats.plan().reason();
+  EXPECT_EQ(relay->service->prefill_calls(), 1);
+}
+
+TEST(EdgeHandoffTest, UnreachableCloudMeansLocalUnderAutoAndUnavailableUnderCloud) {
+  // A port that was free a moment ago: nothing listens there.
+  int dead_port = 0;
+  {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    dead_port = ntohs(address.sin_port);
+    close(fd);
+  }
+  EdgeServiceOptions options = edge_options("127.0.0.1:" + std::to_string(dead_port));
+  options.assumed_local_prefill_tokens_per_s = 0.01;
+  std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), options);
+  GenerateResult automatic = generate(*edge->stub, greedy_request(prompt(30, 1), "u", v1::SPLIT_POLICY_AUTO));
+  ASSERT_TRUE(automatic.status.ok()) << automatic.status.error_message();
+  EXPECT_EQ(automatic.stats.plan().place(), v1::PREFILL_PLACE_LOCAL);
+  EXPECT_NE(automatic.stats.plan().reason().find("unreachable"), std::string::npos)
+      << automatic.stats.plan().reason();
+  const int64_t before = session_tokens(*edge->stub, "u");
+  GenerateResult cloud_only = generate(*edge->stub, greedy_request(prompt(30, 2), "u", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(cloud_only.status.error_code(), grpc::StatusCode::UNAVAILABLE) << cloud_only.status.error_message();
+  EXPECT_EQ(session_tokens(*edge->stub, "u"), before);
+  const v1::EdgeHealthResponse h = health(*edge->stub);
+  EXPECT_FALSE(h.cloud().reachable());
+}
+TEST(EdgeHandoffTest, BearerTokenFromTheTokenFileReachesTheCloud) {
+  const std::string& model_path = edge_model_path("tiny");
+  constexpr char kToken[] = "edge-test-token-0123456789";
+  PrefillServiceOptions cloud_options;
+  absl::StatusOr<TenantAuth> auth = TenantAuth::FromText(std::string(kToken) + " edge\n", "test");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  cloud_options.auth = *auth;
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path, cloud_options);
+  const std::string dir = testing::make_temp_dir("edge-token");
+  {
+    std::ofstream(dir + "/token") << kToken << "\n";
+    std::ofstream(dir + "/wrong") << "not-the-token-0123456789\n";
+  }
+  EdgeServiceOptions with_token = edge_options(cloud->address());
+  with_token.cloud->token_path = dir + "/token";
+  std::unique_ptr<Edge> edge = start_edge(model_path, with_token);
+  GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.stats.plan().place(), v1::PREFILL_PLACE_CLOUD);
+  edge->stop();
+
+  EdgeServiceOptions wrong_token = edge_options(cloud->address());
+  wrong_token.cloud->token_path = dir + "/wrong";
+  std::unique_ptr<Edge> refused_edge = start_edge(model_path, wrong_token);
+  GenerateResult refused = generate(*refused_edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << refused.status.error_message();
+  refused_edge->stop();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
+  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  const std::string dir = testing::make_temp_dir("edge-tls");
+  const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                              "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+                              dir + "/key.pem -out " + dir + "/cert.pem > /dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::string& model_path = edge_model_path("tiny");
+  PrefillServerOptions server_options;
+  server_options.tls.cert_path = dir + "/cert.pem";
+  server_options.tls.key_path = dir + "/key.pem";
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path, {}, server_options);
+  ASSERT_NE(cloud->server, nullptr);
+
+  EdgeServiceOptions tls = edge_options(cloud->address());
+  tls.cloud->ca_path = dir + "/cert.pem";
+  std::unique_ptr<Edge> edge = start_edge(model_path, tls);
+  GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.stats.plan().place(), v1::PREFILL_PLACE_CLOUD);
+  edge->stop();
+
+  // Plaintext to a TLS cloud does not get through.
+  std::unique_ptr<Edge> plain = start_edge(model_path, edge_options(cloud->address()));
+  GenerateResult refused = generate(*plain->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
+  plain->stop();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace baton::edge_test

@@ -1,0 +1,180 @@
+// baton plan --model FILE --memory 8GiB: how a device's memory is shared
+// between weights, scratch, headroom and KV, and the longest context each KV
+// codec allows on that budget (edge_decode/memory_plan.h, the same plan the
+// agent reports in Health). --shape NAME sizes a known model shape without a
+// file (weights estimated from the parameter count and --weights-type).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "commands.h"
+#include "common/kv/kv_codec_config.h"
+#include "common/model/model.h"
+#include "common/model/model_spec.h"
+#include "common/model/synth_shapes.h"
+#include "common/util/flags.h"
+#include "edge_decode/memory_plan.h"
+#include "kv_codec_list.h"
+#include "progress_line.h"
+#include "report.h"
+
+namespace baton::cli {
+namespace {
+
+// The lossless baseline, the INT8 default, the INT4 default, and the INT4
+// variants users weigh against it (mixed INT8 keys; plain per-token groups).
+// "G" is min(32, head_dim) (kv_codec_list.h).
+constexpr char kPlanCodecs[] = "f16,int8-gG-z3,int4-pc-kg128-gG-z3,int4-k8-gG-z3,int4-gG-z3";
+
+ModelSpec spec_of_shape(const SynthShape& shape) {
+  ModelSpec spec;
+  spec.arch = shape.arch;
+  spec.name = shape.name;
+  spec.n_layer = shape.n_layer;
+  spec.n_embd = shape.n_embd;
+  spec.n_head = shape.n_head;
+  spec.n_head_kv = shape.n_head_kv;
+  spec.head_dim = shape.head_dim;
+  spec.n_ff = shape.n_ff;
+  spec.n_vocab = shape.n_vocab;
+  spec.n_ctx_train = shape.n_ctx_train;
+  spec.norm_eps = shape.norm_eps;
+  spec.tied_embeddings = shape.tied_embeddings;
+  return spec;
+}
+
+// Matrix weights of a shape (norms are negligible): embeddings (twice unless
+// tied) and per layer Q, K, V, O and the three FFN matrices.
+uint64_t parameter_count(const ModelSpec& spec) {
+  const uint64_t embd = uint64_t(spec.n_vocab) * uint64_t(spec.n_embd);
+  const uint64_t attention = uint64_t(spec.n_embd) * uint64_t(2 * spec.q_dim() + 2 * spec.kv_dim());
+  const uint64_t ffn = 3 * uint64_t(spec.n_embd) * uint64_t(spec.n_ff);
+  return embd * (spec.tied_embeddings ? 1 : 2) + uint64_t(spec.n_layer) * (attention + ffn);
+}
+
+// Bytes per weight of a GGUF tensor type (blocks of 32 with an f16 scale).
+absl::StatusOr<double> bytes_per_weight(const std::string& type) {
+  if (type == "q4_0") return 18.0 / 32.0;
+  if (type == "q8_0") return 34.0 / 32.0;
+  if (type == "f16" || type == "bf16") return 2.0;
+  if (type == "f32") return 4.0;
+  return absl::InvalidArgumentError("--weights-type: '" + type + "' is not one of q4_0, q8_0, f16, bf16, f32");
+}
+
+}  // namespace
+
+int plan_command(const Args& args) {
+  std::string model_path, shape_name, weights_type = "q4_0", codec_list;
+  uint64_t memory_bytes = 0;
+  bool json = false;
+  FlagSet flags("baton plan", "--model FILE | --shape NAME [--memory SIZE] [flags]",
+                "Prints the edge memory plan for a model: weights, runtime scratch, headroom, the KV "
+                "budget that is left, KV bytes per token for each codec and the longest context each "
+                "codec fits (capped at the model's trained context). --memory 0 uses this machine's "
+                "available memory (cgroup limit or MemAvailable), as baton-edge does.");
+  flags.add_string("model", &model_path, "GGUF model file", "FILE");
+  flags.add_string("shape", &shape_name, "a known shape instead of a file: " + synth_shape_names(), "NAME");
+  flags.add_string("weights-type", &weights_type, "with --shape: q4_0, q8_0, f16, bf16 or f32", "TYPE");
+  flags.add_size("memory", &memory_bytes, "device memory for Baton (e.g. 8GiB); 0: detect");
+  flags.add_string("codecs", &codec_list,
+                   "comma-separated KV codecs; G = min(32, head_dim) (default: " + std::string(kPlanCodecs) + ")",
+                   "LIST");
+  flags.add_bool("json", &json, "print one JSON object");
+  if (auto code = parse_flags(flags, args)) return *code;
+  auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "baton plan: %s\n(see --help)\n", message.c_str());
+    return 2;
+  };
+  if (model_path.empty() == shape_name.empty()) return usage_error("give exactly one of --model FILE, --shape NAME");
+  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
+
+  ModelSpec spec;
+  uint64_t weights_bytes = 0;
+  std::unique_ptr<Model> model;
+  if (!model_path.empty()) {
+    absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(model_path);
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    model = std::move(*loaded);
+    spec = model->spec();
+  } else {
+    const SynthShape* shape = find_synth_shape(shape_name);
+    if (shape == nullptr) {
+      return usage_error("--shape: unknown shape '" + shape_name + "' (known: " + synth_shape_names() + ")");
+    }
+    absl::StatusOr<double> per_weight = bytes_per_weight(weights_type);
+    if (!per_weight.ok()) return usage_error(std::string(per_weight.status().message()));
+    spec = spec_of_shape(*shape);
+    weights_bytes = static_cast<uint64_t>(static_cast<double>(parameter_count(spec)) * *per_weight);
+  }
+
+  std::vector<KvCodecConfig> codecs;
+  const std::string names = expand_codec_list(codec_list.empty() ? kPlanCodecs : codec_list, spec.head_dim);
+  for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipEmpty())) {
+    absl::StatusOr<KvCodecConfig> codec = parse_kv_codec_config(std::string_view(name.data(), name.size()));
+    if (!codec.ok()) return usage_error("--codecs: " + std::string(codec.status().message()));
+    const KvGeometry geometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+    if (absl::Status fits = codec->validate(geometry); !fits.ok()) {
+      return usage_error(absl::StrFormat("--codecs: %s: %s", std::string(name), fits.message()));
+    }
+    codecs.push_back(*codec);
+  }
+  if (codecs.empty()) return usage_error("--codecs: the list is empty");
+  const bool detected = memory_bytes == 0;
+  if (detected) {
+    memory_bytes = detect_device_memory_bytes();
+    if (memory_bytes == 0) return fail("cannot detect this machine's memory; give --memory SIZE");
+  }
+  const EdgeMemoryPlan plan = model ? make_memory_plan(*model, memory_bytes, codecs)
+                                    : make_memory_plan(spec, weights_bytes, memory_bytes, codecs);
+
+  Report r(absl::StrFormat("memory plan: %s on %s%s", spec.name.empty() ? spec.arch : spec.name,
+                           format_bytes(memory_bytes), detected ? " (detected)" : ""));
+  auto bytes_text = [](uint64_t bytes) { return absl::StrFormat("%s (%d B)", format_bytes(bytes), bytes); };
+  r.add_text("device_limit", "device memory limit", bytes_text(plan.device_limit_bytes));
+  r.add_text("weights", model ? "weights" : "weights (estimated)", bytes_text(plan.weights_bytes));
+  r.add_text("scratch", "runtime scratch", bytes_text(plan.scratch_bytes));
+  r.add_text("headroom", "headroom", bytes_text(plan.headroom_bytes));
+  r.add_text("kv_budget", "KV budget", bytes_text(plan.kv_budget_bytes));
+  r.add_int("n_ctx_train", "trained context", spec.n_ctx_train, "tokens");
+  if (json) {
+    // The fixed figures, then one entry per codec.
+    std::string out = "{";
+    out += absl::StrFormat("\"model\": \"%s\", \"memory_bytes\": %d, \"detected\": %s, ",
+                           json_escape(spec.name), memory_bytes, detected ? "true" : "false");
+    out += absl::StrFormat(
+        "\"weights_bytes\": %d, \"weights_estimated\": %s, \"scratch_bytes\": %d, \"headroom_bytes\": %d, "
+        "\"kv_budget_bytes\": %d, \"n_ctx_train\": %d, \"codecs\": [",
+        plan.weights_bytes, model ? "false" : "true", plan.scratch_bytes, plan.headroom_bytes, plan.kv_budget_bytes,
+        spec.n_ctx_train);
+    for (size_t i = 0; i < plan.capacity.size(); ++i) {
+      const CodecCapacityPlan& c = plan.capacity[i];
+      out += absl::StrFormat(
+          "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d}",
+          i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens);
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+  r.print_table(stdout);
+  // The wire codec as named, and the form the device keeps it in (no zstd;
+  // per-channel keys are regrouped per token on the device).
+  std::printf("\n  %-24s %-14s %14s %18s\n", "KV codec", "stored as", "KV bytes/token", "max context");
+  for (size_t i = 0; i < plan.capacity.size(); ++i) {
+    const CodecCapacityPlan& c = plan.capacity[i];
+    const bool capped = spec.n_ctx_train > 0 && c.max_context_tokens == static_cast<uint32_t>(spec.n_ctx_train) &&
+                        c.kv_bytes_per_token * uint64_t(spec.n_ctx_train) < plan.kv_budget_bytes;
+    std::printf("  %-24s %-14s %14llu %11u tokens%s\n", codecs[i].to_string().c_str(), c.codec.to_string().c_str(),
+                static_cast<unsigned long long>(c.kv_bytes_per_token), c.max_context_tokens,
+                capped ? " (trained context)" : "");
+  }
+  if (plan.kv_budget_bytes == 0) {
+    std::printf("\n  weights + scratch + headroom do not fit in %s: no room for KV\n",
+                format_bytes(memory_bytes).c_str());
+  }
+  return 0;
+}
+
+}  // namespace baton::cli
