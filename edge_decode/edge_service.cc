@@ -226,7 +226,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
   io.arrival = Clock::now();
   io.deadline = context->deadline();
   io.cancelled = [reactor] { return reactor->cancelled(); };
-  // io.cancel_slot = &reactor->cancel_slot();
+  io.cancel_slot = &reactor->cancel_slot();
   ++generating_;
   // The request is copied: gRPC owns *request only until the reactor finishes.
   const bool queued = generate_queue_.try_push([this, reactor, io, request_copy = *request](bool run) mutable {
@@ -364,8 +364,10 @@ grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::Call
   const Clock::time_point arrival = Clock::now();
   const bool queued = pack_queue_.try_push([this, reactor, arrival, request_copy = *request](bool run) {
     absl::Status status =
-        run ? pull_pack(request_copy, arrival,
-                        [reactor](v1::PullPackResponse response) { return reactor->push(std::move(response)); })
+        run ? pull_pack(
+                  request_copy, arrival,
+                  [reactor](v1::PullPackResponse response) { return reactor->push(std::move(response)); },
+                  reactor->cancel_slot())
             : absl::UnavailableError("the edge agent is shutting down");
     reactor->done(status);
   });
@@ -377,9 +379,16 @@ grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::Call
 }
 
 absl::Status EdgeService::pull_pack(const v1::PullPackRequest& request, Clock::time_point arrival,
-                                    const std::function<absl::Status(v1::PullPackResponse)>& emit) {
+                                    const std::function<absl::Status(v1::PullPackResponse)>& emit,
+                                    CancelSlot& cancel_slot) {
   if (request.pack_id().empty()) return absl::InvalidArgumentError("pack_id is empty");
   std::unique_ptr<CloudKvStream> stream = cloud_->get_prefix(request.pack_id(), runtime_.fingerprint);
+  // A client that goes away stops the download at once; disarmed before the stream goes.
+  struct Disarm {
+    CancelSlot& slot;
+    ~Disarm() { slot.disarm(); }
+  } disarm{cancel_slot};
+  cancel_slot.arm([&stream] { stream->context().TryCancel(); });
   absl::Status emit_status;
   const uint32_t n_layer = static_cast<uint32_t>(runtime_.geometry.n_layer);
   uint32_t layers_seen = 0;

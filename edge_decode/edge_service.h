@@ -27,6 +27,7 @@
 #include "common/engine/engine.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
+#include "edge_decode/cancel_slot.h"
 #include "edge_decode/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_runtime.h"
@@ -98,7 +99,7 @@ class EdgeService final : public v1::Edge::CallbackService {
   absl::Status warm_up();
   void fill_health(v1::EdgeHealthResponse* response) const;
   absl::Status pull_pack(const v1::PullPackRequest& request, std::chrono::steady_clock::time_point arrival,
-                         const std::function<absl::Status(v1::PullPackResponse)>& emit);
+                         const std::function<absl::Status(v1::PullPackResponse)>& emit, CancelSlot& cancel_slot);
 
   EdgeServiceOptions options_;
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};

@@ -84,6 +84,8 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       }
     }
     room_cv_.notify_all();
+    // A broken stream may never see OnCancel: stop the producer's blocking work too.
+    if (!ok) cancel_slot_.cancel();
     pump();
   }
 

@@ -40,7 +40,8 @@ constexpr char kUsage[] =
     "  pack       prefix packs: build, push (cloud), pull and ls (edge), info\n"
     "  plan       edge memory plan: max context per KV codec on a memory budget\n"
     "  model      model tools: synth, quantize, info\n"
-    "  bench      benchmarks: decode, prefill (--json for scripts)\n"
+    "  bench      benchmarks: decode, prefill, prefill-service, prefill-cuda, split, kv-codec, kv-quality,\n"
+    "             perplexity, fidelity (--json for scripts)\n"
     "\n"
     "Run 'baton COMMAND --help' for the flags of a command.\n";
 

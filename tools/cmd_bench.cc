@@ -399,10 +399,13 @@ int perplexity(const Args& args) {
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill|prefill-service|kv-codec|kv-quality|perplexity|fidelity ... [--json]\n"
+      "usage: baton bench decode|prefill|prefill-service|prefill-cuda|split|kv-codec|kv-quality|perplexity|fidelity"
+      " ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
       "  prefill  local prefill tok/s (--local: the edge's batched Q4_0 prefill)\n"
-      "  prefill-service  the cloud prefill service's speed (cmd_bench_prefill_service.cc)\n"
+      "  prefill-service  baton-prefill on loopback: time to first KV block vs total, tok/s, prefix-cache speedup\n"
+      "  prefill-cuda  the CUDA prefill backend: tok/s, TFLOP/s, fraction of the H200's BF16 peak (needs a GPU)\n"
+      "  split    when the split pays: TTFT local vs cloud + link per WAN profile, crossover, plot\n"
       "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
       "  kv-quality  perplexity / KL / greedy agreement of each KV codec against F16 KV\n"
       "  perplexity  held-out perplexity of a model over a text or id file\n"
@@ -419,6 +422,7 @@ int bench_command(const Args& args) {
   if (args[0] == "kv-quality") return bench_kv_quality(rest);
   if (args[0] == "perplexity") return perplexity(rest);
   if (args[0] == "fidelity") return bench_fidelity(rest);
+  if (args[0] == "split") return bench_split(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

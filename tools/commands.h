@@ -22,6 +22,7 @@ int bench_kv_quality(const Args& args);  // baton bench kv-quality (cmd_bench_kv
 int bench_prefill_service(const Args& args);  // baton bench prefill-service (cmd_bench_prefill_service.cc)
 int bench_prefill_cuda(const Args& args);  // baton bench prefill-cuda (cmd_bench_cuda.cc)
 int bench_fidelity(const Args& args);    // baton bench fidelity (cmd_bench_fidelity.cc)
+int bench_split(const Args& args);       // baton bench split (cmd_bench_split.cc)
 int generate_on_edge(const Args& args);  // baton generate --edge ADDR (cmd_generate_edge.cc)
 int health_command(const Args& args);    // baton health --edge ADDR | --cloud ADDR
 int sessions_command(const Args& args);  // baton sessions ls|rm

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# `baton bench split` smoke test on a tiny synthetic model (edge: Q4_0, cloud:
+# its F16 source): two prompt lengths, --json checked for every field the
+# tables need (present, positive, two lengths x three profiles), the modeled
+# split TTFT recomputed from the measured parts, wire bytes growing with the
+# prompt; a bad profile name fails with one line; --plot writes a PNG when
+# gnuplot is installed (skipped with a message otherwise).
+# usage: bench_split_test.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+baton="${bin}/baton"
+python=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "${work}"' EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+"${baton}" model synth --shape tiny --type f16 --seed 11 -o "${work}/tiny-f16.gguf" > /dev/null
+"${baton}" model quantize "${work}/tiny-f16.gguf" "${work}/tiny-q4.gguf" --type q4_0 > /dev/null
+profiles="${src}/deploy/wan/profiles"
+
+common=(bench split --model "${work}/tiny-q4.gguf" --cloud-model "${work}/tiny-f16.gguf" --prompt-lens 64,128
+        --decode-tokens 4 --profiles-file "${profiles}")
+"${baton}" "${common[@]}" --json > "${work}/split.json" 2> "${work}/split.err" \
+  || fail "bench split --json failed: $(tail -5 "${work}/split.err")"
+
+"${python}" - "${work}/split.json" << 'EOF' || fail "bench split --json checks (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+def check(cond, what):
+    if not cond:
+        print("check failed:", what, file=sys.stderr)
+        sys.exit(1)
+check(d["cloud_backend"] == "cpu", "cloud backend")
+check("not emulated" in d["link_model"], "the link model says it is modeled")
+check("PROJECTION" in d["projection_note"], "projection labelled")
+lengths = d["lengths"]
+check([r["prompt_len"] for r in lengths] == [64, 128], "two prompt lengths in order")
+positive = ["local_prefill_ms", "local_last_token_ms", "local_ttft_ms", "cloud_ms", "cloud_prefill_ms",
+            "first_block_ms", "receive_ms", "ingest_ms", "split_last_token_ms", "loopback_split_ttft_ms",
+            "wire_bytes", "quantized_bytes", "decode_tok_per_s_mean", "decode_p99_ms", "decode_tok_per_s_p99",
+            "projection_gpu_prefill_tok_per_s"]
+for r in lengths:
+    for key in positive:
+        check(key in r and r[key] > 0, f"prompt {r['prompt_len']}: {key} = {r.get(key)} must be > 0")
+    check(r["local_ttft_ms"] >= r["local_prefill_ms"], "local TTFT covers its prefill")
+    check(r["decode_tok_per_s_p99"] <= r["decode_tok_per_s_mean"] * 1.0001, "p99 tok/s not above the mean")
+# 63 then 127 tokens streamed: about twice the bytes.
+ratio = lengths[1]["wire_bytes"] / lengths[0]["wire_bytes"]
+check(1.6 < ratio < 2.4, f"wire bytes ratio {ratio:.2f} for 127 vs 63 tokens")
+names = [p["name"] for p in d["profiles"]]
+check(names == ["fiber", "wifi", "4g"], f"default profiles {names}")
+for p in d["profiles"]:
+    check(p["bandwidth_bytes_per_s"] > 0 and p["rtt_ms"] > 0 and p["loss"] == 0, f"{p['name']} link figures")
+    check(len(p["rows"]) == 2 and p["crossover"] and p["projection_crossover"], f"{p['name']} rows and crossovers")
+    for row, r in zip(p["rows"], lengths):
+        for key in ["local_ttft_ms", "split_ttft_ms", "wire_bytes", "decode_tok_per_s_mean",
+                    "decode_tok_per_s_p99", "projection_split_ttft_ms"]:
+            check(row[key] > 0, f"{p['name']} {row['prompt_len']}: {key} must be > 0")
+        transfer_ms = r["wire_bytes"] / p["bandwidth_bytes_per_s"] * 1000
+        expect = p["rtt_ms"] + max(r["cloud_ms"], r["first_block_ms"] + transfer_ms) + r["ingest_ms"] + \
+            r["split_last_token_ms"]
+        check(abs(row["split_ttft_ms"] - expect) <= 1e-3 * expect + 1e-3,
+              f"{p['name']} {row['prompt_len']}: split TTFT {row['split_ttft_ms']} != model {expect}")
+        check(row["winner"] == ("split" if row["split_ttft_ms"] < row["local_ttft_ms"] else "local"), "winner")
+        check(row["projection_split_ttft_ms"] >= p["rtt_ms"], "projection pays the RTT")
+# Slower links never make the split faster.
+split = {p["name"]: [row["split_ttft_ms"] for row in p["rows"]] for p in d["profiles"]}
+check(all(a <= b <= c for a, b, c in zip(split["fiber"], split["wifi"], split["4g"])), "TTFT by link speed")
+EOF
+
+# Loss slows the modeled transfer.
+"${baton}" "${common[@]}" --profiles 4g --loss 50 --json > "${work}/loss.json" 2> /dev/null || fail "--loss 50 failed"
+"${python}" -c "
+import json, sys
+a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+assert b['profiles'][0]['loss'] == 0.5, b['profiles'][0]['loss']
+" "${work}/split.json" "${work}/loss.json" || fail "--loss not applied"
+
+# A bad profile name: one line, exit 1.
+set +e
+"${baton}" "${common[@]}" --profiles moon > /dev/null 2> "${work}/bad.err"
+rc=$?
+set -e
+[[ ${rc} -eq 1 ]] || fail "unknown profile exit code ${rc}"
+grep -q "moon" "${work}/bad.err" || fail "unknown profile message: $(cat "${work}/bad.err")"
+
+if command -v gnuplot > /dev/null; then
+  "${baton}" "${common[@]}" --plot "${work}/split.png" > "${work}/table.txt" 2> "${work}/plot.err" \
+    || fail "bench split --plot failed: $(tail -5 "${work}/plot.err")"
+  [[ -s "${work}/split.png" ]] || fail "--plot wrote no PNG"
+  [[ "$(head -c 8 "${work}/split.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] \
+    || fail "--plot output is not a PNG"
+  grep -q "crossover (CPU cloud)" "${work}/table.txt" || fail "table lacks the crossover"
+  grep -q "PROJECTION" "${work}/table.txt" || fail "table lacks the PROJECTION label"
+else
+  echo "bench_split_test: gnuplot not installed (deploy/install-deps.sh installs gnuplot-nox): plot check skipped"
+fi
+echo "bench_split_test: ok"
