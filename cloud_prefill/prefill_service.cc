@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cpu_prefill_backend.h"
 #include "cloud_prefill/prefill_metrics.h"
-#include "cloud_prefill/prefill_reactor.h"
+#include "common/rpc/queued_write_reactor.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
@@ -25,6 +25,12 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
+
+KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl::Status& status) {
+  auto* reactor = new KvStreamReactor(context);
+  reactor->done(status);
+  return reactor;
+}
 
 PrefillService::PrefillService(PrefillServiceOptions options)
     : options_(std::move(options)), start_time_(std::chrono::steady_clock::now()) {}
@@ -316,24 +322,24 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                                        const v1::PrefillRequest* request) {
   if (absl::Status serving = check_serving(context); !serving.ok()) {
-    return new PrefillReactor(to_grpc_status(serving));
+    return refused_stream(context, serving);
   }
   absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
-  if (!tenant.ok()) return new PrefillReactor(to_grpc_status(tenant.status()));
+  if (!tenant.ok()) return refused_stream(context, tenant.status());
   absl::StatusOr<PrefillJobInput> plan = plan_request(*request, *tenant);
-  if (!plan.ok()) return new PrefillReactor(to_grpc_status(plan.status()));
+  if (!plan.ok()) return refused_stream(context, plan.status());
 
-  auto* reactor = new PrefillReactor();
+  auto* reactor = new KvStreamReactor(context);
   plan->admitted = std::chrono::steady_clock::now();
   auto shared_plan = std::make_shared<PrefillJobInput>(std::move(*plan));
   auto job = [this, reactor, shared_plan](PrefillBackend* backend) {
     --queued_;
     if (backend == nullptr) {
-      reactor->producer_done(absl::UnavailableError("the prefill server is shutting down"));
+      reactor->done(absl::UnavailableError("the prefill server is shutting down"));
       return;
     }
     if (reactor->cancelled()) {  // gave up (deadline, client gone) while queued
-      reactor->producer_done(absl::CancelledError("the Prefill call ended while it was queued"));
+      reactor->done(absl::CancelledError("the Prefill call ended while it was queued"));
       return;
     }
     ++running_;
@@ -348,11 +354,11 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
                                                sizeof(float));
     }
     --running_;
-    reactor->producer_done(result.status());
+    reactor->done(result.status());
   };
   if (!try_enqueue(std::move(job))) {
     context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
-    reactor->producer_done(absl::ResourceExhaustedError(
+    reactor->done(absl::ResourceExhaustedError(
         absl::StrFormat("the prefill queue is full (%d running, %d queued); retry after %u ms", options_.max_running,
                         options_.max_queued, options_.retry_after_ms)));
   }

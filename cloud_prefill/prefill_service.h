@@ -44,13 +44,18 @@
 #include "common/kv/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
+#include "common/rpc/queued_write_reactor.h"  // kRetryAfterMetadataKey
 #include "common/tokenizer/tokenizer.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
 
-// Trailing metadata key of the retry hint on UNAVAILABLE / RESOURCE_EXHAUSTED.
-inline constexpr char kRetryAfterMetadataKey[] = "baton-retry-after-ms";
+// The server side of the KV streams (Prefill, GetPrefix): messages come from
+// a job's encoder thread or a pack sender thread.
+using KvStreamReactor = QueuedWriteReactor<v1::KvStreamMessage>;
+
+// A stream refused before any work: finishes at once with `status`.
+KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl::Status& status);
 
 struct PrefillServiceOptions {
   int threads = 0;                    // CPU threads per running request; 0: one per core

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cloud_prefill/prefill_reactor.h"
+#include "common/rpc/queued_write_reactor.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_handoff.h"
@@ -110,13 +110,13 @@ grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::Ca
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::CallbackServerContext* context,
                                                                          const v1::GetPrefixRequest* request) {
   if (absl::Status serving = check_serving(context); !serving.ok()) {
-    return new PrefillReactor(to_grpc_status(serving));
+    return refused_stream(context, serving);
   }
   absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
-  if (!tenant.ok()) return new PrefillReactor(to_grpc_status(tenant.status()));
+  if (!tenant.ok()) return refused_stream(context, tenant.status());
   if (request->has_expected_model()) {
     if (absl::Status status = check_expected_model(request->expected_model()); !status.ok()) {
-      return new PrefillReactor(to_grpc_status(status));
+      return refused_stream(context, status);
     }
   }
   std::shared_ptr<const StoredPack> pack;
@@ -124,31 +124,31 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
     case v1::GetPrefixRequest::kPackId:
       pack = packs_->find_by_id(*tenant, request->pack_id());
       if (pack == nullptr) {
-        return new PrefillReactor(to_grpc_status(
-            absl::NotFoundError(absl::StrCat("prefix pack '", request->pack_id(), "' is unknown"))));
+        return refused_stream(context,
+                              absl::NotFoundError(absl::StrCat("prefix pack '", request->pack_id(), "' is unknown")));
       }
       break;
     case v1::GetPrefixRequest::kPrefixDigest: {
       Digest256 digest{};
       if (request->prefix_digest().size() != digest.size()) {
-        return new PrefillReactor(to_grpc_status(absl::InvalidArgumentError(absl::StrFormat(
-            "prefix_digest has %d bytes; a SHA-256 digest has 32", request->prefix_digest().size()))));
+        return refused_stream(context, absl::InvalidArgumentError(absl::StrFormat(
+                                           "prefix_digest has %d bytes; a SHA-256 digest has 32",
+                                           request->prefix_digest().size())));
       }
       std::copy(request->prefix_digest().begin(), request->prefix_digest().end(), digest.begin());
       pack = packs_->find_by_digest(*tenant, digest);
       if (pack == nullptr) {
-        return new PrefillReactor(to_grpc_status(absl::NotFoundError(
-            absl::StrCat("no prefix pack has the prefix digest ", to_hex(digest)))));
+        return refused_stream(context, absl::NotFoundError(
+            absl::StrCat("no prefix pack has the prefix digest ", to_hex(digest))));
       }
       break;
     }
     default:
-      return new PrefillReactor(
-          to_grpc_status(absl::InvalidArgumentError("GetPrefix needs a pack_id or a prefix_digest")));
+      return refused_stream(context, absl::InvalidArgumentError("GetPrefix needs a pack_id or a prefix_digest"));
   }
   // The stored messages go out from a sender thread: push() blocks on flow
   // control, which must not happen on a gRPC thread.
-  auto* reactor = new PrefillReactor();
+  auto* reactor = new KvStreamReactor(context);
   ++pack_streams_;
   std::thread([this, reactor, pack] {
     absl::Status status;
@@ -156,7 +156,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
       status = reactor->push(std::move(message));
       if (!status.ok()) break;
     }
-    reactor->producer_done(status);
+    reactor->done(status);
     --pack_streams_;
   }).detach();
   return reactor;

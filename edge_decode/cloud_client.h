@@ -29,7 +29,7 @@
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_handoff.h"
 #include "common/model/model_fingerprint.h"
-#include "edge_decode/cancel_slot.h"
+#include "common/rpc/cancel_slot.h"
 #include "edge_decode/split_policy.h"
 #include "proto/baton.grpc.pb.h"
 

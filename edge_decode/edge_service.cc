@@ -18,7 +18,7 @@
 #include "common/util/version.h"
 #include "edge_decode/generate_turn.h"
 #include "edge_decode/memory_plan.h"
-#include "edge_decode/queued_write_reactor.h"
+#include "common/rpc/queued_write_reactor.h"
 
 namespace baton {
 namespace {

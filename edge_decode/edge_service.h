@@ -27,7 +27,7 @@
 #include "common/engine/engine.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
-#include "edge_decode/cancel_slot.h"
+#include "common/rpc/cancel_slot.h"
 #include "edge_decode/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_runtime.h"

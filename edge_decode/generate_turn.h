@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/engine/sampler.h"
-#include "edge_decode/cancel_slot.h"
+#include "common/rpc/cancel_slot.h"
 #include "edge_decode/edge_runtime.h"
 #include "proto/baton.pb.h"
 

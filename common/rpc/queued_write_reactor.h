@@ -1,5 +1,6 @@
-// QueuedWriteReactor: one server-streaming RPC of the Edge service (callback
-// API). A worker thread produces messages (push) and ends the call (done);
+// QueuedWriteReactor: one server-streaming RPC (callback API) whose messages
+// come from a worker thread: Prefill and GetPrefix on the cloud, Generate and
+// PullPack on the edge. A worker thread produces messages (push) and ends the call (done);
 // the reactor writes them one at a time and calls Finish once the producer
 // is done and the last write completed. OnDone (after Finish) deletes the
 // reactor, so the worker may use it until it calls done(). gRPC calls
@@ -21,12 +22,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "edge_decode/cancel_slot.h"
+#include "common/rpc/cancel_slot.h"
 
 namespace baton {
 
 // Trailing metadata key of the retry hint on UNAVAILABLE / RESOURCE_EXHAUSTED.
-inline constexpr char kEdgeRetryAfterMetadataKey[] = "baton-retry-after-ms";
+inline constexpr char kRetryAfterMetadataKey[] = "baton-retry-after-ms";
 
 inline grpc::Status to_grpc_status(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -41,7 +42,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   // Ends the call at once with `status` (a refused request). With
   // retry_after_ms > 0 the retry hint goes into trailing metadata.
   void refuse(const absl::Status& status, uint32_t retry_after_ms = 0) {
-    if (retry_after_ms > 0) context_->AddTrailingMetadata(kEdgeRetryAfterMetadataKey, std::to_string(retry_after_ms));
+    if (retry_after_ms > 0) context_->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(retry_after_ms));
     done(status);
   }
 
