@@ -38,6 +38,7 @@ struct EdgeConfig {
   std::string cloud_address;            // host:port of baton-prefill; empty: local only
   std::string cloud_token_path;         // file holding the bearer token for the cloud
   std::string cloud_ca_path;            // PEM roots; set: TLS to the cloud
+  bool cloud_plaintext = false;         // allow plaintext to a cloud outside loopback
   std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
   uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
   std::string http_address;             // host:port of the OpenAI-compatible API and /metrics; empty: off
@@ -60,6 +61,8 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "file holding the bearer token sent to the cloud", "FILE");
   flags.add_string("cloud-ca", &config.cloud_ca_path,
                    "CA roots (PEM) for TLS to the cloud; empty: plaintext", "FILE");
+  flags.add_bool("cloud-plaintext", &config.cloud_plaintext,
+                 "allow a plaintext connection to a cloud that is not on this machine");
   flags.add_duration("cloud-timeout", &config.cloud_timeout,
                      "deadline of one cloud prefill");
   flags.add_size("memory-budget", &config.memory_budget_bytes,
@@ -98,6 +101,16 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   BATON_RETURN_IF_ERROR(check_address("listen", config.listen_address));
   if (!config.cloud_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("cloud", config.cloud_address));
+    // A KV cache can be inverted to recover the prompt: it is as sensitive as
+    // the prompt, so it crosses a network only under TLS unless told otherwise.
+    const std::string host = parse_host_port(config.cloud_address)->first;
+    const bool loopback = host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+    if (!loopback && config.cloud_ca_path.empty() && !config.cloud_plaintext) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cloud ", config.cloud_address,
+          " is not on this machine and --cloud-ca is not set: the KV (as sensitive as the prompt) would cross the "
+          "network in plaintext; give --cloud-ca for TLS, or --cloud-plaintext to accept that"));
+    }
   }
   if (!config.http_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("http", config.http_address));

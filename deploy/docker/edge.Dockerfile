@@ -2,7 +2,7 @@
 #
 #   docker build -f deploy/docker/edge.Dockerfile -t baton-edge .
 #   docker run -p 7070:7070 -v baton-state:/var/lib/baton baton-edge \
-#       --cloud prefill.example.com:50051
+#       --cloud prefill.example.com:50051 --cloud-ca /etc/baton/cloud-ca.pem
 #
 # Multi-stage: the build stage compiles baton-edge and the baton CLI (and
 # derives the bundled model's Q4_0 copy); the runtime stage holds only the

@@ -5,7 +5,7 @@
 #
 #   sudo deploy/wan/wan-up.sh wifi [--loss 1]
 #   sudo deploy/wan/wan-exec.sh cloud build/bin/baton-prefill --listen 10.77.0.1:50051 ... &
-#   sudo deploy/wan/wan-exec.sh edge  build/bin/baton-edge --cloud 10.77.0.1:50051 ... &
+#   sudo deploy/wan/wan-exec.sh edge  build/bin/baton-edge --cloud 10.77.0.1:50051 --cloud-plaintext ... &
 #   sudo deploy/wan/wan-down.sh
 #
 # Options:

@@ -114,7 +114,7 @@ if [[ -x "${bin}/baton-prefill" && -x "${bin}/baton-edge" && -f "${model}" ]]; t
   cloud_port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "${work}/prefill.log")
   [[ -n "${cloud_port}" ]] || fail "baton-prefill in the cloud namespace: $(cat "${work}/prefill.log")"
   "${wan}/wan-exec.sh" edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 \
-    --cloud "${BATON_WAN_SUBNET}.1:${cloud_port}" --threads 1 2> "${work}/edge.log" &
+    --cloud "${BATON_WAN_SUBNET}.1:${cloud_port}" --cloud-plaintext --threads 1 2> "${work}/edge.log" &
   sleep 0.5
   edge_port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "${work}/edge.log")
   [[ -n "${edge_port}" ]] || fail "baton-edge in the edge namespace: $(cat "${work}/edge.log")"

@@ -702,3 +702,53 @@ TEST(PrefillTlsTest, TlsServerAnswersTlsClientsAndRefusesPlaintext) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(PrefillTlsTest, MutualTlsAdmitsOnlyClientsWithACertificateTheServerTrusts) {
+  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  const std::string dir = testing::make_temp_dir("prefill-mtls");
+  auto make_cert = [&dir](const std::string& name, const std::string& subject) {
+    const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj " + subject +
+                                " -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + dir + "/" + name +
+                                "-key.pem -out " + dir + "/" + name + "-cert.pem > /dev/null 2>&1";
+    return std::system(command.c_str());
+  };
+  ASSERT_EQ(make_cert("server", "/CN=localhost"), 0);
+  ASSERT_EQ(make_cert("client", "/CN=edge-1"), 0);
+  ASSERT_EQ(make_cert("stranger", "/CN=stranger"), 0);
+  PrefillServerOptions server_options;
+  server_options.tls.cert_path = dir + "/server-cert.pem";
+  server_options.tls.key_path = dir + "/server-key.pem";
+  server_options.tls.client_ca_path = dir + "/client-cert.pem";  // self-signed: its own CA
+  auto cloud = Cloud::Start(PrefillServiceOptions{}, server_options);
+  ASSERT_NE(cloud, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(cloud->server->port());
+  auto stub_with = [&](const std::string& client) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = read_file(dir + "/server-cert.pem");
+    if (!client.empty()) {
+      ssl.pem_private_key = read_file(dir + "/" + client + "-key.pem");
+      ssl.pem_cert_chain = read_file(dir + "/" + client + "-cert.pem");
+    }
+    return v1::Prefill::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(ssl)));
+  };
+  std::vector<v1::KvStreamMessage> messages;
+  auto trusted = stub_with("client");
+  grpc::Status status = call_prefill(*trusted, request_for(prompt(20, 60)), &messages);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(messages.back().has_trailer());
+  for (const std::string& client : {std::string(), std::string("stranger")}) {
+    auto stub = stub_with(client);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::HealthResponse health;
+    EXPECT_FALSE(stub->Health(&context, v1::HealthRequest(), &health).ok())
+        << (client.empty() ? "a client without a certificate" : "a client with an untrusted certificate")
+        << " was admitted";
+  }
+}
+
+}  // namespace
+}  // namespace baton
