@@ -752,3 +752,54 @@ TEST(PrefillTlsTest, MutualTlsAdmitsOnlyClientsWithACertificateTheServerTrusts) 
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(PrefillLimitsTest, OversizedMessageIsRefusedAndTheServerGoesOn) {
+  auto cloud = Cloud::Start(PrefillServiceOptions{});
+  // A 9 MiB block: over the server's 8 MiB receive cap.
+  std::vector<v1::KvStreamMessage> pack = make_pack(prompt(64, 70), "big");
+  ASSERT_TRUE(pack[1].has_block());
+  pack[1].mutable_block()->mutable_payload()->assign(9u << 20, 'x');
+  v1::PutPrefixResponse response;
+  grpc::Status status = put_prefix(*cloud->stub, pack, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  v1::GetPrefixRequest get;
+  get.set_pack_id("big");
+  std::vector<v1::KvStreamMessage> got;
+  EXPECT_EQ(get_prefix(*cloud->stub, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+  std::vector<v1::KvStreamMessage> messages;
+  EXPECT_TRUE(call_prefill(*cloud->stub, request_for(prompt(16, 71)), &messages).ok());
+}
+
+TEST(PrefillLimitsTest, ExpiredDeadlineEndsTheCallAndFreesItsSlot) {
+  PrefillServiceOptions options;
+  options.max_running = 1;
+  options.chunk_tokens = 8;
+  options.prefix_cache_bytes = 0;
+  auto cloud = Cloud::Start(options);
+  for (int round = 0; round < 3; ++round) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1));
+    auto reader = cloud->stub->Prefill(&context, request_for(prompt(500, 72 + round)));
+    v1::KvStreamMessage message;
+    while (reader->Read(&message)) {
+    }
+    grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  }
+  // The one worker is free again: a call with time to spare completes.
+  std::vector<v1::KvStreamMessage> messages;
+  grpc::Status status = call_prefill(*cloud->stub, request_for(prompt(40, 80)), &messages);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(messages.back().has_trailer());
+  for (int i = 0; i < 500 && (cloud->service->running() > 0 || cloud->service->queued() > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cloud->service->running(), 0u);
+  EXPECT_EQ(cloud->service->queued(), 0u);
+}
+
+}  // namespace
+}  // namespace baton
