@@ -167,17 +167,21 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   auto cache = std::make_shared<F32KvCache>(geometry, end);
   const std::span<const int32_t> tokens(input.tokens);
   int64_t reused = 0;
+  bool exact = input.pack == nullptr;  // no quantized pack KV underneath
   if (input.pack != nullptr) {
     reused = static_cast<int64_t>(input.pack->tokens.size());
     copy_prefix(*input.pack->kv, reused, *cache);
   }
   if (env.session_cache != nullptr && !input.session_id.empty()) {
     F32KvCache candidate(geometry, end);
-    const int64_t from_session = env.session_cache->load(input.tenant, input.session_id, tokens, end, candidate);
+    bool session_exact = true;
+    const int64_t from_session =
+        env.session_cache->load(input.tenant, input.session_id, tokens, end, candidate, &session_exact);
     if (from_session > reused) {
       cache->set_size(0);
       copy_prefix(candidate, from_session, *cache);
       reused = from_session;
+      exact = session_exact;
     }
   }
   if (env.prefix_cache != nullptr && reused < end) {
@@ -187,6 +191,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
       cache->set_size(0);
       copy_prefix(candidate, from_prefix, *cache);
       reused = from_prefix;
+      exact = true;
     }
   }
   result.reused_tokens = reused;
@@ -264,9 +269,12 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   BATON_RETURN_IF_ERROR(writer.write_trailer(&producer));
 
   // 4. Keep what was computed for later requests.
-  if (env.prefix_cache != nullptr) env.prefix_cache->insert(input.tenant, tokens, *cache);
+  // Only exact KV goes into the prefix cache: with a pack underneath, every
+  // position depends on the pack's decoded (quantized) KV, which a request
+  // without the pack must not be handed.
+  if (env.prefix_cache != nullptr && exact) env.prefix_cache->insert(input.tenant, tokens, *cache);
   if (env.session_cache != nullptr && !input.session_id.empty()) {
-    env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache));
+    env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache), exact);
   }
   return result;
 }

@@ -16,7 +16,7 @@ std::string SessionCache::make_key(const std::string& tenant, const std::string&
 }
 
 int64_t SessionCache::load(const std::string& tenant, const std::string& session_id, std::span<const int32_t> tokens,
-                           int64_t max_tokens, F32KvCache& kv) {
+                           int64_t max_tokens, F32KvCache& kv, bool* exact) {
   BATON_CHECK(kv.size() == 0);
   std::shared_ptr<const F32KvCache> source;
   int64_t reuse = 0;
@@ -31,6 +31,7 @@ int64_t SessionCache::load(const std::string& tenant, const std::string& session
     // KV at position p is valid for the request only if every token up to p agrees.
     while (reuse < limit && entry.tokens[static_cast<size_t>(reuse)] == tokens[static_cast<size_t>(reuse)]) ++reuse;
     source = entry.kv;
+    if (exact != nullptr) *exact = entry.exact;
     stats_.hit_tokens += static_cast<uint64_t>(reuse);
   }
   if (reuse == 0) return 0;
@@ -44,7 +45,7 @@ int64_t SessionCache::load(const std::string& tenant, const std::string& session
 }
 
 void SessionCache::store(const std::string& tenant, const std::string& session_id, std::vector<int32_t> tokens,
-                         std::shared_ptr<const F32KvCache> kv) {
+                         std::shared_ptr<const F32KvCache> kv, bool exact) {
   if (max_bytes_ == 0) return;
   const uint64_t bytes = static_cast<uint64_t>(kv->capacity()) * kv->geometry().kv_dim() * 2 *
                          kv->geometry().n_layer * sizeof(float);
@@ -57,7 +58,7 @@ void SessionCache::store(const std::string& tenant, const std::string& session_i
     lru_.erase(it->second);
     index_.erase(it);
   }
-  lru_.push_front(Entry{std::move(key), std::move(tokens), std::move(kv), bytes});
+  lru_.push_front(Entry{std::move(key), std::move(tokens), std::move(kv), bytes, exact});
   index_[lru_.front().key] = lru_.begin();
   stats_.bytes += bytes;
   ++stats_.sessions;

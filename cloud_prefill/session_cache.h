@@ -35,13 +35,15 @@ class SessionCache {
   // Copies the KV of the session's cached tokens into `kv` (empty) when they
   // are a prefix of `tokens` (at most max_tokens of them) and commits it;
   // returns the tokens reused (0 when unknown or diverged).
+  // `exact` (optional) tells whether the stored KV was computed from the
+  // tokens alone (false: it builds on a prefix pack's decoded KV).
   int64_t load(const std::string& tenant, const std::string& session_id, std::span<const int32_t> tokens,
-               int64_t max_tokens, F32KvCache& kv);
+               int64_t max_tokens, F32KvCache& kv, bool* exact = nullptr);
 
   // Keeps `kv` (holding `tokens`, kv->size() == tokens.size()) as the
   // session's state, replacing the previous one.
   void store(const std::string& tenant, const std::string& session_id, std::vector<int32_t> tokens,
-             std::shared_ptr<const F32KvCache> kv);
+             std::shared_ptr<const F32KvCache> kv, bool exact = true);
 
   SessionCacheStats stats() const;
 
@@ -51,6 +53,7 @@ class SessionCache {
     std::vector<int32_t> tokens;
     std::shared_ptr<const F32KvCache> kv;
     uint64_t bytes = 0;
+    bool exact = true;  // computed from the tokens alone (no pack KV underneath)
   };
   static std::string make_key(const std::string& tenant, const std::string& session_id);
   void evict_locked();

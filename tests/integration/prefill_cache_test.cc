@@ -803,3 +803,29 @@ TEST(PrefillLimitsTest, ExpiredDeadlineEndsTheCallAndFreesItsSlot) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(PrefillPackTest, KvBuiltOnAPackNeverReachesRequestsWithoutIt) {
+  auto cloud = Cloud::Start(PrefillServiceOptions{});  // prefix cache on
+  const std::vector<int32_t> system = prompt(128, 90);
+  v1::PutPrefixResponse put;
+  ASSERT_TRUE(put_prefix(*cloud->stub, make_pack(system, "sys-q"), &put).ok());
+  std::vector<int32_t> full = system;
+  for (int i = 0; i < 64; ++i) full.push_back((i * 19 + 7) % reference().model->spec().n_vocab);
+  v1::PrefillRequest with_pack = request_for(full);
+  with_pack.set_prefix_pack_id("sys-q");
+  std::vector<v1::KvStreamMessage> first;
+  ASSERT_TRUE(call_prefill(*cloud->stub, with_pack, &first).ok());
+  EXPECT_EQ(producer_of(first).cached_tokens(), 128u);
+  // The same tokens without the pack: nothing may come from the pack's
+  // quantized KV, so the prefix cache has no hit and the KV is exact.
+  std::vector<v1::KvStreamMessage> second;
+  ASSERT_TRUE(call_prefill(*cloud->stub, request_for(full), &second).ok());
+  EXPECT_EQ(producer_of(second).cached_tokens(), 0u);
+  expect_equals_one_shot(full, 0, second, codec_named("f16"));
+}
+
+}  // namespace
+}  // namespace baton
