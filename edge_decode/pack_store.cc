@@ -22,6 +22,7 @@
 #include "common/kv/kv_stream_reader.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
+#include "common/util/errno_status.h"
 
 namespace baton {
 namespace {
@@ -42,18 +43,6 @@ bool is_valid_pack_id(const std::string& id) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
            c == '-';
   });
-}
-
-absl::Status errno_status(int error, const std::string& what) {
-  const std::string message = absl::StrFormat("%s: %s", what, std::strerror(error));
-  switch (error) {
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT: return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
-  }
 }
 
 uint64_t file_size(const std::string& path) {

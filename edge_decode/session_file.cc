@@ -32,6 +32,7 @@
 #include "common/kv/quantized_kv_cache.h"
 #include "common/util/check.h"
 #include "edge_decode/session_store.h"
+#include "common/util/errno_status.h"
 
 namespace baton {
 namespace {
@@ -46,19 +47,6 @@ constexpr uint32_t kSessionFormatVersion = 1;
 constexpr int kSessionZstdLevel = 1;
 // Largest SessionFileHeader accepted (a million tokens take ~5 MiB).
 constexpr uint32_t kMaxSessionHeaderBytes = 64u << 20;
-
-absl::Status errno_status(int error, const std::string& what) {
-  const std::string message = absl::StrFormat("%s: %s", what, std::strerror(error));
-  switch (error) {
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG: return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
-  }
-}
 
 std::string parent_dir(const std::string& path) {
   const size_t slash = path.rfind('/');

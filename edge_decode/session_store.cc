@@ -18,6 +18,7 @@
 #include "common/util/check.h"
 #include "common/util/log.h"
 #include "edge_decode/session_file.h"
+#include "common/util/errno_status.h"
 
 namespace baton {
 namespace {
@@ -25,19 +26,6 @@ namespace {
 int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-absl::Status errno_status(int error, const std::string& what) {
-  const std::string message = absl::StrFormat("%s: %s", what, std::strerror(error));
-  switch (error) {
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG: return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
-  }
 }
 
 }  // namespace

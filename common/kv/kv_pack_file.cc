@@ -15,23 +15,12 @@
 
 #include "absl/strings/str_format.h"
 #include "common/util/check.h"
+#include "common/util/errno_status.h"
 
 namespace baton {
 namespace {
 
 namespace pbio = google::protobuf::io;
-
-absl::Status errno_status(int error, const std::string& what) {
-  const std::string message = absl::StrFormat("%s: %s", what, std::strerror(error));
-  switch (error) {
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT: return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
-  }
-}
 
 // Prefixes a reader error with where in the pack it happened, keeping its code.
 absl::Status at_message(const absl::Status& status, int index, uint64_t offset) {
