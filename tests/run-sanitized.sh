@@ -16,7 +16,9 @@ case "${mode}" in
         export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp} ;;
   *) echo "usage: $0 asan|tsan" >&2; exit 2 ;;
 esac
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATON_CUDA=OFF \
-  -DBATON_SANITIZE="${sanitize}"
+  -DBATON_SANITIZE="${sanitize}" "${launcher[@]}"
 cmake --build "${dir}" -j"$(nproc)"
 ctest --test-dir "${dir}" --output-on-failure -j"$(nproc)" --timeout 1200
