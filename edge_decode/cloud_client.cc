@@ -11,6 +11,7 @@
 #include "common/kv/kv_fingerprint.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
+#include "edge_decode/stream_watchdog.h"
 
 namespace baton {
 namespace {
@@ -200,6 +201,15 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   if (cancel_slot != nullptr) cancel_slot->arm([&context] { context.TryCancel(); });
 
   const uint32_t n_layer = static_cast<uint32_t>(target.geometry().n_layer);
+  // The watchdog counts token-layer-kind units: a whole stream is K and V of
+  // every layer for every new position.
+  StreamWatchdogLimits watch;
+  watch.stall_timeout = options_.stall_timeout;
+  watch.local_prefill_ms = request.give_up_after_local_ms;
+  const uint64_t new_tokens = request.tokens.size() > request.first_position
+                                  ? request.tokens.size() - request.first_position
+                                  : 0;
+  StreamWatchdog watchdog(watch, uint64_t{2} * n_layer * new_tokens, [&context] { context.TryCancel(); });
   CloudPrefillResult result;
   CloudPrefillProgress seen;
   seen.n_layer = n_layer;
@@ -222,6 +232,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
       return std::optional<v1::KvStreamMessage>();
     }
     last_message_time = Clock::now();
+    watchdog.on_message(message.has_block() ? message.block().token_count() : 0);
     if (message.has_block()) {
       const v1::KvBlock& block = message.block();
       seen.first_block = !have_first_block;
@@ -249,6 +260,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   expected.first_position = request.first_position;
   expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
   absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target);
+  watchdog.stop();
   if (!finished) {
     // The reader stopped early (a bad message): end the call instead of draining it.
     context.TryCancel();
@@ -257,7 +269,10 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
     }
     reader->Finish().ok();
   }
-  if (!load.ok()) return load.status();
+  if (!load.ok()) {
+    if (std::optional<std::string> why = watchdog.fired()) return absl::DeadlineExceededError(*why);
+    return load.status();
+  }
   const Clock::time_point end = Clock::now();
 
   result.load = *load;

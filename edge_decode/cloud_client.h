@@ -42,6 +42,9 @@ struct CloudClientOptions {
   std::chrono::milliseconds prefill_timeout{60'000};  // deadline of one Prefill / GetPrefix call
   std::chrono::milliseconds health_timeout{2'000};    // deadline of one Health call
   std::chrono::milliseconds health_interval{2'000};   // between background Health polls
+  // A Prefill stream that delivers nothing for this long is ended
+  // (DEADLINE_EXCEEDED); 0: only the call's deadline applies.
+  std::chrono::milliseconds stall_timeout{30'000};
 };
 
 // What the edge knows about the cloud now.
@@ -66,6 +69,10 @@ struct CloudPrefillRequest {
   std::string session_id;                 // lets the cloud keep the conversation (delta prefill)
   std::string prefix_pack_id;             // a pack (on the cloud) whose tokens start `tokens`; empty: none
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  // > 0 (policy auto): the estimated local prefill time of these tokens, ms;
+  // the stream is abandoned (DEADLINE_EXCEEDED) once its projected rest
+  // exceeds it by half plus a second (see stream_watchdog.h).
+  double give_up_after_local_ms = 0;
 };
 
 // Called after every KV block and after the trailer.

@@ -366,6 +366,10 @@ absl::Status GenerateTurn::run() {
     cloud_request.codec = wire;
     cloud_request.session_id = session_id;
     cloud_request.deadline = io_.deadline;
+    // Under auto, a stream slower than local prefill is abandoned for it.
+    if (prefill_policy_from_proto(request_.policy(), rt_.default_policy) == PrefillPolicy::kAuto) {
+      cloud_request.give_up_after_local_ms = plan.estimated_local_ms;
+    }
     absl::Status emit_status;
     auto on_block = [&](const CloudPrefillProgress& seen) {
       if (!emit_status.ok() || !request_.progress()) return;

@@ -40,6 +40,7 @@ struct EdgeConfig {
   std::string cloud_ca_path;            // PEM roots; set: TLS to the cloud
   bool cloud_plaintext = false;         // allow plaintext to a cloud outside loopback
   std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
+  std::chrono::milliseconds cloud_stall_timeout{30'000};  // a cloud stream silent this long is ended
   uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
   std::string http_address;             // host:port of the OpenAI-compatible API and /metrics; empty: off
   std::string packs_dir;                // prefix packs; empty: none
@@ -65,6 +66,8 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                  "allow a plaintext connection to a cloud that is not on this machine");
   flags.add_duration("cloud-timeout", &config.cloud_timeout,
                      "deadline of one cloud prefill");
+  flags.add_duration("cloud-stall-timeout", &config.cloud_stall_timeout,
+                     "end a cloud KV stream that delivers nothing for this long; 0: never");
   flags.add_size("memory-budget", &config.memory_budget_bytes,
                  "device memory for weights, KV and scratch; 0: detect");
   flags.add_string("http", &config.http_address,
@@ -150,6 +153,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
     cloud.token_path = config.cloud_token_path;
     cloud.ca_path = config.cloud_ca_path;
     cloud.prefill_timeout = config.cloud_timeout;
+    cloud.stall_timeout = config.cloud_stall_timeout;
     options.cloud = cloud;
   }
   return options;

@@ -3,6 +3,8 @@
 // tiny model, called through real gRPC channels with deadlines. Exactness is
 // checked against the engine's one-shot prefill streamed through the same
 // codec: a chunked, cached or delta prefill must give the same bytes.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,6 +36,8 @@
 #include "proto/baton.grpc.pb.h"
 #include "common/util/check.h"
 #include "tests/unit/test_models.h"
+#include "tests/integration/zstd_bomb.h"
+#include "common/kv/kv_stream.h"
 
 namespace baton {
 namespace {
@@ -771,6 +775,47 @@ TEST(PrefillLimitsTest, OversizedMessageIsRefusedAndTheServerGoesOn) {
   EXPECT_EQ(get_prefix(*cloud->stub, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
   std::vector<v1::KvStreamMessage> messages;
   EXPECT_TRUE(call_prefill(*cloud->stub, request_for(prompt(16, 71)), &messages).ok());
+}
+
+// Decompression bombs in an upload: a block claiming 256 MiB of raw bytes,
+// and a block with the right raw_size whose zstd frame (small enough to pass
+// the compressed-size bound) declares 32 MiB. Both are refused before
+// anything is expanded; nothing is stored and the server's memory high-water
+// does not move by the bomb's size.
+TEST(PrefillLimitsTest, DecompressionBombsAreRefusedUnexpanded) {
+  auto cloud = Cloud::Start(PrefillServiceOptions{});
+  const std::string big_bomb = zstd_bomb(size_t{256} << 20);
+  const std::string small_bomb = zstd_bomb(size_t{32} << 20);
+  ASSERT_LT(big_bomb.size(), 64u << 10);
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const long max_rss_before_kib = usage.ru_maxrss;
+  for (const bool claim_raw_size : {true, false}) {
+    SCOPED_TRACE(claim_raw_size ? "raw_size 256 MiB" : "frame declares 256 MiB");
+    std::vector<v1::KvStreamMessage> pack = make_pack(prompt(64, 72), "bomb");
+    ASSERT_TRUE(pack[1].has_block());
+    v1::KvBlock* block = pack[1].mutable_block();
+    ASSERT_NE(block->raw_size(), block->encoded_size()) << "the pack's codec must compress";
+    const std::string& bomb = claim_raw_size ? big_bomb : small_bomb;
+    if (!claim_raw_size) {
+      ASSERT_LT(bomb.size(), block->raw_size()) << "the frame must pass the size bound";
+    }
+    block->set_payload(bomb);
+    block->set_encoded_size(bomb.size());
+    if (claim_raw_size) block->set_raw_size(size_t{256} << 20);
+    block->set_checksum(kv_payload_checksum(bomb));
+    v1::PutPrefixResponse response;
+    grpc::Status status = put_prefix(*cloud->stub, pack, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find(claim_raw_size ? "max_block_raw_bytes" : "declares"), std::string::npos)
+        << status.error_message();
+  }
+  getrusage(RUSAGE_SELF, &usage);
+  EXPECT_LT(usage.ru_maxrss - max_rss_before_kib, 128 * 1024);
+  v1::GetPrefixRequest get;
+  get.set_pack_id("bomb");
+  std::vector<v1::KvStreamMessage> got;
+  EXPECT_EQ(get_prefix(*cloud->stub, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST(PrefillLimitsTest, ExpiredDeadlineEndsTheCallAndFreesItsSlot) {

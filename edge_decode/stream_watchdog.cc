@@ -1,0 +1,102 @@
+#include "edge_decode/stream_watchdog.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace baton {
+
+StreamWatchdog::StreamWatchdog(const StreamWatchdogLimits& limits, uint64_t total_units,
+                               std::function<void()> cancel)
+    : limits_(limits),
+      total_units_(total_units),
+      cancel_(std::move(cancel)),
+      start_(Clock::now()),
+      last_message_(start_) {
+  if (limits_.stall_timeout.count() > 0 || limits_.local_prefill_ms > 0) thread_ = std::thread([this] { run(); });
+}
+
+StreamWatchdog::~StreamWatchdog() { stop(); }
+
+void StreamWatchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StreamWatchdog::on_message(uint64_t units) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_message_ = Clock::now();
+  received_ += units;
+  if (units > 0) history_.emplace_back(last_message_, received_);
+}
+
+std::optional<std::string> StreamWatchdog::fired() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fired_;
+}
+
+std::optional<std::string> StreamWatchdog::judge(const StreamWatchdogLimits& limits, const StreamPace& pace) {
+  const double fraction =
+      pace.total > 0 ? std::min(1.0, static_cast<double>(pace.received) / static_cast<double>(pace.total)) : 1.0;
+  const double stall_ms = static_cast<double>(limits.stall_timeout.count());
+  if (stall_ms > 0 && pace.since_last_ms >= stall_ms) {
+    return absl::StrFormat("the cloud sent nothing for %.1f s (stall timeout %.1f s) with %.0f%% of the KV received",
+                           pace.since_last_ms / 1000, stall_ms / 1000, fraction * 100);
+  }
+  if (limits.local_prefill_ms <= 0 || fraction >= 1.0 ||
+      pace.elapsed_ms < static_cast<double>(limits.min_observation.count())) {
+    return std::nullopt;
+  }
+  const double bound_ms = 1.5 * limits.local_prefill_ms + 1000;
+  if (pace.window_units == 0 || pace.window_ms <= 0) {
+    // Nothing recently: give up once the silence alone exceeds the bound.
+    if (pace.since_last_ms < bound_ms) return std::nullopt;
+    return absl::StrFormat(
+        "the cloud's KV stream is too slow: nothing for %.1f s with %.0f%% received; local prefill takes about %.1f s",
+        pace.since_last_ms / 1000, fraction * 100, limits.local_prefill_ms / 1000);
+  }
+  const double units_per_ms = static_cast<double>(pace.window_units) / pace.window_ms;
+  const double rest_ms = static_cast<double>(pace.total - std::min(pace.received, pace.total)) / units_per_ms;
+  if (rest_ms <= bound_ms) return std::nullopt;
+  return absl::StrFormat(
+      "the cloud's KV stream is too slow: %.0f%% in %.1f s, at the pace of the last %.1f s %.1f s more; local "
+      "prefill takes about %.1f s",
+      fraction * 100, pace.elapsed_ms / 1000, pace.window_ms / 1000, rest_ms / 1000, limits.local_prefill_ms / 1000);
+}
+
+void StreamWatchdog::run() {
+  constexpr std::chrono::milliseconds kTick{50};
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    cv_.wait_for(lock, kTick, [this] { return stopped_; });
+    if (stopped_) return;
+    const Clock::time_point now = Clock::now();
+    const double elapsed_ms = std::chrono::duration<double, std::milli>(now - start_).count();
+    StreamPace pace;
+    pace.elapsed_ms = elapsed_ms;
+    pace.since_last_ms = std::chrono::duration<double, std::milli>(now - last_message_).count();
+    pace.received = received_;
+    pace.total = total_units_;
+    // Units within the window: received after the last sample at or before its start.
+    const Clock::time_point window_start = std::max(start_, now - limits_.pace_window);
+    while (!history_.empty() && history_.front().first <= window_start) {
+      window_base_ = history_.front().second;
+      history_.pop_front();
+    }
+    pace.window_ms = std::chrono::duration<double, std::milli>(now - window_start).count();
+    pace.window_units = received_ - window_base_;
+    std::optional<std::string> why = judge(limits_, pace);
+    if (!why) continue;
+    fired_ = std::move(why);
+    lock.unlock();
+    cancel_();
+    return;
+  }
+}
+
+}  // namespace baton
