@@ -44,7 +44,10 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client finished sending
-      Finish(to_grpc_status(complete()));
+      absl::Status status = complete();
+      // An upload that ends before its header or trailer is malformed input too (baton.proto, PutPrefix).
+      if (absl::IsDataLoss(status)) status = absl::InvalidArgumentError(status.message());
+      Finish(to_grpc_status(status));
       return;
     }
     if (absl::Status status = reader_->consume(std::move(message_)); !status.ok()) {

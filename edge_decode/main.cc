@@ -49,6 +49,7 @@ struct EdgeConfig {
   std::string codec = "int4";           // f16 | int8 | int4, KV held on the device
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_sessions = 16;            // sessions kept in memory
+  double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
 };
 
@@ -82,6 +83,9 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "NAME");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
   flags.add_int64("max-sessions", &config.max_sessions, "sessions kept in memory");
+  flags.add_double("local-prefill-tps", &config.local_prefill_tps,
+                   "local prefill speed the split policy assumes, tokens/s; 0: measured at start and after each "
+                   "local prefill");
   flags.add_int64("max-tokens", &config.max_tokens,
                   "tokens generated when a request leaves it unset");
   flags.require("model");
@@ -129,9 +133,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
   }
-  if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1) {
+  if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1 || config.local_prefill_tps < 0) {
     return absl::InvalidArgumentError(
-        "--threads must be >= 0; --max-sessions and --max-tokens >= 1");
+        "--threads and --local-prefill-tps must be >= 0; --max-sessions and --max-tokens >= 1");
   }
   return absl::OkStatus();
 }
@@ -146,6 +150,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.max_tokens = static_cast<int>(config.max_tokens);
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);
+  options.assumed_local_prefill_tokens_per_s = config.local_prefill_tps;
   options.packs_dir = config.packs_dir;
   if (!config.cloud_address.empty()) {
     CloudClientOptions cloud;

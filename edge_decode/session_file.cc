@@ -59,6 +59,13 @@ void put_le64(uint64_t value, char out[8]) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
 }
 
+// "<target>.tmp.<pid>.<n>": the name AtomicFile writes under before its rename.
+constexpr std::string_view kTempInfix = ".tmp.";
+
+bool is_decimal(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // A file written under a temp name in the target's directory and renamed onto
 // it by commit() after an fsync; destroyed without commit() it is removed, so
 // the target is either the old file or the complete new one.
@@ -66,7 +73,8 @@ class AtomicFile {
  public:
   static absl::StatusOr<std::unique_ptr<AtomicFile>> create(const std::string& path) {
     static std::atomic<uint64_t> counter{0};
-    const std::string temp_path = absl::StrFormat("%s.tmp.%d.%u", path, static_cast<int>(getpid()), counter++);
+    const std::string temp_path =
+        absl::StrFormat("%s%s%d.%u", path, std::string(kTempInfix), static_cast<int>(getpid()), counter++);
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return errno_status(errno, "creating " + temp_path);
     std::unique_ptr<AtomicFile> file(new AtomicFile(path, temp_path, fd));
@@ -284,6 +292,16 @@ absl::StatusOr<KvSegment> read_session_kv(pbio::ZeroCopyInputStream* input, KvSt
 }
 
 }  // namespace
+
+bool is_session_temp_file_name(std::string_view name) {
+  const std::string infix = std::string(kSessionFileSuffix) + std::string(kTempInfix);
+  const size_t at = name.rfind(infix);
+  if (at == std::string_view::npos || at == 0) return false;
+  const std::string_view pid_and_counter = name.substr(at + infix.size());  // "<pid>.<n>"
+  const size_t dot = pid_and_counter.find('.');
+  return dot != std::string_view::npos && is_decimal(pid_and_counter.substr(0, dot)) &&
+         is_decimal(pid_and_counter.substr(dot + 1));
+}
 
 absl::StatusOr<SessionFileInfo> read_session_file_header(const std::string& path, const ModelFingerprint& model) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -35,6 +35,12 @@ struct SessionFileInfo {
   }
 };
 
+// True for the name of an interrupted save's temp file,
+// "<id>.session.tmp.<pid>.<n>" (what save_session_file writes before its
+// rename); false for every "<id>.session", even when the id itself contains
+// ".session.tmp.".
+bool is_session_temp_file_name(std::string_view name);
+
 // Reads and checks the header of a session file (not its KV). DATA_LOSS for
 // damage (truncated, checksum), INVALID_ARGUMENT for a file that is not a
 // session file, FAILED_PRECONDITION for another model or format version.

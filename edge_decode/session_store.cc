@@ -179,8 +179,9 @@ absl::Status SessionStore::open(std::vector<std::string>* refused) {
   std::vector<Found> found;
   for (const std::string& name : names) {
     const std::string path = options_.dir + "/" + name;
-    // "<id>.session.tmp.<pid>.<n>": a save that never completed.
-    if (name.find(std::string(kSessionFileSuffix) + ".tmp.") != std::string::npos) {
+    // "<id>.session.tmp.<pid>.<n>": a save that never completed (an id may
+    // contain ".session.tmp." itself: its file is a session).
+    if (is_session_temp_file_name(name)) {
       BATON_INFO("removing %s (an interrupted save)", path.c_str());
       ::unlink(path.c_str());
       continue;

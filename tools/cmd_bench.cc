@@ -399,13 +399,16 @@ int perplexity(const Args& args) {
 
 int bench_command(const Args& args) {
   const char* usage =
-      "usage: baton bench decode|prefill|prefill-service|prefill-cuda|split|kv-codec|kv-quality|perplexity|fidelity"
+      "usage: baton bench decode|prefill|prefill-service|prefill-cuda|split|load|kv-codec|kv-quality|perplexity|"
+      "fidelity"
       " ... [--json]\n"
       "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
       "  prefill  local prefill tok/s (--local: the edge's batched Q4_0 prefill)\n"
       "  prefill-service  baton-prefill on loopback: time to first KV block vs total, tok/s, prefix-cache speedup\n"
       "  prefill-cuda  the CUDA prefill backend: tok/s, TFLOP/s, fraction of the H200's BF16 peak (needs a GPU)\n"
       "  split    when the split pays: TTFT local vs cloud + link per WAN profile, crossover, plot\n"
+      "  load     N clients x M sessions x T turns against one edge: errors by status, TTFT p50/p99, memory\n"
+      "           high-water, nothing lost\n"
       "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
       "  kv-quality  perplexity / KL / greedy agreement of each KV codec against F16 KV\n"
       "  perplexity  held-out perplexity of a model over a text or id file\n"
@@ -423,6 +426,7 @@ int bench_command(const Args& args) {
   if (args[0] == "perplexity") return perplexity(rest);
   if (args[0] == "fidelity") return bench_fidelity(rest);
   if (args[0] == "split") return bench_split(rest);
+  if (args[0] == "load") return bench_load(rest);
   std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

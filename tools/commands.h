@@ -23,6 +23,7 @@ int bench_prefill_service(const Args& args);  // baton bench prefill-service (cm
 int bench_prefill_cuda(const Args& args);  // baton bench prefill-cuda (cmd_bench_cuda.cc)
 int bench_fidelity(const Args& args);    // baton bench fidelity (cmd_bench_fidelity.cc)
 int bench_split(const Args& args);       // baton bench split (cmd_bench_split.cc)
+int bench_load(const Args& args);        // baton bench load (cmd_bench_load.cc)
 int generate_on_edge(const Args& args);  // baton generate --edge ADDR (cmd_generate_edge.cc)
 int health_command(const Args& args);    // baton health --edge ADDR | --cloud ADDR
 int sessions_command(const Args& args);  // baton sessions ls|rm

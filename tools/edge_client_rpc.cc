@@ -101,8 +101,13 @@ std::string describe_rpc_error(const RpcTarget& target, const std::string& rpc, 
       }
       return absl::StrCat(server, " is unavailable", detail);
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::StrCat(server, " did not finish ", rpc, " within ", format_duration(target.timeout),
-                          " (--timeout)");
+      // gRPC's own message means our deadline passed; any other came from
+      // the server (a deadline of its own, e.g. the agent's cloud call).
+      if (status.error_message().empty() || status.error_message() == "Deadline Exceeded") {
+        return absl::StrCat(server, " did not finish ", rpc, " within ", format_duration(target.timeout),
+                            " (--timeout)");
+      }
+      return absl::StrCat(rpc, " at ", target.address, ": DEADLINE_EXCEEDED", detail);
     case grpc::StatusCode::UNIMPLEMENTED:
       return absl::StrCat(server, " does not implement ", rpc, detail);
     case grpc::StatusCode::UNAUTHENTICATED:

@@ -60,12 +60,13 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
 
   // The producer is done (it must not touch the reactor afterwards).
   void done(const absl::Status& status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      producer_done_ = true;
-      producer_status_ = status;
-    }
-    pump();
+    // One critical section: once producer_done_ is visible, a concurrent
+    // OnWriteDone may Finish and delete the reactor, so done() must not
+    // take the lock again after releasing it.
+    std::unique_lock<std::mutex> lock(mu_);
+    producer_done_ = true;
+    producer_status_ = status;
+    pump(std::move(lock));
   }
 
   bool cancelled() const {
@@ -103,12 +104,14 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   void OnDone() override { delete this; }
 
  private:
-  void pump() {
+  void pump() { pump(std::unique_lock<std::mutex>(mu_)); }
+  // Starts the next write or the Finish; `lock` holds mu_ and is released
+  // before the gRPC call.
+  void pump(std::unique_lock<std::mutex> lock) {
     bool write = false;
     bool finish = false;
     grpc::Status final_status;
     {
-      std::lock_guard<std::mutex> lock(mu_);
       if (finished_ || writing_) return;
       if (!pending_.empty() && !cancelled_) {
         current_ = std::move(pending_.front());
@@ -122,6 +125,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
         final_status = cancelled_ && producer_status_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled")
                                                            : to_grpc_status(producer_status_);
       }
+      lock.unlock();
     }
     if (write) this->StartWrite(&current_);
     if (finish) this->Finish(final_status);  // `this` may be gone after this line

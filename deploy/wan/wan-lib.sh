@@ -55,3 +55,64 @@ wan_read_profile() {
 }
 
 wan_is_up() { ip netns list 2> /dev/null | grep -qw "${wan_ns_cloud}"; }
+
+# True when nftables can drop packets at random in a namespace (the loss of
+# wan-up.sh --loss where the kernel lacks netem).
+wan_have_nft() {
+  command -v nft > /dev/null 2>&1 || return 1
+  local probe="${BATON_WAN_PREFIX}-fprobe$$"
+  ip netns add "${probe}" 2> /dev/null || return 1
+  local ok=1
+  ip netns exec "${probe}" nft -f - 2> /dev/null <<'NFT' && ok=0
+table inet probe {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    numgen random mod 10000 < 1 drop
+  }
+}
+NFT
+  ip netns del "${probe}" 2> /dev/null || true
+  return "${ok}"
+}
+
+# Random loss of PCT percent of the packets leaving namespace NS through
+# device DEV (the link, not loopback), with nftables (table inet baton_wan,
+# counter on the drop rule); PCT 0 removes it.
+wan_nft_loss() {
+  local ns=$1 dev=$2 pct=$3
+  ip netns exec "${ns}" nft delete table inet baton_wan 2> /dev/null || true
+  local per10k
+  per10k=$(awk -v p="${pct}" 'BEGIN { printf "%d", p * 100 + 0.5 }')
+  (( per10k > 0 )) || return 0
+  local match="numgen random mod 10000 < ${per10k} "
+  (( per10k < 10000 )) || match=""  # 100%: every packet
+  ip netns exec "${ns}" nft -f - <<NFT
+table inet baton_wan {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    oifname "${dev}" ${match}counter drop
+  }
+}
+NFT
+}
+
+# Packets dropped so far by wan_nft_loss in namespace NS (0 without the rule).
+wan_nft_dropped() {
+  ip netns exec "$1" nft list table inet baton_wan 2> /dev/null |
+    awk '{ for (i = 1; i < NF; i++) if ($i == "packets") n = $(i + 1) } END { print n + 0 }' 
+}
+
+# The tbf rate shaping of each direction (tbf at the root without netem,
+# below netem's 1: with it): RATE in tc units.
+wan_tbf_args() {  # wan_tbf_args RATE -> "rate R burst B latency 100ms"
+  local rate_bits burst_bytes
+  rate_bits=$(awk -v r="$1" 'BEGIN {
+    n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
+    m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1;
+    printf "%d", n * m }')
+  # At least one 10 ms slice of the rate (a 1 Gbit link needs more than the
+  # 32 KiB a slow one does).
+  burst_bytes=$(( rate_bits / 8 / 100 ))
+  (( burst_bytes >= 32768 )) || burst_bytes=32768
+  echo "rate $1 burst ${burst_bytes} latency 100ms"
+}

@@ -40,6 +40,7 @@ json_get() { "${python}" -c "import json,sys; d=json.load(open(sys.argv[1])); pr
 start_server() {
   local name=$1 pattern=$2
   shift 2
+  : > "${work}/${name}.log"  # exists before the sed below reads it
   "$@" 2> "${work}/${name}.log" &
   pids+=($!)
   for _ in $(seq 1 100); do

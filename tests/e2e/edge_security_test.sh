@@ -23,6 +23,7 @@ grep -q -- "--cloud-ca" "${work}/err.txt" || fail "the message does not say how 
 
 # Starts the agent (with the given extra flags) and waits for its port.
 start_edge() {
+  : > "${work}/edge.log"  # exists before the sed below reads it
   "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 "$@" 2> "${work}/edge.log" &
   pid=$!
   for _ in $(seq 1 300); do

@@ -108,15 +108,23 @@ bin=$1
 model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 if [[ -x "${bin}/baton-prefill" && -x "${bin}/baton-edge" && -f "${model}" ]]; then
   work=$(mktemp -d)
+  # port_in LOG PATTERN: polls LOG (up to 30 s) for the port a server logs.
+  port_in() {
+    local port=""
+    for _ in $(seq 1 300); do
+      port=$(sed -n "s/$2/\1/p" "$1" 2> /dev/null | head -1)
+      [[ -n "${port}" ]] && break
+      sleep 0.1
+    done
+    echo "${port}"
+  }
   "${wan}/wan-exec.sh" cloud "${bin}/baton-prefill" --model "${model}" --listen "${BATON_WAN_SUBNET}.1:0" \
     --threads 1 2> "${work}/prefill.log" &
-  sleep 0.5
-  cloud_port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "${work}/prefill.log")
+  cloud_port=$(port_in "${work}/prefill.log" '.*listening on port \([0-9]*\).*')
   [[ -n "${cloud_port}" ]] || fail "baton-prefill in the cloud namespace: $(cat "${work}/prefill.log")"
   "${wan}/wan-exec.sh" edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 \
     --cloud "${BATON_WAN_SUBNET}.1:${cloud_port}" --cloud-plaintext --threads 1 2> "${work}/edge.log" &
-  sleep 0.5
-  edge_port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "${work}/edge.log")
+  edge_port=$(port_in "${work}/edge.log" '.*listening on [^:]*:\([0-9]*\).*')
   [[ -n "${edge_port}" ]] || fail "baton-edge in the edge namespace: $(cat "${work}/edge.log")"
   "${wan}/wan-exec.sh" edge "${bin}/baton" health --edge "127.0.0.1:${edge_port}" --wait 60s > /dev/null ||
     fail "edge agent not READY in its namespace"

@@ -7,6 +7,7 @@
 // 0600 in a 0700 directory. Also QuantizedKvCache::reserve, which sessions
 // grow their KV with between turns.
 #include "edge_decode/session_store.h"
+#include "edge_decode/session_file.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/stubs/logging.h>
@@ -493,6 +494,40 @@ TEST_F(SessionStoreTest, ReopenIndexesHeadersAndLoadsOnCheckout) {
   EXPECT_EQ((*k)->tokens, reference->tokens);
   EXPECT_GT(store.memory_bytes(), 0u);
   store.release(std::move(*k));
+}
+
+// Only "<id>.session.tmp.<pid>.<n>" is an interrupted save: a session whose
+// id merely contains ".session.tmp." is a session, kept across a restart.
+TEST_F(SessionStoreTest, ReopenRemovesOnlyTempFilesNotSessionsNamedLikeThem) {
+  EXPECT_TRUE(is_session_temp_file_name("a.session.tmp.4242.7"));
+  EXPECT_TRUE(is_session_temp_file_name("a.session.tmp.1.session.tmp.4242.7"));
+  for (const char* name : {"a.session", "a.session.tmp.1.session", "a.session.tmp.1", "a.session.tmp.x.7",
+                           "a.session.tmp.1.7x", "a.session.tmp..7", ".session.tmp.1.2"}) {
+    EXPECT_FALSE(is_session_temp_file_name(name)) << name;
+  }
+  const std::vector<std::string> ids = {"notes.session.tmp.1", "x.session.tmp.12.3"};
+  {
+    SessionStore store(options(), fingerprint_, geometry_);
+    ASSERT_TRUE(store.open().ok());
+    for (const std::string& id : ids) {
+      ASSERT_TRUE(store.reserve(id).ok());
+      ASSERT_TRUE(store.commit(make_session(id, "f16", 6)).ok());
+    }
+  }
+  write_bytes(dir_ + "/notes.session.tmp.1.session.tmp.4242.7", "partial");
+  SessionStore store(options(), fingerprint_, geometry_);
+  std::vector<std::string> refused;
+  ASSERT_TRUE(store.open(&refused).ok());
+  EXPECT_TRUE(refused.empty());
+  EXPECT_EQ(dir_names(dir_),
+            (std::vector<std::string>{"notes.session.tmp.1.session", "x.session.tmp.12.3.session"}));
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(store.contains(id)) << id;
+    auto session = store.checkout(id);
+    ASSERT_TRUE(session.ok()) << session.status();
+    EXPECT_EQ((*session)->tokens.size(), 6u);
+    store.release(std::move(*session));
+  }
 }
 
 TEST_F(SessionStoreTest, CorruptFileIsDataLossOnCheckoutAndStaysListed) {
