@@ -23,8 +23,9 @@ readonly PACKAGES=(
   python3 python3-numpy python3-torch bible-kjv-text bible-kjv sentencepiece libopenblas0-pthread
   # fuzzing (libFuzzer)
   clang libclang-rt-14-dev
-  # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc)
-  curl openssl iproute2
+  # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc; packet
+  # loss from nftables where the kernel lacks netem)
+  curl openssl iproute2 nftables
   # deployment lint (YAML, shell)
   python3-yaml shellcheck
   # the split benchmark's plot

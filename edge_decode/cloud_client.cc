@@ -92,6 +92,11 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
   }
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(8 << 20);  // KV blocks stay under 4 MiB; leave slack
+  // A cloud that restarts (or starts after the agent) is reconnected within
+  // seconds: gRPC's default backoff grows to 120 s between attempts, during
+  // which every call fails at once with UNAVAILABLE.
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 4000);
   client->channel_ = grpc::CreateCustomChannel(client->options_.address, credentials, arguments);
   client->stub_ = v1::Prefill::NewStub(client->channel_);
   client->link_.address = client->options_.address;

@@ -363,6 +363,39 @@ TEST(EdgeHandoffTest, ClientLeavingDuringAStalledCloudStreamFreesTheAgent) {
   stalling->server->Shutdown(std::chrono::system_clock::now());
 }
 
+// A cloud that comes up after the agent (or restarts) is picked up: calls
+// before it are UNAVAILABLE at once, calls after it go to the cloud. (The
+// reconnect backoff cap of 4 s matters after minutes of absence, which a
+// test does not wait for: gRPC's own backoff reaches 120 s only then.)
+TEST(EdgeHandoffTest, CloudStartedAfterTheAgentIsPickedUp) {
+  // A free port: bound, then released for the cloud to take later.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string cloud_address = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  close(probe);
+
+  const std::string& model_path = edge_model_path("tiny");
+  std::unique_ptr<Edge> edge = start_edge(model_path, edge_options(cloud_address));
+  ASSERT_NE(edge->stub, nullptr);
+  // Long enough for several failed connection attempts.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  GenerateResult refused = generate(*edge->stub, greedy_request(prompt(20, 11), "r", v1::SPLIT_POLICY_CLOUD));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
+
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path, {}, {}, cloud_address);
+  ASSERT_NE(cloud->server, nullptr);
+  wait_for_cloud(*edge->stub);
+  GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 11), "r", v1::SPLIT_POLICY_CLOUD));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.stats.plan().place(), v1::PREFILL_PLACE_CLOUD);
+}
+
 TEST(EdgeHandoffTest, PolicyLocalNeverContactsTheCloud) {
   const std::string& model_path = edge_model_path("tiny");
   std::unique_ptr<Cloud> cloud = start_cloud(model_path);

@@ -64,7 +64,8 @@ struct Cloud {
 };
 
 inline std::unique_ptr<Cloud> start_cloud(const std::string& model_path, PrefillServiceOptions options = {},
-                                   const PrefillServerOptions& server_options = {}) {
+                                   const PrefillServerOptions& server_options = {},
+                                   const std::string& listen = "127.0.0.1:0") {
   auto cloud = std::make_unique<Cloud>();
   options.threads = 1;
   options.max_running = 1;
@@ -72,7 +73,7 @@ inline std::unique_ptr<Cloud> start_cloud(const std::string& model_path, Prefill
   cloud->service = std::make_unique<PrefillService>(options);
   absl::Status loaded = cloud->service->Load(model_path);
   EXPECT_TRUE(loaded.ok()) << loaded;
-  auto server = PrefillServer::Start("127.0.0.1:0", *cloud->service, server_options);
+  auto server = PrefillServer::Start(listen, *cloud->service, server_options);
   EXPECT_TRUE(server.ok()) << server.status();
   if (server.ok()) cloud->server = std::move(*server);
   return cloud;
