@@ -95,7 +95,18 @@ if (( have_netem )); then
   "${wan}/wan-down.sh" > /dev/null
   "${wan}/wan-up.sh" 4g > /dev/null
 else
-  echo "NOTE: this kernel has no netem qdisc: RTT and loss are NOT checked here (rate shaping only)"
+  echo "NOTE: this kernel has no netem qdisc: RTT is NOT checked here (rate shaping; loss from nftables)"
+  if "${wan}/wan-up.sh" 4g --allow-no-delay --loss 2 > /dev/null 2>&1; then
+    "${wan}/wan-exec.sh" edge nft list table inet baton_wan | grep -q "mod 10000 < 200 counter .* drop" ||
+      fail "--loss 2 did not become an nftables drop rule"
+    "${wan}/wan-set.sh" --loss 0 > /dev/null
+    if "${wan}/wan-exec.sh" edge nft list table inet baton_wan > /dev/null 2>&1; then
+      fail "wan-set.sh --loss 0 left the drop rule"
+    fi
+    "${wan}/wan-down.sh" > /dev/null
+  else
+    echo "NOTE: no nftables either: loss is not checked"
+  fi
   "${wan}/wan-up.sh" 4g --allow-no-delay > /dev/null
 fi
 rate=$(rate_bits)
