@@ -21,4 +21,29 @@ command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATON_CUDA=OFF \
   -DBATON_SANITIZE="${sanitize}" "${launcher[@]}"
 cmake --build "${dir}" -j"$(nproc)"
-ctest --test-dir "${dir}" --output-on-failure -j"$(nproc)" --timeout 1200
+# Each GoogleTest binary runs whole in one process (ctest would start one
+# process per test, which under TSan spends most of its time re-creating the
+# synthetic models), the two side by side; then the e2e scripts through ctest
+# with the sanitized binaries. Same tests as tests/run-all.sh.
+export BATON_SOURCE_DIR=$PWD
+status=0
+pids=()
+for binary in baton_unit_tests baton_integration_tests; do
+  [[ -x "${dir}/bin/${binary}" ]] || continue
+  "${dir}/bin/${binary}" --gtest_brief=1 > "${dir}/${binary}.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "${pid}" || status=1; done
+for binary in baton_unit_tests baton_integration_tests; do
+  [[ -f "${dir}/${binary}.log" ]] || continue
+  echo "== ${binary} (${mode}): $(grep -E '^\[  (PASSED|FAILED)  \]' "${dir}/${binary}.log" | head -2 | tr '\n' ' ')"
+  if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error:|\[  FAILED  \]' \
+      "${dir}/${binary}.log"; then
+    status=1
+    grep -E -A30 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error:|\[  FAILED  \]' \
+      "${dir}/${binary}.log" | head -120
+  fi
+done
+ctest --test-dir "${dir}" --output-on-failure -j"$(nproc)" --timeout 1200 -L e2e || status=1
+echo "run-sanitized.sh ${mode}: $([[ ${status} -eq 0 ]] && echo clean || echo FAILED) (logs: ${dir}/*.log)"
+exit "${status}"
