@@ -60,6 +60,10 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
       .counter("baton_edge_prefills_total", "Prompts prefilled, by where: local, cloud or reused (nothing to do).",
                {{"place", place_label(stats.plan().place())}})
       .inc();
+  if (!stats.save_error().empty()) {
+    registry.counter("baton_edge_session_save_failures_total", "Completed turns whose session could not be saved.")
+        .inc();
+  }
   if (!stats.fallback_reason().empty()) {
     registry
         .counter("baton_edge_fallbacks_total",

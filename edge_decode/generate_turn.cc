@@ -490,7 +490,10 @@ absl::Status GenerateTurn::run() {
   session->last_used_unix_ms = unix_ms_now();
   session->sampler = sampler.state();
   const uint32_t context_tokens = static_cast<uint32_t>(session->tokens.size());
-  session.commit();
+  if (absl::Status saved = session.commit(); !saved.ok()) {
+    stats.set_save_error(absl::StrCat("the turn is held in memory only (a restart would lose it): ",
+                                      absl::StatusCodeToString(saved.code()), ": ", saved.message()));
+  }
 
   const double ttft_ms = ms_between(io_.arrival, first_token_time);
   stats.set_ttft_ms(ttft_ms);

@@ -260,6 +260,7 @@ Json baton_json(const v1::Stats& stats) {
            {"kv_wire_bytes", stats.kv_wire_bytes()}};
   if (!stats.fallback_reason().empty()) out["fallback_reason"] = stats.fallback_reason();
   if (!stats.session_id().empty()) out["session"] = stats.session_id();
+  if (!stats.save_error().empty()) out["save_error"] = stats.save_error();
   return out;
 }
 

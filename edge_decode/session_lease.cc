@@ -23,16 +23,17 @@ SessionLease::~SessionLease() {
   store_->release(std::move(session_));
 }
 
-void SessionLease::commit() {
+absl::Status SessionLease::commit() {
   if (one_shot_) {
     session_.reset();
-    return;
+    return absl::OkStatus();
   }
   const std::string id = session_->id;
   absl::Status saved = store_->commit(std::move(session_));
   if (!saved.ok()) {
     BATON_WARN("session %s: turn kept in memory but not saved: %s", id.c_str(), saved.ToString().c_str());
   }
+  return saved;
 }
 
 }  // namespace baton

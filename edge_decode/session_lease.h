@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/status/status.h"
+
 #include "edge_decode/session.h"
 #include "edge_decode/session_store.h"
 
@@ -31,9 +33,9 @@ class SessionLease {
   size_t tokens_before() const { return tokens_before_; }
 
   // Saves the turn (a one-shot session is just dropped). A failed save keeps
-  // the session in memory (SessionStore::commit) and is logged: the turn
-  // itself succeeded.
-  void commit();
+  // the session in memory (SessionStore::commit), is logged and returned:
+  // the turn itself succeeded, the caller tells the client (Stats.save_error).
+  absl::Status commit();
 
  private:
   SessionStore* store_;

@@ -81,6 +81,7 @@ void print_stats_table(const std::string& address, const v1::Stats& stats) {
   r.add_text("place", "prefill place", std::string(place_name(stats.plan().place())));
   if (!stats.plan().reason().empty()) r.add_text("reason", "plan reason", stats.plan().reason());
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
+  if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
   r.add("ttft_ms", "time to first token", stats.ttft_ms(), "ms", 1);
   r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
   r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
