@@ -81,13 +81,24 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
           absl::StrCat("--cloud-token-file '", client->options_.token_path, "' is empty"));
     }
   }
+  const CloudClientOptions& o = client->options_;
+  if (o.cert_path.empty() != o.key_path.empty()) {
+    return absl::InvalidArgumentError("--cloud-cert and --cloud-key go together (mutual TLS needs both)");
+  }
+  if (!o.cert_path.empty() && o.ca_path.empty()) {
+    return absl::InvalidArgumentError("--cloud-cert needs --cloud-ca: a client certificate is sent over TLS only");
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (client->options_.ca_path.empty()) {
+  if (o.ca_path.empty()) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
-    BATON_ASSIGN_OR_RETURN(std::string roots, read_file(client->options_.ca_path, "--cloud-ca"));
+    BATON_ASSIGN_OR_RETURN(std::string roots, read_file(o.ca_path, "--cloud-ca"));
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = roots;
+    if (!o.cert_path.empty()) {
+      BATON_ASSIGN_OR_RETURN(ssl.pem_cert_chain, read_file(o.cert_path, "--cloud-cert"));
+      BATON_ASSIGN_OR_RETURN(ssl.pem_private_key, read_file(o.key_path, "--cloud-key"));
+    }
     credentials = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments arguments;

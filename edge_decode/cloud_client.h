@@ -39,6 +39,9 @@ struct CloudClientOptions {
   std::string address;                              // host:port of baton-prefill
   std::string token_path;                           // bearer token file; empty: no token
   std::string ca_path;                              // PEM roots; set: TLS
+  // Client certificate chain and key (PEM) for mutual TLS; both or neither, with ca_path.
+  std::string cert_path;
+  std::string key_path;
   std::chrono::milliseconds prefill_timeout{60'000};  // deadline of one Prefill / GetPrefix call
   std::chrono::milliseconds health_timeout{2'000};    // deadline of one Health call
   std::chrono::milliseconds health_interval{2'000};   // between background Health polls

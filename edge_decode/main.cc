@@ -38,6 +38,8 @@ struct EdgeConfig {
   std::string cloud_address;            // host:port of baton-prefill; empty: local only
   std::string cloud_token_path;         // file holding the bearer token for the cloud
   std::string cloud_ca_path;            // PEM roots; set: TLS to the cloud
+  std::string cloud_cert_path;          // client certificate (mutual TLS)
+  std::string cloud_key_path;           // its private key
   bool cloud_plaintext = false;         // allow plaintext to a cloud outside loopback
   std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
   std::chrono::milliseconds cloud_stall_timeout{30'000};  // a cloud stream silent this long is ended
@@ -63,6 +65,9 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "file holding the bearer token sent to the cloud", "FILE");
   flags.add_string("cloud-ca", &config.cloud_ca_path,
                    "CA roots (PEM) for TLS to the cloud; empty: plaintext", "FILE");
+  flags.add_string("cloud-cert", &config.cloud_cert_path,
+                   "client certificate chain (PEM) for a cloud that requires mutual TLS; with --cloud-key", "FILE");
+  flags.add_string("cloud-key", &config.cloud_key_path, "private key (PEM) of --cloud-cert", "FILE");
   flags.add_bool("cloud-plaintext", &config.cloud_plaintext,
                  "allow a plaintext connection to a cloud that is not on this machine");
   flags.add_duration("cloud-timeout", &config.cloud_timeout,
@@ -157,6 +162,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
     cloud.address = config.cloud_address;
     cloud.token_path = config.cloud_token_path;
     cloud.ca_path = config.cloud_ca_path;
+    cloud.cert_path = config.cloud_cert_path;
+    cloud.key_path = config.cloud_key_path;
     cloud.prefill_timeout = config.cloud_timeout;
     cloud.stall_timeout = config.cloud_stall_timeout;
     options.cloud = cloud;

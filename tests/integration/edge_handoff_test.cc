@@ -507,5 +507,58 @@ TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
   std::filesystem::remove_all(dir);
 }
 
+// Mutual TLS between edge and cloud: the cloud requires client
+// certificates signed by its client CA; an agent with --cloud-cert/--cloud-key
+// signed by it streams, one without a certificate or with a stranger's is
+// refused (UNAVAILABLE under policy cloud) and its session is unchanged.
+TEST(EdgeHandoffTest, MutualTlsAdmitsOnlyAnAgentWithATrustedCertificate) {
+  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  const std::string dir = testing::make_temp_dir("edge-mtls");
+  auto make_cert = [&dir](const std::string& name, const std::string& subject) {
+    const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj " + subject +
+                                " -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + dir + "/" + name +
+                                ".key -out " + dir + "/" + name + ".pem > /dev/null 2>&1";
+    return std::system(command.c_str());
+  };
+  ASSERT_EQ(make_cert("server", "/CN=localhost"), 0);
+  ASSERT_EQ(make_cert("edge", "/CN=edge-1"), 0);
+  ASSERT_EQ(make_cert("stranger", "/CN=stranger"), 0);
+  const std::string& model_path = edge_model_path("tiny");
+  PrefillServerOptions server_options;
+  server_options.tls.cert_path = dir + "/server.pem";
+  server_options.tls.key_path = dir + "/server.key";
+  server_options.tls.client_ca_path = dir + "/edge.pem";  // self-signed: its own CA
+  std::unique_ptr<Cloud> cloud = start_cloud(model_path, {}, server_options);
+  ASSERT_NE(cloud->server, nullptr);
+
+  EdgeServiceOptions trusted = edge_options(cloud->address());
+  trusted.cloud->ca_path = dir + "/server.pem";
+  trusted.cloud->cert_path = dir + "/edge.pem";
+  trusted.cloud->key_path = dir + "/edge.key";
+  std::unique_ptr<Edge> edge = start_edge(model_path, trusted);
+  GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.stats.plan().place(), v1::PREFILL_PLACE_CLOUD);
+  edge->stop();
+
+  for (const char* who : {"", "stranger"}) {
+    SCOPED_TRACE(*who ? who : "no certificate");
+    EdgeServiceOptions options = edge_options(cloud->address());
+    options.cloud->ca_path = dir + "/server.pem";
+    if (*who) {
+      options.cloud->cert_path = dir + "/" + who + ".pem";
+      options.cloud->key_path = dir + "/" + who + ".key";
+    }
+    std::unique_ptr<Edge> other = start_edge(model_path, options);
+    ASSERT_TRUE(generate(*other->stub, greedy_request(prompt(10, 2), "s", v1::SPLIT_POLICY_LOCAL)).status.ok());
+    const int64_t before = session_tokens(*other->stub, "s");
+    GenerateResult refused = generate(*other->stub, greedy_request(prompt(20, 1), "s", v1::SPLIT_POLICY_CLOUD));
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
+    EXPECT_EQ(session_tokens(*other->stub, "s"), before);
+    other->stop();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace baton::edge_test
