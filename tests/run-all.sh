@@ -7,3 +7,15 @@ bash deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=ON
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+# Then the unit and integration tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer (the cheaper sanitizer; TSan and the e2e
+# scripts under sanitizers: tests/run-sanitized.sh). It roughly doubles the
+# run, so it is skipped, saying so, when the suite above already took more
+# than 12 minutes (CI has 30) or with BATON_SKIP_ASAN=1.
+if [[ "${BATON_SKIP_ASAN:-0}" == 1 ]]; then
+  echo "run-all.sh: ASan/UBSan pass skipped (BATON_SKIP_ASAN=1)"
+elif (( SECONDS > 720 )); then
+  echo "run-all.sh: ASan/UBSan pass skipped: the suite took ${SECONDS} s (> 720 s), CI time would not allow it"
+else
+  bash tests/run-sanitized.sh asan --gtest-only
+fi

@@ -2,11 +2,17 @@
 # Builds the whole test suite under a sanitizer and runs it.
 #   tests/run-sanitized.sh asan   # AddressSanitizer + UndefinedBehaviorSanitizer -> build-asan/
 #   tests/run-sanitized.sh tsan   # ThreadSanitizer -> build-tsan/
+#   tests/run-sanitized.sh asan --gtest-only
+#                                 # only the GoogleTest binaries (unit and
+#                                 # integration), not the e2e scripts: what
+#                                 # tests/run-all.sh (CI) runs after the suite
 # No -Werror here: GCC's -Wmaybe-uninitialized is noisy under sanitizer
 # instrumentation; the regular build keeps warnings as errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+gtest_only=0
+[[ "${2:-}" == --gtest-only ]] && gtest_only=1
 case "${mode}" in
   asan) sanitize="address,undefined"; dir=build-asan
         export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
@@ -14,13 +20,17 @@ case "${mode}" in
   tsan) sanitize="thread"; dir=build-tsan
         # Suppressions cover only the uninstrumented Debian gRPC/Abseil libraries.
         export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp} ;;
-  *) echo "usage: $0 asan|tsan" >&2; exit 2 ;;
+  *) echo "usage: $0 asan|tsan [--gtest-only]" >&2; exit 2 ;;
 esac
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATON_CUDA=OFF \
   -DBATON_SANITIZE="${sanitize}" "${launcher[@]}"
-cmake --build "${dir}" -j"$(nproc)"
+if (( gtest_only )); then
+  cmake --build "${dir}" -j"$(nproc)" --target baton_unit_tests baton_integration_tests baton_bundled_models
+else
+  cmake --build "${dir}" -j"$(nproc)"
+fi
 # Each GoogleTest binary runs whole in one process (ctest would start one
 # process per test, which under TSan spends most of its time re-creating the
 # synthetic models), the two side by side; then the e2e scripts through ctest
@@ -44,6 +54,8 @@ for binary in baton_unit_tests baton_integration_tests; do
       "${dir}/${binary}.log" | head -120
   fi
 done
-ctest --test-dir "${dir}" --output-on-failure -j"$(nproc)" --timeout 1200 -L e2e || status=1
+if (( ! gtest_only )); then
+  ctest --test-dir "${dir}" --output-on-failure -j"$(nproc)" --timeout 1200 -L e2e || status=1
+fi
 echo "run-sanitized.sh ${mode}: $([[ ${status} -eq 0 ]] && echo clean || echo FAILED) (logs: ${dir}/*.log)"
 exit "${status}"
