@@ -10,19 +10,14 @@ set -euo pipefail
 bin=$1
 src=$2
 baton="${bin}/baton"
-python=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "${work}"' EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "${baton}" model synth --shape tiny --type f16 --seed 11 -o "${work}/tiny-f16.gguf" > /dev/null
 "${baton}" model quantize "${work}/tiny-f16.gguf" "${work}/tiny-q4.gguf" --type q4_0 > /dev/null
 profiles="${src}/deploy/wan/profiles"
 
-common=(bench split --model "${work}/tiny-q4.gguf" --cloud-model "${work}/tiny-f16.gguf" --prompt-lens 64,128
+common=(bench split --model "${work}/tiny-q4.gguf" --cloud-model "${work}/tiny-f16.gguf" --prompt-lens "64,128"
         --decode-tokens 4 --profiles-file "${profiles}")
 "${baton}" "${common[@]}" --json > "${work}/split.json" 2> "${work}/split.err" \
   || fail "bench split --json failed: $(tail -5 "${work}/split.err")"

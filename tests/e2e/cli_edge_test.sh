@@ -15,42 +15,10 @@ set -euo pipefail
 bin=$1
 src=$2
 model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-python=/usr/bin/python3
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "${pid}" 2> /dev/null || true; done
-  for pid in "${pids[@]}"; do wait "${pid}" 2> /dev/null || true; done
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for log in "${work}"/*.log; do [[ -f "${log}" ]] && { echo "--- ${log##*/}" >&2; tail -20 "${log}" >&2; }; done
-  exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
 baton="${bin}/baton"
-
-# Reads a field of a JSON document: json_get FILE EXPR (EXPR in Python over `d`).
-json_get() { "${python}" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
-
-# Starts a server in the background and waits for the port in its log.
-# start_server NAME PATTERN COMMAND...; sets server_port.
-start_server() {
-  local name=$1 pattern=$2
-  shift 2
-  : > "${work}/${name}.log"  # exists before the sed below reads it
-  "$@" 2> "${work}/${name}.log" &
-  pids+=($!)
-  for _ in $(seq 1 100); do
-    server_port=$(sed -n "s/${pattern}/\1/p" "${work}/${name}.log" | head -1)
-    [[ -n "${server_port}" ]] && return 0
-    kill -0 "${pids[-1]}" 2> /dev/null || fail "${name} exited: $(cat "${work}/${name}.log")"
-    sleep 0.1
-  done
-  fail "${name} did not report its port"
-}
 
 # Plan: KV bytes per token agree with `baton model info`; on a budget that
 # leaves 519 KiB for KV, the max context of each codec is budget / bytes
@@ -77,7 +45,7 @@ grep -q "max context" "${work}/plan.txt" || fail "plan table: $(cat "${work}/pla
 start_server prefill '.*listening on port \([0-9]*\).*' \
   "${bin}/baton-prefill" --model "${model}" --listen 127.0.0.1:0 --threads 2
 cloud="127.0.0.1:${server_port}"
-prefill_pid=${pids[-1]}
+prefill_pid=${server_pid}
 mkdir -p "${work}/sessions" "${work}/packs"
 # A prefix pack computed here, placed where the agent indexes packs at start.
 genesis="In the beginning God created the heaven and the earth."
@@ -88,7 +56,7 @@ start_edge() {
     "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud}" --threads 2 \
     --sessions "${work}/sessions" --packs "${work}/packs"
   edge="127.0.0.1:${server_port}"
-  edge_pid=${pids[-1]}
+  edge_pid=${server_pid}
 }
 start_edge
 
@@ -206,8 +174,7 @@ reused=$(json_get "${work}/pack-gen.json" 'd["stats"]["plan"]["reused_tokens"]')
 "${baton}" sessions ls --edge "${edge}" --json > "${work}/keep-before.json"
 kept=$(json_get "${work}/keep-before.json" '[s["token_count"] for s in d["sessions"] if s["session_id"] == "keep"][0]')
 (( kept >= $(json_get "${work}/keep1.json" 'd["stats"]["context_tokens"]') - 1 )) || fail "session keep holds ${kept} tokens"
-kill "${edge_pid}"
-wait "${edge_pid}" 2> /dev/null || true
+stop_server "${edge_pid}"
 start_edge
 "${baton}" health --edge "${edge}" --wait 60s > /dev/null || fail "restarted edge not READY"
 "${baton}" sessions ls --edge "${edge}" --json > "${work}/keep-after.json"
@@ -247,8 +214,7 @@ expect_error 1 "NOT_FOUND\|not found\|unknown" \
 
 # The cloud gone: --policy auto still answers (falls back, or plans local);
 # --policy cloud fails with one line.
-kill "${prefill_pid}"
-wait "${prefill_pid}" 2> /dev/null || true
+stop_server "${prefill_pid}"
 "${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 8 --json \
   > "${work}/nocloud.json" 2> "${work}/nocloud.err" || fail "generate (auto) without the cloud: $(cat "${work}/nocloud.err")"
 [[ $(json_get "${work}/nocloud.json" 'd["stats"]["plan"]["place"]') == PREFILL_PLACE_LOCAL ]] ||

@@ -4,9 +4,8 @@
 # usage: cli_tools_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d)
-trap 'rm -rf "${work}"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for prog in baton baton-prefill baton-edge; do
   "${bin}/${prog}" --help > "${work}/help.txt" || fail "${prog} --help exited non-zero"

@@ -6,11 +6,8 @@
 set -euo pipefail
 bin=$1
 model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-work=$(mktemp -d)
-pid=""
-cleanup() { [[ -n "${pid}" ]] && kill "${pid}" 2> /dev/null; wait 2> /dev/null || true; rm -rf "${work}"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [[ -f "${work}/edge.log" ]] && tail -20 "${work}/edge.log" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ -f "${model}" ]] || fail "bundled model ${model} not built"
 
 # Plaintext to a remote cloud: refused with one line, exit 2.
@@ -21,27 +18,20 @@ set -e
 grep -q "plaintext" "${work}/err.txt" || fail "plaintext remote cloud message: $(cat "${work}/err.txt")"
 grep -q -- "--cloud-ca" "${work}/err.txt" || fail "the message does not say how to fix it: $(cat "${work}/err.txt")"
 
-# Starts the agent (with the given extra flags) and waits for its port.
+# Starts the agent (with the given extra flags) and waits for its port:
+# sets server_port and server_pid.
 start_edge() {
-  : > "${work}/edge.log"  # exists before the sed below reads it
-  "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 "$@" 2> "${work}/edge.log" &
-  pid=$!
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "${work}/edge.log" | head -1)
-    [[ -n "${port}" ]] && return 0
-    kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited: $(cat "${work}/edge.log")"
-    sleep 0.1
-  done
-  fail "baton-edge did not report its port"
+  start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
+    "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 "$@"
 }
 
 # --cloud-plaintext accepts it (the agent serves; the cloud is simply unreachable).
 start_edge --cloud 10.255.255.1:50051 --cloud-plaintext
-kill "${pid}"; wait "${pid}" 2> /dev/null || true; pid=""
+stop_server "${server_pid}"
 
 # Session files: owner only.
 start_edge --sessions "${work}/sessions"
-"${bin}/baton" generate --edge "127.0.0.1:${port}" -p "In the beginning" --session private-1 --max-tokens 4 \
+"${bin}/baton" generate --edge "127.0.0.1:${server_port}" -p "In the beginning" --session private-1 --max-tokens 4 \
   --policy local > /dev/null 2> "${work}/gen.err" || fail "generate: $(cat "${work}/gen.err")"
 [[ "$(stat -c %a "${work}/sessions")" == "700" ]] || fail "sessions dir mode $(stat -c %a "${work}/sessions")"
 file="${work}/sessions/private-1.session"

@@ -7,38 +7,29 @@
 # usage: http_api_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d)
-pid=""
-cleanup() { [[ -n "${pid}" ]] && kill -9 "${pid}" 2> /dev/null; rm -rf "${work}"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [[ -f "${work}/log.txt" ]] && cat "${work}/log.txt" >&2; exit 1; }
-py=/usr/bin/python3
-# json_get FILE EXPR: prints EXPR evaluated on the JSON in FILE (as `d`).
-json_get() { "${py}" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cleanup_signal=KILL
 
 "${bin}/baton" model synth --shape tiny --type f16 -o "${work}/tiny-f16.gguf" > /dev/null
 "${bin}/baton" model quantize "${work}/tiny-f16.gguf" "${work}/tiny.gguf" --type q4_0 > /dev/null
 
-"${bin}/baton-edge" --model "${work}/tiny.gguf" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads 1 \
-  --memory-budget 1GiB 2> "${work}/log.txt" &
-pid=$!
-for _ in $(seq 1 100); do
-  grep -q "listening on" "${work}/log.txt" && break
-  kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited at start"
-  sleep 0.1
-done
-if grep -q "not served by this build" "${work}/log.txt"; then
+start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
+  "${bin}/baton-edge" --model "${work}/tiny.gguf" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads 1 \
+  --memory-budget 1GiB
+pid=${server_pid}
+grpc_port=${server_port}
+if grep -q "not served by this build" "${work}/baton-edge.log"; then
   echo "SKIP: this baton-edge does not serve --http yet"
   exit 0
 fi
 # The front end's own log line: "OpenAI-compatible HTTP API on HOST:PORT for model ...".
 for _ in $(seq 1 100); do
-  grep -q "OpenAI-compatible HTTP API on .*:[1-9]" "${work}/log.txt" && break
+  grep -q "OpenAI-compatible HTTP API on .*:[1-9]" "${work}/baton-edge.log" && break
   kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited before serving HTTP"
   sleep 0.1
 done
-http_port=$(sed -n 's/.*OpenAI-compatible HTTP API on [^ ]*:\([0-9]*\) .*/\1/p' "${work}/log.txt" | head -1)
-grpc_port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "${work}/log.txt" | head -1)
+http_port=$(sed -n 's/.*OpenAI-compatible HTTP API on [^ ]*:\([0-9]*\) .*/\1/p' "${work}/baton-edge.log" | head -1)
 [[ -n "${http_port}" && -n "${grpc_port}" ]] || fail "no HTTP or gRPC port in the log"
 base="http://127.0.0.1:${http_port}"
 
@@ -74,13 +65,13 @@ http_text=$(json_get "${work}/answer.json" "repr(d['choices'][0]['text'])")
   || fail "usage.completion_tokens differs from the gRPC stats"
 
 # The same request streamed: SSE events read by curl -N, ending with [DONE].
-"${py}" -c "import json,sys; d=json.load(open(sys.argv[1])); d['stream']=True; print(json.dumps(d))" \
+"${python}" -c "import json,sys; d=json.load(open(sys.argv[1])); d['stream']=True; print(json.dumps(d))" \
   "${work}/completion.json" > "${work}/stream.json"
 curl -sN "${base}/v1/completions" -H 'Content-Type: application/json' --data-binary @"${work}/stream.json" \
   > "${work}/stream.txt" || fail "streamed POST /v1/completions"
 [[ $(grep -c '^data: ' "${work}/stream.txt") -ge 2 ]] || fail "no SSE events: $(cat "${work}/stream.txt")"
 [[ $(grep '^data: ' "${work}/stream.txt" | tail -1) == "data: [DONE]" ]] || fail "stream does not end with [DONE]"
-stream_text=$("${py}" - "${work}/stream.txt" << 'EOF'
+stream_text=$("${python}" - "${work}/stream.txt" << 'EOF'
 import json, sys
 text = ""
 for line in open(sys.argv[1]):
@@ -111,7 +102,7 @@ printf '{"prompt": ' > "${work}/bad.json"
 expect_error 400 invalid_request_error /v1/completions "${work}/bad.json"
 printf '{"model": "gpt-4", "prompt": "hi"}' > "${work}/model.json"
 expect_error 404 not_found_error /v1/completions "${work}/model.json"
-"${py}" -c "print('{\"prompt\": \"' + 'x' * (9 << 20) + '\"}')" > "${work}/big.json"
+"${python}" -c "print('{\"prompt\": \"' + 'x' * (9 << 20) + '\"}')" > "${work}/big.json"
 expect_error 413 invalid_request_error /v1/completions "${work}/big.json"
 
 # Metrics: the calls above, in Prometheus text.
@@ -120,10 +111,6 @@ grep -q '^baton_edge_generate_total{outcome="ok"} [1-9]' "${work}/metrics.txt" |
 grep -q '^# TYPE baton_edge_ttft_seconds histogram' "${work}/metrics.txt" || fail "no TTFT histogram"
 grep -q '^baton_edge_ready 1' "${work}/metrics.txt" || fail "baton_edge_ready is not 1"
 
-kill -TERM "${pid}"
-set +e
-wait "${pid}"; rc=$?
-set -e
-pid=""
-[[ ${rc} -eq 0 ]] || fail "exit code ${rc} after SIGTERM"
+stop_server "${pid}"
+[[ ${stop_status} -eq 0 ]] || fail "exit code ${stop_status} after SIGTERM"
 echo "http api test: ok"

@@ -20,41 +20,11 @@
 set -euo pipefail
 bin=$1
 model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-python=/usr/bin/python3
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "${pid}" 2> /dev/null || true; done
-  for pid in "${pids[@]}"; do wait "${pid}" 2> /dev/null || true; done
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for log in "${work}"/*.log; do [[ -f "${log}" ]] && { echo "--- ${log##*/}" >&2; tail -20 "${log}" >&2; }; done
-  exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
 baton="${bin}/baton"
 started_at=${SECONDS}
-
-# Starts a server in the background and waits for the port in its log.
-# start_server NAME PATTERN COMMAND...; sets server_port and server_pid.
-start_server() {
-  local name=$1 pattern=$2
-  shift 2
-  : > "${work}/${name}.log"  # exists before the background job opens it (sed below reads it at once)
-  "$@" 2> "${work}/${name}.log" &
-  server_pid=$!
-  pids+=("${server_pid}")
-  for _ in $(seq 1 100); do
-    server_port=$(sed -n "s/${pattern}/\1/p" "${work}/${name}.log" | head -1)
-    [[ -n "${server_port}" ]] && return 0
-    kill -0 "${server_pid}" 2> /dev/null || fail "${name} exited: $(cat "${work}/${name}.log")"
-    sleep 0.1
-  done
-  fail "${name} did not report its port"
-}
 
 # The memory budget: the plan's weights and scratch, the 64 MiB headroom
 # (kMinHeadroomBytes: larger than 5% of a budget this small) and KV for 320
@@ -136,8 +106,7 @@ assert d["cloud_memory"] and d["cloud_memory"]["vm_hwm_bytes"] > 0, d["cloud_mem
 EOF
 
 # The agent restarted: every complete session is still there with the same tokens.
-kill "${edge_pid}"
-wait "${edge_pid}" 2> /dev/null || true
+stop_server "${edge_pid}"
 start_edge edge-restarted
 "${baton}" sessions ls --edge "${edge}" --json > "${work}/after.json" || fail "sessions ls after the restart"
 "${python}" - "${work}/load.json" "${work}/after.json" <<'EOF' || fail "sessions after the restart: $(cat "${work}/after.json")"

@@ -4,11 +4,9 @@
 # usage: prefill_process_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d)
-pid=""
-cleanup() { [[ -n "${pid}" ]] && kill -9 "${pid}" 2> /dev/null; rm -rf "${work}"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [[ -f "${work}/log.txt" ]] && cat "${work}/log.txt" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cleanup_signal=KILL
 
 "${bin}/baton" model synth --shape tiny --type f16 -o "${work}/tiny.gguf" > /dev/null
 
@@ -28,22 +26,20 @@ set -e
 
 # Serve, then SIGTERM: DRAINING, then a clean exit.
 printf '%s alpha\n' "e2e-token-0123456789abcdef" > "${work}/tokens.txt"
+: > "${work}/prefill.log"  # exists before the grep below reads it
 "${bin}/baton-prefill" --model "${work}/tiny.gguf" --listen 127.0.0.1:0 --threads 1 \
-  --auth-tokens "${work}/tokens.txt" 2> "${work}/log.txt" &
+  --auth-tokens "${work}/tokens.txt" 2> "${work}/prefill.log" &
 pid=$!
+pids+=("${pid}")
 for _ in $(seq 1 300); do
-  grep -q "READY" "${work}/log.txt" && break
+  grep -q "READY" "${work}/prefill.log" && break
   kill -0 "${pid}" 2> /dev/null || fail "baton-prefill exited before READY"
   sleep 0.1
 done
-grep -q "READY" "${work}/log.txt" || fail "baton-prefill not READY after 30 s"
-grep -q "listening on port [1-9]" "${work}/log.txt" || fail "no bound port in the log"
-kill -TERM "${pid}"
-set +e
-wait "${pid}"; rc=$?
-set -e
-pid=""
-[[ ${rc} -eq 0 ]] || fail "exit code ${rc} after SIGTERM"
-grep -q "DRAINING" "${work}/log.txt" || fail "no DRAINING in the log"
-grep -q "drained, exiting" "${work}/log.txt" || fail "did not drain cleanly"
+grep -q "READY" "${work}/prefill.log" || fail "baton-prefill not READY after 30 s"
+grep -q "listening on port [1-9]" "${work}/prefill.log" || fail "no bound port in the log"
+stop_server "${pid}"
+[[ ${stop_status} -eq 0 ]] || fail "exit code ${stop_status} after SIGTERM"
+grep -q "DRAINING" "${work}/prefill.log" || fail "no DRAINING in the log"
+grep -q "drained, exiting" "${work}/prefill.log" || fail "did not drain cleanly"
 echo "prefill process test: ok"

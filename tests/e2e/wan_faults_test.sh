@@ -28,26 +28,13 @@ src=$2
 wan="${src}/deploy/wan"
 model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 baton="${bin}/baton"
-python=/usr/bin/python3
-[[ -x "${python}" ]] || python=$(command -v python3)
 export BATON_WAN_PREFIX="bwf$$"
 export BATON_WAN_SUBNET=10.81.0
 cloud_ip="${BATON_WAN_SUBNET}.1"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "${pid}" 2> /dev/null || true; done
-  for pid in "${pids[@]}"; do wait "${pid}" 2> /dev/null || true; done
-  "${wan}/wan-down.sh" > /dev/null 2>&1 || true
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for log in "${work}"/*.log; do [[ -f "${log}" ]] && { echo "--- ${log##*/}" >&2; tail -20 "${log}" >&2; }; done
-  exit 1
-}
-json_get() { "${python}" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cleanup_signal=KILL
+cleanup_hook() { "${wan}/wan-down.sh" > /dev/null 2>&1 || true; }
 [[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
 
 set +e
@@ -62,40 +49,26 @@ if [[ ${rc} -eq 77 ]]; then echo "SKIP: wan faults test: ${up}"; exit 0; fi
 [[ ${rc} -eq 0 ]] || fail "wan-up.sh: ${up}"
 in_ns() { "${wan}/wan-exec.sh" "$@"; }
 
+# The servers start through wan-exec.sh itself, not the in_ns function: wan-exec.sh
+# and `ip netns exec` exec the program, so the pid recorded is the server's own
+# (a function in the background would leave a subshell's pid, and kill -9 of it
+# would orphan the server).
 # start_cloud: baton-prefill in the cloud namespace; sets cloud_port, cloud_pid.
 start_cloud() {
-  : > "${work}/prefill.log"
-  in_ns cloud "${bin}/baton-prefill" --model "${model}" --listen "${cloud_ip}:0" --threads 1 \
-    2>> "${work}/prefill.log" &
-  cloud_pid=$!
-  pids+=("${cloud_pid}")
-  cloud_port=""
-  for _ in $(seq 1 200); do
-    cloud_port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "${work}/prefill.log" | head -1)
-    [[ -n "${cloud_port}" ]] && return 0
-    kill -0 "${cloud_pid}" 2> /dev/null || fail "baton-prefill exited"
-    sleep 0.05
-  done
-  fail "baton-prefill did not report its port"
+  start_server baton-prefill '.*listening on port \([0-9]*\).*' \
+    "${wan}/wan-exec.sh" cloud "${bin}/baton-prefill" --model "${model}" --listen "${cloud_ip}:0" --threads 1
+  cloud_port=${server_port}
+  cloud_pid=${server_pid}
 }
 start_cloud
 # The edge assumes local prefill at 100 tok/s (the tiny model is far faster
 # here): then auto prefers a cloud on this link, and abandoning a collapsed
-# stream is measured against a local estimate of several seconds.
-# exists before the sed below reads it
-: > "${work}/edge.log"
-in_ns edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud_ip}:${cloud_port}" \
-  --cloud-plaintext --threads 1 --codec f16 --cloud-timeout 8s --cloud-stall-timeout 4s --local-prefill-tps 100 \
-  2> "${work}/edge.log" &
-pids+=($!)
-edge_port=""
-for _ in $(seq 1 200); do
-  edge_port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "${work}/edge.log" | head -1)
-  [[ -n "${edge_port}" ]] && break
-  sleep 0.05
-done
-[[ -n "${edge_port}" ]] || fail "baton-edge did not report its port"
-edge="127.0.0.1:${edge_port}"
+# stream is measured against a local estimate of about 6 s.
+start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
+  "${wan}/wan-exec.sh" edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 \
+  --cloud "${cloud_ip}:${cloud_port}" --cloud-plaintext --threads 1 --codec f16 --cloud-timeout 8s \
+  --cloud-stall-timeout 6s --local-prefill-tps 100
+edge="127.0.0.1:${server_port}"
 in_ns edge "${baton}" health --edge "${edge}" --wait 60s > /dev/null || fail "edge agent not READY"
 wait_cloud_ready() {
   for _ in $(seq 1 100); do
@@ -157,7 +130,8 @@ fi
 
 # --- 2./3. bandwidth collapse mid-stream ------------------------------------------
 # The base rate makes the stream take about 4 s; the collapse leaves the rest
-# at least a minute.
+# about a minute (blocks still arrive every few seconds: the pace, not the
+# stall timeout, is what gives up under auto).
 base_kbit=$(( wire * 8 / 4 / 1000 ))
 (( base_kbit >= 16 )) || base_kbit=16
 collapse_kbit=$(( wire * 8 * 3 / 4 / 60 / 1000 ))
@@ -181,6 +155,7 @@ restore_link() { "${wan}/wan-set.sh" --rate 100mbit > /dev/null; }
 
 for policy in cloud auto; do
   session="collapse-${policy}"
+  wait_cloud_ready  # Health polls may have failed while the link was down
   gen "${session}-1" --session "${session}" --policy local -p "In the beginning" ||
     fail "collapse: first local turn: $(cat "${work}/${session}-1.err")"
   before=$(session_tokens "${session}")
@@ -193,7 +168,8 @@ for policy in cloud auto; do
   wait "${call}"; rc=$?
   set -e
   restore_link
-  [[ -f "${work}/${session}.collapsed" ]] || fail "${policy}: the stream never reached a quarter of the KV"
+  [[ -f "${work}/${session}.collapsed" ]] ||
+    fail "${policy}: the stream never reached a quarter of the KV: $(cat "${work}/${session}-2.json" "${work}/${session}-2.err")"
   if [[ ${policy} == cloud ]]; then
     (( rc != 0 )) || fail "collapse under policy cloud: the turn succeeded over a collapsed link?"
     grep -qiE "deadline|sent nothing" "${work}/${session}-2.err" || fail "collapse under cloud: $(cat "${work}/${session}-2.err")"
@@ -204,7 +180,11 @@ for policy in cloud auto; do
   else
     (( rc == 0 )) || fail "collapse under auto: $(cat "${work}/${session}-2.err")"
     reason=$(json_get "${work}/${session}-2.json" 'd["stats"].get("fallback_reason", "")')
-    [[ "${reason}" == *"too slow"* ]] || fail "collapse under auto: fallback reason '${reason}'; plan: \
+    # The pace projection ("too slow") or, when no block arrives for the
+    # stall timeout after the collapse, the stall ("sent nothing"): either
+    # way the turn completes locally.
+    [[ "${reason}" == *"too slow"* || "${reason}" == *"sent nothing"* ]] ||
+      fail "collapse under auto: fallback reason '${reason}'; plan: \
 $(json_get "${work}/${session}-2.json" 'd["stats"]["plan"]')"
     echo "collapse under auto: completed locally: ${reason}"
     # Same conversation locally from scratch: same tokens.
