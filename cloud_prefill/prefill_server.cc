@@ -62,10 +62,13 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(const std::s
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", address, "'"));
   }
-  return std::unique_ptr<PrefillServer>(new PrefillServer(std::move(server), port));
+  return std::unique_ptr<PrefillServer>(new PrefillServer(std::move(server), port, &service));
 }
 
-PrefillServer::~PrefillServer() { Shutdown(); }
+PrefillServer::~PrefillServer() {
+  Shutdown();
+  service_->StopWorkers();
+}
 
 void PrefillServer::Shutdown(int64_t grace_ms) {
   if (shut_down_) return;

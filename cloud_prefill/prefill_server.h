@@ -31,6 +31,8 @@ class PrefillServer {
   // ("host:port"; port 0 picks a free port, see port()).
   static absl::StatusOr<std::unique_ptr<PrefillServer>> Start(const std::string& address, PrefillService& service,
                                                               const PrefillServerOptions& options = {});
+  // Shutdown(), then the service's workers stop (PrefillService::StopWorkers)
+  // before the gRPC server goes: no worker is inside a call of it then.
   ~PrefillServer();
 
   int port() const { return port_; }
@@ -39,9 +41,11 @@ class PrefillServer {
   void Wait() { server_->Wait(); }
 
  private:
-  PrefillServer(std::unique_ptr<grpc::Server> server, int port) : server_(std::move(server)), port_(port) {}
+  PrefillServer(std::unique_ptr<grpc::Server> server, int port, PrefillService* service)
+      : server_(std::move(server)), port_(port), service_(service) {}
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  PrefillService* service_;
   bool shut_down_ = false;
 };
 

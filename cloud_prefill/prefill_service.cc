@@ -35,16 +35,24 @@ KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl
 PrefillService::PrefillService(PrefillServiceOptions options)
     : options_(std::move(options)), start_time_(std::chrono::steady_clock::now()) {}
 
-PrefillService::~PrefillService() {
+PrefillService::~PrefillService() { StopWorkers(); }
+
+void PrefillService::StopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   work_cv_.notify_all();
-  for (std::thread& worker : workers_) worker.join();
+  for (std::thread& worker : workers_) {
+    if (worker.joinable()) worker.join();
+  }
   // Jobs never started get a null backend: they finish their RPC with UNAVAILABLE.
-  for (auto& job : jobs_) job(nullptr);
-  jobs_.clear();
+  std::deque<std::function<void(PrefillBackend*)>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(jobs_);
+  }
+  for (auto& job : left) job(nullptr);
   // GetPrefix senders end once their (cancelled) streams refuse more messages.
   while (pack_streams_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }

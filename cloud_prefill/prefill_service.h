@@ -79,7 +79,11 @@ class PrefillService final : public v1::Prefill::CallbackService {
   explicit PrefillService(PrefillServiceOptions options);
   // Stops the workers; requests still queued finish with UNAVAILABLE. The
   // gRPC server must have been shut down first.
-  ~PrefillService() override;
+  ~PrefillService() override;  // StopWorkers()
+  // Joins the workers, ends jobs never started UNAVAILABLE and waits for the
+  // GetPrefix senders; idempotent. ~PrefillServer calls it after shutting the
+  // gRPC server down and before destroying it.
+  void StopWorkers();
   PrefillService(const PrefillService&) = delete;
   PrefillService& operator=(const PrefillService&) = delete;
 

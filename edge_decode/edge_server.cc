@@ -15,10 +15,13 @@ absl::StatusOr<std::unique_ptr<EdgeServer>> EdgeServer::Start(const std::string&
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", address, "'"));
   }
-  return std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port));
+  return std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port, &service));
 }
 
-EdgeServer::~EdgeServer() { Shutdown(); }
+EdgeServer::~EdgeServer() {
+  Shutdown();
+  service_->StopWorkers();
+}
 
 void EdgeServer::Shutdown(int64_t grace_ms) {
   if (shut_down_) return;

@@ -75,7 +75,9 @@ EdgeService::EdgeService(EdgeServiceOptions options)
       generate_queue_(options_.max_queued),
       pack_queue_(4) {}
 
-EdgeService::~EdgeService() {
+EdgeService::~EdgeService() { StopWorkers(); }
+
+void EdgeService::StopWorkers() {
   pack_queue_.stop();
   generate_queue_.stop();
   if (cloud_ != nullptr) cloud_->stop_health_polling();

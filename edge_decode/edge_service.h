@@ -65,9 +65,13 @@ struct EdgeServiceOptions {
 class EdgeService final : public v1::Edge::CallbackService {
  public:
   explicit EdgeService(EdgeServiceOptions options);
-  // Stops the workers (queued calls end UNAVAILABLE). The gRPC server must
-  // have been shut down first.
+  // StopWorkers(). The gRPC server must have been shut down first.
   ~EdgeService() override;
+  // Lets the running jobs end, ends queued calls UNAVAILABLE, joins the
+  // worker threads and stops the cloud's health polling; idempotent.
+  // ~EdgeServer calls it after shutting the gRPC server down and before
+  // destroying it, so no worker is inside a call of that server then.
+  void StopWorkers();
   EdgeService(const EdgeService&) = delete;
   EdgeService& operator=(const EdgeService&) = delete;
 

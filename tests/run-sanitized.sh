@@ -36,6 +36,7 @@ fi
 # synthetic models), the two side by side; then the e2e scripts through ctest
 # with the sanitized binaries. Same tests as tests/run-all.sh.
 export BATON_SOURCE_DIR=$PWD
+export BATON_SANITIZER=${mode}  # e2e scripts relax memory and time bounds under it
 status=0
 pids=()
 for binary in baton_unit_tests baton_integration_tests; do

@@ -61,12 +61,16 @@ start_cloud() {
   cloud_pid=${server_pid}
 }
 start_cloud
+# Sanitized builds (tests/run-sanitized.sh sets BATON_SANITIZER) run several
+# times slower: a whole cloud turn over the lossy link needs longer.
+cloud_timeout=8s
+[[ -z "${BATON_SANITIZER:-}" ]] || cloud_timeout=40s
 # The edge assumes local prefill at 100 tok/s (the tiny model is far faster
 # here): then auto prefers a cloud on this link, and abandoning a collapsed
 # stream is measured against a local estimate of about 6 s.
 start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   "${wan}/wan-exec.sh" edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 \
-  --cloud "${cloud_ip}:${cloud_port}" --cloud-plaintext --threads 1 --codec f16 --cloud-timeout 8s \
+  --cloud "${cloud_ip}:${cloud_port}" --cloud-plaintext --threads 1 --codec f16 --cloud-timeout "${cloud_timeout}" \
   --cloud-stall-timeout 6s --local-prefill-tps 100
 edge="127.0.0.1:${server_port}"
 in_ns edge "${baton}" health --edge "${edge}" --wait 60s > /dev/null || fail "edge agent not READY"
