@@ -3,6 +3,9 @@
 #
 #   tests/fuzz/run.sh TARGET SECONDS [libFuzzer flags...]     e.g. run.sh kv_stream 600
 #
+# Targets: kv_stream, gguf, tokenizer, prefill_request, edge_request (the
+# last two start a real server on 127.0.0.1:0 inside the fuzzer).
+#
 # Builds it first when missing (tests/fuzz/build.sh). The checked-in seeds in
 # tests/fuzz/corpus/TARGET/ are read, never written; new inputs go to
 # build-fuzz/corpus/TARGET/ and crashes to build-fuzz/artifacts/TARGET/.
@@ -19,7 +22,12 @@ shift 2
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${BATON_FUZZ_BUILD:-${root}/build-fuzz}"
 binary="${out}/${target}_fuzz"
-[[ -x "${binary}" ]] || "${root}/tests/fuzz/build.sh"
+if [[ ! -x "${binary}" ]]; then
+  case "${target}" in
+    prefill_request|edge_request) "${root}/tests/fuzz/build.sh" services ;;  # in-process servers, gRPC
+    *) "${root}/tests/fuzz/build.sh" kv ;;
+  esac
+fi
 
 export BATON_SOURCE_DIR="${BATON_SOURCE_DIR:-${root}}"  # tokenizer_fuzz loads vocabularies from the tree
 work="${out}/corpus/${target}"
