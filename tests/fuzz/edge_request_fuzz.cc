@@ -75,8 +75,17 @@
 #include "edge_decode/http_front_end.h"
 #include "edge_decode/openai_api.h"
 #include "proto/baton.grpc.pb.h"
+#include "tests/fuzz/service_fuzz_common.h"
 
 namespace {
+
+using baton::fuzz::check_refusal;
+using baton::fuzz::die_unless_ok;
+using baton::fuzz::record;
+using baton::fuzz::require;
+using baton::fuzz::seed_prompt;
+using baton::fuzz::trace;
+using baton::fuzz::write_seed;
 
 constexpr uint32_t kMaxTokens = 4;          // generated tokens per turn
 constexpr int kMaxPromptTokens = 64;        // token-id prompts are cut here
@@ -86,20 +95,6 @@ constexpr int kMaxCalls = 8;                // RPCs / HTTP requests per input
 constexpr int kDeadlineSeconds = 20;        // per call; a hang shows as DEADLINE_EXCEEDED -> abort
 constexpr char kPackId[] = "sys";           // the pack on disk
 constexpr int kPackTokens = 8;
-
-void require(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "edge_request_fuzz: invariant broken: %s\n", what.c_str());
-    std::abort();
-  }
-}
-
-void die_unless_ok(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "edge_request_fuzz: %s: %s\n", what, status.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 struct Harness {
   std::string dir;
@@ -119,25 +114,6 @@ Harness* harness = nullptr;
 
 std::chrono::system_clock::time_point deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(kDeadlineSeconds);
-}
-
-// EDGE_REQUEST_FUZZ_VERBOSE set: every call's outcome on stderr.
-void trace(const char* rpc, const grpc::Status& status) {
-  static const bool verbose = std::getenv("EDGE_REQUEST_FUZZ_VERBOSE") != nullptr;
-  if (verbose) {
-    std::fprintf(stderr, "edge_request_fuzz: %s -> %d %s\n", rpc, static_cast<int>(status.error_code()),
-                 status.error_message().c_str());
-  }
-}
-
-// A refusal: non-empty message, a documented code.
-void check_refusal(const grpc::Status& status, const char* rpc, std::initializer_list<grpc::StatusCode> allowed) {
-  require(!status.error_message().empty(), absl::StrFormat("%s refused with code %d and an empty message", rpc,
-                                                           static_cast<int>(status.error_code())));
-  bool documented = false;
-  for (grpc::StatusCode code : allowed) documented |= status.error_code() == code;
-  require(documented, absl::StrFormat("%s refused with undocumented code %d: %s", rpc,
-                                      static_cast<int>(status.error_code()), status.error_message()));
 }
 
 // Session id -> token count.
@@ -165,24 +141,6 @@ void list_packs() {
 }
 
 // --- seeds -------------------------------------------------------------------
-
-std::string record(uint8_t tag, const std::string& payload) {
-  std::string out(1, static_cast<char>(tag));
-  out += static_cast<char>(payload.size() & 0xff);
-  out += static_cast<char>((payload.size() >> 8) & 0xff);
-  return out + payload;
-}
-
-std::vector<int32_t> seed_prompt(int n, int salt) {
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < n; ++i) tokens.push_back(3 + (i * 37 + salt * 101) % 500);
-  return tokens;
-}
-
-void write_seed(const std::string& dir, const std::string& name, const std::string& bytes) {
-  require(bytes.size() < 4096, "seed " + name + " is under 4 KiB");
-  std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
-}
 
 void write_seeds(const std::string& dir) {
   namespace v1 = baton::v1;
@@ -469,6 +427,7 @@ void write_pack(const std::string& packs_dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  baton::fuzz::g_target = "edge_request_fuzz";
   google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
   baton::set_log_level(baton::LogLevel::kError);
   harness = new Harness;

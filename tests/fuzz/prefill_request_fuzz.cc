@@ -64,8 +64,17 @@
 #include "common/model/synth_shapes.h"
 #include "common/util/log.h"
 #include "proto/baton.grpc.pb.h"
+#include "tests/fuzz/service_fuzz_common.h"
 
 namespace {
+
+using baton::fuzz::check_refusal;
+using baton::fuzz::die_unless_ok;
+using baton::fuzz::record;
+using baton::fuzz::require;
+using baton::fuzz::seed_prompt;
+using baton::fuzz::trace;
+using baton::fuzz::write_seed;
 
 constexpr int64_t kMaxContextTokens = 64;  // the server's prompt cap: bounds every job
 constexpr int kMaxCalls = 8;               // RPCs per input
@@ -73,13 +82,6 @@ constexpr int kMaxUploadMessages = 64;     // messages per PutPrefix upload
 constexpr int kDeadlineSeconds = 20;       // per call; a hang shows as DEADLINE_EXCEEDED -> abort
 constexpr char kAlphaToken[] = "alpha-token-0123456789";
 constexpr char kBetaToken[] = "beta-token-0123456789";
-
-void require(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "prefill_request_fuzz: invariant broken: %s\n", what.c_str());
-    std::abort();
-  }
-}
 
 struct Harness {
   std::string dir;
@@ -104,27 +106,7 @@ std::string hex(const std::string& bytes) {
   return out;
 }
 
-void die_unless_ok(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "prefill_request_fuzz: %s: %s\n", what, status.ToString().c_str());
-    std::exit(1);
-  }
-}
-
 // --- seeds -------------------------------------------------------------------
-
-std::string record(uint8_t tag, const std::string& payload) {
-  std::string out(1, static_cast<char>(tag));
-  out += static_cast<char>(payload.size() & 0xff);
-  out += static_cast<char>((payload.size() >> 8) & 0xff);
-  return out + payload;
-}
-
-std::vector<int32_t> seed_prompt(int n, int salt) {
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < n; ++i) tokens.push_back(3 + (i * 37 + salt * 101) % 500);
-  return tokens;
-}
 
 // A valid pack of `tokens` (f16, first_position 0) as its stream messages.
 std::vector<baton::v1::KvStreamMessage> seed_pack(const std::vector<int32_t>& tokens, const std::string& pack_id) {
@@ -146,11 +128,6 @@ std::vector<baton::v1::KvStreamMessage> seed_pack(const std::vector<int32_t>& to
   const baton::KvRope rope = baton::kv_rope_of(*harness->model);
   die_unless_ok(baton::write_kv_segment(cache, info, &rope, writer), "seed pack");
   return messages;
-}
-
-void write_seed(const std::string& dir, const std::string& name, const std::string& bytes) {
-  require(bytes.size() < 4096, "seed " + name + " is under 4 KiB");
-  std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
 }
 
 void write_seeds(const std::string& dir) {
@@ -224,25 +201,6 @@ void set_up_context(grpc::ClientContext& context, int credentials) {
 }
 
 const char* tenant_of(int credentials) { return credentials == 0 ? "alpha" : credentials == 1 ? "beta" : ""; }
-
-// PREFILL_REQUEST_FUZZ_VERBOSE set: every call's outcome on stderr.
-void trace(const char* rpc, const grpc::Status& status) {
-  static const bool verbose = std::getenv("PREFILL_REQUEST_FUZZ_VERBOSE") != nullptr;
-  if (verbose) {
-    std::fprintf(stderr, "prefill_request_fuzz: %s -> %d %s\n", rpc, static_cast<int>(status.error_code()),
-                 status.error_message().c_str());
-  }
-}
-
-// A refusal: non-empty message, a documented code.
-void check_refusal(const grpc::Status& status, const char* rpc, std::initializer_list<grpc::StatusCode> allowed) {
-  require(!status.error_message().empty(), absl::StrFormat("%s refused with code %d and an empty message", rpc,
-                                                           static_cast<int>(status.error_code())));
-  bool documented = false;
-  for (grpc::StatusCode code : allowed) documented |= status.error_code() == code;
-  require(documented, absl::StrFormat("%s refused with undocumented code %d: %s", rpc,
-                                      static_cast<int>(status.error_code()), status.error_message()));
-}
 
 // An accepted stream must verify and cover [first_position, end).
 void verify_stream(const std::vector<baton::v1::KvStreamMessage>& messages, std::optional<uint32_t> first_position,
@@ -369,6 +327,7 @@ void check_auth_header(const std::string& value) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  baton::fuzz::g_target = "prefill_request_fuzz";
   // Protobuf logs every invalid UTF-8 string it refuses; the refusal is already an error.
   google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
   baton::set_log_level(baton::LogLevel::kError);
