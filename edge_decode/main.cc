@@ -51,6 +51,7 @@ struct EdgeConfig {
   std::string codec = "int4";           // f16 | int8 | int4, KV held on the device
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_sessions = 16;            // sessions kept in memory
+  int64_t max_queued = 16;              // Generate calls waiting for the worker
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
 };
@@ -88,6 +89,9 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "NAME");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
   flags.add_int64("max-sessions", &config.max_sessions, "sessions kept in memory");
+  flags.add_int64("max-queued", &config.max_queued,
+                  "Generate calls that may wait for the generation worker; more are RESOURCE_EXHAUSTED with a "
+                  "retry hint");
   flags.add_double("local-prefill-tps", &config.local_prefill_tps,
                    "local prefill speed the split policy assumes, tokens/s; 0: measured at start and after each "
                    "local prefill");
@@ -138,9 +142,11 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
   }
-  if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1 || config.local_prefill_tps < 0) {
+  if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1 || config.local_prefill_tps < 0 ||
+      config.max_queued < 1 || config.max_queued > 4096) {
     return absl::InvalidArgumentError(
-        "--threads and --local-prefill-tps must be >= 0; --max-sessions and --max-tokens >= 1");
+        "--threads and --local-prefill-tps must be >= 0; --max-sessions and --max-tokens >= 1; --max-queued in "
+        "[1, 4096]");
   }
   return absl::OkStatus();
 }
@@ -155,6 +161,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.max_tokens = static_cast<int>(config.max_tokens);
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);
+  options.max_queued = static_cast<int>(config.max_queued);
   options.assumed_local_prefill_tokens_per_s = config.local_prefill_tps;
   options.packs_dir = config.packs_dir;
   if (!config.cloud_address.empty()) {

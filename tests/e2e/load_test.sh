@@ -146,6 +146,27 @@ set -e
 [[ ${rc} -eq 1 ]] || fail "bench load against a lossy agent exited ${rc}: $(cat "${work}/lossy.txt" "${work}/lossy.err")"
 grep -q "load-c0-s0: not listed by the agent" "${work}/lossy.txt" || fail "lossy: $(cat "${work}/lossy.txt")"
 
+# A full queue: with --max-queued 1, six clients at once overrun the one
+# running and one waiting slot; the rest are refused at once with the limit
+# and a retry hint, and nothing already completed is lost.
+start_server queue1 '.*listening on [^:]*:\([0-9]*\).*' \
+  "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 --max-queued 1 \
+  --sessions "${work}/sessions-q1"
+queue1="127.0.0.1:${server_port}"
+"${baton}" health --edge "${queue1}" --wait 60s > /dev/null || fail "queue1 edge not READY"
+"${baton}" bench load --edge "${queue1}" --clients 6 --sessions-per-client 1 --turns 2 --prompt-tokens 64 \
+  --max-tokens 32 --json > "${work}/queue1.json" 2> "${work}/queue1.err" ||
+  fail "bench load against --max-queued 1: $(cat "${work}/queue1.err")"
+"${python}" - "${work}/queue1.json" <<'EOF' || fail "queue full: $(cat "${work}/queue1.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+errors = d["errors"]
+assert set(errors) == {"RESOURCE_EXHAUSTED"}, errors
+assert "1 Generate calls are already waiting (the limit)" in errors["RESOURCE_EXHAUSTED"]["sample"], errors
+assert d["requests_completed"] >= 2 and d["requests_completed"] + d["requests_failed"] == d["requests_sent"], d
+assert d["nothing_lost"] and d["sessions_lost"] == 0, d["sessions"]
+EOF
+
 # Usage errors.
 for args in "--clients 0" "--prompt-tokens 8 --prompt-words 8" "--policy sideways" "--prompt-tokens 0"; do
   set +e
