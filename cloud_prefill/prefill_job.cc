@@ -17,15 +17,12 @@
 #include "common/kv/prefix_digest.h"
 #include "common/model/model.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 
 namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // Encodes and sends on its own thread. The compute thread submits
 // (layer, token range) tasks whose rows are final in the host cache; the

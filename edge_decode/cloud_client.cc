@@ -10,6 +10,7 @@
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/log.h"
 #include "edge_decode/stream_watchdog.h"
 
@@ -17,15 +18,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point begin, Clock::time_point end) {
-  return std::chrono::duration<double, std::milli>(end - begin).count();
-}
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::StatusOr<std::string> read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);

@@ -14,6 +14,7 @@
 #include "common/kv/quantized_kv_cache.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/fp16.h"
 #include "common/util/log.h"
 #include "edge_decode/session_lease.h"
@@ -23,15 +24,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point begin, Clock::time_point end) {
-  return std::chrono::duration<double, std::milli>(end - begin).count();
-}
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Tokens per local prefill call: a multiple of the engine's micro-batch, so
 // chunking does not change the arithmetic; progress and cancellation are

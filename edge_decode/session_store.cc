@@ -16,19 +16,12 @@
 #include "absl/strings/str_format.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/log.h"
 #include "edge_decode/session_file.h"
 #include "common/util/errno_status.h"
 
 namespace baton {
-namespace {
-
-int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // SessionStore
@@ -292,7 +285,7 @@ absl::Status SessionStore::commit(std::unique_ptr<Session> session) {
           absl::StrFormat("commit of session %s, which is not checked out or reserved", id));
     }
   }
-  session->last_used_unix_ms = now_unix_ms();
+  session->last_used_unix_ms = unix_ms_now();
   if (session->created_unix_ms == 0) session->created_unix_ms = session->last_used_unix_ms;
   // The entry is busy: this thread alone writes its file.
   absl::Status saved = absl::OkStatus();

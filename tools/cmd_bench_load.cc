@@ -47,6 +47,7 @@
 #include "commands.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_rpc.h"
@@ -58,10 +59,6 @@ namespace baton::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // Words of the text prompts (--prompt-words): KJV-flavoured, so the bundled
 // model's tokenizer sees ordinary words.

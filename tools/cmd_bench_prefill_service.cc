@@ -18,6 +18,7 @@
 #include "cloud_prefill/prefill_service.h"
 #include "commands.h"
 #include "common/model/model.h"
+#include "common/util/clock.h"
 #include "common/util/flags.h"
 #include "common/util/log.h"
 #include "proto/baton.grpc.pb.h"
@@ -27,10 +28,6 @@ namespace baton::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 struct StreamTiming {
   double first_block_ms = 0;   // call start to the first KvBlock

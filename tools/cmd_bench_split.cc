@@ -48,6 +48,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/flags.h"
 #include "kv_codec_list.h"
 #include "proto/baton.grpc.pb.h"
@@ -57,10 +58,6 @@ namespace baton::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // One WAN profile: a line "NAME RATE RTT [JITTER_MS]" of deploy/wan/profiles.
 struct WanProfile {

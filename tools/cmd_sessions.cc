@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "commands.h"
+#include "common/util/clock.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
@@ -26,10 +27,7 @@ constexpr char kSessionsUsage[] =
 // "12 s ago", "5 min ago", "3 h ago".
 std::string age_text(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  const int64_t seconds = std::max<int64_t>(0, (now_ms - unix_ms) / 1000);
+  const int64_t seconds = std::max<int64_t>(0, (unix_ms_now() - unix_ms) / 1000);
   if (seconds < 120) return absl::StrFormat("%d s ago", seconds);
   if (seconds < 7200) return absl::StrFormat("%d min ago", seconds / 60);
   return absl::StrFormat("%d h ago", seconds / 3600);
