@@ -1,6 +1,7 @@
 #include "edge_decode/edge_metrics.h"
 
 #include "absl/strings/ascii.h"
+#include "edge_decode/split_policy.h"
 
 namespace baton {
 namespace {
@@ -9,15 +10,6 @@ namespace {
 std::vector<double> ttft_buckets() { return exponential_buckets(0.01, 2, 14); }
 // Decode speed: 1 .. ~512 tok/s.
 std::vector<double> decode_buckets() { return exponential_buckets(1, 2, 10); }
-
-const char* place_label(v1::PrefillPlace place) {
-  switch (place) {
-    case v1::PREFILL_PLACE_LOCAL: return "local";
-    case v1::PREFILL_PLACE_CLOUD: return "cloud";
-    case v1::PREFILL_PLACE_REUSED: return "reused";
-    default: return "unknown";
-  }
-}
 
 }  // namespace
 
@@ -58,7 +50,7 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
   generated_tokens.inc(stats.generated_tokens());
   registry
       .counter("baton_edge_prefills_total", "Prompts prefilled, by where: local, cloud or reused (nothing to do).",
-               {{"place", place_label(stats.plan().place())}})
+               {{"place", prefill_place_name(stats.plan().place())}})
       .inc();
   if (!stats.save_error().empty()) {
     registry.counter("baton_edge_session_save_failures_total", "Completed turns whose session could not be saved.")

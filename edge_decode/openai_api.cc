@@ -12,6 +12,7 @@
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/util/check.h"
+#include "edge_decode/split_policy.h"
 
 namespace baton {
 namespace {
@@ -231,15 +232,6 @@ absl::StatusOr<v1::CodecParams> codec_params_from_name(const std::string& name) 
   return params;
 }
 
-const char* place_name(v1::PrefillPlace place) {
-  switch (place) {
-    case v1::PREFILL_PLACE_LOCAL: return "local";
-    case v1::PREFILL_PLACE_CLOUD: return "cloud";
-    case v1::PREFILL_PLACE_REUSED: return "reused";
-    default: return "unknown";
-  }
-}
-
 Json usage_json(const v1::Stats& stats) {
   return Json{{"prompt_tokens", stats.prompt_tokens()},
               {"completion_tokens", stats.generated_tokens()},
@@ -251,7 +243,7 @@ Json baton_json(const v1::Stats& stats) {
   Json out{{"ttft_ms", stats.ttft_ms()},
            {"total_ms", stats.total_ms()},
            {"decode_tokens_per_s", stats.decode_tokens_per_s()},
-           {"prefill", place_name(stats.plan().place())},
+           {"prefill", prefill_place_name(stats.plan().place())},
            {"plan_reason", stats.plan().reason()},
            {"reused_tokens", stats.plan().reused_tokens()},
            {"context_tokens", stats.context_tokens()},

@@ -17,6 +17,15 @@ double or_assumed(double measured, double assumed) { return measured > 0 ? measu
 
 }  // namespace
 
+const char* prefill_place_name(v1::PrefillPlace place) {
+  switch (place) {
+    case v1::PREFILL_PLACE_LOCAL: return "local";
+    case v1::PREFILL_PLACE_CLOUD: return "cloud";
+    case v1::PREFILL_PLACE_REUSED: return "reused";
+    default: return "unknown";
+  }
+}
+
 const char* prefill_policy_name(PrefillPolicy policy) {
   switch (policy) {
     case PrefillPolicy::kAuto:

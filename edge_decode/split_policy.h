@@ -26,6 +26,9 @@ const char* prefill_policy_name(PrefillPolicy policy);
 absl::StatusOr<PrefillPolicy> parse_prefill_policy(const std::string& name);
 // UNSPECIFIED -> `fallback` (the agent's --policy).
 PrefillPolicy prefill_policy_from_proto(v1::SplitPolicy policy, PrefillPolicy fallback);
+// Where a prefill ran: "local", "cloud", "reused" ("unknown" otherwise); the
+// name in stats, JSON and metric labels.
+const char* prefill_place_name(v1::PrefillPlace place);
 
 // Assumptions for figures not measured yet.
 inline constexpr double kAssumedCloudPrefillTokensPerS = 2000.0;  // a modest GPU

@@ -51,6 +51,7 @@
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_rpc.h"
+#include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "proto/baton.grpc.pb.h"
 #include "report.h"
@@ -404,15 +405,6 @@ struct SessionCheck {
   std::string problem;  // empty: intact
 };
 
-const char* place_key(v1::PrefillPlace place) {
-  switch (place) {
-    case v1::PREFILL_PLACE_LOCAL: return "local";
-    case v1::PREFILL_PLACE_CLOUD: return "cloud";
-    case v1::PREFILL_PLACE_REUSED: return "reused";
-    default: return "unknown";
-  }
-}
-
 std::string memory_json(const MemoryWatch& w) {
   if (w.pid <= 0) return "null";
   return absl::StrFormat(
@@ -593,7 +585,7 @@ int bench_load(const Args& args) {
         tokens += t.generated;
         total.push_back(t.total_ms);
         if (t.ttft_ms >= 0) ttft.push_back(t.ttft_ms);
-        ++places[place_key(t.place)];
+        ++places[prefill_place_name(t.place)];
         fallbacks += t.fell_back;
       } else {
         ++failed;

@@ -20,6 +20,7 @@
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
+#include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
 
@@ -57,15 +58,6 @@ absl::StatusOr<v1::SplitPolicy> parse_policy(const std::string& name) {
   return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
 }
 
-const char* place_name(v1::PrefillPlace place) {
-  switch (place) {
-    case v1::PREFILL_PLACE_LOCAL: return "local";
-    case v1::PREFILL_PLACE_CLOUD: return "cloud";
-    case v1::PREFILL_PLACE_REUSED: return "reused";
-    default: return "unknown";
-  }
-}
-
 const char* finish_name(v1::FinishReason reason) {
   switch (reason) {
     case v1::FINISH_REASON_EOS: return "end of sequence";
@@ -78,7 +70,7 @@ const char* finish_name(v1::FinishReason reason) {
 
 void print_stats_table(const std::string& address, const v1::Stats& stats) {
   Report r(absl::StrFormat("stats (edge %s)", address));
-  r.add_text("place", "prefill place", std::string(place_name(stats.plan().place())));
+  r.add_text("place", "prefill place", std::string(prefill_place_name(stats.plan().place())));
   if (!stats.plan().reason().empty()) r.add_text("reason", "plan reason", stats.plan().reason());
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
   if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
@@ -255,7 +247,7 @@ int generate_on_edge(const Args& args_in) {
       }
       case v1::GenerateResponse::kPlan:
         if (!text_started) {
-          progress_line.update(absl::StrFormat("[plan] prefill %s: %s", place_name(event.plan().place()),
+          progress_line.update(absl::StrFormat("[plan] prefill %s: %s", prefill_place_name(event.plan().place()),
                                                event.plan().reason()),
                                true);
         }
