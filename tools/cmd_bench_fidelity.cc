@@ -49,6 +49,7 @@
 #include "common/util/check.h"
 #include "common/util/flags.h"
 #include "kv_codec_list.h"
+#include "logit_math.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -56,23 +57,6 @@ namespace {
 
 // "G": the group size min(32, head_dim) (kv_codec_list.h).
 constexpr char kDefaultCodecs[] = "f16,int8-gG-z3,int4-pc-kg128-gG-z3";
-
-// log softmax of a logit row, in double: [n_vocab].
-void log_softmax(std::span<const float> logits, std::vector<double>& out) {
-  out.resize(logits.size());
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(double{l} - max_logit);
-  const double log_sum = std::log(sum) + max_logit;
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = double{logits[i]} - log_sum;
-}
-
-// KL(p || q) from log-probabilities.
-double kl_divergence(const std::vector<double>& log_p, const std::vector<double>& log_q) {
-  double kl = 0.0;
-  for (size_t i = 0; i < log_p.size(); ++i) kl += std::exp(log_p[i]) * (log_p[i] - log_q[i]);
-  return std::max(kl, 0.0);
-}
 
 // One loaded model with its engine and fingerprint.
 struct Side {
@@ -191,11 +175,6 @@ std::string default_ids_file(const std::string& model_path) {
     if (std::filesystem::exists(candidate)) return candidate.string();
   }
   return "";
-}
-
-template <typename... Args>
-void print_line(const absl::FormatSpec<Args...>& format, const Args&... args) {
-  std::fputs(absl::StrFormat(format, args...).c_str(), stdout);
 }
 
 }  // namespace

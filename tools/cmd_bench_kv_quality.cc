@@ -40,6 +40,7 @@
 #include "common/util/check.h"
 #include "common/util/flags.h"
 #include "kv_codec_list.h"
+#include "logit_math.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -58,29 +59,6 @@ constexpr char kDefaultCodecs[] =
     "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3";
 
 std::string default_codecs(int head_dim) { return expand_codec_list(kDefaultCodecs, head_dim); }
-
-// log softmax of a logit row, in double: [n_vocab].
-void log_softmax(std::span<const float> logits, std::vector<double>& out) {
-  out.resize(logits.size());
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(double{l} - max_logit);
-  const double log_sum = std::log(sum) + max_logit;
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = double{logits[i]} - log_sum;
-}
-
-// KL(p || q) from log-probabilities.
-double kl_divergence(const std::vector<double>& log_p, const std::vector<double>& log_q) {
-  double kl = 0.0;
-  for (size_t i = 0; i < log_p.size(); ++i) kl += std::exp(log_p[i]) * (log_p[i] - log_q[i]);
-  return std::max(kl, 0.0);
-}
-
-// One line of the table (absl's format checks every argument's type).
-template <typename... Args>
-void print_line(const absl::FormatSpec<Args...>& format, const Args&... args) {
-  std::fputs(absl::StrFormat(format, args...).c_str(), stdout);
-}
 
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -7,7 +7,16 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+
 namespace baton::cli {
+
+// One formatted line of a printed table on stdout (absl's format checks
+// every argument's type).
+template <typename... Args>
+void print_line(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  std::fputs(absl::StrFormat(format, args...).c_str(), stdout);
+}
 
 class Report {
  public:
