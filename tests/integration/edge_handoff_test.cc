@@ -27,6 +27,7 @@
 #include "cloud_prefill/tenant_auth.h"
 #include "common/kv/kv_stream.h"
 #include "tests/integration/edge_test_env.h"
+#include "tests/integration/test_certs.h"
 #include "tests/integration/zstd_bomb.h"
 
 namespace baton::edge_test {
@@ -478,12 +479,9 @@ TEST(EdgeHandoffTest, BearerTokenFromTheTokenFileReachesTheCloud) {
 }
 
 TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
-  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
   const std::string dir = testing::make_temp_dir("edge-tls");
-  const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                              "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-                              dir + "/key.pem -out " + dir + "/cert.pem > /dev/null 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_TRUE(testing::make_test_certificate(dir + "/cert.pem", dir + "/key.pem"));
   const std::string& model_path = edge_model_path("tiny");
   PrefillServerOptions server_options;
   server_options.tls.cert_path = dir + "/cert.pem";
@@ -512,17 +510,13 @@ TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
 // signed by it streams, one without a certificate or with a stranger's is
 // refused (UNAVAILABLE under policy cloud) and its session is unchanged.
 TEST(EdgeHandoffTest, MutualTlsAdmitsOnlyAnAgentWithATrustedCertificate) {
-  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
   const std::string dir = testing::make_temp_dir("edge-mtls");
-  auto make_cert = [&dir](const std::string& name, const std::string& subject) {
-    const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj " + subject +
-                                " -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + dir + "/" + name +
-                                ".key -out " + dir + "/" + name + ".pem > /dev/null 2>&1";
-    return std::system(command.c_str());
-  };
-  ASSERT_EQ(make_cert("server", "/CN=localhost"), 0);
-  ASSERT_EQ(make_cert("edge", "/CN=edge-1"), 0);
-  ASSERT_EQ(make_cert("stranger", "/CN=stranger"), 0);
+  for (const auto& [name, subject] : {std::pair<std::string, std::string>{"server", "/CN=localhost"},
+                                      {"edge", "/CN=edge-1"},
+                                      {"stranger", "/CN=stranger"}}) {
+    ASSERT_TRUE(testing::make_test_certificate(dir + "/" + name + ".pem", dir + "/" + name + ".key", subject));
+  }
   const std::string& model_path = edge_model_path("tiny");
   PrefillServerOptions server_options;
   server_options.tls.cert_path = dir + "/server.pem";

@@ -36,6 +36,7 @@
 #include "proto/baton.grpc.pb.h"
 #include "common/util/check.h"
 #include "tests/unit/test_models.h"
+#include "tests/integration/test_certs.h"
 #include "tests/integration/zstd_bomb.h"
 #include "common/kv/kv_stream.h"
 
@@ -681,12 +682,9 @@ std::string read_file(const std::string& path) {
 }
 
 TEST(PrefillTlsTest, TlsServerAnswersTlsClientsAndRefusesPlaintext) {
-  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
   const std::string dir = testing::make_temp_dir("prefill-tls");
-  const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                              "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-                              dir + "/key.pem -out " + dir + "/cert.pem > /dev/null 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_TRUE(testing::make_test_certificate(dir + "/cert.pem", dir + "/key.pem"));
   PrefillServerOptions server_options;
   server_options.tls.cert_path = dir + "/cert.pem";
   server_options.tls.key_path = dir + "/key.pem";
@@ -716,17 +714,13 @@ namespace baton {
 namespace {
 
 TEST(PrefillTlsTest, MutualTlsAdmitsOnlyClientsWithACertificateTheServerTrusts) {
-  if (std::system("command -v openssl > /dev/null 2>&1") != 0) GTEST_SKIP() << "openssl is not installed";
+  if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
   const std::string dir = testing::make_temp_dir("prefill-mtls");
-  auto make_cert = [&dir](const std::string& name, const std::string& subject) {
-    const std::string command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj " + subject +
-                                " -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + dir + "/" + name +
-                                "-key.pem -out " + dir + "/" + name + "-cert.pem > /dev/null 2>&1";
-    return std::system(command.c_str());
-  };
-  ASSERT_EQ(make_cert("server", "/CN=localhost"), 0);
-  ASSERT_EQ(make_cert("client", "/CN=edge-1"), 0);
-  ASSERT_EQ(make_cert("stranger", "/CN=stranger"), 0);
+  for (const auto& [name, subject] : {std::pair<std::string, std::string>{"server", "/CN=localhost"},
+                                      {"client", "/CN=edge-1"},
+                                      {"stranger", "/CN=stranger"}}) {
+    ASSERT_TRUE(testing::make_test_certificate(dir + "/" + name + "-cert.pem", dir + "/" + name + "-key.pem", subject));
+  }
   PrefillServerOptions server_options;
   server_options.tls.cert_path = dir + "/server-cert.pem";
   server_options.tls.key_path = dir + "/server-key.pem";
