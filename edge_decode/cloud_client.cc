@@ -218,7 +218,6 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
                                   ? request.tokens.size() - request.first_position
                                   : 0;
   StreamWatchdog watchdog(watch, uint64_t{2} * n_layer * new_tokens, [&context] { context.TryCancel(); });
-  uint64_t received_units = 0;
   CloudPrefillResult result;
   CloudPrefillProgress seen;
   seen.n_layer = n_layer;
@@ -242,7 +241,6 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
     }
     last_message_time = Clock::now();
     watchdog.on_message(message.has_block() ? message.block().token_count() : 0);
-    if (message.has_block()) received_units += message.block().token_count();
     if (message.has_block()) {
       const v1::KvBlock& block = message.block();
       seen.first_block = !have_first_block;
@@ -282,13 +280,10 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   if (!load.ok()) {
     if (std::optional<std::string> why = watchdog.fired()) return absl::DeadlineExceededError(*why);
     if (absl::IsDeadlineExceeded(load.status())) {
-      const uint64_t units = uint64_t{2} * n_layer * new_tokens;
       return absl::DeadlineExceededError(absl::StrFormat(
           "the cloud prefill did not finish within its deadline (%.1f s: --cloud-timeout or the request's own) "
           "with %.0f%% of the KV received",
-          ms_between(start, Clock::now()) / 1000,
-          units > 0 ? 100.0 * static_cast<double>(std::min(received_units, units)) / static_cast<double>(units)
-                    : 0.0));
+          ms_between(start, Clock::now()) / 1000, watchdog.received_fraction() * 100));
     }
     return load.status();
   }

@@ -359,7 +359,7 @@ absl::Status GenerateTurn::run() {
     cloud_request.session_id = session_id;
     cloud_request.deadline = io_.deadline;
     // Under auto, a stream slower than local prefill is abandoned for it.
-    if (prefill_policy_from_proto(request_.policy(), rt_.default_policy) == PrefillPolicy::kAuto) {
+    if (policy == PrefillPolicy::kAuto) {
       cloud_request.give_up_after_local_ms = plan.estimated_local_ms;
     }
     absl::Status emit_status;

@@ -6,6 +6,14 @@
 #include "absl/strings/str_format.h"
 
 namespace baton {
+namespace {
+
+// received / total in [0, 1]; a stream with nothing to send is complete.
+double fraction_of(uint64_t received, uint64_t total) {
+  return total > 0 ? std::min(1.0, static_cast<double>(received) / static_cast<double>(total)) : 1.0;
+}
+
+}  // namespace
 
 StreamWatchdog::StreamWatchdog(const StreamWatchdogLimits& limits, uint64_t total_units,
                                std::function<void()> cancel)
@@ -40,9 +48,13 @@ std::optional<std::string> StreamWatchdog::fired() const {
   return fired_;
 }
 
+double StreamWatchdog::received_fraction() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fraction_of(received_, total_units_);
+}
+
 std::optional<std::string> StreamWatchdog::judge(const StreamWatchdogLimits& limits, const StreamPace& pace) {
-  const double fraction =
-      pace.total > 0 ? std::min(1.0, static_cast<double>(pace.received) / static_cast<double>(pace.total)) : 1.0;
+  const double fraction = fraction_of(pace.received, pace.total);
   const double stall_ms = static_cast<double>(limits.stall_timeout.count());
   if (stall_ms > 0 && pace.since_last_ms >= stall_ms) {
     return absl::StrFormat("the cloud sent nothing for %.1f s (stall timeout %.1f s) with %.0f%% of the KV received",

@@ -53,6 +53,8 @@ class StreamWatchdog {
   void stop();
   // Why the watchdog ended the call; nullopt if it did not.
   std::optional<std::string> fired() const;
+  // Units received so far over the whole stream's, in [0, 1].
+  double received_fraction() const;
 
   // The decision, pure.
   static std::optional<std::string> judge(const StreamWatchdogLimits& limits, const StreamPace& pace);

@@ -83,10 +83,14 @@ TEST(StreamWatchdogTest, ThreadLeavesAStreamThatKeepsComingAlone) {
   std::atomic<int> cancels{0};
   StreamWatchdog watchdog(limits(500, 0), 100, [&] { cancels.fetch_add(1); });
   for (int i = 0; i < 10; ++i) {
+    if (i == 5) {
+      EXPECT_DOUBLE_EQ(watchdog.received_fraction(), 0.5);
+    }
     watchdog.on_message(10);
     std::this_thread::sleep_for(milliseconds(20));
   }
   watchdog.stop();
+  EXPECT_DOUBLE_EQ(watchdog.received_fraction(), 1.0);
   EXPECT_EQ(cancels.load(), 0);
   EXPECT_FALSE(watchdog.fired());
 }
