@@ -102,14 +102,19 @@ wan_nft_dropped() {
     awk '{ for (i = 1; i < NF; i++) if ($i == "packets") n = $(i + 1) } END { print n + 0 }' 
 }
 
+# A tc rate (1gbit, 100mbit, 64kbit) in bit/s.
+wan_rate_bits() {
+  awk -v r="$1" 'BEGIN {
+    n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
+    m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1;
+    printf "%d", n * m }'
+}
+
 # The tbf rate shaping of each direction (tbf at the root without netem,
 # below netem's 1: with it): RATE in tc units.
 wan_tbf_args() {  # wan_tbf_args RATE -> "rate R burst B latency 100ms"
   local rate_bits burst_bytes
-  rate_bits=$(awk -v r="$1" 'BEGIN {
-    n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
-    m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1;
-    printf "%d", n * m }')
+  rate_bits=$(wan_rate_bits "$1")
   # At least one 10 ms slice of the rate (a 1 Gbit link needs more than the
   # 32 KiB a slow one does).
   burst_bytes=$(( rate_bits / 8 / 100 ))

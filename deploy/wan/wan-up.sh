@@ -87,10 +87,7 @@ ip -n "${wan_ns_edge}" link set "${wan_if_edge}" up
 # Each direction: netem (half the RTT, loss) at the root, tbf (rate) below
 # it; without netem, tbf alone and the loss from nftables.
 read -r -a tbf <<< "$(wan_tbf_args "${wan_rate}")"
-rate_bits=$(awk -v r="${wan_rate}" 'BEGIN {
-  n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
-  m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1;
-  printf "%d", n * m }')
+rate_bits=$(wan_rate_bits "${wan_rate}")
 half_rtt=$(awk -v r="${wan_rtt_ms}" 'BEGIN { printf "%.3f", r / 2 }')
 for side in cloud edge; do
   if [[ ${side} == cloud ]]; then ns=${wan_ns_cloud}; dev=${wan_if_cloud}; else ns=${wan_ns_edge}; dev=${wan_if_edge}; fi
