@@ -141,20 +141,22 @@ base_kbit=$(( wire * 8 / 4 / 1000 ))
 collapse_kbit=$(( wire * 8 * 3 / 4 / 60 / 1000 ))
 (( collapse_kbit >= 8 )) || collapse_kbit=8
 (( collapse_kbit * 8 <= base_kbit )) || fail "the KV stream (${wire} bytes) is too small for a collapse test"
-# collapse_after NAME: waits until a quarter of the KV crossed since the
-# call began, then collapses the link; records whether it did in NAME.collapsed.
-collapse_after() {
-  local name=$1 start=$2 sent
+# at_quarter START COMMAND...: waits (up to ~10 s) until a quarter of the KV
+# crossed the link since the cloud end had sent START bytes, then runs
+# COMMAND; false if the stream never got that far.
+at_quarter() {
+  local start=$1
+  shift
   for _ in $(seq 1 1000); do
-    sent=$(cloud_sent_bytes)
-    if (( sent - start > wire / 4 )); then
-      "${wan}/wan-set.sh" --rate "${collapse_kbit}kbit" > /dev/null
-      echo "$(( sent - start ))" > "${work}/${name}.collapsed"
+    if (( $(cloud_sent_bytes) - start > wire / 4 )); then
+      "$@"
       return 0
     fi
     sleep 0.01
   done
+  return 1
 }
+collapse() { "${wan}/wan-set.sh" --rate "${collapse_kbit}kbit" > /dev/null; }
 restore_link() { "${wan}/wan-set.sh" --rate 100mbit > /dev/null; }
 
 for policy in cloud auto; do
@@ -168,11 +170,11 @@ for policy in cloud auto; do
   set +e
   gen "${session}-2" --session "${session}" --policy "${policy}" --prompt-file "${work}/prompt.txt" &
   call=$!
-  collapse_after "${session}" "${start}"
+  at_quarter "${start}" collapse; collapsed=$?
   wait "${call}"; rc=$?
   set -e
   restore_link
-  [[ -f "${work}/${session}.collapsed" ]] ||
+  (( collapsed == 0 )) ||
     fail "${policy}: the stream never reached a quarter of the KV: $(cat "${work}/${session}-2.json" "${work}/${session}-2.err")"
   if [[ ${policy} == cloud ]]; then
     (( rc != 0 )) || fail "collapse under policy cloud: the turn succeeded over a collapsed link?"
@@ -206,19 +208,11 @@ start=$(cloud_sent_bytes)
 set +e
 gen lost-2 --session lost --policy cloud --prompt-file "${work}/prompt.txt" &
 call=$!
-lost=0
-for _ in $(seq 1 1000); do
-  if (( $(cloud_sent_bytes) - start > wire / 4 )); then
-    "${wan}/wan-set.sh" --loss 100 > /dev/null
-    kill -9 "${cloud_pid}"
-    lost=1
-    break
-  fi
-  sleep 0.01
-done
+lose_host() { "${wan}/wan-set.sh" --loss 100 > /dev/null; kill -9 "${cloud_pid}"; }
+at_quarter "${start}" lose_host; lost=$?
 wait "${call}"; rc=$?
 set -e
-(( lost )) || fail "lost: the stream never reached a quarter of the KV"
+(( lost == 0 )) || fail "lost: the stream never reached a quarter of the KV"
 (( rc != 0 )) || fail "lost: the turn succeeded without its cloud: $(cat "${work}/lost-2.json")"
 grep -q "sent nothing" "${work}/lost-2.err" || fail "lost: $(cat "${work}/lost-2.err")"
 [[ "$(session_tokens lost)" == "${before}" ]] || fail "lost: the session changed"
