@@ -14,18 +14,11 @@
 #include "common/kv/kv_handoff.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/log.h"
 #include "common/util/version.h"
 
 namespace baton {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
 KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl::Status& status) {
   auto* reactor = new KvStreamReactor(context);
   reactor->done(status);

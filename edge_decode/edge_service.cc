@@ -13,6 +13,7 @@
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/util/check.h"
+#include "common/util/clock.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
 #include "common/util/version.h"
@@ -24,10 +25,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 std::string digest_bytes(const Digest256& digest) {
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/util/clock.h"
 
 namespace baton {
 namespace {
@@ -88,10 +89,9 @@ void StreamWatchdog::run() {
     cv_.wait_for(lock, kTick, [this] { return stopped_; });
     if (stopped_) return;
     const Clock::time_point now = Clock::now();
-    const double elapsed_ms = std::chrono::duration<double, std::milli>(now - start_).count();
     StreamPace pace;
-    pace.elapsed_ms = elapsed_ms;
-    pace.since_last_ms = std::chrono::duration<double, std::milli>(now - last_message_).count();
+    pace.elapsed_ms = ms_between(start_, now);
+    pace.since_last_ms = ms_between(last_message_, now);
     pace.received = received_;
     pace.total = total_units_;
     // Units within the window: received after the last sample at or before its start.
@@ -100,7 +100,7 @@ void StreamWatchdog::run() {
       window_base_ = history_.front().second;
       history_.pop_front();
     }
-    pace.window_ms = std::chrono::duration<double, std::milli>(now - window_start).count();
+    pace.window_ms = ms_between(window_start, now);
     pace.window_units = received_ - window_base_;
     std::optional<std::string> why = judge(limits_, pace);
     if (!why) continue;
