@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "cloud_prefill/metrics_http.h"
+#include "common/util/metrics_http.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_server.h"
 #ifdef BATON_HAVE_CUDA

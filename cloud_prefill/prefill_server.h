@@ -9,14 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "cloud_prefill/prefill_service.h"
+#include "common/rpc/server_credentials.h"  // ServerTlsOptions
 
 namespace baton {
-
-struct ServerTlsOptions {
-  std::string cert_path;       // PEM certificate chain; empty: plaintext
-  std::string key_path;        // PEM private key
-  std::string client_ca_path;  // PEM roots; set: clients must present a certificate they sign (mutual TLS)
-};
 
 struct PrefillServerOptions {
   ServerTlsOptions tls;
@@ -48,8 +43,5 @@ class PrefillServer {
   PrefillService* service_;
   bool shut_down_ = false;
 };
-
-// Server credentials from `tls`: insecure when cert_path is empty.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> make_server_credentials(const ServerTlsOptions& tls);
 
 }  // namespace baton

@@ -1,13 +1,11 @@
 #include "edge_decode/cloud_client.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/kv/kv_codec_params.h"
+#include "common/rpc/channel_options.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
@@ -18,14 +16,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::StatusOr<std::string> read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string hex_of(const std::string& bytes) {
   std::string out;
@@ -65,34 +55,14 @@ KvMessageSource CloudKvStream::source() {
 
 absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOptions options) {
   std::unique_ptr<CloudClient> client(new CloudClient(std::move(options)));
-  if (!client->options_.token_path.empty()) {
-    BATON_ASSIGN_OR_RETURN(std::string token, read_file(client->options_.token_path, "--cloud-token-file"));
-    client->bearer_token_ = std::string(absl::StripAsciiWhitespace(token));
-    if (client->bearer_token_.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cloud-token-file '", client->options_.token_path, "' is empty"));
-    }
-  }
   const CloudClientOptions& o = client->options_;
-  if (o.cert_path.empty() != o.key_path.empty()) {
-    return absl::InvalidArgumentError("--cloud-cert and --cloud-key go together (mutual TLS needs both)");
-  }
-  if (!o.cert_path.empty() && o.ca_path.empty()) {
-    return absl::InvalidArgumentError("--cloud-cert needs --cloud-ca: a client certificate is sent over TLS only");
-  }
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (o.ca_path.empty()) {
-    credentials = grpc::InsecureChannelCredentials();
-  } else {
-    BATON_ASSIGN_OR_RETURN(std::string roots, read_file(o.ca_path, "--cloud-ca"));
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = roots;
-    if (!o.cert_path.empty()) {
-      BATON_ASSIGN_OR_RETURN(ssl.pem_cert_chain, read_file(o.cert_path, "--cloud-cert"));
-      BATON_ASSIGN_OR_RETURN(ssl.pem_private_key, read_file(o.key_path, "--cloud-key"));
-    }
-    credentials = grpc::SslCredentials(ssl);
-  }
+  ChannelSecurityOptions security_options;
+  security_options.ca_path = o.ca_path;
+  security_options.cert_path = o.cert_path;
+  security_options.key_path = o.key_path;
+  security_options.token_path = o.token_path;
+  BATON_ASSIGN_OR_RETURN(ChannelSecurity security, make_channel_security(security_options));
+  client->bearer_token_ = security.bearer_token;
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(8 << 20);  // KV blocks stay under 4 MiB; leave slack
   // A cloud that restarts (or starts after the agent) is reconnected within
@@ -100,7 +70,7 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
   // which every call fails at once with UNAVAILABLE.
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 4000);
-  client->channel_ = grpc::CreateCustomChannel(client->options_.address, credentials, arguments);
+  client->channel_ = grpc::CreateCustomChannel(client->options_.address, security.credentials, arguments);
   client->stub_ = v1::Prefill::NewStub(client->channel_);
   client->link_.address = client->options_.address;
   return client;
@@ -110,7 +80,7 @@ CloudClient::~CloudClient() { stop_health_polling(); }
 
 void CloudClient::prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const {
   context.set_deadline(deadline);
-  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
+  add_bearer_token(bearer_token_, context);
 }
 
 void CloudClient::start_health_polling() {

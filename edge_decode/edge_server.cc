@@ -6,16 +6,26 @@
 
 namespace baton {
 
-absl::StatusOr<std::unique_ptr<EdgeServer>> EdgeServer::Start(const std::string& address, EdgeService& service) {
+absl::StatusOr<std::unique_ptr<EdgeServer>> EdgeServer::Start(const std::string& address, EdgeService& service,
+                                                               const EdgeServerOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = make_server_credentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  int relay_port = 0;
+  builder.AddListeningPort(address, *credentials, &port);
+  if (options.loopback_relay_port) {
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &relay_port);
+  }
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr || port == 0 || (options.loopback_relay_port && relay_port == 0)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", address, "'"));
   }
-  return std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port, &service));
+  auto edge_server = std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port, &service));
+  edge_server->relay_port_ = relay_port;
+  return edge_server;
 }
 
 EdgeServer::~EdgeServer() {

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "common/gguf/ggml_types.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
@@ -19,6 +20,7 @@
 #include "common/util/version.h"
 #include "edge_decode/generate_turn.h"
 #include "edge_decode/memory_plan.h"
+#include "edge_decode/session_owner.h"
 #include "common/rpc/queued_write_reactor.h"
 
 namespace baton {
@@ -62,6 +64,20 @@ grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(to_grpc_status(status));
   return reactor;
+}
+
+// `status` with the stored session id replaced by the client's (the owner
+// prefix is the agent's business).
+absl::Status with_client_session_id(const absl::Status& status, const std::string& stored_id,
+                                    const std::string& client_id) {
+  if (status.ok() || stored_id == client_id) return status;
+  return absl::Status(status.code(), absl::StrReplaceAll(status.message(), {{stored_id, client_id}}));
+}
+
+absl::Status check_client_session_id(const std::string& id) {
+  if (is_valid_session_id(id, kMaxClientSessionIdChars)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("session_id '", id, "' is not 1..128 characters of [A-Za-z0-9._-]"));
 }
 
 }  // namespace
@@ -212,6 +228,11 @@ void EdgeService::Drain() {
 grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::CallbackServerContext* context,
                                                                       const v1::GenerateRequest* request) {
   auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context);
+  absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
+  if (!owner.ok()) {
+    reactor->refuse(owner.status());
+    return reactor;
+  }
   const v1::ServingState state = state_.load();
   if (state != v1::SERVING_STATE_READY) {
     reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state),
@@ -221,6 +242,14 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
                     options_.retry_after_ms);
     return reactor;
   }
+  const std::string& client_id = request->session_id();
+  if (!client_id.empty()) {
+    if (absl::Status valid = check_client_session_id(client_id); !valid.ok()) {
+      reactor->refuse(valid);
+      return reactor;
+    }
+  }
+  const std::string stored_id = owned_session_id(*owner, client_id);
   TurnIo io;
   io.arrival = Clock::now();
   io.deadline = context->deadline();
@@ -228,14 +257,21 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
   io.cancel_slot = &reactor->cancel_slot();
   ++generating_;
   // The request is copied: gRPC owns *request only until the reactor finishes.
-  const bool queued = generate_queue_.try_push([this, reactor, io, request_copy = *request](bool run) mutable {
+  v1::GenerateRequest request_copy = *request;
+  request_copy.set_session_id(stored_id);
+  const bool queued = generate_queue_.try_push([this, reactor, io, request_copy = std::move(request_copy),
+                                                client_id](bool run) mutable {
     std::optional<v1::Stats> stats;
-    io.emit = [reactor, &stats](v1::GenerateResponse response) {
-      if (response.has_stats()) stats = response.stats();
+    io.emit = [reactor, &stats, &client_id](v1::GenerateResponse response) {
+      if (response.has_stats()) {
+        if (!response.stats().session_id().empty()) response.mutable_stats()->set_session_id(client_id);
+        stats = response.stats();
+      }
       return reactor->push(std::move(response));
     };
     absl::Status status = run ? run_generate_turn(runtime_, request_copy, io)
                               : absl::UnavailableError("the edge agent is shutting down");
+    status = with_client_session_id(status, request_copy.session_id(), client_id);
     if (options_.metrics != nullptr) {
       options_.metrics->record_outcome(status);
       if (status.ok() && stats.has_value()) options_.metrics->record_stats(*stats);
@@ -294,12 +330,16 @@ grpc::ServerUnaryReactor* EdgeService::Health(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext* context,
                                                     const v1::ListSessionsRequest*,
                                                     v1::ListSessionsResponse* response) {
+  absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
+  if (!owner.ok()) return reply(context, owner.status());
   if (state_.load() == v1::SERVING_STATE_LOADING) {
     return reply(context, absl::UnavailableError("the edge agent is LOADING"));
   }
   for (const SessionSummary& summary : sessions_->list()) {
+    std::optional<std::string> client_id = client_session_id(*owner, summary.id);
+    if (!client_id.has_value()) continue;  // another key's session
     v1::SessionInfo* info = response->add_sessions();
-    info->set_session_id(summary.id);
+    info->set_session_id(*client_id);
     info->set_token_count(summary.token_count);
     info->set_kv_bytes(summary.kv_bytes);
     fill_codec(summary.codec, info->mutable_codec());
@@ -316,21 +356,26 @@ grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* EdgeService::DeleteSession(grpc::CallbackServerContext* context,
                                                      const v1::DeleteSessionRequest* request,
                                                      v1::DeleteSessionResponse* response) {
+  absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
+  if (!owner.ok()) return reply(context, owner.status());
   if (state_.load() == v1::SERVING_STATE_LOADING) {
     return reply(context, absl::UnavailableError("the edge agent is LOADING"));
   }
-  if (!is_valid_session_id(request->session_id())) {
-    return reply(context, absl::InvalidArgumentError(absl::StrCat(
-                              "session_id '", request->session_id(), "' is not 1..128 characters of [A-Za-z0-9._-]")));
+  if (absl::Status valid = check_client_session_id(request->session_id()); !valid.ok()) {
+    return reply(context, valid);
   }
-  absl::StatusOr<uint64_t> freed = sessions_->remove(request->session_id());
-  if (!freed.ok()) return reply(context, freed.status());
+  const std::string stored_id = owned_session_id(*owner, request->session_id());
+  absl::StatusOr<uint64_t> freed = sessions_->remove(stored_id);
+  if (!freed.ok()) return reply(context, with_client_session_id(freed.status(), stored_id, request->session_id()));
   response->set_freed_bytes(*freed);
   return reply(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* context, const v1::ListPacksRequest*,
                                                  v1::ListPacksResponse* response) {
+  if (absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context); !owner.ok()) {
+    return reply(context, owner.status());
+  }
   if (state_.load() == v1::SERVING_STATE_LOADING) {
     return reply(context, absl::UnavailableError("the edge agent is LOADING"));
   }
@@ -350,6 +395,10 @@ grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* co
 grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::CallbackServerContext* context,
                                                                       const v1::PullPackRequest* request) {
   auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context);
+  if (absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context); !owner.ok()) {
+    reactor->refuse(owner.status());
+    return reactor;
+  }
   const v1::ServingState state = state_.load();
   if (state != v1::SERVING_STATE_READY) {
     reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state))),

@@ -27,6 +27,7 @@
 #include "common/engine/engine.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/rpc/api_keys.h"
 #include "common/rpc/cancel_slot.h"
 #include "edge_decode/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
@@ -60,6 +61,10 @@ struct EdgeServiceOptions {
   // Set: every Generate's outcome and Stats are recorded here (the HTTP front
   // end's own recording should then be off). Must outlive the service.
   EdgeMetrics* metrics = nullptr;
+  // Set: every RPC but Health needs one of these keys ("authorization:
+  // Bearer KEY" metadata; UNAUTHENTICATED otherwise), and sessions belong to
+  // the key that created them (session_owner.h). Null: no keys (loopback).
+  std::shared_ptr<const ApiKeySet> api_keys;
 };
 
 class EdgeService final : public v1::Edge::CallbackService {
@@ -82,6 +87,8 @@ class EdgeService final : public v1::Edge::CallbackService {
   void Drain();
 
   v1::ServingState state() const { return state_.load(); }
+  // What Health answers (also read by the agent's /metrics at each scrape).
+  void fill_health(v1::EdgeHealthResponse* response) const;
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -101,7 +108,6 @@ class EdgeService final : public v1::Edge::CallbackService {
  private:
   absl::Status load(const std::string& model_path);
   absl::Status warm_up();
-  void fill_health(v1::EdgeHealthResponse* response) const;
   absl::Status pull_pack(const v1::PullPackRequest& request, std::chrono::steady_clock::time_point arrival,
                          const std::function<absl::Status(v1::PullPackResponse)>& emit, CancelSlot& cancel_slot);
 

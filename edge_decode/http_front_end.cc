@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/gguf/gguf_file.h"
+#include "common/rpc/server_credentials.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
@@ -56,14 +59,6 @@ void send_error(httplib::Response& res, const absl::Status& status) {
   send_error(res, http_error_from_status(status, 0));
 }
 
-// Compares in time independent of where the strings differ.
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -71,7 +66,7 @@ int64_t unix_seconds() {
 
 // A bounded label for the request counter.
 std::string route_label(const std::string& path) {
-  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health"}) {
     if (path == route) return route;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -97,6 +92,8 @@ class HttpFrontEnd::Impl {
 
   absl::Status start();
   void stop();
+  // server_: HTTPS with tls_cert_path / tls_key_path, else plain HTTP.
+  absl::Status make_server();
   int port() const { return port_; }
   const std::string& model_name() const { return model_name_; }
 
@@ -104,13 +101,14 @@ class HttpFrontEnd::Impl {
   class GenerateCall;
   class SseStream;
 
-  bool authorized(const httplib::Request& req, httplib::Response& res) const;
+  // True when the request may go on; else the 401 is in `res`. Sets
+  // *authorization to the header to relay ("" without keys).
+  bool authorized(const httplib::Request& req, httplib::Response& res, std::string* authorization) const;
   void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res) const;
   void handle_health(httplib::Response& res);
-  void handle_metrics(httplib::Response& res);
-  absl::StatusOr<v1::GenerateRequest> build_request(const OpenAiRequest& request);
-  absl::StatusOr<bool> session_exists(const std::string& session_id);
+  absl::StatusOr<v1::GenerateRequest> build_request(const OpenAiRequest& request, const std::string& authorization);
+  absl::StatusOr<bool> session_exists(const std::string& session_id, const std::string& authorization);
   grpc::Status health(v1::EdgeHealthResponse* response);
 
   // Running Generate calls, so stop() can cancel them.
@@ -127,7 +125,7 @@ class HttpFrontEnd::Impl {
   std::unique_ptr<v1::Edge::Stub> stub_;
   std::unique_ptr<EdgeMetrics> metrics_;  // nullptr without a registry
 
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with TLS
   std::thread listen_thread_;
   int port_ = 0;
 
@@ -141,9 +139,10 @@ class HttpFrontEnd::Impl {
 // is cancelled.
 class HttpFrontEnd::Impl::GenerateCall {
  public:
-  GenerateCall(Impl& owner, const v1::GenerateRequest& request) : owner_(owner) {
+  GenerateCall(Impl& owner, const v1::GenerateRequest& request, const std::string& authorization) : owner_(owner) {
     context_.set_deadline(std::chrono::system_clock::now() + owner_.options_.generate_timeout);
     context_.AddMetadata("baton-frontend", "http");
+    if (!authorization.empty()) context_.AddMetadata("authorization", authorization);
     if (!owner_.track(&context_)) context_.TryCancel();
     reader_ = owner_.stub_->Generate(&context_, request);
   }
@@ -286,24 +285,31 @@ absl::Status HttpFrontEnd::Impl::start() {
         options_.model_path.empty() ? "baton" : std::filesystem::path(options_.model_path).stem().string();
   }
   created_ = unix_seconds();
-  channel_ = grpc::CreateChannel(options_.grpc_target, grpc::InsecureChannelCredentials());
+  // Twice the body cap both ways: a prompt the HTTP API accepts is never
+  // refused by the relay's own gRPC message cap (4 MiB by default).
+  grpc::ChannelArguments relay_arguments;
+  const int relay_cap_bytes = static_cast<int>(std::min<size_t>(size_t{2} * options_.max_body_bytes, INT32_MAX));
+  relay_arguments.SetMaxSendMessageSize(relay_cap_bytes);
+  relay_arguments.SetMaxReceiveMessageSize(relay_cap_bytes);
+  channel_ = grpc::CreateCustomChannel(options_.grpc_target, grpc::InsecureChannelCredentials(), relay_arguments);
   stub_ = v1::Edge::NewStub(channel_);
   if (options_.metrics != nullptr) metrics_ = std::make_unique<EdgeMetrics>(*options_.metrics);
 
+  BATON_RETURN_IF_ERROR(make_server());
   const int threads = options_.threads;
-  server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server_.set_payload_max_length(options_.max_body_bytes);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server_->set_payload_max_length(options_.max_body_bytes);
   // Streams can pause for a long local prefill between writes.
-  server_.set_write_timeout(std::chrono::seconds(60));
-  server_.set_tcp_nodelay(true);  // each SSE event goes out as written
+  server_->set_write_timeout(std::chrono::seconds(60));
+  server_->set_tcp_nodelay(true);  // each SSE event goes out as written
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a
   // second process bind the same port and silently take half the requests.
-  server_.set_socket_options([](socket_t sock) {
+  server_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   const size_t max_body_bytes = options_.max_body_bytes;
-  server_.set_error_handler(httplib::Server::HandlerWithResponse([max_body_bytes](const httplib::Request& req,
+  server_->set_error_handler(httplib::Server::HandlerWithResponse([max_body_bytes](const httplib::Request& req,
                                                                                    httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already in shape
     std::string message;
@@ -314,7 +320,8 @@ absl::Status HttpFrontEnd::Impl::start() {
         type = "not_found_error";
         break;
       case 413:
-        message = absl::StrFormat("the request body is over the limit of %d bytes", max_body_bytes);
+        message = absl::StrFormat("the request body is %s bytes, over the limit of %d bytes",
+                                  req.get_header_value("Content-Length", "more"), max_body_bytes);
         break;
       default:
         message = absl::StrFormat("HTTP %d", res.status);
@@ -324,13 +331,13 @@ absl::Status HttpFrontEnd::Impl::start() {
     res.set_content(openai_error_json(message, type), kJson);
     return httplib::Server::HandlerResponse::Handled;
   }));
-  server_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     res.status = 500;
     res.set_content(openai_error_json("internal error while answering the request", "server_error"), kJson);
   });
   if (metrics_ != nullptr) {
     MetricsRegistry* registry = options_.metrics;
-    server_.set_logger([registry](const httplib::Request& req, const httplib::Response& res) {
+    server_->set_logger([registry](const httplib::Request& req, const httplib::Response& res) {
       registry
           ->counter("baton_http_requests_total", "HTTP requests by route and status code.",
                     {{"route", route_label(req.path)}, {"code", std::to_string(res.status)}})
@@ -338,40 +345,57 @@ absl::Status HttpFrontEnd::Impl::start() {
     });
   }
 
-  server_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  server_.Get(R"(/v1/models/(.+))",
+  server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
+  server_->Get(R"(/v1/models/(.+))",
               [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(OpenAiEndpoint::kCompletions, req, res);
   });
-  server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(OpenAiEndpoint::kChatCompletions, req, res);
   });
-  server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
-  if (metrics_ != nullptr) {
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
-  }
+  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
 
   const auto& [host, port] = *host_port;
   if (port == 0) {
-    port_ = server_.bind_to_any_port(host);
+    port_ = server_->bind_to_any_port(host);
     if (port_ <= 0) return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
   } else {
-    if (!server_.bind_to_port(host, port)) {
+    if (!server_->bind_to_port(host, port)) {
       return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
     }
     port_ = port;
   }
-  listen_thread_ = std::thread([this] { server_.listen_after_bind(); });
+  listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() only takes effect once the server runs; wait for it (a few ms).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!server_.is_running() && std::chrono::steady_clock::now() < give_up) {
+  while (!server_->is_running() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (!server_.is_running()) return absl::InternalError("the HTTP server did not start within 10 s");
+  if (!server_->is_running()) return absl::InternalError("the HTTP server did not start within 10 s");
   BATON_INFO("OpenAI-compatible HTTP API on %s:%d for model '%s' (chat template: %s), relaying to %s",
              host.c_str(), port_, model_name_.c_str(), chat_template_family_name(chat_format_.family),
              options_.grpc_target.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status HttpFrontEnd::Impl::make_server() {
+  if (options_.tls_cert_path.empty() != options_.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)");
+  }
+  if (options_.tls_cert_path.empty()) {
+    server_ = std::make_unique<httplib::Server>();
+    return absl::OkStatus();
+  }
+  // Read first: SSLServer reports a bad file only as is_valid() == false.
+  BATON_RETURN_IF_ERROR(read_pem_file(options_.tls_cert_path, "TLS certificate").status());
+  BATON_RETURN_IF_ERROR(read_pem_file(options_.tls_key_path, "TLS key").status());
+  auto server = std::make_unique<httplib::SSLServer>(options_.tls_cert_path.c_str(), options_.tls_key_path.c_str());
+  if (!server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrFormat("HTTPS: the certificate %s and key %s do not load together",
+                                                      options_.tls_cert_path, options_.tls_key_path));
+  }
+  server_ = std::move(server);
   return absl::OkStatus();
 }
 
@@ -382,16 +406,18 @@ void HttpFrontEnd::Impl::stop() {
     stopping_ = true;
     for (grpc::ClientContext* context : calls_) context->TryCancel();
   }
-  server_.stop();
+  if (server_ != nullptr) server_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
 }
 
-bool HttpFrontEnd::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
-  if (options_.api_key.empty()) return true;
+bool HttpFrontEnd::Impl::authorized(const httplib::Request& req, httplib::Response& res,
+                                    std::string* authorization) const {
+  authorization->clear();
+  if (options_.api_keys == nullptr) return true;
   const std::string header = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
-      constant_time_equal(std::string_view(header).substr(kBearer.size()), options_.api_key)) {
+  const std::optional<std::string_view> token = bearer_token(header);
+  if (token.has_value() && options_.api_keys->match(*token).has_value()) {
+    *authorization = header;
     return true;
   }
   send_error(res, absl::UnauthenticatedError(header.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
@@ -400,7 +426,8 @@ bool HttpFrontEnd::Impl::authorized(const httplib::Request& req, httplib::Respon
 }
 
 void HttpFrontEnd::Impl::handle_models(const httplib::Request& req, httplib::Response& res) const {
-  if (!authorized(req, res)) return;
+  std::string authorization;
+  if (!authorized(req, res, &authorization)) return;
   if (req.matches.size() > 1) {
     const std::string id = req.matches[1].str();
     if (id != model_name_) {
@@ -438,19 +465,11 @@ void HttpFrontEnd::Impl::handle_health(httplib::Response& res) {
   res.set_content(absl::StrFormat(R"({"status":"%s"})", state_name(health_response.state())), kJson);
 }
 
-void HttpFrontEnd::Impl::handle_metrics(httplib::Response& res) {
-  v1::EdgeHealthResponse health_response;
-  if (health(&health_response).ok()) {
-    metrics_->record_health(health_response);
-  } else {
-    metrics_->ready.set(0);
-  }
-  res.set_content(options_.metrics->render(), MetricsRegistry::kContentType);
-}
-
-absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& session_id) {
+absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& session_id,
+                                                        const std::string& authorization) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   v1::ListSessionsResponse response;
   const grpc::Status status = stub_->ListSessions(&context, v1::ListSessionsRequest(), &response);
   if (!status.ok()) return to_absl(status);
@@ -460,12 +479,13 @@ absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& sessi
   return false;
 }
 
-absl::StatusOr<v1::GenerateRequest> HttpFrontEnd::Impl::build_request(const OpenAiRequest& request) {
+absl::StatusOr<v1::GenerateRequest> HttpFrontEnd::Impl::build_request(const OpenAiRequest& request,
+                                                                      const std::string& authorization) {
   BATON_ASSIGN_OR_RETURN(v1::GenerateRequest out, to_generate_request(request));
   if (request.endpoint != OpenAiEndpoint::kChatCompletions) return out;
   bool continuing = false;
   if (!request.session_id.empty()) {
-    BATON_ASSIGN_OR_RETURN(continuing, session_exists(request.session_id));
+    BATON_ASSIGN_OR_RETURN(continuing, session_exists(request.session_id, authorization));
   }
   const std::vector<ChatMessage> messages = new_chat_messages(request.messages, continuing);
   if (messages.empty()) {
@@ -493,7 +513,8 @@ absl::StatusOr<v1::GenerateRequest> HttpFrontEnd::Impl::build_request(const Open
 
 void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req,
                                          httplib::Response& res) {
-  if (!authorized(req, res)) return;
+  std::string authorization;
+  if (!authorized(req, res, &authorization)) return;
   absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(endpoint, req.body);
   if (!parsed.ok()) return send_error(res, parsed.status());
   if (!parsed->model.empty() && parsed->model != model_name_) {
@@ -503,10 +524,10 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
         "not_found_error", "model_not_found");
     return send_error(res, error);
   }
-  absl::StatusOr<v1::GenerateRequest> request = build_request(*parsed);
+  absl::StatusOr<v1::GenerateRequest> request = build_request(*parsed, authorization);
   if (!request.ok()) return send_error(res, request.status());
 
-  auto call = std::make_unique<GenerateCall>(*this, *request);
+  auto call = std::make_unique<GenerateCall>(*this, *request, authorization);
   OpenAiAnswerInfo info{endpoint, new_openai_id(endpoint), unix_seconds(), model_name_};
   v1::GenerateResponse message;
   if (!parsed->stream) {

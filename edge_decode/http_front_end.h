@@ -1,20 +1,23 @@
-// HttpFrontEnd: baton-edge's OpenAI-compatible HTTP API (--http ADDR) and
-// its Prometheus GET /metrics.
+// HttpFrontEnd: baton-edge's OpenAI-compatible HTTP API (--http ADDR), over
+// plain HTTP or HTTPS (tls_cert_path / tls_key_path). Prometheus GET /metrics
+// is not served here but on its own address (--metrics, metrics_http.h).
 //
 // One code path, two front ends: the HTTP front end is a thin translator
 // (openai_api.h) that relays every request to the agent's own gRPC service
 // (Edge.Generate, Edge.Health, Edge.ListSessions) over a loopback channel to
 // --listen, so sessions, split policy, memory limits and admission are the
-// gRPC path's, and errors are its gRPC status mapped to HTTP.
+// gRPC path's, and errors are its gRPC status mapped to HTTP. With API keys
+// the front end checks the caller's key first (401 at once) and relays it
+// with every call, so the agent's session ownership holds over HTTP too.
 //
 // Routes:
 //   GET  /v1/models, /v1/models/{id}
 //   POST /v1/completions, /v1/chat/completions   (stream false: one JSON;
 //        stream true: server-sent events "data: {...}\n\n", then "data: [DONE]\n\n")
 //   GET  /health    200 {"status": "ok"} when READY; 503 with Retry-After otherwise
-//   GET  /metrics   Prometheus text 0.0.4 (when a registry is given)
 // Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}:
-// 400 bad JSON / bad field, 401 missing or wrong API key, 404 unknown model
+// 400 bad JSON / bad field, 401 missing or wrong API key (type
+// invalid_request_error, code invalid_api_key, as OpenAI), 404 unknown model
 // or route, 413 body over max_body_bytes or prompt over the device's
 // context, 429 queue full, 503 (+ Retry-After) while the agent loads or warms
 // up, 500 otherwise.
@@ -24,7 +27,7 @@
 // worker is held anyway; a stream writes each piece as the gRPC stream
 // delivers it). Every Generate has a deadline (generate_timeout); a streaming
 // client that goes away cancels its Generate at the next piece; Stop()
-// cancels the running ones. /health and /metrics need no API key.
+// cancels the running ones. /health needs no API key.
 #pragma once
 
 #include <chrono>
@@ -33,6 +36,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/api_keys.h"
 #include "common/util/metrics.h"
 
 namespace baton {
@@ -48,12 +52,22 @@ struct HttpFrontEndOptions {
   // The id /v1/models lists and requests may name; empty: the model file's
   // stem ("baton-tiny-kjv-f16"), or "baton" without a model file.
   std::string model_name;
-  MetricsRegistry* metrics = nullptr;  // GET /metrics serves it; nullptr: no /metrics
+  // Counts HTTP requests by route and code (and relayed Generates, below);
+  // served by the agent's --metrics listener. nullptr: no counting.
+  MetricsRegistry* metrics = nullptr;
   // Record each relayed Generate in EdgeMetrics (outcome, TTFT, decode tok/s,
   // KV bytes, fallbacks). Turn off when EdgeService records every Generate.
   bool record_generate_metrics = true;
-  size_t max_body_bytes = size_t{8} << 20;  // larger request bodies get 413
-  std::string api_key;                  // non-empty: "Authorization: Bearer KEY" required (else 401)
+  // Larger request bodies get 413. The relay channel's message cap is twice
+  // this (a prompt's token ids may take more bytes than its text), and the
+  // agent's gRPC receive cap (EdgeServerOptions) must be at least that.
+  size_t max_body_bytes = size_t{8} << 20;
+  // Set: "Authorization: Bearer KEY" with one of these keys is required on
+  // every route but /health (else 401), and is relayed to the agent.
+  std::shared_ptr<const ApiKeySet> api_keys;
+  // Both set: HTTPS with this PEM certificate chain and key.
+  std::string tls_cert_path;
+  std::string tls_key_path;
   int threads = 8;                      // HTTP worker threads = concurrent requests
   std::chrono::milliseconds generate_timeout{std::chrono::minutes(10)};  // deadline of each Generate
 };

@@ -15,7 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "common/rpc/api_keys.h"
+#include "common/util/loopback.h"
 #include "common/util/metrics.h"
+#include "common/util/metrics_http.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
@@ -44,7 +47,12 @@ struct EdgeConfig {
   std::chrono::milliseconds cloud_timeout{60'000};  // deadline of one cloud prefill
   std::chrono::milliseconds cloud_stall_timeout{30'000};  // a cloud stream silent this long is ended
   uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
-  std::string http_address;             // host:port of the OpenAI-compatible API and /metrics; empty: off
+  std::string http_address;             // host:port of the OpenAI-compatible API; empty: off
+  std::string metrics_address;          // host:port of GET /metrics; empty: off
+  std::string api_key_path;             // API keys clients must present; empty: none (loopback only)
+  std::string tls_cert_path;            // PEM chain: TLS on --listen and --http
+  std::string tls_key_path;             // its private key
+  bool insecure_public = false;         // allow a non-loopback listener without API keys
   std::string packs_dir;                // prefix packs; empty: none
   std::string sessions_dir;             // persisted sessions; empty: memory only
   std::string policy = "auto";          // auto | local | cloud
@@ -78,7 +86,18 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_size("memory-budget", &config.memory_budget_bytes,
                  "device memory for weights, KV and scratch; 0: detect");
   flags.add_string("http", &config.http_address,
-                   "address of the OpenAI-compatible HTTP API and /metrics; empty: off", "ADDR");
+                   "address of the OpenAI-compatible HTTP API; empty: off", "ADDR");
+  flags.add_string("metrics", &config.metrics_address,
+                   "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
+  flags.add_string("api-key-file", &config.api_key_path,
+                   "API keys (one per line, '#' comments, 16+ characters; mode 0600) that every call but Health must "
+                   "present as 'authorization: Bearer KEY'; sessions belong to the key that created them",
+                   "FILE");
+  flags.add_string("tls-cert", &config.tls_cert_path,
+                   "PEM certificate chain: TLS on --listen (gRPC) and --http (HTTPS); with --tls-key", "FILE");
+  flags.add_string("tls-key", &config.tls_key_path, "private key (PEM) of --tls-cert", "FILE");
+  flags.add_bool("insecure-public", &config.insecure_public,
+                 "allow --listen, --http or --metrics on an address beyond loopback without --api-key-file");
   flags.add_string("packs", &config.packs_dir, "directory of prefix packs", "DIR");
   flags.add_string("sessions", &config.sessions_dir,
                    "directory where sessions persist; empty: memory only", "DIR");
@@ -109,6 +128,25 @@ absl::Status check_address(const char* flag, const std::string& address) {
   return absl::OkStatus();
 }
 
+// Nothing listens beyond loopback without keys: anyone who reaches the port
+// could list, continue or delete every session.
+absl::Status check_public_listeners(const EdgeConfig& config) {
+  if (!config.api_key_path.empty() || config.insecure_public) return absl::OkStatus();
+  const std::pair<const char*, std::string> listeners[] = {{"listen", config.listen_address},
+                                                           {"http", http_listen_address(config.http_address)},
+                                                           {"metrics", config.metrics_address}};
+  for (const auto& [flag, address] : listeners) {
+    if (address.empty()) continue;
+    const std::string host = parse_host_port(address)->first;
+    if (!is_loopback_host(host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " ", address, " is reachable beyond this machine and no --api-key-file is set: give "
+          "--api-key-file FILE (and --tls-cert/--tls-key), bind 127.0.0.1, or pass --insecure-public"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   if (!flags.positional().empty()) {
     return absl::InvalidArgumentError(
@@ -129,8 +167,15 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     }
   }
   if (!config.http_address.empty()) {
-    BATON_RETURN_IF_ERROR(check_address("http", config.http_address));
+    BATON_RETURN_IF_ERROR(check_address("http", http_listen_address(config.http_address)));
   }
+  if (!config.metrics_address.empty()) {
+    BATON_RETURN_IF_ERROR(check_address("metrics", config.metrics_address));
+  }
+  if (config.tls_cert_path.empty() != config.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  BATON_RETURN_IF_ERROR(check_public_listeners(config));
   if (config.policy != "auto" && config.policy != "local" && config.policy != "cloud") {
     return absl::InvalidArgumentError(
         absl::StrCat("--policy: '", config.policy, "' is not one of auto, local, cloud"));
@@ -164,6 +209,10 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.max_queued = static_cast<int>(config.max_queued);
   options.assumed_local_prefill_tokens_per_s = config.local_prefill_tps;
   options.packs_dir = config.packs_dir;
+  if (!config.api_key_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(ApiKeySet keys, ApiKeySet::LoadFile(config.api_key_path));
+    options.api_keys = std::make_shared<const ApiKeySet>(std::move(keys));
+  }
   if (!config.cloud_address.empty()) {
     CloudClientOptions cloud;
     cloud.address = config.cloud_address;
@@ -200,22 +249,31 @@ int run_edge_agent(const EdgeConfig& config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   EdgeService service(*options);
-  absl::StatusOr<std::unique_ptr<EdgeServer>> server = EdgeServer::Start(config.listen_address, service);
+  EdgeServerOptions server_options;
+  server_options.tls.cert_path = config.tls_cert_path;
+  server_options.tls.key_path = config.tls_key_path;
+  server_options.loopback_relay_port = !config.http_address.empty();
+  absl::StatusOr<std::unique_ptr<EdgeServer>> server =
+      EdgeServer::Start(config.listen_address, service, server_options);
   if (!server.ok()) {
     std::fprintf(stderr, "baton-edge: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
   const std::string host = config.listen_address.substr(0, config.listen_address.rfind(':'));
-  std::fprintf(stderr, "baton-edge: listening on %s:%d\n", host.c_str(), (*server)->port());
+  std::fprintf(stderr, "baton-edge: listening on %s:%d (%s, %s)\n", host.c_str(), (*server)->port(),
+               config.tls_cert_path.empty() ? "plaintext" : "TLS",
+               options->api_keys == nullptr ? "no API keys" : "API keys required");
 
-  // --http: the OpenAI-compatible API and /metrics, relaying to this agent's
-  // own gRPC service over loopback (one code path, two front ends).
+  // --http: the OpenAI-compatible API, relaying to this agent's own gRPC
+  // service over its loopback relay port (one code path, two front ends).
   std::unique_ptr<HttpFrontEnd> http;
   if (!config.http_address.empty()) {
     HttpFrontEndOptions http_options;
     http_options.listen = config.http_address;
-    const bool wildcard = host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
-    http_options.grpc_target = absl::StrCat(wildcard ? "127.0.0.1" : host, ":", (*server)->port());
+    http_options.grpc_target = absl::StrCat("127.0.0.1:", (*server)->relay_port());
+    http_options.api_keys = options->api_keys;
+    http_options.tls_cert_path = config.tls_cert_path;
+    http_options.tls_key_path = config.tls_key_path;
     http_options.model_path = config.model_path;
     http_options.metrics = &registry;
     http_options.record_generate_metrics = false;  // the service records them
@@ -228,6 +286,24 @@ int run_edge_agent(const EdgeConfig& config) {
     http = std::move(*started);
     std::fprintf(stderr, "baton-edge: HTTP API on %s:%d\n",
                  config.http_address.substr(0, config.http_address.rfind(':')).c_str(), http->port());
+  }
+  // --metrics: Prometheus on its own address; each scrape reads Health first.
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(config.metrics_address, registry, [&service, &metrics] {
+          v1::EdgeHealthResponse health;
+          service.fill_health(&health);
+          metrics.record_health(health);
+        });
+    if (!started.ok()) {
+      std::fprintf(stderr, "baton-edge: --metrics: %s\n", std::string(started.status().message()).c_str());
+      if (http) http->Stop();
+      (*server)->Shutdown();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    std::fprintf(stderr, "baton-edge: metrics on port %d\n", metrics_server->port());
   }
 
   std::atomic<bool> load_failed{false};
@@ -243,6 +319,7 @@ int run_edge_agent(const EdgeConfig& config) {
   sigwait(&signals, &signal_number);
   if (!load_failed) std::fprintf(stderr, "baton-edge: signal %d: draining\n", signal_number);
   service.Drain();
+  if (metrics_server) metrics_server->Stop();
   if (http) http->Stop();
   (*server)->Shutdown(/*grace_ms=*/5000);
   loader.join();

@@ -440,7 +440,7 @@ HttpError http_error_from_status(const absl::Status& status, uint32_t retry_afte
       break;
     case absl::StatusCode::kUnauthenticated:
       out.http_status = 401;
-      type = "authentication_error";
+      type = "invalid_request_error";  // what OpenAI answers for a bad key
       code = "invalid_api_key";
       break;
     case absl::StatusCode::kPermissionDenied:

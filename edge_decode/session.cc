@@ -2,8 +2,8 @@
 
 namespace baton {
 
-bool is_valid_session_id(const std::string& id) {
-  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
+bool is_valid_session_id(const std::string& id, size_t max_chars) {
+  if (id.empty() || id.size() > max_chars || id == "." || id == "..") return false;
   for (char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
                     c == '_' || c == '-';

@@ -3,6 +3,7 @@
 // (or a restart, via SessionStore) goes on exactly where the last one ended.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,7 +33,12 @@ struct Session {
   uint64_t kv_bytes() const { return kv ? static_cast<uint64_t>(kv->memory_bytes()) : 0; }
 };
 
-// Session ids: [A-Za-z0-9._-], 1..128 characters, not "." or "..".
-bool is_valid_session_id(const std::string& id);
+// Session ids: [A-Za-z0-9._-], 1..max_chars characters, not "." or "..".
+// Clients name ids of up to kMaxClientSessionIdChars; the agent stores them
+// with an owner prefix of up to kSessionOwnerPrefixChars (session_owner.h).
+inline constexpr size_t kMaxClientSessionIdChars = 128;
+inline constexpr size_t kSessionOwnerPrefixChars = 18;  // "o" + 16 hex digits + "."
+bool is_valid_session_id(const std::string& id,
+                         size_t max_chars = kMaxClientSessionIdChars + kSessionOwnerPrefixChars);
 
 }  // namespace baton

@@ -1,6 +1,6 @@
 // Real-server tests of the OpenAI-compatible HTTP front end
 // (edge_decode/http_front_end.h) and the cloud's metrics listener
-// (cloud_prefill/metrics_http.h): real HTTP on 127.0.0.1:0, spoken by
+// (common/util/metrics_http.h): real HTTP on 127.0.0.1:0, spoken by
 // httplib's client and by curl (Debian's), relaying over real gRPC.
 //
 // What must hold:
@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
-#include "cloud_prefill/metrics_http.h"
+#include "common/util/metrics_http.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/gguf/gguf_file.h"
@@ -393,7 +393,7 @@ TEST(HttpApiFakeEdgeTest, ErrorsByCode) {
   const std::vector<Case> cases = {
       {grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_p = 7; in (0, 1]"), "", 400, "",
        "invalid_request_error"},
-      {grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no token"), "", 401, "", "authentication_error"},
+      {grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no token"), "", 401, "", "invalid_request_error"},
       {grpc::Status(grpc::StatusCode::NOT_FOUND, "pack 'docs' is not held"), "", 404, "", "not_found_error"},
       {grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "session needs 9000 tokens; this device fits 6144"), "",
        413, "", "invalid_request_error"},
@@ -420,9 +420,9 @@ TEST(HttpApiFakeEdgeTest, ApiKeyIsRequiredWhenConfigured) {
   HttpFrontEndOptions options;
   options.api_key = "sk-local-test";
   auto agent = start_fake(options);
-  expect_openai_error(post(agent->port(), "/v1/completions", kCompletionBody), 401, "authentication_error");
+  expect_openai_error(post(agent->port(), "/v1/completions", kCompletionBody), 401, "invalid_request_error");
   expect_openai_error(post(agent->port(), "/v1/completions", kCompletionBody, {{"Authorization", "Bearer nope"}}),
-                      401, "authentication_error");
+                      401, "invalid_request_error");
   EXPECT_EQ(post(agent->port(), "/v1/completions", kCompletionBody, {{"Authorization", "Bearer sk-local-test"}}).status,
             200);
 }

@@ -246,7 +246,7 @@ TEST(OpenAiErrorTest, GrpcCodesMapToHttpCodes) {
   };
   const Case cases[] = {
       {absl::InvalidArgumentError("temperature = -1"), 0, 400, 0, "invalid_request_error"},
-      {absl::UnauthenticatedError("no token"), 0, 401, 0, "authentication_error"},
+      {absl::UnauthenticatedError("no token"), 0, 401, 0, "invalid_request_error"},
       {absl::NotFoundError("pack x"), 0, 404, 0, "not_found_error"},
       {absl::ResourceExhaustedError("session needs 9000 tokens; this device fits 6144 with codec int4"), 0, 413, 0,
        "invalid_request_error"},

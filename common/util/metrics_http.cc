@@ -1,4 +1,4 @@
-#include "cloud_prefill/metrics_http.h"
+#include "common/util/metrics_http.h"
 
 #include <httplib.h>
 
@@ -14,7 +14,8 @@ namespace baton {
 
 class MetricsHttpServer::Impl {
  public:
-  explicit Impl(MetricsRegistry& registry) : registry_(registry) {}
+  Impl(MetricsRegistry& registry, std::function<void()> before_scrape)
+      : registry_(registry), before_scrape_(std::move(before_scrape)) {}
   ~Impl() { stop(); }
 
   absl::Status start(const std::string& address) {
@@ -31,6 +32,7 @@ class MetricsHttpServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      if (before_scrape_) before_scrape_();
       res.set_content(registry_.render(), MetricsRegistry::kContentType);
     });
     if (port == 0) {
@@ -59,6 +61,7 @@ class MetricsHttpServer::Impl {
 
  private:
   MetricsRegistry& registry_;
+  std::function<void()> before_scrape_;
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
@@ -69,8 +72,9 @@ MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::mo
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& address,
-                                                                             MetricsRegistry& registry) {
-  auto impl = std::make_unique<Impl>(registry);
+                                                                             MetricsRegistry& registry,
+                                                                             std::function<void()> before_scrape) {
+  auto impl = std::make_unique<Impl>(registry, std::move(before_scrape));
   absl::Status started = impl->start(address);
   if (!started.ok()) return started;
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
