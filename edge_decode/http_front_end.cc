@@ -320,8 +320,10 @@ absl::Status HttpFrontEnd::Impl::start() {
         type = "not_found_error";
         break;
       case 413:
-        message = absl::StrFormat("the request body is %s bytes, over the limit of %d bytes",
-                                  req.get_header_value("Content-Length", "more"), max_body_bytes);
+        message = req.has_header("Content-Length")
+                      ? absl::StrFormat("the request body is %s bytes, over the limit of %d bytes",
+                                        req.get_header_value("Content-Length"), max_body_bytes)
+                      : absl::StrFormat("the request body is over the limit of %d bytes", max_body_bytes);
         break;
       default:
         message = absl::StrFormat("HTTP %d", res.status);

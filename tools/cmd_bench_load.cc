@@ -73,7 +73,7 @@ constexpr size_t kWordCount = sizeof(kWords) / sizeof(kWords[0]);
 
 struct LoadConfig {
   std::string edge;
-  std::string token_file;
+  ChannelSecurityOptions security;  // --ca, --api-key-file (also --token-file)
   int64_t clients = 4;
   int64_t sessions_per_client = 3;
   int64_t turns = 2;
@@ -295,7 +295,7 @@ ClientResult run_client(const LoadPlan& plan, int client) {
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   arguments.SetMaxReceiveMessageSize(64 << 20);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(plan.target.address, grpc::InsecureChannelCredentials(), arguments);
+      grpc::CreateCustomChannel(plan.target.address, plan.target.credentials, arguments);
   std::unique_ptr<v1::Edge::Stub> stub = v1::Edge::NewStub(channel);
   const LoadConfig& c = plan.config;
   for (int s = 0; s < c.sessions_per_client; ++s) {
@@ -436,7 +436,8 @@ int bench_load(const Args& args) {
       "listed by the agent with the KV token count those turns imply (exit 1 otherwise). A session stops at its "
       "first failed turn.");
   flags.add_string("edge", &c.edge, "edge agent address", "ADDR");
-  flags.add_string("token-file", &c.token_file, "bearer token for the agent", "FILE");
+  add_edge_channel_flags(flags, &c.security);
+  flags.add_string("token-file", &c.security.token_path, "the same as --api-key-file", "FILE");
   flags.add_int64("clients", &c.clients, "concurrent clients");
   flags.add_int64("sessions-per-client", &c.sessions_per_client, "sessions each client runs");
   flags.add_int64("turns", &c.turns, "turns per session (each after the first a follow-up)");
@@ -495,7 +496,7 @@ int bench_load(const Args& args) {
     return usage_error("--policy: '" + c.policy + "' is not one of auto, local, cloud");
   }
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", c.edge, "edge agent",
-                                                     std::chrono::milliseconds(c.deadline_ms), c.token_file);
+                                                     std::chrono::milliseconds(c.deadline_ms), c.security);
   if (!target.ok()) return usage_error(std::string(target.status().message()));
   plan.target = *target;
   MemoryWatch edge_watch;

@@ -111,6 +111,8 @@ int generate_on_edge(const Args& args_in) {
                 "Retries while the agent's model is warming up, within --timeout. Without --edge, "
                 "'baton generate --model FILE' runs the CPU engine in this process.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  ChannelSecurityOptions security;
+  add_edge_channel_flags(flags, &security);
   flags.add_string("prompt", &prompt_text, "prompt text (also -p)", "TEXT");
   flags.add_string("prompt-file", &prompt_file, "read the prompt text from a file", "FILE");
   flags.add_string("prompt-tokens", &prompt_tokens_text, "prompt as comma-separated token ids", "IDS");
@@ -208,7 +210,7 @@ int generate_on_edge(const Args& args_in) {
       *request.mutable_codec() = *params;
     }
   }
-  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
   if (!target.ok()) return usage_error(std::string(target.status().message()));
 
   ProgressLine progress_line(stderr, !no_progress);

@@ -109,7 +109,8 @@ grpc::Status poll_health(const Call& health, std::chrono::milliseconds wait, Res
 }  // namespace
 
 int health_command(const Args& args) {
-  std::string edge, cloud, token_file;
+  std::string edge, cloud;
+  ChannelSecurityOptions edge_security, cloud_security;
   bool json = false, require_ready = false;
   std::chrono::milliseconds timeout{10'000}, wait{0};
   FlagSet flags("baton health", "--edge ADDR | --cloud ADDR [flags]",
@@ -118,7 +119,8 @@ int health_command(const Args& args) {
                 "otherwise, so probes and scripts can use it.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
   flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
-  flags.add_string("token-file", &token_file, "bearer token for the cloud", "FILE");
+  add_edge_channel_flags(flags, &edge_security);
+  add_cloud_channel_flags(flags, &cloud_security);
   flags.add_duration("wait", &wait, "poll until the server is READY, at most this long (0: one call)");
   flags.add_bool("ready", &require_ready, "exit 1 unless the server is READY (readiness probes)");
   flags.add_duration("timeout", &timeout, "deadline of one Health call");
@@ -130,8 +132,8 @@ int health_command(const Args& args) {
   }
   const bool is_edge = !edge.empty();
   absl::StatusOr<RpcTarget> target =
-      is_edge ? make_rpc_target("edge", edge, "edge agent", timeout)
-              : make_rpc_target("cloud", cloud, "cloud prefill service", timeout, token_file);
+      is_edge ? make_rpc_target("edge", edge, "edge agent", timeout, edge_security)
+              : make_rpc_target("cloud", cloud, "cloud prefill service", timeout, cloud_security);
   if (!target.ok()) {
     std::fprintf(stderr, "baton health: %s\n", std::string(target.status().message()).c_str());
     return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;

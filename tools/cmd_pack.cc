@@ -262,7 +262,8 @@ absl::StatusOr<uint64_t> build_on_cloud(const BuildInput& input, const RpcTarget
 }
 
 int pack_build(const Args& args) {
-  std::string cloud, model_path, prompt_text, prompt_file, prompt_tokens, token_file;
+  std::string cloud, model_path, prompt_text, prompt_file, prompt_tokens;
+  ChannelSecurityOptions security;
   BuildInput input;
   int64_t threads = 0;
   std::chrono::milliseconds timeout{600'000};
@@ -282,7 +283,7 @@ int pack_build(const Args& args) {
   flags.add_string("description", &input.description, "what the pack holds (free text)", "TEXT");
   flags.add_string("codec", &input.codec_name, "KV codec (f16, int8, int4 or a full name); default int8", "NAME");
   flags.add_string("out", &input.out_path, "pack file to write", "FILE");
-  flags.add_string("token-file", &token_file, "bearer token for the cloud", "FILE");
+  add_cloud_channel_flags(flags, &security);
   flags.add_int64("threads", &threads, "with --model: CPU threads; 0: one per core");
   flags.add_duration("timeout", &timeout, "with --cloud: deadline of the Prefill call");
   flags.require("out");
@@ -315,7 +316,7 @@ int pack_build(const Args& args) {
   }
   absl::StatusOr<uint64_t> bytes;
   if (!cloud.empty()) {
-    absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, token_file);
+    absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
     if (!target.ok()) return usage_error("build", std::string(target.status().message()));
     bytes = build_on_cloud(input, *target);
   } else {
@@ -333,19 +334,20 @@ int pack_build(const Args& args) {
 // --- push ------------------------------------------------------------------
 
 int pack_push(const Args& args) {
-  std::string cloud, token_file;
+  std::string cloud;
+  ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{600'000};
   FlagSet flags("baton pack push", "--cloud ADDR FILE [flags]",
                 "Uploads a pack file to the cloud prefill service (PutPrefix); Prefill requests naming "
                 "the pack then skip its tokens. Re-uploading the same prefix changes nothing.");
   flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
-  flags.add_string("token-file", &token_file, "bearer token for the cloud", "FILE");
+  add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the upload");
   flags.require("cloud");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("push", "give exactly one pack FILE");
   const std::string path = flags.positional()[0];
-  absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, token_file);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
   if (!target.ok()) {
     std::fprintf(stderr, "baton pack push: %s\n", std::string(target.status().message()).c_str());
     return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
@@ -395,12 +397,14 @@ int pack_pull(const Args& args) {
   FlagSet flags("baton pack pull", "--edge ADDR ID [flags]",
                 "Has the edge agent fetch a pack from its cloud (GetPrefix) into its pack directory.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  ChannelSecurityOptions security;
+  add_edge_channel_flags(flags, &security);
   flags.add_bool("overwrite", &overwrite, "replace a local pack with the same id");
   flags.add_duration("timeout", &timeout, "deadline of the pull");
   flags.require("edge");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("pull", "give exactly one pack ID");
-  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
   if (!target.ok()) return usage_error("pull", std::string(target.status().message()));
   v1::PullPackRequest request;
   request.set_pack_id(flags.positional()[0]);
@@ -426,12 +430,14 @@ int pack_ls(const Args& args) {
   std::chrono::milliseconds timeout{30'000};
   FlagSet flags("baton pack ls", "--edge ADDR [--json]", "Lists the prefix packs the edge agent holds.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  ChannelSecurityOptions security;
+  add_edge_channel_flags(flags, &security);
   flags.add_bool("json", &json, "print the response as one JSON object");
   flags.add_duration("timeout", &timeout, "deadline of the call");
   flags.require("edge");
   if (auto code = parse_flags(flags, args)) return *code;
   if (!flags.positional().empty()) return usage_error("ls", "takes no arguments");
-  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
   if (!target.ok()) return usage_error("ls", std::string(target.status().message()));
   EdgeClient client(*target);
   v1::ListPacksResponse response;

@@ -86,6 +86,8 @@ int sessions_command(const Args& args) {
                 action == "ls" ? "Lists the sessions the edge agent holds, most recently used first."
                                : "Deletes a session: frees its KV in memory and on disk.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  ChannelSecurityOptions security;
+  add_edge_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
   if (action == "ls") flags.add_bool("json", &json, "print the response as one JSON object");
   flags.require("edge");
@@ -96,7 +98,7 @@ int sessions_command(const Args& args) {
                  action == "rm" ? "give exactly one session ID" : "takes no arguments");
     return 2;
   }
-  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
   if (!target.ok()) {
     std::fprintf(stderr, "baton sessions: %s\n", std::string(target.status().message()).c_str());
     return 2;

@@ -1,9 +1,8 @@
 #include "edge_client_rpc.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -36,9 +35,31 @@ bool looks_unreachable(const grpc::Status& status) {
 
 }  // namespace
 
+void add_edge_channel_flags(FlagSet& flags, ChannelSecurityOptions* security) {
+  security->ca_flag = "--ca";
+  security->token_flag = "--api-key-file";
+  if (const char* from_env = std::getenv("BATON_API_KEY_FILE"); from_env != nullptr) {
+    security->token_path = from_env;
+  }
+  flags.add_string("ca", &security->ca_path, "CA roots (PEM) for TLS to the edge agent; empty: plaintext", "FILE");
+  flags.add_string("api-key-file", &security->token_path,
+                   "file whose first key (non-'#' line) is sent to the edge agent as 'authorization: Bearer KEY'; "
+                   "default $BATON_API_KEY_FILE",
+                   "FILE");
+}
+
+void add_cloud_channel_flags(FlagSet& flags, ChannelSecurityOptions* security) {
+  flags.add_string("cloud-ca", &security->ca_path, "CA roots (PEM) for TLS to the cloud; empty: plaintext", "FILE");
+  flags.add_string("cloud-cert", &security->cert_path,
+                   "client certificate chain (PEM) for a cloud that requires mutual TLS; with --cloud-key", "FILE");
+  flags.add_string("cloud-key", &security->key_path, "private key (PEM) of --cloud-cert", "FILE");
+  flags.add_string("cloud-token-file", &security->token_path, "bearer token for the cloud", "FILE");
+  flags.add_string("token-file", &security->token_path, "the same as --cloud-token-file", "FILE");
+}
+
 absl::StatusOr<RpcTarget> make_rpc_target(const std::string& flag, const std::string& address,
                                           const std::string& what, std::chrono::milliseconds timeout,
-                                          const std::string& token_file) {
+                                          const ChannelSecurityOptions& security) {
   if (auto parsed = parse_host_port(address); !parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", parsed.status().message()));
   }
@@ -46,27 +67,24 @@ absl::StatusOr<RpcTarget> make_rpc_target(const std::string& flag, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout: ", format_duration(timeout), " is not a positive duration"));
   }
+  absl::StatusOr<ChannelSecurity> channel_security = make_channel_security(security);
+  if (!channel_security.ok()) return channel_security.status();
   RpcTarget target;
   target.address = address;
   target.what = what;
   target.timeout = timeout;
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in) return absl::NotFoundError(absl::StrCat("--token-file: cannot read ", token_file));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    target.bearer_token = std::string(absl::StripAsciiWhitespace(buffer.str()));
-    if (target.bearer_token.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token_file, " is empty"));
-    }
-  }
+  target.bearer_token = channel_security->bearer_token;
+  target.credentials = channel_security->credentials;
+  target.credential_flags = absl::StrCat(security.token_flag, ", ", security.ca_flag);
   return target;
 }
 
 std::shared_ptr<grpc::Channel> open_channel(const RpcTarget& target) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  return grpc::CreateCustomChannel(target.address, grpc::InsecureChannelCredentials(), arguments);
+  return grpc::CreateCustomChannel(
+      target.address, target.credentials != nullptr ? target.credentials : grpc::InsecureChannelCredentials(),
+      arguments);
 }
 
 void prepare_context(const RpcTarget& target, RpcClock::time_point deadline, grpc::ClientContext* context) {
@@ -74,9 +92,7 @@ void prepare_context(const RpcTarget& target, RpcClock::time_point deadline, grp
   const auto remaining = std::max(RpcClock::duration::zero(), deadline - RpcClock::now());
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(remaining));
-  if (!target.bearer_token.empty()) {
-    context->AddMetadata("authorization", "Bearer " + target.bearer_token);
-  }
+  add_bearer_token(target.bearer_token, *context);
 }
 
 std::optional<int64_t> retry_after_ms(const grpc::ClientContext& context) {
@@ -111,7 +127,7 @@ std::string describe_rpc_error(const RpcTarget& target, const std::string& rpc, 
     case grpc::StatusCode::UNIMPLEMENTED:
       return absl::StrCat(server, " does not implement ", rpc, detail);
     case grpc::StatusCode::UNAUTHENTICATED:
-      return absl::StrCat(server, " refused the credentials (--token-file)", detail);
+      return absl::StrCat(server, " refused the credentials (", target.credential_flags, ")", detail);
     default:
       return absl::StrCat(rpc, " at ", target.address, ": ",
                           absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), detail);

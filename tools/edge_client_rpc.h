@@ -21,6 +21,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/channel_options.h"
+
+namespace baton {
+class FlagSet;
+}
 
 namespace baton::cli {
 
@@ -32,16 +37,26 @@ struct RpcTarget {
   std::string what = "edge agent";            // names the server in messages
   std::chrono::milliseconds timeout{30'000};  // deadline of a whole command's calls, retries included
   std::string bearer_token;                   // sent as "authorization: Bearer ..."; empty: none
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // TLS or insecure; null: insecure
+  std::string credential_flags = "--token-file";          // named when the server refuses the credentials
 };
 
-// Checks `address` (host:port) and reads the token file (surrounding
-// whitespace dropped). Errors name the flag and the value.
+// The channel flags of a command that talks to an edge agent: --ca FILE
+// (TLS roots) and --api-key-file FILE (its first key is sent; default
+// $BATON_API_KEY_FILE).
+void add_edge_channel_flags(FlagSet& flags, ChannelSecurityOptions* security);
+// ... to the cloud: --cloud-ca, --cloud-cert, --cloud-key and
+// --cloud-token-file (also --token-file), as baton-edge has them.
+void add_cloud_channel_flags(FlagSet& flags, ChannelSecurityOptions* security);
+
+// Checks `address` (host:port) and reads the files of `security` (TLS roots,
+// client certificate, token). Errors name the flag and the value.
 absl::StatusOr<RpcTarget> make_rpc_target(const std::string& flag, const std::string& address,
                                           const std::string& what, std::chrono::milliseconds timeout,
-                                          const std::string& token_file = "");
+                                          const ChannelSecurityOptions& security = {});
 
-// An insecure channel to the target (TLS arrives with the servers' TLS) with
-// receive limits large enough for KV blocks.
+// A channel to the target (TLS when its credentials say so) with receive
+// limits large enough for KV blocks.
 std::shared_ptr<grpc::Channel> open_channel(const RpcTarget& target);
 
 // Sets the deadline and the authorization header of one call.

@@ -48,10 +48,13 @@ std::string api_key_owner_tag(std::string_view key) {
 std::optional<std::string_view> bearer_token(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size() ||
-      !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
+      !absl::EqualsIgnoreCase(absl::string_view(authorization.data(), kScheme.size()),
+                              absl::string_view(kScheme.data(), kScheme.size()))) {
     return std::nullopt;
   }
-  return absl::StripAsciiWhitespace(authorization.substr(kScheme.size()));
+  const absl::string_view token = absl::StripAsciiWhitespace(
+      absl::string_view(authorization.data() + kScheme.size(), authorization.size() - kScheme.size()));
+  return std::string_view(token.data(), token.size());
 }
 
 absl::StatusOr<ApiKeySet> ApiKeySet::FromKeys(const std::vector<std::string>& keys) {
@@ -77,7 +80,8 @@ absl::StatusOr<ApiKeySet> ApiKeySet::LoadFile(const std::string& path) {
   ApiKeySet set;
   std::string line;
   for (int line_number = 1; std::getline(in, line); ++line_number) {
-    const std::string_view key = absl::StripAsciiWhitespace(line);
+    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
+    const std::string_view key(stripped.data(), stripped.size());
     if (key.empty() || key.front() == '#') continue;
     if (absl::Status valid = check_key(key, absl::StrCat(path, ":", line_number)); !valid.ok()) return valid;
     set.keys_.push_back({std::string(key), api_key_owner_tag(key)});

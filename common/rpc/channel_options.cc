@@ -25,7 +25,7 @@ absl::StatusOr<std::string> read_token_file(const std::string& path, const std::
   std::istringstream lines(*text);
   std::string line;
   while (std::getline(lines, line)) {
-    const std::string_view token = absl::StripAsciiWhitespace(line);
+    const absl::string_view token = absl::StripAsciiWhitespace(line);
     if (!token.empty() && token.front() != '#') return std::string(token);
   }
   return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' is empty"));

@@ -9,7 +9,7 @@
 namespace baton {
 
 bool is_loopback_host(std::string_view host) {
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  if (absl::EqualsIgnoreCase(absl::string_view(host.data(), host.size()), "localhost")) return true;
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   const std::string text(host);
   in_addr v4{};
