@@ -9,7 +9,8 @@
 //   session gets only the new messages), answers and SSE streams have
 //   OpenAI's shape, every error has its HTTP code and OpenAI body (400, 401,
 //   404, 413, 429, 503 + Retry-After, 500), a client that goes away cancels
-//   its Generate, and /metrics counts what was relayed;
+//   its Generate, and what was relayed is counted in the registry the agent's
+//   own --metrics listener serves (not the API's address);
 // - against the real EdgeService: the same text and token counts as gRPC
 //   Generate for the same prompt and seed, streaming or not; 503 with
 //   Retry-After while the agent loads; a chat session continues over turns;
@@ -33,13 +34,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
-#include "common/util/metrics_http.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/gguf/gguf_file.h"
 #include "common/model/model_quantize.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/metrics.h"
+#include "common/util/metrics_http.h"
+#include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
 #include "edge_decode/http_front_end.h"
@@ -418,12 +420,12 @@ TEST(HttpApiFakeEdgeTest, ErrorsByCode) {
 
 TEST(HttpApiFakeEdgeTest, ApiKeyIsRequiredWhenConfigured) {
   HttpFrontEndOptions options;
-  options.api_key = "sk-local-test";
+  options.api_keys = std::make_shared<const ApiKeySet>(*ApiKeySet::FromKeys({"sk-local-test-0123456789"}));
   auto agent = start_fake(options);
   expect_openai_error(post(agent->port(), "/v1/completions", kCompletionBody), 401, "invalid_request_error");
   expect_openai_error(post(agent->port(), "/v1/completions", kCompletionBody, {{"Authorization", "Bearer nope"}}),
                       401, "invalid_request_error");
-  EXPECT_EQ(post(agent->port(), "/v1/completions", kCompletionBody, {{"Authorization", "Bearer sk-local-test"}}).status,
+  EXPECT_EQ(post(agent->port(), "/v1/completions", kCompletionBody, {{"Authorization", "Bearer sk-local-test-0123456789"}}).status,
             200);
 }
 
@@ -518,7 +520,20 @@ TEST(HttpApiFakeEdgeTest, HealthAndMetrics) {
   EXPECT_EQ(health.status, 200) << health.body;
   EXPECT_EQ(parse_json(health.body)["status"], "ok");
 
-  const HttpReply metrics = get(agent->port(), "/metrics");
+  // /metrics is not on the API's address but on its own (baton-edge
+  // --metrics), which reads Health at each scrape as the agent's does.
+  EXPECT_EQ(get(agent->port(), "/metrics").status, 404);
+  EdgeMetrics edge_metrics(agent->registry);
+  auto stub = v1::Edge::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(agent->grpc_port), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
+      MetricsHttpServer::Start("127.0.0.1:0", agent->registry, [&] {
+        grpc::ClientContext context;
+        v1::EdgeHealthResponse response;
+        if (stub->Health(&context, v1::HealthRequest(), &response).ok()) edge_metrics.record_health(response);
+      });
+  ASSERT_TRUE(metrics_server.ok()) << metrics_server.status();
+  const HttpReply metrics = get((*metrics_server)->port(), "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.content_type.find("text/plain; version=0.0.4"), std::string::npos) << metrics.content_type;
   for (const char* line :
