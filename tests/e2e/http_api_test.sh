@@ -2,7 +2,8 @@
 # baton-edge --http as a process, spoken to by curl (an OpenAI client's view):
 # /v1/models, completions and chat completions (JSON and server-sent events),
 # the same text as the gRPC Generate (`baton generate --edge`) for the same
-# seed, errors by HTTP code in OpenAI's shape, /metrics, and a clean exit on
+# seed, errors by HTTP code in OpenAI's shape, /metrics on its own address
+# (--metrics; the API's address has none), and a clean exit on
 # SIGTERM. Skips (exit 0) when this build's baton-edge does not serve --http.
 # usage: http_api_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -16,7 +17,7 @@ cleanup_signal=KILL
 
 start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   "${bin}/baton-edge" --model "${work}/tiny.gguf" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads 1 \
-  --memory-budget 1GiB
+  --memory-budget 1GiB --metrics 127.0.0.1:0
 pid=${server_pid}
 grpc_port=${server_port}
 if grep -q "not served by this build" "${work}/baton-edge.log"; then
@@ -105,8 +106,12 @@ expect_error 404 not_found_error /v1/completions "${work}/model.json"
 "${python}" -c "print('{\"prompt\": \"' + 'x' * (9 << 20) + '\"}')" > "${work}/big.json"
 expect_error 413 invalid_request_error /v1/completions "${work}/big.json"
 
-# Metrics: the calls above, in Prometheus text.
-curl -sf "${base}/metrics" -o "${work}/metrics.txt" || fail "GET /metrics"
+# Metrics: the calls above, in Prometheus text, on the --metrics address only.
+metrics_port=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "${work}/baton-edge.log" | head -1)
+[[ -n "${metrics_port}" ]] || fail "no metrics port in the log"
+code=$(curl -s -o /dev/null -w '%{http_code}' "${base}/metrics" || true)
+[[ "${code}" == 404 ]] || fail "the API's address serves /metrics (${code})"
+curl -sf "http://127.0.0.1:${metrics_port}/metrics" -o "${work}/metrics.txt" || fail "GET /metrics"
 grep -q '^baton_edge_generate_total{outcome="ok"} [1-9]' "${work}/metrics.txt" || fail "no ok Generate in /metrics"
 grep -q '^# TYPE baton_edge_ttft_seconds histogram' "${work}/metrics.txt" || fail "no TTFT histogram"
 grep -q '^baton_edge_ready 1' "${work}/metrics.txt" || fail "baton_edge_ready is not 1"
