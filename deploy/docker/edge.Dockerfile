@@ -1,8 +1,15 @@
 # baton-edge, the edge agent, on Debian 12 slim (CPU only).
 #
 #   docker build -f deploy/docker/edge.Dockerfile -t baton-edge .
-#   docker run -p 7070:7070 -v baton-state:/var/lib/baton baton-edge \
+#   docker run -p 7070:7070 -v baton-state:/var/lib/baton \
+#       -v /etc/baton/edge-secrets:/run/secrets/baton:ro baton-edge \
 #       --cloud prefill.example.com:50051 --cloud-ca /etc/baton/cloud-ca.pem
+#
+# Authenticated and TLS by default: the agent listens on 0.0.0.0 (a container
+# is reached from outside), so it needs API keys and serves TLS; mount a
+# directory at /run/secrets/baton holding api-keys (one key per line, mode
+# 0600, owned by uid 10001), tls.crt and tls.key. Clients: `baton --ca tls.crt
+# --api-key-file KEYFILE`. Without the mount the agent refuses to start.
 #
 # Multi-stage: the build stage compiles baton-edge and the baton CLI (and
 # derives the bundled model's Q4_0 copy); the runtime stage holds only the
@@ -48,7 +55,10 @@ WORKDIR /var/lib/baton
 VOLUME ["/var/lib/baton"]
 EXPOSE 7070
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s \
-  CMD ["/opt/baton/bin/baton", "health", "--edge", "127.0.0.1:7070", "--ready", "--timeout", "3s"]
+  CMD ["/opt/baton/bin/baton", "health", "--edge", "localhost:7070", "--ca", "/run/secrets/baton/tls.crt", \
+       "--ready", "--timeout", "3s"]
 ENTRYPOINT ["/opt/baton/bin/baton-edge", "--listen", "0.0.0.0:7070", \
+            "--api-key-file", "/run/secrets/baton/api-keys", \
+            "--tls-cert", "/run/secrets/baton/tls.crt", "--tls-key", "/run/secrets/baton/tls.key", \
             "--packs", "/var/lib/baton/packs", "--sessions", "/var/lib/baton/sessions"]
 CMD ["--model", "/opt/baton/models/baton-tiny-kjv-q4_0.gguf"]

@@ -8,7 +8,11 @@
 #   - the systemd unit passes `systemd-analyze verify` with no warnings;
 #   - the Dockerfiles are multi-stage, run as a non-root user, and every path
 #     they COPY from the build context exists;
-#   - the WAN scripts parse (bash -n) and shellcheck is clean where installed.
+#   - the WAN scripts parse (bash -n) and shellcheck is clean where installed;
+#   - what ships is authenticated and TLS: edge.conf, the unit and the edge
+#     image give API keys and a certificate (never 0.0.0.0 without a key), the
+#     cloud's Deployment serves TLS with tenant tokens, and Envoy speaks TLS
+#     on both sides.
 # usage: deploy_lint_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -95,6 +99,17 @@ if envoy:
     need("RING_HASH" in text, "envoy.yaml: cluster not RING_HASH")
     need("header_name: baton-prefix-digest" in text, "envoy.yaml: no hash on baton-prefix-digest")
     need("http2_protocol_options" in text, "envoy.yaml: upstream not HTTP/2 (gRPC)")
+    need("DownstreamTlsContext" in text, "envoy.yaml: the listener is not TLS")
+    need("UpstreamTlsContext" in text and "trusted_ca" in text, "envoy.yaml: replicas not reached over verified TLS")
+
+for d in by_kind("Deployment"):
+    if d["metadata"]["name"] != "baton-prefill":
+        continue
+    args = " ".join(a for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", []))
+    for flag in ("--tls-cert=", "--tls-key=", "--auth-tokens="):
+        need(flag in args, f"prefill-deployment: baton-prefill without {flag[:-1]}")
+    secrets = [v["secret"]["secretName"] for v in d["spec"]["template"]["spec"].get("volumes", []) if "secret" in v]
+    need(len(secrets) >= 2, "prefill-deployment: TLS and tokens do not come from Secrets")
 
 for p in problems:
     print("  " + p, file=sys.stderr)
@@ -114,6 +129,23 @@ for option in NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTm
   grep -q "^${option}" "${unit}" || fail "unit: hardening option ${option} missing"
 done
 [[ -f "${deploy}/systemd/edge.conf" ]] || fail "missing deploy/systemd/edge.conf"
+# Authenticated and TLS by default: keys and a certificate, handed over as credentials.
+conf="${deploy}/systemd/edge.conf"
+for name in api-key-file tls-cert tls-key; do
+  grep -q "^${name} *= *[^ ]" "${conf}" || fail "edge.conf: '${name}' is not set"
+done
+grep -q '^LoadCredential=api-keys:' "${unit}" || fail "unit: the API key file is not a LoadCredential="
+grep -q '^insecure-public' "${conf}" && fail "edge.conf ships --insecure-public"
+listen=$(sed -n 's/^listen *= *//p' "${conf}")
+case "${listen}" in 127.*|localhost:*|\[::1\]:*) ;; *) grep -q '^api-key-file' "${conf}" || fail "edge.conf: ${listen} without keys";; esac
+edge_entry=$(sed -n '/^ENTRYPOINT/,/[^\\]$/p' "${deploy}/docker/edge.Dockerfile" | tr -d '\n')
+if grep -q '0\.0\.0\.0' <<< "${edge_entry}"; then
+  for flag in --api-key-file --tls-cert --tls-key; do
+    grep -q -- "\"${flag}\"" <<< "${edge_entry}" || fail "edge.Dockerfile: binds 0.0.0.0 without ${flag}"
+  done
+fi
+grep -q -- '--insecure-public' "${deploy}/docker/edge.Dockerfile" && fail "edge.Dockerfile ships --insecure-public"
+checked+=("shipped configurations: API keys and TLS")
 # Every 'name = value' of the example config is a flag baton-edge knows.
 if [[ -x "${bin}/baton-edge" ]]; then
   "${bin}/baton-edge" --help > "${work}/edge-help.txt" 2>&1 || true
