@@ -16,6 +16,8 @@
 //   tag % 6 == 5  v1::PullPackRequest                   -> PullPack (no cloud: refused)
 // Options byte: bits 0-1 pick the chat template family the pure chat
 // functions render with (the front end uses the model's own).
+// The caller of a record is (tag / 6) % 4: 0 Alice's key, 1 Bob's key (the
+// agent runs with both, --api-key-file), 2 a wrong key, 3 no key.
 //
 // The harness keeps each input cheap and self-contained: Generate gets
 // policy LOCAL, max_tokens capped at kMaxTokens, prompts cut to
@@ -23,7 +25,10 @@
 // max_tokens passes kMaxTokens are checked by the pure functions only; every
 // session is deleted at the end of an input.
 //
-// Invariants (abort on violation): no crash, UB or leak; every refusal is a
+// Invariants (abort on violation): no call without a valid key succeeds
+// (gRPC UNAUTHENTICATED, HTTP 401 invalid_api_key) nor changes any session;
+// a key lists only sessions it named itself, and no call of one key changes
+// what the other key sees; no crash, UB or leak; every refusal is a
 // non-OK status with a non-empty message and a code the rpc documents; a
 // refused Generate or DeleteSession leaves the session store (ids and token
 // counts) unchanged; an accepted Generate ends with exactly one Stats;
@@ -45,6 +50,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +73,7 @@
 #include "common/model/model_quantize.h"
 #include "common/model/model_synth.h"
 #include "common/model/synth_shapes.h"
+#include "common/rpc/api_keys.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
 #include "edge_decode/chat_template.h"
@@ -112,14 +119,29 @@ struct Harness {
 
 Harness* harness = nullptr;
 
+// Who makes a call (the record's tag / 6 % 4).
+enum Caller { kAlice = 0, kBob = 1, kWrongKey = 2, kNoKey = 3 };
+constexpr const char* kCallerKeys[] = {"fuzz-alice-key-0123456789", "fuzz-bob-key-0123456789ab",
+                                       "fuzz-wrong-key-0123456789", ""};
+Caller g_caller = kAlice;
+bool authorized() { return g_caller == kAlice || g_caller == kBob; }
+// Session ids each key named in this input's requests: all it may ever list.
+std::set<std::string> g_named[2];
+
+void add_key(grpc::ClientContext& context, Caller who) {
+  if (kCallerKeys[who][0] != '\0') context.AddMetadata("authorization", std::string("Bearer ") + kCallerKeys[who]);
+}
+
 std::chrono::system_clock::time_point deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(kDeadlineSeconds);
 }
 
-// Session id -> token count.
-std::map<std::string, uint32_t> sessions() {
+// Session id -> token count, as `who` (Alice or Bob; default: the caller) sees them.
+std::map<std::string, uint32_t> sessions(Caller who = g_caller) {
+  require(who == kAlice || who == kBob, "sessions() of a key holder");
   grpc::ClientContext context;
   context.set_deadline(deadline());
+  add_key(context, who);
   baton::v1::ListSessionsResponse response;
   const grpc::Status status = harness->stub->ListSessions(&context, baton::v1::ListSessionsRequest(), &response);
   require(status.ok(), "ListSessions: " + status.error_message());
@@ -127,15 +149,35 @@ std::map<std::string, uint32_t> sessions() {
   for (const baton::v1::SessionInfo& info : response.sessions()) {
     require(!info.busy(), "no session is busy between calls");
     out[info.session_id()] = info.token_count();
+    require(g_named[who].count(info.session_id()) == 1,
+            "a key lists a session it never named: " + info.session_id());
   }
   return out;
+}
+
+// What both keys see.
+using Views = std::pair<std::map<std::string, uint32_t>, std::map<std::string, uint32_t>>;
+Views views() { return {sessions(kAlice), sessions(kBob)}; }
+
+// The other key's view, before a call of an authorized caller.
+std::map<std::string, uint32_t> other_view() { return sessions(g_caller == kAlice ? kBob : kAlice); }
+
+// A call without a valid key: refused UNAUTHENTICATED with a message, nothing changed.
+void require_unauthenticated(const grpc::Status& status, const char* rpc, const Views& before) {
+  trace(rpc, status);
+  require(status.error_code() == grpc::StatusCode::UNAUTHENTICATED && !status.error_message().empty(),
+          absl::StrFormat("%s without a valid key: code %d: %s", rpc, static_cast<int>(status.error_code()),
+                          status.error_message()));
+  require(views() == before, absl::StrFormat("%s without a valid key changed a session", rpc));
 }
 
 void list_packs() {
   grpc::ClientContext context;
   context.set_deadline(deadline());
+  add_key(context, g_caller);
   baton::v1::ListPacksResponse response;
   const grpc::Status status = harness->stub->ListPacks(&context, baton::v1::ListPacksRequest(), &response);
+  if (!authorized()) return require_unauthenticated(status, "ListPacks", views());
   require(status.ok() && response.packs_size() == 1 && response.packs(0).pack_id() == kPackId,
           "ListPacks lists the one pack");
 }
@@ -220,9 +262,13 @@ void call_generate(baton::v1::GenerateRequest request) {
     if (!text.empty() && static_cast<unsigned char>(text.back()) >= 0xc0) text.pop_back();
     request.set_text(text);
   }
-  const std::map<std::string, uint32_t> before = sessions();
+  const Views all_before = views();
+  if (authorized() && !request.session_id().empty()) g_named[g_caller].insert(request.session_id());
+  const std::map<std::string, uint32_t> before = authorized() ? sessions() : all_before.first;
+  const std::map<std::string, uint32_t> other_before = authorized() ? other_view() : all_before.second;
   grpc::ClientContext context;
   context.set_deadline(deadline());
+  add_key(context, g_caller);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = harness->stub->Generate(&context, request);
   v1::GenerateResponse response;
   int stats = 0;
@@ -233,7 +279,9 @@ void call_generate(baton::v1::GenerateRequest request) {
     if (response.has_text()) generated += static_cast<uint32_t>(response.text().token_ids_size());
   }
   const grpc::Status status = reader->Finish();
+  if (!authorized()) return require_unauthenticated(status, "Generate", all_before);
   trace("Generate", status);
+  require(other_view() == other_before, "a Generate of one key changed the other key's sessions");
   if (status.ok()) {
     require(stats == 1, "an accepted Generate ends with one Stats");
     require(generated <= std::max(kMaxTokens, request.max_tokens()), "no more tokens than max_tokens");
@@ -247,12 +295,17 @@ void call_generate(baton::v1::GenerateRequest request) {
 }
 
 void call_delete_session(const baton::v1::DeleteSessionRequest& request) {
-  const std::map<std::string, uint32_t> before = sessions();
+  const Views all_before = views();
+  const std::map<std::string, uint32_t> before = authorized() ? sessions() : all_before.first;
+  const std::map<std::string, uint32_t> other_before = authorized() ? other_view() : all_before.second;
   grpc::ClientContext context;
   context.set_deadline(deadline());
+  add_key(context, g_caller);
   baton::v1::DeleteSessionResponse response;
   const grpc::Status status = harness->stub->DeleteSession(&context, request, &response);
+  if (!authorized()) return require_unauthenticated(status, "DeleteSession", all_before);
   trace("DeleteSession", status);
+  require(other_view() == other_before, "a DeleteSession of one key changed the other key's sessions");
   std::map<std::string, uint32_t> after = sessions();
   if (status.ok()) {
     require(before.count(request.session_id()) == 1, "DeleteSession deleted a session that existed");
@@ -268,14 +321,17 @@ void call_delete_session(const baton::v1::DeleteSessionRequest& request) {
 }
 
 void call_pull_pack(const baton::v1::PullPackRequest& request) {
+  const Views before = views();
   grpc::ClientContext context;
   context.set_deadline(deadline());
+  add_key(context, g_caller);
   std::unique_ptr<grpc::ClientReader<baton::v1::PullPackResponse>> reader =
       harness->stub->PullPack(&context, request);
   baton::v1::PullPackResponse response;
   while (reader->Read(&response)) {
   }
   const grpc::Status status = reader->Finish();
+  if (!authorized()) return require_unauthenticated(status, "PullPack", before);
   trace("PullPack", status);
   require(!status.ok(), "PullPack without a cloud is refused");
   check_refusal(status, "PullPack", {grpc::StatusCode::FAILED_PRECONDITION});
@@ -377,19 +433,38 @@ void call_http(baton::OpenAiEndpoint endpoint, const std::string& body, int fami
   // Bodies the functions accept are sent when they are cheap; a sample of
   // refused ones is sent too (the error path of the front end).
   if (verdict.accepted ? !verdict.cheap : (body.size() % 4) != 0) return;
-  const std::map<std::string, uint32_t> before = sessions();
+  const Views all_before = views();
+  if (authorized()) {  // the session the body names, as the front end reads it
+    const nlohmann::json json = nlohmann::json::parse(body, nullptr, false);
+    if (json.is_object() && json.contains("baton") && json["baton"].is_object() && json["baton"].contains("session") &&
+        json["baton"]["session"].is_string()) {
+      g_named[g_caller].insert(json["baton"]["session"].get<std::string>());
+    }
+  }
+  const std::map<std::string, uint32_t> before = authorized() ? sessions() : all_before.first;
+  const std::map<std::string, uint32_t> other_before = authorized() ? other_view() : all_before.second;
   const char* path = endpoint == baton::OpenAiEndpoint::kCompletions ? "/v1/completions" : "/v1/chat/completions";
-  httplib::Result result = harness->client->Post(path, body, "application/json");
+  httplib::Headers headers;
+  if (kCallerKeys[g_caller][0] != '\0') headers.emplace("Authorization", std::string("Bearer ") + kCallerKeys[g_caller]);
+  httplib::Result result = harness->client->Post(path, headers, body, "application/json");
   static const bool verbose = std::getenv("EDGE_REQUEST_FUZZ_VERBOSE") != nullptr;
   if (verbose && result) std::fprintf(stderr, "edge_request_fuzz: POST %s -> %d %.300s\n", path, result->status, result->body.c_str());
   check_http_answer(result, verdict.stream);
+  if (!authorized()) {
+    require(result->status == 401 && result->body.find("invalid_api_key") != std::string::npos,
+            absl::StrFormat("HTTP without a valid key: %d %s", result->status, result->body));
+    require(views() == all_before, "an HTTP request without a valid key changed a session");
+    return;
+  }
+  require(other_view() == other_before, "an HTTP request of one key changed the other key's sessions");
   if (result->status != 200) require(sessions() == before, "a refused HTTP request leaves the sessions unchanged");
 }
 
-void delete_all_sessions() {
-  for (const auto& [id, tokens] : sessions()) {
+void delete_all_sessions(Caller who) {
+  for (const auto& [id, tokens] : sessions(who)) {
     grpc::ClientContext context;
     context.set_deadline(deadline());
+    add_key(context, who);
     baton::v1::DeleteSessionRequest request;
     request.set_session_id(id);
     baton::v1::DeleteSessionResponse response;
@@ -465,6 +540,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   options.packs_dir = harness->dir + "/packs";
   options.max_queued = 4;
   options.warmup_tokens = 4;
+  absl::StatusOr<baton::ApiKeySet> keys = baton::ApiKeySet::FromKeys({kCallerKeys[kAlice], kCallerKeys[kBob]});
+  die_unless_ok(keys.status(), "API keys");
+  options.api_keys = std::make_shared<const baton::ApiKeySet>(std::move(*keys));
   harness->service = std::make_unique<baton::EdgeService>(options);
   absl::StatusOr<std::unique_ptr<baton::EdgeServer>> server = baton::EdgeServer::Start("127.0.0.1:0", *harness->service);
   die_unless_ok(server.status(), "start the edge server");
@@ -480,6 +558,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   http.model_path = harness->model_path;
   http.threads = 2;
   http.generate_timeout = std::chrono::seconds(kDeadlineSeconds);
+  http.api_keys = options.api_keys;
   absl::StatusOr<std::unique_ptr<baton::HttpFrontEnd>> front = baton::HttpFrontEnd::Start(http);
   die_unless_ok(front.status(), "start the HTTP front end");
   harness->http = std::move(*front);
@@ -496,8 +575,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t at = 1;
   int calls = 0;
   bool sent_without_prompt = false;
+  g_named[kAlice].clear();
+  g_named[kBob].clear();
   while (at < size && calls < kMaxCalls) {
     const uint8_t tag = data[at] % 6;
+    g_caller = static_cast<Caller>((data[at] / 6) % 4);
     size_t length = at + 2 < size ? size_t{data[at + 1]} | (size_t{data[at + 2]} << 8) : 0;
     at = std::min(size, at + 3);
     length = std::min(length, size - at);
@@ -520,7 +602,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 2:
-        sessions();
+        if (authorized()) {
+          sessions();
+        } else {
+          const Views before = views();
+          grpc::ClientContext context;
+          context.set_deadline(deadline());
+          add_key(context, g_caller);
+          v1::ListSessionsResponse response;
+          require_unauthenticated(harness->stub->ListSessions(&context, v1::ListSessionsRequest(), &response),
+                                  "ListSessions", before);
+          require(response.sessions_size() == 0, "ListSessions without a valid key lists nothing");
+        }
         list_packs();
         break;
       case 3:
@@ -535,6 +628,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
-  delete_all_sessions();
+  delete_all_sessions(kAlice);
+  delete_all_sessions(kBob);
   return 0;
 }
