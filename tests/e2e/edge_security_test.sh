@@ -102,4 +102,21 @@ code=$(curl -s --cacert "${work}/tls.crt" -o /dev/null -w '%{http_code}' \
   -H "Authorization: Bearer alice-key-0123456789" "https://127.0.0.1:${http_port}/v1/models" || true)
 [[ "${code}" == 200 ]] || fail "HTTPS /v1/models with a key: ${code}"
 stop_server "${server_pid}"
+
+# The CLI reaches a TLS cloud with tenant tokens: --cloud-ca and --cloud-token-file.
+echo "cloud-token-0123456789 tenant-a" > "${work}/tokens"
+echo cloud-token-0123456789 > "${work}/cloud.token"
+start_server baton-prefill '.*listening on port \([0-9]*\).*' \
+  "${bin}/baton-prefill" --model "${model}" --listen 127.0.0.1:0 --threads 1 \
+  --tls-cert "${work}/tls.crt" --tls-key "${work}/tls.key" --auth-tokens "${work}/tokens"
+cloud="127.0.0.1:${server_port}"
+"${bin}/baton" health --cloud "${cloud}" --cloud-ca "${work}/tls.crt" --wait 60s > /dev/null || fail "health --cloud over TLS"
+"${bin}/baton" pack build --cloud "${cloud}" --cloud-ca "${work}/tls.crt" --cloud-token-file "${work}/cloud.token" \
+  -p "In the beginning" --id tls-pack --out "${work}/tls-pack.batonkv" > /dev/null 2> "${work}/build.err" ||
+  fail "pack build over TLS with a token: $(cat "${work}/build.err")"
+"${bin}/baton" pack push --cloud "${cloud}" --cloud-ca "${work}/tls.crt" --cloud-token-file "${work}/cloud.token" \
+  "${work}/tls-pack.batonkv" > /dev/null 2> "${work}/push.err" || fail "pack push over TLS: $(cat "${work}/push.err")"
+if "${bin}/baton" pack push --cloud "${cloud}" --cloud-ca "${work}/tls.crt" "${work}/tls-pack.batonkv" \
+  > /dev/null 2> "${work}/push.err"; then fail "pack push without a token was accepted"; fi
+stop_server "${server_pid}"
 echo "edge security test: ok"
