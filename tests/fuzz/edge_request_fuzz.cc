@@ -227,6 +227,18 @@ void write_seeds(const std::string& dir) {
     pull.set_pack_id(kPackId);
     write_seed(dir, "pull_pack", std::string(1, '\0') + record(5, pull.SerializeAsString()));
   }
+  {  // Auth: Alice's session, Bob's session of the same id, Bob deletes it, a wrong key and no key.
+    const auto as = [](uint8_t tag, Caller who) { return static_cast<uint8_t>(tag + 6 * who); };
+    v1::GenerateRequest first = generate(seed_prompt(6, 4), "same");
+    v1::DeleteSessionRequest del;
+    del.set_session_id("same");
+    write_seed(dir, "auth_two_keys",
+               std::string(1, '\0') + record(as(0, kAlice), first.SerializeAsString()) +
+                   record(as(0, kBob), first.SerializeAsString()) + record(as(2, kBob), "") +
+                   record(as(1, kBob), del.SerializeAsString()) + record(as(2, kAlice), "") +
+                   record(as(0, kWrongKey), first.SerializeAsString()) + record(as(1, kNoKey), del.SerializeAsString()) +
+                   record(as(3, kNoKey), R"({"prompt": "Hi", "max_tokens": 1, "baton": {"session": "same"}})"));
+  }
   write_seed(dir, "http_completions",
              std::string(1, '\0') +
                  record(3, R"({"prompt": "Hello there", "max_tokens": 3, "temperature": 0, "stop": ["\n"]})") +
