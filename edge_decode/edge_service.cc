@@ -57,6 +57,12 @@ std::string state_name(v1::ServingState state) {
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
+// Messages of one Generate turn: at most `max_tokens` text pieces, the
+// held-back rest, the plan and the Stats, with at most one progress snapshot
+// between two of them (push_snapshot). The reactor holds all of them, so the
+// worker never waits for a slow client.
+size_t generate_max_pending(uint32_t max_tokens_cap) { return 2 * (size_t{max_tokens_cap} + 3) + 1; }
+
 // A unary reply: finishes at once.
 grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -68,6 +74,7 @@ grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl
 
 EdgeService::EdgeService(EdgeServiceOptions options)
     : options_(std::move(options)),
+      write_stall_(options_.write_stall_timeout, options_.metrics != nullptr ? &options_.metrics->write_stalls : nullptr),
       start_time_(Clock::now()),
       generate_queue_(options_.max_queued),
       pack_queue_(4) {}
@@ -170,6 +177,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.default_codec = default_codec;
   runtime_.default_policy = options_.policy;
   runtime_.default_max_tokens = options_.max_tokens;
+  runtime_.max_tokens_cap = options_.max_tokens_cap;
   runtime_.default_temperature = options_.temperature;
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
@@ -211,7 +219,8 @@ void EdgeService::Drain() {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::CallbackServerContext* context,
                                                                       const v1::GenerateRequest* request) {
-  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context);
+  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context, &write_stall_, "Generate",
+                                                                generate_max_pending(options_.max_tokens_cap));
   const v1::ServingState state = state_.load();
   if (state != v1::SERVING_STATE_READY) {
     reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state),
@@ -232,6 +241,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
     std::optional<v1::Stats> stats;
     io.emit = [reactor, &stats](v1::GenerateResponse response) {
       if (response.has_stats()) stats = response.stats();
+      if (response.has_progress()) return reactor->push_snapshot(std::move(response));
       return reactor->push(std::move(response));
     };
     absl::Status status = run ? run_generate_turn(runtime_, request_copy, io)
@@ -349,7 +359,7 @@ grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::CallbackServerContext* context,
                                                                       const v1::PullPackRequest* request) {
-  auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context);
+  auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context, &write_stall_, "PullPack");
   const v1::ServingState state = state_.load();
   if (state != v1::SERVING_STATE_READY) {
     reactor->refuse(absl::UnavailableError(absl::StrCat("the edge agent is ", state_name(state))),
