@@ -212,5 +212,45 @@ TEST(PrefillSlowReaderTest, StalledPrefillIsCancelledAndFreesItsWorker) {
   EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
 }
 
+// ---- Cloud: GetPrefix ----
+
+TEST(PrefillSlowReaderTest, StalledGetPrefixIsCancelledAfterTheWriteStallTimeout) {
+  std::unique_ptr<Cloud> cloud = start_cloud(std::chrono::milliseconds(300));
+  ASSERT_NE(cloud->server, nullptr);
+  auto stub = v1::Prefill::NewStub(grpc::CreateChannel(cloud->address(), grpc::InsecureChannelCredentials()));
+  // A pack of 1-token blocks (far more than 64 messages), uploaded with PutPrefix.
+  std::vector<v1::KvStreamMessage> pack;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(edge_test::deadline_in(30));
+    auto reader = stub->Prefill(&context, prefill_request(64, 3));
+    v1::KvStreamMessage message;
+    while (reader->Read(&message)) pack.push_back(message);
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  ASSERT_GT(pack.size(), 2 * QueuedWriteReactor<v1::KvStreamMessage>::kDefaultMaxPending);
+  pack.front().mutable_header()->set_pack_id("stalled-pack");
+  {
+    grpc::ClientContext context;
+    context.set_deadline(edge_test::deadline_in(30));
+    v1::PutPrefixResponse put;
+    auto writer = stub->PutPrefix(&context, &put);
+    for (const v1::KvStreamMessage& message : pack) ASSERT_TRUE(writer->Write(message));
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  v1::GetPrefixRequest request;
+  request.set_pack_id("stalled-pack");
+  absl::StatusOr<std::unique_ptr<SlowH2Client>> stalled =
+      SlowH2Client::Call(cloud->server->port(), "/baton.v1.Prefill/GetPrefix", request);
+  ASSERT_TRUE(stalled.ok()) << stalled.status();
+  absl::StatusOr<std::string> end = (*stalled)->wait_for_stream_end(std::chrono::seconds(20));
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_TRUE(*end == "trailers" || end->rfind("RST_STREAM", 0) == 0) << *end;
+  EXPECT_EQ(cloud->service->write_stalls(), 1u);
+}
+
 }  // namespace
 }  // namespace baton
