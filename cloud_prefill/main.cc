@@ -48,6 +48,7 @@ struct PrefillConfig {
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
   std::string metrics_address;          // host:port of GET /metrics; empty: off
+  std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
 void register_flags(FlagSet& flags, PrefillConfig& config) {
@@ -85,6 +86,9 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                    "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
   flags.add_duration("drain-timeout", &config.drain_timeout,
                      "on shutdown, how long running requests may finish");
+  flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
+                     "cancel a Prefill or GetPrefix stream whose writes make no progress for this long (a client "
+                     "that stopped reading), freeing its slot; 0: never");
   flags.require("model");
   flags.require("listen");
 }
@@ -118,9 +122,9 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
         absl::StrCat("--codec: '", config.default_codec, "' is not one of f16, int8, int4"));
   }
   if (config.threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
-      config.max_context_tokens < 0 || config.chunk_tokens < 1) {
+      config.max_context_tokens < 0 || config.chunk_tokens < 1 || config.write_stall_timeout.count() < 0) {
     return absl::InvalidArgumentError(
-        "--threads, --max-queued and --max-context must be >= 0; "
+        "--threads, --max-queued, --max-context and --write-stall-timeout must be >= 0; "
         "--max-running and --chunk-tokens >= 1");
   }
   if (config.zstd_level < -7 || config.zstd_level > 19) {
@@ -166,6 +170,7 @@ int run_prefill_service(const PrefillConfig& config) {
   options.prefix_cache_bytes = config.prefix_cache_bytes;
   options.session_cache_bytes = config.session_cache_bytes;
   options.pack_store_bytes = config.pack_store_bytes;
+  options.write_stall_timeout = config.write_stall_timeout;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
     if (!auth.ok()) {

@@ -18,6 +18,9 @@ PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
       // 10 ms .. ~82 s.
       prefill_seconds(r.histogram("baton_prefill_seconds", "Queue + compute time per Prefill call, seconds.",
                                   exponential_buckets(0.01, 2, 14))),
+      write_stalls(r.counter("baton_prefill_write_stalls_total",
+                             "Prefill and GetPrefix streams cancelled because the client stopped reading "
+                             "(--write-stall-timeout).")),
       running(r.gauge("baton_prefill_running", "Prefill calls computing now.")),
       queued(r.gauge("baton_prefill_queued", "Prefill calls admitted and waiting.")),
       ready(r.gauge("baton_prefill_ready", "1 when the service is READY, else 0.")),

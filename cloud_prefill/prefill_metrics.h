@@ -7,6 +7,7 @@
 //   baton_prefill_cache_hit_bytes_total          KV bytes served from the prefix and session caches
 //   baton_prefill_encode_seconds                 histogram: quantize + compress time per request
 //   baton_prefill_seconds                        histogram: queue + compute time per request
+//   baton_prefill_write_stalls_total             streams cancelled because the client stopped reading
 // Pulled from the service at every scrape (collect_at_scrape):
 //   baton_prefill_running, baton_prefill_queued, baton_prefill_ready
 //   baton_prefill_prefix_cache_bytes, baton_prefill_prefix_cache_entries,
@@ -48,6 +49,7 @@ struct PrefillMetrics {
   Counter& cache_hit_bytes;
   Histogram& encode_seconds;
   Histogram& prefill_seconds;
+  Counter& write_stalls;  // counted by the service's WriteStallWatchdog
   // Pulled.
   Gauge& running;
   Gauge& queued;

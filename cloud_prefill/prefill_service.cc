@@ -26,7 +26,9 @@ KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl
 }
 
 PrefillService::PrefillService(PrefillServiceOptions options)
-    : options_(std::move(options)), start_time_(std::chrono::steady_clock::now()) {}
+    : options_(std::move(options)),
+      write_stall_(options_.write_stall_timeout, options_.metrics != nullptr ? &options_.metrics->write_stalls : nullptr),
+      start_time_(std::chrono::steady_clock::now()) {}
 
 PrefillService::~PrefillService() { StopWorkers(); }
 
@@ -330,7 +332,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
   absl::StatusOr<PrefillJobInput> plan = plan_request(*request, *tenant);
   if (!plan.ok()) return refused_stream(context, plan.status());
 
-  auto* reactor = new KvStreamReactor(context);
+  auto* reactor = new KvStreamReactor(context, &write_stall_, "Prefill");
   plan->admitted = std::chrono::steady_clock::now();
   auto shared_plan = std::make_shared<PrefillJobInput>(std::move(*plan));
   auto job = [this, reactor, shared_plan](PrefillBackend* backend) {

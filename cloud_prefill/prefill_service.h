@@ -45,6 +45,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/queued_write_reactor.h"  // kRetryAfterMetadataKey
+#include "common/rpc/write_stall_watchdog.h"
 #include "common/tokenizer/tokenizer.h"
 #include "proto/baton.grpc.pb.h"
 
@@ -72,6 +73,9 @@ struct PrefillServiceOptions {
   TenantAuth auth;                    // no tokens: one tenant, no auth
   PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
   struct PrefillMetrics* metrics = nullptr;  // optional: per-job figures for GET /metrics
+  // A Prefill or GetPrefix stream whose writes make no progress this long is
+  // cancelled (a client that stopped reading), freeing its worker; 0: never.
+  std::chrono::milliseconds write_stall_timeout{10'000};
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
@@ -101,6 +105,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   v1::ServingState state() const { return state_.load(); }
   uint32_t running() const { return running_.load(); }
   uint32_t queued() const { return queued_.load(); }
+  // Streams cancelled so far for a stalled write (write_stall_timeout).
+  uint64_t write_stalls() const { return write_stall_.stalled_calls(); }
   PrefixCacheStats prefix_cache_stats() const;
   SessionCacheStats session_cache_stats() const;
 
@@ -134,6 +140,7 @@ class PrefillService final : public v1::Prefill::CallbackService {
   void record_throughput(int64_t computed_tokens, double prefill_ms);
 
   PrefillServiceOptions options_;
+  WriteStallWatchdog write_stall_;  // the write-progress deadline of Prefill and GetPrefix
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
   std::chrono::steady_clock::time_point start_time_;
 

@@ -151,7 +151,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
   }
   // The stored messages go out from a sender thread: push() blocks on flow
   // control, which must not happen on a gRPC thread.
-  auto* reactor = new KvStreamReactor(context);
+  auto* reactor = new KvStreamReactor(context, &write_stall_, "GetPrefix");
   ++pack_streams_;
   std::thread([this, reactor, pack] {
     absl::Status status;

@@ -10,6 +10,8 @@
 //   baton_edge_prompt_tokens_total, baton_edge_generated_tokens_total
 //   baton_edge_fallbacks_total{reason}            policy auto chose the cloud and fell back;
 //                                                 reason: the failed call's gRPC code ("unavailable")
+//   baton_edge_write_stalls_total                 server streams cancelled because the client stopped
+//                                                 reading (--write-stall-timeout), pushed by EdgeService
 //   baton_edge_memory_*_bytes, baton_edge_running, baton_edge_queued,
 //   baton_edge_sessions, baton_edge_ready         gauges from a Health snapshot (record_health)
 //
@@ -45,6 +47,7 @@ struct EdgeMetrics {
   Counter& kv_received_bytes;
   Counter& prompt_tokens;
   Counter& generated_tokens;
+  Counter& write_stalls;
   Gauge& memory_device_limit_bytes;
   Gauge& memory_weights_bytes;
   Gauge& memory_kv_budget_bytes;

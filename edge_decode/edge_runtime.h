@@ -30,6 +30,7 @@ struct EdgeRuntime {
   KvCodecConfig default_codec;            // wire codec when a request leaves it unset
   PrefillPolicy default_policy = PrefillPolicy::kAuto;
   int default_max_tokens = 256;
+  uint32_t max_tokens_cap = 4096;         // a request asking for more is INVALID_ARGUMENT
   float default_temperature = 0.8f;
   SessionStore* sessions = nullptr;
   PackStore* packs = nullptr;

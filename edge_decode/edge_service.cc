@@ -59,6 +59,12 @@ std::string state_name(v1::ServingState state) {
   return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
+// Messages of one Generate turn: at most `max_tokens` text pieces, the
+// held-back rest, the plan and the Stats, with at most one progress snapshot
+// between two of them (push_snapshot). The reactor holds all of them, so the
+// worker never waits for a slow client.
+size_t generate_max_pending(uint32_t max_tokens_cap) { return 2 * (size_t{max_tokens_cap} + 3) + 1; }
+
 // A unary reply: finishes at once.
 grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -84,6 +90,7 @@ absl::Status check_client_session_id(const std::string& id) {
 
 EdgeService::EdgeService(EdgeServiceOptions options)
     : options_(std::move(options)),
+      write_stall_(options_.write_stall_timeout, options_.metrics != nullptr ? &options_.metrics->write_stalls : nullptr),
       start_time_(Clock::now()),
       generate_queue_(options_.max_queued),
       pack_queue_(4) {}
@@ -186,6 +193,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.default_codec = default_codec;
   runtime_.default_policy = options_.policy;
   runtime_.default_max_tokens = options_.max_tokens;
+  runtime_.max_tokens_cap = options_.max_tokens_cap;
   runtime_.default_temperature = options_.temperature;
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
@@ -227,7 +235,8 @@ void EdgeService::Drain() {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::CallbackServerContext* context,
                                                                       const v1::GenerateRequest* request) {
-  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context);
+  auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context, &write_stall_, "Generate",
+                                                                generate_max_pending(options_.max_tokens_cap));
   absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
   if (!owner.ok()) {
     reactor->refuse(owner.status());
@@ -267,6 +276,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
         if (!response.stats().session_id().empty()) response.mutable_stats()->set_session_id(client_id);
         stats = response.stats();
       }
+      if (response.has_progress()) return reactor->push_snapshot(std::move(response));
       return reactor->push(std::move(response));
     };
     absl::Status status = run ? run_generate_turn(runtime_, request_copy, io)
@@ -394,7 +404,7 @@ grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::CallbackServerContext* context,
                                                                       const v1::PullPackRequest* request) {
-  auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context);
+  auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context, &write_stall_, "PullPack");
   if (absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context); !owner.ok()) {
     reactor->refuse(owner.status());
     return reactor;

@@ -29,6 +29,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/rpc/api_keys.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/write_stall_watchdog.h"
 #include "edge_decode/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_runtime.h"
@@ -46,6 +47,13 @@ struct EdgeServiceOptions {
   std::string codec = "int4";             // default KV codec: f16 | int8 | int4 (the default variant) or a full name
   PrefillPolicy policy = PrefillPolicy::kAuto;  // when a request leaves it unset
   int max_tokens = 256;                   // generated tokens when a request leaves it unset
+  // A request's max_tokens above this is INVALID_ARGUMENT. It also bounds a
+  // turn's output, which the Generate stream buffers whole so that a slow
+  // reader never holds the generation worker.
+  uint32_t max_tokens_cap = 4096;
+  // A server stream (Generate, PullPack) whose writes make no progress this
+  // long is cancelled (a client that stopped reading); 0: never.
+  std::chrono::milliseconds write_stall_timeout{10'000};
   float temperature = 0.8f;               // when a request leaves it unset
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
@@ -89,6 +97,8 @@ class EdgeService final : public v1::Edge::CallbackService {
   v1::ServingState state() const { return state_.load(); }
   // What Health answers (also read by the agent's /metrics at each scrape).
   void fill_health(v1::EdgeHealthResponse* response) const;
+  // Server streams cancelled so far for a stalled write (--write-stall-timeout).
+  uint64_t write_stalls() const { return write_stall_.stalled_calls(); }
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -112,6 +122,7 @@ class EdgeService final : public v1::Edge::CallbackService {
                          const std::function<absl::Status(v1::PullPackResponse)>& emit, CancelSlot& cancel_slot);
 
   EdgeServiceOptions options_;
+  WriteStallWatchdog write_stall_;  // the write-progress deadline of Generate and PullPack
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
   std::chrono::steady_clock::time_point start_time_;
 

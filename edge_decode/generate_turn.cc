@@ -230,6 +230,13 @@ absl::Status GenerateTurn::run() {
                          sampling_params_from_proto(request_.sampling(), rt_.default_temperature));
   const uint32_t max_tokens =
       request_.max_tokens() > 0 ? request_.max_tokens() : static_cast<uint32_t>(rt_.default_max_tokens);
+  if (max_tokens > rt_.max_tokens_cap) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens = %u is over this agent's cap of %u tokens per request (--max-tokens-cap)", max_tokens,
+        rt_.max_tokens_cap));
+  }
+  const std::vector<std::string> stops(request_.stop().begin(), request_.stop().end());
+  BATON_RETURN_IF_ERROR(check_stop_strings(stops, "stop"));
   const PrefillPolicy policy = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
   if (policy == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
     return absl::FailedPreconditionError("policy cloud needs a cloud, and this agent has none (--cloud)");
@@ -424,7 +431,7 @@ absl::Status GenerateTurn::run() {
   session->tokens = all;
 
   StreamingDecoder decoder(*rt_.tokenizer);
-  StopMatcher stop_matcher({request_.stop().begin(), request_.stop().end()});
+  StopMatcher stop_matcher(stops);
   v1::FinishReason finish = v1::FINISH_REASON_LENGTH;
   uint32_t generated = 0;
   Clock::time_point first_token_time{};

@@ -9,7 +9,12 @@
 // A failed or cancelled turn leaves the session exactly as it was (its KV
 // size and tokens are rolled back and it is released unsaved; a new session
 // is abandoned): nothing of a turn the client did not see to its end is
-// kept. Only a completed turn (Stats sent) is committed and saved.
+// kept. Only a completed turn is committed and saved: once its last text
+// is queued for the client, before the Stats (the Generate stream buffers a
+// whole turn, so a client that reads slowly still gets its turn committed).
+//
+// max_tokens above EdgeRuntime::max_tokens_cap, more than kMaxStopStrings
+// stop strings or one longer than kMaxStopStringBytes: INVALID_ARGUMENT.
 #pragma once
 
 #include <chrono>

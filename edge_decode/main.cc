@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
 #include "common/rpc/api_keys.h"
@@ -62,6 +63,8 @@ struct EdgeConfig {
   int64_t max_queued = 16;              // Generate calls waiting for the worker
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
+  int64_t max_tokens_cap = 4096;        // a request asking for more is refused
+  std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
 void register_flags(FlagSet& flags, EdgeConfig& config) {
@@ -116,6 +119,12 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "local prefill");
   flags.add_int64("max-tokens", &config.max_tokens,
                   "tokens generated when a request leaves it unset");
+  flags.add_int64("max-tokens-cap", &config.max_tokens_cap,
+                  "most tokens one request may ask for; more is INVALID_ARGUMENT (bounds what a Generate stream "
+                  "buffers for a slow client)");
+  flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
+                     "cancel a Generate or PullPack stream whose writes make no progress for this long (a client "
+                     "that stopped reading); 0: never");
   flags.require("model");
   flags.require("listen");
 }
@@ -188,10 +197,15 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
         absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
   }
   if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1 || config.local_prefill_tps < 0 ||
-      config.max_queued < 1 || config.max_queued > 4096) {
+      config.max_queued < 1 || config.max_queued > 4096 || config.write_stall_timeout.count() < 0) {
     return absl::InvalidArgumentError(
         "--threads and --local-prefill-tps must be >= 0; --max-sessions and --max-tokens >= 1; --max-queued in "
-        "[1, 4096]");
+        "[1, 4096]; --write-stall-timeout >= 0");
+  }
+  if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
+        config.max_tokens));
   }
   return absl::OkStatus();
 }
@@ -204,6 +218,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.codec = config.codec;
   BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));
   options.max_tokens = static_cast<int>(config.max_tokens);
+  options.max_tokens_cap = static_cast<uint32_t>(config.max_tokens_cap);
+  options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);
   options.max_queued = static_cast<int>(config.max_queued);

@@ -13,13 +13,12 @@
 #include "common/kv/kv_codec_params.h"
 #include "common/util/check.h"
 #include "edge_decode/split_policy.h"
+#include "edge_decode/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
 
 namespace baton {
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr size_t kMaxStopStrings = 16;
 
 // What a field held, short enough for an error message.
 std::string shown(const Json& value) {
@@ -165,7 +164,7 @@ absl::Status parse_stop(const Json& body, OpenAiRequest& out) {
   if (stop == nullptr) return absl::OkStatus();
   if (stop->is_string()) {
     if (!stop->get<std::string>().empty()) out.stop.push_back(stop->get<std::string>());
-    return absl::OkStatus();
+    return check_stop_strings(out.stop, "stop");
   }
   if (!stop->is_array()) return field_error("stop", "a string or a list of strings", *stop);
   if (stop->size() > kMaxStopStrings) {
@@ -176,7 +175,7 @@ absl::Status parse_stop(const Json& body, OpenAiRequest& out) {
     if (!(*stop)[i].is_string()) return field_error(absl::StrFormat("stop[%d]", i), "a string", (*stop)[i]);
     if (!(*stop)[i].get<std::string>().empty()) out.stop.push_back((*stop)[i].get<std::string>());
   }
-  return absl::OkStatus();
+  return check_stop_strings(out.stop, "stop");
 }
 
 absl::Status parse_baton_options(const Json& body, OpenAiRequest& out) {

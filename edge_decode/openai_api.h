@@ -10,7 +10,8 @@
 //   messages     chat: [{role, content}]; content a string or a list of
 //                {"type": "text", "text": ...} parts; role "developer" = "system"
 //   max_tokens   (or max_completion_tokens) tokens to generate; absent: agent default
-//   temperature, top_p, seed, stop (a string or a list of at most 16),
+//   temperature, top_p, seed, stop (a string or a list of at most 16, each
+//                at most 1024 bytes: stop_matcher.h),
 //   stream, stream_options.include_usage, n (1 only)
 //   baton        Baton's own options, all optional:
 //                {"policy": "auto|local|cloud", "pack": ID, "session": ID,

@@ -2,7 +2,23 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+
 namespace baton {
+
+absl::Status check_stop_strings(const std::vector<std::string>& stops, std::string_view field) {
+  if (stops.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("'%s' has %d strings; at most %d", field, stops.size(), kMaxStopStrings));
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (stops[i].size() > kMaxStopStringBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat("'%s[%d]' has %d bytes; at most %d", field, i,
+                                                        stops[i].size(), kMaxStopStringBytes));
+    }
+  }
+  return absl::OkStatus();
+}
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (std::string& stop : stops) {

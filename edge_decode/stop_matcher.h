@@ -5,10 +5,23 @@
 // string's first byte, so every cut is at a character boundary.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace baton {
+
+// Limits on a request's stop strings, the same over HTTP and gRPC: every
+// generated token is matched against each of them.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+
+// INVALID_ARGUMENT naming `field` ("stop") and the limit when `stops` has
+// more than kMaxStopStrings strings or one longer than kMaxStopStringBytes.
+absl::Status check_stop_strings(const std::vector<std::string>& stops, std::string_view field);
 
 class StopMatcher {
  public:

@@ -7,9 +7,15 @@
 // (StartWrite, Finish) are made outside mu_: Finish may run OnDone on
 // another thread at once.
 //
-// push() blocks the worker while kMaxPending messages wait (flow control
+// push() blocks the worker while max_pending messages wait (flow control
 // paces the producer to the client); it returns CANCELLED once the client is
-// gone, which is how the worker learns to stop.
+// gone, which is how the worker learns to stop. A producer whose whole output
+// is bounded (a Generate turn under --max-tokens-cap) sizes max_pending to
+// hold all of it, so a slow client never holds the worker.
+//
+// With a WriteStallWatchdog, a write (or the Finish) that makes no progress
+// for the watchdog's timeout cancels the call (a client that stopped
+// reading): the producer's push() then fails and its slot is freed.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/write_stall_watchdog.h"
 
 namespace baton {
 
@@ -37,7 +44,18 @@ inline grpc::Status to_grpc_status(const absl::Status& status) {
 template <typename Message>
 class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
  public:
-  explicit QueuedWriteReactor(grpc::CallbackServerContext* context) : context_(context) {}
+  static constexpr size_t kDefaultMaxPending = 64;
+
+  // `watchdog` (optional) puts the call under its write-progress deadline;
+  // `call_name` names the call in its log line ("Prefill").
+  explicit QueuedWriteReactor(grpc::CallbackServerContext* context, WriteStallWatchdog* watchdog = nullptr,
+                              const char* call_name = "stream", size_t max_pending = kDefaultMaxPending)
+      : context_(context), max_pending_(max_pending) {
+    if (watchdog != nullptr) {
+      // TryCancel is safe until OnDone, and OnDone waits in close() for a cancel running elsewhere.
+      watch_ = watchdog->watch(absl::StrCat(call_name, " from ", context->peer()), [context] { context->TryCancel(); });
+    }
+  }
 
   // Ends the call at once with `status` (a refused request). With
   // retry_after_ms > 0 the retry hint goes into trailing metadata.
@@ -50,9 +68,27 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   absl::Status push(Message message) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      room_cv_.wait(lock, [this] { return cancelled_ || pending_.size() < kMaxPending; });
-      if (cancelled_) return absl::CancelledError("the client went away");
-      pending_.push_back(std::move(message));
+      room_cv_.wait(lock, [this] { return cancelled_ || pending_.size() < max_pending_; });
+      if (cancelled_) return cancelled_status();
+      pending_.push_back({std::move(message), false});
+    }
+    pump();
+    return absl::OkStatus();
+  }
+
+  // Queues a snapshot (a progress report) that a newer snapshot replaces
+  // while it still waits; never blocks: with the queue full it is dropped
+  // (later messages supersede it). CANCELLED once the client is gone.
+  absl::Status push_snapshot(Message message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return cancelled_status();
+      if (!pending_.empty() && pending_.back().snapshot) {
+        pending_.back().message = std::move(message);
+        return absl::OkStatus();
+      }
+      if (pending_.size() >= max_pending_) return absl::OkStatus();
+      pending_.push_back({std::move(message), true});
     }
     pump();
     return absl::OkStatus();
@@ -80,6 +116,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
+      if (watch_ != nullptr) watch_->write_done();
       if (!ok) {
         cancelled_ = true;  // the stream is broken: drop the rest
         pending_.clear();
@@ -101,9 +138,26 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     cancel_slot_.cancel();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
+    delete this;
+  }
 
  private:
+  struct Pending {
+    Message message;
+    bool snapshot = false;  // push_snapshot(): a newer snapshot replaces it
+  };
+
+  // guarded by mu_
+  absl::Status cancelled_status() const {
+    if (watch_ != nullptr && watch_->stalled()) {
+      return absl::CancelledError(absl::StrCat("the client stopped reading: no write progress for ",
+                                               watch_->timeout_ms(), " ms (the write-stall timeout)"));
+    }
+    return absl::CancelledError("the client went away");
+  }
+
   void pump() { pump(std::unique_lock<std::mutex>(mu_)); }
   // Starts the next write or the Finish; `lock` holds mu_ and is released
   // before the gRPC call.
@@ -114,14 +168,16 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     {
       if (finished_ || writing_) return;
       if (!pending_.empty() && !cancelled_) {
-        current_ = std::move(pending_.front());
+        current_ = std::move(pending_.front().message);
         pending_.pop_front();
         writing_ = true;
         write = true;
+        if (watch_ != nullptr) watch_->write_started();
         room_cv_.notify_all();
       } else if (producer_done_) {
         finished_ = true;
         finish = true;
+        if (watch_ != nullptr) watch_->write_started();  // the status (after queued data) may stall too
         final_status = cancelled_ && producer_status_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled")
                                                            : to_grpc_status(producer_status_);
       }
@@ -131,12 +187,12 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     if (finish) this->Finish(final_status);  // `this` may be gone after this line
   }
 
-  static constexpr size_t kMaxPending = 64;
-
   grpc::CallbackServerContext* context_;
+  const size_t max_pending_;
+  std::shared_ptr<WriteStallWatchdog::Watch> watch_;  // null: no write-progress deadline
   mutable std::mutex mu_;
   std::condition_variable room_cv_;  // pending_ shrank or the call ended
-  std::deque<Message> pending_;      // guarded by mu_
+  std::deque<Pending> pending_;      // guarded by mu_
   Message current_;                  // the write in flight
   bool writing_ = false;             // guarded by mu_
   bool cancelled_ = false;           // guarded by mu_
