@@ -267,7 +267,18 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   expected.model = model;
   expected.first_position = request.first_position;
   expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
-  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target);
+  KvReadOptions read_options;
+  if (request.max_staging_bytes > 0) {
+    read_options.reader.check_header = [&request, &target](const v1::KvHeader& header) -> absl::Status {
+      BATON_ASSIGN_OR_RETURN(const uint64_t staging, kv_stream_staging_bytes(header, target.geometry()));
+      if (staging <= request.max_staging_bytes) return absl::OkStatus();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the cloud's KV stream declares %u tokens: staging them takes %u bytes, but only %u bytes of the KV "
+          "memory budget are free",
+          header.token_count(), staging, request.max_staging_bytes));
+    };
+  }
+  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target, read_options);
   watchdog.stop();
   if (!finished) {
     // The reader stopped early (a bad message): end the call instead of draining it.
@@ -302,6 +313,11 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   // receive time not hidden behind cloud compute.
   if (have_first_block) record_transfer(result.wire_bytes, result.quantized_bytes, result.transfer_ms / 1000.0);
   return result;
+}
+
+absl::StatusOr<uint64_t> kv_stream_staging_bytes(const v1::KvHeader& header, const KvGeometry& geometry) {
+  BATON_ASSIGN_OR_RETURN(const uint64_t raw_bytes, kv_header_raw_bytes(header, geometry));
+  return 2 * raw_bytes;
 }
 
 std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {

@@ -76,7 +76,17 @@ struct CloudPrefillRequest {
   // the stream is abandoned (DEADLINE_EXCEEDED) once its projected rest
   // exceeds it by half plus a second (see stream_watchdog.h).
   double give_up_after_local_ms = 0;
+  // > 0: the memory the stream's staging may take (kv_stream_staging_bytes
+  // of its header); a header declaring more is refused (RESOURCE_EXHAUSTED,
+  // with the numbers) before any block is read, the target unchanged.
+  uint64_t max_staging_bytes = 0;
 };
+
+// Memory a received KV stream holds before it is committed: the encoded
+// payloads the reader stages plus their decoded form (load_kv_segment
+// decodes every block before writing any), each at most token_count x raw
+// bytes per token of the stream's codec.
+absl::StatusOr<uint64_t> kv_stream_staging_bytes(const v1::KvHeader& header, const KvGeometry& geometry);
 
 // Called after every KV block and after the trailer.
 struct CloudPrefillProgress {
