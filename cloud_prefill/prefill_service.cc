@@ -398,6 +398,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
                                                sizeof(float));
     }
     --running_;
+    shared_ticket->release();  // before the client sees the end, so its next request finds the memory free
     reactor->done(result.status());
   };
   if (!try_enqueue(std::move(job))) {

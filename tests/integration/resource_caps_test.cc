@@ -271,7 +271,7 @@ v1::PrefillRequest prefill_request(const std::vector<int32_t>& t) {
   return request;
 }
 
-TEST(MemoryAdmissionTest, SecondLargePromptIsRefusedWithTheNumbersWhileTheFirstHoldsItsReservation) {
+TEST(PrefillAdmissionTest, SecondLargePromptIsRefusedWithTheNumbersWhileTheFirstHoldsItsReservation) {
   PrefillServiceOptions options;
   options.max_queued = 4;
   options.retry_after_ms = 200;
