@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
+#include "common/kv/quantized_kv_cache.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
@@ -270,7 +271,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   KvReadOptions read_options;
   if (request.max_staging_bytes > 0) {
     read_options.reader.check_header = [&request, &target](const v1::KvHeader& header) -> absl::Status {
-      BATON_ASSIGN_OR_RETURN(const uint64_t staging, kv_stream_staging_bytes(header, target.geometry()));
+      const uint64_t staging = kv_stream_staging_bytes(header, target);
       if (staging <= request.max_staging_bytes) return absl::OkStatus();
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the cloud's KV stream declares %u tokens: staging them takes %u bytes, but only %u bytes of the KV "
@@ -315,9 +316,12 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   return result;
 }
 
-absl::StatusOr<uint64_t> kv_stream_staging_bytes(const v1::KvHeader& header, const KvGeometry& geometry) {
-  BATON_ASSIGN_OR_RETURN(const uint64_t raw_bytes, kv_header_raw_bytes(header, geometry));
-  return 2 * raw_bytes;
+uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target) {
+  const KvGeometry& g = target.geometry();
+  const auto* store = dynamic_cast<const QuantizedKvCache*>(&target);
+  const uint64_t per_token = store != nullptr ? static_cast<uint64_t>(store->bytes_per_token())
+                                              : static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
+  return uint64_t{header.token_count()} * per_token;
 }
 
 std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {

@@ -82,11 +82,11 @@ struct CloudPrefillRequest {
   uint64_t max_staging_bytes = 0;
 };
 
-// Memory a received KV stream holds before it is committed: the encoded
-// payloads the reader stages plus their decoded form (load_kv_segment
-// decodes every block before writing any), each at most token_count x raw
-// bytes per token of the stream's codec.
-absl::StatusOr<uint64_t> kv_stream_staging_bytes(const v1::KvHeader& header, const KvGeometry& geometry);
+// Memory a received KV stream is counted for before it is committed: its
+// token_count x the bytes per token of the target's store (the blocks
+// decoded to the store's form; the encoded payloads staged meanwhile are
+// about as large again, which the headroom of the memory plan covers).
+uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target);
 
 // Called after every KV block and after the trailer.
 struct CloudPrefillProgress {
