@@ -98,8 +98,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // Stops the workers; requests still queued finish with UNAVAILABLE. The
   // gRPC server must have been shut down first.
   ~PrefillService() override;  // StopWorkers()
-  // Joins the workers, ends jobs never started UNAVAILABLE and waits for the
-  // GetPrefix senders; idempotent. ~PrefillServer calls it after shutting the
+  // Joins the workers, ends jobs never started UNAVAILABLE and waits until
+  // every GetPrefix call is done (OnDone); idempotent. ~PrefillServer calls it after shutting the
   // gRPC server down and before destroying it.
   void StopWorkers();
   PrefillService(const PrefillService&) = delete;
