@@ -8,11 +8,13 @@
 // Input: one options byte, then records [tag: 1 byte][length: 2 bytes LE]
 // [payload: length bytes], each payload one serialized message parsed with
 // ParseFromArray (so mutations inside a payload keep its framing):
-//   tag % 5 == 0  v1::PrefillRequest              -> one Prefill call
-//   tag % 5 == 1  v1::KvStreamMessage             -> appended to the current PutPrefix upload
-//   tag % 5 == 2  v1::GetPrefixRequest            -> one GetPrefix call
-//   tag % 5 == 3  raw authorization header value  -> TenantAuth::tenant_of_header
-//   tag % 5 == 4  v1::DeletePrefixRequest         -> one DeletePrefix call
+//   tag >= 200    v1::DeletePrefixRequest         -> one DeletePrefix call
+//   else tag % 4 == 0  v1::PrefillRequest         -> one Prefill call
+//        tag % 4 == 1  v1::KvStreamMessage        -> appended to the current PutPrefix upload
+//        tag % 4 == 2  v1::GetPrefixRequest       -> one GetPrefix call
+//        tag % 4 == 3  raw authorization header   -> TenantAuth::tenant_of_header
+// (DeletePrefix came later: tags below 200 keep the meaning older corpus
+// inputs were found with.)
 // A PutPrefix upload is sent when a record of another tag (or the end)
 // follows its messages. Options byte: bits 0-1 pick the caller's credentials
 // (tenant "alpha", tenant "beta", none, a wrong token); bit 2 makes every
@@ -89,6 +91,7 @@ constexpr int kMaxUploadMessages = 64;     // messages per PutPrefix upload
 constexpr int kDeadlineSeconds = 20;       // per call; a hang shows as DEADLINE_EXCEEDED -> abort
 constexpr char kAlphaToken[] = "alpha-token-0123456789";
 constexpr char kBetaToken[] = "beta-token-0123456789";
+constexpr uint8_t kDeleteTag = 200;  // tags from here on: DeletePrefix records
 constexpr uint64_t kPackQuotaBytes = uint64_t{1} << 20;  // per tenant: a few tiny packs, then RESOURCE_EXHAUSTED
 
 struct Harness {
@@ -214,15 +217,15 @@ void write_seeds(const std::string& dir) {
     for (const v1::KvStreamMessage& message : seed_pack(system, "shared")) bytes += record(1, message.SerializeAsString());
     v1::DeletePrefixRequest by_id;
     by_id.set_pack_id("shared");
-    bytes += record(4, by_id.SerializeAsString());
-    bytes += record(4, by_id.SerializeAsString());
+    bytes += record(kDeleteTag, by_id.SerializeAsString());
+    bytes += record(kDeleteTag, by_id.SerializeAsString());
     write_seed(dir, "put_delete", bytes);
     std::string beta(1, '\1');
     for (const v1::KvStreamMessage& message : seed_pack(system, "shared")) beta += record(1, message.SerializeAsString());
     v1::DeletePrefixRequest by_digest;
     const baton::Digest256 digest = baton::prefix_digest(system);
     by_digest.set_prefix_digest(std::string(reinterpret_cast<const char*>(digest.data()), digest.size()));
-    beta += record(4, by_digest.SerializeAsString());
+    beta += record(kDeleteTag, by_digest.SerializeAsString());
     write_seed(dir, "put_delete_by_digest", beta);
   }
   write_seed(dir, "auth_header", std::string(1, '\2') + record(3, std::string("Bearer ") + kBetaToken) +
@@ -491,7 +494,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ++calls;
   };
   while (at < size && calls < kMaxCalls) {
-    const uint8_t tag = data[at] % 5;
+    const uint8_t tag = data[at] >= kDeleteTag ? 4 : data[at] % 4;
     size_t length = at + 2 < size ? size_t{data[at + 1]} | (size_t{data[at + 2]} << 8) : 0;
     at = std::min(size, at + 3);
     length = std::min(length, size - at);
