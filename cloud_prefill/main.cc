@@ -1,6 +1,7 @@
 // baton-prefill: the cloud prefill service. This file only parses flags and
 // hands the configuration to the service.
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdint>
@@ -46,6 +47,9 @@ struct PrefillConfig {
   uint64_t prefix_cache_bytes = 8ull << 30;   // prefix cache (KV kept by prefix digest)
   uint64_t session_cache_bytes = 4ull << 30;  // session cache (KV kept per session id)
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
+  uint64_t pack_quota_bytes = 0;              // per tenant; 0: a quarter of the store with 2+ tenants, else all
+  int64_t max_pack_calls = 4;                 // GetPrefix calls at once
+  uint64_t memory_limit_bytes = 0;            // reserved by admitted Prefill requests; 0: half the machine's RAM
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
   std::string metrics_address;          // host:port of GET /metrics; empty: off
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
@@ -82,6 +86,14 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                  "memory for KV kept per session id");
   flags.add_size("pack-store", &config.pack_store_bytes,
                  "memory for prefix packs uploaded with PutPrefix");
+  flags.add_size("pack-quota", &config.pack_quota_bytes,
+                 "prefix pack bytes each tenant may store; 0: a quarter of --pack-store when --auth-tokens names "
+                 "two or more tenants, else all of it");
+  flags.add_int64("max-pack-calls", &config.max_pack_calls,
+                  "GetPrefix downloads at once; more are refused with a retry hint");
+  flags.add_size("memory-limit", &config.memory_limit_bytes,
+                 "memory that admitted Prefill requests may reserve (KV caches of their prompts); more are refused "
+                 "with a retry hint; 0: half of this machine's physical memory");
   flags.add_string("metrics", &config.metrics_address,
                    "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
   flags.add_duration("drain-timeout", &config.drain_timeout,
@@ -122,16 +134,24 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
         absl::StrCat("--codec: '", config.default_codec, "' is not one of f16, int8, int4"));
   }
   if (config.threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
-      config.max_context_tokens < 0 || config.chunk_tokens < 1 || config.write_stall_timeout.count() < 0) {
+      config.max_context_tokens < 0 || config.chunk_tokens < 1 || config.write_stall_timeout.count() < 0 ||
+      config.max_pack_calls < 1) {
     return absl::InvalidArgumentError(
         "--threads, --max-queued, --max-context and --write-stall-timeout must be >= 0; "
-        "--max-running and --chunk-tokens >= 1");
+        "--max-running, --chunk-tokens and --max-pack-calls >= 1");
   }
   if (config.zstd_level < -7 || config.zstd_level > 19) {
     return absl::InvalidArgumentError(
         absl::StrCat("--zstd-level: ", config.zstd_level, " is outside -7..19"));
   }
   return absl::OkStatus();
+}
+
+// This machine's physical memory (0 when unknown: no limit).
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) : 0;
 }
 
 // Serves until SIGINT / SIGTERM: Health answers while the model loads.
@@ -171,6 +191,9 @@ int run_prefill_service(const PrefillConfig& config) {
   options.session_cache_bytes = config.session_cache_bytes;
   options.pack_store_bytes = config.pack_store_bytes;
   options.write_stall_timeout = config.write_stall_timeout;
+  options.pack_quota_bytes = config.pack_quota_bytes;
+  options.max_pack_calls = static_cast<int>(config.max_pack_calls);
+  options.memory_limit_bytes = config.memory_limit_bytes > 0 ? config.memory_limit_bytes : physical_memory_bytes() / 2;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
     if (!auth.ok()) {

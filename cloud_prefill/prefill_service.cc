@@ -9,6 +9,7 @@
 #include "cloud_prefill/prefill_metrics.h"
 #include "common/rpc/queued_write_reactor.h"
 #include "common/engine/f32_kv_cache.h"
+#include "common/kv/kv_codec.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/kv_handoff.h"
@@ -23,6 +24,33 @@ KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl
   auto* reactor = new KvStreamReactor(context);
   reactor->done(status);
   return reactor;
+}
+
+namespace {
+
+// --pack-quota 0: a quarter of the store for each tenant when tokens name
+// more than one tenant (no tenant can starve the rest), else the whole store.
+uint64_t effective_pack_quota(const PrefillServiceOptions& options) {
+  if (options.pack_quota_bytes > 0) return options.pack_quota_bytes;
+  return options.auth.tenant_count() > 1 ? options.pack_store_bytes / 4 : 0;
+}
+
+}  // namespace
+
+uint64_t PrefillService::memory_in_use_bytes() const { return admission_ ? admission_->in_use_bytes() : 0; }
+
+uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const {
+  // The job's f32 cache of the whole prompt, plus one reuse candidate of the
+  // same size while it copies from the session or prefix cache.
+  const uint64_t cache_bytes = decoded_pack_bytes(plan.tokens.size());
+  const bool candidate = (session_cache_ != nullptr && options_.session_cache_bytes > 0 && !plan.session_id.empty()) ||
+                         (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0);
+  // The stream's queue: up to 64 encoded blocks, each at most one slice of
+  // one layer's K or V in the wire codec (and at most the 4 MiB block bound).
+  const double raw_per_token_layer_kind = kv_raw_bytes_per_token(plan.codec, geometry_) / (2.0 * geometry_.n_layer);
+  const uint64_t block_bytes = std::min<uint64_t>(
+      uint64_t{4} << 20, static_cast<uint64_t>(raw_per_token_layer_kind * plan.chunk_tokens) + 4096);
+  return cache_bytes * (candidate ? 2 : 1) + 64 * block_bytes;
 }
 
 PrefillService::PrefillService(PrefillServiceOptions options)
@@ -70,7 +98,8 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   if (max_context_tokens_ <= 0) max_context_tokens_ = int64_t{1} << 20;
   prefix_cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes, geometry_);
   session_cache_ = std::make_unique<SessionCache>(options_.session_cache_bytes);
-  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes);
+  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, effective_pack_quota(options_));
+  admission_ = std::make_unique<MemoryAdmission>(options_.memory_limit_bytes);
 
   state_ = v1::SERVING_STATE_WARMING;
   const PrefillBackendFactory factory =
@@ -331,11 +360,25 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
   if (!tenant.ok()) return refused_stream(context, tenant.status());
   absl::StatusOr<PrefillJobInput> plan = plan_request(*request, *tenant);
   if (!plan.ok()) return refused_stream(context, plan.status());
+  // Admission by memory: the request's bytes are reserved before it is queued.
+  absl::StatusOr<MemoryAdmission::Ticket> ticket = admission_->reserve(
+      prefill_memory_bytes(*plan), absl::StrFormat("a prompt of %d tokens", plan->tokens.size()));
+  if (!ticket.ok()) {
+    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+    return refused_stream(context, absl::ResourceExhaustedError(absl::StrFormat(
+                                       "%s; retry after %u ms", ticket.status().message(), options_.retry_after_ms)));
+  }
 
   auto* reactor = new KvStreamReactor(context, &write_stall_, "Prefill");
   plan->admitted = std::chrono::steady_clock::now();
   auto shared_plan = std::make_shared<PrefillJobInput>(std::move(*plan));
-  auto job = [this, reactor, shared_plan](PrefillBackend* backend) {
+  auto shared_ticket = std::make_shared<MemoryAdmission::Ticket>(std::move(*ticket));
+  auto job = [this, reactor, shared_plan, shared_ticket](PrefillBackend* backend) {
+    // Released when the job ends, however it ends.
+    struct Release {
+      MemoryAdmission::Ticket& ticket;
+      ~Release() { ticket.release(); }
+    } release{*shared_ticket};
     --queued_;
     if (backend == nullptr) {
       reactor->done(absl::UnavailableError("the prefill server is shutting down"));
@@ -357,6 +400,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
                                                sizeof(float));
     }
     --running_;
+    shared_ticket->release();  // before the client sees the end, so its next request finds the memory free
     reactor->done(result.status());
   };
   if (!try_enqueue(std::move(job))) {

@@ -16,7 +16,16 @@
 // cancelled or timed-out stream stops at the next layer and frees
 // everything it held; a queued one is dropped when its turn comes.
 //
-// PutPrefix / GetPrefix store and hand out prefix packs per tenant.
+// Memory admission: before a Prefill is queued it reserves the bytes it will
+// allocate (prefill_memory_bytes: its f32 KV cache, a reuse candidate, the
+// stream's queue) against memory_limit_bytes; over the limit it is refused
+// RESOURCE_EXHAUSTED with the numbers and the retry hint; the reservation is
+// released when the request ends.
+//
+// PutPrefix / GetPrefix / DeletePrefix store, hand out and delete prefix
+// packs per tenant (PrefixPackStore: store cap and per-tenant quota, upload
+// bytes reserved at the stream header). GetPrefix writes the stored
+// messages without copying them, at most max_pack_calls at once.
 #pragma once
 
 #include <atomic>
@@ -35,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cloud_prefill/memory_admission.h"
 #include "cloud_prefill/prefill_backend.h"
 #include "cloud_prefill/prefill_job.h"
 #include "cloud_prefill/prefix_cache.h"
@@ -70,6 +80,14 @@ struct PrefillServiceOptions {
   uint64_t prefix_cache_bytes = uint64_t{1} << 30;   // f32 KV kept by block digest; 0: off
   uint64_t session_cache_bytes = uint64_t{1} << 30;  // f32 KV of recent sessions; 0: off
   uint64_t pack_store_bytes = uint64_t{1} << 30;     // prefix packs (stream + decoded KV)
+  // Per tenant share of pack_store_bytes; 0: pack_store_bytes / 4 with
+  // --auth-tokens naming more than one tenant, else the whole store.
+  uint64_t pack_quota_bytes = 0;
+  int max_pack_calls = 4;             // GetPrefix calls at once; more get RESOURCE_EXHAUSTED
+  // Memory that running and queued Prefill requests may reserve (their
+  // caches, estimated before they run); more get RESOURCE_EXHAUSTED with the
+  // numbers. 0: no limit (main.cc sets the default).
+  uint64_t memory_limit_bytes = 0;
   TenantAuth auth;                    // no tokens: one tenant, no auth
   PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
   struct PrefillMetrics* metrics = nullptr;  // optional: per-job figures for GET /metrics
@@ -84,8 +102,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // Stops the workers; requests still queued finish with UNAVAILABLE. The
   // gRPC server must have been shut down first.
   ~PrefillService() override;  // StopWorkers()
-  // Joins the workers, ends jobs never started UNAVAILABLE and waits for the
-  // GetPrefix senders; idempotent. ~PrefillServer calls it after shutting the
+  // Joins the workers, ends jobs never started UNAVAILABLE and waits until
+  // every GetPrefix call is done (OnDone); idempotent. ~PrefillServer calls it after shutting the
   // gRPC server down and before destroying it.
   void StopWorkers();
   PrefillService(const PrefillService&) = delete;
@@ -118,6 +136,16 @@ class PrefillService final : public v1::Prefill::CallbackService {
                                                           v1::PutPrefixResponse* response) override;
   grpc::ServerWriteReactor<v1::KvStreamMessage>* GetPrefix(grpc::CallbackServerContext* context,
                                                            const v1::GetPrefixRequest* request) override;
+  grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context, const v1::DeletePrefixRequest* request,
+                                         v1::DeletePrefixResponse* response) override;
+
+  // Bytes reserved by admitted Prefill requests (memory admission), the
+  // packs stored, and the effective per-tenant pack quota.
+  uint64_t memory_in_use_bytes() const;
+  uint64_t pack_bytes() const { return packs_ ? packs_->bytes() + packs_->reserved_bytes() : 0; }
+  uint64_t pack_quota_bytes() const { return packs_ ? packs_->tenant_quota_bytes() : 0; }
+  // What admission reserves for a request (its KV caches and stream queue).
+  uint64_t prefill_memory_bytes(const PrefillJobInput& plan) const;
 
  private:
   friend class PutPrefixReactor;
@@ -129,8 +157,15 @@ class PrefillService final : public v1::Prefill::CallbackService {
   absl::StatusOr<KvCodecConfig> resolve_codec(const v1::CodecParams& params) const;
   // FAILED_PRECONDITION naming the field when `expected` differs from the served model.
   absl::Status check_expected_model(const v1::ModelFingerprint& expected) const;
-  // Verifies an uploaded pack and stores it (PutPrefix's work).
-  absl::StatusOr<PutPackResult> store_pack(const std::string& tenant, KvSegment segment);
+  // Verifies an uploaded pack and stores it (PutPrefix's work), taking over
+  // the upload's reservation.
+  absl::StatusOr<PutPackResult> store_pack(const std::string& tenant, KvSegment segment,
+                                           PrefixPackStore::Reservation* reservation);
+  // f32 bytes of `tokens` tokens of decoded KV (K and V, every layer).
+  uint64_t decoded_pack_bytes(uint64_t tokens) const;
+  // DeletePrefix's work: the deleted pack.
+  absl::StatusOr<std::shared_ptr<const StoredPack>> delete_prefix(grpc::CallbackServerContext& context,
+                                                                  const v1::DeletePrefixRequest& request);
   // UNAVAILABLE (with the retry hint added to `context`) unless READY.
   absl::Status check_serving(grpc::CallbackServerContext* context) const;
 
@@ -164,7 +199,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   bool stopping_ = false;             // guarded by mu_
   std::atomic<uint32_t> running_{0};
   std::atomic<uint32_t> queued_{0};
-  std::atomic<uint32_t> pack_streams_{0};  // GetPrefix sender threads alive
+  std::atomic<uint32_t> pack_streams_{0};  // GetPrefix calls alive (at most max_pack_calls)
+  std::unique_ptr<MemoryAdmission> admission_;  // set by Load()
   double prefill_tokens_per_s_ = 0;   // guarded by mu_: moving average over requests
   std::vector<std::thread> workers_;
 };

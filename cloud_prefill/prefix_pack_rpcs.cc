@@ -1,6 +1,8 @@
-// PutPrefix and GetPrefix: prefix packs in and out of the service's
-// PrefixPackStore, per tenant.
-#include <thread>
+// PutPrefix, GetPrefix and DeletePrefix: prefix packs in and out of the
+// service's PrefixPackStore, per tenant.
+
+#include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +39,9 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     KvStreamReaderOptions options;
     options.max_segment_tokens = static_cast<uint32_t>(service_->max_context_tokens_);
     options.max_segment_encoded_bytes = service_->options_.pack_store_bytes;
+    // The bytes the header declares are reserved (store cap, tenant quota)
+    // before any block is read.
+    options.check_header = [this](const v1::KvHeader& header) { return reserve_for(header); };
     reader_ = std::make_unique<KvStreamReader>(std::move(expected),
                                                kv_reader_options_with_codec(service_->geometry_, options));
     StartRead(&message_);
@@ -49,6 +54,15 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
       if (absl::IsDataLoss(status)) status = absl::InvalidArgumentError(status.message());
       Finish(to_grpc_status(status));
       return;
+    }
+    if (message_.has_block() && header_tokens_ > 0) {  // before a header the reader refuses it
+      encoded_bytes_ += message_.block().payload().size();
+      if (encoded_bytes_ > encoded_allowance_) {
+        Finish(to_grpc_status(absl::ResourceExhaustedError(absl::StrFormat(
+            "the upload's payloads passed %d bytes, more than its header's %u tokens can take (%d bytes reserved)",
+            encoded_bytes_, header_tokens_, encoded_allowance_))));
+        return;
+      }
     }
     if (absl::Status status = reader_->consume(std::move(message_)); !status.ok()) {
       // The contract (baton.proto, PutPrefix): a stream that does not verify is the caller's bad input.
@@ -63,9 +77,22 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
   void OnDone() override { delete this; }
 
  private:
+  // At the header: reserves the decoded KV plus the encoded stream (its raw
+  // size, plus 1/32 and 4 KiB for zstd frames that did not shrink) against
+  // the store's cap and the tenant's quota; the reservation is released if
+  // the upload fails.
+  absl::Status reserve_for(const v1::KvHeader& header) {
+    BATON_ASSIGN_OR_RETURN(const uint64_t raw_bytes, kv_header_raw_bytes(header, service_->geometry_));
+    header_tokens_ = header.token_count();
+    encoded_allowance_ = raw_bytes + raw_bytes / 32 + 4096;
+    const uint64_t bytes = service_->decoded_pack_bytes(header.token_count()) + encoded_allowance_;
+    BATON_ASSIGN_OR_RETURN(reservation_, service_->packs_->reserve(tenant_, bytes));
+    return absl::OkStatus();
+  }
+
   absl::Status complete() {
     BATON_ASSIGN_OR_RETURN(KvSegment segment, reader_->commit());
-    BATON_ASSIGN_OR_RETURN(PutPackResult result, service_->store_pack(tenant_, std::move(segment)));
+    BATON_ASSIGN_OR_RETURN(PutPackResult result, service_->store_pack(tenant_, std::move(segment), &reservation_));
     response_->set_pack_id(result.pack->pack_id);
     response_->set_prefix_digest(std::string(reinterpret_cast<const char*>(result.pack->prefix_digest.data()),
                                              result.pack->prefix_digest.size()));
@@ -83,9 +110,70 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
   std::string tenant_;
   std::unique_ptr<KvStreamReader> reader_;
   v1::KvStreamMessage message_;
+  PrefixPackStore::Reservation reservation_;  // from the header on
+  uint32_t header_tokens_ = 0;
+  uint64_t encoded_allowance_ = 0;            // payload bytes the reservation covers
+  uint64_t encoded_bytes_ = 0;                // payload bytes received
 };
 
-absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tenant, KvSegment segment) {
+// One GetPrefix call: writes the stored pack's messages straight from the
+// immutable pack (no copy, no thread), one write in flight at a time, paced
+// by flow control. Holds one of max_pack_calls slots until OnDone.
+class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMessage> {
+ public:
+  // `watchdog` (optional) puts the download under the write-progress
+  // deadline: a client that stops reading loses the call and its slot.
+  PackStreamReactor(grpc::CallbackServerContext* context, WriteStallWatchdog* watchdog, std::atomic<uint32_t>* calls,
+                    std::shared_ptr<const StoredPack> pack)
+      : calls_(calls), pack_(std::move(pack)) {
+    if (watchdog != nullptr) {
+      watch_ = watchdog->watch(absl::StrCat("GetPrefix from ", context->peer()), [context] { context->TryCancel(); });
+    }
+    start_write();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (watch_ != nullptr) watch_->write_done();
+    if (!ok) {  // the client went away, stopped reading past the deadline, or the stream broke
+      finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetPrefix: the stream ended before the pack was sent"));
+      return;
+    }
+    if (++next_ == pack_->messages.size()) {
+      finish(grpc::Status::OK);
+      return;
+    }
+    start_write();
+  }
+
+  void OnDone() override {
+    if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
+    --*calls_;
+    delete this;
+  }
+
+ private:
+  void start_write() {
+    if (watch_ != nullptr) watch_->write_started();
+    StartWrite(&pack_->messages[next_]);
+  }
+  void finish(const grpc::Status& status) {
+    if (watch_ != nullptr) watch_->write_started();  // the status may stall behind unread data too
+    Finish(status);
+  }
+
+  std::atomic<uint32_t>* calls_;
+  std::shared_ptr<const StoredPack> pack_;
+  size_t next_ = 0;  // the message being written
+  std::shared_ptr<WriteStallWatchdog::Watch> watch_;  // null: no write-progress deadline
+};
+
+uint64_t PrefillService::decoded_pack_bytes(uint64_t tokens) const {
+  return tokens * static_cast<uint64_t>(geometry_.kv_dim()) * 2 * static_cast<uint64_t>(geometry_.n_layer) *
+         sizeof(float);
+}
+
+absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tenant, KvSegment segment,
+                                                         PrefixPackStore::Reservation* reservation) {
   auto pack = std::make_shared<StoredPack>();
   const v1::KvHeader& header = segment.header;
   pack->tokens.assign(header.token_ids().begin(), header.token_ids().end());
@@ -98,11 +186,11 @@ absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tena
   auto kv = std::make_shared<F32KvCache>(geometry_, static_cast<int64_t>(pack->tokens.size()));
   const KvRope rope = kv_rope_of(*model_);
   BATON_RETURN_IF_ERROR(load_kv_segment(segment, &rope, *kv).status());
-  pack->stored_bytes = segment.encoded_bytes + static_cast<uint64_t>(pack->tokens.size()) * geometry_.kv_dim() * 2 *
-                                                   geometry_.n_layer * sizeof(float);
+  pack->encoded_bytes = segment.encoded_bytes;
+  pack->stored_bytes = segment.encoded_bytes + decoded_pack_bytes(pack->tokens.size());
   pack->kv = std::move(kv);
-  pack->segment = std::move(segment);
-  return packs_->put(tenant, std::move(pack));
+  pack->messages = kv_stream_messages(std::move(segment));
+  return packs_->put(tenant, std::move(pack), reservation);
 }
 
 grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::CallbackServerContext* context,
@@ -149,20 +237,59 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
     default:
       return refused_stream(context, absl::InvalidArgumentError("GetPrefix needs a pack_id or a prefix_digest"));
   }
-  // The stored messages go out from a sender thread: push() blocks on flow
-  // control, which must not happen on a gRPC thread.
-  auto* reactor = new KvStreamReactor(context, &write_stall_, "GetPrefix");
-  ++pack_streams_;
-  std::thread([this, reactor, pack] {
-    absl::Status status;
-    for (v1::KvStreamMessage& message : pack->messages()) {
-      status = reactor->push(std::move(message));
-      if (!status.ok()) break;
-    }
-    reactor->done(status);
+  // A bounded number of pack downloads at once: each holds a stream's
+  // flow-control window and a slot until its client has read it all.
+  if (++pack_streams_ > static_cast<uint32_t>(std::max(1, options_.max_pack_calls))) {
     --pack_streams_;
-  }).detach();
+    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+    return refused_stream(context, absl::ResourceExhaustedError(absl::StrFormat(
+                                       "%d GetPrefix calls are running, the most this server allows "
+                                       "(--max-pack-calls); retry after %u ms",
+                                       options_.max_pack_calls, options_.retry_after_ms)));
+  }
+  return new PackStreamReactor(context, &write_stall_, &pack_streams_, std::move(pack));
+}
+
+grpc::ServerUnaryReactor* PrefillService::DeletePrefix(grpc::CallbackServerContext* context,
+                                                       const v1::DeletePrefixRequest* request,
+                                                       v1::DeletePrefixResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<const StoredPack>> removed = delete_prefix(*context, *request);
+  if (removed.ok()) {
+    response->set_pack_id((*removed)->pack_id);
+    response->set_freed_bytes((*removed)->stored_bytes);
+  }
+  reactor->Finish(to_grpc_status(removed.status()));
   return reactor;
+}
+
+absl::StatusOr<std::shared_ptr<const StoredPack>> PrefillService::delete_prefix(
+    grpc::CallbackServerContext& context, const v1::DeletePrefixRequest& request) {
+  BATON_RETURN_IF_ERROR(check_serving(&context));
+  BATON_ASSIGN_OR_RETURN(const std::string tenant, options_.auth.authenticate(context));
+  absl::StatusOr<std::shared_ptr<const StoredPack>> removed;
+  switch (request.key_case()) {
+    case v1::DeletePrefixRequest::kPackId:
+      removed = packs_->remove(tenant, request.pack_id());
+      break;
+    case v1::DeletePrefixRequest::kPrefixDigest: {
+      Digest256 digest{};
+      if (request.prefix_digest().size() != digest.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat("prefix_digest has %d bytes; a SHA-256 digest has 32",
+                                                          request.prefix_digest().size()));
+      }
+      std::copy(request.prefix_digest().begin(), request.prefix_digest().end(), digest.begin());
+      removed = packs_->remove_by_digest(tenant, digest);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("DeletePrefix needs a pack_id or a prefix_digest");
+  }
+  if (removed.ok()) {
+    BATON_INFO("tenant %s: pack '%s' deleted (%llu bytes freed)", tenant.c_str(), (*removed)->pack_id.c_str(),
+               static_cast<unsigned long long>((*removed)->stored_bytes));
+  }
+  return removed;
 }
 
 }  // namespace baton

@@ -1,6 +1,7 @@
 #include "cloud_prefill/tenant_auth.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <grpcpp/grpcpp.h>
@@ -95,6 +96,13 @@ absl::StatusOr<std::string> TenantAuth::authenticate(const grpc::CallbackServerC
   auto it = metadata.find("authorization");
   if (it == metadata.end()) return tenant_of_header("");
   return tenant_of_header(std::string(it->second.data(), it->second.size()));
+}
+
+size_t TenantAuth::tenant_count() const {
+  if (tenants_.empty()) return 1;
+  std::set<std::string> names;
+  for (const auto& [token, tenant] : tenants_) names.insert(tenant);
+  return names.size();
 }
 
 }  // namespace baton

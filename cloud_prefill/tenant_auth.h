@@ -29,6 +29,8 @@ class TenantAuth {
 
   bool enabled() const { return !tenants_.empty(); }
   size_t tenant_tokens() const { return tenants_.size(); }
+  // Distinct tenants the tokens name (1 without tokens: everyone is kDefaultTenant).
+  size_t tenant_count() const;
 
   // The tenant of the call's "authorization: Bearer <token>" metadata;
   // UNAUTHENTICATED when tokens are configured and it is missing or unknown.

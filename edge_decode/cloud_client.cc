@@ -7,6 +7,7 @@
 #include "common/kv/kv_codec_params.h"
 #include "common/rpc/channel_options.h"
 #include "common/kv/kv_fingerprint.h"
+#include "common/kv/quantized_kv_cache.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
@@ -237,7 +238,18 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   expected.model = model;
   expected.first_position = request.first_position;
   expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
-  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target);
+  KvReadOptions read_options;
+  if (request.max_staging_bytes > 0) {
+    read_options.reader.check_header = [&request, &target](const v1::KvHeader& header) -> absl::Status {
+      const uint64_t staging = kv_stream_staging_bytes(header, target);
+      if (staging <= request.max_staging_bytes) return absl::OkStatus();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the cloud's KV stream declares %u tokens: staging them takes %u bytes, but only %u bytes of the KV "
+          "memory budget are free",
+          header.token_count(), staging, request.max_staging_bytes));
+    };
+  }
+  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target, read_options);
   watchdog.stop();
   if (!finished) {
     // The reader stopped early (a bad message): end the call instead of draining it.
@@ -272,6 +284,14 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   // receive time not hidden behind cloud compute.
   if (have_first_block) record_transfer(result.wire_bytes, result.quantized_bytes, result.transfer_ms / 1000.0);
   return result;
+}
+
+uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target) {
+  const KvGeometry& g = target.geometry();
+  const auto* store = dynamic_cast<const QuantizedKvCache*>(&target);
+  const uint64_t per_token = store != nullptr ? static_cast<uint64_t>(store->bytes_per_token())
+                                              : static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
+  return uint64_t{header.token_count()} * per_token;
 }
 
 std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {

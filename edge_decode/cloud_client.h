@@ -76,7 +76,17 @@ struct CloudPrefillRequest {
   // the stream is abandoned (DEADLINE_EXCEEDED) once its projected rest
   // exceeds it by half plus a second (see stream_watchdog.h).
   double give_up_after_local_ms = 0;
+  // > 0: the memory the stream's staging may take (kv_stream_staging_bytes
+  // of its header); a header declaring more is refused (RESOURCE_EXHAUSTED,
+  // with the numbers) before any block is read, the target unchanged.
+  uint64_t max_staging_bytes = 0;
 };
+
+// Memory a received KV stream is counted for before it is committed: its
+// token_count x the bytes per token of the target's store (the blocks
+// decoded to the store's form; the encoded payloads staged meanwhile are
+// about as large again, which the headroom of the memory plan covers).
+uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target);
 
 // Called after every KV block and after the trailer.
 struct CloudPrefillProgress {

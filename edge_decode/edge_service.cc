@@ -160,6 +160,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   session_options.dir = options_.sessions_dir;
   session_options.max_memory_bytes = std::max<uint64_t>(1, plan.kv_budget_bytes);
   session_options.max_sessions = options_.max_sessions;
+  session_options.max_files = options_.max_session_files;
+  session_options.max_disk_bytes = options_.max_session_disk_bytes;
   auto sessions = std::make_unique<SessionStore>(session_options, fingerprint, geometry);
   std::vector<std::string> refused;
   BATON_RETURN_IF_ERROR(sessions->open(&refused));
@@ -168,6 +170,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   PackStoreOptions pack_options;
   pack_options.dir = options_.packs_dir;
   pack_options.max_pulled_bytes = options_.max_pulled_pack_bytes;
+  pack_options.max_pack_memory_bytes = plan.kv_budget_bytes;
   auto packs = std::make_unique<PackStore>(pack_options, fingerprint, geometry, kv_rope_of(*model));
   refused.clear();
   BATON_RETURN_IF_ERROR(packs->open(&refused));

@@ -57,8 +57,12 @@ struct EdgeServiceOptions {
   float temperature = 0.8f;               // when a request leaves it unset
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
+  int max_session_files = 0;              // session files on disk (LRU of idle ones); 0: no cap
+  uint64_t max_session_disk_bytes = 0;    // bytes of session files (LRU of idle ones); 0: no cap
   std::string packs_dir;                  // empty: no packs
-  uint64_t max_pulled_pack_bytes = 0;     // cap on packs pulled from the cloud; 0: none
+  // Cap on packs pulled from the cloud (LRU), checked for each pack at its
+  // stream header before any block; 0: none.
+  uint64_t max_pulled_pack_bytes = 0;
   std::optional<CloudClientOptions> cloud;  // unset: no cloud (always local)
   int max_queued = 16;                    // Generate calls waiting; more get RESOURCE_EXHAUSTED
   uint32_t retry_after_ms = 1000;         // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED

@@ -108,6 +108,13 @@ class GenerateTurn {
     return store.bits == KvCodecConfig::Bits::kF16 && !store.key_bits.has_value() &&
            staging_bytes <= rt_.memory.headroom_bytes;
   }
+  // What a cloud stream's staging may take: the KV budget less this
+  // session's store and the other running turns' sessions (idle ones can be
+  // evicted); at least 1, so a full budget refuses every stream.
+  uint64_t staging_budget_bytes(const std::string& session_id, const QuantizedKvCache& kv) const {
+    const uint64_t held = static_cast<uint64_t>(kv.memory_bytes()) + rt_.sessions->busy_memory_bytes_except(session_id);
+    return rt_.memory.kv_budget_bytes > held ? rt_.memory.kv_budget_bytes - held : 1;
+  }
   SplitInputs split_inputs(const KvCodecConfig& wire, uint32_t reused, uint32_t to_prefill,
                            uint32_t local_tokens) const;
 
@@ -379,6 +386,7 @@ absl::Status GenerateTurn::run() {
     };
     auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok(); };
     cloud_request.prefix_pack_id = cloud_pack_id;
+    cloud_request.max_staging_bytes = staging_budget_bytes(session_id, kv);
     absl::StatusOr<CloudPrefillResult> result =
         rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
     if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id.empty()) {

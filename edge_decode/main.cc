@@ -60,6 +60,9 @@ struct EdgeConfig {
   std::string codec = "int4";           // f16 | int8 | int4, KV held on the device
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_sessions = 16;            // sessions kept in memory
+  int64_t max_session_files = 256;      // session files kept under --sessions (LRU); 0: no cap
+  uint64_t max_session_disk_bytes = 4ull << 30;  // bytes of session files (LRU); 0: no cap
+  uint64_t max_pulled_pack_bytes = 1ull << 30;   // pulled pack files (LRU), so one pulled pack too
   int64_t max_queued = 16;              // Generate calls waiting for the worker
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
@@ -111,6 +114,13 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "NAME");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
   flags.add_int64("max-sessions", &config.max_sessions, "sessions kept in memory");
+  flags.add_int64("max-session-files", &config.max_session_files,
+                  "session files kept under --sessions; the least recently used idle ones are deleted; 0: no cap");
+  flags.add_size("max-session-disk", &config.max_session_disk_bytes,
+                 "bytes of session files under --sessions; the least recently used idle ones are deleted; 0: no cap");
+  flags.add_size("max-pulled-pack", &config.max_pulled_pack_bytes,
+                 "bytes of packs pulled from the cloud (least recently used deleted first); a pack whose header "
+                 "declares more KV is refused before any block; 0: no cap");
   flags.add_int64("max-queued", &config.max_queued,
                   "Generate calls that may wait for the generation worker; more are RESOURCE_EXHAUSTED with a "
                   "retry hint");
@@ -196,6 +206,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
   }
+  if (config.max_session_files < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-session-files: ", config.max_session_files, " is below 0"));
+  }
   if (config.threads < 0 || config.max_sessions < 1 || config.max_tokens < 1 || config.local_prefill_tps < 0 ||
       config.max_queued < 1 || config.max_queued > 4096 || config.write_stall_timeout.count() < 0) {
     return absl::InvalidArgumentError(
@@ -222,6 +235,9 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);
+  options.max_session_files = static_cast<int>(config.max_session_files);
+  options.max_session_disk_bytes = config.max_session_disk_bytes;
+  options.max_pulled_pack_bytes = config.max_pulled_pack_bytes;
   options.max_queued = static_cast<int>(config.max_queued);
   options.assumed_local_prefill_tokens_per_s = config.local_prefill_tps;
   options.packs_dir = config.packs_dir;

@@ -238,6 +238,22 @@ void PackStore::evict_pulled_locked(const std::string& keep) {
   }
 }
 
+absl::Status PackStore::check_pulled_header(const v1::KvHeader& header) const {
+  BATON_ASSIGN_OR_RETURN(const uint64_t raw_bytes, kv_header_raw_bytes(header, geometry_));
+  if (options_.max_pulled_bytes > 0 && raw_bytes > options_.max_pulled_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the pulled pack's header declares %u tokens = %u bytes of KV; one pulled pack may take %u bytes "
+        "(--max-pulled-pack)",
+        header.token_count(), raw_bytes, options_.max_pulled_bytes));
+  }
+  if (options_.max_pack_memory_bytes > 0 && raw_bytes > options_.max_pack_memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the pulled pack's header declares %u tokens = %u bytes of KV; the KV memory budget is %u bytes",
+        header.token_count(), raw_bytes, options_.max_pack_memory_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PackSummary> PackStore::add_from_stream(const std::string& pack_id, const KvMessageSource& source,
                                                        bool overwrite,
                                                        const std::function<void(uint32_t, uint64_t)>& progress) {
@@ -268,12 +284,14 @@ absl::StatusOr<PackSummary> PackStore::add_from_stream(const std::string& pack_i
 
   const std::string path = path_for(pack_id);
   // Until commit() the messages go to a temp file that the writer removes on
-  // any error.
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvPackFileWriter> writer, KvPackFileWriter::create(path));
+  // any error; it is made once the header passed the caps.
+  std::unique_ptr<KvPackFileWriter> writer;
   KvStreamExpectation expected;
   expected.model = model_;
   expected.first_position = 0;
-  KvStreamReader reader(std::move(expected), kv_reader_options_with_codec(geometry_));
+  KvStreamReaderOptions reader_options;
+  reader_options.check_header = [this](const v1::KvHeader& header) { return check_pulled_header(header); };
+  KvStreamReader reader(std::move(expected), kv_reader_options_with_codec(geometry_, std::move(reader_options)));
   uint64_t file_bytes = kKvPackMagic.size();
   uint64_t wire_bytes = 0;
   uint32_t blocks = 0;
@@ -285,6 +303,9 @@ absl::StatusOr<PackSummary> PackStore::add_from_stream(const std::string& pack_i
     const size_t message_bytes = (*message)->ByteSizeLong();
     // Checked before it is written: the reader bounds the message size.
     BATON_RETURN_IF_ERROR(reader.consume(**message));
+    if (writer == nullptr) {  // the header passed the caps: from here on bytes go to disk
+      BATON_ASSIGN_OR_RETURN(writer, KvPackFileWriter::create(path));
+    }
     BATON_RETURN_IF_ERROR(writer->append(**message));
     wire_bytes += message_bytes;
     file_bytes += google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(message_bytes)) +
@@ -295,6 +316,7 @@ absl::StatusOr<PackSummary> PackStore::add_from_stream(const std::string& pack_i
     }
   }
   BATON_ASSIGN_OR_RETURN(KvSegment segment, reader.commit());
+  BATON_CHECK(writer != nullptr, "a committed stream had no header");
   BATON_ASSIGN_OR_RETURN(PackSummary summary, summary_of(segment.header, pack_id));
   segment = KvSegment{};  // the payloads are on disk now
   summary.path = path;

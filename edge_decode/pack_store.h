@@ -31,7 +31,13 @@ namespace baton {
 
 struct PackStoreOptions {
   std::string dir;                 // empty: no packs (every lookup is NOT_FOUND)
-  uint64_t max_pulled_bytes = 0;   // cap on pulled pack files; 0: no cap
+  // Cap on pulled pack files (LRU), and so on one pulled pack: checked at its
+  // stream header (token_count x raw bytes per token of its codec) before
+  // any block is read or any byte is written; 0: no cap.
+  uint64_t max_pulled_bytes = 0;
+  // The KV memory budget a pack must fit to be loaded at all (same check,
+  // same moment); 0: no check.
+  uint64_t max_pack_memory_bytes = 0;
 };
 
 struct PackSummary {
@@ -65,6 +71,9 @@ class PackStore {
   // Stores a pack received as a KV stream (PullPack): `source` yields the
   // messages; each is checked as it arrives (KvStreamReader) and written to a
   // temp file that is renamed into place only after the trailer verified.
+  // RESOURCE_EXHAUSTED at the header (nothing read past it, no file made)
+  // when the pack's raw size passes max_pulled_bytes or the memory
+  // budget.
   // ALREADY_EXISTS when pack_id is taken and !overwrite. `progress` (optional)
   // is called after each block with (blocks so far, wire bytes so far).
   absl::StatusOr<PackSummary> add_from_stream(const std::string& pack_id, const KvMessageSource& source,
@@ -77,6 +86,8 @@ class PackStore {
   // Reads a pack file's header and checks it against the model.
   absl::StatusOr<PackSummary> index_file(const std::string& path, const std::string& pack_id) const;
   uint64_t pulled_bytes_locked() const;
+  // The header-time caps of add_from_stream.
+  absl::Status check_pulled_header(const v1::KvHeader& header) const;
   // Deletes least recently used pulled packs other than `keep` until the
   // pulled packs fit max_pulled_bytes.
   void evict_pulled_locked(const std::string& keep);

@@ -137,6 +137,35 @@ void SessionStore::evict_locked(const Entry* keep) {
   }
 }
 
+void SessionStore::evict_files_locked(const Entry* keep) {
+  if (options_.dir.empty() || (options_.max_files <= 0 && options_.max_disk_bytes == 0)) return;
+  for (;;) {
+    int files = 0;
+    uint64_t bytes = 0;
+    Entry* victim = nullptr;
+    for (const auto& entry : entries_) {
+      if (entry->file_bytes == 0) continue;
+      ++files;
+      bytes += entry->file_bytes;
+      if (entry->busy || entry.get() == keep) continue;
+      if (victim == nullptr || entry->last_touch < victim->last_touch) victim = entry.get();
+    }
+    const bool over = (options_.max_files > 0 && files > options_.max_files) ||
+                      (options_.max_disk_bytes > 0 && bytes > options_.max_disk_bytes);
+    if (!over || victim == nullptr) return;  // busy ones come back under the caps after their turn
+    const std::string path = path_for(victim->id);
+    BATON_INFO("session %s deleted (file of %llu bytes): the session dir is over its caps (%d files, %llu bytes; "
+               "--max-session-files %d, --max-session-disk %llu)",
+               victim->id.c_str(), static_cast<unsigned long long>(victim->file_bytes), files,
+               static_cast<unsigned long long>(bytes), options_.max_files,
+               static_cast<unsigned long long>(options_.max_disk_bytes));
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      BATON_WARN("session %s: deleting %s failed: %s", victim->id.c_str(), path.c_str(), std::strerror(errno));
+    }
+    erase_locked(victim);
+  }
+}
+
 absl::Status SessionStore::open(std::vector<std::string>* refused) {
   if (options_.dir.empty()) return absl::OkStatus();
   std::error_code error;
@@ -225,6 +254,7 @@ absl::Status SessionStore::open(std::vector<std::string>* refused) {
     touch_locked(*entry);
     entries_.push_back(std::move(entry));
   }
+  evict_files_locked(nullptr);
   return absl::OkStatus();
 }
 
@@ -311,6 +341,7 @@ absl::Status SessionStore::commit(std::unique_ptr<Session> session) {
   entry->file_bytes = file_bytes;
   touch_locked(*entry);
   evict_locked(entry);
+  evict_files_locked(entry);
   return saved;
 }
 
@@ -333,6 +364,7 @@ void SessionStore::release(std::unique_ptr<Session> session) {
   entry->busy = false;
   entry->checked_out_bytes = 0;
   evict_locked(entry);
+  evict_files_locked(entry);
 }
 
 absl::Status SessionStore::reserve(const std::string& id) {
@@ -421,6 +453,21 @@ size_t SessionStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<size_t>(
       std::count_if(entries_.begin(), entries_.end(), [](const auto& entry) { return entry->known; }));
+}
+
+uint64_t SessionStore::busy_memory_bytes_except(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t bytes = 0;
+  for (const auto& entry : entries_) {
+    if (entry->busy && entry->id != id) bytes += entry->checked_out_bytes;
+  }
+  return bytes;
+}
+
+size_t SessionStore::file_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<size_t>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e->file_bytes > 0; }));
 }
 
 uint64_t SessionStore::memory_bytes() const {

@@ -40,6 +40,11 @@ struct SessionStoreOptions {
   std::string dir;                 // empty: memory only (nothing persists)
   uint64_t max_memory_bytes = 0;   // KV bytes kept in memory; 0: no cap
   int max_sessions = 0;            // sessions kept in memory; 0: no cap
+  // Caps on the session files under dir: past either, the least recently
+  // used idle (not checked out) sessions are deleted, file and memory, and
+  // logged; 0: no cap.
+  int max_files = 0;
+  uint64_t max_disk_bytes = 0;
 };
 
 // What ListSessions shows.
@@ -103,6 +108,10 @@ class SessionStore {
   std::vector<SessionSummary> list() const;
   size_t size() const;                 // sessions known (memory or disk)
   uint64_t memory_bytes() const;       // KV bytes held in memory now
+  // KV bytes of the checked-out sessions other than `id` (what no eviction
+  // can free while they run).
+  uint64_t busy_memory_bytes_except(const std::string& id) const;
+  size_t file_count() const;           // session files under dir
 
  private:
   struct Entry;
@@ -117,6 +126,9 @@ class SessionStore {
   // whose file is stale first) until both caps hold; never busy ones, never
   // `keep` when there is no dir (it would be lost).
   void evict_locked(const Entry* keep);
+  // Deletes least recently used idle sessions that have a file (never
+  // `keep`) until the files fit max_files and max_disk_bytes.
+  void evict_files_locked(const Entry* keep);
 
   SessionStoreOptions options_;
   ModelFingerprint model_;

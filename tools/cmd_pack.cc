@@ -1,9 +1,10 @@
-// baton pack build|push|pull|ls|info: prefix packs (DESIGN.md "KV stream
+// baton pack build|push|delete|pull|ls|info: prefix packs (DESIGN.md "KV stream
 // format": a KV stream with first_position 0 saved to a file).
 //   build  computes the KV of a text (or token ids) and writes a pack file:
 //          with --cloud the cloud's Prefill computes it (first_position 0),
 //          with --model the CPU engine in this process does.
 //   push   uploads a pack file to the cloud (PutPrefix).
+//   delete deletes a pack of the caller's tenant on the cloud (DeletePrefix).
 //   pull   has an edge agent fetch a pack from its cloud (Edge.PullPack).
 //   ls     lists the packs an edge agent holds (Edge.ListPacks).
 //   info   prints a pack file's header.
@@ -51,6 +52,7 @@ namespace {
 constexpr char kPackUsage[] =
     "usage: baton pack build (--cloud ADDR | --model FILE) (-p TEXT | --prompt-file F) --out FILE [flags]\n"
     "       baton pack push --cloud ADDR FILE\n"
+    "       baton pack delete --cloud ADDR ID\n"
     "       baton pack pull --edge ADDR ID\n"
     "       baton pack ls --edge ADDR [--json]\n"
     "       baton pack info FILE [--json]\n"
@@ -382,6 +384,40 @@ int pack_push(const Args& args) {
   return 0;
 }
 
+// --- delete ------------------------------------------------------------------
+
+int pack_delete(const Args& args) {
+  std::string cloud, token_file;
+  std::chrono::milliseconds timeout{30'000};
+  FlagSet flags("baton pack delete", "--cloud ADDR ID [flags]",
+                "Deletes a prefix pack of your tenant on the cloud prefill service (DeletePrefix) and frees its "
+                "bytes from your pack quota. Exit 1 when the cloud has no such pack for you.");
+  flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
+  flags.add_string("token-file", &token_file, "bearer token for the cloud", "FILE");
+  flags.add_duration("timeout", &timeout, "deadline of the call");
+  flags.require("cloud");
+  if (auto code = parse_flags(flags, args)) return *code;
+  if (flags.positional().size() != 1) return usage_error("delete", "give exactly one pack ID");
+  const std::string id = flags.positional()[0];
+  if (!valid_pack_id(id)) return usage_error("delete", "'" + id + "' is not 1..128 characters of [A-Za-z0-9._-]");
+  absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, token_file);
+  if (!target.ok()) {
+    std::fprintf(stderr, "baton pack delete: %s\n", std::string(target.status().message()).c_str());
+    return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
+  }
+  auto stub = v1::Prefill::NewStub(open_channel(*target));
+  v1::DeletePrefixRequest request;
+  request.set_pack_id(id);
+  v1::DeletePrefixResponse response;
+  grpc::Status status = call_with_retry(*target, deadline_after(*target), [&](grpc::ClientContext& context, bool*) {
+    return stub->DeletePrefix(&context, request, &response);
+  });
+  if (!status.ok()) return fail(describe_rpc_error(*target, "DeletePrefix", status));
+  std::printf("deleted pack '%s' on %s: %s freed\n", response.pack_id().c_str(), target->address.c_str(),
+              format_bytes(response.freed_bytes()).c_str());
+  return 0;
+}
+
 // --- pull / ls (edge) ------------------------------------------------------
 
 void print_pack_info(const v1::PackInfo& p) {
@@ -499,6 +535,7 @@ int pack_command(const Args& args) {
   const Args rest(args.begin() + 1, args.end());
   if (action == "build") return pack_build(rest);
   if (action == "push") return pack_push(rest);
+  if (action == "delete") return pack_delete(rest);
   if (action == "pull") return pack_pull(rest);
   if (action == "ls") return pack_ls(rest);
   if (action == "info") return pack_info(rest);

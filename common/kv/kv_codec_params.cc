@@ -1,5 +1,6 @@
 #include "common/kv/kv_codec_params.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -158,6 +159,12 @@ KvPayloadCheckFn kv_trial_decode_fn(const KvGeometry& geometry) {
     }
     return absl::OkStatus();
   };
+}
+
+absl::StatusOr<uint64_t> kv_header_raw_bytes(const v1::KvHeader& header, const KvGeometry& geometry) {
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig config, block_config(header.codec(), geometry));
+  const double bytes = std::ceil(kv_raw_bytes_per_token(config, geometry) * header.token_count());
+  return static_cast<uint64_t>(bytes);
 }
 
 KvStreamReaderOptions kv_reader_options_with_codec(const KvGeometry& geometry, KvStreamReaderOptions options,

@@ -47,6 +47,11 @@ KvExpectedRawSizeFn kv_expected_raw_size_fn(const KvGeometry& geometry);
 // the stream is still arriving instead of after its trailer.
 KvPayloadCheckFn kv_trial_decode_fn(const KvGeometry& geometry);
 
+// Bytes the segment a (verified) header declares takes as the codec's raw
+// form: token_count x kv_raw_bytes_per_token of its codec for `geometry`,
+// rounded up. What a receiver checks against its caps before any block.
+absl::StatusOr<uint64_t> kv_header_raw_bytes(const v1::KvHeader& header, const KvGeometry& geometry);
+
 // Reader options with the codec hooks for `geometry` filled in:
 // expected_raw_size always, check_payload when `trial_decode`. Limits and a
 // block_rule already in `options` are kept.

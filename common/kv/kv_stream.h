@@ -70,6 +70,10 @@ using KvBlockRuleFn = std::function<absl::Status(const v1::CodecParams& codec, c
                                                  uint32_t segment_begin, uint32_t segment_end)>;
 // Extra payload validation after the checksum verified (e.g. a trial decode).
 using KvPayloadCheckFn = std::function<absl::Status(const v1::CodecParams& codec, const v1::KvBlock& block)>;
+// The receiver's own check of a verified header (fingerprint, codec, token
+// ids all valid), before any block is read: e.g. token_count x bytes per
+// token against a memory budget or a disk cap. An error fails the stream.
+using KvHeaderCheckFn = std::function<absl::Status(const v1::KvHeader& header)>;
 
 // Tokens a block's token_count must be a multiple of (except the segment's
 // last block): the key group (key_group_size, else group_size) for keys of a

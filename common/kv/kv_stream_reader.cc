@@ -213,6 +213,8 @@ absl::Status KvStreamReader::consume_header(v1::KvHeader& header) {
     }
   }
 
+  if (options_.check_header) BATON_RETURN_IF_ERROR(options_.check_header(header));
+
   n_layer_ = n_layer;
   segment_begin_ = header.first_position();
   segment_end_ = end;

@@ -60,6 +60,9 @@ struct KvStreamReaderOptions {
   KvBlockRuleFn block_rule;
   // Extra payload validation (after the checksum); unset: none.
   KvPayloadCheckFn check_payload;
+  // The receiver's check of the verified header (memory, disk), before any
+  // block; unset: none.
+  KvHeaderCheckFn check_header;
 };
 
 class KvStreamReader {

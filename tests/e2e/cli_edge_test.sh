@@ -7,7 +7,7 @@
 #     same text (the cloud serves the same Q4_0 file, so only f16 rounding of
 #     the KV differs), and the cloud run moved KV over the wire;
 #   - the stats table on stderr, --json on stdout;
-#   - health (edge and cloud), sessions ls/rm, pack build/info/ls;
+#   - health (edge and cloud), sessions ls/rm, pack build/info/ls/push/pull/delete;
 #   - errors: an unreachable agent, bad flags, a missing file: one line,
 #     exit 1 (runtime) or 2 (usage).
 # usage: cli_edge_test.sh BIN_DIR SOURCE_DIR
@@ -154,6 +154,16 @@ else
   "${baton}" pack pull --edge "${edge}" genesis-cloud > "${work}/pull.txt" 2>&1 || fail "pack pull: $(cat "${work}/pull.txt")"
   "${baton}" pack ls --edge "${edge}" | grep -q "^genesis-cloud " || fail "pulled pack not listed"
   expected_packs="['genesis', 'genesis-cloud']"
+  # Deleted on the cloud (DeletePrefix): once, then NOT_FOUND with exit 1.
+  "${baton}" pack delete --cloud "${cloud}" genesis-cloud > "${work}/delete.txt" 2>&1 ||
+    fail "pack delete: $(cat "${work}/delete.txt")"
+  grep -q "deleted pack 'genesis-cloud'" "${work}/delete.txt" || fail "pack delete: $(cat "${work}/delete.txt")"
+  set +e
+  "${baton}" pack delete --cloud "${cloud}" genesis-cloud > /dev/null 2> "${work}/delete.err"
+  rc=$?
+  set -e
+  [[ ${rc} -eq 1 ]] || fail "pack delete of a deleted pack: exit ${rc}"
+  grep -qi "not_found\|not found\|unknown" "${work}/delete.err" || fail "pack delete twice: $(cat "${work}/delete.err")"
 fi
 "${baton}" pack ls --edge "${edge}" --json > "${work}/packs.json" || fail "pack ls"
 [[ $(json_get "${work}/packs.json" 'sorted(p["pack_id"] for p in d.get("packs", []))') == "${expected_packs}" ]] ||

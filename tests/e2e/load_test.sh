@@ -57,7 +57,9 @@ start_edge edge
 # Policy cloud, so the KV of every turn crosses the handoff under load.
 # Prompt lengths, round robin over (client, session, turn): sessions of
 # 24+48, 48+96, 96+160 tokens fit 320; 160+340 is refused at its second turn,
-# 340+24 at its first (its second turn is then skipped).
+# 340+24 at its first (its second turn is then skipped). A turn whose cloud
+# KV does not fit the budget left next to its session (the staging, counted
+# at the stream's header) is refused too.
 "${baton}" bench load --edge "${edge}" --clients 4 --sessions-per-client 3 --turns 2 \
   --prompt-tokens 24,48,96,160,340 --max-tokens 8 --policy cloud --seed 3 \
   --deadline-ms 30000 --duration-s 45 --edge-pid "${edge_pid}" --cloud-pid "${cloud_pid}" --json \
@@ -75,7 +77,10 @@ assert sent + d["turns_skipped"] == 4 * 3 * 2, (sent, d["turns_skipped"])
 errors = d["errors"]
 assert set(errors) <= {"RESOURCE_EXHAUSTED"}, ("unexpected status codes", errors)
 assert errors.get("RESOURCE_EXHAUSTED", {}).get("count", 0) > 0, "no turn was refused by admission control"
-assert "this device fits 320" in errors["RESOURCE_EXHAUSTED"]["sample"], errors
+# Refused by the context cap, or at the cloud stream's header because its
+# staging does not fit the KV budget left next to the session (issue 15).
+sample = errors["RESOURCE_EXHAUSTED"]["sample"]
+assert "this device fits 320" in sample or "of the KV memory budget are free" in sample, errors
 # Policy cloud: every prefill (and so every session file) holds KV the cloud computed.
 assert d["prefill_places"] == {"cloud": done}, d["prefill_places"]
 assert d["ttft_ms"]["count"] == done and 0 < d["ttft_ms"]["p50"] <= d["ttft_ms"]["p99"] <= d["ttft_ms"]["max"], d["ttft_ms"]

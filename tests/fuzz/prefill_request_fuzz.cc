@@ -1,5 +1,6 @@
 // libFuzzer target: arbitrary bytes -> the cloud prefill service's request
-// handling (Prefill, PutPrefix, GetPrefix, bearer-token tenants), through a
+// handling (Prefill, PutPrefix, GetPrefix, DeletePrefix, bearer-token
+// tenants, per-tenant pack quotas), through a
 // real PrefillServer on 127.0.0.1:0 in this process serving a tiny synthetic
 // model, called through a stub with short deadlines: the exact code the gRPC
 // handlers run (PrefillService, PutPrefixReactor, prefill_job, TenantAuth).
@@ -7,10 +8,13 @@
 // Input: one options byte, then records [tag: 1 byte][length: 2 bytes LE]
 // [payload: length bytes], each payload one serialized message parsed with
 // ParseFromArray (so mutations inside a payload keep its framing):
-//   tag % 4 == 0  v1::PrefillRequest              -> one Prefill call
-//   tag % 4 == 1  v1::KvStreamMessage             -> appended to the current PutPrefix upload
-//   tag % 4 == 2  v1::GetPrefixRequest            -> one GetPrefix call
-//   tag % 4 == 3  raw authorization header value  -> TenantAuth::tenant_of_header
+//   tag >= 200    v1::DeletePrefixRequest         -> one DeletePrefix call
+//   else tag % 4 == 0  v1::PrefillRequest         -> one Prefill call
+//        tag % 4 == 1  v1::KvStreamMessage        -> appended to the current PutPrefix upload
+//        tag % 4 == 2  v1::GetPrefixRequest       -> one GetPrefix call
+//        tag % 4 == 3  raw authorization header   -> TenantAuth::tenant_of_header
+// (DeletePrefix came later: tags below 200 keep the meaning older corpus
+// inputs were found with.)
 // A PutPrefix upload is sent when a record of another tag (or the end)
 // follows its messages. Options byte: bits 0-1 pick the caller's credentials
 // (tenant "alpha", tenant "beta", none, a wrong token); bit 2 makes every
@@ -21,7 +25,11 @@
 // (proto/baton.proto); an accepted Prefill or GetPrefix stream verifies with
 // KvStreamReader (the model's codec hooks) and covers the tokens asked for;
 // a refused PutPrefix stores nothing (its pack id and prefix digest stay
-// unknown to GetPrefix unless an earlier upload stored them).
+// unknown to GetPrefix unless an earlier upload stored them); the packs a
+// tenant holds never pass its quota; DeletePrefix succeeds exactly for a
+// pack the caller's tenant stored, after which GetPrefix no longer finds it,
+// while the other tenant's pack of the same id is still served; a refused
+// DeletePrefix changes nothing.
 //
 // Per-input cost is bounded: the server accepts at most kMaxContextTokens
 // tokens, at most kMaxCalls calls and kMaxUploadMessages messages per upload.
@@ -37,6 +45,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -82,6 +91,8 @@ constexpr int kMaxUploadMessages = 64;     // messages per PutPrefix upload
 constexpr int kDeadlineSeconds = 20;       // per call; a hang shows as DEADLINE_EXCEEDED -> abort
 constexpr char kAlphaToken[] = "alpha-token-0123456789";
 constexpr char kBetaToken[] = "beta-token-0123456789";
+constexpr uint8_t kDeleteTag = 200;  // tags from here on: DeletePrefix records
+constexpr uint64_t kPackQuotaBytes = uint64_t{1} << 20;  // per tenant: a few tiny packs, then RESOURCE_EXHAUSTED
 
 struct Harness {
   std::string dir;
@@ -93,9 +104,26 @@ struct Harness {
   std::unique_ptr<baton::PrefillServer> server;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<baton::v1::Prefill::Stub> stub;
-  // (tenant, pack id) and (tenant, hex digest) stored by an accepted upload.
-  std::set<std::pair<std::string, std::string>> stored_ids;
-  std::set<std::pair<std::string, std::string>> stored_digests;
+  // (tenant, pack id) of the packs stored by accepted uploads (and not
+  // deleted since) -> their hex prefix digest and stored bytes.
+  struct Stored {
+    std::string digest;
+    uint64_t bytes = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Stored> stored;
+
+  bool has_id(const std::string& tenant, const std::string& id) const { return stored.count({tenant, id}) > 0; }
+  bool has_digest(const std::string& tenant, const std::string& digest) const {
+    for (const auto& [key, pack] : stored) {
+      if (key.first == tenant && pack.digest == digest) return true;
+    }
+    return false;
+  }
+  uint64_t tenant_bytes(const std::string& tenant) const {
+    uint64_t bytes = 0;
+    for (const auto& [key, pack] : stored) bytes += key.first == tenant ? pack.bytes : 0;
+    return bytes;
+  }
 };
 
 Harness* harness = nullptr;
@@ -183,6 +211,23 @@ void write_seeds(const std::string& dir) {
     for (size_t i = 0; i + 1 < pack.size(); ++i) bytes += record(1, pack[i].SerializeAsString());
     write_seed(dir, "put_truncated", bytes);
   }
+  {  // Two tenants upload the same id; alpha deletes it by id, beta by digest, alpha again (NOT_FOUND).
+    const std::vector<int32_t> system = seed_prompt(6, 4);
+    std::string bytes(1, '\0');
+    for (const v1::KvStreamMessage& message : seed_pack(system, "shared")) bytes += record(1, message.SerializeAsString());
+    v1::DeletePrefixRequest by_id;
+    by_id.set_pack_id("shared");
+    bytes += record(kDeleteTag, by_id.SerializeAsString());
+    bytes += record(kDeleteTag, by_id.SerializeAsString());
+    write_seed(dir, "put_delete", bytes);
+    std::string beta(1, '\1');
+    for (const v1::KvStreamMessage& message : seed_pack(system, "shared")) beta += record(1, message.SerializeAsString());
+    v1::DeletePrefixRequest by_digest;
+    const baton::Digest256 digest = baton::prefix_digest(system);
+    by_digest.set_prefix_digest(std::string(reinterpret_cast<const char*>(digest.data()), digest.size()));
+    beta += record(kDeleteTag, by_digest.SerializeAsString());
+    write_seed(dir, "put_delete_by_digest", beta);
+  }
   write_seed(dir, "auth_header", std::string(1, '\2') + record(3, std::string("Bearer ") + kBetaToken) +
                                      record(3, "Bearer nope"));
   std::fprintf(stderr, "prefill_request_fuzz: wrote seeds to %s\n", dir.c_str());
@@ -263,7 +308,8 @@ bool call_get_prefix(baton::v1::GetPrefixRequest request, int credentials, bool 
   if (!status.ok()) {
     check_refusal(status, "GetPrefix",
                   {grpc::StatusCode::INVALID_ARGUMENT, grpc::StatusCode::FAILED_PRECONDITION,
-                   grpc::StatusCode::NOT_FOUND, grpc::StatusCode::UNAUTHENTICATED});
+                   grpc::StatusCode::NOT_FOUND, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   grpc::StatusCode::UNAUTHENTICATED});
     return false;
   }
   require(credentials < 2, "GetPrefix accepted without a valid token");
@@ -287,8 +333,13 @@ void call_put_prefix(const std::vector<baton::v1::KvStreamMessage>& upload, int 
   if (status.ok()) {
     require(credentials < 2, "PutPrefix accepted without a valid token");
     require(!response.pack_id().empty() && response.prefix_digest().size() == 32, "PutPrefix response filled");
-    harness->stored_ids.emplace(tenant, response.pack_id());
-    harness->stored_digests.emplace(tenant, hex(response.prefix_digest()));
+    const bool known = harness->has_id(tenant, response.pack_id());
+    require(known == response.already_present(), "PutPrefix already_present says whether the tenant held the pack");
+    harness->stored.emplace(std::make_pair(tenant, response.pack_id()),
+                            Harness::Stored{hex(response.prefix_digest()), response.stored_bytes()});
+    require(harness->tenant_bytes(tenant) <= kPackQuotaBytes,
+            absl::StrFormat("tenant %s holds %d pack bytes, over its quota of %d", tenant,
+                            harness->tenant_bytes(tenant), kPackQuotaBytes));
     return;
   }
   check_refusal(status, "PutPrefix",
@@ -300,15 +351,62 @@ void call_put_prefix(const std::vector<baton::v1::KvStreamMessage>& upload, int 
   if (credentials >= 2 || upload.empty() || !upload.front().has_header()) return;
   const v1::KvHeader& header = upload.front().header();
   if (!header.pack_id().empty() && header.pack_id().size() <= 128 &&
-      !harness->stored_ids.count({tenant, header.pack_id()})) {
+      !harness->has_id(tenant, header.pack_id())) {
     v1::GetPrefixRequest by_id;
     by_id.set_pack_id(header.pack_id());
     require(!call_get_prefix(by_id, credentials, false), "a refused PutPrefix stored its pack id");
   }
-  if (header.prefix_digest().size() == 32 && !harness->stored_digests.count({tenant, hex(header.prefix_digest())})) {
+  if (header.prefix_digest().size() == 32 && !harness->has_digest(tenant, hex(header.prefix_digest()))) {
     v1::GetPrefixRequest by_digest;
     by_digest.set_prefix_digest(header.prefix_digest());
     require(!call_get_prefix(by_digest, credentials, false), "a refused PutPrefix stored its prefix digest");
+  }
+}
+
+// GetPrefix by id as `credentials`: whether it found the pack.
+bool pack_found(const std::string& pack_id, int credentials) {
+  baton::v1::GetPrefixRequest by_id;
+  by_id.set_pack_id(pack_id);
+  return call_get_prefix(by_id, credentials, false);
+}
+
+void call_delete_prefix(const baton::v1::DeletePrefixRequest& request, int credentials) {
+  namespace v1 = baton::v1;
+  grpc::ClientContext context;
+  set_up_context(context, credentials);
+  v1::DeletePrefixResponse response;
+  const grpc::Status status = harness->stub->DeletePrefix(&context, request, &response);
+  trace("DeletePrefix", status);
+  const std::string tenant = tenant_of(credentials);
+  const int other = credentials == 0 ? 1 : 0;
+  const std::string other_tenant = tenant_of(other);
+  const bool by_id = request.key_case() == v1::DeletePrefixRequest::kPackId;
+  const bool by_digest = request.key_case() == v1::DeletePrefixRequest::kPrefixDigest;
+  const bool held = credentials < 2 && ((by_id && harness->has_id(tenant, request.pack_id())) ||
+                                        (by_digest && harness->has_digest(tenant, hex(request.prefix_digest()))));
+  if (!status.ok()) {
+    check_refusal(status, "DeletePrefix",
+                  {grpc::StatusCode::INVALID_ARGUMENT, grpc::StatusCode::NOT_FOUND,
+                   grpc::StatusCode::UNAUTHENTICATED});
+    require(!held, "DeletePrefix refused a pack the caller's tenant holds");
+    // A refused call changes nothing: a pack of that id the tenant holds is still there.
+    if (by_id && credentials < 2 && harness->has_id(tenant, request.pack_id())) {
+      require(pack_found(request.pack_id(), credentials), "a refused DeletePrefix deleted the pack");
+    }
+    return;
+  }
+  require(credentials < 2, "DeletePrefix accepted without a valid token");
+  require(held, "DeletePrefix deleted a pack the caller's tenant does not hold");
+  const auto key = std::make_pair(tenant, response.pack_id());
+  auto it = harness->stored.find(key);
+  require(it != harness->stored.end(), "DeletePrefix names a pack the tenant stored");
+  require(!by_digest || it->second.digest == hex(request.prefix_digest()), "DeletePrefix by digest: the digest");
+  require(response.freed_bytes() == it->second.bytes, "DeletePrefix freed the bytes PutPrefix stored");
+  harness->stored.erase(it);
+  require(!pack_found(response.pack_id(), credentials), "a deleted pack is still served");
+  // A tenant never deletes another's pack.
+  if (harness->has_id(other_tenant, response.pack_id())) {
+    require(pack_found(response.pack_id(), other), "DeletePrefix deleted the other tenant's pack of that id");
   }
 }
 
@@ -366,6 +464,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   options.prefix_cache_bytes = uint64_t{8} << 20;
   options.session_cache_bytes = uint64_t{8} << 20;
   options.pack_store_bytes = uint64_t{64} << 20;
+  options.pack_quota_bytes = kPackQuotaBytes;
   options.auth = harness->auth;
   harness->service = std::make_unique<baton::PrefillService>(options);
   die_unless_ok(harness->service->Load(model_path), "load the service");
@@ -395,7 +494,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ++calls;
   };
   while (at < size && calls < kMaxCalls) {
-    const uint8_t tag = data[at] % 4;
+    const uint8_t tag = data[at] >= kDeleteTag ? 4 : data[at] % 4;
     size_t length = at + 2 < size ? size_t{data[at + 1]} | (size_t{data[at + 2]} << 8) : 0;
     at = std::min(size, at + 3);
     length = std::min(length, size - at);
@@ -426,9 +525,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ++calls;
         break;
       }
-      default:
+      case 3:
         check_auth_header(std::string(reinterpret_cast<const char*>(payload), length));
         break;
+      default: {
+        v1::DeletePrefixRequest request;
+        if (!request.ParseFromArray(payload, static_cast<int>(length))) continue;
+        call_delete_prefix(request, credentials);
+        ++calls;
+        break;
+      }
     }
   }
   if (calls < kMaxCalls) flush_upload();

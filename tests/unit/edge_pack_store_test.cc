@@ -20,6 +20,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/engine/sampler.h"
+#include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_pack_file.h"
 #include "common/kv/prefix_digest.h"
 #include "common/kv/quantized_kv_cache.h"
@@ -390,6 +391,42 @@ TEST_F(PackStoreTest, PulledBytesCapDeletesLeastRecentlyUsedPulledPacksOnly) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(fs::exists(dir_ + "/big.batonkv"));
   EXPECT_TRUE(tiny.find("a").ok());  // nothing else was deleted for it
+}
+
+// A pull whose header declares more KV than the cap (or the memory budget)
+// is refused after the header: no block is read, no byte is written.
+TEST_F(PackStoreTest, PulledPackOverTheCapIsRefusedAtItsHeaderBeforeAnyBlockOrFile) {
+  const auto messages = pack_messages(tokens(60, 8), "int8-g16-z3", nullptr, "big");
+  auto raw = kv_header_raw_bytes(messages.front().header(), geometry_);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  for (const bool memory : {false, true}) {
+    PackStoreOptions o;
+    o.dir = dir_;
+    (memory ? o.max_pack_memory_bytes : o.max_pulled_bytes) = *raw / 2;
+    PackStore store(o, fingerprint_, geometry_, rope_);
+    ASSERT_TRUE(store.open().ok());
+    size_t reads = 0;
+    const KvMessageSource counted = [&, next = size_t{0}]() mutable
+        -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
+      ++reads;
+      if (next == messages.size()) return std::nullopt;
+      return std::optional<v1::KvStreamMessage>(messages[next++]);
+    };
+    auto added = store.add_from_stream("big", counted, false);
+    ASSERT_EQ(added.status().code(), absl::StatusCode::kResourceExhausted) << added.status();
+    EXPECT_THAT(std::string(added.status().message()), HasSubstr("declares 60 tokens"));
+    EXPECT_EQ(reads, 1u) << "only the header may be read";
+    EXPECT_EQ(dir_names(dir_), std::vector<std::string>{}) << "nothing may be written";
+    EXPECT_EQ(store.find("big").status().code(), absl::StatusCode::kNotFound);
+  }
+  // Within both caps the same pack is stored.
+  PackStoreOptions o;
+  o.dir = dir_;
+  o.max_pulled_bytes = *raw * 2;
+  o.max_pack_memory_bytes = *raw * 2;
+  PackStore store(o, fingerprint_, geometry_, rope_);
+  ASSERT_TRUE(store.open().ok());
+  EXPECT_TRUE(store.add_from_stream("big", source_of(messages), false).ok());
 }
 
 TEST_F(PackStoreTest, NoDirMeansNoPacks) {

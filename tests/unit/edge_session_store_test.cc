@@ -703,6 +703,56 @@ TEST_P(QuantizedKvCacheReserve, GrowingKeepsStoredTokensBitIdentical) {
   expect_kv_identical(**grown, **direct);
 }
 
+// ---------------------------------------------------------------------------
+// Session directory caps (issue 15: "--max-sessions 1 with 20 ids left 21 files")
+
+TEST_F(SessionStoreTest, FileCapKeepsTheMostRecentSessionsAndDeletesTheOldestIdleOnes) {
+  SessionStoreOptions o = options(0, /*max_sessions=*/1);
+  o.max_files = 4;
+  SessionStore store(o, fingerprint_, geometry_);
+  ASSERT_TRUE(store.open().ok());
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "id" + std::to_string(i);
+    ASSERT_TRUE(store.reserve(id).ok());
+    ASSERT_TRUE(store.commit(make_session(id, "int4-g16", 6, static_cast<uint64_t>(i) + 1)).ok());
+    ASSERT_LE(dir_names(dir_).size(), 4u) << "after " << id;
+  }
+  EXPECT_EQ(dir_names(dir_), (std::vector<std::string>{"id16.session", "id17.session", "id18.session",
+                                                       "id19.session"}));
+  EXPECT_EQ(store.size(), 4u);  // deleted sessions are forgotten, not just their files
+  EXPECT_FALSE(store.contains("id0"));
+  EXPECT_EQ(store.checkout("id0").status().code(), absl::StatusCode::kNotFound);
+  // A session in use is never the victim: id16 (the oldest) stays while checked out.
+  auto busy = store.checkout("id16");
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  ASSERT_TRUE(store.reserve("id20").ok());
+  ASSERT_TRUE(store.commit(make_session("id20", "int4-g16", 6, 21)).ok());
+  EXPECT_TRUE(store.contains("id16"));
+  EXPECT_FALSE(store.contains("id17"));
+  store.release(std::move(*busy));
+  EXPECT_EQ(store.file_count(), 4u);
+}
+
+TEST_F(SessionStoreTest, DiskCapCountsBytesAndAppliesToFilesFoundAtOpen) {
+  {
+    SessionStore store(options(), fingerprint_, geometry_);  // no caps: 6 files
+    ASSERT_TRUE(store.open().ok());
+    for (int i = 0; i < 6; ++i) {
+      const std::string id = "d" + std::to_string(i);
+      ASSERT_TRUE(store.reserve(id).ok());
+      ASSERT_TRUE(store.commit(make_session(id, "f16", 20, static_cast<uint64_t>(i) + 1)).ok());
+    }
+  }
+  ASSERT_EQ(dir_names(dir_).size(), 6u);
+  const uint64_t one_file = fs::file_size(path("d0"));
+  SessionStoreOptions o = options();
+  o.max_disk_bytes = 2 * one_file + one_file / 2;  // room for two
+  SessionStore store(o, fingerprint_, geometry_);
+  ASSERT_TRUE(store.open().ok());
+  EXPECT_EQ(dir_names(dir_), (std::vector<std::string>{"d4.session", "d5.session"}));
+  EXPECT_EQ(store.size(), 2u);
+}
+
 INSTANTIATE_TEST_SUITE_P(StoreCodecs, QuantizedKvCacheReserve,
                          ::testing::Values("f16", "int8-g32", "int4-g16", "int4-k8-g32", "int4-g32-had"),
                          [](const auto& test_param) {
