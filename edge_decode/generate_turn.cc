@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/engine/f32_kv_cache.h"
+#include "common/kv/cache_salt.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/util/check.h"
@@ -223,6 +224,10 @@ absl::Status GenerateTurn::run() {
     return absl::InvalidArgumentError(
         absl::StrCat("session_id '", session_id, "' is not 1..128 characters of [A-Za-z0-9._-]"));
   }
+  if (request_.cache_salt().size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("cache_salt has %d bytes; at most %d are allowed",
+                                                      request_.cache_salt().size(), kMaxCacheSaltBytes));
+  }
   if (request_.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
     return absl::InvalidArgumentError("the prompt is empty (no text and no tokens)");
   }
@@ -357,6 +362,8 @@ absl::Status GenerateTurn::run() {
     cloud_request.first_position = static_cast<uint32_t>(have);
     cloud_request.codec = wire;
     cloud_request.session_id = session_id;
+    cloud_request.session_created_unix_ms = session->created_unix_ms;
+    cloud_request.cache_salt = request_.cache_salt();
     cloud_request.deadline = io_.deadline;
     // Under auto, a stream slower than local prefill is abandoned for it.
     if (policy == PrefillPolicy::kAuto) {
