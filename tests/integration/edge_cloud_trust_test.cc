@@ -303,7 +303,9 @@ TEST(EdgeCloudSessionKeyTest, TheCloudSeesAKeyedDigestNeverTheSessionIdAndItSurv
 
 TEST(EdgeAffinityHeaderTest, EveryCloudCallCarriesTheFirstBlockDigestOrThePackId) {
   std::unique_ptr<ScriptedCloud> cloud = start_scripted_cloud(ScriptedPrefill::Lie::kNone);
-  std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), edge_options(cloud->address()));
+  EdgeServiceOptions options = edge_options(cloud->address());
+  options.packs_dir = testing::make_temp_dir("edge-affinity-packs");  // PullPack needs one
+  std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), options);
   ASSERT_NE(edge->stub, nullptr);
   wait_for_cloud(*edge->stub);
 
