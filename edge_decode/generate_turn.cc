@@ -70,6 +70,17 @@ absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCach
   return staging;
 }
 
+// Why the split policy may not use the cloud now, for the plan's reason.
+std::string cloud_unusable_why(const CloudLinkStatus& link) {
+  if (link.checked_unix_ms == 0) return "not checked yet (no Health answer so far)";
+  if (!link.reachable) {
+    return absl::StrCat("unreachable (", link.last_error.empty() ? "no Health answer" : link.last_error, ")");
+  }
+  std::string state = v1::ServingState_Name(link.state);
+  if (state.rfind("SERVING_STATE_", 0) == 0) state = state.substr(14);
+  return absl::StrCat("not ready (", state, " at the last Health check)");
+}
+
 class GenerateTurn {
  public:
   GenerateTurn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io)
@@ -157,6 +168,7 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
   if (rt_.cloud != nullptr) {
     const CloudLinkStatus link = rt_.cloud->link();
     in.cloud_reachable = link.reachable && link.state == v1::SERVING_STATE_READY;
+    if (!in.cloud_reachable) in.cloud_unusable_why = cloud_unusable_why(link);
     in.cloud_prefill_tokens_per_s = link.prefill_tokens_per_s;
     in.link_bytes_per_s = link.bandwidth_bytes_per_s;
     in.link_rtt_ms = link.rtt_ms;
