@@ -181,9 +181,10 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
       exact = session_exact;
     }
   }
+  const std::string partition = prefix_cache_partition(input.tenant, input.cache_salt);
   if (env.prefix_cache != nullptr && reused < end) {
     F32KvCache candidate(geometry, end);
-    const int64_t from_prefix = env.prefix_cache->load_longest(input.tenant, tokens, end, candidate);
+    const int64_t from_prefix = env.prefix_cache->load_longest(partition, tokens, end, candidate);
     if (from_prefix > reused) {
       cache->set_size(0);
       copy_prefix(candidate, from_prefix, *cache);
@@ -269,7 +270,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   // Only exact KV goes into the prefix cache: with a pack underneath, every
   // position depends on the pack's decoded (quantized) KV, which a request
   // without the pack must not be handed.
-  if (env.prefix_cache != nullptr && exact) env.prefix_cache->insert(input.tenant, tokens, *cache);
+  if (env.prefix_cache != nullptr && exact) env.prefix_cache->insert(partition, tokens, *cache);
   if (env.session_cache != nullptr && !input.session_id.empty()) {
     env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache), exact);
   }

@@ -47,7 +47,8 @@ struct PrefillJobInput {
   uint32_t first_position = 0;                 // KV of [first_position, end) is streamed
   uint32_t chunk_tokens = 256;                 // tokens per compute chunk and stream slice
   KvCodecConfig codec;                         // wire codec, validated against the geometry
-  std::string session_id;                      // optional
+  std::string session_id;                      // optional; >= kMinSessionIdChars (a secret)
+  std::string cache_salt;                      // optional; partitions the prefix cache (prefix_cache_partition)
   std::shared_ptr<const StoredPack> pack;      // optional; its tokens start `tokens`
   std::chrono::steady_clock::time_point admitted;
 };

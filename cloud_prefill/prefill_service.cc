@@ -10,6 +10,7 @@
 #include "common/rpc/queued_write_reactor.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/kv_codec.h"
+#include "common/kv/cache_salt.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/kv_handoff.h"
@@ -327,6 +328,13 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
       return absl::InvalidArgumentError(
           absl::StrFormat("session_id has %d characters; at most 128 are allowed", request.session_id().size()));
     }
+    // The id is the entry's only credential (SessionCache): it must be unguessable.
+    if (request.session_id().size() < kMinSessionIdChars) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "session_id has %d characters; at least %d are required: use a secret of >= 128 bits, as baton-edge "
+          "derives (HMAC-SHA256 of its session id, 64 hex characters)",
+          request.session_id().size(), kMinSessionIdChars));
+    }
     plan.session_id = request.session_id();
   }
   if (!request.prefix_pack_id().empty()) {
@@ -342,6 +350,11 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
           pack_tokens.size(), plan.tokens.size()));
     }
   }
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("cache_salt has %d bytes; at most %d are allowed",
+                                                      request.cache_salt().size(), kMaxCacheSaltBytes));
+  }
+  plan.cache_salt = request.cache_salt();
   absl::StatusOr<KvCodecConfig> codec = resolve_codec(request.codec());
   if (!codec.ok()) return absl::InvalidArgumentError(absl::StrCat("codec: ", codec.status().message()));
   plan.codec = *codec;

@@ -14,14 +14,22 @@ PrefixCache::PrefixCache(uint64_t max_bytes, const KvGeometry& geometry)
       block_bytes_(static_cast<uint64_t>(geometry.n_layer) * 2 * kPrefixDigestBlockTokens * geometry.kv_dim() *
                    sizeof(float)) {}
 
-std::string PrefixCache::make_key(const std::string& tenant, const Digest256& digest) {
-  std::string key = tenant;
+std::string prefix_cache_partition(const std::string& tenant, const std::string& cache_salt) {
+  if (cache_salt.empty()) return tenant;
+  std::string partition = tenant;
+  partition.push_back('\0');
+  partition += "salt:" + to_hex(sha256(cache_salt));
+  return partition;
+}
+
+std::string PrefixCache::make_key(const std::string& partition, const Digest256& digest) {
+  std::string key = partition;
   key.push_back('\0');
   key.append(reinterpret_cast<const char*>(digest.data()), digest.size());
   return key;
 }
 
-int64_t PrefixCache::load_longest(const std::string& tenant, std::span<const int32_t> tokens, int64_t max_tokens,
+int64_t PrefixCache::load_longest(const std::string& partition, std::span<const int32_t> tokens, int64_t max_tokens,
                                   F32KvCache& kv) {
   BATON_CHECK(kv.size() == 0);
   if (max_bytes_ == 0) return 0;
@@ -35,7 +43,7 @@ int64_t PrefixCache::load_longest(const std::string& tenant, std::span<const int
   std::lock_guard<std::mutex> lock(mu_);
   int64_t blocks = 0;
   for (; blocks < max_blocks; ++blocks) {
-    auto it = index_.find(make_key(tenant, digests[static_cast<size_t>(blocks)]));
+    auto it = index_.find(make_key(partition, digests[static_cast<size_t>(blocks)]));
     if (it == index_.end()) break;
     lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
     const std::vector<float>& data = it->second->kv;
@@ -53,7 +61,7 @@ int64_t PrefixCache::load_longest(const std::string& tenant, std::span<const int
   return hit;
 }
 
-void PrefixCache::insert(const std::string& tenant, std::span<const int32_t> tokens, const F32KvCache& kv) {
+void PrefixCache::insert(const std::string& partition, std::span<const int32_t> tokens, const F32KvCache& kv) {
   if (max_bytes_ == 0 || block_bytes_ > max_bytes_) return;
   BATON_CHECK(kv.size() >= static_cast<int64_t>(tokens.size()));
   const std::vector<Digest256> digests = prefix_block_digests(tokens);
@@ -61,7 +69,7 @@ void PrefixCache::insert(const std::string& tenant, std::span<const int32_t> tok
   const int64_t block_floats = kPrefixDigestBlockTokens * kv_dim;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < digests.size(); ++i) {
-    std::string key = make_key(tenant, digests[i]);
+    std::string key = make_key(partition, digests[i]);
     if (auto it = index_.find(key); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       continue;

@@ -15,6 +15,10 @@ std::string SessionCache::make_key(const std::string& tenant, const std::string&
   return key;
 }
 
+bool SessionCache::extends(const std::vector<int32_t>& history, std::span<const int32_t> tokens) {
+  return history.size() <= tokens.size() && std::equal(history.begin(), history.end(), tokens.begin());
+}
+
 int64_t SessionCache::load(const std::string& tenant, const std::string& session_id, std::span<const int32_t> tokens,
                            int64_t max_tokens, F32KvCache& kv, bool* exact) {
   BATON_CHECK(kv.size() == 0);
@@ -24,12 +28,11 @@ int64_t SessionCache::load(const std::string& tenant, const std::string& session
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(make_key(tenant, session_id));
     if (it == index_.end()) return 0;
+    // Not the owner's next turn: nothing is reused, so nothing is reported.
+    if (!extends(it->second->tokens, tokens)) return 0;
     lru_.splice(lru_.begin(), lru_, it->second);
     const Entry& entry = *it->second;
-    const int64_t limit = std::min({static_cast<int64_t>(entry.tokens.size()), static_cast<int64_t>(tokens.size()),
-                                    max_tokens, kv.capacity()});
-    // KV at position p is valid for the request only if every token up to p agrees.
-    while (reuse < limit && entry.tokens[static_cast<size_t>(reuse)] == tokens[static_cast<size_t>(reuse)]) ++reuse;
+    reuse = std::min({static_cast<int64_t>(entry.tokens.size()), max_tokens, kv.capacity()});
     source = entry.kv;
     if (exact != nullptr) *exact = entry.exact;
     stats_.hit_tokens += static_cast<uint64_t>(reuse);
@@ -53,6 +56,7 @@ void SessionCache::store(const std::string& tenant, const std::string& session_i
   std::lock_guard<std::mutex> lock(mu_);
   std::string key = make_key(tenant, session_id);
   if (auto it = index_.find(key); it != index_.end()) {
+    if (!extends(it->second->tokens, tokens)) return;  // another history: the owner's entry stays
     stats_.bytes -= it->second->bytes;
     --stats_.sessions;
     lru_.erase(it->second);

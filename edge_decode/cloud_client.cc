@@ -8,6 +8,7 @@
 #include "common/rpc/channel_options.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/quantized_kv_cache.h"
+#include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
@@ -54,8 +55,17 @@ KvMessageSource CloudKvStream::source() {
   };
 }
 
+std::string prefix_affinity_key(std::span<const int32_t> tokens, const std::string& pack_id) {
+  if (!pack_id.empty()) return pack_id;
+  return to_hex(prefix_digest(tokens.first(std::min<size_t>(tokens.size(), kPrefixDigestBlockTokens))));
+}
+
 absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOptions options) {
-  std::unique_ptr<CloudClient> client(new CloudClient(std::move(options)));
+  absl::StatusOr<CloudSessionKeys> keys = options.session_secret_path.empty()
+                                              ? CloudSessionKeys::Ephemeral()
+                                              : CloudSessionKeys::Persistent(options.session_secret_path);
+  if (!keys.ok()) return keys.status();
+  std::unique_ptr<CloudClient> client(new CloudClient(std::move(options), std::move(*keys)));
   const CloudClientOptions& o = client->options_;
   ChannelSecurityOptions security_options;
   security_options.ca_path = o.ca_path;
@@ -135,6 +145,14 @@ absl::Status CloudClient::check_health() {
   return absl::OkStatus();
 }
 
+void CloudClient::record_served() {
+  std::lock_guard<std::mutex> lock(mu_);
+  link_.reachable = true;
+  link_.state = v1::SERVING_STATE_READY;  // it just served a call
+  link_.last_error.clear();
+  link_.checked_unix_ms = unix_ms_now();
+}
+
 CloudLinkStatus CloudClient::link() const {
   std::lock_guard<std::mutex> lock(mu_);
   CloudLinkStatus link = link_;
@@ -161,13 +179,23 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   v1::PrefillRequest rpc;
   for (int32_t token : request.tokens) rpc.mutable_tokens()->add_ids(static_cast<uint32_t>(token));
   *rpc.mutable_expected_model() = model_fingerprint_to_proto(model);
-  BATON_ASSIGN_OR_RETURN(*rpc.mutable_codec(), kv_codec_params(request.codec));
+  BATON_ASSIGN_OR_RETURN(const v1::CodecParams wanted_codec, kv_codec_params(request.codec));
+  *rpc.mutable_codec() = wanted_codec;
+  // In a request an unset key_group_size means "the server's default", not
+  // "group_size" as in a header: say it.
+  if (request.codec.quantized() && rpc.codec().key_group_size() == 0) {
+    rpc.mutable_codec()->set_key_group_size(rpc.codec().group_size());
+  }
   rpc.set_first_position(request.first_position);
-  rpc.set_session_id(request.session_id);
+  if (!request.session_id.empty()) {
+    rpc.set_session_id(session_keys_.key_for(request.session_id, request.session_created_unix_ms));
+  }
   rpc.set_prefix_pack_id(request.prefix_pack_id);
+  rpc.set_cache_salt(request.cache_salt);
 
   grpc::ClientContext context;
   prepare(context, std::min(request.deadline, std::chrono::system_clock::now() + options_.prefill_timeout));
+  context.AddMetadata(kPrefixDigestMetadataKey, prefix_affinity_key(request.tokens, request.prefix_pack_id));
   const Clock::time_point start = Clock::now();
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub_->Prefill(&context, rpc);
   // Disarmed on every way out, before `context` goes away.
@@ -249,6 +277,10 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
           header.token_count(), staging, request.max_staging_bytes));
     };
   }
+  // The codec we asked for and the prefix we hold: a stream of another codec
+  // or for another history (a delta on a prefix we do not have) is refused.
+  expected.codec = wanted_codec;
+  expected.prefix_digest = prefix_digest(request.tokens);
   absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &rope, target, read_options);
   watchdog.stop();
   if (!finished) {
@@ -270,6 +302,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
     return load.status();
   }
   const Clock::time_point end = Clock::now();
+  record_served();
 
   result.load = *load;
   result.total_ms = ms_between(start, end);
@@ -297,6 +330,7 @@ uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& targ
 std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {
   std::unique_ptr<CloudKvStream> stream(new CloudKvStream());
   prepare(stream->context_, std::chrono::system_clock::now() + options_.prefill_timeout);
+  stream->context_.AddMetadata(kPrefixDigestMetadataKey, prefix_affinity_key({}, pack_id));
   v1::GetPrefixRequest request;
   request.set_pack_id(pack_id);
   *request.mutable_expected_model() = model_fingerprint_to_proto(model);

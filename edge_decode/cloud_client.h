@@ -7,8 +7,16 @@
 //
 // prefill() asks for the KV of positions [first_position, end) and reads the
 // answer with read_kv_segment against our own model fingerprint, the
-// positions and the token ids we sent: the target cache is unchanged unless
-// the whole stream verified.
+// positions, the token ids we sent, the codec we asked for and the prefix
+// digest of our tokens: the target cache is unchanged unless the whole
+// stream verified. Checksums and digests catch corruption, not a lying
+// cloud: the pins make a cloud that answers the wrong question fail loudly,
+// and TLS (+ mutual TLS) is what authenticates the cloud.
+//
+// Session ids never leave the edge in clear: the cloud sees
+// CloudSessionKeys::key_for (cloud_session_key.h). Every Prefill and
+// GetPrefix carries the affinity header baton-prefix-digest
+// (prefix_affinity_key) so a load balancer keeps a prefix on one replica.
 #pragma once
 
 #include <chrono>
@@ -17,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +39,7 @@
 #include "common/kv/kv_handoff.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/cancel_slot.h"
+#include "edge_decode/cloud_session_key.h"
 #include "edge_decode/split_policy.h"
 #include "proto/baton.grpc.pb.h"
 
@@ -48,6 +58,9 @@ struct CloudClientOptions {
   // A Prefill stream that delivers nothing for this long is ended
   // (DEADLINE_EXCEEDED); 0: only the call's deadline applies.
   std::chrono::milliseconds stall_timeout{30'000};
+  // Where the secret behind the cloud session keys is kept (created when
+  // missing); empty: a per-process secret (cloud_session_key.h).
+  std::string session_secret_path;
 };
 
 // What the edge knows about the cloud now.
@@ -69,7 +82,11 @@ struct CloudPrefillRequest {
   std::vector<int32_t> tokens;            // positions [0, end): the prompt without its last token
   uint32_t first_position = 0;            // positions the edge already holds
   KvCodecConfig codec;                    // wire codec wanted
-  std::string session_id;                 // lets the cloud keep the conversation (delta prefill)
+  // The edge's session id (empty: one-shot) and when it was created; the
+  // cloud gets only their keyed digest (CloudSessionKeys::key_for).
+  std::string session_id;
+  int64_t session_created_unix_ms = 0;
+  std::string cache_salt;                 // PrefillRequest.cache_salt; empty: none
   std::string prefix_pack_id;             // a pack (on the cloud) whose tokens start `tokens`; empty: none
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   // > 0 (policy auto): the estimated local prefill time of these tokens, ms;
@@ -163,12 +180,17 @@ class CloudClient {
   std::unique_ptr<CloudKvStream> get_prefix(const std::string& pack_id, const ModelFingerprint& model);
 
  private:
-  explicit CloudClient(CloudClientOptions options) : options_(std::move(options)) {}
+  CloudClient(CloudClientOptions options, CloudSessionKeys session_keys)
+      : options_(std::move(options)), session_keys_(std::move(session_keys)) {}
   void prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const;
+  // A call just proved the cloud reachable and serving: the split policy
+  // must not keep believing an older failed or not-READY Health poll.
+  void record_served();
   void poll_loop();
   void record_transfer(uint64_t wire_bytes, uint64_t quantized_bytes, double seconds);
 
   CloudClientOptions options_;
+  CloudSessionKeys session_keys_;
   std::string bearer_token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Prefill::Stub> stub_;
@@ -182,6 +204,16 @@ class CloudClient {
   bool polling_ = false;                  // guarded by mu_
   std::thread poller_;
 };
+
+// Metadata key of the affinity header (proto/baton.proto, "Metadata").
+inline constexpr char kPrefixDigestMetadataKey[] = "baton-prefix-digest";
+
+// The affinity header's value for a request: the pack id when it names a
+// pack (GetPrefix, or a Prefill on a pack), else the lowercase hex prefix
+// digest of the prompt's first 64-token block (kPrefixDigestBlockTokens), or
+// of the whole prompt when it is shorter. Two prompts that share their first
+// block share the value, so they reach the replica that caches it.
+std::string prefix_affinity_key(std::span<const int32_t> tokens, const std::string& pack_id);
 
 // absl::Status of a gRPC status (same code), message prefixed with `what`.
 absl::Status from_grpc_status(const grpc::Status& status, const std::string& what);

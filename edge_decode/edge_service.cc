@@ -178,7 +178,12 @@ absl::Status EdgeService::load(const std::string& model_path) {
 
   std::unique_ptr<CloudClient> cloud;
   if (options_.cloud.has_value()) {
-    BATON_ASSIGN_OR_RETURN(cloud, CloudClient::Create(*options_.cloud));
+    CloudClientOptions cloud_options = *options_.cloud;
+    // Sessions that outlive the process keep their cloud session keys.
+    if (cloud_options.session_secret_path.empty() && !options_.sessions_dir.empty()) {
+      cloud_options.session_secret_path = options_.sessions_dir + "/" + kCloudSessionSecretFileName;
+    }
+    BATON_ASSIGN_OR_RETURN(cloud, CloudClient::Create(cloud_options));
     cloud->start_health_polling();
   }
 

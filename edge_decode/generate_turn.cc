@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/engine/f32_kv_cache.h"
+#include "common/kv/cache_salt.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/util/check.h"
@@ -67,6 +68,17 @@ absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCach
   }
   staging->set_size(n);
   return staging;
+}
+
+// Why the split policy may not use the cloud now, for the plan's reason.
+std::string cloud_unusable_why(const CloudLinkStatus& link) {
+  if (link.checked_unix_ms == 0) return "not checked yet (no Health answer so far)";
+  if (!link.reachable) {
+    return absl::StrCat("unreachable (", link.last_error.empty() ? "no Health answer" : link.last_error, ")");
+  }
+  std::string state = v1::ServingState_Name(link.state);
+  if (state.rfind("SERVING_STATE_", 0) == 0) state = state.substr(14);
+  return absl::StrCat("not ready (", state, " at the last Health check)");
 }
 
 class GenerateTurn {
@@ -163,6 +175,7 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
   if (rt_.cloud != nullptr) {
     const CloudLinkStatus link = rt_.cloud->link();
     in.cloud_reachable = link.reachable && link.state == v1::SERVING_STATE_READY;
+    if (!in.cloud_reachable) in.cloud_unusable_why = cloud_unusable_why(link);
     in.cloud_prefill_tokens_per_s = link.prefill_tokens_per_s;
     in.link_bytes_per_s = link.bandwidth_bytes_per_s;
     in.link_rtt_ms = link.rtt_ms;
@@ -229,6 +242,10 @@ absl::Status GenerateTurn::run() {
   if (!one_shot && !is_valid_session_id(session_id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("session_id '", session_id, "' is not 1..128 characters of [A-Za-z0-9._-]"));
+  }
+  if (request_.cache_salt().size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("cache_salt has %d bytes; at most %d are allowed",
+                                                      request_.cache_salt().size(), kMaxCacheSaltBytes));
   }
   if (request_.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
     return absl::InvalidArgumentError("the prompt is empty (no text and no tokens)");
@@ -371,6 +388,8 @@ absl::Status GenerateTurn::run() {
     cloud_request.first_position = static_cast<uint32_t>(have);
     cloud_request.codec = wire;
     cloud_request.session_id = session_id;
+    cloud_request.session_created_unix_ms = session->created_unix_ms;
+    cloud_request.cache_salt = request_.cache_salt();
     cloud_request.deadline = io_.deadline;
     // Under auto, a stream slower than local prefill is abandoned for it.
     if (policy == PrefillPolicy::kAuto) {

@@ -14,10 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rpc/loopback.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
 #include "common/rpc/api_keys.h"
-#include "common/util/loopback.h"
 #include "common/util/metrics.h"
 #include "common/util/metrics_http.h"
 #include "edge_decode/edge_metrics.h"
@@ -177,8 +177,7 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     // A KV cache can be inverted to recover the prompt: it is as sensitive as
     // the prompt, so it crosses a network only under TLS unless told otherwise.
     const std::string host = parse_host_port(config.cloud_address)->first;
-    const bool loopback = host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
-    if (!loopback && config.cloud_ca_path.empty() && !config.cloud_plaintext) {
+    if (!is_loopback_host(host) && config.cloud_ca_path.empty() && !config.cloud_plaintext) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--cloud ", config.cloud_address,
           " is not on this machine and --cloud-ca is not set: the KV (as sensitive as the prompt) would cross the "

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/kv/cache_salt.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/util/check.h"
@@ -311,6 +312,12 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(OpenAiEndpoint endpoint, std:
     if (!options->is_object()) return field_error("stream_options", "an object", *options);
     BATON_ASSIGN_OR_RETURN(out.include_usage, get_bool(*options, "include_usage", "stream_options."));
   }
+  BATON_ASSIGN_OR_RETURN(std::optional<std::string> cache_salt, get_string(body, "cache_salt"));
+  if (cache_salt.has_value() && cache_salt->size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("'cache_salt' has %d bytes; at most %d are allowed",
+                                                      cache_salt->size(), kMaxCacheSaltBytes));
+  }
+  out.cache_salt = cache_salt.value_or("");
   BATON_RETURN_IF_ERROR(parse_baton_options(body, out));
   return out;
 }
@@ -326,6 +333,7 @@ absl::StatusOr<v1::GenerateRequest> to_generate_request(const OpenAiRequest& req
   }
   out.set_session_id(request.session_id);
   out.set_pack_id(request.pack_id);
+  out.set_cache_salt(request.cache_salt);
   v1::SamplingParams* sampling = out.mutable_sampling();
   if (request.temperature.has_value()) sampling->set_temperature(*request.temperature);
   if (request.top_p.has_value()) sampling->set_top_p(*request.top_p);

@@ -50,6 +50,9 @@ struct OpenAiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
+  // vLLM's "cache_salt": partitions the cloud's prefix cache (at most
+  // kMaxCacheSaltBytes bytes); empty: none.
+  std::string cache_salt;
   // "baton" extension.
   v1::SplitPolicy policy = v1::SPLIT_POLICY_UNSPECIFIED;
   std::string pack_id;

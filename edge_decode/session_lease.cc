@@ -10,6 +10,7 @@ SessionLease::SessionLease(SessionStore* store, std::unique_ptr<Session> session
     : store_(store), session_(std::move(session)), is_new_(is_new), one_shot_(one_shot) {
   tokens_before_ = session_->tokens.size();
   kv_before_ = session_->kv ? session_->kv->size() : 0;
+  capacity_before_ = session_->kv ? session_->kv->capacity() : 0;
 }
 
 SessionLease::~SessionLease() {
@@ -19,7 +20,13 @@ SessionLease::~SessionLease() {
     return;
   }
   session_->tokens.resize(tokens_before_);
-  if (session_->kv) session_->kv->set_size(kv_before_);
+  if (session_->kv) {
+    session_->kv->set_size(kv_before_);
+    // The room the turn reserved goes back too: the session's memory is as before.
+    if (absl::Status shrunk = session_->kv->shrink_to(capacity_before_); !shrunk.ok()) {
+      BATON_WARN("session %s: %s", session_->id.c_str(), shrunk.ToString().c_str());
+    }
+  }
   store_->release(std::move(session_));
 }
 

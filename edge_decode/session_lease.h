@@ -1,8 +1,8 @@
 // SessionLease: the session of one Generate turn, taken from the
 // SessionStore (checked out, or reserved for a first turn, or a one-shot
 // session that lives for the call only). commit() saves a completed turn;
-// otherwise the destructor puts the session back exactly as it was (KV size
-// and tokens rolled back, released unsaved) or abandons a new one — so a
+// otherwise the destructor puts the session back exactly as it was (KV size,
+// capacity and tokens rolled back, released unsaved) or abandons a new one — so a
 // failed or cancelled turn never changes a session.
 #pragma once
 
@@ -44,6 +44,7 @@ class SessionLease {
   bool one_shot_;
   size_t tokens_before_ = 0;
   int64_t kv_before_ = 0;
+  int64_t capacity_before_ = 0;  // tokens; a failed turn shrinks back to it
 };
 
 }  // namespace baton

@@ -102,7 +102,9 @@ SplitPlan decide_split(const SplitInputs& in) {
   }
   if (!in.cloud_reachable) {
     plan.place = v1::PREFILL_PLACE_LOCAL;
-    plan.reason = absl::StrCat("local: the cloud is unreachable or not ready; ", local_text);
+    plan.reason = absl::StrCat("local: the cloud is ",
+                               in.cloud_unusable_why.empty() ? "unreachable or not ready" : in.cloud_unusable_why,
+                               "; ", local_text);
     return plan;
   }
   if (plan.estimated_cloud_ms < plan.estimated_local_ms) {

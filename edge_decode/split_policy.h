@@ -39,7 +39,10 @@ inline constexpr double kAssumedLocalPrefillTokensPerS = 50.0;    // a laptop CP
 struct SplitInputs {
   PrefillPolicy policy = PrefillPolicy::kAuto;
   bool cloud_configured = false;         // --cloud set
-  bool cloud_reachable = false;          // last Health succeeded and said READY
+  bool cloud_reachable = false;          // last Health (or a served call) said READY
+  // Why the cloud is not usable when !cloud_reachable, e.g. "not ready
+  // (WARMING at the last Health check)"; empty: "unreachable or not ready".
+  std::string cloud_unusable_why;
   uint32_t reused_tokens = 0;            // positions the session / pack already holds
   uint32_t prefill_tokens = 0;           // positions [have, n-1) to prefill
   // Positions local prefill would compute (more than prefill_tokens when a

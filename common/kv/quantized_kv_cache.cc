@@ -240,25 +240,40 @@ absl::Status QuantizedKvCache::reserve(int64_t new_capacity_tokens) {
         absl::StrFormat("KV store: cannot reserve a negative capacity (%d tokens)", new_capacity_tokens));
   }
   if (new_capacity_tokens <= capacity_) return absl::OkStatus();
+  relayout(new_capacity_tokens);
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedKvCache::shrink_to(int64_t capacity_tokens) {
+  if (capacity_tokens < size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store: cannot shrink to %d tokens below the %d tokens it holds", capacity_tokens, size_));
+  }
+  if (capacity_tokens >= capacity_) return absl::OkStatus();
+  relayout(capacity_tokens);
+  return absl::OkStatus();
+}
+
+void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
   const int64_t old_capacity = capacity_;
+  const int64_t kept = std::min(old_capacity, new_capacity_tokens);
   const size_t rows = static_cast<size_t>(geometry_.n_layer * new_capacity_tokens);
-  // Moves each layer's rows [0, old_capacity) (`row` elements each) to the
-  // new layer stride; rows past them are zero.
-  auto relayout = [&](auto& data, int64_t row) {
-    std::remove_reference_t<decltype(data)> grown(rows * static_cast<size_t>(row));
+  // Moves each layer's rows [0, kept) (`row` elements each) to the new layer
+  // stride; rows past them are zero.
+  auto move_rows = [&](auto& data, int64_t row) {
+    std::remove_reference_t<decltype(data)> moved(rows * static_cast<size_t>(row));
     for (int64_t layer = 0; layer < geometry_.n_layer; ++layer) {
       const auto src = data.begin() + layer * old_capacity * row;
-      std::copy(src, src + old_capacity * row, grown.begin() + layer * new_capacity_tokens * row);
+      std::copy(src, src + kept * row, moved.begin() + layer * new_capacity_tokens * row);
     }
-    data = std::move(grown);
+    data = std::move(moved);
   };
   for (Plane* plane : {&k_, &v_}) {
-    relayout(plane->codes, plane->row_code_bytes);
-    relayout(plane->scales, plane->row_groups);
-    if (plane->bits == Bits::kInt4) relayout(plane->mins, plane->row_groups);
+    move_rows(plane->codes, plane->row_code_bytes);
+    move_rows(plane->scales, plane->row_groups);
+    if (plane->bits == Bits::kInt4) move_rows(plane->mins, plane->row_groups);
   }
   capacity_ = new_capacity_tokens;
-  return absl::OkStatus();
 }
 
 bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {

@@ -58,6 +58,10 @@ class QuantizedKvCache final : public KvCache {
   // rows past size() too). Never shrinks: a capacity at or under the current
   // one is a no-op. INVALID_ARGUMENT for a negative capacity.
   absl::Status reserve(int64_t new_capacity_tokens);
+  // Gives back capacity above `capacity_tokens` (a failed turn returns what
+  // it reserved): rows [0, capacity_tokens) stay bit-identical. A capacity at
+  // or above the current one is a no-op; INVALID_ARGUMENT below size().
+  absl::Status shrink_to(int64_t capacity_tokens);
 
   const KvCodecConfig& config() const { return config_; }
   int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
@@ -96,6 +100,9 @@ class QuantizedKvCache final : public KvCache {
   int64_t capacity_;
   KvCodecConfig config_;
   int64_t size_ = 0;
+  // Moves every layer's rows to the stride of `new_capacity_tokens`, keeping
+  // min(old, new) rows per layer; rows past them are zero.
+  void relayout(int64_t new_capacity_tokens);
   Plane k_, v_;
 };
 

@@ -173,7 +173,7 @@ void write_seeds(const std::string& dir) {
     request.set_first_position(5);
     request.set_chunk_tokens(3);
     request.mutable_codec()->set_codec(v1::KV_CODEC_INT4);
-    request.set_session_id("s1");
+    request.set_session_id("0123456789abcdef0123456789abcdef");  // >= 32 characters: accepted
     *request.mutable_expected_model() = served;
     write_seed(dir, "prefill_int4_session", std::string(1, '\1') + record(0, request.SerializeAsString()) +
                                                 record(0, request.SerializeAsString()));

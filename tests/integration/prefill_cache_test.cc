@@ -299,12 +299,14 @@ TEST(PrefillCacheTest, PrefixCacheHitComputesOnlyTheNewTokensAndGivesTheSameKv) 
 // --- session cache -------------------------------------------------------------
 
 TEST(PrefillCacheTest, SessionDeltaEqualsAFullPrefillOfTheHistory) {
+  // Session ids are secrets of >= 32 characters (what baton-edge derives).
+  constexpr char kSessionId[] = "0123456789abcdef0123456789abcdef-chat-1";
   PrefillServiceOptions options;
   options.prefix_cache_bytes = 0;  // only the session cache can help
   auto cloud = Cloud::Start(options);
   const std::vector<int32_t> turn1 = prompt(90, 5);
   v1::PrefillRequest request1 = request_for(turn1);
-  request1.set_session_id("chat-1");
+  request1.set_session_id(kSessionId);
   std::vector<v1::KvStreamMessage> messages1;
   ASSERT_TRUE(call_prefill(*cloud->stub, request1, &messages1).ok());
 
@@ -312,7 +314,7 @@ TEST(PrefillCacheTest, SessionDeltaEqualsAFullPrefillOfTheHistory) {
   std::vector<int32_t> history = turn1;
   for (int i = 0; i < 70; ++i) history.push_back((i * 11 + 9) % reference().model->spec().n_vocab);
   v1::PrefillRequest request2 = request_for(history);
-  request2.set_session_id("chat-1");
+  request2.set_session_id(kSessionId);
   request2.set_first_position(90);
   std::vector<v1::KvStreamMessage> messages2;
   ASSERT_TRUE(call_prefill(*cloud->stub, request2, &messages2).ok());
