@@ -387,20 +387,21 @@ int pack_push(const Args& args) {
 // --- delete ------------------------------------------------------------------
 
 int pack_delete(const Args& args) {
-  std::string cloud, token_file;
+  std::string cloud;
+  ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{30'000};
   FlagSet flags("baton pack delete", "--cloud ADDR ID [flags]",
                 "Deletes a prefix pack of your tenant on the cloud prefill service (DeletePrefix) and frees its "
                 "bytes from your pack quota. Exit 1 when the cloud has no such pack for you.");
   flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
-  flags.add_string("token-file", &token_file, "bearer token for the cloud", "FILE");
+  add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
   flags.require("cloud");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("delete", "give exactly one pack ID");
   const std::string id = flags.positional()[0];
   if (!valid_pack_id(id)) return usage_error("delete", "'" + id + "' is not 1..128 characters of [A-Za-z0-9._-]");
-  absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, token_file);
+  absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
   if (!target.ok()) {
     std::fprintf(stderr, "baton pack delete: %s\n", std::string(target.status().message()).c_str());
     return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
