@@ -8,7 +8,7 @@ source "$(dirname "$0")/wan-lib.sh"
 [[ $(id -u) -eq 0 ]] || wan_skip "needs root"
 removed=0
 for ns in "${wan_ns_cloud}" "${wan_ns_edge}"; do
-  if ip netns list 2> /dev/null | grep -qw "${ns}"; then
+  if wan_ns_exists "${ns}"; then
     # Processes left in the namespace would keep its veth end alive.
     for pid in $(ip netns pids "${ns}" 2> /dev/null); do kill "${pid}" 2> /dev/null || true; done
     ip netns del "${ns}"

@@ -13,5 +13,5 @@ fi
 ns=${wan_ns_cloud}
 [[ "$1" == edge ]] && ns=${wan_ns_edge}
 shift
-ip netns list 2> /dev/null | grep -qw "${ns}" || wan_die "namespace ${ns} does not exist; run wan-up.sh first"
+wan_ns_exists "${ns}" || wan_die "namespace ${ns} does not exist; run wan-up.sh first"
 exec ip netns exec "${ns}" "$@"

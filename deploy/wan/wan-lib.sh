@@ -54,7 +54,13 @@ wan_read_profile() {
   read -r _ wan_rate wan_rtt_ms _ <<< "${line}"
 }
 
-wan_is_up() { ip netns list 2> /dev/null | grep -qw "${wan_ns_cloud}"; }
+# True when namespace NS exists. The name must match whole (another prefix's
+# namespace, e.g. a-baton-cloud, is not ours) and awk reads the whole listing:
+# a `grep -q` that exits at the first match can kill the writer with SIGPIPE,
+# which the callers' pipefail turns into "not found".
+wan_ns_exists() { ip netns list 2> /dev/null | awk -v ns="$1" '$1 == ns { found = 1 } END { exit !found }'; }
+
+wan_is_up() { wan_ns_exists "${wan_ns_cloud}"; }
 
 # True when nftables can drop packets at random in a namespace (the loss of
 # wan-up.sh --loss where the kernel lacks netem).

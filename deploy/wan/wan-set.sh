@@ -41,7 +41,7 @@ wan_is_up || wan_die "no link ${wan_ns_cloud} is up; run wan-up.sh first"
 for side in cloud edge; do
   if [[ ${side} == cloud ]]; then ns=${wan_ns_cloud}; dev=${wan_if_cloud}; else ns=${wan_ns_edge}; dev=${wan_if_edge}; fi
   netem=0
-  ip netns exec "${ns}" tc qdisc show dev "${dev}" | grep -q "qdisc netem" && netem=1
+  [[ "$(ip netns exec "${ns}" tc qdisc show dev "${dev}")" == *"qdisc netem"* ]] && netem=1
   if [[ -n "${rate}" ]]; then
     read -r -a tbf <<< "$(wan_tbf_args "${rate}")"
     if (( netem )); then

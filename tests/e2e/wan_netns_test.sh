@@ -2,28 +2,26 @@
 # The WAN emulation of deploy/wan: brings a profile up, measures the round
 # trip between the edge and cloud namespaces (expected RTT +-50%) and the
 # rate of a bulk transfer (+-50%), checks --loss reaches the qdisc, and tears
-# everything down. Skips with a message where namespaces or tc are not
-# permitted (no root, a container without CAP_SYS_ADMIN); where the kernel
-# lacks netem it checks the rate shaping only and says the delay was not
-# checked.
+# everything down. Skips (exit 77, "SKIP: ...": ctest shows it skipped) where
+# namespaces or tc are not permitted (no root, a container without
+# CAP_SYS_ADMIN); where the kernel lacks netem it checks the rate shaping only
+# and says the delay was not checked.
 # usage: wan_netns_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 src=$2
 wan="${src}/deploy/wan"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }  # as e2e/lib.sh's (this script does not source it)
 export BATON_WAN_PREFIX="bwt$$"
 export BATON_WAN_SUBNET=10.78.0
 python=/usr/bin/python3
 [[ -x "${python}" ]] || python=$(command -v python3 || true)
-[[ -n "${python}" ]] || { echo "SKIP: wan netns test: no python3 to measure with"; exit 0; }
+[[ -n "${python}" ]] || skip "wan netns test: no python3 to measure with"
 
 set +e
 check=$("${wan}/wan-up.sh" --check --allow-no-delay 2>&1); rc=$?
 set -e
-if [[ ${rc} -eq 77 ]]; then
-  echo "SKIP: wan netns test: ${check}"
-  exit 0
-fi
+(( rc != 77 )) || skip "wan netns test: ${check//SKIP: /}"
 [[ ${rc} -eq 0 ]] || fail "wan-up.sh --check: ${check}"
 have_netem=1
 "${wan}/wan-up.sh" --check > /dev/null 2>&1 || have_netem=0
@@ -90,15 +88,21 @@ if (( have_netem )); then
   rtt=$(rtt_ms)
   echo "4g: RTT ${rtt} ms (profile 60 ms)"
   within "${rtt}" 60 0.5 || fail "4g RTT ${rtt} ms is not within 60 ms +-50%"
-  "${wan}/wan-exec.sh" edge tc qdisc show dev "${BATON_WAN_PREFIX}-e" | grep -q "loss 2%" || fail "--loss 2 not in the qdisc"
+  qdisc=$("${wan}/wan-exec.sh" edge tc qdisc show dev "${BATON_WAN_PREFIX}-e")
+  [[ "${qdisc}" == *"loss 2%"* ]] || fail "--loss 2 not in the qdisc: ${qdisc}"
   # Loss is random: measure the rate without it.
   "${wan}/wan-down.sh" > /dev/null
   "${wan}/wan-up.sh" 4g > /dev/null
 else
   echo "NOTE: this kernel has no netem qdisc: RTT is NOT checked here (rate shaping; loss from nftables)"
   if "${wan}/wan-up.sh" 4g --allow-no-delay --loss 2 > /dev/null 2>&1; then
-    "${wan}/wan-exec.sh" edge nft list table inet baton_wan | grep -q "mod 10000 < 200 counter .* drop" ||
-      fail "--loss 2 did not become an nftables drop rule"
+    # The listing is read whole before it is matched: nft writes it in many
+    # small writes, and `nft list ... | grep -q` under pipefail failed at
+    # random (more often under load) when grep exited at the match before
+    # nft's last write, which then died of SIGPIPE.
+    rules=$("${wan}/wan-exec.sh" edge nft list table inet baton_wan) || fail "nft list table inet baton_wan failed"
+    grep -q "mod 10000 < 200 counter .* drop" <<< "${rules}" ||
+      fail "--loss 2 did not become an nftables drop rule: ${rules}"
     "${wan}/wan-set.sh" --loss 0 > /dev/null
     if "${wan}/wan-exec.sh" edge nft list table inet baton_wan > /dev/null 2>&1; then
       fail "wan-set.sh --loss 0 left the drop rule"
@@ -150,7 +154,7 @@ if [[ -x "${bin}/baton-prefill" && -x "${bin}/baton-edge" && -f "${model}" ]]; t
 fi
 
 "${wan}/wan-down.sh" > /dev/null
-if ip netns list | grep -q "${BATON_WAN_PREFIX}-"; then fail "wan-down.sh left namespaces behind"; fi
+[[ "$(ip netns list)" != *"${BATON_WAN_PREFIX}-"* ]] || fail "wan-down.sh left namespaces behind: $(ip netns list)"
 # A second down is harmless.
 "${wan}/wan-down.sh" > /dev/null || fail "wan-down.sh is not idempotent"
 echo "wan netns: ok"
