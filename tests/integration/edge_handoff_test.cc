@@ -436,6 +436,13 @@ TEST(EdgeHandoffTest, UnreachableCloudMeansLocalUnderAutoAndUnavailableUnderClou
   EdgeServiceOptions options = edge_options("127.0.0.1:" + std::to_string(dead_port));
   options.assumed_local_prefill_tokens_per_s = 0.01;
   std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), options);
+  // Until the first Health check of the cloud has answered (or failed), the
+  // plan truthfully says "not checked yet"; this test is about a cloud that
+  // was checked and found dead.
+  for (int i = 0; i < 200 && health(*edge->stub).cloud().checked_unix_ms() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(health(*edge->stub).cloud().checked_unix_ms(), 0u) << "the agent never checked the cloud's Health";
   GenerateResult automatic = generate(*edge->stub, greedy_request(prompt(30, 1), "u", v1::SPLIT_POLICY_AUTO));
   ASSERT_TRUE(automatic.status.ok()) << automatic.status.error_message();
   EXPECT_EQ(automatic.stats.plan().place(), v1::PREFILL_PLACE_LOCAL);
