@@ -49,7 +49,7 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
   }
 
   void OnReadDone(bool ok) override {
-    tsan_acquire(this);
+    TsanReaction reaction(this);
     if (!ok) {  // the client finished sending
       absl::Status status = complete();
       // An upload that ends before its header or trailer is malformed input too (baton.proto, PutPrefix).
@@ -147,7 +147,7 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   }
 
   void OnWriteDone(bool ok) override {
-    tsan_acquire(this);
+    TsanReaction reaction(this);
     if (watch_ != nullptr) watch_->write_done();
     if (!ok) {  // the client went away, stopped reading past the deadline, or the stream broke
       finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetPrefix: the stream ended before the pack was sent"));
@@ -170,8 +170,9 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
  private:
   void start_write() {
     if (watch_ != nullptr) watch_->write_started();
+    const v1::KvStreamMessage* message = &pack_->messages[next_];
     tsan_release(this);
-    StartWrite(&pack_->messages[next_]);
+    StartWrite(message);
   }
   void finish(const grpc::Status& status) {
     if (watch_ != nullptr) watch_->write_started();  // the status may stall behind unread data too

@@ -119,7 +119,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   CancelSlot& cancel_slot() { return cancel_slot_; }
 
   void OnWriteDone(bool ok) override {
-    tsan_acquire(this);
+    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
@@ -136,7 +136,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnCancel() override {
-    tsan_acquire(this);
+    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       cancelled_ = true;
