@@ -23,7 +23,7 @@
 namespace baton {
 KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl::Status& status) {
   auto* reactor = new KvStreamReactor(context);
-  reactor->done(status);
+  reactor->refuse(status);
   return reactor;
 }
 
@@ -418,7 +418,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
   };
   if (!try_enqueue(std::move(job))) {
     context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
-    reactor->done(absl::ResourceExhaustedError(
+    reactor->refuse(absl::ResourceExhaustedError(
         absl::StrFormat("the prefill queue is full (%d running, %d queued); retry after %u ms", options_.max_running,
                         options_.max_queued, options_.retry_after_ms)));
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/rpc/queued_write_reactor.h"
+#include "common/rpc/tsan_annotations.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/kv/kv_handoff.h"
@@ -24,12 +25,12 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
   PutPrefixReactor(PrefillService* service, grpc::CallbackServerContext* context, v1::PutPrefixResponse* response)
       : service_(service), response_(response) {
     if (absl::Status serving = service_->check_serving(context); !serving.ok()) {
-      Finish(to_grpc_status(serving));
+      finish(to_grpc_status(serving));
       return;
     }
     absl::StatusOr<std::string> tenant = service_->options_.auth.authenticate(*context);
     if (!tenant.ok()) {
-      Finish(to_grpc_status(tenant.status()));
+      finish(to_grpc_status(tenant.status()));
       return;
     }
     tenant_ = *tenant;
@@ -44,21 +45,22 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     options.check_header = [this](const v1::KvHeader& header) { return reserve_for(header); };
     reader_ = std::make_unique<KvStreamReader>(std::move(expected),
                                                kv_reader_options_with_codec(service_->geometry_, options));
-    StartRead(&message_);
+    start_read();
   }
 
   void OnReadDone(bool ok) override {
+    TsanReaction reaction(this);
     if (!ok) {  // the client finished sending
       absl::Status status = complete();
       // An upload that ends before its header or trailer is malformed input too (baton.proto, PutPrefix).
       if (absl::IsDataLoss(status)) status = absl::InvalidArgumentError(status.message());
-      Finish(to_grpc_status(status));
+      finish(to_grpc_status(status));
       return;
     }
     if (message_.has_block() && header_tokens_ > 0) {  // before a header the reader refuses it
       encoded_bytes_ += message_.block().payload().size();
       if (encoded_bytes_ > encoded_allowance_) {
-        Finish(to_grpc_status(absl::ResourceExhaustedError(absl::StrFormat(
+        finish(to_grpc_status(absl::ResourceExhaustedError(absl::StrFormat(
             "the upload's payloads passed %d bytes, more than its header's %u tokens can take (%d bytes reserved)",
             encoded_bytes_, header_tokens_, encoded_allowance_))));
         return;
@@ -67,16 +69,28 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     if (absl::Status status = reader_->consume(std::move(message_)); !status.ok()) {
       // The contract (baton.proto, PutPrefix): a stream that does not verify is the caller's bad input.
       if (absl::IsDataLoss(status)) status = absl::InvalidArgumentError(status.message());
-      Finish(to_grpc_status(status));
+      finish(to_grpc_status(status));
       return;
     }
     message_.Clear();
-    StartRead(&message_);
+    start_read();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    tsan_acquire(this);
+    delete this;
+  }
 
  private:
+  void start_read() {
+    tsan_release(this);
+    StartRead(&message_);
+  }
+  void finish(const grpc::Status& status) {
+    tsan_release(this);
+    Finish(status);
+  }
+
   // At the header: reserves the decoded KV plus the encoded stream (its raw
   // size, plus 1/32 and 4 KiB for zstd frames that did not shrink) against
   // the store's cap and the tenant's quota; the reservation is released if
@@ -133,6 +147,7 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   }
 
   void OnWriteDone(bool ok) override {
+    TsanReaction reaction(this);
     if (watch_ != nullptr) watch_->write_done();
     if (!ok) {  // the client went away, stopped reading past the deadline, or the stream broke
       finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetPrefix: the stream ended before the pack was sent"));
@@ -146,6 +161,7 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   }
 
   void OnDone() override {
+    tsan_acquire(this);
     if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
     --*calls_;
     delete this;
@@ -154,10 +170,13 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
  private:
   void start_write() {
     if (watch_ != nullptr) watch_->write_started();
-    StartWrite(&pack_->messages[next_]);
+    const v1::KvStreamMessage* message = &pack_->messages[next_];
+    tsan_release(this);
+    StartWrite(message);
   }
   void finish(const grpc::Status& status) {
     if (watch_ != nullptr) watch_->write_started();  // the status may stall behind unread data too
+    tsan_release(this);
     Finish(status);
   }
 
@@ -195,7 +214,11 @@ absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tena
 
 grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::CallbackServerContext* context,
                                                                         v1::PutPrefixResponse* response) {
-  return new PutPrefixReactor(this, context, response);
+  auto* reactor = new PutPrefixReactor(this, context, response);
+  // The constructor may already have called StartRead or Finish, which only
+  // store into the reactor until gRPC gets it back from this handler.
+  tsan_release(reactor);
+  return reactor;
 }
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::CallbackServerContext* context,
@@ -247,7 +270,9 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
                                        "(--max-pack-calls); retry after %u ms",
                                        options_.max_pack_calls, options_.retry_after_ms)));
   }
-  return new PackStreamReactor(context, &write_stall_, &pack_streams_, std::move(pack));
+  auto* reactor = new PackStreamReactor(context, &write_stall_, &pack_streams_, std::move(pack));
+  tsan_release(reactor);  // as in PutPrefix: the constructor's StartWrite stored into the reactor
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PrefillService::DeletePrefix(grpc::CallbackServerContext* context,

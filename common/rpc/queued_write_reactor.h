@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/tsan_annotations.h"
 #include "common/rpc/write_stall_watchdog.h"
 
 namespace baton {
@@ -55,13 +56,18 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       // TryCancel is safe until OnDone, and OnDone waits in close() for a cancel running elsewhere.
       watch_ = watchdog->watch(absl::StrCat(call_name, " from ", context->peer()), [context] { context->TryCancel(); });
     }
+    tsan_release(this);  // the handler returns the reactor to gRPC, which may call OnCancel at once
   }
 
-  // Ends the call at once with `status` (a refused request). With
-  // retry_after_ms > 0 the retry hint goes into trailing metadata.
+  // Ends the call at once with `status` (a refused request), from the
+  // handler before it returns the reactor. With retry_after_ms > 0 the retry
+  // hint goes into trailing metadata.
   void refuse(const absl::Status& status, uint32_t retry_after_ms = 0) {
     if (retry_after_ms > 0) context_->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(retry_after_ms));
     done(status);
+    // gRPC has not got the reactor yet (the handler returns it), so it is
+    // alive here; Finish only stored the status in it, after done()'s release.
+    tsan_release(this);
   }
 
   // Queues a message; CANCELLED once the client is gone.
@@ -113,6 +119,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   CancelSlot& cancel_slot() { return cancel_slot_; }
 
   void OnWriteDone(bool ok) override {
+    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
@@ -129,6 +136,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnCancel() override {
+    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       cancelled_ = true;
@@ -139,6 +147,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnDone() override {
+    tsan_acquire(this);
     if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
     delete this;
   }
@@ -183,6 +192,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       }
       lock.unlock();
     }
+    if (write || finish) tsan_release(this);
     if (write) this->StartWrite(&current_);
     if (finish) this->Finish(final_status);  // `this` may be gone after this line
   }

@@ -1,0 +1,64 @@
+// Happens-before edges that gRPC provides but ThreadSanitizer cannot see.
+//
+// Debian's libgrpc.so (and the Abseil mutexes and atomics inside it) are not
+// built with -fsanitize=thread, so TSan does not see that gRPC orders a
+// reactor's StartWrite / StartRead / Finish before the matching OnWriteDone /
+// OnReadDone / OnDone running on another gRPC thread. Without these edges it
+// reports every access to reactor state on both sides as a race. Each reactor
+// calls tsan_release(this) right before handing work to gRPC, holds a
+// TsanReaction over each reaction (OnWriteDone, OnReadDone, OnCancel) and
+// calls tsan_acquire(this) at the top of OnDone; all are no-ops outside a
+// TSan build. Accesses that gRPC's own header code makes inside those calls
+// (serialization in StartWrite, binding the reactor after the handler
+// returns) stay unordered for TSan: see tests/tsan.supp. Orderings between
+// our own threads must still go through our own mutexes: these edges only
+// stand for the ones inside gRPC.
+#pragma once
+
+#if defined(__SANITIZE_THREAD__)
+#define BATON_TSAN_ANNOTATIONS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BATON_TSAN_ANNOTATIONS 1
+#endif
+#endif
+
+#if defined(BATON_TSAN_ANNOTATIONS)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
+namespace baton {
+
+// Before a call that hands work to gRPC (StartWrite, StartRead, Finish, ...):
+// everything this thread did so far happens before the callback that
+// acquires the same address.
+inline void tsan_release([[maybe_unused]] const void* addr) {
+#if defined(BATON_TSAN_ANNOTATIONS)
+  __tsan_release(const_cast<void*>(addr));
+#endif
+}
+
+// At the top of a gRPC callback (OnWriteDone, OnReadDone, OnCancel, OnDone).
+inline void tsan_acquire([[maybe_unused]] const void* addr) {
+#if defined(BATON_TSAN_ANNOTATIONS)
+  __tsan_acquire(const_cast<void*>(addr));
+#endif
+}
+
+// The body of a reaction (OnWriteDone, OnReadDone, OnCancel): acquires at
+// the start and releases at the end, so that OnDone, which gRPC runs only
+// after every reaction has returned, is ordered after all of it. For the same
+// reason the reactor outlives the guard even when the reaction calls Finish.
+class TsanReaction {
+ public:
+  explicit TsanReaction(const void* reactor) : reactor_(reactor) { tsan_acquire(reactor_); }
+  ~TsanReaction() { tsan_release(reactor_); }
+  TsanReaction(const TsanReaction&) = delete;
+  TsanReaction& operator=(const TsanReaction&) = delete;
+
+ private:
+  const void* reactor_;
+};
+
+}  // namespace baton
