@@ -61,9 +61,10 @@ std::string state_name(v1::ServingState state) {
 
 // Messages of one Generate turn: at most `max_tokens` text pieces, the
 // held-back rest, the plan and the Stats, with at most one progress snapshot
-// between two of them (push_snapshot). The reactor holds all of them, so the
-// worker never waits for a slow client.
-size_t generate_max_pending(uint32_t max_tokens_cap) { return 2 * (size_t{max_tokens_cap} + 3) + 1; }
+// per phase between two of them (push_snapshot keyed by phase; a turn goes
+// through each of the 7 phases at most once, so phase changes add at most 8).
+// The reactor holds all of them, so the worker never waits for a slow client.
+size_t generate_max_pending(uint32_t max_tokens_cap) { return 2 * (size_t{max_tokens_cap} + 3) + 1 + 8; }
 
 // A unary reply: finishes at once.
 grpc::ServerUnaryReactor* reply(grpc::CallbackServerContext* context, const absl::Status& status) {
@@ -284,7 +285,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
         if (!response.stats().session_id().empty()) response.mutable_stats()->set_session_id(client_id);
         stats = response.stats();
       }
-      if (response.has_progress()) return reactor->push_snapshot(std::move(response));
+      if (response.has_progress()) {
+        const int64_t phase = response.progress().phase();
+        return reactor->push_snapshot(std::move(response), phase);
+      }
       return reactor->push(std::move(response));
     };
     absl::Status status = run ? run_generate_turn(runtime_, request_copy, io)

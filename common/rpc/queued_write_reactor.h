@@ -82,19 +82,20 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     return absl::OkStatus();
   }
 
-  // Queues a snapshot (a progress report) that a newer snapshot replaces
-  // while it still waits; never blocks: with the queue full it is dropped
-  // (later messages supersede it). CANCELLED once the client is gone.
-  absl::Status push_snapshot(Message message) {
+  // Queues a snapshot (a progress report) that a newer snapshot of the same
+  // `kind` (e.g. the same phase) replaces while it still waits, so a client
+  // still sees every change of kind; never blocks: with the queue full it is
+  // dropped (later messages supersede it). CANCELLED once the client is gone.
+  absl::Status push_snapshot(Message message, int64_t kind = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (cancelled_) return cancelled_status();
-      if (!pending_.empty() && pending_.back().snapshot) {
+      if (!pending_.empty() && pending_.back().snapshot && pending_.back().snapshot_kind == kind) {
         pending_.back().message = std::move(message);
         return absl::OkStatus();
       }
       if (pending_.size() >= max_pending_) return absl::OkStatus();
-      pending_.push_back({std::move(message), true});
+      pending_.push_back({std::move(message), true, kind});
     }
     pump();
     return absl::OkStatus();
@@ -155,7 +156,8 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
  private:
   struct Pending {
     Message message;
-    bool snapshot = false;  // push_snapshot(): a newer snapshot replaces it
+    bool snapshot = false;      // push_snapshot(): a newer snapshot of the same kind replaces it
+    int64_t snapshot_kind = 0;  // valid when snapshot
   };
 
   // guarded by mu_

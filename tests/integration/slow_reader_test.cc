@@ -113,7 +113,7 @@ TEST(EdgeSlowReaderTest, AnotherClientIsServedWhileAGenerateClientStopsReading) 
 }
 
 TEST(EdgeSlowReaderTest, StalledGenerateIsCancelledAfterTheWriteStallTimeout) {
-  std::unique_ptr<Edge> edge = start_edge(std::chrono::milliseconds(300));
+  std::unique_ptr<Edge> edge = start_edge(std::chrono::milliseconds(1000));
   absl::StatusOr<std::unique_ptr<SlowH2Client>> stalled =
       SlowH2Client::Call(edge->server->port(), "/baton.v1.Edge/Generate", stalled_generate_request());
   ASSERT_TRUE(stalled.ok()) << stalled.status();
@@ -190,17 +190,17 @@ void start_stalled_prefill(std::chrono::milliseconds write_stall_timeout, bool w
 
 TEST(PrefillSlowReaderTest, AnotherClientIsServedWhileAPrefillClientStopsReading) {
   CloudWithStalledPrefill setup;
-  ASSERT_NO_FATAL_FAILURE(start_stalled_prefill(std::chrono::milliseconds(1000), /*wait_for_worker=*/true, setup));
+  ASSERT_NO_FATAL_FAILURE(start_stalled_prefill(std::chrono::milliseconds(3000), /*wait_for_worker=*/true, setup));
 
   const auto [status, waited_ms] = timed_prefill(*setup.stub);
-  std::printf("cloud: the other client waited %.0f ms for its Prefill (--max-running 1, --write-stall-timeout 1s)\n",
+  std::printf("cloud: the other client waited %.0f ms for its Prefill (--max-running 1, --write-stall-timeout 3s)\n",
               waited_ms);
   EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
 }
 
 TEST(PrefillSlowReaderTest, StalledPrefillIsCancelledAndFreesItsWorker) {
   CloudWithStalledPrefill setup;
-  ASSERT_NO_FATAL_FAILURE(start_stalled_prefill(std::chrono::milliseconds(300), /*wait_for_worker=*/false, setup));
+  ASSERT_NO_FATAL_FAILURE(start_stalled_prefill(std::chrono::milliseconds(1000), /*wait_for_worker=*/false, setup));
 
   absl::StatusOr<std::string> end = setup.stalled->wait_for_stream_end(std::chrono::seconds(20));
   ASSERT_TRUE(end.ok()) << end.status();
@@ -215,7 +215,7 @@ TEST(PrefillSlowReaderTest, StalledPrefillIsCancelledAndFreesItsWorker) {
 // ---- Cloud: GetPrefix ----
 
 TEST(PrefillSlowReaderTest, StalledGetPrefixIsCancelledAfterTheWriteStallTimeout) {
-  std::unique_ptr<Cloud> cloud = start_cloud(std::chrono::milliseconds(300));
+  std::unique_ptr<Cloud> cloud = start_cloud(std::chrono::milliseconds(1000));
   ASSERT_NE(cloud->server, nullptr);
   auto stub = v1::Prefill::NewStub(grpc::CreateChannel(cloud->address(), grpc::InsecureChannelCredentials()));
   // A pack of 1-token blocks (far more than 64 messages), uploaded with PutPrefix.
