@@ -4,6 +4,10 @@
 # `apt-get update` runs once, only when something is missing.
 #
 #   deploy/install-deps.sh            install what is missing
+#   deploy/install-deps.sh --test     also what the test suite's browser and
+#                                     client tests need: Debian's chromium, Node.js
+#                                     and npm, and `npm ci` in tests/js (the official
+#                                     openai client, playwright-core)
 #   deploy/install-deps.sh --dry-run  only print what would be installed
 #
 # Runs as root, or as a user with sudo. CUDA is not installed here: the CUDA
@@ -31,11 +35,17 @@ readonly PACKAGES=(
   # the split benchmark's plot
   gnuplot-nox
 )
+# Only with --test (tests/run-all.sh): the web page's browser test and the
+# OpenAI-client test. nodejs/npm are skipped when a node and npm are already
+# on PATH (a NodeSource or distro install both do).
+readonly TEST_PACKAGES=(chromium)
 
 dry_run=0
+test_profile=0
 for arg in "$@"; do
   case "${arg}" in
     --dry-run) dry_run=1 ;;
+    --test) test_profile=1 ;;
     -h|--help)
       # The header comment is the help text.
       awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -55,13 +65,41 @@ is_installed() {
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
 }
 
+wanted=("${PACKAGES[@]}")
+if (( test_profile )); then
+  wanted+=("${TEST_PACKAGES[@]}")
+  command -v node >/dev/null 2>&1 || wanted+=(nodejs)
+  command -v npm >/dev/null 2>&1 || wanted+=(npm)
+fi
+
+# `npm ci` in tests/js, from its package-lock.json (the npm registry), once per
+# lock file: a stamp beside node_modules records which lock it installed.
+install_js_test_clients() {
+  (( test_profile )) || return 0
+  local dir lock_sum
+  dir="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
+  lock_sum=$(sha256sum "${dir}/package-lock.json" | cut -d' ' -f1)
+  if [[ -f "${dir}/node_modules/.baton-lock-sha256" &&
+        "$(cat "${dir}/node_modules/.baton-lock-sha256")" == "${lock_sum}" ]]; then
+    echo "install-deps.sh: tests/js node modules are up to date"
+    return 0
+  fi
+  if (( dry_run )); then
+    echo "install-deps.sh: --dry-run, would run npm ci in tests/js"
+    return 0
+  fi
+  (cd "${dir}" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "${lock_sum}" > "${dir}/node_modules/.baton-lock-sha256"
+}
+
 missing=()
-for package in "${PACKAGES[@]}"; do
+for package in "${wanted[@]}"; do
   is_installed "${package}" || missing+=("${package}")
 done
 
 if (( ${#missing[@]} == 0 )); then
-  echo "install-deps.sh: all ${#PACKAGES[@]} packages are already installed"
+  echo "install-deps.sh: all ${#wanted[@]} packages are already installed"
+  install_js_test_clients
   exit 0
 fi
 
@@ -95,4 +133,5 @@ if (( ${#still_missing[@]} != 0 )); then
   echo "install-deps.sh: still missing after install: ${still_missing[*]}" >&2
   exit 1
 fi
-echo "install-deps.sh: done (${#missing[@]} installed, $(( ${#PACKAGES[@]} - ${#missing[@]} )) already present)"
+echo "install-deps.sh: done (${#missing[@]} installed, $(( ${#wanted[@]} - ${#missing[@]} )) already present)"
+install_js_test_clients
