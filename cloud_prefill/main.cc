@@ -6,14 +6,20 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/gguf/gguf_file.h"
+#include "common/util/listen_address.h"
+#include "common/util/log.h"
 #include "common/util/metrics_http.h"
+#include "common/util/version.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_server.h"
 #ifdef BATON_HAVE_CUDA
+#include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
 #endif
 #include "cloud_prefill/prefill_service.h"
@@ -154,8 +160,40 @@ uint64_t physical_memory_bytes() {
   return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) : 0;
 }
 
-// Serves until SIGINT / SIGTERM: Health answers while the model loads.
-int run_prefill_service(const PrefillConfig& config) {
+// --backend: CUDA when asked for, or (auto) when a usable GPU is there. A host
+// without a GPU is the normal case: one info line, no warning.
+absl::Status select_backend(const PrefillConfig& config, PrefillServiceOptions& options) {
+  if (config.backend == "cpu") return absl::OkStatus();
+#ifdef BATON_HAVE_CUDA
+  const cuda::GpuAvailability gpu = cuda::find_gpu();
+  absl::StatusOr<PrefillBackendFactory> cuda_factory =
+      gpu.device.ok() ? cuda::make_cuda_prefill_backend_factory(cuda::CudaBackendOptions{})
+                      : absl::StatusOr<PrefillBackendFactory>(gpu.device.status());
+  if (cuda_factory.ok()) {
+    options.backend_factory = std::move(*cuda_factory);
+    if (config.chunk_tokens == 256) options.chunk_tokens = 4096;  // a GPU wants big GEMMs
+    BATON_INFO("CUDA backend on %s, chunks of %d tokens", cuda::describe_gpu(gpu).c_str(), options.chunk_tokens);
+    return absl::OkStatus();
+  }
+  if (config.backend == "cuda") {
+    return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", cuda_factory.status().message()));
+  }
+  if (gpu.absent) {
+    BATON_INFO("CPU backend: no GPU found");
+  } else {
+    BATON_WARN("CPU backend: the GPU is not usable (%s)", std::string(cuda_factory.status().message()).c_str());
+  }
+#else
+  if (config.backend == "cuda") {
+    return absl::FailedPreconditionError("--backend cuda: this build has no CUDA backend (nvcc was not found)");
+  }
+#endif
+  return absl::OkStatus();
+}
+
+// Flags -> service options; errors are the flag's (an unusable backend, a bad
+// --auth-tokens file).
+absl::StatusOr<PrefillServiceOptions> service_options(const PrefillConfig& config) {
   PrefillServiceOptions options;
   options.threads = static_cast<int>(config.threads);
   options.max_running = static_cast<int>(config.max_running);
@@ -166,27 +204,6 @@ int run_prefill_service(const PrefillConfig& config) {
                           : config.default_codec == "int4" ? KvCodecConfig::Bits::kInt4
                                                            : KvCodecConfig::Bits::kInt8;
   options.zstd_level = static_cast<int>(config.zstd_level);
-  if (config.backend != "cpu") {
-#ifdef BATON_HAVE_CUDA
-    absl::StatusOr<PrefillBackendFactory> cuda = cuda::make_cuda_prefill_backend_factory(cuda::CudaBackendOptions{});
-    if (cuda.ok()) {
-      options.backend_factory = std::move(*cuda);
-      if (config.chunk_tokens == 256) options.chunk_tokens = 4096;  // a GPU wants big GEMMs
-      std::fprintf(stderr, "baton-prefill: CUDA backend, chunks of %d tokens\n", options.chunk_tokens);
-    } else if (config.backend == "cuda") {
-      std::fprintf(stderr, "baton-prefill: --backend cuda: %s\n", std::string(cuda.status().message()).c_str());
-      return 1;
-    } else {
-      std::fprintf(stderr, "baton-prefill: no usable GPU (%s); using the CPU backend\n",
-                   std::string(cuda.status().message()).c_str());
-    }
-#else
-    if (config.backend == "cuda") {
-      std::fprintf(stderr, "baton-prefill: --backend cuda: this build has no CUDA backend (nvcc was not found)\n");
-      return 1;
-    }
-#endif
-  }
   options.prefix_cache_bytes = config.prefix_cache_bytes;
   options.session_cache_bytes = config.session_cache_bytes;
   options.pack_store_bytes = config.pack_store_bytes;
@@ -196,26 +213,59 @@ int run_prefill_service(const PrefillConfig& config) {
   options.memory_limit_bytes = config.memory_limit_bytes > 0 ? config.memory_limit_bytes : physical_memory_bytes() / 2;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
-    if (!auth.ok()) {
-      std::fprintf(stderr, "baton-prefill: --auth-tokens: %s\n", std::string(auth.status().message()).c_str());
-      return 2;
-    }
+    if (!auth.ok()) return absl::InvalidArgumentError(absl::StrCat("--auth-tokens: ", auth.status().message()));
     options.auth = std::move(*auth);
+  }
+  return options;
+}
+
+// Waits for SIGINT / SIGTERM (blocked in main), then drains: no new work,
+// running and queued streams finish, then the server stops.
+void serve_until_signal(const PrefillConfig& config, PrefillService& service, PrefillServer& server,
+                        MetricsHttpServer* metrics_server) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
+               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
+               service.queued());
+  service.begin_drain();
+  const bool idle = service.wait_idle(config.drain_timeout);
+  server.Shutdown(idle ? 1000 : 0);
+  if (metrics_server != nullptr) metrics_server->Stop();
+  std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
+}
+
+// Serves until SIGINT / SIGTERM: Health answers while the model loads. Every
+// listener is bound, and the model file opens, before "listening" is printed.
+int run_prefill_service(const PrefillConfig& config) {
+  absl::StatusOr<PrefillServiceOptions> options = service_options(config);
+  if (options.ok()) {
+    if (absl::Status backend = select_backend(config, *options); !backend.ok()) options = backend;
+  }
+  if (!options.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(options.status().message()).c_str());
+    return options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (absl::StatusOr<std::unique_ptr<GgufFile>> model = GgufFile::Open(config.model_path); !model.ok()) {
+    std::fprintf(stderr, "baton-prefill: --model: %s\n", std::string(model.status().message()).c_str());
+    return 1;
   }
   MetricsRegistry metrics;
   PrefillMetrics prefill_metrics(metrics);
-  options.metrics = &prefill_metrics;
+  options->metrics = &prefill_metrics;
   PrefillServerOptions server_options;
   server_options.tls = ServerTlsOptions{config.tls_cert_path, config.tls_key_path, config.tls_client_ca_path};
-  PrefillService service(std::move(options));
+  PrefillService service(std::move(*options));
   absl::StatusOr<std::unique_ptr<PrefillServer>> server =
       PrefillServer::Start(config.listen_address, service, server_options);
   if (!server.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "baton-prefill: listening on port %d, loading %s\n", (*server)->port(),
-               config.model_path.c_str());
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (!config.metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
@@ -226,8 +276,10 @@ int run_prefill_service(const PrefillConfig& config) {
       return 1;
     }
     metrics_server = std::move(*started);
-    std::fprintf(stderr, "baton-prefill: metrics on port %d\n", metrics_server->port());
   }
+  std::fprintf(stderr, "baton-prefill: listening on port %d, loading %s\n", (*server)->port(),
+               config.model_path.c_str());
+  if (metrics_server) std::fprintf(stderr, "baton-prefill: metrics on port %d\n", metrics_server->port());
   if (absl::Status status = service.Load(config.model_path); !status.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());
     if (metrics_server) metrics_server->Stop();
@@ -236,22 +288,7 @@ int run_prefill_service(const PrefillConfig& config) {
   }
   prefill_metrics.collect_at_scrape(service);
   std::fprintf(stderr, "baton-prefill: READY\n");
-
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
-               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
-               service.queued());
-  // No new work; running and queued streams finish; then the server stops.
-  service.begin_drain();
-  const bool idle = service.wait_idle(config.drain_timeout);
-  (*server)->Shutdown(idle ? 1000 : 0);
-  if (metrics_server) metrics_server->Stop();
-  std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
+  serve_until_signal(config, service, **server, metrics_server.get());
   return 0;
 }
 
@@ -266,12 +303,25 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (baton::version_requested(argc, argv)) {
+#ifdef BATON_HAVE_CUDA
+    const std::optional<std::string> gpu = baton::cuda::describe_gpu(baton::cuda::find_gpu());
+#else
+    const std::optional<std::string> gpu = std::nullopt;  // the CUDA line says: not compiled in
+#endif
+    std::fputs(baton::version_text("baton-prefill", gpu).c_str(), stdout);
+    return 0;
+  }
   baton::PrefillConfig config;
   baton::FlagSet flags("baton-prefill", "--model FILE --listen ADDR [flags]",
                        baton::kDescription);
   baton::register_flags(flags, config);
   if (std::optional<int> exit_code = baton::parse_command_line(flags, argc, argv)) {
     return *exit_code;
+  }
+  // A port alone ("--listen 7070") listens on loopback.
+  for (std::string* address : {&config.listen_address, &config.metrics_address}) {
+    *address = baton::listen_address_or_loopback(*address);
   }
   if (absl::Status status = baton::validate(flags, config); !status.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());

@@ -2,7 +2,8 @@
 
 #include <chrono>
 
-#include "absl/strings/str_cat.h"
+#include "common/rpc/grpc_listener.h"
+#include "common/util/check.h"
 
 namespace baton {
 
@@ -13,13 +14,10 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(const std::s
   if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on '", address, "'"));
-  }
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
+                         start_grpc_server(builder, {{address, *credentials, &port}}));
   return std::unique_ptr<PrefillServer>(new PrefillServer(std::move(server), port, &service));
 }
 

@@ -2,7 +2,8 @@
 
 #include <chrono>
 
-#include "absl/strings/str_cat.h"
+#include "common/rpc/grpc_listener.h"
+#include "common/util/check.h"
 
 namespace baton {
 
@@ -13,16 +14,13 @@ absl::StatusOr<std::unique_ptr<EdgeServer>> EdgeServer::Start(const std::string&
   grpc::ServerBuilder builder;
   int port = 0;
   int relay_port = 0;
-  builder.AddListeningPort(address, *credentials, &port);
+  std::vector<GrpcListeningPort> ports = {{address, *credentials, &port}};
   if (options.loopback_relay_port) {
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &relay_port);
+    ports.push_back({"127.0.0.1:0", grpc::InsecureServerCredentials(), &relay_port});
   }
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0 || (options.loopback_relay_port && relay_port == 0)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on '", address, "'"));
-  }
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, start_grpc_server(builder, ports));
   auto edge_server = std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port, &service));
   edge_server->relay_port_ = relay_port;
   return edge_server;

@@ -105,18 +105,15 @@ void EdgeService::StopWorkers() {
 }
 
 absl::Status EdgeService::Load(const std::string& model_path) {
+  // Errors are returned, not logged: the caller prints them once.
   absl::Status status = load(model_path);
   if (!status.ok()) {
-    BATON_ERROR("cannot load %s: %s", model_path.c_str(), status.ToString().c_str());
-    return status;
+    return absl::Status(status.code(), absl::StrCat("cannot load ", model_path, ": ", status.message()));
   }
   v1::ServingState loading = v1::SERVING_STATE_LOADING;
   state_.compare_exchange_strong(loading, v1::SERVING_STATE_WARMING);  // a Drain() meanwhile wins
   status = warm_up();
-  if (!status.ok()) {
-    BATON_ERROR("warm-up failed: %s", status.ToString().c_str());
-    return status;
-  }
+  if (!status.ok()) return absl::Status(status.code(), absl::StrCat("warm-up failed: ", status.message()));
   v1::ServingState expected = v1::SERVING_STATE_WARMING;
   state_.compare_exchange_strong(expected, v1::SERVING_STATE_READY);  // a Drain() meanwhile wins
   BATON_INFO("READY: %s (%s), %s", model_->spec().name.c_str(), backend_name_.c_str(),

@@ -22,6 +22,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "edge_decode/chat_template.h"
 #include "edge_decode/edge_metrics.h"
@@ -302,12 +303,9 @@ absl::Status HttpFrontEnd::Impl::start() {
   // Streams can pause for a long local prefill between writes.
   server_->set_write_timeout(std::chrono::seconds(60));
   server_->set_tcp_nodelay(true);  // each SSE event goes out as written
-  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a
-  // second process bind the same port and silently take half the requests.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  // httplib's default sets SO_REUSEPORT, which lets a second process bind the
+  // same port and silently take half the requests.
+  server_->set_socket_options([](socket_t sock) { set_exclusive_listener_options(sock); });
   const size_t max_body_bytes = options_.max_body_bytes;
   server_->set_error_handler(httplib::Server::HandlerWithResponse([max_body_bytes](const httplib::Request& req,
                                                                                    httplib::Response& res) {
@@ -361,13 +359,10 @@ absl::Status HttpFrontEnd::Impl::start() {
   const auto& [host, port] = *host_port;
   if (port == 0) {
     port_ = server_->bind_to_any_port(host);
-    if (port_ <= 0) return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
-  } else {
-    if (!server_->bind_to_port(host, port)) {
-      return absl::UnavailableError(absl::StrFormat("cannot bind HTTP on %s", options_.listen));
-    }
+  } else if (server_->bind_to_port(host, port)) {
     port_ = port;
   }
+  if (port_ <= 0) return listen_error(listen_address_or_loopback(options_.listen));
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() only takes effect once the server runs; wait for it (a few ms).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -375,7 +370,8 @@ absl::Status HttpFrontEnd::Impl::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!server_->is_running()) return absl::InternalError("the HTTP server did not start within 10 s");
-  BATON_INFO("OpenAI-compatible HTTP API on %s:%d for model '%s' (chat template: %s), relaying to %s",
+  // Debug only: baton-edge announces its listeners once all of them are bound.
+  BATON_DEBUG("OpenAI-compatible HTTP API on %s:%d for model '%s' (chat template: %s), relaying to %s",
              host.c_str(), port_, model_name_.c_str(), chat_template_family_name(chat_format_.family),
              options_.grpc_target.c_str());
   return absl::OkStatus();
@@ -563,12 +559,7 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
       });
 }
 
-std::string http_listen_address(const std::string& address) {
-  if (address.empty()) return address;
-  if (address.find(':') == std::string::npos) return "127.0.0.1:" + address;
-  if (address.front() == ':') return "127.0.0.1" + address;
-  return address;
-}
+std::string http_listen_address(const std::string& address) { return listen_address_or_loopback(address); }
 
 HttpFrontEnd::HttpFrontEnd(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

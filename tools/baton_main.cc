@@ -4,7 +4,11 @@
 #include <string>
 
 #include "commands.h"
+#ifdef BATON_HAVE_CUDA
+#include "cloud_prefill/cuda/cuda_device.h"
+#endif
 #include "common/util/flags.h"
+#include "common/util/version.h"
 
 namespace baton::cli {
 
@@ -43,7 +47,7 @@ constexpr char kUsage[] =
     "  bench      benchmarks: decode, prefill, prefill-service, prefill-cuda, split, kv-codec, kv-quality,\n"
     "             perplexity, fidelity (--json for scripts)\n"
     "\n"
-    "Run 'baton COMMAND --help' for the flags of a command.\n";
+    "Run 'baton COMMAND --help' for the flags of a command; 'baton --version' for the build.\n";
 
 }  // namespace
 }  // namespace baton::cli
@@ -54,6 +58,15 @@ int main(int argc, char** argv) {
       std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+#ifdef BATON_HAVE_CUDA
+    const std::optional<std::string> gpu = baton::cuda::describe_gpu(baton::cuda::find_gpu());
+#else
+    const std::optional<std::string> gpu = std::nullopt;  // the CUDA line says: not compiled in
+#endif
+    std::fputs(baton::version_text("baton", gpu).c_str(), stdout);
+    return 0;
   }
   const std::string command = argv[1];
   Args args(argv + 2, argv + argc);

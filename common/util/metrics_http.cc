@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/util/flags.h"
+#include "common/util/listen_address.h"
 #include "common/util/log.h"
 
 namespace baton {
@@ -19,18 +19,15 @@ class MetricsHttpServer::Impl {
   ~Impl() { stop(); }
 
   absl::Status start(const std::string& address) {
-    absl::StatusOr<std::pair<std::string, int>> host_port = parse_host_port(address);
+    absl::StatusOr<std::pair<std::string, int>> host_port = parse_listen_address(address);
     if (!host_port.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("metrics ", host_port.status().message()));
     }
     const auto& [host, port] = *host_port;
     server_.new_task_queue = [] { return new httplib::ThreadPool(1); };
-    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a
-    // second process bind the same port and silently take half the requests.
-    server_.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
+    // httplib's default sets SO_REUSEPORT, which lets a second process bind
+    // the same port and silently take half the scrapes.
+    server_.set_socket_options([](socket_t sock) { set_exclusive_listener_options(sock); });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       if (before_scrape_) before_scrape_();
       res.set_content(registry_.render(), MetricsRegistry::kContentType);
@@ -40,7 +37,7 @@ class MetricsHttpServer::Impl {
     } else if (server_.bind_to_port(host, port)) {
       port_ = port;
     }
-    if (port_ <= 0) return absl::UnavailableError(absl::StrFormat("cannot bind the metrics listener on %s", address));
+    if (port_ <= 0) return listen_error(listen_address_or_loopback(address));
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() only takes effect once the server runs.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -48,7 +45,8 @@ class MetricsHttpServer::Impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (!server_.is_running()) return absl::InternalError("the metrics listener did not start within 10 s");
-    BATON_INFO("metrics on http://%s:%d/metrics", host.c_str(), port_);
+    // Debug only: the programs announce their listeners once all are bound.
+    BATON_DEBUG("metrics on http://%s:%d/metrics", host.c_str(), port_);
     return absl::OkStatus();
   }
 
