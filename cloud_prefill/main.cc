@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/gguf/gguf_file.h"
+#include "common/model/model.h"
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "common/util/metrics_http.h"
@@ -250,7 +250,9 @@ int run_prefill_service(const PrefillConfig& config) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(options.status().message()).c_str());
     return options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (absl::StatusOr<std::unique_ptr<GgufFile>> model = GgufFile::Open(config.model_path); !model.ok()) {
+  // Mapped and its shapes checked (the weights are read later): a bad file
+  // ends the start before anything listens.
+  if (absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(config.model_path); !model.ok()) {
     std::fprintf(stderr, "baton-prefill: --model: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/gguf/gguf_file.h"
+#include "common/model/model.h"
 #include "common/rpc/loopback.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
@@ -352,8 +352,9 @@ int run_edge_agent(const EdgeConfig& config) {
     std::fprintf(stderr, "baton-edge: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
-  // A model file that does not open ends the start before anything listens.
-  if (absl::StatusOr<std::unique_ptr<GgufFile>> model = GgufFile::Open(config.model_path); !model.ok()) {
+  // A model file that does not load (mapped, shapes checked; the weights are
+  // read later) ends the start before anything listens.
+  if (absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(config.model_path); !model.ok()) {
     std::fprintf(stderr, "baton-edge: --model: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
