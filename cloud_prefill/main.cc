@@ -32,7 +32,9 @@ namespace {
 constexpr char kDescription[] =
     "Serves the Prefill gRPC service: prefills long prompts on this machine's GPU\n"
     "(or CPU), quantizes and compresses the KV cache and streams it to edge agents.\n"
-    "Every flag may also be set in the --config file ('name = value' lines).";
+    "Every flag may also be set in the --config file ('name = value' lines).\n"
+    "A listening address may be a port alone (loopback). --version prints the version, git commit,\n"
+    "build type, SIMD level and CUDA support.";
 
 // Every knob of baton-prefill, with the defaults it serves with.
 struct PrefillConfig {

@@ -36,7 +36,9 @@ constexpr char kDescription[] =
     "Serves the Edge gRPC service to local clients (the baton CLI): holds INT4\n"
     "weights, sessions and prefix packs, prefills short prompts itself, asks the\n"
     "cloud (--cloud) for the KV of long ones, and decodes locally.\n"
-    "Every flag may also be set in the --config file ('name = value' lines).";
+    "Every flag may also be set in the --config file ('name = value' lines).\n"
+    "A listening address may be a port alone (loopback). --version prints the version, git commit,\n"
+    "build type, SIMD level and CUDA support.";
 
 // Every knob of baton-edge, with the defaults it serves with.
 struct EdgeConfig {
