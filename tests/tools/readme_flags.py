@@ -29,6 +29,7 @@ starting "../" or "/work/") and every repository path it names in backticks or
 a link (starting with a top-level folder of the repository) must exist.
 """
 
+import concurrent.futures
 import glob
 import os
 import re
@@ -85,31 +86,29 @@ def help_hints(text):
 
 
 def cli_flags(bin_dir):
-    """{flag: [the 'baton ...' help that lists it]} over every command."""
-    flags = {}
-    seen = set()
-
-    def visit(argv, depth):
-        key = " ".join(argv)
-        if key in seen or depth > 3:
-            return
-        seen.add(key)
-        text = run_help(bin_dir, ["baton", *argv])
-        for flag in help_flags(text):
-            flags.setdefault(flag, []).append("baton " + key)
-        for hint in help_hints(text):
-            visit(hint, depth + 1)
-        if len(argv) == 1:
-            for sub in subcommands(argv[0], text):
-                visit([argv[0], sub], depth + 1)
-
+    """{flag: [the 'baton ...' help that lists it]} over every command. The
+    help texts of one level run at once (a start of baton maps large shared
+    libraries: seconds each on a busy machine)."""
     top = run_help(bin_dir, ["baton"])
     commands = re.search(r"commands:\n((?:  .*\n|\s+.*\n)+)", top + "\n")
     if not commands:
         sys.exit("readme_flags: no 'commands:' block in 'baton --help'")
-    for line in commands.group(1).splitlines():
-        if m := re.match(r"^  ([a-z][a-z0-9-]*)\s", line):
-            visit([m.group(1)], 0)
+    level = [[m.group(1)] for line in commands.group(1).splitlines() if (m := re.match(r"^  ([a-z][a-z0-9-]*)\s", line))]
+    flags = {}
+    seen = set()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(4):  # command, action, and the hints of either
+            level = [argv for argv in level if " ".join(argv) not in seen]
+            seen.update(" ".join(argv) for argv in level)
+            texts = list(pool.map(lambda argv: run_help(bin_dir, ["baton", *argv]), level))
+            next_level = []
+            for argv, text in zip(level, texts):
+                for flag in help_flags(text):
+                    flags.setdefault(flag, []).append("baton " + " ".join(argv))
+                next_level += help_hints(text)
+                if len(argv) == 1:
+                    next_level += [[argv[0], sub] for sub in subcommands(argv[0], text)]
+            level = next_level
     return flags
 
 
