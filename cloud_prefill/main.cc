@@ -193,9 +193,9 @@ absl::Status select_backend(const PrefillConfig& config, PrefillServiceOptions& 
   return absl::OkStatus();
 }
 
-// Flags -> service options; errors are the flag's (an unusable backend, a bad
-// --auth-tokens file).
-absl::StatusOr<PrefillServiceOptions> service_options(const PrefillConfig& config) {
+// Serves until SIGINT / SIGTERM: Health answers while the model loads. Every
+// listener is bound, and the model file checked, before "listening" is printed.
+int run_prefill_service(const PrefillConfig& config) {
   PrefillServiceOptions options;
   options.threads = static_cast<int>(config.threads);
   options.max_running = static_cast<int>(config.max_running);
@@ -206,6 +206,10 @@ absl::StatusOr<PrefillServiceOptions> service_options(const PrefillConfig& confi
                           : config.default_codec == "int4" ? KvCodecConfig::Bits::kInt4
                                                            : KvCodecConfig::Bits::kInt8;
   options.zstd_level = static_cast<int>(config.zstd_level);
+  if (absl::Status backend = select_backend(config, options); !backend.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(backend.message()).c_str());
+    return 1;
+  }
   options.prefix_cache_bytes = config.prefix_cache_bytes;
   options.session_cache_bytes = config.session_cache_bytes;
   options.pack_store_bytes = config.pack_store_bytes;
@@ -215,42 +219,11 @@ absl::StatusOr<PrefillServiceOptions> service_options(const PrefillConfig& confi
   options.memory_limit_bytes = config.memory_limit_bytes > 0 ? config.memory_limit_bytes : physical_memory_bytes() / 2;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
-    if (!auth.ok()) return absl::InvalidArgumentError(absl::StrCat("--auth-tokens: ", auth.status().message()));
+    if (!auth.ok()) {
+      std::fprintf(stderr, "baton-prefill: --auth-tokens: %s\n", std::string(auth.status().message()).c_str());
+      return 2;
+    }
     options.auth = std::move(*auth);
-  }
-  return options;
-}
-
-// Waits for SIGINT / SIGTERM (blocked in main), then drains: no new work,
-// running and queued streams finish, then the server stops.
-void serve_until_signal(const PrefillConfig& config, PrefillService& service, PrefillServer& server,
-                        MetricsHttpServer* metrics_server) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
-               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
-               service.queued());
-  service.begin_drain();
-  const bool idle = service.wait_idle(config.drain_timeout);
-  server.Shutdown(idle ? 1000 : 0);
-  if (metrics_server != nullptr) metrics_server->Stop();
-  std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
-}
-
-// Serves until SIGINT / SIGTERM: Health answers while the model loads. Every
-// listener is bound, and the model file opens, before "listening" is printed.
-int run_prefill_service(const PrefillConfig& config) {
-  absl::StatusOr<PrefillServiceOptions> options = service_options(config);
-  if (options.ok()) {
-    if (absl::Status backend = select_backend(config, *options); !backend.ok()) options = backend;
-  }
-  if (!options.ok()) {
-    std::fprintf(stderr, "baton-prefill: %s\n", std::string(options.status().message()).c_str());
-    return options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   // Mapped and its shapes checked (the weights are read later): a bad file
   // ends the start before anything listens.
@@ -260,10 +233,10 @@ int run_prefill_service(const PrefillConfig& config) {
   }
   MetricsRegistry metrics;
   PrefillMetrics prefill_metrics(metrics);
-  options->metrics = &prefill_metrics;
+  options.metrics = &prefill_metrics;
   PrefillServerOptions server_options;
   server_options.tls = ServerTlsOptions{config.tls_cert_path, config.tls_key_path, config.tls_client_ca_path};
-  PrefillService service(std::move(*options));
+  PrefillService service(std::move(options));
   absl::StatusOr<std::unique_ptr<PrefillServer>> server =
       PrefillServer::Start(config.listen_address, service, server_options);
   if (!server.ok()) {
@@ -292,7 +265,22 @@ int run_prefill_service(const PrefillConfig& config) {
   }
   prefill_metrics.collect_at_scrape(service);
   std::fprintf(stderr, "baton-prefill: READY\n");
-  serve_until_signal(config, service, **server, metrics_server.get());
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
+               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
+               service.queued());
+  // No new work; running and queued streams finish; then the server stops.
+  service.begin_drain();
+  const bool idle = service.wait_idle(config.drain_timeout);
+  (*server)->Shutdown(idle ? 1000 : 0);
+  if (metrics_server) metrics_server->Stop();
+  std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
   return 0;
 }
 

@@ -263,91 +263,11 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   return options;
 }
 
-// The agent's listeners: gRPC (--listen, plus the loopback relay port of the
-// HTTP API), --http and --metrics. All are bound before any says "listening",
-// so a port that is taken ends the start with one line and nothing served.
-struct EdgeListeners {
-  std::unique_ptr<EdgeServer> grpc;
-  std::unique_ptr<HttpFrontEnd> http;
-  std::unique_ptr<MetricsHttpServer> metrics;
-
-  void Stop(int64_t grace_ms) {
-    if (metrics) metrics->Stop();
-    if (http) http->Stop();
-    if (grpc) grpc->Shutdown(grace_ms);
-  }
-};
-
-// --http: the OpenAI-compatible API, relaying to this agent's own gRPC
-// service over its loopback relay port (one code path, two front ends).
-absl::StatusOr<std::unique_ptr<HttpFrontEnd>> start_http(const EdgeConfig& config, const EdgeServiceOptions& options,
-                                                         int relay_port, MetricsRegistry& registry) {
-  HttpFrontEndOptions http_options;
-  http_options.listen = config.http_address;
-  http_options.grpc_target = absl::StrCat("127.0.0.1:", relay_port);
-  http_options.api_keys = options.api_keys;
-  http_options.tls_cert_path = config.tls_cert_path;
-  http_options.tls_key_path = config.tls_key_path;
-  http_options.model_path = config.model_path;
-  http_options.metrics = &registry;
-  http_options.record_generate_metrics = false;  // the service records them
-  absl::StatusOr<std::unique_ptr<HttpFrontEnd>> started = HttpFrontEnd::Start(http_options);
-  if (!started.ok()) return absl::Status(started.status().code(), absl::StrCat("--http: ", started.status().message()));
-  return started;
-}
-
-// Binds every listener; on an error stops what was started and says which.
-absl::StatusOr<EdgeListeners> start_listeners(const EdgeConfig& config, const EdgeServiceOptions& options,
-                                              EdgeService& service, EdgeMetrics& metrics,
-                                              MetricsRegistry& registry) {
-  EdgeListeners listeners;
-  EdgeServerOptions server_options;
-  server_options.tls.cert_path = config.tls_cert_path;
-  server_options.tls.key_path = config.tls_key_path;
-  server_options.loopback_relay_port = !config.http_address.empty();
-  BATON_ASSIGN_OR_RETURN(listeners.grpc, EdgeServer::Start(config.listen_address, service, server_options));
-  if (!config.http_address.empty()) {
-    absl::StatusOr<std::unique_ptr<HttpFrontEnd>> http =
-        start_http(config, options, listeners.grpc->relay_port(), registry);
-    if (!http.ok()) {
-      listeners.Stop(0);
-      return http.status();
-    }
-    listeners.http = std::move(*http);
-  }
-  // --metrics: Prometheus on its own address; each scrape reads Health first.
-  if (!config.metrics_address.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-        MetricsHttpServer::Start(config.metrics_address, registry, [&service, &metrics] {
-          v1::EdgeHealthResponse health;
-          service.fill_health(&health);
-          metrics.record_health(health);
-        });
-    if (!started.ok()) {
-      listeners.Stop(0);
-      return absl::Status(started.status().code(), absl::StrCat("--metrics: ", started.status().message()));
-    }
-    listeners.metrics = std::move(*started);
-  }
-  return listeners;
-}
-
-void announce_listeners(const EdgeConfig& config, const EdgeServiceOptions& options, const EdgeListeners& listeners) {
-  auto host_of = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
-  std::fprintf(stderr, "baton-edge: listening on %s:%d (%s, %s)\n", host_of(config.listen_address).c_str(),
-               listeners.grpc->port(), config.tls_cert_path.empty() ? "plaintext" : "TLS",
-               options.api_keys == nullptr ? "no API keys" : "API keys required");
-  if (listeners.http) {
-    std::fprintf(stderr, "baton-edge: HTTP API on %s:%d\n", host_of(config.http_address).c_str(),
-                 listeners.http->port());
-  }
-  if (listeners.metrics) std::fprintf(stderr, "baton-edge: metrics on port %d\n", listeners.metrics->port());
-}
-
 // Serves until SIGINT / SIGTERM: the listeners start first (Health answers
 // LOADING / WARMING), the model loads on a second thread, and a signal
 // drains the agent and shuts the server down with a grace period for
-// running calls.
+// running calls. "listening" is printed once every listener is bound, so a
+// taken port or a bad model file ends the start with one line.
 int run_edge_agent(const EdgeConfig& config) {
   absl::StatusOr<EdgeServiceOptions> options = service_options(config);
   if (!options.ok()) {
@@ -372,12 +292,61 @@ int run_edge_agent(const EdgeConfig& config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   EdgeService service(*options);
-  absl::StatusOr<EdgeListeners> listeners = start_listeners(config, *options, service, metrics, registry);
-  if (!listeners.ok()) {
-    std::fprintf(stderr, "baton-edge: %s\n", std::string(listeners.status().message()).c_str());
+  EdgeServerOptions server_options;
+  server_options.tls.cert_path = config.tls_cert_path;
+  server_options.tls.key_path = config.tls_key_path;
+  server_options.loopback_relay_port = !config.http_address.empty();
+  absl::StatusOr<std::unique_ptr<EdgeServer>> server =
+      EdgeServer::Start(config.listen_address, service, server_options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "baton-edge: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  announce_listeners(config, *options, *listeners);
+
+  // --http: the OpenAI-compatible API, relaying to this agent's own gRPC
+  // service over its loopback relay port (one code path, two front ends).
+  std::unique_ptr<HttpFrontEnd> http;
+  if (!config.http_address.empty()) {
+    HttpFrontEndOptions http_options;
+    http_options.listen = config.http_address;
+    http_options.grpc_target = absl::StrCat("127.0.0.1:", (*server)->relay_port());
+    http_options.api_keys = options->api_keys;
+    http_options.tls_cert_path = config.tls_cert_path;
+    http_options.tls_key_path = config.tls_key_path;
+    http_options.model_path = config.model_path;
+    http_options.metrics = &registry;
+    http_options.record_generate_metrics = false;  // the service records them
+    absl::StatusOr<std::unique_ptr<HttpFrontEnd>> started = HttpFrontEnd::Start(http_options);
+    if (!started.ok()) {
+      std::fprintf(stderr, "baton-edge: --http: %s\n", std::string(started.status().message()).c_str());
+      (*server)->Shutdown();
+      return 1;
+    }
+    http = std::move(*started);
+  }
+  // --metrics: Prometheus on its own address; each scrape reads Health first.
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(config.metrics_address, registry, [&service, &metrics] {
+          v1::EdgeHealthResponse health;
+          service.fill_health(&health);
+          metrics.record_health(health);
+        });
+    if (!started.ok()) {
+      std::fprintf(stderr, "baton-edge: --metrics: %s\n", std::string(started.status().message()).c_str());
+      if (http) http->Stop();
+      (*server)->Shutdown();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+  }
+  auto host_of = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
+  std::fprintf(stderr, "baton-edge: listening on %s:%d (%s, %s)\n", host_of(config.listen_address).c_str(),
+               (*server)->port(), config.tls_cert_path.empty() ? "plaintext" : "TLS",
+               options->api_keys == nullptr ? "no API keys" : "API keys required");
+  if (http) std::fprintf(stderr, "baton-edge: HTTP API on %s:%d\n", host_of(config.http_address).c_str(), http->port());
+  if (metrics_server) std::fprintf(stderr, "baton-edge: metrics on port %d\n", metrics_server->port());
 
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
@@ -392,9 +361,11 @@ int run_edge_agent(const EdgeConfig& config) {
   sigwait(&signals, &signal_number);
   if (!load_failed) std::fprintf(stderr, "baton-edge: signal %d: draining\n", signal_number);
   service.Drain();
-  listeners->Stop(/*grace_ms=*/5000);
+  if (metrics_server) metrics_server->Stop();
+  if (http) http->Stop();
+  (*server)->Shutdown(/*grace_ms=*/5000);
   loader.join();
-  listeners->grpc.reset();
+  server->reset();
   return load_failed ? 1 : 0;
 }
 
