@@ -89,4 +89,22 @@ grep -q READY "${work}/edge-health.txt" || fail "edge not READY: $(cat "${work}/
 curl -sf "http://127.0.0.1:${http_port}/health" > /dev/null || fail "the first edge's HTTP API stopped serving"
 curl -sf "http://127.0.0.1:${edge_metrics_port}/metrics" > /dev/null || fail "the first edge's metrics stopped"
 curl -sf "http://127.0.0.1:${cloud_metrics_port}/metrics" > /dev/null || fail "the first cloud's metrics stopped"
+
+# The port-alone form the README documents (--http 8080): loopback, on every
+# listening flag of both programs.
+start_server edge-ports-alone '.*listening on 127\.0\.0\.1:\([0-9]*\) .*' \
+  "${bin}/baton-edge" --model "${work}/tiny.gguf" --listen 0 --http 0 --metrics 0 --threads 1 --memory-budget 1GiB
+for _ in $(seq 1 100); do
+  grep -q "metrics on port" "${work}/edge-ports-alone.log" && break
+  sleep 0.1
+done
+alone_http=$(sed -n 's/.*HTTP API on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "${work}/edge-ports-alone.log" | head -1)
+alone_metrics=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "${work}/edge-ports-alone.log" | head -1)
+[[ -n "${alone_http}" && -n "${alone_metrics}" ]] || fail "--http 0 / --metrics 0: not announced on 127.0.0.1"
+"${bin}/baton" health --edge "127.0.0.1:${server_port}" --wait 30s > /dev/null || fail "--listen 0: no Health"
+curl -sf "http://127.0.0.1:${alone_http}/health" > /dev/null || fail "--http 0: not serving on 127.0.0.1"
+curl -sf "http://127.0.0.1:${alone_metrics}/metrics" > /dev/null || fail "--metrics 0: not serving on 127.0.0.1"
+start_server prefill-ports-alone '.*listening on port \([0-9]*\).*' \
+  "${bin}/baton-prefill" --model "${work}/tiny-f16.gguf" --listen 0 --metrics 0 --threads 1
+"${bin}/baton" health --cloud "127.0.0.1:${server_port}" --wait 30s > /dev/null || fail "prefill --listen 0: no Health"
 echo "port taken test: ok"
