@@ -198,11 +198,18 @@ function timeChart(parts, totalMs) {
   return svg;
 }
 
-function addRow(list, field, label, text, value) {
+// A figure as a span the tests (and a reader of the DOM) can find by name.
+function figure(field, text, value) {
+  const span = el('span', 'figure', text);
+  span.dataset.field = field;
+  if (value !== undefined) span.dataset.value = String(value);
+  return span;
+}
+
+function addRow(list, label, ...parts) {
   list.append(el('dt', null, label));
-  const dd = el('dd', null, text);
-  dd.dataset.field = field;
-  if (value !== undefined) dd.dataset.value = String(value);
+  const dd = el('dd');
+  dd.append(...parts);
   list.append(dd);
 }
 
@@ -228,33 +235,30 @@ function renderStats(container, stats, policy, usage) {
   container.append(legend);
 
   const list = el('dl');
-  const split = parts.filter(([field]) => field !== 'decode_ms').map(([, label, ms]) => `${label} ${formatMs(ms)}`);
-  addRow(list, 'ttft_ms', 'time to first token', `${formatMs(stats.ttft_ms)} = ${split.join(' + ')}`, stats.ttft_ms);
-  if (cloudRan) {
-    addRow(list, 'cloud_prefill_ms', 'cloud prefill', formatMs(stats.cloud_prefill_ms), stats.cloud_prefill_ms);
-    addRow(list, 'transfer_ms', 'transfer', formatMs(stats.transfer_ms), stats.transfer_ms);
-    addRow(list, 'ingest_ms', 'ingest', formatMs(stats.ingest_ms), stats.ingest_ms);
+  const split = [];
+  for (const [field, label, ms] of parts) {
+    if (field === 'decode_ms') continue;
+    if (split.length) split.push(' + ');
+    split.push(figure(field, `${label} ${formatMs(ms)}`, ms));
   }
-  addRow(list, 'local_ms', 'local', formatMs(stats.local_ms), stats.local_ms);
+  addRow(list, 'time to first token', figure('ttft_ms', formatMs(stats.ttft_ms), stats.ttft_ms), ' = ', ...split);
   if (stats.kv_wire_bytes > 0 || stats.kv_raw_bytes > 0) {
-    addRow(list, 'kv_bytes', 'KV raw / quantized / wire',
+    addRow(list, 'KV raw / quantized / wire', figure('kv_bytes',
       `${formatBytes(stats.kv_raw_bytes)} / ${formatBytes(stats.kv_quantized_bytes)} / ${formatBytes(stats.kv_wire_bytes)}`,
-      stats.kv_wire_bytes);
+      stats.kv_wire_bytes));
   } else {
-    addRow(list, 'kv_bytes', 'KV transferred', 'none (prefilled here)', 0);
+    addRow(list, 'KV transferred', figure('kv_bytes', 'none (prefilled here)', 0));
   }
-  addRow(list, 'policy', 'policy → prefill', `${policy} → ${stats.prefill}`, stats.prefill);
-  addRow(list, 'plan_reason', 'plan', stats.plan_reason || '(no reason given)');
-  if (stats.fallback_reason) addRow(list, 'fallback_reason', 'fell back', stats.fallback_reason);
-  const tokens = usage
-    ? `prompt ${usage.prompt_tokens}, generated ${usage.completion_tokens}, context ${stats.context_tokens}`
-    : `context ${stats.context_tokens}`;
-  addRow(list, 'tokens', 'tokens', tokens, stats.context_tokens);
-  addRow(list, 'decode_tokens_per_s', 'decode',
-    stats.decode_tokens_per_s > 0 ? `${stats.decode_tokens_per_s.toFixed(1)} tok/s` : 'not measured (one token)',
-    stats.decode_tokens_per_s);
-  addRow(list, 'total_ms', 'total', formatMs(stats.total_ms), stats.total_ms);
-  if (stats.save_error) addRow(list, 'save_error', 'not saved', stats.save_error);
+  addRow(list, 'policy → prefill', figure('policy', `${policy} → ${stats.prefill}`, stats.prefill));
+  addRow(list, 'plan', figure('plan_reason', stats.plan_reason || '(no reason given)'));
+  if (stats.fallback_reason) addRow(list, 'fell back', figure('fallback_reason', stats.fallback_reason));
+  const tokens = usage ? `prompt ${usage.prompt_tokens}, generated ${usage.completion_tokens}, ` : '';
+  addRow(list, 'tokens', figure('tokens', `${tokens}context ${stats.context_tokens}`, stats.context_tokens),
+    ' · decode ', figure('decode_tokens_per_s',
+      stats.decode_tokens_per_s > 0 ? `${stats.decode_tokens_per_s.toFixed(1)} tok/s` : 'not measured (one token)',
+      stats.decode_tokens_per_s),
+    ' · total ', figure('total_ms', formatMs(stats.total_ms), stats.total_ms));
+  if (stats.save_error) addRow(list, 'not saved', figure('save_error', stats.save_error));
   container.append(list);
 }
 
