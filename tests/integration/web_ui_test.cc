@@ -99,7 +99,9 @@ std::set<std::string> listed_sessions(httplib::Client& client, const std::string
   EXPECT_EQ(result->status, 200) << result->body;
   EXPECT_EQ(result->get_header_value("Content-Type"), "application/json");
   const Json body = parse(result->body);
-  EXPECT_EQ(body["object"], "list") << result->body;
+  const bool listed = body.is_object() && body.contains("data") && body["data"].is_array();
+  EXPECT_TRUE(listed && body["object"] == "list") << result->body;
+  if (!listed) return {"(no list)"};
   for (const Json& session : body["data"]) {
     ids.insert(session["id"].get<std::string>());
     EXPECT_GT(session["token_count"].get<int64_t>(), 0) << session;
@@ -173,7 +175,7 @@ TEST(WebUiSessionsTest, RefusesWithoutAKeyAndListsOnlyTheCallersSessions) {
     httplib::Result refused = client->Get("/v1/baton/sessions", bearer(key));
     ASSERT_TRUE(refused);
     EXPECT_EQ(refused->status, 401) << refused->body;
-    EXPECT_EQ(parse(refused->body)["error"]["code"], "invalid_api_key") << refused->body;
+    EXPECT_NE(refused->body.find(R"("code":"invalid_api_key")"), std::string::npos) << refused->body;
     refused = client->Delete("/v1/baton/sessions/web-a", bearer(key));
     ASSERT_TRUE(refused);
     EXPECT_EQ(refused->status, 401) << refused->body;
