@@ -41,6 +41,12 @@ absl::Status to_absl(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+// A small unary call on the agent: the loopback deadline and the caller's key.
+void prepare_unary(grpc::ClientContext& context, const std::string& authorization) {
+  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+}
+
 uint32_t trailing_retry_after_ms(const grpc::ClientContext& context) {
   const auto& trailing = context.GetServerTrailingMetadata();
   auto it = trailing.find(kRetryAfterKey);
@@ -482,8 +488,7 @@ void HttpFrontEnd::Impl::handle_health(httplib::Response& res) {
 grpc::Status HttpFrontEnd::Impl::list_sessions(const std::string& authorization,
                                                v1::ListSessionsResponse* response) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  prepare_unary(context, authorization);
   return stub_->ListSessions(&context, v1::ListSessionsRequest(), response);
 }
 
@@ -500,8 +505,7 @@ void HttpFrontEnd::Impl::handle_delete_session(const httplib::Request& req, http
   std::string authorization;
   if (!authorized(req, res, &authorization)) return;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  prepare_unary(context, authorization);
   v1::DeleteSessionRequest request;
   request.set_session_id(req.matches[1].str());
   v1::DeleteSessionResponse response;
