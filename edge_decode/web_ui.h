@@ -35,7 +35,7 @@ struct WebAsset {
   std::string_view body;
 };
 
-// The page's files, in the order of BATON_WEB_FILES (edge_decode/CMakeLists.txt).
+// The page's files (every .html, .js and .css of edge_decode/web/), by name.
 const std::vector<WebAsset>& web_ui_assets();
 
 // The Content-Security-Policy header of every page file.

@@ -1,9 +1,12 @@
 # Writes OUT, a C++ source holding the web page's files as raw string literals
-# (see edge_decode/web_ui.h). Run at build time by edge_decode/CMakeLists.txt:
-#   cmake -DOUT=web_assets.cc -DFILES=index.html,app.js,app.css -DDIR=... -P embed.cmake
-# A file's path under DIR becomes its URL path ("/" for index.html). The raw
+# (see edge_decode/web_ui.h): every *.html, *.js and *.css file of DIR, sorted
+# by name. Run at build time by edge_decode/CMakeLists.txt and by
+# tests/fuzz/build.sh:
+#   cmake -DOUT=web_assets.cc -DDIR=edge_decode/web -P edge_decode/web/embed.cmake
+# A file's name under DIR becomes its URL path ("/" for index.html). The raw
 # string delimiter must not occur in a file; it is checked here.
-string(REPLACE "," ";" FILES "${FILES}")
+file(GLOB FILES RELATIVE "${DIR}" "${DIR}/*.html" "${DIR}/*.js" "${DIR}/*.css")
+list(SORT FILES)
 set(delimiter "baton_web")
 set(body "// Generated from edge_decode/web/ by edge_decode/web/embed.cmake; do not edit.\n")
 string(APPEND body "#include \"edge_decode/web_ui.h\"\n\nnamespace baton {\n\n")
@@ -25,8 +28,6 @@ foreach(name IN LISTS FILES)
     set(type "text/javascript; charset=utf-8")
   elseif(name MATCHES "\\.css$")
     set(type "text/css; charset=utf-8")
-  elseif(name MATCHES "\\.svg$")
-    set(type "image/svg+xml")
   else()
     message(FATAL_ERROR "no content type known for ${name}")
   endif()
