@@ -27,6 +27,7 @@
 #include "edge_decode/chat_template.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/openai_api.h"
+#include "edge_decode/web_ui.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
@@ -39,6 +40,12 @@ constexpr auto kUnaryTimeout = std::chrono::seconds(5);
 
 absl::Status to_absl(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// A small unary call on the agent: the loopback deadline and the caller's key.
+void prepare_unary(grpc::ClientContext& context, const std::string& authorization) {
+  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
 }
 
 uint32_t trailing_retry_after_ms(const grpc::ClientContext& context) {
@@ -67,10 +74,12 @@ int64_t unix_seconds() {
 
 // A bounded label for the request counter.
 std::string route_label(const std::string& path) {
-  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health"}) {
+  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/",
+                            "/app.js", "/app.css", "/v1/baton/sessions"}) {
     if (path == route) return route;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/v1/baton/sessions/", 0) == 0) return "/v1/baton/sessions/{id}";
   return "other";
 }
 
@@ -108,6 +117,10 @@ class HttpFrontEnd::Impl {
   void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res) const;
   void handle_health(httplib::Response& res);
+  // The web page's session list (web_ui.h): the caller's sessions; DELETE one.
+  void handle_sessions(const httplib::Request& req, httplib::Response& res);
+  void handle_delete_session(const httplib::Request& req, httplib::Response& res);
+  grpc::Status list_sessions(const std::string& authorization, v1::ListSessionsResponse* response);
   absl::StatusOr<v1::GenerateRequest> build_request(const OpenAiRequest& request, const std::string& authorization);
   absl::StatusOr<bool> session_exists(const std::string& session_id, const std::string& authorization);
   grpc::Status health(v1::EdgeHealthResponse* response);
@@ -231,7 +244,7 @@ class HttpFrontEnd::Impl::SseStream {
     }
     if (ended_) {
       if (call_->status().ok()) {
-        out += sse_event(openai_chunk_json(info_, "", call_->stats()->finish_reason()));
+        out += sse_event(openai_final_chunk_json(info_, *call_->stats()));
         if (include_usage_) out += sse_event(openai_usage_chunk_json(info_, *call_->stats()));
       } else {
         out += sse_event(call_->http_error().body);
@@ -355,6 +368,11 @@ absl::Status HttpFrontEnd::Impl::start() {
     handle_generate(OpenAiEndpoint::kChatCompletions, req, res);
   });
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
+  register_web_ui(*server_);
+  server_->Get("/v1/baton/sessions",
+               [this](const httplib::Request& req, httplib::Response& res) { handle_sessions(req, res); });
+  server_->Delete(R"(/v1/baton/sessions/([A-Za-z0-9._-]+))",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_delete_session(req, res); });
 
   const auto& [host, port] = *host_port;
   if (port == 0) {
@@ -463,13 +481,39 @@ void HttpFrontEnd::Impl::handle_health(httplib::Response& res) {
   res.set_content(absl::StrFormat(R"({"status":"%s"})", state_name(health_response.state())), kJson);
 }
 
+grpc::Status HttpFrontEnd::Impl::list_sessions(const std::string& authorization,
+                                               v1::ListSessionsResponse* response) {
+  grpc::ClientContext context;
+  prepare_unary(context, authorization);
+  return stub_->ListSessions(&context, v1::ListSessionsRequest(), response);
+}
+
+void HttpFrontEnd::Impl::handle_sessions(const httplib::Request& req, httplib::Response& res) {
+  std::string authorization;
+  if (!authorized(req, res, &authorization)) return;
+  v1::ListSessionsResponse response;
+  const grpc::Status status = list_sessions(authorization, &response);
+  if (!status.ok()) return send_error(res, to_absl(status));
+  res.set_content(sessions_json(response), kJson);
+}
+
+void HttpFrontEnd::Impl::handle_delete_session(const httplib::Request& req, httplib::Response& res) {
+  std::string authorization;
+  if (!authorized(req, res, &authorization)) return;
+  grpc::ClientContext context;
+  prepare_unary(context, authorization);
+  v1::DeleteSessionRequest request;
+  request.set_session_id(req.matches[1].str());
+  v1::DeleteSessionResponse response;
+  const grpc::Status status = stub_->DeleteSession(&context, request, &response);
+  if (!status.ok()) return send_error(res, to_absl(status));
+  res.set_content(deleted_session_json(request.session_id(), response), kJson);
+}
+
 absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& session_id,
                                                         const std::string& authorization) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   v1::ListSessionsResponse response;
-  const grpc::Status status = stub_->ListSessions(&context, v1::ListSessionsRequest(), &response);
+  const grpc::Status status = list_sessions(authorization, &response);
   if (!status.ok()) return to_absl(status);
   for (const v1::SessionInfo& info : response.sessions()) {
     if (info.session_id() == session_id) return true;

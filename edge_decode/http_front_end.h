@@ -13,8 +13,12 @@
 // Routes:
 //   GET  /v1/models, /v1/models/{id}
 //   POST /v1/completions, /v1/chat/completions   (stream false: one JSON;
-//        stream true: server-sent events "data: {...}\n\n", then "data: [DONE]\n\n")
+//        stream true: server-sent events "data: {...}\n\n", the last with
+//        finish_reason and Baton's figures under "baton", then "data: [DONE]\n\n")
 //   GET  /health    200 {"status": "ok"} when READY; 503 with Retry-After otherwise
+//   GET  /, /app.js, /app.css   the chat page (web_ui.h; no API key needed)
+//   GET  /v1/baton/sessions, DELETE /v1/baton/sessions/{id}   the caller's
+//        sessions (relayed ListSessions / DeleteSession, so only the key's own)
 // Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}:
 // 400 bad JSON / bad field, 401 missing or wrong API key (type
 // invalid_request_error, code invalid_api_key, as OpenAI), 404 unknown model

@@ -97,7 +97,7 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_size("memory-budget", &config.memory_budget_bytes,
                  "device memory for weights, KV and scratch; 0: detect");
   flags.add_string("http", &config.http_address,
-                   "address of the OpenAI-compatible HTTP API; empty: off", "ADDR");
+                   "address of the OpenAI-compatible HTTP API and the chat page at /; empty: off", "ADDR");
   flags.add_string("metrics", &config.metrics_address,
                    "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
   flags.add_string("api-key-file", &config.api_key_path,

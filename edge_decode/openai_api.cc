@@ -249,6 +249,10 @@ Json baton_json(const v1::Stats& stats) {
            {"context_tokens", stats.context_tokens()},
            {"cloud_prefill_ms", stats.cloud_prefill_ms()},
            {"transfer_ms", stats.transfer_ms()},
+           {"ingest_ms", stats.ingest_ms()},
+           {"local_ms", stats.local_ms()},
+           {"kv_raw_bytes", stats.kv_raw_bytes()},
+           {"kv_quantized_bytes", stats.kv_quantized_bytes()},
            {"kv_wire_bytes", stats.kv_wire_bytes()}};
   if (!stats.fallback_reason().empty()) out["fallback_reason"] = stats.fallback_reason();
   if (!stats.session_id().empty()) out["session"] = stats.session_id();
@@ -401,6 +405,12 @@ std::string openai_chunk_json(const OpenAiAnswerInfo& info, std::string_view tex
     choice["delta"] = delta;
   }
   out["choices"] = Json::array({choice});
+  return dump(out);
+}
+
+std::string openai_final_chunk_json(const OpenAiAnswerInfo& info, const v1::Stats& stats) {
+  Json out = Json::parse(openai_chunk_json(info, "", stats.finish_reason()));
+  out["baton"] = baton_json(stats);
   return dump(out);
 }
 

@@ -103,6 +103,10 @@ std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view te
 // adds delta.role = "assistant" (the first chat chunk).
 std::string openai_chunk_json(const OpenAiAnswerInfo& info, std::string_view text,
                               std::optional<v1::FinishReason> finish_reason, bool role = false);
+// The last chunk of a stream: finish_reason (as openai_chunk_json) and
+// Baton's figures under "baton", so a client that does not ask for usage
+// (the web page) still gets the turn's stats.
+std::string openai_final_chunk_json(const OpenAiAnswerInfo& info, const v1::Stats& stats);
 // The usage chunk sent before [DONE] when stream_options.include_usage: empty
 // choices, usage and Baton's figures.
 std::string openai_usage_chunk_json(const OpenAiAnswerInfo& info, const v1::Stats& stats);

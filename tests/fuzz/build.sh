@@ -118,6 +118,10 @@ for src in "${service_sources[@]}"; do
   service_jobs+=("${root}/${src} ${obj}${isa:+ ${isa}}")  # no trailing blank: xargs -L would join lines
 done
 cd - > /dev/null
+# The web page's files (edge_decode/web_ui.h), embedded as edge_decode/CMakeLists.txt does.
+cmake -DOUT="${out}/gen/web_assets.cc" -DDIR="${root}/edge_decode/web" -P "${root}/edge_decode/web/embed.cmake"
+service_objects+=("${out}/obj/svc_web_assets.o")
+service_jobs+=("${out}/gen/web_assets.cc ${out}/obj/svc_web_assets.o")
 # shellcheck disable=SC2207
 service_cflags=($(pkg-config --cflags cpp-httplib))
 printf '%s\n' "${service_jobs[@]}" | xargs -P "${jobs}" -L 1 bash -c \
