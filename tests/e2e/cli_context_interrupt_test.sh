@@ -91,8 +91,8 @@ for try in 1 2 3; do
   generated=$(sed -n 's/^ *generated tokens *\([0-9]*\).*/\1/p' "${work}/int.err")
   [[ -n "${generated}" && ${generated} -ge 1 ]] || fail "no generated tokens in the stats: $(cat "${work}/int.err")"
   "${baton}" sessions ls --edge "${edge}" --json > "${work}/ls.json" || fail "sessions ls"
-  "${python}" - "${work}/ls.json" "${session}" "${generated}" "${bytes_per_token}" <<'EOF' \
-    || fail "the session after Ctrl-C: $(cat "${work}/ls.json"); stats: $(cat "${work}/int.err")"
+  check=0
+  "${python}" - "${work}/ls.json" "${session}" "${generated}" "${bytes_per_token}" <<'EOF' || check=$?
 import json, sys
 listing, session, generated, per_token = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rows = [s for s in listing.get("sessions", []) if s["session_id"] == session]
@@ -100,11 +100,18 @@ assert rows, "the session was dropped"
 row = rows[0]
 tokens = int(row["token_count"])
 # The prompt (about 12 tokens with BOS) and at least the tokens shown (the
-# last sampled one may wait for the next turn); not the whole 900-token answer.
+# last sampled one may wait for the next turn).
 assert tokens >= 10 + generated - 1, (tokens, generated)
-assert tokens < 12 + 900, tokens
 assert int(row["kv_bytes"]) == tokens * per_token, (row["kv_bytes"], tokens, per_token)
+if tokens >= 10 + 900 - 1:
+    sys.exit(3)  # the whole answer: the agent had finished the turn when the cancel came
 EOF
+  if [[ ${check} -eq 3 ]]; then
+    echo "NOTE: try ${try}: the agent had finished the answer when Ctrl-C landed"
+    decided=""
+    continue
+  fi
+  [[ ${check} -eq 0 ]] || fail "the session after Ctrl-C: $(cat "${work}/ls.json"); stats: $(cat "${work}/int.err")"
   # The next turn continues from it.
   "${baton}" generate --edge "${edge}" -p " And" --session "${session}" --max-tokens 4 --json --no-progress \
     > "${work}/next.json" 2> "${work}/next.err" || fail "turn after Ctrl-C: $(cat "${work}/next.err")"
