@@ -83,17 +83,19 @@ void print_stats_table(const std::string& address, const v1::Stats& stats, bool 
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
   if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
   r.add("ttft_ms", "time to first token", stats.ttft_ms(), "ms", 1);
-  r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
-  r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
-  r.add("ingest_ms", "  KV ingest", stats.ingest_ms(), "ms", 1);
-  r.add("local_ms", "  local", stats.local_ms(), "ms", 1);
+  if (!interrupted) {  // the agent's split of it came with its Stats, which an interrupted call lacks
+    r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
+    r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
+    r.add("ingest_ms", "  KV ingest", stats.ingest_ms(), "ms", 1);
+    r.add("local_ms", "  local", stats.local_ms(), "ms", 1);
+  }
   if (stats.kv_raw_bytes() > 0) {
     r.add_text("kv_raw", "KV raw (f16)", format_bytes(stats.kv_raw_bytes()));
     r.add_text("kv_quantized", "KV quantized", format_bytes(stats.kv_quantized_bytes()));
     r.add_text("kv_wire", "KV on the wire", format_bytes(stats.kv_wire_bytes()));
   }
   r.add("decode_tok_per_s", "decode (mean)", stats.decode_tokens_per_s(), "tok/s", 1);
-  r.add_int("prompt_tokens", "prompt tokens", stats.prompt_tokens());
+  if (!interrupted) r.add_int("prompt_tokens", "prompt tokens", stats.prompt_tokens());
   r.add_int("reused_tokens", "reused tokens", stats.plan().reused_tokens());
   r.add_int("generated_tokens", "generated tokens", stats.generated_tokens());
   r.add_int("context_tokens", "context tokens", stats.context_tokens());
