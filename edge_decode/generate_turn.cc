@@ -129,6 +129,11 @@ class GenerateTurn {
   }
   SplitInputs split_inputs(const KvCodecConfig& wire, uint32_t reused, uint32_t to_prefill,
                            uint32_t local_tokens) const;
+  // The client left after `generated` tokens of the answer: the session keeps
+  // the conversation with those tokens and their KV (the client was sent
+  // them), as a completed turn would, and the call still ends `cancelled`.
+  absl::Status keep_interrupted_turn(SessionLease& session, const Sampler& sampler, uint32_t generated,
+                                     absl::Status cancelled);
 
   const EdgeRuntime& rt_;
   const v1::GenerateRequest& request_;
@@ -235,6 +240,18 @@ absl::Status GenerateTurn::local_prefill(std::span<const int32_t> all, int64_t e
   return absl::OkStatus();
 }
 
+absl::Status GenerateTurn::keep_interrupted_turn(SessionLease& session, const Sampler& sampler,
+                                                 uint32_t generated, absl::Status cancelled) {
+  session->last_used_unix_ms = unix_ms_now();
+  session->sampler = sampler.state();
+  if (!request_.session_id().empty()) {
+    BATON_INFO("session %s: the client left after %u generated tokens; the session keeps them (%zu tokens)",
+               request_.session_id().c_str(), generated, session->tokens.size());
+  }
+  (void)session.commit();  // a failed save is logged; the session is kept in memory
+  return cancelled;
+}
+
 absl::Status GenerateTurn::run() {
   // 1. Validate (cheap checks first).
   const std::string& session_id = request_.session_id();
@@ -324,19 +341,21 @@ absl::Status GenerateTurn::run() {
   const int64_t n = static_cast<int64_t>(all.size());
   const uint32_t prompt_token_count = static_cast<uint32_t>(n - static_cast<int64_t>(session.tokens_before()));
 
-  // 4. Memory: the conversation must fit this codec's max context.
+  // 4. Context: the conversation must fit the trained context and this
+  // codec's share of the KV budget (whichever is smaller); max_tokens is
+  // clamped to the room left, with a warning before the first token.
   const CodecCapacityPlan* capacity = rt_.memory.find(store);
   CodecCapacityPlan computed;
   if (capacity == nullptr) {
     computed.codec = store;
     computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store, rt_.geometry));
-    computed.max_context_tokens = static_cast<uint32_t>(std::min<uint64_t>(
-        rt_.memory.kv_budget_bytes / std::max<uint64_t>(1, computed.kv_bytes_per_token),
-        static_cast<uint64_t>(rt_.model->spec().n_ctx_train)));
     capacity = &computed;
   }
-  const int64_t max_context = capacity->max_context_tokens;
-  if (n > max_context) return over_budget_error(rt_.memory, *capacity, static_cast<uint64_t>(n));
+  const ContextLimit limit = context_limit(rt_.memory, *capacity, rt_.model->spec().n_ctx_train);
+  const int64_t max_context = limit.max_tokens();
+  const int64_t held_tokens = static_cast<int64_t>(session.tokens_before());
+  BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens, n - held_tokens));
+  const std::string context_warning = context_overflow_warning(limit, n, max_tokens);
   const int64_t wanted_capacity = std::min<int64_t>(max_context, n + static_cast<int64_t>(max_tokens));
   if (session->kv == nullptr) {
     BATON_ASSIGN_OR_RETURN(session->kv, QuantizedKvCache::Create(rt_.geometry, wanted_capacity, store));
@@ -380,6 +399,12 @@ absl::Status GenerateTurn::run() {
 
   // 6. Prefill [have, n-1).
   v1::Stats stats;
+  if (!context_warning.empty()) {
+    stats.set_context_warning(context_warning);
+    v1::GenerateResponse warning;
+    warning.set_warning(context_warning);
+    BATON_RETURN_IF_ERROR(emit(std::move(warning)));
+  }
   bool prefilled = plan.place == v1::PREFILL_PLACE_REUSED;
   if (plan.place == v1::PREFILL_PLACE_CLOUD) {
     BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
@@ -463,8 +488,21 @@ absl::Status GenerateTurn::run() {
   uint32_t generated = 0;
   Clock::time_point first_token_time{};
   Clock::time_point last_token_time{};
-  while (true) {
-    BATON_RETURN_IF_ERROR(check_alive());
+  // CANCELLED once the client left after its first token: the answer so far
+  // is kept (keep_on_cancel).
+  absl::Status interrupted;
+  auto keep_on_cancel = [&](absl::Status status) {
+    if (!absl::IsCancelled(status) || generated == 0) return status;
+    interrupted = std::move(status);
+    return absl::OkStatus();
+  };
+  if (static_cast<int64_t>(session->tokens.size()) >= max_context) {
+    finish = v1::FINISH_REASON_CONTEXT_FULL;  // no room for a single token
+    first_token_time = Clock::now();
+  }
+  while (finish != v1::FINISH_REASON_CONTEXT_FULL) {
+    BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
+    if (!interrupted.ok()) break;
     const int32_t token = sampler.sample(logits);
     const Clock::time_point now = Clock::now();
     if (generated == 0) first_token_time = now;
@@ -480,7 +518,8 @@ absl::Status GenerateTurn::run() {
     v1::GenerateResponse piece;
     piece.mutable_text()->set_text(stop_matcher.add(decoder.push(token), &stopped));
     piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
-    BATON_RETURN_IF_ERROR(emit(std::move(piece)));
+    BATON_RETURN_IF_ERROR(keep_on_cancel(emit(std::move(piece))));
+    if (!interrupted.ok()) break;
     if (stopped) {
       finish = v1::FINISH_REASON_STOP;
       break;
@@ -489,12 +528,15 @@ absl::Status GenerateTurn::run() {
       finish = v1::FINISH_REASON_LENGTH;
       break;
     }
-    if (kv.size() + 1 > max_context) {
+    // The conversation never grows past the limit (the last sampled token
+    // included: the next turn runs it into the KV).
+    if (static_cast<int64_t>(session->tokens.size()) >= max_context) {
       finish = v1::FINISH_REASON_CONTEXT_FULL;
       break;
     }
     BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, kv, &logits));
   }
+  if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated, interrupted);
   if (finish != v1::FINISH_REASON_STOP) {
     // Bytes the decoder or the stop matcher held back end the text.
     bool stopped = false;

@@ -6,12 +6,18 @@
 // locally (fresh logits), decode with the sampler streaming UTF-8-safe text
 // pieces, and commit the session.
 //
-// A failed or cancelled turn leaves the session exactly as it was (its KV
-// size and tokens are rolled back and it is released unsaved; a new session
-// is abandoned): nothing of a turn the client did not see to its end is
-// kept. Only a completed turn is committed and saved: once its last text
-// is queued for the client, before the Stats (the Generate stream buffers a
-// whole turn, so a client that reads slowly still gets its turn committed).
+// A failed turn, or one cancelled before its first token (during
+// tokenizing, prefill or the KV handoff), leaves the session exactly as it
+// was (its KV size and tokens are rolled back and it is released unsaved; a
+// new session is abandoned). A completed turn is committed and saved once
+// its last text is queued for the client, before the Stats (the Generate
+// stream buffers a whole turn, so a client that reads slowly still gets its
+// turn committed). A turn whose client leaves (cancels) after its first
+// token is committed too, with the answer generated so far: the prompt and
+// those tokens, KV included, so the next turn continues from what the user
+// saw (plus at most the pieces still in flight when the cancel arrived); the
+// call still ends CANCELLED. max_tokens past the context limit
+// (common/engine/context_limit.h) is clamped, with a `warning` event first.
 //
 // max_tokens above EdgeRuntime::max_tokens_cap, more than kMaxStopStrings
 // stop strings or one longer than kMaxStopStringBytes: INVALID_ARGUMENT.

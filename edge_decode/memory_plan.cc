@@ -128,14 +128,27 @@ std::string format_bytes(uint64_t bytes) {
   return absl::StrFormat("%d B", bytes);
 }
 
-absl::Status over_budget_error(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity,
-                               uint64_t needed_tokens) {
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "session needs %d tokens; this device fits %d with codec %s (KV budget %s = limit %s - weights %s - "
-      "scratch %s - headroom %s; %s per token)",
-      needed_tokens, capacity.max_context_tokens, capacity.codec.to_string(), format_bytes(plan.kv_budget_bytes),
-      format_bytes(plan.device_limit_bytes), format_bytes(plan.weights_bytes), format_bytes(plan.scratch_bytes),
-      format_bytes(plan.headroom_bytes), format_bytes(capacity.kv_bytes_per_token)));
+namespace {
+
+// "codec int4-g32 (KV budget 512.0 MiB = limit 4.00 GiB - weights 3.10 GiB -
+// scratch 40.0 MiB - headroom 204.8 MiB; 87.4 KiB per token)".
+std::string budget_words(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity) {
+  return absl::StrFormat(
+      "codec %s (KV budget %s = limit %s - weights %s - scratch %s - headroom %s; %s per token)",
+      capacity.codec.to_string(), format_bytes(plan.kv_budget_bytes), format_bytes(plan.device_limit_bytes),
+      format_bytes(plan.weights_bytes), format_bytes(plan.scratch_bytes), format_bytes(plan.headroom_bytes),
+      format_bytes(capacity.kv_bytes_per_token));
+}
+
+}  // namespace
+
+ContextLimit context_limit(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity, int64_t trained_tokens) {
+  ContextLimit limit;
+  limit.trained_tokens = trained_tokens;
+  const uint64_t fit = capacity.kv_bytes_per_token == 0 ? 0 : plan.kv_budget_bytes / capacity.kv_bytes_per_token;
+  limit.memory_tokens = static_cast<int64_t>(std::min<uint64_t>(fit, uint64_t{1} << 40));
+  limit.memory_detail = budget_words(plan, capacity);
+  return limit;
 }
 
 }  // namespace baton

@@ -3,7 +3,7 @@
 //   kv_budget = device limit - weights - runtime scratch - headroom
 //   max context (per codec) = kv_budget / KV bytes per token, capped at n_ctx_train
 // Reported by Health (v1::MemoryPlan) and `baton plan`; a session beyond its
-// codec's max context is refused with over_budget_error().
+// codec's max context is refused (context_limit() + check_context_fits()).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/engine/context_limit.h"
 #include "common/kv/kv_codec_config.h"
 #include "proto/baton.pb.h"
 
@@ -68,12 +69,11 @@ uint64_t detect_device_memory_bytes();
 // Fills `out` (kv_used_bytes: KV held by sessions now).
 void to_proto(const EdgeMemoryPlan& plan, uint64_t kv_used_bytes, v1::MemoryPlan* out);
 
-// RESOURCE_EXHAUSTED for a session that needs `needed_tokens` of context:
-// "session needs 9000 tokens; this device fits 6144 with codec int4-g32
-// (KV budget 512.0 MiB = limit 4.00 GiB - weights 3.10 GiB - scratch 40.0 MiB
-// - headroom 204.8 MiB; 87.4 KiB per token)".
-absl::Status over_budget_error(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity,
-                               uint64_t needed_tokens);
+// The context limit of a session whose KV is stored as `capacity`'s codec on
+// a model trained on `trained_tokens` positions: the smaller of the trained
+// context and what the KV budget holds (uncapped here, so messages can say
+// which one binds; common/engine/context_limit.h).
+ContextLimit context_limit(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity, int64_t trained_tokens);
 
 // "1.50 GiB", "512.0 MiB", "96 B".
 std::string format_bytes(uint64_t bytes);

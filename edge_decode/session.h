@@ -29,7 +29,8 @@ struct Session {
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
 
-  // Bytes the KV takes in memory (capacity included).
+  // Bytes the KV takes in memory (capacity included; a committed session's
+  // capacity is its size: SessionStore::commit gives the rest back).
   uint64_t kv_bytes() const { return kv ? static_cast<uint64_t>(kv->memory_bytes()) : 0; }
 };
 

@@ -317,6 +317,14 @@ absl::Status SessionStore::commit(std::unique_ptr<Session> session) {
   }
   session->last_used_unix_ms = unix_ms_now();
   if (session->created_unix_ms == 0) session->created_unix_ms = session->last_used_unix_ms;
+  // The room a turn reserved for max_tokens is given back: an idle session
+  // holds (and ListSessions and the budget count) the KV of its tokens only;
+  // the next turn reserves again.
+  if (session->kv != nullptr) {
+    if (absl::Status shrunk = session->kv->shrink_to(session->kv->size()); !shrunk.ok()) {
+      BATON_WARN("session %s: %s", id.c_str(), std::string(shrunk.message()).c_str());
+    }
+  }
   // The entry is busy: this thread alone writes its file.
   absl::Status saved = absl::OkStatus();
   uint64_t file_bytes = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "commands.h"
+#include "common/engine/context_limit.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/model/model.h"
@@ -99,6 +100,19 @@ int generate_command(const Args& args) {
     }
   }
   if (prompt.empty()) return fail("the prompt is empty");
+  // The same limit as the edge agent (common/engine/context_limit.h): a
+  // prompt past the trained context is refused; max_tokens is clamped to the
+  // room left, with a warning before the first token.
+  ContextLimit limit;
+  limit.trained_tokens = s.n_ctx_train;
+  const int64_t prompt_count = static_cast<int64_t>(prompt.size());
+  if (absl::Status fits = check_context_fits(limit, 0, prompt_count); !fits.ok()) {
+    return fail(std::string(fits.message()));
+  }
+  if (const std::string warning = context_overflow_warning(limit, prompt_count, max_tokens); !warning.empty()) {
+    std::fprintf(stderr, "baton generate: warning: %s\n", warning.c_str());
+    max_tokens = generation_room(limit, prompt_count, max_tokens);
+  }
 
   Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
   auto kv = engine.new_f32_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);

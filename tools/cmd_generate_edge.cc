@@ -4,6 +4,7 @@
 // arrives from the cloud; tokens during local prefill); the stats table goes
 // to stderr at the end. --json prints one JSON object (text and stats) to
 // stdout instead, for programs.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -20,12 +21,16 @@
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
+#include "interrupt.h"
 #include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
 
 namespace baton::cli {
 namespace {
+
+// Exit code after Ctrl-C stopped the answer: 128 + SIGINT, as shells expect.
+constexpr int kInterruptedExitCode = 130;
 
 // Takes every "--NAME VALUE" / "--NAME=VALUE" out of `args` (FlagSet keeps
 // only the last value of a repeated flag).
@@ -68,31 +73,96 @@ const char* finish_name(v1::FinishReason reason) {
   }
 }
 
-void print_stats_table(const std::string& address, const v1::Stats& stats) {
-  Report r(absl::StrFormat("stats (edge %s)", address));
+// `interrupted`: Ctrl-C ended the call; the agent sent no Stats, so `stats`
+// holds what this client saw (SeenTurn::interrupted_stats).
+void print_stats_table(const std::string& address, const v1::Stats& stats, bool interrupted = false) {
+  Report r(absl::StrFormat(interrupted ? "stats (edge %s; interrupted: as seen by this client)" : "stats (edge %s)",
+                           address));
   r.add_text("place", "prefill place", std::string(prefill_place_name(stats.plan().place())));
   if (!stats.plan().reason().empty()) r.add_text("reason", "plan reason", stats.plan().reason());
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
   if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
   r.add("ttft_ms", "time to first token", stats.ttft_ms(), "ms", 1);
-  r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
-  r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
-  r.add("ingest_ms", "  KV ingest", stats.ingest_ms(), "ms", 1);
-  r.add("local_ms", "  local", stats.local_ms(), "ms", 1);
+  if (!interrupted) {  // the agent's split of it came with its Stats, which an interrupted call lacks
+    r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
+    r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
+    r.add("ingest_ms", "  KV ingest", stats.ingest_ms(), "ms", 1);
+    r.add("local_ms", "  local", stats.local_ms(), "ms", 1);
+  }
   if (stats.kv_raw_bytes() > 0) {
     r.add_text("kv_raw", "KV raw (f16)", format_bytes(stats.kv_raw_bytes()));
     r.add_text("kv_quantized", "KV quantized", format_bytes(stats.kv_quantized_bytes()));
     r.add_text("kv_wire", "KV on the wire", format_bytes(stats.kv_wire_bytes()));
   }
   r.add("decode_tok_per_s", "decode (mean)", stats.decode_tokens_per_s(), "tok/s", 1);
-  r.add_int("prompt_tokens", "prompt tokens", stats.prompt_tokens());
+  if (!interrupted) r.add_int("prompt_tokens", "prompt tokens", stats.prompt_tokens());
   r.add_int("reused_tokens", "reused tokens", stats.plan().reused_tokens());
   r.add_int("generated_tokens", "generated tokens", stats.generated_tokens());
   r.add_int("context_tokens", "context tokens", stats.context_tokens());
-  r.add_text("finish", "finish", std::string(finish_name(stats.finish_reason())));
+  if (!stats.context_warning().empty()) r.add_text("context_warning", "context", stats.context_warning());
+  r.add_text("finish", "finish",
+             interrupted ? "interrupted (Ctrl-C); the session keeps the answer so far"
+                         : std::string(finish_name(stats.finish_reason())));
   r.add("total_ms", "total", stats.total_ms(), "ms", 1);
   if (!stats.session_id().empty()) r.add_text("session", "session", stats.session_id());
   r.print_table(stderr);
+}
+
+// What the client saw of a call that Ctrl-C ended: the agent's Stats never
+// came, so the times are this client's (request sent -> first text piece ->
+// last one) and the context is the plan's conversation plus the tokens shown.
+struct SeenTurn {
+  RpcClock::time_point sent = RpcClock::now();
+  std::optional<RpcClock::time_point> first_text, last_text;
+  uint32_t generated_tokens = 0;
+  std::optional<v1::Plan> plan;
+  std::string context_warning;
+
+  void saw_text(const v1::TextPiece& piece) {
+    if (piece.token_ids_size() == 0) return;
+    const RpcClock::time_point now = RpcClock::now();
+    if (!first_text) first_text = now;
+    last_text = now;
+    generated_tokens += static_cast<uint32_t>(piece.token_ids_size());
+  }
+  v1::Stats interrupted_stats(const std::string& session_id) const {
+    auto ms = [](RpcClock::time_point a, RpcClock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    v1::Stats stats;
+    if (first_text) stats.set_ttft_ms(ms(sent, *first_text));
+    if (generated_tokens > 1 && *last_text > *first_text) {
+      stats.set_decode_tokens_per_s((generated_tokens - 1) / (ms(*first_text, *last_text) / 1000.0));
+    }
+    stats.set_generated_tokens(generated_tokens);
+    if (plan) {
+      *stats.mutable_plan() = *plan;
+      // The plan covers positions [0, n-1) plus the last prompt token.
+      stats.set_context_tokens(plan->reused_tokens() + plan->prefill_tokens() + 1 + generated_tokens);
+    }
+    stats.set_context_warning(context_warning);
+    stats.set_total_ms(ms(sent, RpcClock::now()));
+    stats.set_session_id(session_id);
+    return stats;
+  }
+};
+
+// Ctrl-C ended the call before its Stats: the stats of what was shown
+// (stderr, or --json on stdout with "interrupted": true); exit code 130
+// (128 + SIGINT), as shells expect of a command stopped by Ctrl-C.
+int report_interrupted(const std::string& address, const std::string& session_id, const SeenTurn& seen, bool json,
+                       const std::string& text, const std::string& token_ids_json) {
+  const v1::Stats stats = seen.interrupted_stats(session_id);
+  if (json) {
+    std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"interrupted\": true, \"stats\": %s}\n",
+                json_escape(text).c_str(), token_ids_json.c_str(), proto_json(stats).c_str());
+  } else {
+    if (seen.generated_tokens == 0) {
+      std::fprintf(stderr, "baton generate: interrupted before the first token; the session is unchanged\n");
+    }
+    print_stats_table(address, stats, /*interrupted=*/true);
+  }
+  return kInterruptedExitCode;
 }
 
 }  // namespace
@@ -108,7 +178,9 @@ int generate_on_edge(const Args& args_in) {
                 "--edge ADDR [-p TEXT | --prompt-file F | --prompt-tokens IDS] [flags]",
                 "Sends the prompt to the edge agent (baton-edge), which prefills it locally or on the cloud "
                 "and decodes; the text is printed as it arrives, the stats at the end (stderr). "
-                "Retries while the agent's model is warming up, within --timeout. Without --edge, "
+                "Retries while the agent's model is warming up, within --timeout. Ctrl-C stops the answer: the "
+                "line ends, the stats of what was shown follow (exit code 130) and the agent keeps the answer "
+                "so far in the session (a second Ctrl-C ends at once). Without --edge, "
                 "'baton generate --model FILE' runs the CPU engine in this process.");
   flags.add_string("edge", &edge, "edge agent address", "ADDR");
   ChannelSecurityOptions security;
@@ -214,8 +286,14 @@ int generate_on_edge(const Args& args_in) {
   if (!target.ok()) return usage_error(std::string(target.status().message()));
 
   ProgressLine progress_line(stderr, !no_progress);
-  request.set_progress(progress_line.enabled());
+  // Progress events always: their Plan gives the stats of an interrupted
+  // call (the line itself is drawn only on a terminal).
+  request.set_progress(true);
   EdgeClient client(*target);
+  // Ctrl-C stops the answer (the agent keeps it in the session); a second
+  // Ctrl-C ends the process at once.
+  InterruptWatch interrupt;
+  SeenTurn seen;
   std::string text;                 // everything generated (for --json)
   std::string token_ids_json;       // "1, 2, 3": the generated token ids (for --json)
   std::optional<v1::Stats> stats;
@@ -226,6 +304,7 @@ int generate_on_edge(const Args& args_in) {
       case v1::GenerateResponse::kText:
         if (!text_started) progress_line.clear();
         text_started = true;
+        seen.saw_text(event.text());
         text += event.text().text();
         for (uint32_t id : event.text().token_ids()) {
           token_ids_json += (token_ids_json.empty() ? "" : ", ") + std::to_string(id);
@@ -247,7 +326,13 @@ int generate_on_edge(const Args& args_in) {
         progress_line.update(format_progress(p, rate));
         break;
       }
+      case v1::GenerateResponse::kWarning:
+        progress_line.clear();
+        seen.context_warning = event.warning();
+        std::fprintf(stderr, "baton generate: warning: %s\n", event.warning().c_str());
+        break;
       case v1::GenerateResponse::kPlan:
+        seen.plan = event.plan();
         if (!text_started) {
           progress_line.update(absl::StrFormat("[plan] prefill %s: %s", prefill_place_name(event.plan().place()),
                                                event.plan().reason()),
@@ -260,10 +345,14 @@ int generate_on_edge(const Args& args_in) {
       default:
         break;
     }
-  });
+  }, &interrupt);
   progress_line.clear();
-  if (!json && text_started) std::fputs("\n", stdout);
+  if (!json && text_started) std::fputs("\n", stdout);  // ends the line, Ctrl-C or not
   std::fflush(stdout);  // the text before the stats table on stderr
+  // A turn that completed before the cancel took effect reports as usual.
+  if (interrupt.interrupted() && !stats) {
+    return report_interrupted(target->address, session_id, seen, json, text, token_ids_json);
+  }
   if (!status.ok()) return fail(client.describe("Generate", status));
   if (!stats) return fail("the edge agent ended Generate without stats");
   if (json) {

@@ -45,8 +45,10 @@ int sessions_ls(EdgeClient& client, bool json) {
     std::printf("no sessions on the edge agent at %s\n", client.target().address.c_str());
     return 0;
   }
-  std::printf("%-24s %8s %10s  %-24s %-16s %-12s %s\n", "SESSION", "TOKENS", "KV", "CODEC", "PACK", "LAST USED",
-              "FLAGS");
+  // KV IN RAM: what the session holds in memory now (its tokens' KV; 0 B
+  // when it is on disk only).
+  std::printf("%-24s %8s %10s  %-24s %-16s %-12s %s\n", "SESSION", "TOKENS", "KV IN RAM", "CODEC", "PACK",
+              "LAST USED", "FLAGS");
   for (const v1::SessionInfo& s : response.sessions()) {
     std::string flags_text;
     if (s.persisted()) flags_text += "persisted ";

@@ -1,5 +1,7 @@
 #include "edge_client.h"
 
+#include <memory>
+#include <mutex>
 #include <utility>
 
 namespace baton::cli {
@@ -57,12 +59,31 @@ grpc::Status EdgeClient::list_packs(v1::ListPacksResponse* response) {
 }
 
 grpc::Status EdgeClient::generate(const v1::GenerateRequest& request,
-                                  const std::function<void(const v1::GenerateResponse&)>& on_event) {
+                                  const std::function<void(const v1::GenerateResponse&)>& on_event,
+                                  InterruptWatch* interrupt) {
   return call_with_retry(
       target_, deadline_after(target_),
       [&](grpc::ClientContext& context, bool* started) {
+        // The watcher thread may run the action after the attempt ended:
+        // it reaches the context only through `live`, cleared under its lock.
+        struct Live {
+          std::mutex mu;
+          grpc::ClientContext* context = nullptr;
+        };
+        auto live = std::make_shared<Live>();
+        live->context = &context;
+        if (interrupt != nullptr) {
+          interrupt->on_interrupt([live] {
+            std::lock_guard<std::mutex> lock(live->mu);
+            if (live->context != nullptr) live->context->TryCancel();
+          });
+        }
         std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub_->Generate(&context, request);
-        return drain_stream(*reader, on_event, started);
+        if (interrupt != nullptr && interrupt->interrupted()) context.TryCancel();  // pressed before the action was set
+        grpc::Status status = drain_stream(*reader, on_event, started);
+        std::lock_guard<std::mutex> lock(live->mu);
+        live->context = nullptr;
+        return status;
       },
       &retries_);
 }

@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "edge_client_rpc.h"
+#include "interrupt.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton::cli {
@@ -30,9 +31,12 @@ class EdgeClient {
   grpc::Status list_packs(v1::ListPacksResponse* response);
 
   // Streams one Generate; `on_event` sees every message in order. Not retried
-  // once the first message has arrived.
+  // once the first message has arrived. With `interrupt`, Ctrl-C cancels the
+  // call (ClientContext::TryCancel: the agent keeps the answer streamed so
+  // far in the session) and the call ends CANCELLED.
   grpc::Status generate(const v1::GenerateRequest& request,
-                        const std::function<void(const v1::GenerateResponse&)>& on_event);
+                        const std::function<void(const v1::GenerateResponse&)>& on_event,
+                        InterruptWatch* interrupt = nullptr);
   grpc::Status pull_pack(const v1::PullPackRequest& request,
                          const std::function<void(const v1::PullPackResponse&)>& on_event);
 

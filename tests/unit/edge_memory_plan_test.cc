@@ -1,6 +1,6 @@
 // The edge memory plan: budget = limit - weights - scratch - headroom, max
 // context = budget / KV bytes per token (capped at n_ctx_train), and the
-// over-budget error carries the numbers.
+// over-budget error carries the numbers (context_limit + check_context_fits).
 #include "edge_decode/memory_plan.h"
 
 #include <gtest/gtest.h>
@@ -82,7 +82,8 @@ TEST(MemoryPlanTest, FindMatchesByStoreConfig) {
 
 TEST(MemoryPlanTest, OverBudgetErrorNamesTokensLimitAndCodec) {
   const EdgeMemoryPlan plan = make_memory_plan(llama_1b_spec(), 700ull << 20, 2ull << 30, {codec("f16")});
-  const absl::Status status = over_budget_error(plan, plan.capacity[0], 90000);
+  const absl::Status status =
+      check_context_fits(context_limit(plan, plan.capacity[0], llama_1b_spec().n_ctx_train), 0, 90000);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   const std::string message(status.message());
   EXPECT_NE(message.find("session needs 90000 tokens"), std::string::npos) << message;

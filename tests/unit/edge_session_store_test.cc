@@ -117,6 +117,12 @@ class SessionStoreTest : public ::testing::Test {
     fs::remove_all(dir_, ignored);
   }
 
+  // What a committed session holds in memory: the KV of its tokens (the
+  // store gives a turn's spare capacity back at commit).
+  static uint64_t held_bytes(const Session& s) {
+    return static_cast<uint64_t>(s.kv->size() * s.kv->bytes_per_token());
+  }
+
   // A session after a turn: `n_tokens` tokens, the KV of all but the last
   // (prefilled by the engine), capacity with room to spare, a sampler that
   // has sampled a few tokens.
@@ -390,7 +396,7 @@ TEST_F(SessionStoreTest, CheckoutIsExclusiveAndReserveGuardsFirstTurns) {
 TEST_F(SessionStoreTest, LruCapEvictsToDiskAndCheckoutReloadsIdentical) {
   auto reference_a = make_session("a", "int4-g16", 30, 1);
   auto reference_b = make_session("b", "int4-g16", 30, 2);
-  const uint64_t one = reference_a->kv_bytes();
+  const uint64_t one = held_bytes(*reference_a);
   // Room for two sessions.
   SessionStore store(options(2 * one + one / 2), fingerprint_, geometry_);
   ASSERT_TRUE(store.open().ok());
@@ -549,12 +555,36 @@ TEST_F(SessionStoreTest, CorruptFileIsDataLossOnCheckoutAndStaysListed) {
   EXPECT_TRUE(store.contains("d"));
 }
 
+// `baton sessions ls` showed the KV of the capacity a turn reserved (an
+// 11-token session: the bytes of ~1015 tokens): the store now gives the spare
+// room back at commit, and lists what the tokens hold.
+TEST_F(SessionStoreTest, CommitGivesBackTheRoomATurnReserved) {
+  SessionStore store(options(), fingerprint_, geometry_);
+  ASSERT_TRUE(store.open().ok());
+  ASSERT_TRUE(store.reserve("room").ok());
+  auto session = make_session("room", "int4-g16", 11);  // KV of 10 tokens, capacity 18
+  ASSERT_GT(session->kv->capacity(), session->kv->size());
+  const uint64_t per_token = static_cast<uint64_t>(session->kv->bytes_per_token());
+  ASSERT_TRUE(store.commit(std::move(session)).ok());
+  const auto listed = store.list();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].token_count, 10u);
+  EXPECT_EQ(listed[0].kv_bytes, 10 * per_token);
+  EXPECT_EQ(store.memory_bytes(), 10 * per_token);
+  // The next turn gets the same KV back and can grow it again.
+  auto again = store.checkout("room");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->kv->capacity(), 10);
+  ASSERT_TRUE((*again)->kv->reserve(40).ok());
+  store.release(std::move(*again));
+}
+
 TEST_F(SessionStoreTest, RemoveFreesMemoryAndFile) {
   SessionStore store(options(), fingerprint_, geometry_);
   ASSERT_TRUE(store.open().ok());
   ASSERT_TRUE(store.reserve("r").ok());
   auto session = make_session("r", "f16", 10);
-  const uint64_t kv_bytes = session->kv_bytes();
+  const uint64_t kv_bytes = held_bytes(*session);
   ASSERT_TRUE(store.commit(std::move(session)).ok());
   const uint64_t file_bytes = fs::file_size(path("r"));
   EXPECT_EQ(store.memory_bytes(), kv_bytes);
@@ -568,7 +598,7 @@ TEST_F(SessionStoreTest, RemoveFreesMemoryAndFile) {
 }
 
 TEST_F(SessionStoreTest, MemoryOnlyStoreKeepsNothingOnDiskAndDropsOverTheCap) {
-  const uint64_t one = make_session("x", "int8-g16", 12)->kv_bytes();
+  const uint64_t one = held_bytes(*make_session("x", "int8-g16", 12));
   SessionStoreOptions o;
   o.max_memory_bytes = one + one / 2;
   SessionStore store(o, fingerprint_, geometry_);
