@@ -15,6 +15,11 @@
 #include "edge_decode/stream_watchdog.h"
 
 namespace baton {
+
+// Wire bytes from which a KV stream measures the link's bandwidth; shorter
+// streams measure the fixed cost of a call instead.
+constexpr uint64_t kMinBandwidthSampleBytes = uint64_t{64} << 10;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -159,13 +164,27 @@ CloudLinkStatus CloudClient::link() const {
   link.rtt_ms = rtt_ms_.value();
   link.bandwidth_bytes_per_s = bandwidth_.value();
   link.wire_bytes_per_quantized_byte = wire_ratio_.value();
+  link.call_overhead_ms = call_overhead_ms_.value();
   return link;
+}
+
+void CloudClient::record_call_overhead(const CloudPrefillResult& result) {
+  const v1::ProducerStats& producer = result.producer;
+  const double compute_ms = producer.queue_ms() + producer.prefill_ms() + producer.encode_ms();
+  if (compute_ms <= 0) return;  // no producer figures: compute and overhead cannot be told apart
+  // Only short streams measure it: in a long one the fixed part hides in the
+  // transfer time, which is also what the bandwidth estimate is made of
+  // (record_transfer takes the long ones), so it would come out near 0.
+  if (result.wire_bytes >= kMinBandwidthSampleBytes) return;
+  const double bandwidth = bandwidth_.value();
+  const double link_ms = bandwidth > 0 ? static_cast<double>(result.wire_bytes) / bandwidth * 1000.0 : 0.0;
+  call_overhead_ms_.add(std::max(0.0, result.total_ms - compute_ms - link_ms));
 }
 
 void CloudClient::record_transfer(uint64_t wire_bytes, uint64_t quantized_bytes, double seconds) {
   if (quantized_bytes > 0) wire_ratio_.add(static_cast<double>(wire_bytes) / static_cast<double>(quantized_bytes));
   // Short transfers say more about latency than about bandwidth.
-  if (wire_bytes >= (64u << 10) && seconds >= 0.001) bandwidth_.add(static_cast<double>(wire_bytes) / seconds);
+  if (wire_bytes >= kMinBandwidthSampleBytes && seconds >= 0.001) bandwidth_.add(static_cast<double>(wire_bytes) / seconds);
 }
 
 absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillRequest& request,
@@ -316,6 +335,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   // The link estimate is what the split policy models: wire bytes over the
   // receive time not hidden behind cloud compute.
   if (have_first_block) record_transfer(result.wire_bytes, result.quantized_bytes, result.transfer_ms / 1000.0);
+  record_call_overhead(result);
   return result;
 }
 

@@ -73,6 +73,11 @@ struct CloudLinkStatus {
   double bandwidth_bytes_per_s = 0;       // moving average over KV transfers; 0 if unknown
   double prefill_tokens_per_s = 0;        // the cloud's reported throughput
   double wire_bytes_per_quantized_byte = 0;  // zstd ratio of recent transfers; 0 if unknown
+  // Fixed cost of one Prefill call, round trip included: moving average over
+  // short streams (under 64 KiB on the wire) of (request sent -> segment
+  // committed) less the cloud's compute and the bytes' time on the link;
+  // 0 until such a call measured it.
+  double call_overhead_ms = 0;
   int64_t checked_unix_ms = 0;            // when Health last answered or failed
   std::string last_error;                 // why the last Health failed
   std::string model_digest;               // the cloud's model fingerprint digest (hex)
@@ -188,6 +193,7 @@ class CloudClient {
   void record_served();
   void poll_loop();
   void record_transfer(uint64_t wire_bytes, uint64_t quantized_bytes, double seconds);
+  void record_call_overhead(const CloudPrefillResult& result);
 
   CloudClientOptions options_;
   CloudSessionKeys session_keys_;
@@ -198,6 +204,7 @@ class CloudClient {
   MovingAverage rtt_ms_;
   MovingAverage bandwidth_;
   MovingAverage wire_ratio_;
+  MovingAverage call_overhead_ms_;
   mutable std::mutex mu_;
   CloudLinkStatus link_;                  // guarded by mu_ (moving averages filled on read)
   std::condition_variable poll_cv_;

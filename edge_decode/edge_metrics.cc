@@ -50,6 +50,12 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
   kv_received_bytes.inc(static_cast<double>(stats.kv_wire_bytes()));
   prompt_tokens.inc(stats.prompt_tokens());
   generated_tokens.inc(stats.generated_tokens());
+  if (stats.cloud_reused_tokens() > 0) {
+    registry
+        .counter("baton_edge_cloud_reused_tokens_total",
+                 "Prompt tokens the cloud served from its pack, prefix or session cache instead of computing them.")
+        .inc(stats.cloud_reused_tokens());
+  }
   registry
       .counter("baton_edge_prefills_total", "Prompts prefilled, by where: local, cloud or reused (nothing to do).",
                {{"place", prefill_place_name(stats.plan().place())}})

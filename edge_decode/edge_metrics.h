@@ -8,6 +8,7 @@
 //   baton_edge_prefills_total{place}              where the prompt was prefilled: local | cloud | reused
 //   baton_edge_kv_received_bytes_total            KV wire bytes received from the cloud
 //   baton_edge_prompt_tokens_total, baton_edge_generated_tokens_total
+//   baton_edge_cloud_reused_tokens_total          prompt tokens the cloud took from its caches
 //   baton_edge_fallbacks_total{reason}            policy auto chose the cloud and fell back;
 //                                                 reason: the failed call's gRPC code ("unavailable")
 //   baton_edge_write_stalls_total                 server streams cancelled because the client stopped

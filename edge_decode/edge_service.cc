@@ -189,6 +189,9 @@ absl::Status EdgeService::load(const std::string& model_path) {
   fingerprint_proto_ = model_fingerprint_to_proto(fingerprint);
   // [info] field: the stored type of the weight matrices ("Q4_0").
   fingerprint_proto_.set_weights_type(absl::AsciiStrToUpper(std::string(ggml_type_name(model->layer(0).wq.type))));
+  // [info] field: the model's one name (GGUF general.name), as logs and the
+  // HTTP API call it; the architecture is its own field.
+  fingerprint_proto_.set_name(model->spec().name);
   runtime_.model = model.get();
   runtime_.tokenizer = tokenizer.get();
   runtime_.engine = engine.get();
@@ -333,6 +336,7 @@ void EdgeService::fill_health(v1::EdgeHealthResponse* response) const {
     link->set_bandwidth_bytes_per_s(status.bandwidth_bytes_per_s);
     link->set_prefill_tokens_per_s(status.prefill_tokens_per_s);
     link->set_checked_unix_ms(status.checked_unix_ms);
+    link->set_call_overhead_ms(status.call_overhead_ms);
   }
   response->set_local_prefill_tokens_per_s(local_prefill_tokens_per_s_.value());
   response->set_decode_tokens_per_s(decode_tokens_per_s_.value());

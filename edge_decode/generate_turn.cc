@@ -184,6 +184,7 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
     in.cloud_prefill_tokens_per_s = link.prefill_tokens_per_s;
     in.link_bytes_per_s = link.bandwidth_bytes_per_s;
     in.link_rtt_ms = link.rtt_ms;
+    in.cloud_call_overhead_ms = link.call_overhead_ms;
     if (wire.zstd_level != 0 && link.wire_bytes_per_quantized_byte > 0) wire_ratio = link.wire_bytes_per_quantized_byte;
   }
   in.wire_bytes_per_token = quantized_per_token * wire_ratio;
@@ -448,6 +449,7 @@ absl::Status GenerateTurn::run() {
                              2);
       stats.set_kv_quantized_bytes(result->quantized_bytes);
       stats.set_kv_wire_bytes(result->wire_bytes);
+      stats.set_cloud_reused_tokens(result->producer.cached_tokens());
     } else {
       BATON_CHECK(kv.size() == have, "a failed KV stream changed the session");
       BATON_RETURN_IF_ERROR(check_alive());
@@ -557,7 +559,9 @@ absl::Status GenerateTurn::run() {
   // 8. Commit, then the final Stats.
   session->last_used_unix_ms = unix_ms_now();
   session->sampler = sampler.state();
-  const uint32_t context_tokens = static_cast<uint32_t>(session->tokens.size());
+  // What the session's KV holds, as ListSessions counts it (the last sampled
+  // token enters the KV at the next turn).
+  const uint32_t context_tokens = static_cast<uint32_t>(kv.size());
   if (absl::Status saved = session.commit(); !saved.ok()) {
     stats.set_save_error(absl::StrCat("the turn is held in memory only (a restart would lose it): ",
                                       absl::StatusCodeToString(saved.code()), ": ", saved.message()));

@@ -294,6 +294,11 @@ absl::Status HttpFrontEnd::Impl::start() {
     chat_format_ = chat_format_from_gguf(*gguf_, *tokenizer_);
   }
   model_name_ = options_.model_name;
+  // The model's one name, as Health and the logs show it (GGUF general.name);
+  // a file without one goes by its file name.
+  if (model_name_.empty() && gguf_ != nullptr && gguf_->find("general.name") != nullptr) {
+    if (absl::StatusOr<std::string> name = gguf_->get_string("general.name"); name.ok()) model_name_ = *name;
+  }
   if (model_name_.empty()) {
     model_name_ =
         options_.model_path.empty() ? "baton" : std::filesystem::path(options_.model_path).stem().string();

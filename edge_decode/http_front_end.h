@@ -53,8 +53,9 @@ struct HttpFrontEndOptions {
   // The model file the agent serves: its tokenizer and chat template build
   // chat prompts. Empty: chat prompts are sent as text in the default layout.
   std::string model_path;
-  // The id /v1/models lists and requests may name; empty: the model file's
-  // stem ("baton-tiny-kjv-f16"), or "baton" without a model file.
+  // The id /v1/models lists and requests may name; empty: the model's GGUF
+  // general.name ("baton-tiny-kjv", as Health shows it), else the file's
+  // stem, or "baton" without a model file.
   std::string model_name;
   // Counts HTTP requests by route and code (and relayed Generates, below);
   // served by the agent's --metrics listener. nullptr: no counting.

@@ -64,6 +64,11 @@ uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens) {
   return activations + quantized_activations + logits;
 }
 
+uint64_t kv_bytes_per_token(const KvCodecConfig& codec, const ModelSpec& spec) {
+  return static_cast<uint64_t>(
+      QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(codec), geometry_of(spec)));
+}
+
 EdgeMemoryPlan make_memory_plan(const ModelSpec& spec, uint64_t weights_bytes, uint64_t device_limit_bytes,
                                 const std::vector<KvCodecConfig>& codecs) {
   EdgeMemoryPlan plan;
@@ -76,11 +81,10 @@ EdgeMemoryPlan make_memory_plan(const ModelSpec& spec, uint64_t weights_bytes, u
       std::max(kMinHeadroomBytes, static_cast<uint64_t>(kHeadroomFraction * static_cast<double>(device_limit_bytes)));
   plan.headroom_bytes = std::min(headroom_rule, left);
   plan.kv_budget_bytes = left - plan.headroom_bytes;
-  const KvGeometry geometry = geometry_of(spec);
   for (const KvCodecConfig& codec : codecs) {
     CodecCapacityPlan entry;
     entry.codec = QuantizedKvCache::store_config_for(codec);
-    entry.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(entry.codec, geometry));
+    entry.kv_bytes_per_token = kv_bytes_per_token(codec, spec);
     const uint64_t tokens = entry.kv_bytes_per_token == 0 ? 0 : plan.kv_budget_bytes / entry.kv_bytes_per_token;
     entry.max_context_tokens =
         static_cast<uint32_t>(std::min<uint64_t>(tokens, static_cast<uint64_t>(std::max(0, spec.n_ctx_train))));
@@ -118,14 +122,6 @@ void to_proto(const EdgeMemoryPlan& plan, uint64_t kv_used_bytes, v1::MemoryPlan
     capacity->set_kv_bytes_per_token(entry.kv_bytes_per_token);
     capacity->set_max_context_tokens(entry.max_context_tokens);
   }
-}
-
-std::string format_bytes(uint64_t bytes) {
-  const double value = static_cast<double>(bytes);
-  if (bytes >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", value / double(uint64_t{1} << 30));
-  if (bytes >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", value / double(uint64_t{1} << 20));
-  if (bytes >= (uint64_t{1} << 10)) return absl::StrFormat("%.1f KiB", value / 1024.0);
-  return absl::StrFormat("%d B", bytes);
 }
 
 namespace {

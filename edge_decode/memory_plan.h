@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "common/engine/context_limit.h"
 #include "common/kv/kv_codec_config.h"
+#include "common/util/format_bytes.h"
 #include "proto/baton.pb.h"
 
 namespace baton {
@@ -51,6 +52,13 @@ struct EdgeMemoryPlan {
 // the sampler's copy).
 uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens = 64);
 
+// KV bytes one token takes on the device with `codec` (all layers, K and V,
+// codes plus the f16 scales and, for INT4, minimums of its groups): the
+// store form of the codec (QuantizedKvCache::store_config_for; no zstd on
+// the device). The one figure Health, `baton plan` and `baton model info`
+// print.
+uint64_t kv_bytes_per_token(const KvCodecConfig& codec, const ModelSpec& spec);
+
 // The plan for `model` under `device_limit_bytes`, one capacity entry per
 // codec in `codecs` (the default first). Max contexts are 0 when weights,
 // scratch and headroom do not fit the limit.
@@ -74,8 +82,5 @@ void to_proto(const EdgeMemoryPlan& plan, uint64_t kv_used_bytes, v1::MemoryPlan
 // context and what the KV budget holds (uncapped here, so messages can say
 // which one binds; common/engine/context_limit.h).
 ContextLimit context_limit(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity, int64_t trained_tokens);
-
-// "1.50 GiB", "512.0 MiB", "96 B".
-std::string format_bytes(uint64_t bytes);
 
 }  // namespace baton

@@ -246,6 +246,7 @@ Json baton_json(const v1::Stats& stats) {
            {"prefill", prefill_place_name(stats.plan().place())},
            {"plan_reason", stats.plan().reason()},
            {"reused_tokens", stats.plan().reused_tokens()},
+           {"cloud_reused_tokens", stats.cloud_reused_tokens()},
            {"context_tokens", stats.context_tokens()},
            {"cloud_prefill_ms", stats.cloud_prefill_ms()},
            {"transfer_ms", stats.transfer_ms()},

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/format_bytes.h"
 
 namespace baton {
 namespace {
@@ -87,14 +88,21 @@ SplitPlan decide_split(const SplitInputs& in) {
   const double cloud_tps = or_assumed(in.cloud_prefill_tokens_per_s, kAssumedCloudPrefillTokensPerS);
   const double bandwidth = or_assumed(in.link_bytes_per_s, kAssumedLinkBytesPerS);
   const double rtt_ms = or_assumed(in.link_rtt_ms, kAssumedLinkRttMs);
+  const double call_ms = in.cloud_call_overhead_ms > 0 ? in.cloud_call_overhead_ms : rtt_ms + kAssumedCloudCallSetupMs;
   const double wire_bytes = tokens * in.wire_bytes_per_token;
   const double compute_ms = tokens / cloud_tps * 1000.0;
   const double transfer_ms = wire_bytes / bandwidth * 1000.0;
-  plan.estimated_cloud_ms = rtt_ms + compute_ms + transfer_ms;
+  plan.estimated_cloud_ms = call_ms + compute_ms + transfer_ms;
+  auto assumed = [](double measured) { return measured > 0 ? "" : ", assumed"; };
+  const std::string call_text =
+      in.cloud_call_overhead_ms > 0
+          ? absl::StrFormat("per-call cost %.0f ms, measured", call_ms)
+          : absl::StrFormat("per-call cost %.0f ms = RTT %.0f ms%s + set-up %.0f ms, assumed", call_ms, rtt_ms,
+                            in.link_rtt_ms > 0 ? "" : " (assumed)", kAssumedCloudCallSetupMs);
   const std::string cloud_text = absl::StrFormat(
-      "cloud %s est. (RTT %.0f ms + %d tokens at %.0f tok/s + %.1f KiB at %.1f MB/s)",
-      seconds_text(plan.estimated_cloud_ms), rtt_ms, in.prefill_tokens, cloud_tps, wire_bytes / 1024.0,
-      bandwidth / 1e6);
+      "cloud %s est. (%s; %d tokens at %.0f tok/s%s; %s at %s%s)", seconds_text(plan.estimated_cloud_ms), call_text,
+      in.prefill_tokens, cloud_tps, assumed(in.cloud_prefill_tokens_per_s),
+      format_bytes(static_cast<uint64_t>(wire_bytes)), format_rate(bandwidth), assumed(in.link_bytes_per_s));
   if (in.policy == PrefillPolicy::kCloud) {
     plan.place = v1::PREFILL_PLACE_CLOUD;
     plan.reason = absl::StrCat("cloud: policy cloud; ", cloud_text, " vs ", local_text);

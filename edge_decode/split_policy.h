@@ -3,9 +3,14 @@
 // computes it). A pure decision from measured figures, so it is unit-tested
 // without servers:
 //   local_ms = prefill_tokens / local prefill tok/s
-//   cloud_ms = RTT + prefill_tokens / cloud prefill tok/s
+//   cloud_ms = per-call cost + prefill_tokens / cloud prefill tok/s
 //            + prefill_tokens * wire bytes per token / link bandwidth
-// Unknown figures (0) take the stated assumptions below. Policy LOCAL never
+// and auto takes the smaller. The per-call cost is what a cloud call costs
+// whatever its length (round trip, stream set-up, header and trailer,
+// verification and commit): measured over earlier cloud calls, else the
+// Health round trip + kAssumedCloudCallSetupMs. So a turn shorter than about
+// per-call cost x local tok/s stays local. Unknown figures (0) take the
+// stated assumptions below, and the reason marks them "assumed". Policy LOCAL never
 // contacts the cloud (privacy); CLOUD always asks it (the caller fails
 // rather than falling back); an unconfigured or unreachable cloud means local.
 #pragma once
@@ -35,6 +40,9 @@ inline constexpr double kAssumedCloudPrefillTokensPerS = 2000.0;  // a modest GP
 inline constexpr double kAssumedLinkBytesPerS = 12.5e6;           // 100 Mbit/s
 inline constexpr double kAssumedLinkRttMs = 50.0;
 inline constexpr double kAssumedLocalPrefillTokensPerS = 50.0;    // a laptop CPU on a 1B model
+// A cloud call's fixed cost beyond the round trip until one is measured:
+// stream set-up, the header, the trailer's verification and the commit.
+inline constexpr double kAssumedCloudCallSetupMs = 50.0;
 
 struct SplitInputs {
   PrefillPolicy policy = PrefillPolicy::kAuto;
@@ -52,6 +60,10 @@ struct SplitInputs {
   double cloud_prefill_tokens_per_s = 0; // the cloud's Health figure; 0: unknown
   double link_bytes_per_s = 0;           // moving average over recent KV transfers; 0: unknown
   double link_rtt_ms = 0;                // moving average of Health round trips; 0: unknown
+  // Fixed cost of one cloud call, round trip included (moving average over
+  // served calls: request to commit less the cloud's compute and the
+  // transfer); 0: unknown (RTT + kAssumedCloudCallSetupMs).
+  double cloud_call_overhead_ms = 0;
   double wire_bytes_per_token = 0;       // the codec's expected wire size per token (all layers, K+V)
 };
 
@@ -61,7 +73,7 @@ struct SplitPlan {
   uint32_t reused_tokens = 0;
   uint32_t prefill_tokens = 0;
   double estimated_local_ms = 0;
-  double estimated_cloud_ms = 0;         // RTT + prefill + transfer; 0 if not estimated
+  double estimated_cloud_ms = 0;         // per-call cost + prefill + transfer; 0 if not estimated
 };
 
 SplitPlan decide_split(const SplitInputs& inputs);

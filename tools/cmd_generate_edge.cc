@@ -25,6 +25,7 @@
 #include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
+#include "turn_stats.h"
 
 namespace baton::cli {
 namespace {
@@ -61,51 +62,6 @@ absl::StatusOr<v1::SplitPolicy> parse_policy(const std::string& name) {
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
   return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
-}
-
-const char* finish_name(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_EOS: return "end of sequence";
-    case v1::FINISH_REASON_STOP: return "stop string";
-    case v1::FINISH_REASON_LENGTH: return "max tokens";
-    case v1::FINISH_REASON_CONTEXT_FULL: return "context full";
-    default: return "unknown";
-  }
-}
-
-// `interrupted`: Ctrl-C ended the call; the agent sent no Stats, so `stats`
-// holds what this client saw (SeenTurn::interrupted_stats).
-void print_stats_table(const std::string& address, const v1::Stats& stats, bool interrupted = false) {
-  Report r(absl::StrFormat(interrupted ? "stats (edge %s; interrupted: as seen by this client)" : "stats (edge %s)",
-                           address));
-  r.add_text("place", "prefill place", std::string(prefill_place_name(stats.plan().place())));
-  if (!stats.plan().reason().empty()) r.add_text("reason", "plan reason", stats.plan().reason());
-  if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
-  if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
-  r.add("ttft_ms", "time to first token", stats.ttft_ms(), "ms", 1);
-  if (!interrupted) {  // the agent's split of it came with its Stats, which an interrupted call lacks
-    r.add("cloud_prefill_ms", "  cloud prefill", stats.cloud_prefill_ms(), "ms", 1);
-    r.add("transfer_ms", "  KV transfer", stats.transfer_ms(), "ms", 1);
-    r.add("ingest_ms", "  KV ingest", stats.ingest_ms(), "ms", 1);
-    r.add("local_ms", "  local", stats.local_ms(), "ms", 1);
-  }
-  if (stats.kv_raw_bytes() > 0) {
-    r.add_text("kv_raw", "KV raw (f16)", format_bytes(stats.kv_raw_bytes()));
-    r.add_text("kv_quantized", "KV quantized", format_bytes(stats.kv_quantized_bytes()));
-    r.add_text("kv_wire", "KV on the wire", format_bytes(stats.kv_wire_bytes()));
-  }
-  r.add("decode_tok_per_s", "decode (mean)", stats.decode_tokens_per_s(), "tok/s", 1);
-  if (!interrupted) r.add_int("prompt_tokens", "prompt tokens", stats.prompt_tokens());
-  r.add_int("reused_tokens", "reused tokens", stats.plan().reused_tokens());
-  r.add_int("generated_tokens", "generated tokens", stats.generated_tokens());
-  r.add_int("context_tokens", "context tokens", stats.context_tokens());
-  if (!stats.context_warning().empty()) r.add_text("context_warning", "context", stats.context_warning());
-  r.add_text("finish", "finish",
-             interrupted ? "interrupted (Ctrl-C); the session keeps the answer so far"
-                         : std::string(finish_name(stats.finish_reason())));
-  r.add("total_ms", "total", stats.total_ms(), "ms", 1);
-  if (!stats.session_id().empty()) r.add_text("session", "session", stats.session_id());
-  r.print_table(stderr);
 }
 
 // What the client saw of a call that Ctrl-C ended: the agent's Stats never
@@ -160,7 +116,7 @@ int report_interrupted(const std::string& address, const std::string& session_id
     if (seen.generated_tokens == 0) {
       std::fprintf(stderr, "baton generate: interrupted before the first token; the session is unchanged\n");
     }
-    print_stats_table(address, stats, /*interrupted=*/true);
+    print_turn_stats(address, stats, stderr, /*interrupted=*/true);
   }
   return kInterruptedExitCode;
 }
@@ -359,7 +315,7 @@ int generate_on_edge(const Args& args_in) {
     std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"retries\": %d, \"stats\": %s}\n",
                 json_escape(text).c_str(), token_ids_json.c_str(), client.retries(), proto_json(*stats).c_str());
   } else {
-    print_stats_table(target->address, *stats);
+    print_turn_stats(target->address, *stats);
   }
   return 0;
 }

@@ -21,10 +21,11 @@ namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{200};
 
-// "baton-tiny-kjv (Q4_0, fingerprint 1151bd48beb93986)"; parts the server
-// left empty are omitted.
+// "baton-tiny-kjv (Q4_0, fingerprint 1151bd48beb93986)": the model's one
+// name (GGUF general.name; the file name where it has none); the
+// architecture is printed as its own row.
 std::string model_text(const v1::ModelFingerprint& model) {
-  std::string text = model.name().empty() ? (model.architecture().empty() ? "-" : model.architecture()) : model.name();
+  std::string text = model.name().empty() ? "-" : model.name();
   text += " (";
   if (!model.weights_type().empty()) text += model.weights_type() + ", ";
   return text + "fingerprint " + short_digest(model.digest()) + ")";
@@ -37,9 +38,10 @@ void print_edge_health(const RpcTarget& target, const v1::EdgeHealthResponse& h)
     r.add_int("retry_after_ms", "retry after", h.retry_after_ms(), "ms");
   }
   r.add_text("model", "model", model_text(h.model()));
+  r.add_text("architecture", "architecture", h.model().architecture());
   r.add_text("backend", "backend", h.backend());
-  r.add("local_prefill_tok_per_s", "local prefill", h.local_prefill_tokens_per_s(), "tok/s", 1);
-  r.add("decode_tok_per_s", "decode", h.decode_tokens_per_s(), "tok/s", 1);
+  r.add_measured("local_prefill_tok_per_s", "local prefill", h.local_prefill_tokens_per_s(), "tok/s");
+  r.add_measured("decode_tok_per_s", "decode", h.decode_tokens_per_s(), "tok/s");
   r.add_text("load", "running / queued", absl::StrFormat("%d / %d", h.running(), h.queued()));
   r.add_int("sessions", "sessions", h.sessions());
   r.add_int("packs", "packs", h.packs());
@@ -50,9 +52,11 @@ void print_edge_health(const RpcTarget& target, const v1::EdgeHealthResponse& h)
   r.add_text("headroom", "  headroom", format_bytes(m.headroom_bytes()));
   r.add_text("kv_budget", "  KV budget", format_bytes(m.kv_budget_bytes()));
   r.add_text("kv_used", "  KV held", format_bytes(m.kv_used_bytes()));
-  for (const v1::CodecCapacity& c : m.capacity()) {
-    r.add_text("capacity", "  max context " + codec_params_name(c.codec()),
-               absl::StrFormat("%d tokens (%d B/token)", c.max_context_tokens(), c.kv_bytes_per_token()));
+  for (int i = 0; i < m.capacity_size(); ++i) {
+    const v1::CodecCapacity& c = m.capacity(i);
+    // The first entry is the agent's default codec (--codec).
+    r.add_text("capacity", "  max context " + codec_params_name(c.codec()) + (i == 0 ? " (default)" : ""),
+               absl::StrFormat("%d tokens (%s/token)", c.max_context_tokens(), format_bytes(c.kv_bytes_per_token())));
   }
   const v1::CloudLink& cloud = h.cloud();
   if (cloud.address().empty()) {
@@ -61,9 +65,10 @@ void print_edge_health(const RpcTarget& target, const v1::EdgeHealthResponse& h)
     r.add_text("cloud", "cloud", absl::StrFormat("%s, %s, %s", cloud.address(),
                                                  cloud.reachable() ? "reachable" : "unreachable",
                                                  serving_state_name(cloud.state())));
-    r.add("cloud_rtt_ms", "  round trip", cloud.rtt_ms(), "ms", 1);
+    r.add_measured("cloud_rtt_ms", "  round trip", cloud.rtt_ms(), "ms");
+    r.add_measured("cloud_call_overhead_ms", "  per-call cost", cloud.call_overhead_ms(), "ms");
     r.add_text("cloud_bandwidth", "  bandwidth", format_rate(cloud.bandwidth_bytes_per_s()));
-    r.add("cloud_prefill_tok_per_s", "  cloud prefill", cloud.prefill_tokens_per_s(), "tok/s", 1);
+    r.add_measured("cloud_prefill_tok_per_s", "  cloud prefill", cloud.prefill_tokens_per_s(), "tok/s");
   }
   r.add_text("version", "version", h.version());
   r.print_table(stdout);
@@ -76,6 +81,7 @@ void print_cloud_health(const RpcTarget& target, const v1::HealthResponse& h) {
     r.add_int("retry_after_ms", "retry after", h.retry_after_ms(), "ms");
   }
   r.add_text("model", "model", model_text(h.model()));
+  r.add_text("architecture", "architecture", h.model().architecture());
   r.add_text("backend", "backend", h.backend());
   std::string codecs;
   for (int codec : h.codecs()) {
@@ -85,7 +91,7 @@ void print_cloud_health(const RpcTarget& target, const v1::HealthResponse& h) {
   }
   r.add_text("codecs", "codecs", codecs);
   r.add_text("load", "running / queued", absl::StrFormat("%d / %d", h.running(), h.queued()));
-  r.add("prefill_tok_per_s", "prefill", h.prefill_tokens_per_s(), "tok/s", 1);
+  r.add_measured("prefill_tok_per_s", "prefill", h.prefill_tokens_per_s(), "tok/s");
   r.add_int("max_context_tokens", "max context", h.max_context_tokens(), "tokens");
   r.add("uptime_s", "uptime", h.uptime_ms() / 1e3, "s", 1);
   r.add_text("version", "version", h.version());

@@ -6,11 +6,14 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "common/gguf/gguf_file.h"
+#include "common/kv/kv_codec_config.h"
+#include "common/kv/quantized_kv_cache.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/model/model_quantize.h"
 #include "common/model/model_synth.h"
 #include "common/util/flags.h"
+#include "edge_decode/memory_plan.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -121,19 +124,20 @@ int info(const Args& args) {
                                              s.rope.freq_base, s.rope.n_rot, s.rope.scaling_type));
   r.add_text("tied_embeddings", "tied embeddings", s.tied_embeddings ? "yes" : "no");
   r.add_int("parameter_count", "parameters", (*model)->parameter_count());
-  r.add_int("weight_bytes", "weight bytes", static_cast<long long>((*model)->weight_bytes()), "B");
+  r.add_bytes("weight_bytes", "weights", (*model)->weight_bytes());
   std::map<std::string, uint64_t> by_type;
   for (const GgufTensorInfo& t : (*model)->file().tensors()) by_type[std::string(ggml_type_name(t.type))] += t.n_bytes;
-  for (const auto& [type, bytes] : by_type) {
-    r.add_int("bytes_" + type, "  bytes in " + type, static_cast<long long>(bytes), "B");
+  for (const auto& [type, bytes] : by_type) r.add_bytes("bytes_" + type, "  in " + type, bytes);
+  // KV per token on the device for the agent's codec of each width (as
+  // `baton plan` and Health count it: codes plus group scales and minimums).
+  const KvGeometry geometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+  for (const auto& [key, bits] : {std::pair{"f16", KvCodecConfig::Bits::kF16},
+                                  std::pair{"int8", KvCodecConfig::Bits::kInt8},
+                                  std::pair{"int4", KvCodecConfig::Bits::kInt4}}) {
+    const KvCodecConfig store = QuantizedKvCache::store_config_for(default_kv_codec_config(bits, geometry));
+    r.add_bytes(std::string("kv_bytes_per_token_") + key, "KV per token " + store.to_string(),
+                kv_bytes_per_token(store, s));
   }
-  // K and V per token over all layers; INT8/INT4 with one fp16 scale per 32 values.
-  const double elements = static_cast<double>(s.kv_elements_per_token());
-  r.add_int("kv_bytes_per_token_f16", "KV bytes/token f16", static_cast<long long>(elements * 2), "B");
-  r.add_int("kv_bytes_per_token_int8", "KV bytes/token int8 (g32)",
-            static_cast<long long>(elements * (1.0 + 2.0 / 32)), "B");
-  r.add_int("kv_bytes_per_token_int4", "KV bytes/token int4 (g32)",
-            static_cast<long long>(elements * (0.5 + 2.0 / 32)), "B");
   r.add_text("fingerprint", "model fingerprint", fingerprint->digest);
   r.add_text("tokenizer_digest", "tokenizer digest", *fingerprint->find("tokenizer_digest"));
   r.add_text("source_weights_digest", "source weights digest", *fingerprint->find("source_weights_digest"));

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -142,6 +143,13 @@ absl::StatusOr<KvSegment> verify_stream(const std::vector<v1::KvStreamMessage>& 
   KvStreamReader reader(expected, KvStreamReaderOptions{});
   for (const v1::KvStreamMessage& message : messages) BATON_RETURN_IF_ERROR(reader.consume(message));
   return reader.commit();
+}
+
+// Bytes of the file at `path`; 0 if it cannot be read.
+uint64_t file_size_or_zero(const std::string& path) {
+  std::error_code error;
+  const uintmax_t bytes = std::filesystem::file_size(path, error);
+  return error ? 0 : static_cast<uint64_t>(bytes);
 }
 
 void print_pack_header(const std::string& path, const v1::KvHeader& header, uint64_t file_bytes) {
@@ -327,9 +335,11 @@ int pack_build(const Args& args) {
   if (!bytes.ok()) return fail(std::string(bytes.status().message()));
   absl::StatusOr<v1::KvHeader> header = read_kv_pack_header(input.out_path);
   if (!header.ok()) return fail(std::string(header.status().message()));
-  std::printf("wrote pack '%s' to %s: %u tokens, codec %s, %s of KV\n", input.pack_id.c_str(),
+  // The pack's size is its file's, in every pack command (build, push,
+  // pull, ls, info); the encoded KV inside it is named as such.
+  std::printf("wrote pack '%s' to %s: %u tokens, codec %s, file %s (encoded KV %s)\n", input.pack_id.c_str(),
               input.out_path.c_str(), header->token_count(), codec_params_name(header->codec()).c_str(),
-              format_bytes(*bytes).c_str());
+              format_bytes(file_size_or_zero(input.out_path)).c_str(), format_bytes(*bytes).c_str());
   return 0;
 }
 
@@ -377,10 +387,11 @@ int pack_push(const Args& args) {
     return writer->Finish();
   });
   if (!status.ok()) return fail(describe_rpc_error(*target, "PutPrefix", status));
-  std::printf("%s pack '%s' on %s: %u tokens, %s stored, prefix %s\n",
+  std::printf("%s pack '%s' on %s: %u tokens, file %s; the cloud holds %s for it (the encoded stream + its "
+              "decoded f32 KV, counted against your quota), prefix %s\n",
               response.already_present() ? "already had" : "stored", response.pack_id().c_str(),
-              target->address.c_str(), response.token_count(), format_bytes(response.stored_bytes()).c_str(),
-              short_digest(response.prefix_digest()).c_str());
+              target->address.c_str(), response.token_count(), format_bytes(file_size_or_zero(path)).c_str(),
+              format_bytes(response.stored_bytes()).c_str(), short_digest(response.prefix_digest()).c_str());
   return 0;
 }
 
@@ -456,7 +467,7 @@ int pack_pull(const Args& args) {
   progress.clear();
   if (!status.ok()) return fail(client.describe("PullPack", status));
   if (!done) return fail("the edge agent ended PullPack without the stored pack");
-  std::printf("pulled pack '%s': %u tokens, %s, kept at %s\n", done->pack_id().c_str(), done->token_count(),
+  std::printf("pulled pack '%s': %u tokens, file %s, kept at %s\n", done->pack_id().c_str(), done->token_count(),
               format_bytes(done->file_bytes()).c_str(), done->path().c_str());
   return 0;
 }

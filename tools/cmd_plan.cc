@@ -63,6 +63,43 @@ absl::StatusOr<double> bytes_per_weight(const std::string& type) {
   return absl::InvalidArgumentError("--weights-type: '" + type + "' is not one of q4_0, q8_0, f16, bf16, f32");
 }
 
+// True when the trained context, not the KV budget, limits this codec.
+bool capped_at_trained_context(const ModelSpec& spec, const EdgeMemoryPlan& plan, const CodecCapacityPlan& c) {
+  return spec.n_ctx_train > 0 && c.max_context_tokens == static_cast<uint32_t>(spec.n_ctx_train) &&
+         c.kv_bytes_per_token * uint64_t(spec.n_ctx_train) <= plan.kv_budget_bytes;
+}
+
+// The codec rows: the wire codec as named, the form the device keeps it in
+// (no zstd; per-channel keys are regrouped per token on the device), KV
+// bytes per token and the max context; then one line per codec saying what
+// its name means. When the trained context limits every codec, that is said
+// once and the rows show the KV of a full context instead.
+void print_codec_table(const ModelSpec& spec, const EdgeMemoryPlan& plan, const std::vector<KvCodecConfig>& codecs,
+                       const KvCodecConfig& agent_default) {
+  bool all_capped = plan.kv_budget_bytes > 0;
+  for (const CodecCapacityPlan& c : plan.capacity) all_capped = all_capped && capped_at_trained_context(spec, plan, c);
+  std::printf("\n  %-26s %-14s %14s %18s\n", "KV codec", "stored as", "KV per token",
+              all_capped ? "KV at max context" : "max context");
+  for (size_t i = 0; i < plan.capacity.size(); ++i) {
+    const CodecCapacityPlan& c = plan.capacity[i];
+    const std::string name = codecs[i].to_string() + (codecs[i] == agent_default ? " *" : "");
+    const std::string last =
+        all_capped ? format_bytes(c.kv_bytes_per_token * uint64_t(spec.n_ctx_train))
+                   : absl::StrFormat("%u tokens%s", c.max_context_tokens,
+                                     capped_at_trained_context(spec, plan, c) ? " (trained context)" : "");
+    std::printf("  %-26s %-14s %14s %18s\n", name.c_str(), c.codec.to_string().c_str(),
+                format_bytes(c.kv_bytes_per_token).c_str(), last.c_str());
+  }
+  if (all_capped) {
+    std::printf("\n  max context: %d tokens with every codec: the model's trained context is the limit, not memory\n",
+                spec.n_ctx_train);
+  }
+  std::printf("\n  * the agent's default codec (baton-edge --codec int4)\n");
+  for (const KvCodecConfig& codec : codecs) {
+    std::printf("  %-26s %s\n", codec.to_string().c_str(), describe_codec(codec).c_str());
+  }
+}
+
 }  // namespace
 
 int plan_command(const Args& args) {
@@ -121,6 +158,9 @@ int plan_command(const Args& args) {
     codecs.push_back(*codec);
   }
   if (codecs.empty()) return usage_error("--codecs: the list is empty");
+  // What baton-edge keeps when --codec is left at its default (int4).
+  const KvCodecConfig agent_default = default_kv_codec_config(
+      KvCodecConfig::Bits::kInt4, KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim});
   const bool detected = memory_bytes == 0;
   if (detected) {
     memory_bytes = detect_device_memory_bytes();
@@ -131,12 +171,11 @@ int plan_command(const Args& args) {
 
   Report r(absl::StrFormat("memory plan: %s on %s%s", spec.name.empty() ? spec.arch : spec.name,
                            format_bytes(memory_bytes), detected ? " (detected)" : ""));
-  auto bytes_text = [](uint64_t bytes) { return absl::StrFormat("%s (%d B)", format_bytes(bytes), bytes); };
-  r.add_text("device_limit", "device memory limit", bytes_text(plan.device_limit_bytes));
-  r.add_text("weights", model ? "weights" : "weights (estimated)", bytes_text(plan.weights_bytes));
-  r.add_text("scratch", "runtime scratch", bytes_text(plan.scratch_bytes));
-  r.add_text("headroom", "headroom", bytes_text(plan.headroom_bytes));
-  r.add_text("kv_budget", "KV budget", bytes_text(plan.kv_budget_bytes));
+  r.add_bytes("device_limit", "device memory limit", plan.device_limit_bytes);
+  r.add_bytes("weights", model ? "weights" : "weights (estimated)", plan.weights_bytes);
+  r.add_bytes("scratch", "runtime scratch", plan.scratch_bytes);
+  r.add_bytes("headroom", "headroom", plan.headroom_bytes);
+  r.add_bytes("kv_budget", "KV budget", plan.kv_budget_bytes);
   r.add_int("n_ctx_train", "trained context", spec.n_ctx_train, "tokens");
   if (json) {
     // The fixed figures, then one entry per codec.
@@ -151,25 +190,18 @@ int plan_command(const Args& args) {
     for (size_t i = 0; i < plan.capacity.size(); ++i) {
       const CodecCapacityPlan& c = plan.capacity[i];
       out += absl::StrFormat(
-          "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d}",
-          i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens);
+          "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d, "
+          "\"limited_by\": \"%s\", \"agent_default\": %s, \"meaning\": \"%s\"}",
+          i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens,
+          capped_at_trained_context(spec, plan, c) ? "trained_context" : "memory",
+          codecs[i] == agent_default ? "true" : "false", json_escape(describe_codec(codecs[i])));
     }
     out += "]}\n";
     std::fputs(out.c_str(), stdout);
     return 0;
   }
   r.print_table(stdout);
-  // The wire codec as named, and the form the device keeps it in (no zstd;
-  // per-channel keys are regrouped per token on the device).
-  std::printf("\n  %-24s %-14s %14s %18s\n", "KV codec", "stored as", "KV bytes/token", "max context");
-  for (size_t i = 0; i < plan.capacity.size(); ++i) {
-    const CodecCapacityPlan& c = plan.capacity[i];
-    const bool capped = spec.n_ctx_train > 0 && c.max_context_tokens == static_cast<uint32_t>(spec.n_ctx_train) &&
-                        c.kv_bytes_per_token * uint64_t(spec.n_ctx_train) < plan.kv_budget_bytes;
-    std::printf("  %-24s %-14s %14llu %11u tokens%s\n", codecs[i].to_string().c_str(), c.codec.to_string().c_str(),
-                static_cast<unsigned long long>(c.kv_bytes_per_token), c.max_context_tokens,
-                capped ? " (trained context)" : "");
-  }
+  print_codec_table(spec, plan, codecs, agent_default);
   if (plan.kv_budget_bytes == 0) {
     std::printf("\n  weights + scratch + headroom do not fit in %s: no room for KV\n",
                 format_bytes(memory_bytes).c_str());

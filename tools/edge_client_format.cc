@@ -1,21 +1,13 @@
 #include "edge_client_format.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
+#include "common/rpc/proto_json.h"
 #include "common/util/sha256.h"
 
 namespace baton::cli {
 
-std::string proto_json(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) return "null";
-  return json;
-}
+std::string proto_json(const google::protobuf::Message& message) { return proto_to_json(message); }
 
 const char* serving_state_name(v1::ServingState state) {
   switch (state) {

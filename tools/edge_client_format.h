@@ -11,7 +11,8 @@
 
 namespace baton::cli {
 
-// The message as JSON (proto field names, every field printed).
+// The message as JSON (proto field names, every field printed, 64-bit
+// integers as numbers, digests in hex: common/rpc/proto_json.h).
 std::string proto_json(const google::protobuf::Message& message);
 
 const char* serving_state_name(v1::ServingState state);  // "READY", "LOADING", ...

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+
 namespace baton::cli {
 
 std::string expand_codec_list(const std::string& pattern, int head_dim) {
@@ -14,6 +16,37 @@ std::string expand_codec_list(const std::string& pattern, int head_dim) {
     list.replace(at, 2, "g" + std::to_string(group));
   }
   return list;
+}
+
+namespace {
+
+// "4-bit codes, f16 scale + minimum per 32 values" for one half (K or V).
+std::string half_text(const KvCodecConfig& codec, bool is_key) {
+  const KvCodecConfig::Bits bits = codec.bits_for(is_key);
+  if (bits == KvCodecConfig::Bits::kF16) return "f16 (lossless up to f16 rounding)";
+  const int group = codec.group_size_for(is_key);
+  const bool per_channel = is_key && codec.key_axis == KvCodecConfig::KeyAxis::kPerChannel;
+  return absl::StrFormat("%s, f16 scale%s per %d %s", bits == KvCodecConfig::Bits::kInt8 ? "8-bit" : "4-bit",
+                         bits == KvCodecConfig::Bits::kInt4 ? " + minimum" : "", group,
+                         per_channel ? "tokens of one channel (KIVI)" : "values");
+}
+
+}  // namespace
+
+std::string describe_codec(const KvCodecConfig& codec) {
+  std::string text;
+  const std::string keys = half_text(codec, true);
+  const std::string values = half_text(codec, false);
+  text = keys == values ? "K and V " + keys : absl::StrFormat("keys %s; values %s", keys, values);
+  if (codec.pre_rope_keys) text += "; keys before RoPE";
+  if (codec.hadamard_keys || codec.hadamard_values) {
+    text += codec.hadamard_keys && codec.hadamard_values ? "; Hadamard-rotated heads"
+            : codec.hadamard_keys                        ? "; Hadamard-rotated key heads"
+                                                         : "; Hadamard-rotated value heads";
+  }
+  text += codec.zstd_level != 0 ? absl::StrFormat("; zstd level %d on the wire", codec.zstd_level)
+                                : "; not compressed";
+  return text;
 }
 
 }  // namespace baton::cli

@@ -35,22 +35,6 @@ void ProgressLine::clear() {
   drawn_ = false;
 }
 
-std::string format_bytes(uint64_t bytes) {
-  if (bytes < 1024) return absl::StrFormat("%d B", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes) / 1024.0;
-  int unit = 0;
-  while (value >= 1024.0 && unit < 3) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return absl::StrFormat("%.1f %s", value, units[unit]);
-}
-
-std::string format_rate(double bytes_per_s) {
-  return format_bytes(static_cast<uint64_t>(bytes_per_s > 0 ? bytes_per_s : 0)) + "/s";
-}
-
 const char* phase_name(v1::Phase phase) {
   switch (phase) {
     case v1::PHASE_TOKENIZING: return "tokenizing";

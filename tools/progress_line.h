@@ -1,7 +1,7 @@
 // ProgressLine: a one-line status on a terminal, redrawn in place ("\r" and
 // erase-to-end-of-line) and cleared before other output goes to the same
 // terminal. Off when the stream is not a terminal, so logs and pipes never see
-// it. Formatting helpers for the figures it shows live here too.
+// it. The text of a progress event is formatted here too.
 #pragma once
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/util/format_bytes.h"
 #include "proto/baton.pb.h"
 
 namespace baton::cli {
@@ -34,10 +35,8 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
-// 1536 -> "1.5 KiB"; plain bytes below 1 KiB.
-std::string format_bytes(uint64_t bytes);
-// Bytes per second -> "12.3 MiB/s".
-std::string format_rate(double bytes_per_s);
+// Byte counts and rates: baton::format_bytes / format_rate
+// (common/util/format_bytes.h), the one formatter of every program.
 // The text of a Generate / PullPack progress event: the phase, then for KV
 // "layers 3/22  1.2 MiB of 4.0 MiB  12.3 MiB/s", for local prefill "tokens
 // 300/800". `kv_rate_bytes_per_s` is the client's measured rate (0: omitted).

@@ -3,17 +3,31 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "common/util/format_bytes.h"
 
 namespace baton::cli {
 
 void Report::add(std::string key, std::string label, double value, std::string unit, int precision) {
-  rows_.push_back({std::move(key), std::move(label), std::move(unit), value, precision});
+  rows_.push_back({std::move(key), std::move(label), std::move(unit), value, precision, ""});
 }
 void Report::add_int(std::string key, std::string label, long long value, std::string unit) {
-  rows_.push_back({std::move(key), std::move(label), std::move(unit), value, 0});
+  rows_.push_back({std::move(key), std::move(label), std::move(unit), value, 0, ""});
 }
 void Report::add_text(std::string key, std::string label, std::string value) {
-  rows_.push_back({std::move(key), std::move(label), "", std::move(value), 0});
+  rows_.push_back({std::move(key), std::move(label), "", std::move(value), 0, ""});
+}
+
+void Report::add_bytes(std::string key, std::string label, uint64_t bytes) {
+  rows_.push_back({std::move(key), std::move(label), "", static_cast<long long>(bytes), 0,
+                   bytes < 1024 ? format_bytes(bytes) : absl::StrFormat("%s (%d B)", format_bytes(bytes), bytes)});
+}
+
+void Report::add_measured(std::string key, std::string label, double value, std::string unit, int precision) {
+  if (value > 0) {
+    add(std::move(key), std::move(label), value, std::move(unit), precision);
+  } else {
+    rows_.push_back({std::move(key), std::move(label), "", std::monostate{}, 0, ""});
+  }
 }
 
 std::string json_escape(const std::string& s) {
@@ -41,12 +55,16 @@ void Report::print_table(std::FILE* out) const {
   std::fprintf(out, "%s\n", title_.c_str());
   for (const Row& r : rows_) {
     std::string value;
-    if (const double* d = std::get_if<double>(&r.value)) {
+    if (!r.table_text.empty()) {
+      value = r.table_text;
+    } else if (const double* d = std::get_if<double>(&r.value)) {
       value = absl::StrFormat("%.*f", r.precision, *d);
     } else if (const long long* i = std::get_if<long long>(&r.value)) {
       value = absl::StrFormat("%d", *i);
+    } else if (const std::string* text = std::get_if<std::string>(&r.value)) {
+      value = *text;
     } else {
-      value = std::get<std::string>(r.value);
+      value = kNotMeasuredYet;
     }
     std::fprintf(out, "  %-*s  %s%s%s\n", static_cast<int>(width), r.label.c_str(), value.c_str(),
                  r.unit.empty() ? "" : " ", r.unit.c_str());
@@ -63,8 +81,10 @@ void Report::print_json(std::FILE* out) const {
       json += std::isfinite(*d) ? absl::StrFormat("%.6g", *d) : "null";
     } else if (const long long* v = std::get_if<long long>(&r.value)) {
       json += absl::StrFormat("%d", *v);
+    } else if (const std::string* text = std::get_if<std::string>(&r.value)) {
+      json += "\"" + json_escape(*text) + "\"";
     } else {
-      json += "\"" + json_escape(std::get<std::string>(r.value)) + "\"";
+      json += "null";
     }
   }
   json += "}";

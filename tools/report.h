@@ -2,6 +2,7 @@
 // --json one JSON object holding the same figures under snake_case keys.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <variant>
@@ -26,6 +27,12 @@ class Report {
   void add(std::string key, std::string label, double value, std::string unit = "", int precision = 2);
   void add_int(std::string key, std::string label, long long value, std::string unit = "");
   void add_text(std::string key, std::string label, std::string value);
+  // A size: "3.6 MiB (3812352 B)" ("480 B" below 1 KiB) in the table, the
+  // integer in JSON.
+  void add_bytes(std::string key, std::string label, uint64_t bytes);
+  // A figure that is 0 until measured (a speed, a round trip): the value, or
+  // "not measured yet" in the table and null in JSON when `value` <= 0.
+  void add_measured(std::string key, std::string label, double value, std::string unit, int precision = 1);
 
   void print_table(std::FILE* out) const;
   void print_json(std::FILE* out) const;
@@ -34,8 +41,9 @@ class Report {
  private:
   struct Row {
     std::string key, label, unit;
-    std::variant<double, long long, std::string> value;
+    std::variant<double, long long, std::string, std::monostate> value;  // monostate: not measured
     int precision = 2;
+    std::string table_text;  // when set, the table shows this instead of the value
   };
   std::string title_;
   std::vector<Row> rows_;

@@ -74,8 +74,14 @@ head -c 2400 "${src}/deploy/models/baton-tiny-kjv.heldout.txt" > "${work}/prompt
 "${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 24 --seed 7 \
   > "${work}/auto.txt" 2> "${work}/auto.err" || fail "generate (auto): $(cat "${work}/auto.err")"
 [[ -n "$(tr -d '[:space:]' < "${work}/auto.txt")" ]] || fail "generate (auto) printed no text"
-for label in "time to first token" "cloud prefill" "KV transfer" "decode (mean)" "prefill place" "prompt tokens"; do
+for label in "time to first token" "decode (mean)" "prefill place" "prompt tokens"; do
   grep -q "${label}" "${work}/auto.err" || fail "stats table lacks '${label}': $(cat "${work}/auto.err")"
+done
+# The cloud's rows appear on a turn the cloud prefilled (and only there: numbers_test.sh).
+"${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 2 --policy cloud \
+  > /dev/null 2> "${work}/cloud-table.err" || fail "generate (cloud): $(cat "${work}/cloud-table.err")"
+for label in "cloud prefill" "KV transfer" "KV on the wire" "reused tokens (cloud cache)"; do
+  grep -q "${label}" "${work}/cloud-table.err" || fail "cloud turn's stats lack '${label}': $(cat "${work}/cloud-table.err")"
 done
 
 # The progress line is for terminals only: none in a pipe, and under a

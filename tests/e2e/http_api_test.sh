@@ -37,10 +37,10 @@ for _ in $(seq 1 300); do
 done
 [[ "${code}" == 200 ]] || fail "/health never answered 200 (last ${code})"
 
-# /v1/models lists the served model (the file's stem).
+# /v1/models lists the served model by its one name (GGUF general.name, as Health shows it).
 curl -sf "${base}/v1/models" -o "${work}/models.json" || fail "GET /v1/models"
 model=$(json_get "${work}/models.json" "d['data'][0]['id']")
-[[ "${model}" == tiny ]] || fail "model id '${model}', expected 'tiny'"
+[[ "${model}" == baton-synth-tiny ]] || fail "model id '${model}', expected 'baton-synth-tiny'"
 
 # Completion: the same text as the gRPC Generate for the same seed.
 prompt="the quick brown fox"

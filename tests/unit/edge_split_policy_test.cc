@@ -29,7 +29,9 @@ TEST(SplitPolicyTest, AutoOffloadsALongPromptWhenTheCloudIsFaster) {
   const SplitPlan plan = decide_split(long_prompt());
   EXPECT_EQ(plan.place, v1::PREFILL_PLACE_CLOUD);
   EXPECT_DOUBLE_EQ(plan.estimated_local_ms, 8000.0 / 80.0 * 1000.0);
-  const double expected_cloud = 20.0 + 8000.0 / 10000.0 * 1000.0 + 8000.0 * 30 * 1024 / 100e6 * 1000.0;
+  // Per-call cost (RTT 20 ms + the assumed set-up) + compute + transfer.
+  const double expected_cloud =
+      20.0 + kAssumedCloudCallSetupMs + 8000.0 / 10000.0 * 1000.0 + 8000.0 * 30 * 1024 / 100e6 * 1000.0;
   EXPECT_NEAR(plan.estimated_cloud_ms, expected_cloud, 1e-6);
   EXPECT_EQ(plan.reused_tokens, 100u);
   EXPECT_EQ(plan.prefill_tokens, 8000u);
@@ -102,7 +104,7 @@ TEST(SplitPolicyTest, UnknownFiguresUseTheStatedAssumptions) {
   const SplitPlan plan = decide_split(in);
   EXPECT_DOUBLE_EQ(plan.estimated_local_ms, 1000.0 / kAssumedLocalPrefillTokensPerS * 1000.0);
   EXPECT_NEAR(plan.estimated_cloud_ms,
-              kAssumedLinkRttMs + 1000.0 / kAssumedCloudPrefillTokensPerS * 1000.0 +
+              kAssumedLinkRttMs + kAssumedCloudCallSetupMs + 1000.0 / kAssumedCloudPrefillTokensPerS * 1000.0 +
                   1e6 / kAssumedLinkBytesPerS * 1000.0,
               1e-6);
   EXPECT_NE(plan.reason.find("assumed"), std::string::npos) << plan.reason;
