@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -33,6 +34,10 @@ class EdgeClient {
   // once the first message has arrived.
   grpc::Status generate(const v1::GenerateRequest& request,
                         const std::function<void(const v1::GenerateResponse&)>& on_event);
+  // Cancels the Generate in flight (ClientContext::TryCancel), from any
+  // thread (a Ctrl-C watcher); a call that has not started yet is cancelled
+  // as it starts. The call then ends with CANCELLED.
+  void cancel_generate();
   grpc::Status pull_pack(const v1::PullPackRequest& request,
                          const std::function<void(const v1::PullPackResponse&)>& on_event);
 
@@ -46,6 +51,9 @@ class EdgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Edge::Stub> stub_;
   int retries_ = 0;
+  std::mutex generate_mutex_;                       // guards the two below
+  grpc::ClientContext* generate_context_ = nullptr; // the Generate attempt in flight
+  bool generate_cancelled_ = false;
 };
 
 }  // namespace baton::cli
