@@ -55,7 +55,7 @@ struct ChatFlags {
   std::string session;
   std::string system;
   GenerationFlags generation;
-  std::string policy_name = "auto";
+  std::string policy_name;
   std::chrono::milliseconds timeout{300'000};
   ChannelSecurityOptions security;
   int64_t threads = 2;
@@ -83,7 +83,8 @@ std::unique_ptr<FlagSet> chat_flag_set(ChatFlags* out) {
   flags.add_section("sampling (both modes, the same defaults as 'baton generate')");
   add_generation_flags(flags, &out->generation);
   flags.add_section("edge agent only (without --model)");
-  flags.add_string("policy", &out->policy_name, "where to prefill: auto, local or cloud", "NAME");
+  flags.add_string("policy", &out->policy_name,
+                   "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
   flags.add_duration("timeout", &out->timeout, "deadline of one answer, warm-up retries included");
   add_edge_channel_flags(flags, &out->security);
   flags.add_section("CPU engine only (--model)");
@@ -376,6 +377,7 @@ int usage_error(const std::string& message) {
 }
 
 absl::StatusOr<v1::SplitPolicy> chat_policy(const std::string& name) {
+  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
   if (name == "auto") return v1::SPLIT_POLICY_AUTO;
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;

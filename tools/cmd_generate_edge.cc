@@ -53,6 +53,7 @@ absl::StatusOr<std::vector<std::string>> take_repeated_flag(Args& args, const st
 }
 
 absl::StatusOr<v1::SplitPolicy> parse_policy(const std::string& name) {
+  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
   if (name == "auto") return v1::SPLIT_POLICY_AUTO;
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;

@@ -53,7 +53,8 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   flags.add_section("edge agent only (without --model)");
   flags.add_string("session", &out->session_id, "session id: continue it or create it (kept afterwards)", "ID");
   flags.add_string("pack", &out->pack_id, "prefix pack that starts a new session", "ID");
-  flags.add_string("policy", &out->policy_name, "where to prefill: auto, local or cloud", "NAME");
+  flags.add_string("policy", &out->policy_name,
+                   "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
   flags.add_string("codec", &out->codec_name,
                    "KV codec (f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3); unset: the agent's "
                    "--codec",

@@ -26,7 +26,7 @@ struct GenerateFlags {
   GenerationFlags generation;
   bool json = false;
   // --edge only
-  std::string session_id, pack_id, policy_name = "auto", codec_name;
+  std::string session_id, pack_id, policy_name, codec_name;
   std::string stop_help;  // --stop is repeatable: collected before parsing; listed for --help
   bool no_progress = false;
   std::chrono::milliseconds timeout{300'000};

@@ -20,7 +20,8 @@ void add_generation_flags(FlagSet& flags, GenerationFlags* out) {
   flags.add_double("min-p", &out->min_p, "drop tokens below min-p x the most likely one's p; 0 = off");
   flags.add_double("repeat-penalty", &out->repeat_penalty, "repetition penalty (llama.cpp rule); 1 = off");
   flags.add_int64("repeat-last-n", &out->repeat_last_n, "tokens the repetition penalty looks back over");
-  flags.add_int64("seed", &out->seed, "sampling seed (same seed, prompt and flags = same text); unset: random");
+  flags.add_int64("seed", &out->seed, "sampling seed (same seed, prompt and flags = same text)");
+  flags.set_default_text("seed", "random");
 }
 
 absl::Status check_generation_flags(const GenerationFlags& g) {

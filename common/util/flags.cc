@@ -377,6 +377,12 @@ void FlagSet::add_duration(std::string_view name, std::chrono::milliseconds* tar
   add(name, Kind::kDuration, target, help, "DURATION");
 }
 
+void FlagSet::set_default_text(std::string_view name, std::string_view text) {
+  Flag* flag = find(name);
+  BATON_CHECK(flag != nullptr, "set_default_text() of an unregistered flag");
+  flag->default_text = std::string(text);
+}
+
 void FlagSet::add_section(std::string_view title) { sections_.emplace_back(flags_.size(), std::string(title)); }
 
 void FlagSet::require(std::string_view name) {
@@ -652,7 +658,15 @@ std::string FlagSet::usage() const {
     }
     rows.push_back(std::move(row));
   }
-  rows.push_back({"--help", "show this help and exit", ""});
+  // --help goes with the flags before the first section (those apply to all).
+  size_t help_at = rows.size();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].section.empty()) {
+      help_at = i;
+      break;
+    }
+  }
+  rows.insert(rows.begin() + static_cast<ptrdiff_t>(help_at), Row{"--help", "show this help and exit", ""});
 
   constexpr size_t kMaxLeftWidth = 28;
   size_t left_width = 0;

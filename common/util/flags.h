@@ -54,6 +54,9 @@ class FlagSet {
   void add_duration(std::string_view name, std::chrono::milliseconds* target,
                     std::string_view help);
 
+  // Shows `text` as the flag's default in --help instead of its value (a
+  // default that is decided later, e.g. "random" for a seed).
+  void set_default_text(std::string_view name, std::string_view text);
   // Starts a titled group in --help: the flags added after it are listed
   // under "TITLE:" (e.g. flags that apply to one mode of a command).
   void add_section(std::string_view title);

@@ -484,6 +484,30 @@ TEST(ClosestNameTest, PicksTheNearestWithinATypoDistance) {
   EXPECT_EQ(closest_name("", names), std::nullopt);
 }
 
+TEST(FlagSectionsTest, SectionsGroupFlagsAndDefaultTextReplacesTheValue) {
+  FlagSet flags("prog", "", "");
+  std::string edge = "127.0.0.1:7071";
+  int64_t seed = 0;
+  int64_t threads = 2;
+  flags.add_string("edge", &edge, "agent", "ADDR");
+  flags.add_section("sampling");
+  flags.add_int64("seed", &seed, "sampling seed");
+  flags.set_default_text("seed", "random");
+  flags.add_section("local only");
+  flags.add_int64("threads", &threads, "threads");
+  const std::string usage = flags.usage();
+  EXPECT_THAT(usage, HasSubstr("sampling seed (default: random)"));
+  const size_t help = usage.find("--help");
+  const size_t sampling = usage.find("\nsampling:\n");
+  const size_t local = usage.find("\nlocal only:\n");
+  ASSERT_NE(sampling, std::string::npos);
+  ASSERT_NE(local, std::string::npos);
+  EXPECT_LT(help, sampling);  // --help stays with the flags of every mode
+  EXPECT_LT(sampling, usage.find("--seed"));
+  EXPECT_LT(usage.find("--seed"), local);
+  EXPECT_LT(local, usage.find("--threads"));
+}
+
 TEST(NegativeBoolFlagTest, NoNameRendersAndParsesAsWritten) {
   FlagSet flags("prog", "", "");
   bool no_progress = false;
