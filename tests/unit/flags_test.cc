@@ -479,6 +479,7 @@ TEST(ClosestNameTest, PicksTheNearestWithinATypoDistance) {
   const std::vector<std::string> names = {"decode", "prefill", "prefill-service", "split", "load"};
   EXPECT_EQ(closest_name("prefil", names), "prefill");
   EXPECT_EQ(closest_name("splt", names), "split");
+  EXPECT_EQ(closest_name("laod", names), "load");  // a swap of neighbours is one edit
   EXPECT_EQ(closest_name("prefill-serv", names), "prefill-service");
   EXPECT_EQ(closest_name("xyz", names), std::nullopt);
   EXPECT_EQ(closest_name("", names), std::nullopt);
