@@ -127,5 +127,4 @@ rc=0
 [[ ${rc} -eq 1 ]] || fail "--edge at the HTTP port: exit ${rc}"
 grep -qF "127.0.0.1:${http_port} answers HTTP/1.1: that is the edge's --http port; --edge takes its gRPC --listen address" \
   "${work}/at-http.err" || fail "--edge at the HTTP port: $(cat "${work}/at-http.err")"
-[[ -n "${KEEP_CHAT_OUTPUT:-}" ]] && cp "${work}"/chat.* "${KEEP_CHAT_OUTPUT}"/
 echo "cli chat: ok"
