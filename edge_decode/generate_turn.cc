@@ -18,6 +18,7 @@
 #include "common/util/clock.h"
 #include "common/util/fp16.h"
 #include "common/util/log.h"
+#include "edge_decode/chat_turn.h"
 #include "edge_decode/session_lease.h"
 #include "edge_decode/stop_matcher.h"
 
@@ -108,7 +109,8 @@ class GenerateTurn {
     if (fill) fill(p);
     return emit(std::move(response));
   }
-  absl::StatusOr<std::vector<int32_t>> prompt_tokens(bool first_turn_without_pack) const;
+  // `stops` gains what a chat template needs (GenerateRequest.chat).
+  absl::StatusOr<std::vector<int32_t>> prompt_tokens(bool is_new, bool with_pack, std::vector<std::string>* stops) const;
   // Computes positions [store.size(), end) of `all` into the store;
   // positions [0, keep) are never recomputed (a prefix pack).
   absl::Status local_prefill(std::span<const int32_t> all, int64_t end, int64_t keep, QuantizedKvCache& store);
@@ -140,9 +142,16 @@ class GenerateTurn {
   const TurnIo& io_;
 };
 
-absl::StatusOr<std::vector<int32_t>> GenerateTurn::prompt_tokens(bool first_turn_without_pack) const {
+absl::StatusOr<std::vector<int32_t>> GenerateTurn::prompt_tokens(bool is_new, bool with_pack,
+                                                                 std::vector<std::string>* stops) const {
+  const bool first_turn_without_pack = is_new && !with_pack;
   std::vector<int32_t> tokens;
-  if (request_.prompt_case() == v1::GenerateRequest::kText) {
+  if (request_.prompt_case() == v1::GenerateRequest::kChat) {
+    BATON_ASSIGN_OR_RETURN(ChatTurnTokens chat, chat_turn_tokens(rt_.model->file(), *rt_.tokenizer, request_.chat(),
+                                                                 /*continuing=*/!is_new, first_turn_without_pack));
+    tokens = std::move(chat.tokens);
+    stops->insert(stops->end(), chat.stops.begin(), chat.stops.end());
+  } else if (request_.prompt_case() == v1::GenerateRequest::kText) {
     EncodeOptions options;
     // BOS starts a conversation: the model's rule on a first turn without a
     // pack (a pack's tokens carry their own start), never on later turns.
@@ -277,7 +286,7 @@ absl::Status GenerateTurn::run() {
         "max_tokens = %u is over this agent's cap of %u tokens per request (--max-tokens-cap)", max_tokens,
         rt_.max_tokens_cap));
   }
-  const std::vector<std::string> stops(request_.stop().begin(), request_.stop().end());
+  std::vector<std::string> stops(request_.stop().begin(), request_.stop().end());
   BATON_RETURN_IF_ERROR(check_stop_strings(stops, "stop"));
   const PrefillPolicy policy = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
   if (policy == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
@@ -330,7 +339,7 @@ absl::Status GenerateTurn::run() {
     BATON_ASSIGN_OR_RETURN(PackSummary found, rt_.packs->find(request_.pack_id()));
     pack = std::move(found);
   }
-  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(is_new && !pack.has_value()));
+  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(is_new, pack.has_value(), &stops));
   if (pack.has_value()) {
     // The pack starts the conversation: a prompt that begins with its tokens
     // is taken as is, any other prompt follows them.

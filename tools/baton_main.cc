@@ -38,14 +38,15 @@ constexpr char kUsage[] =
     "Baton splits LLM inference between a cloud prefill service and an edge agent.\n"
     "\n"
     "commands:\n"
-    "  generate   generate text: --edge ADDR through the edge agent, --model FILE with the CPU engine here\n"
+    "  generate   generate text: through the edge agent (--edge ADDR, default $BATON_EDGE or 127.0.0.1:7071),\n"
+    "             or --model FILE with the CPU engine here\n"
+    "  chat       interactive multi-turn chat with the edge agent (or --model FILE here)\n"
     "  health     state of an edge agent (--edge ADDR) or the cloud service (--cloud ADDR)\n"
     "  sessions   sessions an edge agent holds: ls, rm\n"
     "  pack       prefix packs: build, push (cloud), pull and ls (edge), info\n"
     "  plan       edge memory plan: max context per KV codec on a memory budget\n"
     "  model      model tools: synth, quantize, info\n"
-    "  bench      benchmarks: decode, prefill, prefill-service, prefill-cuda, split, kv-codec, kv-quality,\n"
-    "             perplexity, fidelity (--json for scripts)\n"
+    "  bench      benchmarks ('baton bench --help' lists every one; --json for scripts)\n"
     "\n"
     "Run 'baton COMMAND --help' for the flags of a command; 'baton --version' for the build.\n";
 
@@ -71,11 +72,9 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   Args args(argv + 2, argv + argc);
   if (command == "model") return model_command(args);
-  if (command == "bench" && !args.empty() && args[0] == "prefill-cuda") {
-    return bench_prefill_cuda(Args(args.begin() + 1, args.end()));
-  }
   if (command == "bench") return bench_command(args);
   if (command == "generate") return generate_command(args);
+  if (command == "chat") return chat_command(args);
   if (command == "health") return health_command(args);
   if (command == "sessions") return sessions_command(args);
   if (command == "pack") return pack_command(args);

@@ -397,37 +397,61 @@ int perplexity(const Args& args) {
 
 }  // namespace
 
+namespace {
+
+// Every bench, in the order `baton bench --help` lists them. The help text
+// and the dispatch both come from this one table, so none can be missing.
+struct Bench {
+  const char* name;
+  int (*run)(const Args& args);
+  const char* what;
+};
+constexpr Bench kBenches[] = {
+    {"decode", decode, "decode tok/s and bytes/s read, beside the memory read bandwidth"},
+    {"prefill", prefill, "local prefill tok/s (--local: the edge's batched Q4_0 prefill)"},
+    {"prefill-service", bench_prefill_service,
+     "baton-prefill on loopback: time to first KV block vs total, tok/s, prefix-cache speedup"},
+    {"prefill-cuda", bench_prefill_cuda,
+     "the CUDA prefill backend: tok/s, TFLOP/s, fraction of the H200's BF16 peak (needs a GPU)"},
+    {"split", bench_split, "when the split pays: TTFT local vs cloud + link per WAN profile, crossover, plot"},
+    {"load", bench_load,
+     "N clients x M sessions x T turns against one edge: errors by status, TTFT p50/p99, memory high-water, "
+     "nothing lost"},
+    {"kv-codec", bench_kv_codec, "KV bytes per token, encode/decode MB/s and error per codec variant"},
+    {"kv-quality", bench_kv_quality, "perplexity / KL / greedy agreement of each KV codec against F16 KV"},
+    {"perplexity", perplexity, "held-out perplexity of a model over a text or id file"},
+    {"fidelity", bench_fidelity,
+     "perplexity / KL vs the F16 model of the edge's Q4_0 alone and split with the cloud"},
+};
+
+std::string bench_usage() {
+  std::string names, lines;
+  for (const Bench& bench : kBenches) {
+    names += (names.empty() ? "" : "|") + std::string(bench.name);
+    lines += absl::StrFormat("  %-16s %s\n", bench.name, bench.what);
+  }
+  return absl::StrFormat("usage: baton bench %s ... [--json]\n%s"
+                         "Run 'baton bench NAME --help' for the flags of one.\n",
+                         names, lines);
+}
+
+}  // namespace
+
 int bench_command(const Args& args) {
-  const char* usage =
-      "usage: baton bench decode|prefill|prefill-service|prefill-cuda|split|load|kv-codec|kv-quality|perplexity|"
-      "fidelity"
-      " ... [--json]\n"
-      "  decode   decode tok/s and bytes/s read, beside the memory read bandwidth\n"
-      "  prefill  local prefill tok/s (--local: the edge's batched Q4_0 prefill)\n"
-      "  prefill-service  baton-prefill on loopback: time to first KV block vs total, tok/s, prefix-cache speedup\n"
-      "  prefill-cuda  the CUDA prefill backend: tok/s, TFLOP/s, fraction of the H200's BF16 peak (needs a GPU)\n"
-      "  split    when the split pays: TTFT local vs cloud + link per WAN profile, crossover, plot\n"
-      "  load     N clients x M sessions x T turns against one edge: errors by status, TTFT p50/p99, memory\n"
-      "           high-water, nothing lost\n"
-      "  kv-codec KV bytes per token, encode/decode MB/s and error per codec variant\n"
-      "  kv-quality  perplexity / KL / greedy agreement of each KV codec against F16 KV\n"
-      "  perplexity  held-out perplexity of a model over a text or id file\n"
-      "  fidelity    perplexity / KL vs the F16 model of the edge's Q4_0 alone and split with the cloud\n";
+  const std::string usage = bench_usage();
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(usage, args.empty() ? stderr : stdout);
+    std::fputs(usage.c_str(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const Args rest(args.begin() + 1, args.end());
-  if (args[0] == "decode") return decode(rest);
-  if (args[0] == "prefill") return prefill(rest);
-  if (args[0] == "kv-codec") return bench_kv_codec(rest);
-  if (args[0] == "prefill-service") return bench_prefill_service(rest);
-  if (args[0] == "kv-quality") return bench_kv_quality(rest);
-  if (args[0] == "perplexity") return perplexity(rest);
-  if (args[0] == "fidelity") return bench_fidelity(rest);
-  if (args[0] == "split") return bench_split(rest);
-  if (args[0] == "load") return bench_load(rest);
-  std::fprintf(stderr, "baton bench: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
+  std::vector<std::string> names;
+  for (const Bench& bench : kBenches) {
+    if (args[0] == bench.name) return bench.run(rest);
+    names.push_back(bench.name);
+  }
+  const std::optional<std::string> near = closest_name(args[0], names);
+  std::fprintf(stderr, "baton bench: unknown bench '%s'%s\n%s", args[0].c_str(),
+               near ? ("; did you mean '" + *near + "'?").c_str() : "", usage.c_str());
   return 2;
 }
 

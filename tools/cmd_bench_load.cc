@@ -44,6 +44,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli_defaults.h"
 #include "commands.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
@@ -435,7 +436,7 @@ int bench_load(const Args& args) {
       "sampled every 100 ms). Then checks that nothing was lost: every session that completed all its turns is "
       "listed by the agent with the KV token count those turns imply (exit 1 otherwise). A session stops at its "
       "first failed turn.");
-  flags.add_string("edge", &c.edge, "edge agent address", "ADDR");
+  add_edge_address_flag(flags, &c.edge);
   add_edge_channel_flags(flags, &c.security);
   flags.add_string("token-file", &c.security.token_path, "the same as --api-key-file", "FILE");
   flags.add_int64("clients", &c.clients, "concurrent clients");
@@ -455,7 +456,6 @@ int bench_load(const Args& args) {
   flags.add_int64("seed", &c.seed, "seed of the prompts and of sampling");
   flags.add_string("session-prefix", &c.session_prefix, "session ids are PREFIX-cC-sS; none may exist yet", "STR");
   flags.add_bool("json", &c.json, "print one JSON object");
-  flags.require("edge");
   if (auto code = parse_flags(flags, args)) return *code;
   auto usage_error = [](const std::string& message) {
     std::fprintf(stderr, "baton bench load: %s\n(see --help)\n", message.c_str());

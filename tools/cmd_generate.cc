@@ -1,8 +1,8 @@
 // baton generate: runs the CPU engine on a local model and streams the
 // generated text with the stats at the end. Prompts are text (tokenized with
 // the model's own tokenizer), token ids, or synthetic tokens for speed runs.
-// With --edge ADDR the command is a client of the edge agent instead
-// (cmd_generate_edge.cc).
+// Without --model the command is a client of the edge agent instead
+// (cmd_generate_edge.cc); generate_flags.h has the flags of both modes.
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -21,6 +21,7 @@
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/flags.h"
+#include "generate_flags.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -31,55 +32,44 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int generate_command(const Args& args) {
-  for (const std::string& arg : args) {
-    if (arg == "--") break;
-    if (arg == "--edge" || arg.rfind("--edge=", 0) == 0) return generate_on_edge(args);
-  }
-  std::string model_path, prompt_text, prompt_file, prompt_tokens_text;
-  int64_t prompt_len = 256, max_tokens = 32, threads = 2, seed = 0, top_k = 40;
-  double temperature = 0.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
-  bool json = false;
-  bool ignore_eos = false;
-  FlagSet flags("baton generate",
-                "--model FILE [-p TEXT | --prompt-file F | --prompt-tokens IDS | --prompt-len N] [flags]",
-                "Generates text from a prompt with the CPU engine on a local model, printing it as "
-                "it is produced, then the stats. Without a prompt, a synthetic prompt of "
-                "--prompt-len random tokens is used (speed runs). "
-                "'baton generate --edge ADDR ...' sends the prompt to an edge agent instead "
-                "(see 'baton generate --edge ADDR --help').");
-  flags.add_string("model", &model_path, "GGUF model file", "FILE");
-  flags.add_string("prompt", &prompt_text, "prompt text (also -p)", "TEXT");
-  flags.add_string("prompt-file", &prompt_file, "read the prompt text from a file", "FILE");
-  flags.add_string("prompt-tokens", &prompt_tokens_text, "prompt as comma-separated token ids", "IDS");
-  flags.add_int64("prompt-len", &prompt_len, "synthetic prompt length when no prompt is given");
-  flags.add_bool("ignore-eos", &ignore_eos, "keep generating past end-of-sequence tokens");
-  flags.add_int64("max-tokens", &max_tokens, "tokens to generate");
-  flags.add_int64("threads", &threads, "worker threads");
-  flags.add_double("temperature", &temperature, "0 = greedy");
-  flags.add_int64("top-k", &top_k, "top-k cut (0 = off)");
-  flags.add_double("top-p", &top_p, "nucleus cut (1 = off)");
-  flags.add_double("min-p", &min_p, "min-p cut (0 = off)");
-  flags.add_double("repeat-penalty", &repeat_penalty, "repetition penalty (1 = off)");
-  flags.add_int64("seed", &seed, "sampling seed");
-  flags.add_bool("json", &json, "print the stats as one JSON object");
-  flags.require("model");
+  if (!generate_runs_locally(args)) return generate_on_edge(args);
+  GenerateFlags f;
+  std::unique_ptr<FlagSet> flag_set = generate_flag_set(&f);
+  FlagSet& flags = *flag_set;
+  const std::string& model_path = f.model;
+  std::string& prompt_text = f.prompt_text;
+  const std::string& prompt_tokens_text = f.prompt_tokens;
+  const int64_t& prompt_len = f.prompt_len;
+  const int64_t& max_tokens = f.generation.max_tokens;
+  const int64_t& threads = f.threads;
+  const bool& ignore_eos = f.ignore_eos;
+  const bool& json = f.json;
   Args expanded = args;
   for (std::string& arg : expanded) {
     if (arg == "-p") arg = "--prompt";
   }
   if (auto code = parse_flags(flags, expanded)) return *code;
+  auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "baton generate: %s\n(see --help)\n", message.c_str());
+    return 2;
+  };
+  if (std::optional<std::string> wrong = other_mode_flag(flags, /*local=*/true)) return usage_error(*wrong);
+  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
+  if (!prompt_text.empty() + !f.prompt_file.empty() + !prompt_tokens_text.empty() > 1) {
+    return usage_error("give at most one of -p TEXT, --prompt-file F, --prompt-tokens IDS");
+  }
+  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) return usage_error(std::string(st.message()));
+  const SamplingParams sampling = local_sampling(f.generation, flags);
 
   auto model = Model::Load(model_path);
   if (!model.ok()) return fail(std::string(model.status().message()));
   const ModelSpec& s = (*model)->spec();
   auto tokenizer = Tokenizer::FromGguf((*model)->file());
   if (!tokenizer.ok()) return fail("the model's tokenizer: " + std::string(tokenizer.status().message()));
-  if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file, std::ios::binary);
-    if (!in) return fail("cannot read --prompt-file " + prompt_file);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    prompt_text = buffer.str();
+  if (!f.prompt_file.empty()) {
+    absl::StatusOr<std::string> text = read_prompt_file(f.prompt_file);
+    if (!text.ok()) return fail(std::string(text.status().message()));
+    prompt_text = *text;
   }
 
   std::vector<int32_t> prompt;
@@ -92,7 +82,8 @@ int generate_command(const Args& args) {
       prompt.push_back(id);
     }
   } else {
-    Rng rng(static_cast<uint64_t>(seed) + 1);
+    // Synthetic prompts stay the same run to run (speed comparisons): --seed, else 0.
+    Rng rng(static_cast<uint64_t>(f.generation.seed) + 1);
     // Ids past the specials and byte tokens of a llama vocabulary.
     const int first = s.n_vocab > 512 ? 259 : 0;
     for (int64_t i = 0; i < prompt_len; ++i) {
@@ -116,9 +107,7 @@ int generate_command(const Args& args) {
 
   Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
   auto kv = engine.new_f32_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
-  Sampler sampler(SamplingParams{static_cast<float>(temperature), static_cast<int>(top_k),
-                                 static_cast<float>(top_p), static_cast<float>(min_p),
-                                 static_cast<float>(repeat_penalty), 64, static_cast<uint64_t>(seed)});
+  Sampler sampler(sampling);
   for (int32_t t : prompt) sampler.accept(t);
 
   std::vector<float> logits;
@@ -143,13 +132,13 @@ int generate_command(const Args& args) {
   std::fputs(detokenizer.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  Report r(absl::StrFormat("stats (%s, local CPU engine, %d threads)", s.name, threads));
-  r.add_int("prompt_tokens", "prompt tokens", static_cast<long long>(prompt.size()));
-  r.add_int("generated_tokens", "generated tokens", generated);
-  r.add("ttft_ms", "time to first token", secs(start, first_token_time) * 1e3, "ms", 1);
-  r.add("prefill_tok_per_s", "prefill", prompt.size() / secs(start, prefill_done), "tok/s");
-  r.add("decode_tok_per_s", "decode (mean)", generated > 1 ? (generated - 1) / secs(first_token_time, end) : 0.0,
-        "tok/s");
+  LocalTurnFigures figures;
+  figures.prompt_tokens = static_cast<int64_t>(prompt.size());
+  figures.generated_tokens = generated;
+  figures.ttft_ms = secs(start, first_token_time) * 1e3;
+  figures.prefill_s = secs(start, prefill_done);
+  figures.decode_s = secs(first_token_time, end);
+  Report r = local_stats_report(s.name, threads, figures);
   r.print(json);
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "edge_client.h"
 #include "edge_client_format.h"
 #include "interrupt.h"
+#include "generate_flags.h"
 #include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
@@ -58,6 +59,7 @@ absl::StatusOr<std::vector<std::string>> take_repeated_flag(Args& args, const st
 }
 
 absl::StatusOr<v1::SplitPolicy> parse_policy(const std::string& name) {
+  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
   if (name == "auto") return v1::SPLIT_POLICY_AUTO;
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
@@ -124,47 +126,21 @@ int report_interrupted(const std::string& address, const std::string& session_id
 }  // namespace
 
 int generate_on_edge(const Args& args_in) {
-  std::string edge, prompt_text, prompt_file, prompt_tokens_text, session_id, pack_id, policy_name = "auto";
-  std::string codec_name;
-  int64_t max_tokens = 0, top_k = 0, seed = 0, repetition_last_n = 0;
-  double temperature = 0.8, top_p = 0.0, min_p = 0.0, repeat_penalty = 0.0;
-  bool json = false, no_progress = false;
-  std::chrono::milliseconds timeout{300'000};
-  FlagSet flags("baton generate",
-                "--edge ADDR [-p TEXT | --prompt-file F | --prompt-tokens IDS] [flags]",
-                "Sends the prompt to the edge agent (baton-edge), which prefills it locally or on the cloud "
-                "and decodes; the text is printed as it arrives, the stats at the end (stderr). "
-                "Retries while the agent's model is warming up, within --timeout. Ctrl-C stops the answer: the "
-                "line ends, the stats of what was shown follow (exit code 130) and the agent keeps the answer "
-                "so far in the session (a second Ctrl-C ends at once). Without --edge, "
-                "'baton generate --model FILE' runs the CPU engine in this process.");
-  flags.add_string("edge", &edge, "edge agent address", "ADDR");
-  ChannelSecurityOptions security;
-  add_edge_channel_flags(flags, &security);
-  flags.add_string("prompt", &prompt_text, "prompt text (also -p)", "TEXT");
-  flags.add_string("prompt-file", &prompt_file, "read the prompt text from a file", "FILE");
-  flags.add_string("prompt-tokens", &prompt_tokens_text, "prompt as comma-separated token ids", "IDS");
-  flags.add_string("session", &session_id, "session id: continue it or create it (kept afterwards)", "ID");
-  flags.add_string("pack", &pack_id, "prefix pack that starts a new session", "ID");
-  flags.add_string("policy", &policy_name, "where to prefill: auto, local or cloud", "NAME");
-  flags.add_int64("max-tokens", &max_tokens, "tokens to generate; 0: the agent's default");
-  flags.add_double("temperature", &temperature, "0 = greedy; unset: the agent's default");
-  flags.add_double("top-p", &top_p, "nucleus mass (0 or 1 = off)");
-  flags.add_int64("top-k", &top_k, "top-k cut (0 = off)");
-  flags.add_double("min-p", &min_p, "min-p cut (0 = off)");
-  flags.add_double("repeat-penalty", &repeat_penalty, "repetition penalty (0 or 1 = off)");
-  flags.add_int64("repeat-last-n", &repetition_last_n, "tokens the penalty looks back over; 0: 64");
-  flags.add_int64("seed", &seed, "sampling seed; unset: random");
-  flags.add_string("codec", &codec_name,
-                   "KV codec (f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3); unset: agent default",
-                   "NAME");
-  // Listed for --help; the values are collected before parsing (repeatable).
-  std::string stop_help;
-  flags.add_string("stop", &stop_help, "stop when the text ends with S (repeatable)", "S");
-  flags.add_bool("json", &json, "print one JSON object (text and stats) to stdout");
-  flags.add_bool("no-progress", &no_progress, "no progress line even on a terminal");
-  flags.add_duration("timeout", &timeout, "deadline of the whole request, retries included");
-  flags.require("edge");
+  GenerateFlags f;
+  std::unique_ptr<FlagSet> flag_set = generate_flag_set(&f);
+  FlagSet& flags = *flag_set;
+  const std::string& edge = f.edge;
+  std::string& prompt_text = f.prompt_text;
+  const std::string& prompt_file = f.prompt_file;
+  const std::string& prompt_tokens_text = f.prompt_tokens;
+  const std::string& session_id = f.session_id;
+  const std::string& pack_id = f.pack_id;
+  const std::string& policy_name = f.policy_name;
+  const std::string& codec_name = f.codec_name;
+  const bool& json = f.json;
+  const bool& no_progress = f.no_progress;
+  const std::chrono::milliseconds& timeout = f.timeout;
+  const ChannelSecurityOptions& security = f.security;
   Args args = args_in;
   for (std::string& arg : args) {
     if (arg == "-p") arg = "--prompt";
@@ -179,18 +155,17 @@ int generate_on_edge(const Args& args_in) {
     std::fprintf(stderr, "baton generate: %s\n(see --help)\n", message.c_str());
     return 2;
   };
+  if (std::optional<std::string> wrong = other_mode_flag(flags, /*local=*/false)) return usage_error(*wrong);
   if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
+  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) return usage_error(std::string(st.message()));
 
   v1::GenerateRequest request;
   const int prompt_sources = !prompt_text.empty() + !prompt_file.empty() + !prompt_tokens_text.empty();
   if (prompt_sources != 1) return usage_error("give exactly one of -p TEXT, --prompt-file F, --prompt-tokens IDS");
   if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file, std::ios::binary);
-    if (!in) return fail("cannot read --prompt-file " + prompt_file);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    prompt_text = buffer.str();
-    if (prompt_text.empty()) return fail("--prompt-file " + prompt_file + " is empty");
+    absl::StatusOr<std::string> text = read_prompt_file(prompt_file);
+    if (!text.ok()) return fail(std::string(text.status().message()));
+    prompt_text = *text;
   }
   if (!prompt_tokens_text.empty()) {
     for (absl::string_view part : absl::StrSplit(prompt_tokens_text, ',')) {
@@ -208,21 +183,7 @@ int generate_on_edge(const Args& args_in) {
   request.set_policy(*policy);
   request.set_session_id(session_id);
   request.set_pack_id(pack_id);
-  if (max_tokens < 0) return usage_error(absl::StrFormat("--max-tokens: %d is negative", max_tokens));
-  request.set_max_tokens(static_cast<uint32_t>(max_tokens));
-  v1::SamplingParams* sampling = request.mutable_sampling();
-  if (flags.is_set("temperature")) {
-    if (temperature < 0) return usage_error(absl::StrFormat("--temperature: %g is negative", temperature));
-    sampling->set_temperature(static_cast<float>(temperature));
-  }
-  if (top_k < 0 || repetition_last_n < 0) return usage_error("--top-k and --repeat-last-n must be >= 0");
-  if (top_p < 0 || top_p > 1) return usage_error(absl::StrFormat("--top-p: %g is outside [0, 1]", top_p));
-  sampling->set_top_k(static_cast<uint32_t>(top_k));
-  sampling->set_top_p(static_cast<float>(top_p));
-  sampling->set_min_p(static_cast<float>(min_p));
-  sampling->set_repetition_penalty(static_cast<float>(repeat_penalty));
-  sampling->set_repetition_last_n(static_cast<uint32_t>(repetition_last_n));
-  if (flags.is_set("seed")) sampling->set_seed(static_cast<uint64_t>(seed));
+  fill_edge_request(f.generation, flags, &request);
   for (const std::string& stop : *stops) request.add_stop(stop);
   if (!codec_name.empty()) {
     // A bare width asks for the agent's default variant of it.
@@ -249,6 +210,7 @@ int generate_on_edge(const Args& args_in) {
   // Ctrl-C stops the answer (the agent keeps it in the session); a second
   // Ctrl-C ends the process at once.
   InterruptWatch interrupt;
+  interrupt.on_interrupt([&client] { client.cancel_generate(); });
   SeenTurn seen;
   std::string text;                 // everything generated (for --json)
   std::string token_ids_json;       // "1, 2, 3": the generated token ids (for --json)
@@ -301,7 +263,7 @@ int generate_on_edge(const Args& args_in) {
       default:
         break;
     }
-  }, &interrupt);
+  });
   progress_line.clear();
   if (!json && text_started) std::fputs("\n", stdout);  // ends the line, Ctrl-C or not
   std::fflush(stdout);  // the text before the stats table on stderr

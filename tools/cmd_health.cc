@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "cli_defaults.h"
 #include "commands.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
@@ -119,12 +120,12 @@ int health_command(const Args& args) {
   ChannelSecurityOptions edge_security, cloud_security;
   bool json = false, require_ready = false;
   std::chrono::milliseconds timeout{10'000}, wait{0};
-  FlagSet flags("baton health", "--edge ADDR | --cloud ADDR [flags]",
+  FlagSet flags("baton health", "[--edge ADDR | --cloud ADDR] [flags]",
                 "Asks an edge agent or the cloud prefill service for its state and prints it. "
                 "Exit code 0 when the server answered (with --wait or --ready: when it is READY), 1 "
                 "otherwise, so probes and scripts can use it.");
-  flags.add_string("edge", &edge, "edge agent address", "ADDR");
-  flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
+  add_edge_address_flag(flags, &edge);
+  add_cloud_address_flag(flags, &cloud, "ask the cloud prefill service instead of the edge agent");
   add_edge_channel_flags(flags, &edge_security);
   add_cloud_channel_flags(flags, &cloud_security);
   flags.add_duration("wait", &wait, "poll until the server is READY, at most this long (0: one call)");
@@ -132,11 +133,12 @@ int health_command(const Args& args) {
   flags.add_duration("timeout", &timeout, "deadline of one Health call");
   flags.add_bool("json", &json, "print the response as one JSON object");
   if (auto code = parse_flags(flags, args)) return *code;
-  if (edge.empty() == cloud.empty() || !flags.positional().empty()) {
-    std::fprintf(stderr, "baton health: give exactly one of --edge ADDR, --cloud ADDR\n(see --help)\n");
+  // The edge agent unless --cloud is given (both have default addresses).
+  if ((flags.is_set("edge") && flags.is_set("cloud")) || !flags.positional().empty()) {
+    std::fprintf(stderr, "baton health: give one of --edge ADDR, --cloud ADDR\n(see --help)\n");
     return 2;
   }
-  const bool is_edge = !edge.empty();
+  const bool is_edge = !flags.is_set("cloud");
   absl::StatusOr<RpcTarget> target =
       is_edge ? make_rpc_target("edge", edge, "edge agent", timeout, edge_security)
               : make_rpc_target("cloud", cloud, "cloud prefill service", timeout, cloud_security);

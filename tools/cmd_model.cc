@@ -71,14 +71,20 @@ int synth(const Args& args) {
 int quantize(const Args& args) {
   std::string type_name = "q4_0";
   int64_t threads = 0;
-  FlagSet flags("baton model quantize", "IN OUT --type q4_0|q8_0",
-                "Re-stores the weight matrices of IN as Q4_0 or Q8_0 (1-D tensors as f32) and stamps "
-                "the source weights' digest into OUT, so both have the same model fingerprint.");
-  flags.add_string("type", &type_name, "target type: q4_0|q8_0|f16|bf16|f32", "TYPE");
+  FlagSet flags("baton model quantize", "IN.gguf OUT.gguf [--type q4_0|q8_0|f16|bf16|f32] [--threads N]",
+                "Re-stores the 2-D weight matrices of IN in --type (1-D tensors such as norms as f32; a matrix "
+                "whose rows are not a multiple of 32 stays f32 for the block types) and stamps the source "
+                "weights' digest into OUT, so both have the same model fingerprint.\n"
+                "IN: a GGUF model the engine can run (architecture llama or qwen2; tensors in f32, f16, bf16, "
+                "q8_0 or q4_0), e.g. deploy/models/baton-tiny-kjv-f16.gguf "
+                "or one made by 'baton model synth'. OUT: the GGUF file to write (not IN).\n"
+                "Types: q4_0 (4.5 bits/weight: the edge's format), q8_0 (8.5 bits/weight), f16, bf16, f32 "
+                "(conversions).");
+  flags.add_string("type", &type_name, "target type of the weight matrices: q4_0, q8_0, f16, bf16 or f32", "TYPE");
   flags.add_int64("threads", &threads, "threads (0: all)");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 2) {
-    std::fprintf(stderr, "baton model quantize: expected IN and OUT files\n");
+    std::fprintf(stderr, "baton model quantize: expected IN and OUT files (see --help)\n");
     return 2;
   }
   auto type = parse_type(type_name);
@@ -151,7 +157,7 @@ int model_command(const Args& args) {
   const char* usage =
       "usage: baton model synth|quantize|info ...\n"
       "  synth     write a seeded synthetic model of a real shape\n"
-      "  quantize  re-store a model as q4_0 / q8_0, stamping its source digest\n"
+      "  quantize  IN OUT --type q4_0|q8_0|f16|bf16|f32: re-store a model's matrices, stamping its source digest\n"
       "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);

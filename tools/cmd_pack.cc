@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli_defaults.h"
 #include "commands.h"
 #include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
@@ -278,13 +279,13 @@ int pack_build(const Args& args) {
   int64_t threads = 0;
   std::chrono::milliseconds timeout{600'000};
   FlagSet flags("baton pack build",
-                "(--cloud ADDR | --model FILE) (-p TEXT | --prompt-file F | --prompt-tokens IDS) --out FILE [flags]",
+                "[--cloud ADDR | --model FILE] (-p TEXT | --prompt-file F | --prompt-tokens IDS) --out FILE [flags]",
                 "Computes the KV of a prompt start and writes it as a prefix pack file: on the cloud "
                 "(--cloud, its Prefill from position 0) or with the CPU engine here (--model). The "
                 "text is tokenized as the model's tokenizer does for a prompt (BOS as its metadata says). "
                 "An edge agent indexes the packs in its --packs DIR named <id>.batonkv at start; "
                 "'baton pack push' uploads one to the cloud.");
-  flags.add_string("cloud", &cloud, "cloud prefill service that computes the KV", "ADDR");
+  add_cloud_address_flag(flags, &cloud, "cloud prefill service that computes the KV (unless --model)");
   flags.add_string("model", &model_path, "compute here with this GGUF model instead", "FILE");
   flags.add_string("prompt", &prompt_text, "the pack's text (also -p)", "TEXT");
   flags.add_string("prompt-file", &prompt_file, "read the pack's text from a file", "FILE");
@@ -303,7 +304,11 @@ int pack_build(const Args& args) {
     if (arg == "-p") arg = "--prompt";
   }
   if (auto code = parse_flags(flags, expanded)) return *code;
-  if (cloud.empty() == model_path.empty()) return usage_error("build", "give exactly one of --cloud ADDR, --model FILE");
+  // --model computes here; else the cloud (its default address unless --cloud).
+  if (flags.is_set("cloud") && !model_path.empty()) {
+    return usage_error("build", "give one of --cloud ADDR, --model FILE, not both");
+  }
+  if (!model_path.empty()) cloud.clear();
   if (!flags.positional().empty()) return usage_error("build", "unexpected argument '" + flags.positional()[0] + "'");
   if (!valid_pack_id(input.pack_id)) {
     return usage_error("build", "--id: '" + input.pack_id + "' is not 1..128 characters of [A-Za-z0-9._-]");
@@ -349,13 +354,12 @@ int pack_push(const Args& args) {
   std::string cloud;
   ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{600'000};
-  FlagSet flags("baton pack push", "--cloud ADDR FILE [flags]",
+  FlagSet flags("baton pack push", "[--cloud ADDR] FILE [flags]",
                 "Uploads a pack file to the cloud prefill service (PutPrefix); Prefill requests naming "
                 "the pack then skip its tokens. Re-uploading the same prefix changes nothing.");
-  flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
+  add_cloud_address_flag(flags, &cloud, "cloud prefill service");
   add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the upload");
-  flags.require("cloud");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("push", "give exactly one pack FILE");
   const std::string path = flags.positional()[0];
@@ -401,13 +405,12 @@ int pack_delete(const Args& args) {
   std::string cloud;
   ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{30'000};
-  FlagSet flags("baton pack delete", "--cloud ADDR ID [flags]",
+  FlagSet flags("baton pack delete", "[--cloud ADDR] ID [flags]",
                 "Deletes a prefix pack of your tenant on the cloud prefill service (DeletePrefix) and frees its "
                 "bytes from your pack quota. Exit 1 when the cloud has no such pack for you.");
-  flags.add_string("cloud", &cloud, "cloud prefill service address", "ADDR");
+  add_cloud_address_flag(flags, &cloud, "cloud prefill service");
   add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
-  flags.require("cloud");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("delete", "give exactly one pack ID");
   const std::string id = flags.positional()[0];
@@ -442,14 +445,13 @@ int pack_pull(const Args& args) {
   std::string edge;
   bool overwrite = false;
   std::chrono::milliseconds timeout{600'000};
-  FlagSet flags("baton pack pull", "--edge ADDR ID [flags]",
+  FlagSet flags("baton pack pull", "[--edge ADDR] ID [flags]",
                 "Has the edge agent fetch a pack from its cloud (GetPrefix) into its pack directory.");
-  flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  add_edge_address_flag(flags, &edge);
   ChannelSecurityOptions security;
   add_edge_channel_flags(flags, &security);
   flags.add_bool("overwrite", &overwrite, "replace a local pack with the same id");
   flags.add_duration("timeout", &timeout, "deadline of the pull");
-  flags.require("edge");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 1) return usage_error("pull", "give exactly one pack ID");
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
@@ -476,13 +478,12 @@ int pack_ls(const Args& args) {
   std::string edge;
   bool json = false;
   std::chrono::milliseconds timeout{30'000};
-  FlagSet flags("baton pack ls", "--edge ADDR [--json]", "Lists the prefix packs the edge agent holds.");
-  flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  FlagSet flags("baton pack ls", "[--edge ADDR] [--json]", "Lists the prefix packs the edge agent holds.");
+  add_edge_address_flag(flags, &edge);
   ChannelSecurityOptions security;
   add_edge_channel_flags(flags, &security);
   flags.add_bool("json", &json, "print the response as one JSON object");
   flags.add_duration("timeout", &timeout, "deadline of the call");
-  flags.require("edge");
   if (auto code = parse_flags(flags, args)) return *code;
   if (!flags.positional().empty()) return usage_error("ls", "takes no arguments");
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);

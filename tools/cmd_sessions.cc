@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "cli_defaults.h"
 #include "commands.h"
 #include "common/util/clock.h"
 #include "common/util/flags.h"
@@ -84,15 +85,14 @@ int sessions_command(const Args& args) {
   std::string edge;
   bool json = false;
   std::chrono::milliseconds timeout{30'000};
-  FlagSet flags("baton sessions " + action, action == "ls" ? "--edge ADDR [--json]" : "--edge ADDR ID",
+  FlagSet flags("baton sessions " + action, action == "ls" ? "[--edge ADDR] [--json]" : "[--edge ADDR] ID",
                 action == "ls" ? "Lists the sessions the edge agent holds, most recently used first."
                                : "Deletes a session: frees its KV in memory and on disk.");
-  flags.add_string("edge", &edge, "edge agent address", "ADDR");
+  add_edge_address_flag(flags, &edge);
   ChannelSecurityOptions security;
   add_edge_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
   if (action == "ls") flags.add_bool("json", &json, "print the response as one JSON object");
-  flags.require("edge");
   if (auto code = parse_flags(flags, Args(args.begin() + 1, args.end()))) return *code;
   const size_t want_positional = action == "rm" ? 1 : 0;
   if (flags.positional().size() != want_positional) {

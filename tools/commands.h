@@ -25,6 +25,7 @@ int bench_fidelity(const Args& args);    // baton bench fidelity (cmd_bench_fide
 int bench_split(const Args& args);       // baton bench split (cmd_bench_split.cc)
 int bench_load(const Args& args);        // baton bench load (cmd_bench_load.cc)
 int generate_on_edge(const Args& args);  // baton generate --edge ADDR (cmd_generate_edge.cc)
+int chat_command(const Args& args);      // baton chat (cmd_chat.cc)
 int health_command(const Args& args);    // baton health --edge ADDR | --cloud ADDR
 int sessions_command(const Args& args);  // baton sessions ls|rm
 int pack_command(const Args& args);      // baton pack build|push|pull|ls|info

@@ -59,33 +59,32 @@ grpc::Status EdgeClient::list_packs(v1::ListPacksResponse* response) {
 }
 
 grpc::Status EdgeClient::generate(const v1::GenerateRequest& request,
-                                  const std::function<void(const v1::GenerateResponse&)>& on_event,
-                                  InterruptWatch* interrupt) {
+                                  const std::function<void(const v1::GenerateResponse&)>& on_event) {
+  {
+    std::lock_guard<std::mutex> lock(generate_mutex_);
+    generate_cancelled_ = false;
+  }
   return call_with_retry(
       target_, deadline_after(target_),
       [&](grpc::ClientContext& context, bool* started) {
-        // The watcher thread may run the action after the attempt ended:
-        // it reaches the context only through `live`, cleared under its lock.
-        struct Live {
-          std::mutex mu;
-          grpc::ClientContext* context = nullptr;
-        };
-        auto live = std::make_shared<Live>();
-        live->context = &context;
-        if (interrupt != nullptr) {
-          interrupt->on_interrupt([live] {
-            std::lock_guard<std::mutex> lock(live->mu);
-            if (live->context != nullptr) live->context->TryCancel();
-          });
+        {
+          std::lock_guard<std::mutex> lock(generate_mutex_);
+          generate_context_ = &context;
+          if (generate_cancelled_) context.TryCancel();
         }
         std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub_->Generate(&context, request);
-        if (interrupt != nullptr && interrupt->interrupted()) context.TryCancel();  // pressed before the action was set
         grpc::Status status = drain_stream(*reader, on_event, started);
-        std::lock_guard<std::mutex> lock(live->mu);
-        live->context = nullptr;
+        std::lock_guard<std::mutex> lock(generate_mutex_);
+        generate_context_ = nullptr;
         return status;
       },
       &retries_);
+}
+
+void EdgeClient::cancel_generate() {
+  std::lock_guard<std::mutex> lock(generate_mutex_);
+  generate_cancelled_ = true;
+  if (generate_context_ != nullptr) generate_context_->TryCancel();
 }
 
 grpc::Status EdgeClient::pull_pack(const v1::PullPackRequest& request,

@@ -7,12 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 
 #include "edge_client_rpc.h"
-#include "interrupt.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton::cli {
@@ -31,12 +31,15 @@ class EdgeClient {
   grpc::Status list_packs(v1::ListPacksResponse* response);
 
   // Streams one Generate; `on_event` sees every message in order. Not retried
-  // once the first message has arrived. With `interrupt`, Ctrl-C cancels the
-  // call (ClientContext::TryCancel: the agent keeps the answer streamed so
-  // far in the session) and the call ends CANCELLED.
+  // once the first message has arrived. cancel_generate() (e.g. from a
+  // Ctrl-C watcher) ends it CANCELLED; the agent keeps the answer streamed so
+  // far in the session.
   grpc::Status generate(const v1::GenerateRequest& request,
-                        const std::function<void(const v1::GenerateResponse&)>& on_event,
-                        InterruptWatch* interrupt = nullptr);
+                        const std::function<void(const v1::GenerateResponse&)>& on_event);
+  // Cancels the Generate in flight (ClientContext::TryCancel), from any
+  // thread (a Ctrl-C watcher); a call that has not started yet is cancelled
+  // as it starts. The call then ends with CANCELLED.
+  void cancel_generate();
   grpc::Status pull_pack(const v1::PullPackRequest& request,
                          const std::function<void(const v1::PullPackResponse&)>& on_event);
 
@@ -50,6 +53,9 @@ class EdgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Edge::Stub> stub_;
   int retries_ = 0;
+  std::mutex generate_mutex_;                       // guards the two below
+  grpc::ClientContext* generate_context_ = nullptr; // the Generate attempt in flight
+  bool generate_cancelled_ = false;
 };
 
 }  // namespace baton::cli

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -31,6 +32,30 @@ bool looks_unreachable(const grpc::Status& status) {
     if (message.rfind(prefix, 0) == 0) return true;
   }
   return false;
+}
+
+// A gRPC client pointed at the wrong kind of server: the other baton
+// service (its own services answer, ours is UNIMPLEMENTED) or an HTTP/1.1
+// port (the edge's --http: gRPC's handshake fails with this message).
+std::optional<std::string> wrong_server(const RpcTarget& target, const grpc::Status& status) {
+  const bool want_edge = target.what == "edge agent";
+  if (status.error_message().find("Trying to connect an http1.x server") != std::string::npos) {
+    return want_edge ? absl::StrCat(target.address,
+                                    " answers HTTP/1.1: that is the edge's --http port; --edge takes its gRPC "
+                                    "--listen address")
+                     : absl::StrCat(target.address,
+                                    " answers HTTP/1.1 (an edge's --http port?); --cloud takes baton-prefill's gRPC "
+                                    "--listen address");
+  }
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && status.error_message().empty()) {
+    return want_edge ? absl::StrCat(target.address,
+                                    " is a baton-prefill (cloud) service, not an edge agent: use --cloud for pack "
+                                    "commands or point --edge at baton-edge's --listen")
+                     : absl::StrCat(target.address,
+                                    " is not a baton-prefill (cloud) service (an edge agent?): point --cloud at "
+                                    "baton-prefill's --listen");
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -107,6 +132,7 @@ std::optional<int64_t> retry_after_ms(const grpc::ClientContext& context) {
 }
 
 std::string describe_rpc_error(const RpcTarget& target, const std::string& rpc, const grpc::Status& status) {
+  if (std::optional<std::string> wrong = wrong_server(target, status)) return *wrong;
   const std::string server = absl::StrCat("the ", target.what, " at ", target.address);
   // ": message" when the server sent one.
   const std::string detail = status.error_message().empty() ? "" : ": " + status.error_message();

@@ -109,7 +109,43 @@ std::string quote_if_empty(std::string_view value) {
   return value.empty() ? std::string("''") : std::string(value);
 }
 
+// Edit distance with adjacent transpositions (optimal string alignment:
+// insert, delete, substitute, swap two neighbours; each costs 1), so "stast"
+// is one edit from "stats". A full table: names are short.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
 }  // namespace
+
+std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names) {
+  // A typo is a few edits of a name, or the name cut short ("--temp" for
+  // "--temperature"); a third of the typed length (at least 1, at most 3)
+  // keeps unrelated short names apart.
+  const size_t allowed = std::clamp<size_t>(typed.size() / 3, 1, 3);
+  std::optional<std::string> best;
+  size_t best_distance = allowed + 1;
+  for (const std::string& name : names) {
+    size_t distance = edit_distance(typed, name);
+    if (typed.size() >= 4 && name.starts_with(typed)) distance = std::min<size_t>(distance, 1);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = name;
+    }
+  }
+  return best;
+}
 
 // ---------------------------------------------------------------------------
 // Sizes, durations, addresses
@@ -308,7 +344,8 @@ void FlagSet::add(std::string_view name, Kind kind, Target target, std::string_v
       flag.default_text = cat(*std::get<double*>(target));
       break;
     case Kind::kBool:
-      flag.default_text = *std::get<bool*>(target) ? "true" : "";
+      // Off is the usual default and goes unsaid; on is shown.
+      flag.default_text = *std::get<bool*>(target) ? "on" : "";
       break;
     case Kind::kSize:
       flag.default_text = format_size_bytes(*std::get<uint64_t*>(target));
@@ -341,6 +378,14 @@ void FlagSet::add_duration(std::string_view name, std::chrono::milliseconds* tar
   add(name, Kind::kDuration, target, help, "DURATION");
 }
 
+void FlagSet::set_default_text(std::string_view name, std::string_view text) {
+  Flag* flag = find(name);
+  BATON_CHECK(flag != nullptr, "set_default_text() of an unregistered flag");
+  flag->default_text = std::string(text);
+}
+
+void FlagSet::add_section(std::string_view title) { sections_.emplace_back(flags_.size(), std::string(title)); }
+
 void FlagSet::require(std::string_view name) {
   Flag* flag = find(name);
   BATON_CHECK(flag != nullptr, "require() of an unregistered flag");
@@ -365,6 +410,23 @@ FlagSet::Flag* FlagSet::find(std::string_view name) {
 
 const FlagSet::Flag* FlagSet::find(std::string_view name) const {
   return const_cast<FlagSet*>(this)->find(name);
+}
+
+std::vector<std::string> FlagSet::spellings() const {
+  std::vector<std::string> names;
+  for (const Flag& flag : flags_) {
+    names.push_back(flag.name);
+    if (flag.kind == Kind::kBool && !flag.name.starts_with("no-")) names.push_back(cat("no-", flag.name));
+  }
+  names.push_back("help");
+  return names;
+}
+
+absl::Status FlagSet::unknown_flag_error(std::string message, std::string_view typed) const {
+  if (std::optional<std::string> near = closest_name(typed, spellings())) {
+    message += cat("; did you mean --", *near, "?");
+  }
+  return absl::InvalidArgumentError(message);
 }
 
 bool FlagSet::is_set(std::string_view name) const {
@@ -466,8 +528,9 @@ absl::Status FlagSet::parse(const std::vector<std::string>& args) {
         positional_.emplace_back(arg);  // "-5", "-": values, not flags
         continue;
       }
-      return absl::InvalidArgumentError(cat(
-          "unknown flag '", arg, "' (flags are written --name or --name=value)"));
+      std::string_view name = arg.substr(1, arg.find('=') == std::string_view::npos ? std::string_view::npos
+                                                                                     : arg.find('=') - 1);
+      return unknown_flag_error(cat("unknown flag '", arg, "' (flags are written --name or --name=value)"), name);
     }
 
     std::string_view body = arg.substr(2);
@@ -477,16 +540,18 @@ absl::Status FlagSet::parse(const std::vector<std::string>& args) {
       body = body.substr(0, eq);
     }
     Flag* flag = find(body);
-    if (flag == nullptr && !inline_value && body.starts_with("no-")) {
-      Flag* negated = find(body.substr(3));
-      if (negated != nullptr && negated->kind == Kind::kBool) {
+    if (flag == nullptr && !inline_value) {
+      // --no-NAME turns bool NAME off; --NAME turns a bool named no-NAME off
+      // (--progress undoes --no-progress).
+      // No double negatives: --no-no-progress is an unknown flag.
+      Flag* negated = body.starts_with("no-") ? find(body.substr(3)) : find(cat("no-", body));
+      if (negated != nullptr && negated->kind == Kind::kBool &&
+          negated->name.starts_with("no-") != body.starts_with("no-")) {
         BATON_RETURN_IF_ERROR(assign(*negated, "false"));
         continue;
       }
     }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(cat("unknown flag --", body));
-    }
+    if (flag == nullptr) return unknown_flag_error(cat("unknown flag --", body), body);
     if (flag->kind == Kind::kBool && !inline_value) {
       BATON_RETURN_IF_ERROR(assign(*flag, "true"));
       continue;
@@ -554,8 +619,7 @@ absl::Status FlagSet::apply_config_file(const std::string& path) {
     if (name.starts_with("--")) name.remove_prefix(2);
     Flag* flag = find(name);
     if (flag == nullptr || name == "config") {
-      return absl::InvalidArgumentError(
-          cat(where, "unknown flag '", quote_if_empty(name), "'"));
+      return unknown_flag_error(cat(where, "unknown flag '", quote_if_empty(name), "'"), name);
     }
     if (from_command_line.count(flag->name) != 0) continue;
     absl::Status status = assign(*flag, value);
@@ -574,12 +638,19 @@ std::string FlagSet::usage() const {
   struct Row {
     std::string left;
     std::string right;
+    std::string section;  // printed as "\nSECTION:" before the row
   };
   std::vector<Row> rows;
-  for (const Flag& flag : flags_) {
+  for (size_t index = 0; index < flags_.size(); ++index) {
+    const Flag& flag = flags_[index];
     Row row;
-    row.left = flag.kind == Kind::kBool ? cat("--[no-]", flag.name)
-                                        : cat("--", flag.name, " ", flag.metavar);
+    for (const auto& [first, title] : sections_) {
+      if (first == index) row.section = title;
+    }
+    row.left = flag.kind != Kind::kBool ? cat("--", flag.name, " ", flag.metavar)
+               // A negative name is written as is: --no-progress, never --[no-]no-progress.
+               : flag.name.starts_with("no-") ? cat("--", flag.name)
+                                               : cat("--[no-]", flag.name);
     row.right = flag.help;
     if (flag.required) {
       row.right += cat(" (required)");
@@ -588,7 +659,15 @@ std::string FlagSet::usage() const {
     }
     rows.push_back(std::move(row));
   }
-  rows.push_back({"--help", "show this help and exit"});
+  // --help goes with the flags before the first section (those apply to all).
+  size_t help_at = rows.size();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].section.empty()) {
+      help_at = i;
+      break;
+    }
+  }
+  rows.insert(rows.begin() + static_cast<ptrdiff_t>(help_at), Row{"--help", "show this help and exit", ""});
 
   constexpr size_t kMaxLeftWidth = 28;
   size_t left_width = 0;
@@ -596,6 +675,7 @@ std::string FlagSet::usage() const {
     if (row.left.size() <= kMaxLeftWidth) left_width = std::max(left_width, row.left.size());
   }
   for (const Row& row : rows) {
+    if (!row.section.empty()) out += cat("\n", row.section, ":\n");
     if (row.left.size() > left_width) {
       out += cat("  ", row.left, "\n", std::string(left_width + 4, ' '),
                       row.right, "\n");

@@ -11,9 +11,11 @@
 //   flags.enable_config_file();
 //   if (auto exit_code = parse_command_line(flags, argc, argv)) return *exit_code;
 //
-// Syntax: `--name=value` or `--name value`; bools also `--name` / `--no-name`;
+// Syntax: `--name=value` or `--name value`; bools also `--name` / `--no-name`
+// (a bool named no-X is shown and given as `--no-X`; `--X` turns it off);
 // `--` ends the flags; everything else is a positional argument. A flag given
-// twice keeps the last value. `--config FILE` (when enabled) reads `name = value`
+// twice keeps the last value. An unknown flag names the closest known one
+// ("unknown flag --temprature; did you mean --temperature?"). `--config FILE` (when enabled) reads `name = value`
 // lines ('#' starts a comment); the command line wins over the file.
 #pragma once
 
@@ -51,6 +53,13 @@ class FlagSet {
   // Accepts 250ms, 30s, 1.5s, 5m, 2h, 0 (see parse_duration).
   void add_duration(std::string_view name, std::chrono::milliseconds* target,
                     std::string_view help);
+
+  // Shows `text` as the flag's default in --help instead of its value (a
+  // default that is decided later, e.g. "random" for a seed).
+  void set_default_text(std::string_view name, std::string_view text);
+  // Starts a titled group in --help: the flags added after it are listed
+  // under "TITLE:" (e.g. flags that apply to one mode of a command).
+  void add_section(std::string_view title);
 
   // parse() fails with "--NAME is required" when the flag was given neither on
   // the command line nor in the config file.
@@ -90,6 +99,12 @@ class FlagSet {
   void add(std::string_view name, Kind kind, Target target, std::string_view help,
            std::string_view metavar);
   Flag* find(std::string_view name);
+  // Every spelling a flag accepts (NAME, no-NAME of bools, help), for
+  // "did you mean" suggestions.
+  std::vector<std::string> spellings() const;
+  // InvalidArgument `message`, plus "; did you mean --NAME?" when `typed` is
+  // close to a flag's name.
+  absl::Status unknown_flag_error(std::string message, std::string_view typed) const;
   const Flag* find(std::string_view name) const;
   absl::Status assign(Flag& flag, std::string_view value);
   absl::Status apply_config_file(const std::string& path);
@@ -98,6 +113,7 @@ class FlagSet {
   std::string synopsis_;
   std::string description_;
   std::vector<Flag> flags_;  // registration order = --help order
+  std::vector<std::pair<size_t, std::string>> sections_;  // (index of the first flag, title)
   std::string config_path_;
   bool config_enabled_ = false;
   bool help_requested_ = false;
@@ -109,6 +125,11 @@ class FlagSet {
 // otherwise returns nullopt and the program goes on.
 std::optional<int> parse_command_line(FlagSet& flags, int argc, const char* const* argv,
                                       std::FILE* out = stdout, std::FILE* err = stderr);
+
+// The name in `names` closest to `typed` (edit distance, or `typed` is the
+// start of it), when close enough to be a typo of it; else nullopt. Used for
+// flags, subcommands and bench names.
+std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names);
 
 // "512MiB" -> 536870912. Suffixes (case-insensitive): none or B = bytes;
 // KiB/MiB/GiB/TiB and K/M/G/T = powers of 1024; KB/MB/GB/TB = powers of 1000.

@@ -52,8 +52,8 @@ done
 grep -q '"prefill_tok_per_s": ' "${work}/prefill.json" || fail "bench prefill --json lacks prefill_tok_per_s"
 
 # Generate: greedy output is reproducible; stats are printed.
-"${bin}/baton" generate --model "${work}/tiny-q4.gguf" --prompt-len 20 --max-tokens 12 --json > "${work}/g1.txt"
-"${bin}/baton" generate --model "${work}/tiny-q4.gguf" --prompt-len 20 --max-tokens 12 --json > "${work}/g2.txt"
+"${bin}/baton" generate --model "${work}/tiny-q4.gguf" --prompt-len 20 --max-tokens 12 --temperature 0 --json > "${work}/g1.txt"
+"${bin}/baton" generate --model "${work}/tiny-q4.gguf" --prompt-len 20 --max-tokens 12 --temperature 0 --json > "${work}/g2.txt"
 head -1 "${work}/g1.txt" > "${work}/t1.txt"
 head -1 "${work}/g2.txt" > "${work}/t2.txt"
 cmp -s "${work}/t1.txt" "${work}/t2.txt" || fail "greedy generation is not reproducible"

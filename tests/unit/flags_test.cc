@@ -447,4 +447,97 @@ TEST(ParseHostPortTest, RejectsWithAReason) {
 }
 
 }  // namespace
+// ---------------------------------------------------------------------------
+// Mistyped flags and negative bool names (issue 16)
+// ---------------------------------------------------------------------------
+
+TEST_F(FlagsTest, UnknownFlagSuggestsTheClosestName) {
+  EXPECT_EQ(std::string(parse({"--temprature=0.5"}).message()),
+            "unknown flag --temprature; did you mean --temperature?");
+  EXPECT_THAT(std::string(parse({"--thread", "3"}).message()), HasSubstr("did you mean --threads?"));
+  EXPECT_THAT(std::string(parse({"--no-verbse"}).message()), HasSubstr("did you mean --no-verbose?"));
+  // A name cut short is a typo too.
+  EXPECT_THAT(std::string(parse({"--memory=1GiB"}).message()), HasSubstr("did you mean --memory-budget?"));
+  // Single dash: the error says how flags are written and still suggests.
+  EXPECT_THAT(std::string(parse({"-model", "m"}).message()),
+              HasSubstr("(flags are written --name or --name=value); did you mean --model?"));
+  // Nothing close: no guess.
+  EXPECT_EQ(std::string(parse({"--colour"}).message()), "unknown flag --colour");
+}
+
+TEST_F(FlagsTest, ConfigFileUnknownKeySuggestsTheClosestName) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("baton_flags_test_suggest_" + std::to_string(::getpid()) + ".conf"))
+                               .string();
+  std::ofstream(path) << "treads = 2\n";
+  EXPECT_THAT(std::string(parse({"--config", path}).message()),
+              HasSubstr(":1: unknown flag 'treads'; did you mean --threads?"));
+  std::filesystem::remove(path);
+}
+
+TEST(ClosestNameTest, PicksTheNearestWithinATypoDistance) {
+  const std::vector<std::string> names = {"decode", "prefill", "prefill-service", "split", "load"};
+  EXPECT_EQ(closest_name("prefil", names), "prefill");
+  EXPECT_EQ(closest_name("splt", names), "split");
+  EXPECT_EQ(closest_name("laod", names), "load");  // a swap of neighbours is one edit
+  EXPECT_EQ(closest_name("prefill-serv", names), "prefill-service");
+  EXPECT_EQ(closest_name("xyz", names), std::nullopt);
+  EXPECT_EQ(closest_name("", names), std::nullopt);
+}
+
+TEST(FlagSectionsTest, SectionsGroupFlagsAndDefaultTextReplacesTheValue) {
+  FlagSet flags("prog", "", "");
+  std::string edge = "127.0.0.1:7071";
+  int64_t seed = 0;
+  int64_t threads = 2;
+  flags.add_string("edge", &edge, "agent", "ADDR");
+  flags.add_section("sampling");
+  flags.add_int64("seed", &seed, "sampling seed");
+  flags.set_default_text("seed", "random");
+  flags.add_section("local only");
+  flags.add_int64("threads", &threads, "threads");
+  const std::string usage = flags.usage();
+  EXPECT_THAT(usage, HasSubstr("sampling seed (default: random)"));
+  const size_t help = usage.find("--help");
+  const size_t sampling = usage.find("\nsampling:\n");
+  const size_t local = usage.find("\nlocal only:\n");
+  ASSERT_NE(sampling, std::string::npos);
+  ASSERT_NE(local, std::string::npos);
+  EXPECT_LT(help, sampling);  // --help stays with the flags of every mode
+  EXPECT_LT(sampling, usage.find("--seed"));
+  EXPECT_LT(usage.find("--seed"), local);
+  EXPECT_LT(local, usage.find("--threads"));
+}
+
+TEST(NegativeBoolFlagTest, NoNameRendersAndParsesAsWritten) {
+  FlagSet flags("prog", "", "");
+  bool no_progress = false;
+  bool cache = true;
+  flags.add_bool("no-progress", &no_progress, "no progress line");
+  flags.add_bool("cache", &cache, "use the cache");
+  const std::string usage = flags.usage();
+  EXPECT_THAT(usage, HasSubstr("  --no-progress "));
+  EXPECT_THAT(usage, ::testing::Not(HasSubstr("no-no-progress")));
+  EXPECT_THAT(usage, ::testing::Not(HasSubstr("[no-]no-progress")));
+  // A default of on is stated; --no-cache turns it off.
+  EXPECT_THAT(usage, HasSubstr("--[no-]cache"));
+  EXPECT_THAT(usage, HasSubstr("use the cache (default: on)"));
+
+  ASSERT_TRUE(flags.parse(std::vector<std::string>{"--no-progress", "--no-cache"}).ok());
+  EXPECT_TRUE(no_progress);
+  EXPECT_FALSE(cache);
+  // --progress undoes --no-progress (the later one wins).
+  FlagSet again("prog", "", "");
+  bool again_no_progress = false;
+  again.add_bool("no-progress", &again_no_progress, "no progress line");
+  ASSERT_TRUE(again.parse(std::vector<std::string>{"--no-progress", "--progress"}).ok());
+  EXPECT_FALSE(again_no_progress);
+  // The double negative the old help suggested is refused, with the real spelling.
+  FlagSet third("prog", "", "");
+  bool third_no_progress = false;
+  third.add_bool("no-progress", &third_no_progress, "no progress line");
+  EXPECT_THAT(std::string(third.parse(std::vector<std::string>{"--no-no-progress"}).message()),
+              HasSubstr("unknown flag --no-no-progress; did you mean --no-progress?"));
+}
+
 }  // namespace baton
