@@ -14,6 +14,7 @@
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/engine/sampler.h"  // kMaxTopLogprobs
+#include "common/tokenizer/unicode.h"  // IsValidUtf8
 #include "common/util/check.h"
 #include "edge_decode/split_policy.h"
 #include "edge_decode/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
@@ -361,6 +362,15 @@ std::string piece_of(const OpenAiLogprobs& logprobs, uint32_t id) {
   return logprobs.piece ? logprobs.piece(id) : absl::StrCat("<token ", id, ">");
 }
 
+// A token as text: its bytes when they are valid UTF-8, else "bytes:\\xNN..."
+// as OpenAI writes a cut character (distinct tokens stay distinct keys).
+std::string token_text(std::string_view piece) {
+  if (IsValidUtf8(piece)) return std::string(piece);
+  std::string out = "bytes:";
+  for (const char c : piece) out += absl::StrFormat("\\x%02x", static_cast<unsigned char>(c));
+  return out;
+}
+
 Json bytes_json(std::string_view piece) {
   Json out = Json::array();
   for (const char c : piece) out.push_back(static_cast<int>(static_cast<unsigned char>(c)));
@@ -374,11 +384,14 @@ Json chat_logprobs_json(const OpenAiLogprobs& logprobs) {
     Json top = Json::array();
     for (const v1::TopLogprob& alternative : token.top()) {
       const std::string piece = piece_of(logprobs, alternative.token_id());
-      top.push_back(Json{{"token", piece}, {"logprob", alternative.logprob()}, {"bytes", bytes_json(piece)}});
+      top.push_back(
+          Json{{"token", token_text(piece)}, {"logprob", alternative.logprob()}, {"bytes", bytes_json(piece)}});
     }
     const std::string piece = piece_of(logprobs, token.token_id());
-    content.push_back(
-        Json{{"token", piece}, {"logprob", token.logprob()}, {"bytes", bytes_json(piece)}, {"top_logprobs", top}});
+    content.push_back(Json{{"token", token_text(piece)},
+                           {"logprob", token.logprob()},
+                           {"bytes", bytes_json(piece)},
+                           {"top_logprobs", top}});
   }
   return Json{{"content", content}, {"refusal", nullptr}};
 }
@@ -392,11 +405,11 @@ Json completion_logprobs_json(const OpenAiLogprobs& logprobs) {
   size_t offset = logprobs.text_offset;
   for (const v1::TokenLogprob& token : logprobs.tokens) {
     const std::string piece = piece_of(logprobs, token.token_id());
-    tokens.push_back(piece);
+    tokens.push_back(token_text(piece));
     token_logprobs.push_back(token.logprob());
     Json top = Json::object();
     for (const v1::TopLogprob& alternative : token.top()) {
-      const std::string alternative_piece = piece_of(logprobs, alternative.token_id());
+      const std::string alternative_piece = token_text(piece_of(logprobs, alternative.token_id()));
       if (!top.contains(alternative_piece)) top[alternative_piece] = alternative.logprob();
     }
     top_logprobs.push_back(top);

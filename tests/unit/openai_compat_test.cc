@@ -218,6 +218,31 @@ TEST(OpenAiCompatTest, CompletionLogprobsHaveTheLegacyShape) {
   EXPECT_EQ(chunk["choices"][0]["logprobs"]["text_offset"], Json::array({10, 12}));
 }
 
+TEST(OpenAiCompatTest, ACutCharacterIsWrittenAsBytes) {
+  // Two byte tokens that are not UTF-8 on their own stay distinct (as OpenAI: "bytes:\\xNN").
+  OpenAiLogprobs logprobs;
+  logprobs.piece = [](uint32_t id) { return std::string(1, static_cast<char>(id)); };
+  v1::TokenLogprob token;
+  token.set_token_id(0xc3);
+  token.set_logprob(-0.5f);
+  for (const uint32_t id : {0xc3u, 0xe2u}) {
+    v1::TopLogprob* top = token.add_top();
+    top->set_token_id(id);
+    top->set_logprob(id == 0xc3u ? -0.5f : -1.0f);
+  }
+  logprobs.tokens = {token};
+  const OpenAiAnswerInfo completion{OpenAiEndpoint::kCompletions, "cmpl-1", 1, "tiny"};
+  const Json legacy = Json::parse(openai_answer_json(completion, "", v1::Stats(), &logprobs));
+  EXPECT_EQ(legacy["choices"][0]["logprobs"]["tokens"][0], "bytes:\\xc3");
+  EXPECT_EQ(legacy["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u) << legacy.dump();
+  const OpenAiAnswerInfo chat{OpenAiEndpoint::kChatCompletions, "chatcmpl-1", 1, "tiny"};
+  const Json answer = Json::parse(openai_answer_json(chat, "", v1::Stats(), &logprobs));
+  const Json& entry = answer["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(entry["token"], "bytes:\\xc3");
+  EXPECT_EQ(entry["bytes"], Json::array({0xc3}));
+  EXPECT_EQ(entry["top_logprobs"][1]["token"], "bytes:\\xe2");
+}
+
 TEST(OpenAiCompatTest, ModelsListTheAliases) {
   const Json models = Json::parse(openai_models_json("baton-tiny", 5, {"gpt-4o-mini", "llama"}));
   ASSERT_EQ(models["data"].size(), 3u);
