@@ -78,7 +78,8 @@ void append_logprobs(const v1::TextPiece& piece, OpenAiLogprobs& out) {
   out.tokens.insert(out.tokens.end(), piece.logprobs().begin(), piece.logprobs().end());
 }
 
-// "scheme://host[:port]" as browsers send it in Origin, or "*".
+}  // namespace
+
 absl::Status check_cors_origin(const std::string& origin, bool has_api_keys) {
   if (origin == "*") {
     if (has_api_keys) return absl::OkStatus();
@@ -94,6 +95,8 @@ absl::Status check_cors_origin(const std::string& origin, bool has_api_keys) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 const char* state_name(v1::ServingState state) {
   switch (state) {

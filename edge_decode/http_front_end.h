@@ -85,6 +85,10 @@ struct HttpFrontEndOptions {
   std::chrono::milliseconds generate_timeout{std::chrono::minutes(10)};  // deadline of each Generate
 };
 
+// One --cors-origin value: "scheme://host[:port]" (http or https, no path) or
+// "*" (only with API keys). INVALID_ARGUMENT naming the value otherwise.
+absl::Status check_cors_origin(const std::string& origin, bool has_api_keys);
+
 // "PORT" or ":PORT" -> "127.0.0.1:PORT" (the HTTP API is loopback unless a
 // host is given); anything else unchanged.
 std::string http_listen_address(const std::string& address);

@@ -198,6 +198,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   if (!config.http_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("http", http_listen_address(config.http_address)));
   }
+  for (absl::string_view origin : absl::StrSplit(config.cors_origins, ',', absl::SkipWhitespace())) {
+    BATON_RETURN_IF_ERROR(check_cors_origin(std::string(origin), !config.api_key_path.empty()));
+  }
   if (!config.metrics_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("metrics", config.metrics_address));
   }
