@@ -32,6 +32,20 @@ using Clock = std::chrono::steady_clock;
 // checked between chunks.
 constexpr int64_t kLocalPrefillChunkTokens = 256;
 
+// GenerateRequest.logprobs: the model's log-probability of `token` (from the
+// raw logits, before penalties and temperature) and its `top_n` alternatives.
+void add_logprobs(std::span<const float> logits, int32_t token, uint32_t top_n, v1::TextPiece* piece) {
+  const TokenLogprobs computed = token_logprobs(logits, token, static_cast<int>(top_n));
+  v1::TokenLogprob* out = piece->add_logprobs();
+  out->set_token_id(static_cast<uint32_t>(token));
+  out->set_logprob(computed.logprob);
+  for (const auto& [id, logprob] : computed.top) {
+    v1::TopLogprob* top = out->add_top();
+    top->set_token_id(static_cast<uint32_t>(id));
+    top->set_logprob(logprob);
+  }
+}
+
 KvCodecConfig::Bits bits_of(v1::KvCodec codec) {
   switch (codec) {
     case v1::KV_CODEC_F16:
@@ -276,6 +290,10 @@ absl::Status GenerateTurn::run() {
   }
   if (request_.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
     return absl::InvalidArgumentError("the prompt is empty (no text and no tokens)");
+  }
+  if (request_.has_logprobs() && request_.logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("logprobs = %u alternatives; at most %d", request_.logprobs(), kMaxTopLogprobs));
   }
   BATON_ASSIGN_OR_RETURN(SamplingParams sampling,
                          sampling_params_from_proto(request_.sampling(), rt_.default_temperature));
@@ -522,13 +540,14 @@ absl::Status GenerateTurn::run() {
       break;
     }
     last_token_time = now;
-    sampler.accept(token);
+    sampler.accept(token, /*generated=*/true);
     session->tokens.push_back(token);
     ++generated;
     bool stopped = false;
     v1::GenerateResponse piece;
     piece.mutable_text()->set_text(stop_matcher.add(decoder.push(token), &stopped));
     piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
+    if (request_.has_logprobs()) add_logprobs(logits, token, request_.logprobs(), piece.mutable_text());
     BATON_RETURN_IF_ERROR(keep_on_cancel(emit(std::move(piece))));
     if (!interrupted.ok()) break;
     if (stopped) {
@@ -634,6 +653,14 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
         absl::StrFormat("sampling.repetition_last_n = %d; at most 65536", params.repetition_last_n()));
   }
   out.repeat_last_n = params.repetition_last_n() == 0 ? 64 : static_cast<int>(params.repetition_last_n());
+  for (const auto& [name, value] : {std::pair{"frequency_penalty", params.frequency_penalty()},
+                                    std::pair{"presence_penalty", params.presence_penalty()}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat("sampling.%s = %g; must be in [-2, 2]", name, value));
+    }
+  }
+  out.frequency_penalty = params.frequency_penalty();
+  out.presence_penalty = params.presence_penalty();
   if (params.has_seed()) {
     out.seed = params.seed();
   } else {

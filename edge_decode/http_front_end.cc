@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -83,6 +84,30 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
+void append_logprobs(const v1::TextPiece& piece, OpenAiLogprobs& out) {
+  out.tokens.insert(out.tokens.end(), piece.logprobs().begin(), piece.logprobs().end());
+}
+
+}  // namespace
+
+absl::Status check_cors_origin(const std::string& origin, bool has_api_keys) {
+  if (origin == "*") {
+    if (has_api_keys) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--cors-origin '*' needs --api-key-file: without keys any web page the user opens could use this agent; "
+        "name the page's origin instead (e.g. http://localhost:5173)");
+  }
+  const size_t scheme_end = origin.find("://");
+  const bool scheme_ok = origin.rfind("http://", 0) == 0 || origin.rfind("https://", 0) == 0;
+  if (!scheme_ok || origin.size() == scheme_end + 3 || origin.find('/', scheme_end + 3) != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--cors-origin '%s' is not an origin: scheme://host[:port] with http or https and no path, or '*'", origin));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 const char* state_name(v1::ServingState state) {
   switch (state) {
     case v1::SERVING_STATE_LOADING: return "loading";
@@ -116,6 +141,15 @@ class HttpFrontEnd::Impl {
   bool authorized(const httplib::Request& req, httplib::Response& res, std::string* authorization) const;
   void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res) const;
+  // CORS (cors_origins): the origin to allow for this request's Origin
+  // header, or "" (no CORS headers). A preflight OPTIONS gets 204 + the
+  // allowed methods and headers, or 403 for an origin not allowed.
+  std::string allowed_origin(const httplib::Request& req) const;
+  void handle_preflight(const httplib::Request& req, httplib::Response& res) const;
+  void add_cors_headers(const httplib::Request& req, httplib::Response& res) const;
+  void install_cors();
+  // Token id -> its bytes, for logprobs.
+  std::function<std::string(uint32_t)> token_piece_fn() const;
   void handle_health(httplib::Response& res);
   // The web page's session list (web_ui.h): the caller's sessions; DELETE one.
   void handle_sessions(const httplib::Request& req, httplib::Response& res);
@@ -216,13 +250,16 @@ class HttpFrontEnd::Impl::GenerateCall {
 // [DONE] — or an error event when the stream failed after it started.
 class HttpFrontEnd::Impl::SseStream {
  public:
+  // `logprobs` set: the request asked for them; it holds those of the tokens
+  // read before the headers went out.
   SseStream(std::unique_ptr<GenerateCall> call, OpenAiAnswerInfo info, bool include_usage, std::string first_text,
-            bool ended)
+            bool ended, std::optional<OpenAiLogprobs> logprobs)
       : call_(std::move(call)),
         info_(std::move(info)),
         include_usage_(include_usage),
         pending_(std::move(first_text)),
-        ended_(ended) {}
+        ended_(ended),
+        logprobs_(std::move(logprobs)) {}
 
   bool pump(httplib::DataSink& sink) {
     std::string out;
@@ -231,18 +268,21 @@ class HttpFrontEnd::Impl::SseStream {
       sent_role_ = true;
     }
     if (!pending_.empty()) {
-      out += sse_event(openai_chunk_json(info_, pending_, std::nullopt));
+      out += text_chunk(pending_);
       pending_.clear();
     }
     v1::GenerateResponse message;
     while (out.empty() && !ended_) {
       if (!call_->next(&message)) {
         ended_ = true;
-      } else if (message.has_text() && !message.text().text().empty()) {
-        out += sse_event(openai_chunk_json(info_, message.text().text(), std::nullopt));
+      } else if (message.has_text()) {
+        if (logprobs_.has_value()) append_logprobs(message.text(), *logprobs_);
+        if (!message.text().text().empty()) out += text_chunk(message.text().text());
       }
     }
     if (ended_) {
+      // Tokens whose bytes never became text (a cut character) keep their logprobs.
+      if (logprobs_.has_value() && !logprobs_->tokens.empty()) out += text_chunk("");
       if (call_->status().ok()) {
         out += sse_event(openai_final_chunk_json(info_, *call_->stats()));
         if (include_usage_) out += sse_event(openai_usage_chunk_json(info_, *call_->stats()));
@@ -262,12 +302,25 @@ class HttpFrontEnd::Impl::SseStream {
   void cancel() { call_->cancel(); }
 
  private:
+  // A chunk of `text` with the log-probabilities of the tokens read since the
+  // last chunk (if asked); a completions stream's text_offset moves on.
+  std::string text_chunk(std::string_view text) {
+    if (!logprobs_.has_value()) return sse_event(openai_chunk_json(info_, text, std::nullopt));
+    std::string chunk = sse_event(openai_chunk_json(info_, text, std::nullopt, false, &*logprobs_));
+    for (const v1::TokenLogprob& token : logprobs_->tokens) {
+      logprobs_->text_offset += logprobs_->piece(token.token_id()).size();
+    }
+    logprobs_->tokens.clear();
+    return chunk;
+  }
+
   std::unique_ptr<GenerateCall> call_;
   const OpenAiAnswerInfo info_;
   const bool include_usage_;
   std::string pending_;  // text read before the headers went out
   bool ended_;
   bool sent_role_ = false;
+  std::optional<OpenAiLogprobs> logprobs_;  // set when asked: tokens not yet sent
 };
 
 bool HttpFrontEnd::Impl::track(grpc::ClientContext* context) {
@@ -302,6 +355,9 @@ absl::Status HttpFrontEnd::Impl::start() {
   if (model_name_.empty()) {
     model_name_ =
         options_.model_path.empty() ? "baton" : std::filesystem::path(options_.model_path).stem().string();
+  }
+  for (const std::string& origin : options_.cors_origins) {
+    BATON_RETURN_IF_ERROR(check_cors_origin(origin, options_.api_keys != nullptr));
   }
   created_ = unix_seconds();
   // Twice the body cap both ways: a prompt the HTTP API accepts is never
@@ -363,6 +419,7 @@ absl::Status HttpFrontEnd::Impl::start() {
     });
   }
 
+  install_cors();
   server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   server_->Get(R"(/v1/models/(.+))",
               [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
@@ -451,15 +508,17 @@ void HttpFrontEnd::Impl::handle_models(const httplib::Request& req, httplib::Res
   if (!authorized(req, res, &authorization)) return;
   if (req.matches.size() > 1) {
     const std::string id = req.matches[1].str();
-    if (id != model_name_) {
-      send_error(res, absl::NotFoundError(absl::StrFormat("model '%s' is not served here; this agent serves '%s'",
-                                                          id, model_name_)));
+    const std::vector<std::string>& aliases = options_.model_aliases;
+    if (id != model_name_ && std::find(aliases.begin(), aliases.end(), id) == aliases.end()) {
+      send_error(res, absl::NotFoundError(absl::StrFormat(
+                          "model '%s' is not listed here; this agent serves '%s' (requests may name any model)",
+                          id, model_name_)));
       return;
     }
-    res.set_content(openai_model_json(model_name_, created_), kJson);
+    res.set_content(openai_model_json(id, created_), kJson);
     return;
   }
-  res.set_content(openai_models_json(model_name_, created_), kJson);
+  res.set_content(openai_models_json(model_name_, created_, options_.model_aliases), kJson);
 }
 
 grpc::Status HttpFrontEnd::Impl::health(v1::EdgeHealthResponse* response) {
@@ -564,26 +623,23 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
   if (!authorized(req, res, &authorization)) return;
   absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(endpoint, req.body);
   if (!parsed.ok()) return send_error(res, parsed.status());
-  if (!parsed->model.empty() && parsed->model != model_name_) {
-    HttpError error = http_error_from_status(absl::NotFoundError(""), 0);
-    error.body = openai_error_json(
-        absl::StrFormat("model '%s' is not served here; this agent serves '%s'", parsed->model, model_name_),
-        "not_found_error", "model_not_found");
-    return send_error(res, error);
-  }
+  // Any model name maps to the served model (clients send "gpt-4o-mini").
   absl::StatusOr<v1::GenerateRequest> request = build_request(*parsed, authorization);
   if (!request.ok()) return send_error(res, request.status());
 
   auto call = std::make_unique<GenerateCall>(*this, *request, authorization);
   OpenAiAnswerInfo info{endpoint, new_openai_id(endpoint), unix_seconds(), model_name_};
   v1::GenerateResponse message;
+  std::optional<OpenAiLogprobs> logprobs;
+  if (parsed->logprobs.has_value()) logprobs = OpenAiLogprobs{{}, token_piece_fn(), 0};
   if (!parsed->stream) {
     std::string text;
     while (call->next(&message)) {
       if (message.has_text()) text += message.text().text();
+      if (message.has_text() && logprobs.has_value()) append_logprobs(message.text(), *logprobs);
     }
     if (!call->status().ok()) return send_error(res, call->http_error());
-    res.set_content(openai_answer_json(info, text, *call->stats()), kJson);
+    res.set_content(openai_answer_json(info, text, *call->stats(), logprobs ? &*logprobs : nullptr), kJson);
     return;
   }
   // Headers go out with the first text, so an error before it (bad value,
@@ -591,6 +647,7 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
   std::string first_text;
   bool ended = true;
   while (call->next(&message)) {
+    if (message.has_text() && logprobs.has_value()) append_logprobs(message.text(), *logprobs);
     if (message.has_text() && !message.text().text().empty()) {
       first_text = message.text().text();
       ended = false;
@@ -598,7 +655,8 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
     }
   }
   if (ended && !call->status().ok()) return send_error(res, call->http_error());
-  auto stream = std::make_shared<SseStream>(std::move(call), info, parsed->include_usage, std::move(first_text), ended);
+  auto stream = std::make_shared<SseStream>(std::move(call), info, parsed->include_usage, std::move(first_text), ended,
+                                            std::move(logprobs));
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -606,6 +664,65 @@ void HttpFrontEnd::Impl::handle_generate(OpenAiEndpoint endpoint, const httplib:
       [stream](bool success) {
         if (!success) stream->cancel();
       });
+}
+
+std::function<std::string(uint32_t)> HttpFrontEnd::Impl::token_piece_fn() const {
+  const Tokenizer* tokenizer = tokenizer_.get();
+  return [tokenizer](uint32_t id) {
+    const auto token = static_cast<int32_t>(id);
+    if (tokenizer == nullptr || !tokenizer->is_valid_token(token)) return absl::StrCat("<token ", id, ">");
+    return tokenizer->token_piece(token);
+  };
+}
+
+std::string HttpFrontEnd::Impl::allowed_origin(const httplib::Request& req) const {
+  const std::string origin = req.get_header_value("Origin");
+  if (origin.empty()) return "";
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) return origin;
+  }
+  return "";
+}
+
+void HttpFrontEnd::Impl::handle_preflight(const httplib::Request& req, httplib::Response& res) const {
+  const std::string origin = allowed_origin(req);
+  if (origin.empty()) {
+    res.status = 403;
+    res.set_content(openai_error_json(absl::StrFormat("origin '%s' is not allowed (baton-edge --cors-origin)",
+                                                      req.get_header_value("Origin")),
+                                      "permission_error"),
+                    kJson);
+    return;
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  // The browser asks for the headers the page sets (Authorization,
+  // Content-Type, the openai client's X-Stainless-*): the origin is trusted.
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+  res.set_header("Access-Control-Max-Age", "600");
+}
+
+void HttpFrontEnd::Impl::add_cors_headers(const httplib::Request& req, httplib::Response& res) const {
+  const std::string origin = allowed_origin(req);
+  if (origin.empty()) return;
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+  res.set_header("Access-Control-Expose-Headers", "Retry-After");
+}
+
+void HttpFrontEnd::Impl::install_cors() {
+  if (options_.cors_origins.empty()) return;
+  // Preflights carry no API key (browsers never send one): answered before
+  // routing and authorization.
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    handle_preflight(req, res);  // the post-routing handler adds the CORS headers
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Every answer, errors and event streams included, before its headers go out.
+  server_->set_post_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { add_cors_headers(req, res); });
 }
 
 std::string http_listen_address(const std::string& address) { return listen_address_or_loopback(address); }

@@ -19,10 +19,13 @@
 //   GET  /, /app.js, /app.css   the chat page (web_ui.h; no API key needed)
 //   GET  /v1/baton/sessions, DELETE /v1/baton/sessions/{id}   the caller's
 //        sessions (relayed ListSessions / DeleteSession, so only the key's own)
+//   OPTIONS *       CORS preflight (cors_origins)
+// A request's "model" may name anything: the agent serves one model, and
+// answers name it by its id. /v1/models lists the id and model_aliases.
 // Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}:
-// 400 bad JSON / bad field, 401 missing or wrong API key (type
-// invalid_request_error, code invalid_api_key, as OpenAI), 404 unknown model
-// or route, 413 body over max_body_bytes or prompt over the device's
+// 400 bad JSON / bad field / unsupported field (param names it), 401 missing
+// or wrong API key (type invalid_request_error, code invalid_api_key, as
+// OpenAI), 404 unknown route or GET /v1/models/{id} of an id not listed, 413 body over max_body_bytes or prompt over the device's
 // context, 429 queue full, 503 (+ Retry-After) while the agent loads or warms
 // up, 500 otherwise.
 //
@@ -38,6 +41,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/rpc/api_keys.h"
@@ -57,6 +61,15 @@ struct HttpFrontEndOptions {
   // general.name ("baton-tiny-kjv", as Health shows it), else the file's
   // stem, or "baton" without a model file.
   std::string model_name;
+  // More ids /v1/models lists for the same model (--model-alias), for clients
+  // that only offer the names they know. Requests may name any model anyway.
+  std::vector<std::string> model_aliases;
+  // Browser origins ("https://app.example.com", scheme://host[:port]) allowed
+  // to call the API from a web page (--cors-origin): preflight OPTIONS are
+  // answered and responses carry Access-Control-Allow-Origin for them only.
+  // "*" allows every origin, and needs api_keys (else any page the user
+  // opens could drive the agent). Empty: no CORS headers (same origin only).
+  std::vector<std::string> cors_origins;
   // Counts HTTP requests by route and code (and relayed Generates, below);
   // served by the agent's --metrics listener. nullptr: no counting.
   MetricsRegistry* metrics = nullptr;
@@ -76,6 +89,10 @@ struct HttpFrontEndOptions {
   int threads = 8;                      // HTTP worker threads = concurrent requests
   std::chrono::milliseconds generate_timeout{std::chrono::minutes(10)};  // deadline of each Generate
 };
+
+// One --cors-origin value: "scheme://host[:port]" (http or https, no path) or
+// "*" (only with API keys). INVALID_ARGUMENT naming the value otherwise.
+absl::Status check_cors_origin(const std::string& origin, bool has_api_keys);
 
 // "PORT" or ":PORT" -> "127.0.0.1:PORT" (the HTTP API is loopback unless a
 // host is given); anything else unchanged.

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/model/model.h"
 #include "common/rpc/loopback.h"
 #include "common/util/check.h"
@@ -55,6 +56,8 @@ struct EdgeConfig {
   uint64_t memory_budget_bytes = 0;     // device memory for Baton; 0: detect
   std::string http_address;             // host:port of the OpenAI-compatible API; empty: off
   std::string metrics_address;          // host:port of GET /metrics; empty: off
+  std::string model_aliases;            // comma list: more ids /v1/models lists for the model
+  std::string cors_origins;             // comma list of browser origins allowed to call --http; "*": any
   std::string api_key_path;             // API keys clients must present; empty: none (loopback only)
   std::string tls_cert_path;            // PEM chain: TLS on --listen and --http
   std::string tls_key_path;             // its private key
@@ -98,6 +101,14 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                  "device memory for weights, KV and scratch; 0: detect");
   flags.add_string("http", &config.http_address,
                    "address of the OpenAI-compatible HTTP API and the chat page at /; empty: off", "ADDR");
+  flags.add_string("model-alias", &config.model_aliases,
+                   "more model ids the HTTP API lists in /v1/models, comma-separated (requests may name any model; "
+                   "answers name the served one)",
+                   "NAME[,NAME]");
+  flags.add_string("cors-origin", &config.cors_origins,
+                   "browser origins (scheme://host[:port]) allowed to call the HTTP API from a web page, "
+                   "comma-separated; '*': any origin (needs --api-key-file); empty: none (same origin only)",
+                   "ORIGIN[,ORIGIN]");
   flags.add_string("metrics", &config.metrics_address,
                    "address of the Prometheus GET /metrics listener; empty: off", "ADDR");
   flags.add_string("api-key-file", &config.api_key_path,
@@ -191,6 +202,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   }
   if (!config.http_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("http", http_listen_address(config.http_address)));
+  }
+  for (absl::string_view origin : absl::StrSplit(config.cors_origins, ',', absl::SkipWhitespace())) {
+    BATON_RETURN_IF_ERROR(check_cors_origin(std::string(origin), !config.api_key_path.empty()));
   }
   if (!config.metrics_address.empty()) {
     BATON_RETURN_IF_ERROR(check_address("metrics", config.metrics_address));
@@ -316,6 +330,8 @@ int run_edge_agent(const EdgeConfig& config) {
     http_options.model_path = config.model_path;
     http_options.metrics = &registry;
     http_options.record_generate_metrics = false;  // the service records them
+    http_options.model_aliases = absl::StrSplit(config.model_aliases, ',', absl::SkipWhitespace());
+    http_options.cors_origins = absl::StrSplit(config.cors_origins, ',', absl::SkipWhitespace());
     absl::StatusOr<std::unique_ptr<HttpFrontEnd>> started = HttpFrontEnd::Start(http_options);
     if (!started.ok()) {
       std::fprintf(stderr, "baton-edge: --http: %s\n", std::string(started.status().message()).c_str());

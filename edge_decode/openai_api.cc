@@ -6,12 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/kv/cache_salt.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
+#include "common/engine/sampler.h"  // kMaxTopLogprobs
+#include "common/tokenizer/unicode.h"  // IsValidUtf8
 #include "common/util/check.h"
 #include "edge_decode/split_policy.h"
 #include "edge_decode/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
@@ -81,6 +84,93 @@ absl::StatusOr<bool> get_bool(const Json& object, const char* name, const std::s
   if (value == nullptr) return false;
   if (!value->is_boolean()) return field_error(absl::StrCat(path, name), "true or false", *value);
   return value->get<bool>();
+}
+
+// Status payloads that carry an unsupported field's name to the HTTP error.
+constexpr char kParamPayload[] = "baton.openai/param";
+constexpr char kCodePayload[] = "baton.openai/code";
+
+// A field that is present and asks for something: not null, not false, not
+// an empty list, object or string.
+bool asks_for_something(const Json* value) {
+  if (value == nullptr) return false;
+  if (value->is_boolean()) return value->get<bool>();
+  if (value->is_array() || value->is_object() || value->is_string()) return !value->empty() && *value != "";
+  return true;
+}
+
+// Fields Baton cannot honour are refused by name: a client that asked for
+// tools or a JSON schema must not get a plain-text 200 it takes as an answer.
+absl::Status check_unsupported_fields(const Json& body, OpenAiEndpoint endpoint) {
+  for (const char* name : {"tools", "functions"}) {
+    if (asks_for_something(find_field(body, name))) {
+      return unsupported_field_error(name, "tool and function calling is not supported by this server");
+    }
+  }
+  for (const char* name : {"tool_choice", "function_call"}) {
+    const Json* value = find_field(body, name);
+    if (value != nullptr && !(value->is_string() && (*value == "none" || *value == "auto"))) {
+      return unsupported_field_error(name, "tool and function calling is not supported (only \"none\" or \"auto\")");
+    }
+  }
+  if (const Json* format = find_field(body, "response_format"); format != nullptr) {
+    const bool text = format->is_object() && format->contains("type") && format->at("type") == "text";
+    if (!text) {
+      return unsupported_field_error("response_format", "only {\"type\": \"text\"} is supported");
+    }
+  }
+  if (asks_for_something(find_field(body, "logit_bias"))) {
+    return unsupported_field_error("logit_bias", "token biases are not supported");
+  }
+  if (const Json* modalities = find_field(body, "modalities");
+      modalities != nullptr && *modalities != Json::array({"text"})) {
+    return unsupported_field_error("modalities", "only [\"text\"] is supported");
+  }
+  for (const char* name : {"audio", "prediction", "reasoning_effort", "web_search_options"}) {
+    if (asks_for_something(find_field(body, name))) {
+      return unsupported_field_error(name, "this server does not support it");
+    }
+  }
+  if (const Json* n = find_field(body, "n"); n != nullptr && n->is_number() && n->get<double>() > 1) {
+    return unsupported_field_error("n", "one choice per request (n = 1)");
+  }
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    if (asks_for_something(find_field(body, "echo"))) {
+      return unsupported_field_error("echo", "the prompt is not echoed");
+    }
+    if (asks_for_something(find_field(body, "suffix"))) {
+      return unsupported_field_error("suffix", "insertion (fill in the middle) is not supported");
+    }
+    if (const Json* best_of = find_field(body, "best_of");
+        best_of != nullptr && best_of->is_number() && best_of->get<double>() > 1) {
+      return unsupported_field_error("best_of", "one candidate per request (best_of = 1)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// frequency_penalty, presence_penalty and logprobs (chat: logprobs +
+// top_logprobs; completions: logprobs N).
+absl::Status parse_penalties_and_logprobs(const Json& body, OpenAiRequest& out) {
+  for (const auto& [name, target] : {std::pair{"frequency_penalty", &out.frequency_penalty},
+                                     std::pair{"presence_penalty", &out.presence_penalty}}) {
+    BATON_ASSIGN_OR_RETURN(std::optional<double> value, get_number(body, name));
+    if (!value.has_value()) continue;
+    if (*value < -2.0 || *value > 2.0) return field_error(name, "a number in [-2, 2]", *find_field(body, name));
+    *target = static_cast<float>(*value);
+  }
+  if (out.endpoint == OpenAiEndpoint::kCompletions) {
+    BATON_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs, get_integer(body, "logprobs", 0, kMaxTopLogprobs));
+    if (logprobs.has_value()) out.logprobs = static_cast<uint32_t>(*logprobs);
+    return absl::OkStatus();
+  }
+  BATON_ASSIGN_OR_RETURN(const bool logprobs, get_bool(body, "logprobs"));
+  BATON_ASSIGN_OR_RETURN(std::optional<int64_t> top, get_integer(body, "top_logprobs", 0, kMaxTopLogprobs));
+  if (top.has_value() && !logprobs) {
+    return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
+  }
+  if (logprobs) out.logprobs = static_cast<uint32_t>(top.value_or(0));
+  return absl::OkStatus();
 }
 
 absl::Status parse_prompt(const Json& body, OpenAiRequest& out) {
@@ -273,7 +363,82 @@ Json answer_head(const OpenAiAnswerInfo& info, bool chunk) {
               {"model", info.model}};
 }
 
+std::string piece_of(const OpenAiLogprobs& logprobs, uint32_t id) {
+  return logprobs.piece ? logprobs.piece(id) : absl::StrCat("<token ", id, ">");
+}
+
+// A token as text: its bytes when they are valid UTF-8, else "bytes:\\xNN..."
+// as OpenAI writes a cut character (distinct tokens stay distinct keys).
+std::string token_text(std::string_view piece) {
+  if (IsValidUtf8(piece)) return std::string(piece);
+  std::string out = "bytes:";
+  for (const char c : piece) out += absl::StrFormat("\\x%02x", static_cast<unsigned char>(c));
+  return out;
+}
+
+Json bytes_json(std::string_view piece) {
+  Json out = Json::array();
+  for (const char c : piece) out.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}.
+Json chat_logprobs_json(const OpenAiLogprobs& logprobs) {
+  Json content = Json::array();
+  for (const v1::TokenLogprob& token : logprobs.tokens) {
+    Json top = Json::array();
+    for (const v1::TopLogprob& alternative : token.top()) {
+      const std::string piece = piece_of(logprobs, alternative.token_id());
+      top.push_back(
+          Json{{"token", token_text(piece)}, {"logprob", alternative.logprob()}, {"bytes", bytes_json(piece)}});
+    }
+    const std::string piece = piece_of(logprobs, token.token_id());
+    content.push_back(Json{{"token", token_text(piece)},
+                           {"logprob", token.logprob()},
+                           {"bytes", bytes_json(piece)},
+                           {"top_logprobs", top}});
+  }
+  return Json{{"content", content}, {"refusal", nullptr}};
+}
+
+// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+Json completion_logprobs_json(const OpenAiLogprobs& logprobs) {
+  Json tokens = Json::array();
+  Json token_logprobs = Json::array();
+  Json top_logprobs = Json::array();
+  Json text_offset = Json::array();
+  size_t offset = logprobs.text_offset;
+  for (const v1::TokenLogprob& token : logprobs.tokens) {
+    const std::string piece = piece_of(logprobs, token.token_id());
+    tokens.push_back(token_text(piece));
+    token_logprobs.push_back(token.logprob());
+    Json top = Json::object();
+    for (const v1::TopLogprob& alternative : token.top()) {
+      const std::string alternative_piece = token_text(piece_of(logprobs, alternative.token_id()));
+      if (!top.contains(alternative_piece)) top[alternative_piece] = alternative.logprob();
+    }
+    top_logprobs.push_back(top);
+    text_offset.push_back(offset);
+    offset += piece.size();
+  }
+  return Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+              {"text_offset", text_offset}};
+}
+
+Json logprobs_json(OpenAiEndpoint endpoint, const OpenAiLogprobs* logprobs) {
+  if (logprobs == nullptr) return nullptr;
+  return endpoint == OpenAiEndpoint::kCompletions ? completion_logprobs_json(*logprobs)
+                                                  : chat_logprobs_json(*logprobs);
+}
+
 }  // namespace
+
+absl::Status unsupported_field_error(std::string_view field, std::string_view why) {
+  absl::Status status = absl::InvalidArgumentError(absl::StrFormat("'%s' is not supported: %s", field, why));
+  status.SetPayload(kParamPayload, absl::Cord(std::string(field)));
+  status.SetPayload(kCodePayload, absl::Cord("unsupported_parameter"));
+  return status;
+}
 
 absl::StatusOr<OpenAiRequest> parse_openai_request(OpenAiEndpoint endpoint, std::string_view body_text) {
   Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
@@ -309,8 +474,10 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(OpenAiEndpoint endpoint, std:
       return field_error("seed", "an integer", *seed);
     }
   }
+  BATON_RETURN_IF_ERROR(check_unsupported_fields(body, endpoint));
   BATON_ASSIGN_OR_RETURN(std::optional<int64_t> n, get_integer(body, "n", 1, 1));
   (void)n;
+  BATON_RETURN_IF_ERROR(parse_penalties_and_logprobs(body, out));
   BATON_RETURN_IF_ERROR(parse_stop(body, out));
   BATON_ASSIGN_OR_RETURN(out.stream, get_bool(body, "stream"));
   if (const Json* options = find_field(body, "stream_options"); options != nullptr) {
@@ -346,6 +513,9 @@ absl::StatusOr<v1::GenerateRequest> to_generate_request(const OpenAiRequest& req
   if (request.top_k.has_value()) sampling->set_top_k(*request.top_k);
   if (request.min_p.has_value()) sampling->set_min_p(*request.min_p);
   if (request.repetition_penalty.has_value()) sampling->set_repetition_penalty(*request.repetition_penalty);
+  sampling->set_frequency_penalty(request.frequency_penalty);
+  sampling->set_presence_penalty(request.presence_penalty);
+  if (request.logprobs.has_value()) out.set_logprobs(*request.logprobs);
   out.set_policy(request.policy);
   out.set_max_tokens(request.max_tokens);
   for (const std::string& stop : request.stop) out.add_stop(stop);
@@ -378,9 +548,12 @@ std::string new_openai_id(OpenAiEndpoint endpoint) {
                          static_cast<uint32_t>(rng()));
 }
 
-std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view text, const v1::Stats& stats) {
+std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view text, const v1::Stats& stats,
+                               const OpenAiLogprobs* logprobs) {
   Json out = answer_head(info, false);
-  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(stats.finish_reason())}};
+  Json choice{{"index", 0},
+              {"logprobs", logprobs_json(info.endpoint, logprobs)},
+              {"finish_reason", openai_finish_reason(stats.finish_reason())}};
   if (info.endpoint == OpenAiEndpoint::kCompletions) {
     choice["text"] = std::string(text);
   } else {
@@ -393,9 +566,10 @@ std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view te
 }
 
 std::string openai_chunk_json(const OpenAiAnswerInfo& info, std::string_view text,
-                              std::optional<v1::FinishReason> finish_reason, bool role) {
+                              std::optional<v1::FinishReason> finish_reason, bool role,
+                              const OpenAiLogprobs* logprobs) {
   Json out = answer_head(info, true);
-  Json choice{{"index", 0}, {"logprobs", nullptr}};
+  Json choice{{"index", 0}, {"logprobs", logprobs_json(info.endpoint, logprobs)}};
   choice["finish_reason"] = finish_reason.has_value() ? Json(openai_finish_reason(*finish_reason)) : Json(nullptr);
   if (info.endpoint == OpenAiEndpoint::kCompletions) {
     choice["text"] = std::string(text);
@@ -434,14 +608,17 @@ std::string openai_model_json(std::string_view model, int64_t created) {
   return dump(Json{{"id", std::string(model)}, {"object", "model"}, {"created", created}, {"owned_by", "baton"}});
 }
 
-std::string openai_models_json(std::string_view model, int64_t created) {
+std::string openai_models_json(std::string_view model, int64_t created, const std::vector<std::string>& aliases) {
   Json out{{"object", "list"}};
   out["data"] = Json::array({Json::parse(openai_model_json(model, created))});
+  for (const std::string& alias : aliases) out["data"].push_back(Json::parse(openai_model_json(alias, created)));
   return dump(out);
 }
 
-std::string openai_error_json(std::string_view message, std::string_view type, std::string_view code) {
-  Json error{{"message", std::string(message)}, {"type", std::string(type)}, {"param", nullptr}};
+std::string openai_error_json(std::string_view message, std::string_view type, std::string_view code,
+                              std::string_view param) {
+  Json error{{"message", std::string(message)}, {"type", std::string(type)}};
+  error["param"] = param.empty() ? Json(nullptr) : Json(std::string(param));
   error["code"] = code.empty() ? Json(nullptr) : Json(std::string(code));
   return dump(Json{{"error", error}});
 }
@@ -492,7 +669,16 @@ HttpError http_error_from_status(const absl::Status& status, uint32_t retry_afte
   if ((out.http_status == 429 || out.http_status == 503) && retry_after_ms > 0) {
     out.retry_after_s = static_cast<int>((uint64_t{retry_after_ms} + 999) / 1000);
   }
-  out.body = openai_error_json(std::string(status.message()), type, code);
+  std::string param;
+  std::string unsupported_code;
+  if (auto payload = status.GetPayload(kParamPayload); payload.has_value()) {
+    param = std::string(*payload);
+  }
+  if (auto payload = status.GetPayload(kCodePayload); payload.has_value()) {
+    unsupported_code = std::string(*payload);
+    code = unsupported_code.c_str();
+  }
+  out.body = openai_error_json(std::string(status.message()), type, code, param);
   return out;
 }
 

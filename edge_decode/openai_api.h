@@ -13,15 +13,28 @@
 //   temperature, top_p, seed, stop (a string or a list of at most 16, each
 //                at most 1024 bytes: stop_matcher.h),
 //   stream, stream_options.include_usage, n (1 only)
+//   frequency_penalty, presence_penalty  in [-2, 2], over the generated tokens
+//   logprobs     chat: true/false, with top_logprobs 0..20 alternatives;
+//                completions: the number of alternatives, 0..20
 //   baton        Baton's own options, all optional:
 //                {"policy": "auto|local|cloud", "pack": ID, "session": ID,
 //                 "codec": "f16|int8|int4|<full codec name>", "top_k": N,
 //                 "min_p": X, "repetition_penalty": X}
-// Other fields (user, logit_bias, presence_penalty, frequency_penalty, ...)
-// are accepted and ignored, as clients send them by default.
+// Fields Baton cannot honour (tools, tool_choice, functions, function_call,
+// response_format other than {"type": "text"}, logit_bias with entries,
+// audio, modalities beyond ["text"], prediction, reasoning_effort,
+// web_search_options, echo, suffix, best_of > 1, n > 1) are INVALID_ARGUMENT
+// naming the field (unsupported_field_error), never silently dropped.
+// Harmless fields clients send by default (user, store, metadata,
+// service_tier, parallel_tool_calls, empty tools, tool_choice "none", ...)
+// and unknown fields are accepted and ignored, as llama-server and vLLM do.
+//
+// The `model` field may name anything: this agent serves one model, and every
+// answer's `model` is that model's id (see HttpFrontEndOptions.model_aliases).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +61,11 @@ struct OpenAiRequest {
   std::optional<float> top_p;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
+  float frequency_penalty = 0.0f;       // [-2, 2]; 0: off
+  float presence_penalty = 0.0f;        // [-2, 2]; 0: off
+  // Set: report the log-probability of each generated token plus this many
+  // alternatives (chat: logprobs true + top_logprobs; completions: logprobs N).
+  std::optional<uint32_t> logprobs;
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   // vLLM's "cache_salt": partitions the cloud's prefix cache (at most
@@ -62,6 +80,11 @@ struct OpenAiRequest {
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
 };
+
+// INVALID_ARGUMENT for a request field Baton does not implement: the message
+// names `field` and says `why`; the HTTP answer carries param = field and
+// code = "unsupported_parameter" (http_error_from_status).
+absl::Status unsupported_field_error(std::string_view field, std::string_view why);
 
 // Parses and type-checks a request body. INVALID_ARGUMENT naming the field
 // for malformed JSON, a field of the wrong type, n != 1, an empty prompt or
@@ -94,15 +117,31 @@ struct OpenAiAnswerInfo {
 // A fresh id for `endpoint` ("cmpl-" / "chatcmpl-" + 24 hex digits).
 std::string new_openai_id(OpenAiEndpoint endpoint);
 
+// The log-probabilities of some generated tokens (TextPiece.logprobs), for
+// choices[].logprobs: chat {"content": [{token, logprob, bytes, top_logprobs}]},
+// completions {tokens, token_logprobs, top_logprobs, text_offset}.
+struct OpenAiLogprobs {
+  std::vector<v1::TokenLogprob> tokens;
+  // Token id -> the bytes it decodes to (Tokenizer::token_piece).
+  std::function<std::string(uint32_t)> piece;
+  // Completions: the answer's byte offset of the first token (a stream's
+  // chunks continue where the previous one ended).
+  size_t text_offset = 0;
+};
+
 // stream false: the whole answer, with usage and Baton's figures under "baton"
 // (ttft_ms, decode_tokens_per_s, prefill place and reason, session, ...).
-std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view text, const v1::Stats& stats);
+// `logprobs` set: choices[0].logprobs (else null).
+std::string openai_answer_json(const OpenAiAnswerInfo& info, std::string_view text, const v1::Stats& stats,
+                               const OpenAiLogprobs* logprobs = nullptr);
 
 // stream true: one chunk's JSON (without the "data: " framing). `text` is the
 // new text; `finish_reason` set on the last chunk (with empty text); `role`
-// adds delta.role = "assistant" (the first chat chunk).
+// adds delta.role = "assistant" (the first chat chunk); `logprobs` set:
+// choices[0].logprobs for the tokens of this chunk.
 std::string openai_chunk_json(const OpenAiAnswerInfo& info, std::string_view text,
-                              std::optional<v1::FinishReason> finish_reason, bool role = false);
+                              std::optional<v1::FinishReason> finish_reason, bool role = false,
+                              const OpenAiLogprobs* logprobs = nullptr);
 // The last chunk of a stream: finish_reason (as openai_chunk_json) and
 // Baton's figures under "baton", so a client that does not ask for usage
 // (the web page) still gets the turn's stats.
@@ -115,12 +154,13 @@ std::string openai_usage_chunk_json(const OpenAiAnswerInfo& info, const v1::Stat
 std::string sse_event(std::string_view json);
 inline constexpr char kSseDone[] = "data: [DONE]\n\n";
 
-// GET /v1/models.
-std::string openai_models_json(std::string_view model, int64_t created);
+// GET /v1/models: the served model, then each alias (same model).
+std::string openai_models_json(std::string_view model, int64_t created, const std::vector<std::string>& aliases = {});
 std::string openai_model_json(std::string_view model, int64_t created);
 
 // An error as OpenAI sends it: {"error": {"message", "type", "param", "code"}}.
-std::string openai_error_json(std::string_view message, std::string_view type, std::string_view code = {});
+std::string openai_error_json(std::string_view message, std::string_view type, std::string_view code = {},
+                              std::string_view param = {});
 
 // An HTTP answer for a failed call.
 struct HttpError {

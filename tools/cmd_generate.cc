@@ -40,7 +40,7 @@ int generate_command(const Args& args) {
   std::string& prompt_text = f.prompt_text;
   const std::string& prompt_tokens_text = f.prompt_tokens;
   const int64_t& prompt_len = f.prompt_len;
-  const int64_t& max_tokens = f.generation.max_tokens;
+  int64_t& max_tokens = f.generation.max_tokens;  // clamped below to the context room
   const int64_t& threads = f.threads;
   const bool& ignore_eos = f.ignore_eos;
   const bool& json = f.json;

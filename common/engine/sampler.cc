@@ -38,7 +38,10 @@ double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-void Sampler::accept(int32_t token) {
+void Sampler::accept(int32_t token, bool generated) {
+  if (generated && (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f)) {
+    ++generated_counts_[token];
+  }
   if (params_.repeat_last_n <= 0) return;
   recent_.push_back(token);
   while (static_cast<int>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
@@ -59,6 +62,11 @@ int32_t Sampler::sample(std::span<const float> logits) {
       float& logit = candidates_[token].first;
       logit = logit > 0 ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
     }
+  }
+
+  for (const auto& [token, count] : generated_counts_) {
+    if (token < 0 || token >= n_vocab) continue;
+    candidates_[token].first -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
 
   // Greedy: the highest logit, lowest id on ties.
@@ -119,6 +127,31 @@ int32_t Sampler::sample(std::span<const float> logits) {
     if (target < 0.0) return c.second;
   }
   return candidates_.back().second;
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  BATON_CHECK(!logits.empty());
+  BATON_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(), "the token is outside the vocabulary");
+  // log p[i] = logit[i] - (max + log sum exp(logit - max)), in double.
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (const float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
+  const double log_normalizer = max_logit + std::log(total);
+  auto logprob_of = [&](int32_t id) {
+    return static_cast<float>(std::min(0.0, static_cast<double>(logits[id]) - log_normalizer));
+  };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob_of(token);
+  const size_t n = std::min(static_cast<size_t>(std::max(top_n, 0)), logits.size());
+  if (n == 0) return out;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  out.top.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], logprob_of(ids[i]));
+  return out;
 }
 
 }  // namespace baton

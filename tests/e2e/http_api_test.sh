@@ -95,8 +95,11 @@ expect_error() {  # CODE TYPE PATH BODY_FILE
 }
 printf '{"prompt": ' > "${work}/bad.json"
 expect_error 400 invalid_request_error /v1/completions "${work}/bad.json"
-printf '{"model": "gpt-4", "prompt": "hi"}' > "${work}/model.json"
-expect_error 404 not_found_error /v1/completions "${work}/model.json"
+# A field the server cannot honour is refused by name, never a silent 200.
+printf '{"model": "gpt-4", "prompt": "hi", "tools": [{"type": "function", "function": {"name": "f"}}]}' \
+  > "${work}/tools.json"
+expect_error 400 invalid_request_error /v1/completions "${work}/tools.json"
+[[ $(json_get "${work}/error.json" "d['error']['param']") == tools ]] || fail "param is not 'tools': $(cat "${work}/error.json")"
 "${python}" -c "print('{\"prompt\": \"' + 'x' * (9 << 20) + '\"}')" > "${work}/big.json"
 expect_error 413 invalid_request_error /v1/completions "${work}/big.json"
 

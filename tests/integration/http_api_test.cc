@@ -377,9 +377,9 @@ TEST(HttpApiFakeEdgeTest, ErrorsByCode) {
   expect_openai_error(post(port, "/v1/completions", "{\"prompt\": "), 400, "invalid_request_error");
   expect_openai_error(post(port, "/v1/completions", R"({"prompt": "p", "temperature": "hot"})"), 400,
                       "invalid_request_error");
-  const HttpReply unknown_model = post(port, "/v1/completions", R"({"model": "gpt-4", "prompt": "p"})");
-  expect_openai_error(unknown_model, 404, "not_found_error");
-  EXPECT_EQ(parse_json(unknown_model.body)["error"]["code"], "model_not_found");
+  const HttpReply unsupported = post(port, "/v1/completions", R"({"prompt": "p", "response_format": {"type": "json_object"}})");
+  expect_openai_error(unsupported, 400, "invalid_request_error");
+  EXPECT_EQ(parse_json(unsupported.body)["error"]["param"], "response_format");
   const std::string big = R"({"prompt": ")" + std::string(10000, 'x') + "\"}";
   expect_openai_error(post(port, "/v1/completions", big), 413, "invalid_request_error");
   expect_openai_error(get(port, "/v2/nothing"), 404, "not_found_error");
