@@ -107,6 +107,13 @@ struct TurnResult {
   int retries = 0;
 };
 
+// The session's tokens after a turn: the KV its Stats report plus the last
+// sampled token, which runs into the KV with the next turn; none after an
+// end-of-sequence (the EOS token is not kept, the last kept one is in the KV).
+uint64_t conversation_tokens(const v1::Stats& stats) {
+  return uint64_t{stats.context_tokens()} + (stats.finish_reason() == v1::FINISH_REASON_EOS ? 0 : 1);
+}
+
 // A session as the client tracks it: what the agent must hold afterwards.
 struct SessionTrack {
   std::string id;
@@ -365,9 +372,8 @@ ClientResult run_client(const LoadPlan& plan, int client) {
         turn.message = absl::StrFormat("Stats disagree with the stream: generated %d (received %d ids), prompt %d (sent %d)",
                                        stats->generated_tokens(), generated_ids.size(), stats->prompt_tokens(),
                                        prompt_ids.size());
-      } else if (const uint64_t held_before =
-                     uint64_t{stats->context_tokens()} - stats->prompt_tokens() - generated_ids.size();
-                 stats->context_tokens() < stats->prompt_tokens() + generated_ids.size() ||
+      } else if (const uint64_t held_before = conversation_tokens(*stats) - stats->prompt_tokens() - generated_ids.size();
+                 conversation_tokens(*stats) < stats->prompt_tokens() + generated_ids.size() ||
                  held_before != track.conversation_tokens) {
         // The agent continued the session from another length: it forgot
         // (or invented) earlier turns.
@@ -376,13 +382,13 @@ ClientResult run_client(const LoadPlan& plan, int client) {
             "session %s: turn %d continued from %d tokens; the %d completed turns hold %d (context %d = that + "
             "prompt %d + generated %d)",
             track.id, t, static_cast<int64_t>(held_before), track.turns_done, track.conversation_tokens,
-            stats->context_tokens(), stats->prompt_tokens(), generated_ids.size());
+            conversation_tokens(*stats), stats->prompt_tokens(), generated_ids.size());
         track.lost = turn.message;
       }
       if (turn.error_kind.empty()) {
         turn.place = stats->plan().place();
         turn.fell_back = !stats->fallback_reason().empty();
-        track.conversation_tokens = stats->context_tokens();
+        track.conversation_tokens = conversation_tokens(*stats);
         track.tokens.insert(track.tokens.end(), prompt_ids.begin(), prompt_ids.end());
         track.tokens.insert(track.tokens.end(), generated_ids.begin(), generated_ids.end());
         track.last_turn_ended_at_eos = stats->finish_reason() == v1::FINISH_REASON_EOS;

@@ -28,11 +28,11 @@ start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   --memory-budget 1GiB --api-key-file "${work}/keys.txt" --model-alias gpt-4o-mini,llama
 pid=${server_pid}
 for _ in $(seq 1 100); do
-  grep -q "OpenAI-compatible HTTP API on .*:[1-9]" "${work}/baton-edge.log" && break
+  grep -q "HTTP API on .*:[1-9][0-9]*$" "${work}/baton-edge.log" && break
   kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited before serving HTTP"
   sleep 0.1
 done
-http_port=$(sed -n 's/.*OpenAI-compatible HTTP API on [^ ]*:\([0-9]*\) .*/\1/p' "${work}/baton-edge.log" | head -1)
+http_port=$(sed -n 's/.*HTTP API on [^ ]*:\([0-9]*\)$/\1/p' "${work}/baton-edge.log" | head -1)
 [[ -n "${http_port}" ]] || fail "no HTTP port in the log"
 base="http://127.0.0.1:${http_port}"
 code=""
@@ -43,7 +43,10 @@ for _ in $(seq 1 300); do
 done
 [[ "${code}" == 200 ]] || fail "/health never answered 200 (last ${code})"
 
-BATON_BASE_URL="${base}/v1" BATON_API_KEY="${key}" BATON_MODEL=tiny BATON_ALIAS=llama \
+# The served id: the model's GGUF general.name, as the agent's READY line names it.
+served=$(sed -n 's/.*READY: \([^ ]*\) (.*/\1/p' "${work}/baton-edge.log" | head -1)
+[[ -n "${served}" ]] || fail "no model name in the agent's READY line"
+BATON_BASE_URL="${base}/v1" BATON_API_KEY="${key}" BATON_MODEL="${served}" BATON_ALIAS=llama \
   node "${src}/tests/js/openai_client_test.mjs" > "${work}/node.log" 2>&1 ||
   fail "openai client test: $(cat "${work}/node.log")"
 cat "${work}/node.log"

@@ -56,7 +56,9 @@ TEST_P(EdgeServiceSplitTest, CloudHandoffEqualsLocalTokenForTokenOverTwoTurns) {
   EXPECT_EQ(cloud1.tokens, local1.tokens);
   EXPECT_EQ(cloud1.text, local1.text);
   EXPECT_EQ(cloud1.stats.prompt_tokens(), 45u);
-  EXPECT_EQ(cloud1.stats.context_tokens(), 45u + cloud1.stats.generated_tokens());
+  // The session's KV: the prompt and every generated token but the last
+  // sampled one, which runs with the next turn.
+  EXPECT_EQ(cloud1.stats.context_tokens(), 45u + cloud1.stats.generated_tokens() - 1);
   EXPECT_EQ(cloud1.stats.generated_tokens(), cloud1.tokens.size());
   // The TTFT parts add up.
   EXPECT_NEAR(cloud1.stats.cloud_prefill_ms() + cloud1.stats.transfer_ms() + cloud1.stats.ingest_ms() +
@@ -69,7 +71,7 @@ TEST_P(EdgeServiceSplitTest, CloudHandoffEqualsLocalTokenForTokenOverTwoTurns) {
   ASSERT_TRUE(local2.status.ok()) << local2.status.error_message();
   ASSERT_TRUE(cloud2.status.ok()) << cloud2.status.error_message();
   EXPECT_EQ(cloud2.stats.plan().place(), v1::PREFILL_PLACE_CLOUD) << cloud2.stats.plan().reason();
-  EXPECT_EQ(cloud2.stats.plan().reused_tokens(), cloud1.stats.context_tokens() - 1)
+  EXPECT_EQ(cloud2.stats.plan().reused_tokens(), cloud1.stats.context_tokens())
       << "the last sampled token of turn 1 runs with turn 2";
   ASSERT_FALSE(local2.tokens.empty());
   EXPECT_EQ(cloud2.tokens, local2.tokens);

@@ -40,7 +40,7 @@ TEST(FormatBytesTest, OverBudgetErrorUsesTheSameUnits) {
   capacity.kv_bytes_per_token = 480;
   capacity.max_context_tokens = 100;
   const std::string message(
-      check_context_fits(context_limit(plan, capacity, /*trained_tokens=*/4096), 0, 200).message());
+      check_context_fits(context_limit(plan, capacity, /*trained_tokens=*/4096), 0, 3000).message());
   EXPECT_NE(message.find("limit " + format_bytes(plan.device_limit_bytes)), std::string::npos) << message;
   EXPECT_NE(message.find("480 B per token"), std::string::npos) << message;
 }
