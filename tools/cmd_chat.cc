@@ -377,19 +377,11 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
-absl::StatusOr<v1::SplitPolicy> chat_policy(const std::string& name) {
-  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
-  if (name == "auto") return v1::SPLIT_POLICY_AUTO;
-  if (name == "local") return v1::SPLIT_POLICY_LOCAL;
-  if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
-  return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
-}
-
 int chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
   for (const char* name : {"threads"}) {
     if (flags.is_set(name)) return usage_error(absl::StrCat("--", name, " needs --model FILE (the CPU engine here)"));
   }
-  absl::StatusOr<v1::SplitPolicy> policy = chat_policy(f.policy_name);
+  absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(f.policy_name);
   if (!policy.ok()) return usage_error(std::string(policy.status().message()));
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", f.edge, "edge agent", f.timeout, f.security);
   if (!target.ok()) return usage_error(std::string(target.status().message()));

@@ -58,14 +58,6 @@ absl::StatusOr<std::vector<std::string>> take_repeated_flag(Args& args, const st
   return values;
 }
 
-absl::StatusOr<v1::SplitPolicy> parse_policy(const std::string& name) {
-  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
-  if (name == "auto") return v1::SPLIT_POLICY_AUTO;
-  if (name == "local") return v1::SPLIT_POLICY_LOCAL;
-  if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
-  return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
-}
-
 // What the client saw of a call that Ctrl-C ended: the agent's Stats never
 // came, so the times are this client's (request sent -> first text piece ->
 // last one) and the context is the plan's conversation plus the tokens shown.
@@ -178,7 +170,7 @@ int generate_on_edge(const Args& args_in) {
   } else {
     request.set_text(prompt_text);
   }
-  absl::StatusOr<v1::SplitPolicy> policy = parse_policy(policy_name);
+  absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(policy_name);
   if (!policy.ok()) return usage_error(std::string(policy.status().message()));
   request.set_policy(*policy);
   request.set_session_id(session_id);

@@ -81,6 +81,14 @@ Report local_stats_report(const std::string& model_name, int64_t threads, const 
   return r;
 }
 
+absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name) {
+  if (name.empty()) return v1::SPLIT_POLICY_UNSPECIFIED;  // the agent's --policy
+  if (name == "auto") return v1::SPLIT_POLICY_AUTO;
+  if (name == "local") return v1::SPLIT_POLICY_LOCAL;
+  if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
+  return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
+}
+
 absl::StatusOr<std::string> read_prompt_file(const std::string& path) {
   std::stringstream buffer;
   if (path == "-") {

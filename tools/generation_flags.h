@@ -57,6 +57,10 @@ struct LocalTurnFigures {
 };
 Report local_stats_report(const std::string& model_name, int64_t threads, const LocalTurnFigures& figures);
 
+// --policy NAME of generate and chat: auto, local, cloud; empty: unset (the
+// agent's --policy).
+absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name);
+
 // The text of --prompt-file PATH; "-" reads standard input to its end.
 absl::StatusOr<std::string> read_prompt_file(const std::string& path);
 

@@ -19,13 +19,7 @@ start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   --memory-budget 1GiB --metrics 127.0.0.1:0
 pid=${server_pid}
 grpc_port=${server_port}
-# Announced after "listening on", once every listener is bound: "HTTP API on HOST:PORT".
-for _ in $(seq 1 100); do
-  grep -q "HTTP API on .*:[1-9][0-9]*$" "${work}/baton-edge.log" && break
-  sleep 0.1
-done
-http_port=$(sed -n 's/.*HTTP API on [^ ]*:\([0-9]*\)$/\1/p' "${work}/baton-edge.log" | head -1)
-[[ -n "${http_port}" && -n "${grpc_port}" ]] || fail "no HTTP or gRPC port in the log"
+wait_http_port "${work}/baton-edge.log" "${pid}"
 base="http://127.0.0.1:${http_port}"
 
 # READY: /health answers 200 (503 with Retry-After before).

@@ -87,6 +87,21 @@ skip() {
 
 json_get() { "${python}" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
+# wait_http_port LOG PID: sets http_port from baton-edge's "HTTP API on
+# HOST:PORT" line in LOG (printed once every listener is bound); fails when the
+# process PID exits first or the line never comes.
+wait_http_port() {
+  local log=$1 pid=$2
+  http_port=""
+  for _ in $(seq 1 300); do
+    http_port=$(sed -n 's/.*HTTP API on [^ ]*:\([0-9]*\)$/\1/p' "${log}" | head -1)
+    [[ -n "${http_port}" ]] && return 0
+    kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited before serving HTTP"
+    sleep 0.1
+  done
+  fail "no 'HTTP API on' line in ${log##*/}"
+}
+
 start_server() {
   local name=$1 pattern=$2 log="${work}/$1.log"
   shift 2

@@ -27,13 +27,7 @@ start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   "${bin}/baton-edge" --model "${work}/tiny.gguf" --listen 127.0.0.1:0 --http 127.0.0.1:0 --threads 1 \
   --memory-budget 1GiB --api-key-file "${work}/keys.txt" --model-alias gpt-4o-mini,llama
 pid=${server_pid}
-for _ in $(seq 1 100); do
-  grep -q "HTTP API on .*:[1-9][0-9]*$" "${work}/baton-edge.log" && break
-  kill -0 "${pid}" 2> /dev/null || fail "baton-edge exited before serving HTTP"
-  sleep 0.1
-done
-http_port=$(sed -n 's/.*HTTP API on [^ ]*:\([0-9]*\)$/\1/p' "${work}/baton-edge.log" | head -1)
-[[ -n "${http_port}" ]] || fail "no HTTP port in the log"
+wait_http_port "${work}/baton-edge.log" "${pid}"
 base="http://127.0.0.1:${http_port}"
 code=""
 for _ in $(seq 1 300); do

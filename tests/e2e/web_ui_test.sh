@@ -36,13 +36,7 @@ start_server edge '.*listening on [^:]*:\([0-9]*\).*' \
   --http 127.0.0.1:0 --api-key-file "${work}/keys"
 edge="127.0.0.1:${server_port}"
 edge_pid=${server_pid}
-for _ in $(seq 1 100); do
-  grep -q "HTTP API on .*:[1-9][0-9]*$" "${work}/edge.log" && break
-  kill -0 "${edge_pid}" 2> /dev/null || fail "baton-edge exited before serving HTTP"
-  sleep 0.1
-done
-http_port=$(sed -n 's/.*HTTP API on [^ ]*:\([0-9]*\)$/\1/p' "${work}/edge.log" | head -1)
-[[ -n "${http_port}" ]] || fail "no HTTP port in the agent's log"
+wait_http_port "${work}/edge.log" "${edge_pid}"
 # Both READY, and the agent has seen its cloud (the page's first turn asks for it).
 "${bin}/baton" health --cloud "${cloud}" --wait 60s > /dev/null || fail "the cloud is not READY"
 "${bin}/baton" health --edge "${edge}" --wait 60s > "${work}/health.txt" \
