@@ -191,6 +191,11 @@ class EdgeChat : public Chat {
         any_text = true;
         print_piece(event.text().text());
       }
+      // Before the answer: the conversation is near the context limit and
+      // max_tokens was clamped (the same line generate prints).
+      if (event.event_case() == v1::GenerateResponse::kWarning) {
+        std::fprintf(stderr, "baton chat: warning: %s\n", event.warning().c_str());
+      }
       if (event.has_stats()) stats = event.stats();
     });
     interrupts().on_interrupt(nullptr);
