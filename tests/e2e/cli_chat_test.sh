@@ -7,6 +7,8 @@
 #     session and `baton chat --session NAME` resumes it; /reset starts a new
 #     session; unknown commands are named; scripted input (not a terminal);
 #   - `baton chat --model F`: the same loop on the CPU engine here;
+#   - Ctrl-C (SIGINT) in `baton chat` mid-answer: "[stopped]", the chat goes
+#     on, and the next turn continues from the answer kept so far;
 #   - `baton generate --prompt-file -` reads the prompt from stdin;
 #   - `--edge` pointed at the cloud or at the edge's HTTP port says so in words;
 #   - help and flags: --no-progress (never --no-no-progress), "did you mean"
@@ -110,6 +112,48 @@ printf '%s\n' "And God saw the light" /stats |
 grep -q "session ${first_session}" "${work}/resume.err" || fail "--session mychat: $(cat "${work}/resume.err")"
 context4=$(stat "${work}/resume.err" "context tokens" 1)
 (( context4 > context2 )) || fail "--session mychat did not resume: context ${context4} <= ${context2}"
+
+# --- Ctrl-C in chat: the answer stops, the chat goes on, the agent keeps it ---
+# The first message goes in, SIGINT lands once its answer has started, then a
+# second message and /stats. An answer that ends before the signal lands
+# decides nothing: up to 3 tries, each a chat (session) of its own.
+decided=""
+for try in 1 2 3; do
+  rm -f "${work}/chat-in"
+  mkfifo "${work}/chat-in"
+  : > "${work}/int-chat.out"
+  BATON_EDGE="${edge}" "${baton}" chat --max-tokens 900 --temperature 0.8 --seed "${try}" --policy local \
+    < "${work}/chat-in" > "${work}/int-chat.out" 2> "${work}/int-chat.err" &
+  client=$!
+  exec 7> "${work}/chat-in"
+  echo "Tell me of the kings of Israel" >&7
+  for _ in $(seq 1 400); do
+    [[ $(wc -c < "${work}/int-chat.out") -ge 40 ]] && break
+    kill -0 "${client}" 2> /dev/null || break
+    sleep 0.01
+  done
+  kill -INT "${client}" 2> /dev/null || true
+  # The chat goes on after a Ctrl-C: a second message, its stats, the end.
+  printf '%s\n' "And then?" /stats >&7
+  exec 7>&-
+  code=0
+  wait "${client}" || code=$?
+  [[ ${code} -eq 0 ]] || fail "chat exited ${code} after one Ctrl-C: $(cat "${work}/int-chat.err")"
+  if ! grep -q '^\[stopped\]$' "${work}/int-chat.err"; then
+    echo "NOTE: try ${try}: the answer ended before Ctrl-C landed"
+    continue
+  fi
+  decided=yes
+  # The second turn continued the stopped one: the agent kept its prompt (28
+  # tokens with the chat template) and the tokens generated before the cancel
+  # (40+ bytes of text were shown), so more than the prompt alone is reused.
+  reused=$(stat "${work}/int-chat.err" "reused tokens \\(edge\\)" 1)
+  generated=$(stat "${work}/int-chat.err" "generated tokens" 1)
+  [[ -n "${reused}" && -n "${generated}" ]] || fail "no stats after Ctrl-C: $(cat "${work}/int-chat.err")"
+  (( reused > 35 )) || fail "the stopped answer was not kept: the next turn reused ${reused} tokens"
+  break
+done
+[[ -n "${decided}" ]] || fail "every chat answer ended before Ctrl-C landed (3 tries)"
 
 # --- --prompt-file - reads stdin ------------------------------------------------------
 printf 'And God said' | "${baton}" generate --edge "${edge}" --prompt-file - --max-tokens 4 --temperature 0 --json \
