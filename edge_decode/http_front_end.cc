@@ -339,7 +339,7 @@ absl::Status HttpFrontEnd::Impl::start() {
   if (options_.threads < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("HTTP threads = %d; at least 1", options_.threads));
   }
-  absl::StatusOr<std::pair<std::string, int>> host_port = parse_host_port(http_listen_address(options_.listen));
+  absl::StatusOr<std::pair<std::string, int>> host_port = parse_listen_address(options_.listen);
   if (!host_port.ok()) return absl::InvalidArgumentError(absl::StrCat("HTTP ", host_port.status().message()));
   if (!options_.model_path.empty()) {
     BATON_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(options_.model_path));
@@ -724,8 +724,6 @@ void HttpFrontEnd::Impl::install_cors() {
   server_->set_post_routing_handler(
       [this](const httplib::Request& req, httplib::Response& res) { add_cors_headers(req, res); });
 }
-
-std::string http_listen_address(const std::string& address) { return listen_address_or_loopback(address); }
 
 HttpFrontEnd::HttpFrontEnd(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

@@ -94,10 +94,6 @@ struct HttpFrontEndOptions {
 // "*" (only with API keys). INVALID_ARGUMENT naming the value otherwise.
 absl::Status check_cors_origin(const std::string& origin, bool has_api_keys);
 
-// "PORT" or ":PORT" -> "127.0.0.1:PORT" (the HTTP API is loopback unless a
-// host is given); anything else unchanged.
-std::string http_listen_address(const std::string& address);
-
 class HttpFrontEnd {
  public:
   // Loads the tokenizer (model_path), binds `listen` and starts serving.

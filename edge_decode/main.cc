@@ -168,7 +168,7 @@ absl::Status check_address(const char* flag, const std::string& address) {
 absl::Status check_public_listeners(const EdgeConfig& config) {
   if (!config.api_key_path.empty() || config.insecure_public) return absl::OkStatus();
   const std::pair<const char*, std::string> listeners[] = {{"listen", config.listen_address},
-                                                           {"http", http_listen_address(config.http_address)},
+                                                           {"http", config.http_address},
                                                            {"metrics", config.metrics_address}};
   for (const auto& [flag, address] : listeners) {
     if (address.empty()) continue;
@@ -201,7 +201,7 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     }
   }
   if (!config.http_address.empty()) {
-    BATON_RETURN_IF_ERROR(check_address("http", http_listen_address(config.http_address)));
+    BATON_RETURN_IF_ERROR(check_address("http", config.http_address));
   }
   for (absl::string_view origin : absl::StrSplit(config.cors_origins, ',', absl::SkipWhitespace())) {
     BATON_RETURN_IF_ERROR(check_cors_origin(std::string(origin), !config.api_key_path.empty()));

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
+#include "common/rpc/proto_json.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
@@ -105,7 +106,7 @@ int report_interrupted(const std::string& address, const std::string& session_id
   const v1::Stats stats = seen.interrupted_stats(session_id);
   if (json) {
     std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"interrupted\": true, \"stats\": %s}\n",
-                json_escape(text).c_str(), token_ids_json.c_str(), proto_json(stats).c_str());
+                json_escape(text).c_str(), token_ids_json.c_str(), proto_to_json(stats).c_str());
   } else {
     if (seen.generated_tokens == 0) {
       std::fprintf(stderr, "baton generate: interrupted before the first token; the session is unchanged\n");
@@ -267,7 +268,7 @@ int generate_on_edge(const Args& args_in) {
   if (!stats) return fail("the edge agent ended Generate without stats");
   if (json) {
     std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"retries\": %d, \"stats\": %s}\n",
-                json_escape(text).c_str(), token_ids_json.c_str(), client.retries(), proto_json(*stats).c_str());
+                json_escape(text).c_str(), token_ids_json.c_str(), client.retries(), proto_to_json(*stats).c_str());
   } else {
     print_turn_stats(target->address, *stats);
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "cli_defaults.h"
 #include "commands.h"
+#include "common/rpc/proto_json.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
@@ -153,7 +154,7 @@ int health_command(const Args& args) {
     grpc::Status status = poll_health(
         [&](v1::EdgeHealthResponse* r) { return client.health(r); }, wait, &response, &ready);
     if (!status.ok()) return fail(client.describe("Health", status));
-    json ? (void)std::printf("%s\n", proto_json(response).c_str()) : print_edge_health(*target, response);
+    json ? (void)std::printf("%s\n", proto_to_json(response).c_str()) : print_edge_health(*target, response);
   } else {
     auto stub = v1::Prefill::NewStub(open_channel(*target));
     v1::HealthResponse response;
@@ -165,7 +166,7 @@ int health_command(const Args& args) {
         },
         wait, &response, &ready);
     if (!status.ok()) return fail(describe_rpc_error(*target, "Health", status));
-    json ? (void)std::printf("%s\n", proto_json(response).c_str()) : print_cloud_health(*target, response);
+    json ? (void)std::printf("%s\n", proto_to_json(response).c_str()) : print_cloud_health(*target, response);
   }
   if (require_ready && !ready && wait.count() == 0) {
     return fail(absl::StrFormat("the server at %s is not READY", target->address));

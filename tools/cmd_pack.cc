@@ -41,6 +41,7 @@
 #include "common/kv/prefix_digest.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
+#include "common/rpc/proto_json.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
@@ -493,7 +494,7 @@ int pack_ls(const Args& args) {
   grpc::Status status = client.list_packs(&response);
   if (!status.ok()) return fail(client.describe("ListPacks", status));
   if (json) {
-    std::printf("%s\n", proto_json(response).c_str());
+    std::printf("%s\n", proto_to_json(response).c_str());
     return 0;
   }
   if (response.packs().empty()) {
@@ -529,7 +530,7 @@ int pack_info(const Args& args) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   const uint64_t file_bytes = in ? static_cast<uint64_t>(in.tellg()) : 0;
   if (json) {
-    std::printf("%s\n", proto_json(*header).c_str());
+    std::printf("%s\n", proto_to_json(*header).c_str());
   } else {
     print_pack_header(path, *header, file_bytes);
     if (verify) std::printf("  verified         every block checksum and the trailer digest\n");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "cli_defaults.h"
 #include "commands.h"
+#include "common/rpc/proto_json.h"
 #include "common/util/clock.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
@@ -39,7 +40,7 @@ int sessions_ls(EdgeClient& client, bool json) {
   grpc::Status status = client.list_sessions(&response);
   if (!status.ok()) return fail(client.describe("ListSessions", status));
   if (json) {
-    std::printf("%s\n", proto_json(response).c_str());
+    std::printf("%s\n", proto_to_json(response).c_str());
     return 0;
   }
   if (response.sessions().empty()) {

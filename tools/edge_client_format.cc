@@ -2,12 +2,9 @@
 
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_codec_params.h"
-#include "common/rpc/proto_json.h"
 #include "common/util/sha256.h"
 
 namespace baton::cli {
-
-std::string proto_json(const google::protobuf::Message& message) { return proto_to_json(message); }
 
 const char* serving_state_name(v1::ServingState state) {
   switch (state) {

@@ -5,15 +5,11 @@
 
 #include <string>
 
-#include <google/protobuf/message.h>
 
 #include "proto/baton.pb.h"
 
 namespace baton::cli {
 
-// The message as JSON (proto field names, every field printed, 64-bit
-// integers as numbers, digests in hex: common/rpc/proto_json.h).
-std::string proto_json(const google::protobuf::Message& message);
 
 const char* serving_state_name(v1::ServingState state);  // "READY", "LOADING", ...
 // The canonical codec name ("int4-pc-kg128-g32-z3") of complete params, else

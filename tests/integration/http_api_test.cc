@@ -39,6 +39,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/model/model_quantize.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/listen_address.h"
 #include "common/util/metrics.h"
 #include "common/util/metrics_http.h"
 #include "edge_decode/edge_metrics.h"
@@ -553,10 +554,10 @@ TEST(HttpApiFakeEdgeTest, HealthAndMetrics) {
 }
 
 TEST(HttpApiFakeEdgeTest, StartValidatesOptionsAndAPortAloneIsLoopback) {
-  EXPECT_EQ(http_listen_address("8080"), "127.0.0.1:8080");
-  EXPECT_EQ(http_listen_address(":8080"), "127.0.0.1:8080");
-  EXPECT_EQ(http_listen_address("0.0.0.0:8080"), "0.0.0.0:8080");
-  EXPECT_EQ(http_listen_address("[::1]:8080"), "[::1]:8080");
+  EXPECT_EQ(listen_address_or_loopback("8080"), "127.0.0.1:8080");
+  EXPECT_EQ(listen_address_or_loopback(":8080"), "127.0.0.1:8080");
+  EXPECT_EQ(listen_address_or_loopback("0.0.0.0:8080"), "0.0.0.0:8080");
+  EXPECT_EQ(listen_address_or_loopback("[::1]:8080"), "[::1]:8080");
   HttpFrontEndOptions options;
   EXPECT_EQ(HttpFrontEnd::Start(options).status().code(), absl::StatusCode::kInvalidArgument);  // no grpc_target
   options.grpc_target = "127.0.0.1:1";
