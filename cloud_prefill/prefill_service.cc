@@ -95,7 +95,7 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   fingerprint_proto_ = model_fingerprint_to_proto(fingerprint_);
   const ModelSpec& spec = model_->spec();
   fingerprint_proto_.set_name(spec.name);  // [info]: GGUF general.name, as the edge reports it
-  geometry_ = KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  geometry_ = kv_geometry_for(spec);
   max_context_tokens_ = options_.max_context_tokens > 0 ? options_.max_context_tokens : spec.n_ctx_train;
   if (max_context_tokens_ <= 0) max_context_tokens_ = int64_t{1} << 20;
   prefix_cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes, geometry_);

@@ -17,7 +17,7 @@ namespace baton {
 namespace {
 
 KvGeometry geometry_of(const ModelSpec& spec) {
-  return KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  return kv_geometry_for(spec);
 }
 
 // A cgroup limit file: a decimal byte count, or "max" (no limit).

@@ -160,7 +160,7 @@ int plan_command(const Args& args) {
   if (codecs.empty()) return usage_error("--codecs: the list is empty");
   // What baton-edge keeps when --codec is left at its default (int4).
   const KvCodecConfig agent_default = default_kv_codec_config(
-      KvCodecConfig::Bits::kInt4, KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim});
+      KvCodecConfig::Bits::kInt4, kv_geometry_for(spec));
   const bool detected = memory_bytes == 0;
   if (detected) {
     memory_bytes = detect_device_memory_bytes();

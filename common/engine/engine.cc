@@ -47,7 +47,7 @@ Engine::Engine(const Model& model, const EngineOptions& options)
 
 KvGeometry Engine::kv_geometry() const {
   const ModelSpec& s = model_.spec();
-  return KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+  return kv_geometry_for(s);
 }
 
 std::unique_ptr<KvCache> Engine::new_f32_kv_cache(int64_t capacity_tokens) const {

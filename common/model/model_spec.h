@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -41,6 +42,9 @@ struct ModelSpec {
   RopeSpec rope;
   bool qkv_bias = false;
   bool tied_embeddings = false;  // no output.weight: logits use token_embd
+  // Sliding-window attention per layer (see KvGeometry::layer_window): empty,
+  // or n_layer entries, 0 = full attention, W > 0 = the layer sees W tokens.
+  std::vector<int32_t> layer_window;
 
   int64_t q_dim() const { return int64_t{n_head} * head_dim; }
   int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
