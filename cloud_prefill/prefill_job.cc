@@ -155,7 +155,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   result.queue_ms = ms_between(input.admitted, job_start);
   const Model& model = *env.model;
   const ModelSpec& spec = model.spec();
-  const KvGeometry geometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  const KvGeometry geometry = kv_geometry_for(spec);
   const int64_t end = static_cast<int64_t>(input.tokens.size());
   const int64_t first = input.first_position;
   BATON_CHECK(first < end);

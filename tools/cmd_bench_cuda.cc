@@ -148,7 +148,7 @@ int bench_prefill_cuda(const Args& args) {
   const double upload_s = std::chrono::duration<double>(Clock::now() - upload_start).count();
 
   const double layer_params = static_cast<double>(layer_matrix_parameters(**model));
-  const KvGeometry geometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+  const KvGeometry geometry = kv_geometry_for(s);
   for (int64_t n : sizes) {
     Rng rng(1);
     std::vector<int32_t> tokens(n);

@@ -136,7 +136,7 @@ int info(const Args& args) {
   for (const auto& [type, bytes] : by_type) r.add_bytes("bytes_" + type, "  in " + type, bytes);
   // KV per token on the device for the agent's codec of each width (as
   // `baton plan` and Health count it: codes plus group scales and minimums).
-  const KvGeometry geometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+  const KvGeometry geometry = kv_geometry_for(s);
   for (const auto& [key, bits] : {std::pair{"f16", KvCodecConfig::Bits::kF16},
                                   std::pair{"int8", KvCodecConfig::Bits::kInt8},
                                   std::pair{"int4", KvCodecConfig::Bits::kInt4}}) {

@@ -151,7 +151,7 @@ int plan_command(const Args& args) {
   for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipEmpty())) {
     absl::StatusOr<KvCodecConfig> codec = parse_kv_codec_config(std::string_view(name.data(), name.size()));
     if (!codec.ok()) return usage_error("--codecs: " + std::string(codec.status().message()));
-    const KvGeometry geometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+    const KvGeometry geometry = kv_geometry_for(spec);
     if (absl::Status fits = codec->validate(geometry); !fits.ok()) {
       return usage_error(absl::StrFormat("--codecs: %s: %s", std::string(name), fits.message()));
     }

@@ -331,6 +331,7 @@ void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
     case GgmlType::kF16: return run_type<GgmlType::kF16>(p, row_begin, row_end, tok_begin, tok_end);
     case GgmlType::kBF16: return run_type<GgmlType::kBF16>(p, row_begin, row_end, tok_begin, tok_end);
     case GgmlType::kF32: return run_type<GgmlType::kF32>(p, row_begin, row_end, tok_begin, tok_end);
+    default: break;  // not (yet) supported: handled below
   }
 }
 

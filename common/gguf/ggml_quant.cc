@@ -92,6 +92,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     }
     case GgmlType::kQ4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
     case GgmlType::kQ8_0: dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
+    default: break;  // not (yet) supported: handled below
   }
   BATON_CHECK(false, "dequantize_row: unsupported GgmlType");
 }
@@ -113,6 +114,7 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     }
     case GgmlType::kQ4_0: quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), n); return;
     case GgmlType::kQ8_0: quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), n); return;
+    default: break;  // not (yet) supported: handled below
   }
   BATON_CHECK(false, "quantize_row: unsupported GgmlType");
 }

@@ -10,6 +10,7 @@ bool ggml_type_supported(uint32_t type) {
     case GgmlType::kQ8_0:
     case GgmlType::kBF16:
       return true;
+    default: break;  // not (yet) supported: handled below
   }
   return false;
 }
@@ -21,6 +22,7 @@ std::string_view ggml_type_name(uint32_t type) {
     case GgmlType::kQ4_0: return "q4_0";
     case GgmlType::kQ8_0: return "q8_0";
     case GgmlType::kBF16: return "bf16";
+    default: break;  // not (yet) supported: handled below
   }
   // Names of common ggml types we do not support, so errors read well.
   switch (type) {
@@ -52,6 +54,7 @@ int64_t ggml_block_bytes(GgmlType type) {
     case GgmlType::kBF16: return 2;
     case GgmlType::kQ4_0: return sizeof(BlockQ4_0);
     case GgmlType::kQ8_0: return sizeof(BlockQ8_0);
+    default: break;  // not (yet) supported: handled below
   }
   return 0;
 }

@@ -127,6 +127,7 @@ uint32_t llama_file_type(GgmlType type) {
     case GgmlType::kQ4_0: return 2;
     case GgmlType::kQ8_0: return 7;
     case GgmlType::kBF16: return 32;
+    default: break;  // not (yet) supported: handled below
   }
   return 0;
 }

@@ -293,7 +293,7 @@ TEST_P(AttentionTest, MatchesTheF32CacheOverEarlierAndCurrentChunk) {
   const auto v = round_all(random_vector(n_keys * kv_dim, 13));
   const auto q = round_all(random_vector(c.n_queries * q_dim, 14, 1.5f));
 
-  F32KvCache cpu(KvGeometry{n_layer, n_head, n_head_kv, c.head_dim}, n_keys);
+  F32KvCache cpu(KvGeometry{n_layer, n_head, n_head_kv, c.head_dim, {}}, n_keys);
   BATON_ASSERT_OK(cpu.store(layer, 0, n_keys, k.data(), v.data()));
   std::vector<float> want(c.n_queries * q_dim);
   cpu.attend(layer, c.pos0, c.n_queries, q.data(), want.data(), nullptr);
@@ -324,7 +324,7 @@ TEST_P(AttentionTest, MatchesTheF32CacheOverEarlierAndCurrentChunk) {
 
 TEST(CudaKernels, Int8KvQuantizationMatchesTheCodecByteForByte) {
   BATON_REQUIRE_GPU();
-  const KvGeometry g{1, 4, 2, 64};
+  const KvGeometry g{1, 4, 2, 64, {}};
   const int64_t n_tokens = 37;
   const int64_t n = n_tokens * g.kv_dim();
   auto x = random_vector(n, 15, 2.0f);
@@ -373,7 +373,7 @@ namespace {
 
 TEST(CudaKvQuantize, BlocksEncodeToTheCpuCodecBytes) {
   BATON_REQUIRE_GPU();
-  const KvGeometry g{2, 8, 2, 64};
+  const KvGeometry g{2, 8, 2, 64, {}};
   const int64_t n_tokens = 45;
   const auto rows = testing::random_vector(n_tokens * g.kv_dim(), 16, 3.0f);
   auto device_rows = testing::to_device(rows);

@@ -42,7 +42,7 @@ std::vector<int32_t> prompt_tokens(int64_t n, int n_vocab, uint32_t seed) {
 
 KvGeometry geometry_of(const Model& model) {
   const ModelSpec& s = model.spec();
-  return KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+  return KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim, {}};
 }
 
 // K (kind 0) or V of one layer for tokens [from, to) compared between caches.

@@ -444,7 +444,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   die_unless_ok(fingerprint.status(), "fingerprint");
   harness->fingerprint = *fingerprint;
   const baton::ModelSpec& spec = harness->model->spec();
-  harness->geometry = baton::KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+  harness->geometry = baton::KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim, {}};
   if (const char* seeds = std::getenv("BATON_FUZZ_WRITE_SEEDS")) {
     write_seeds(seeds);
     std::filesystem::remove_all(harness->dir);

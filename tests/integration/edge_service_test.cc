@@ -125,7 +125,7 @@ TEST(EdgeServiceTest, RequestBeyondMaxContextIsResourceExhaustedWithTheNumbers) 
   // A limit that leaves KV room for exactly 48 F16 tokens (below 1.28 GiB the
   // headroom is its 64 MiB floor).
   const KvGeometry geometry{(*model)->spec().n_layer, (*model)->spec().n_head, (*model)->spec().n_head_kv,
-                            (*model)->spec().head_dim};
+                            (*model)->spec().head_dim, {}};
   const absl::StatusOr<KvCodecConfig> f16 = parse_kv_codec_config("f16");
   ASSERT_TRUE(f16.ok());
   const uint64_t per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(*f16, geometry));

@@ -66,7 +66,7 @@ const Reference& reference() {
     BATON_CHECK(fingerprint.ok());
     r->fingerprint = *fingerprint;
     const ModelSpec& s = r->model->spec();
-    r->geometry = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+    r->geometry = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim, {}};
     return r;
   }();
   return *ref;

@@ -53,7 +53,7 @@ const Served& served() {
     EXPECT_TRUE(fingerprint.ok());
     out->fingerprint = *fingerprint;
     const ModelSpec& spec = out->model->spec();
-    out->geometry = KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim};
+    out->geometry = KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim, {}};
     return out;
   }();
   return *s;

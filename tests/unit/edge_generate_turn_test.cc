@@ -56,7 +56,7 @@ TEST(EdgeGenerateTurnTest, BadSamplingValuesNameTheField) {
 }
 
 TEST(EdgeGenerateTurnTest, WireCodecFromRequestFields) {
-  const KvGeometry geometry{16, 32, 8, 64};
+  const KvGeometry geometry{16, 32, 8, 64, {}};
   const KvCodecConfig fallback = default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry);
   v1::CodecParams unset;
   absl::StatusOr<KvCodecConfig> out = resolve_wire_codec(unset, fallback, geometry);

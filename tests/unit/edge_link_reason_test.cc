@@ -28,7 +28,7 @@ TEST(SplitPolicyReasonTest, LocalBecauseOfTheCloudSaysWhichStateItWasIn) {
 }
 
 TEST(QuantizedKvCacheShrinkTest, ShrinkGivesBackCapacityAndKeepsTheRowsHeld) {
-  const KvGeometry geometry{2, 4, 2, 16};
+  const KvGeometry geometry{2, 4, 2, 16, {}};
   const KvCodecConfig codec = default_kv_codec_config(KvCodecConfig::Bits::kInt8, geometry);
   auto created = QuantizedKvCache::Create(geometry, 8, codec);
   ASSERT_TRUE(created.ok()) << created.status();

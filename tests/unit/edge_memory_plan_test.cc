@@ -44,7 +44,7 @@ TEST(MemoryPlanTest, BudgetIsLimitMinusWeightsScratchAndHeadroom) {
   EXPECT_EQ(plan.headroom_bytes, static_cast<uint64_t>(0.05 * static_cast<double>(limit)));
   EXPECT_EQ(plan.kv_budget_bytes, limit - weights - plan.scratch_bytes - plan.headroom_bytes);
   ASSERT_EQ(plan.capacity.size(), 2u);
-  const KvGeometry geometry{16, 32, 8, 64};
+  const KvGeometry geometry{16, 32, 8, 64, {}};
   // f16: 2 (K,V) x 16 layers x 512 x 2 bytes = 32 KiB per token.
   EXPECT_EQ(plan.capacity[1].kv_bytes_per_token, 32768u);
   EXPECT_EQ(plan.capacity[1].max_context_tokens, plan.kv_budget_bytes / 32768u);

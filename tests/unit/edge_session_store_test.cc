@@ -702,7 +702,7 @@ TEST_F(SessionStoreTest, ConcurrentTurnsOnSharedIdsKeepOneTurnPerSession) {
 class QuantizedKvCacheReserve : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(QuantizedKvCacheReserve, GrowingKeepsStoredTokensBitIdentical) {
-  const KvGeometry g{3, 4, 2, 32};
+  const KvGeometry g{3, 4, 2, 32, {}};
   const KvCodecConfig config = parse(GetParam());
   auto grown = QuantizedKvCache::Create(g, 0, config);   // grown from nothing, in steps
   auto direct = QuantizedKvCache::Create(g, 40, config);  // the whole capacity up front

@@ -21,7 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // 2 layers, 4 query heads, 2 KV heads, head_dim 32.
-KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32}; }
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32, {}}; }
 
 KvCodecConfig parse(const std::string& name) {
   auto c = parse_kv_codec_config(name);
@@ -306,11 +306,11 @@ namespace baton {
 namespace {
 
 TEST(KvCodecDefaults, DefaultsAreTheMeasuredChoicesAndTravel) {
-  const KvGeometry geometry{6, 8, 2, 32};
+  const KvGeometry geometry{6, 8, 2, 32, {}};
   EXPECT_EQ(default_kv_codec_config(KvCodecConfig::Bits::kF16, geometry).to_string(), "f16-z3");
   EXPECT_EQ(default_kv_codec_config(KvCodecConfig::Bits::kInt8, geometry).to_string(), "int8-g32-z3");
   EXPECT_EQ(default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry).to_string(), "int4-pc-kg128-g32-z3");
-  const KvGeometry narrow{2, 4, 2, 16};
+  const KvGeometry narrow{2, 4, 2, 16, {}};
   for (auto bits : {KvCodecConfig::Bits::kF16, KvCodecConfig::Bits::kInt8, KvCodecConfig::Bits::kInt4}) {
     const KvCodecConfig config = default_kv_codec_config(bits, narrow);
     EXPECT_TRUE(config.validate(narrow).ok()) << config.to_string();

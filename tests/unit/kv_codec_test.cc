@@ -23,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // 2 layers, 4 query heads, 2 KV heads, head_dim 64.
-KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 64}; }
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 64, {}}; }
 
 // KV-like data: N(0, 1) plus a few outlier channels with a large offset, as
 // real keys have.

@@ -124,6 +124,9 @@ TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, std::mt19937
         }
         break;
       }
+      default:
+        ADD_FAILURE() << "no test quantizer for " << ggml_type_name(type);
+        break;
     }
   }
   return w;

@@ -27,7 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // 2 layers, 4 query heads, 2 KV heads, head_dim 32.
-KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32}; }
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32, {}}; }
 
 std::vector<float> random_rows(int64_t n, int64_t width, uint32_t seed, float outlier = 6.0f) {
   std::mt19937 rng(seed);

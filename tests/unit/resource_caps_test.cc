@@ -34,7 +34,7 @@ class StreamHeaderCheckTest : public ::testing::Test {
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
     const ModelSpec& s = model_->spec();
-    geometry_ = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim};
+    geometry_ = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim, {}};
     auto fp = model_fingerprint(*model_);
     ASSERT_TRUE(fp.ok()) << fp.status();
     fingerprint_ = *fp;
