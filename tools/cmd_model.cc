@@ -155,10 +155,11 @@ int info(const Args& args) {
 
 int model_command(const Args& args) {
   const char* usage =
-      "usage: baton model synth|quantize|info ...\n"
+      "usage: baton model synth|quantize|info|verify ...\n"
       "  synth     write a seeded synthetic model of a real shape\n"
       "  quantize  IN OUT --type q4_0|q8_0|f16|bf16|f32: re-store a model's matrices, stamping its source digest\n"
-      "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n";
+      "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n"
+      "  verify    the fast engine's logits against the golden reference engine on a model\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -167,6 +168,7 @@ int model_command(const Args& args) {
   if (args[0] == "synth") return synth(rest);
   if (args[0] == "quantize") return quantize(rest);
   if (args[0] == "info") return info(rest);
+  if (args[0] == "verify") return model_verify(rest);
   std::fprintf(stderr, "baton model: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
 }

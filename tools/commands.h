@@ -14,7 +14,8 @@ namespace baton::cli {
 
 using Args = std::vector<std::string>;
 
-int model_command(const Args& args);     // baton model synth|quantize|info
+int model_command(const Args& args);     // baton model synth|quantize|info|verify
+int model_verify(const Args& args);      // baton model verify (cmd_model_verify.cc)
 int bench_command(const Args& args);     // baton bench decode|prefill
 int generate_command(const Args& args);  // baton generate
 int bench_kv_codec(const Args& args);    // baton bench kv-codec (cmd_bench_kv.cc)

@@ -43,6 +43,17 @@ grep -q '"kv_bytes_per_token_f16": 256' "${work}/q4.json" || fail "KV bytes/toke
 "${bin}/baton" model info "${work}/tiny-other.gguf" --json > "${work}/other.json"
 [[ "$(fp "${work}/f16.json")" != "$(fp "${work}/other.json")" ]] || fail "different seeds share a fingerprint"
 
+# verify: the fast engine agrees with the reference engine (q4_0 weights, 8-bit
+# activations: well under 5% of the largest logit), and a limit it cannot meet
+# fails with exit 1.
+"${bin}/baton" model verify "${work}/tiny-q4.gguf" --tokens 10 --json > "${work}/verify.json" \
+  || fail "model verify failed on the q4_0 model: $(cat "${work}/verify.json")"
+grep -q '"verdict": "ok"' "${work}/verify.json" || fail "verify verdict: $(cat "${work}/verify.json")"
+set +e
+"${bin}/baton" model verify "${work}/tiny-q4.gguf" --tokens 4 --max-rel-error 0 > "${work}/verify0.txt"; rc=$?
+set -e
+[[ ${rc} -eq 1 ]] || fail "verify with --max-rel-error 0 exited ${rc}, expected 1"
+
 # Benchmarks print JSON with the named figures.
 "${bin}/baton" bench decode --model "${work}/tiny-q4.gguf" --context 64 --tokens 8 --json > "${work}/decode.json"
 for key in decode_tok_per_s weight_gb_per_s memory_read_gb_per_s ratio_to_bandwidth; do
