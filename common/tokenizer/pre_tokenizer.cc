@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <iterator>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
