@@ -151,6 +151,54 @@ bool IsWhitespace(char32_t cp) {
   return u_isUWhiteSpace(static_cast<UChar32>(cp));
 }
 
+namespace {
+
+uint8_t ClassesOfCategory(int8_t category) {
+  switch (category) {
+    case U_UPPERCASE_LETTER:
+    case U_TITLECASE_LETTER: return kUnicodeLetter | kUnicodeUpperOrTitle;
+    case U_LOWERCASE_LETTER: return kUnicodeLetter | kUnicodeLower;
+    case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER: return kUnicodeLetter;
+    case U_DECIMAL_DIGIT_NUMBER:
+    case U_LETTER_NUMBER:
+    case U_OTHER_NUMBER: return kUnicodeNumber;
+    case U_CONNECTOR_PUNCTUATION:
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+    case U_OTHER_PUNCTUATION: return kUnicodePunctuation;
+    case U_NON_SPACING_MARK:
+    case U_COMBINING_SPACING_MARK:
+    case U_ENCLOSING_MARK: return kUnicodeMark;
+    default: return 0;
+  }
+}
+
+// ASCII, computed once: the hot path of tokenizing English text and code.
+std::array<uint8_t, 128> BuildAsciiClasses() {
+  std::array<uint8_t, 128> classes{};
+  for (char32_t cp = 0; cp < 128; ++cp) {
+    classes[cp] = ClassesOfCategory(u_charType(static_cast<UChar32>(cp)));
+    if (IsWhitespace(cp)) classes[cp] |= kUnicodeWhitespace;
+  }
+  return classes;
+}
+
+}  // namespace
+
+uint8_t UnicodeClasses(char32_t cp) {
+  if (cp < 0x80) {
+    static const std::array<uint8_t, 128> ascii = BuildAsciiClasses();
+    return ascii[cp];
+  }
+  uint8_t classes = ClassesOfCategory(u_charType(static_cast<UChar32>(cp)));
+  if (u_isUWhiteSpace(static_cast<UChar32>(cp))) classes |= kUnicodeWhitespace;
+  return classes;
+}
+
 char32_t ByteToCodePoint(uint8_t byte) { return GetByteMaps().byte_to_cp[byte]; }
 
 int CodePointToByte(char32_t cp) {

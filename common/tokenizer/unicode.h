@@ -1,6 +1,6 @@
 // Unicode helpers for the tokenizers: strict UTF-8 decoding and encoding, the
-// GPT-2 byte <-> code point mapping, and the three character classes the
-// pre-tokenizer split rules need (\p{L}, \p{N}, \s).
+// GPT-2 byte <-> code point mapping, and the character classes the
+// pre-tokenizer split rules need (\p{L}, \p{N}, \s, \p{P}, \p{M}, case).
 //
 // Categories come from ICU (u_charType, u_isUWhiteSpace) with an ASCII fast
 // path, so they follow the Unicode version of the system ICU (72 = Unicode 15).
@@ -48,6 +48,19 @@ bool IsValidUtf8(std::string_view text);
 bool IsLetter(char32_t code_point);      // \p{L}: Lu Ll Lt Lm Lo
 bool IsNumber(char32_t code_point);      // \p{N}: Nd Nl No
 bool IsWhitespace(char32_t code_point);  // \s: the White_Space property
+
+// All the classes a pre-tokenizer asks about, from one category lookup.
+enum UnicodeClass : uint8_t {
+  kUnicodeLetter = 1,         // \p{L}
+  kUnicodeNumber = 2,         // \p{N}
+  kUnicodeWhitespace = 4,     // \s
+  kUnicodePunctuation = 8,    // \p{P}: Pc Pd Ps Pe Pi Pf Po
+  kUnicodeMark = 16,          // \p{M}: Mn Mc Me
+  kUnicodeUpperOrTitle = 32,  // \p{Lu} \p{Lt}
+  kUnicodeLower = 64,         // \p{Ll}
+};
+// Bitwise OR of the UnicodeClass values that hold for `code_point`.
+uint8_t UnicodeClasses(char32_t code_point);
 
 // GPT-2 byte-level BPE alphabet: every byte maps to a printable code point
 // (printable Latin-1 bytes map to themselves, the other 68 to U+0100..U+0143

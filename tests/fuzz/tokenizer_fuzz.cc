@@ -3,7 +3,8 @@
 // from tests/data/vocab), and as token ids through decode and the streaming
 // decoder. Must never crash, leak or hang; encode must only produce ids in
 // the vocabulary; the streaming decoder's pieces must be valid UTF-8 and add
-// up to decode()'s bytes once flushed.
+// up to decode()'s bytes once flushed; every pre-tokenizer's words must be
+// non-empty and add up to the text.
 // Build and run: tests/fuzz/build.sh && tests/fuzz/run.sh tokenizer 600
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/gguf/gguf_file.h"
+#include "common/tokenizer/pre_tokenizer.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/unicode.h"
@@ -64,6 +66,18 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
+  using baton::PreTokenizerKind;
+  for (const PreTokenizerKind kind :
+       {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
+        PreTokenizerKind::kDeepseekLlm, PreTokenizerKind::kDeepseekCoder, PreTokenizerKind::kFalcon,
+        PreTokenizerKind::kStarcoder, PreTokenizerKind::kTekken}) {
+    std::string joined;
+    for (const std::string_view word : baton::PreTokenizer(kind).split(text)) {
+      require(!word.empty(), "a pre-tokenizer produced an empty word");
+      joined += word;
+    }
+    require(joined == text, "a pre-tokenizer's words do not add up to the text");
+  }
   for (const Vocab& vocab : *vocabs) {
     const baton::Tokenizer& tokenizer = *vocab.tokenizer;
     const std::vector<int32_t> ids = tokenizer.encode(text);

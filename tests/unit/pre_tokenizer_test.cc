@@ -8,11 +8,14 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/tokenizer/unicode.h"
 #include "tests/unit/tokenizer_test_util.h"
@@ -186,13 +189,21 @@ std::string FromHex(const std::string& hex) {
   return bytes;
 }
 
+const PreTokenizerKind kAllKinds[] = {
+    PreTokenizerKind::kGpt2,          PreTokenizerKind::kLlama3,
+    PreTokenizerKind::kQwen2,         PreTokenizerKind::kDeepseekLlm,
+    PreTokenizerKind::kDeepseekCoder, PreTokenizerKind::kFalcon,
+    PreTokenizerKind::kStarcoder,     PreTokenizerKind::kTekken,
+};
+
 // tests/data/vocab/pre_tokenizer_regex_cases.txt holds random strings split
-// by the regexes themselves (Python `regex` module; see
-// gen_pre_tokenizer_cases.py), a second engine for the hand-written matchers.
+// by the regexes themselves (Python `regex` module, sequences applied piece
+// by piece as llama.cpp does; see gen_pre_tokenizer_cases.py), a second
+// engine for the hand-written matchers: at least 800 per kind, every kind.
 TEST(PreTokenizer, MatchesAnIndependentRegexEngineOnRandomText) {
   std::ifstream in(testing_tokenizer::VocabPath("pre_tokenizer_regex_cases.txt"));
   ASSERT_TRUE(in.good()) << "missing pre_tokenizer_regex_cases.txt";
-  size_t n_cases = 0;
+  std::map<std::string, size_t> n_cases;  // by kind name
   size_t n_failed = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
@@ -200,27 +211,32 @@ TEST(PreTokenizer, MatchesAnIndependentRegexEngineOnRandomText) {
     ASSERT_EQ(fields.size(), 3u) << line;
     auto kind = PreTokenizer::FromName(fields[0]);
     ASSERT_TRUE(kind.ok()) << kind.status();
+    ASSERT_EQ(kind->name(), fields[0]) << "the file names kinds by their canonical name";
     const std::string text = FromHex(fields[1]);
     Words expected;
     for (const absl::string_view hex_word : absl::StrSplit(fields[2], ',')) {
       expected.push_back(FromHex(std::string(hex_word)));
     }
     const Words words = Split(kind->kind(), text);
-    ++n_cases;
+    ++n_cases[fields[0]];
     if (words != expected) {
       ++n_failed;
       ADD_FAILURE() << fields[0] << " on hex " << fields[1] << ": got " << words.size()
                     << " words, the regex " << expected.size();
     }
   }
-  EXPECT_GE(n_cases, 2000u);
+  for (const PreTokenizerKind kind : kAllKinds) {
+    const std::string name(PreTokenizer(kind).name());
+    EXPECT_GE(n_cases[name], 800u) << name;
+  }
   EXPECT_EQ(n_failed, 0u);
 }
 
 TEST(PreTokenizer, WordsAreNonEmptyAndConcatenateToTheInput) {
   std::mt19937 rng(1234);
   const char32_t alphabet[] = {'a', 'Z', '1', ' ', ' ', '\n', '\r', '\t', '\'', 's', 'L', '.',
-                               0xA0, 0xBD, 0x301, 0x4E2D, 0x3000, 0x1F600, 0x200D, 0xFF5E};
+                               '/', '$', 0xA0, 0xBD, 0xC9, 0x301, 0x4E2D, 0x3000, 0x3002,
+                               0x1F600, 0x200D, 0xFF5E, 0xFF21, 0x212A};
   for (int iteration = 0; iteration < 2000; ++iteration) {
     std::string text;
     const int length = static_cast<int>(rng() % 24);
@@ -231,37 +247,66 @@ TEST(PreTokenizer, WordsAreNonEmptyAndConcatenateToTheInput) {
         AppendUtf8(alphabet[rng() % std::size(alphabet)], text);
       }
     }
-    for (const PreTokenizerKind kind :
-         {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2}) {
+    for (const PreTokenizerKind kind : kAllKinds) {
       std::string joined;
       for (const std::string& word : Split(kind, text)) {
         EXPECT_FALSE(word.empty());
         joined += word;
       }
-      ASSERT_EQ(joined, text);
+      ASSERT_EQ(joined, text) << PreTokenizer(kind).name();
     }
   }
 }
 
 TEST(PreTokenizer, NamesMapToKinds) {
-  EXPECT_EQ(PreTokenizer::FromName("").value().kind(), PreTokenizerKind::kGpt2);
-  EXPECT_EQ(PreTokenizer::FromName("gpt-2").value().kind(), PreTokenizerKind::kGpt2);
-  EXPECT_EQ(PreTokenizer::FromName("gpt2").value().kind(), PreTokenizerKind::kGpt2);
-  EXPECT_EQ(PreTokenizer::FromName("llama-bpe").value().kind(), PreTokenizerKind::kLlama3);
-  EXPECT_EQ(PreTokenizer::FromName("qwen2").value().kind(), PreTokenizerKind::kQwen2);
+  const std::pair<const char*, PreTokenizerKind> names[] = {
+      {"", PreTokenizerKind::kGpt2},
+      {"gpt-2", PreTokenizerKind::kGpt2},
+      {"gpt2", PreTokenizerKind::kGpt2},
+      {"llama-bpe", PreTokenizerKind::kLlama3},
+      {"llama3", PreTokenizerKind::kLlama3},
+      {"llama-v3", PreTokenizerKind::kLlama3},
+      {"qwen2", PreTokenizerKind::kQwen2},
+      {"deepseek-r1-qwen", PreTokenizerKind::kQwen2},
+      {"deepseek-llm", PreTokenizerKind::kDeepseekLlm},
+      {"deepseek-coder", PreTokenizerKind::kDeepseekCoder},
+      {"falcon", PreTokenizerKind::kFalcon},
+      {"starcoder", PreTokenizerKind::kStarcoder},
+      {"refact", PreTokenizerKind::kStarcoder},
+      {"smollm", PreTokenizerKind::kStarcoder},
+      {"command-r", PreTokenizerKind::kStarcoder},
+      {"tekken", PreTokenizerKind::kTekken},
+  };
+  for (const auto& [name, kind] : names) {
+    const auto result = PreTokenizer::FromName(name);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    EXPECT_EQ(result->kind(), kind) << name;
+  }
+  // Every canonical name maps back to its kind.
+  for (const PreTokenizerKind kind : kAllKinds) {
+    EXPECT_EQ(PreTokenizer::FromName(PreTokenizer(kind).name()).value().kind(), kind);
+  }
   EXPECT_TRUE(PreTokenizer::FromName("llama-bpe").value().ignores_merges());
+  EXPECT_TRUE(PreTokenizer::FromName("tekken").value().ignores_merges());
   EXPECT_FALSE(PreTokenizer::FromName("qwen2").value().ignores_merges());
+  EXPECT_FALSE(PreTokenizer::FromName("deepseek-llm").value().ignores_merges());
 }
 
+// Names llama.cpp knows that Baton does not implement (and near misses) are
+// refused, and the message lists every supported name.
 TEST(PreTokenizer, UnknownNameIsAnErrorNamingValueAndSupported) {
-  const auto result = PreTokenizer::FromName("deepseek-coder");
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string message(result.status().message());
-  EXPECT_NE(message.find("deepseek-coder"), std::string::npos) << message;
-  EXPECT_NE(message.find("llama-bpe"), std::string::npos) << message;
-  EXPECT_NE(message.find("qwen2"), std::string::npos) << message;
-  EXPECT_NE(message.find("gpt2"), std::string::npos) << message;
+  for (const char* unknown : {"gpt-4o", "deepseek-v3", "chameleon", "Falcon", "qwen2 "}) {
+    const auto result = PreTokenizer::FromName(unknown);
+    ASSERT_FALSE(result.ok()) << unknown;
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(result.status().message());
+    EXPECT_NE(message.find(absl::StrCat("'", unknown, "'")), std::string::npos) << message;
+    for (const char* supported :
+         {"gpt2", "llama-bpe", "qwen2", "deepseek-r1-qwen", "deepseek-llm", "deepseek-coder",
+          "falcon", "starcoder", "refact", "smollm", "command-r", "tekken"}) {
+      EXPECT_NE(message.find(supported), std::string::npos) << supported << " in " << message;
+    }
+  }
 }
 
 TEST(Utf8, DecodeIsStrict) {
