@@ -107,8 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Reference, KquantBlocksTest,
                                            BlockCase{"blocks-Q6_K.json", GgmlType::kQ6_K},
                                            BlockCase{"blocks-Q8_0.json", GgmlType::kQ8_0},
                                            BlockCase{"blocks-Q4_0.json", GgmlType::kQ4_0}),
-                         [](const ::testing::TestParamInfo<BlockCase>& info) {
-                           return std::string(ggml_type_name(info.param.type));
+                         [](const ::testing::TestParamInfo<BlockCase>& param_info) {
+                           return std::string(ggml_type_name(param_info.param.type));
                          });
 
 // The fallback types have no reference vectors; they are checked against

@@ -43,14 +43,19 @@ struct MixCase {
   const char* type;        // --type
   const char* reference;   // llama.cpp's file in the manifest
   QuantizeOptions options;
+  const char* counts;      // tensors per type, as `baton model info` prints them (reference README)
 };
 
 const MixCase kCases[] = {
-    {"q4_k_m", "q4_k_m", "tiny-q4_k_m.gguf", {GgmlType::kQ4_K, 2, QuantMix::kLlamaQ4_K_M, std::nullopt}},
-    {"q5_k_m", "q5_k_m", "tiny-q5_k_m.gguf", {GgmlType::kQ5_K, 2, QuantMix::kLlamaQ5_K_M, std::nullopt}},
-    {"q6_k", "q6_k", "tiny-q6_k.gguf", {GgmlType::kQ6_K, 2, QuantMix::kLlamaQ6_K, std::nullopt}},
+    {"q4_k_m", "q4_k_m", "tiny-q4_k_m.gguf", {GgmlType::kQ4_K, 2, QuantMix::kLlamaQ4_K_M, std::nullopt},
+     "39 q4_K, 13 f32, 5 q6_K"},
+    {"q5_k_m", "q5_k_m", "tiny-q5_k_m.gguf", {GgmlType::kQ5_K, 2, QuantMix::kLlamaQ5_K_M, std::nullopt},
+     "39 q5_K, 13 f32, 5 q6_K"},
+    {"q6_k", "q6_k", "tiny-q6_k.gguf", {GgmlType::kQ6_K, 2, QuantMix::kLlamaQ6_K, std::nullopt},
+     "44 q6_K, 13 f32"},
     {"q4_0-default", "q4_0 --output-type q6_k", "tiny-q4_0-default.gguf",
-     {GgmlType::kQ4_0, 2, QuantMix::kPure, GgmlType::kQ6_K}},
+     {GgmlType::kQ4_0, 2, QuantMix::kPure, GgmlType::kQ6_K},
+     "43 q4_0, 13 f32, 1 q6_K"},
 };
 
 // The quantized copy of the bundled model, written once per test binary run.
@@ -75,7 +80,9 @@ TEST_P(KquantModelTest, QuantizeWritesLlamaCppsMixByteForByte) {
   EXPECT_EQ(*(*file)->get_int("general.file_type"), want["general.file_type"].get<int64_t>());
   ASSERT_EQ((*file)->tensors().size(), want["tensors"].size());
   int type_matches = 0, byte_matches = 0;
+  std::vector<GgmlType> types;
   for (const GgufTensorInfo& t : (*file)->tensors()) {
+    types.push_back(t.type);
     ASSERT_TRUE(want["tensors"].contains(t.name)) << t.name;
     const nlohmann::json& w = want["tensors"][t.name];
     EXPECT_EQ(t.dims, w["dims"].get<std::vector<int64_t>>()) << t.name;
@@ -87,6 +94,7 @@ TEST_P(KquantModelTest, QuantizeWritesLlamaCppsMixByteForByte) {
     type_matches += type_ok;
     byte_matches += bytes_ok;
   }
+  EXPECT_EQ(tensor_type_counts(types), c.counts);
   std::printf("[ figures  ] --type %s vs %s: %d/%zu tensor types, %d/%zu tensor data digests match\n", c.type,
               c.reference, type_matches, (*file)->tensors().size(), byte_matches, (*file)->tensors().size());
   // The derived file keeps the source's fingerprint.
@@ -140,8 +148,8 @@ TEST_P(KquantModelTest, ReferenceEngineMatchesLlamaCppDequantizedLogitsAndGreedy
 }
 
 INSTANTIATE_TEST_SUITE_P(BundledModel, KquantModelTest, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<MixCase>& info) {
-                           std::string name = info.param.name;
+                         [](const ::testing::TestParamInfo<MixCase>& param_info) {
+                           std::string name = param_info.param.name;
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
