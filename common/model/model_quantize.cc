@@ -47,7 +47,8 @@ absl::Status quantize_model(const std::string& in_path, const std::string& out_p
   for (size_t i = 0; i < in_raw->tensors().size(); ++i) {
     const GgufTensorInfo& t = in_raw->tensors()[i];
     const GgmlType out_type = types[i];
-    if (t.dims.size() == 2 && out_type != options.type && options.mix == QuantMix::kPure) {
+    if (t.dims.size() == 2 && out_type == GgmlType::kF32 && options.type != GgmlType::kF32 &&
+        options.mix == QuantMix::kPure) {
       BATON_WARN("tensor '%s' rows of %lld are not whole %s blocks: kept as %s", t.name.c_str(),
                  static_cast<long long>(t.dims[0]), std::string(ggml_type_name(options.type)).c_str(),
                  std::string(ggml_type_name(out_type)).c_str());
