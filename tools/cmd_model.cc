@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "commands.h"
@@ -11,6 +12,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/model/model_quantize.h"
+#include "common/model/quant_mix.h"
 #include "common/model/model_synth.h"
 #include "common/util/flags.h"
 #include "edge_decode/memory_plan.h"
@@ -69,29 +71,46 @@ int synth(const Args& args) {
 }
 
 int quantize(const Args& args) {
-  std::string type_name = "q4_0";
+  std::string type_name = "q4_0", output_type_name;
   int64_t threads = 0;
-  FlagSet flags("baton model quantize", "IN.gguf OUT.gguf [--type q4_0|q8_0|f16|bf16|f32] [--threads N]",
-                "Re-stores the 2-D weight matrices of IN in --type (1-D tensors such as norms as f32; a matrix "
-                "whose rows are not a multiple of 32 stays f32 for the block types) and stamps the source "
-                "weights' digest into OUT, so both have the same model fingerprint.\n"
+  FlagSet flags("baton model quantize",
+                "IN.gguf OUT.gguf [--type q4_0|q8_0|q4_k_m|q5_k_m|q6_k|f16|bf16|f32] [--output-type TYPE] "
+                "[--threads N]",
+                "Re-stores the weight matrices of IN in --type and stamps the source weights' digest into OUT, "
+                "so both have the same model fingerprint.\n"
                 "IN: a GGUF model the engine can run (architecture llama or qwen2; tensors in f32, f16, bf16, "
-                "q8_0 or q4_0), e.g. deploy/models/baton-tiny-kjv-f16.gguf "
+                "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K), e.g. deploy/models/baton-tiny-kjv-f16.gguf "
                 "or one made by 'baton model synth'. OUT: the GGUF file to write (not IN).\n"
                 "Types: q4_0 (4.5 bits/weight: the edge's format), q8_0 (8.5 bits/weight), f16, bf16, f32 "
-                "(conversions).");
-  flags.add_string("type", &type_name, "target type of the weight matrices: q4_0, q8_0, f16, bf16 or f32", "TYPE");
+                "(conversions): every 2-D matrix in that type (1-D tensors such as norms as f32; a matrix whose "
+                "rows are not whole blocks stays f32).\n"
+                "q4_k_m, q5_k_m, q6_k: llama.cpp's K-quant mixes, tensor for tensor and byte for byte what "
+                "llama-quantize writes without an importance matrix: output.weight q6_K; for _m, attn_v and "
+                "ffn_down q6_K on the first and last eighth of the layers and every third between; rows that "
+                "are not a multiple of 256 fall back to q5_0 / q5_1 / q8_0; norms kept as they are.");
+  flags.add_string("type", &type_name, "target type: " + quant_recipe_names(), "TYPE");
+  flags.add_string("output-type", &output_type_name,
+                   "type of output.weight (a tied token_embd.weight) instead (llama-quantize's "
+                   "--output-tensor-type): q6_k with --type q4_0 gives llama.cpp's default Q4_0 file",
+                   "TYPE");
   flags.add_int64("threads", &threads, "threads (0: all)");
   if (auto code = parse_flags(flags, args)) return *code;
   if (flags.positional().size() != 2) {
     std::fprintf(stderr, "baton model quantize: expected IN and OUT files (see --help)\n");
     return 2;
   }
-  auto type = parse_type(type_name);
-  if (!type.ok()) return fail(std::string(type.status().message()));
+  auto recipe = parse_quant_recipe(type_name);
+  if (!recipe.ok()) return fail(std::string(recipe.status().message()));
+  QuantizeOptions options{recipe->base, static_cast<int>(threads), recipe->mix, std::nullopt};
+  if (!output_type_name.empty()) {
+    auto output = parse_quant_recipe(output_type_name);
+    if (!output.ok() || output->mix == QuantMix::kLlamaQ4_K_M || output->mix == QuantMix::kLlamaQ5_K_M) {
+      return fail("--output-type: '" + output_type_name + "' is not one of q4_0, q8_0, q6_k, f16, bf16, f32");
+    }
+    options.output_type = output->base;
+  }
   const auto start = std::chrono::steady_clock::now();
-  absl::Status status = quantize_model(flags.positional()[0], flags.positional()[1],
-                                       QuantizeOptions{*type, static_cast<int>(threads)});
+  absl::Status status = quantize_model(flags.positional()[0], flags.positional()[1], options);
   if (!status.ok()) return fail(std::string(status.message()));
   std::printf("wrote %s (%s) in %.1f s\n", flags.positional()[1].c_str(), type_name.c_str(),
               seconds_since(start));
@@ -134,6 +153,9 @@ int info(const Args& args) {
   std::map<std::string, uint64_t> by_type;
   for (const GgufTensorInfo& t : (*model)->file().tensors()) by_type[std::string(ggml_type_name(t.type))] += t.n_bytes;
   for (const auto& [type, bytes] : by_type) r.add_bytes("bytes_" + type, "  in " + type, bytes);
+  std::vector<GgmlType> tensor_types;
+  for (const GgufTensorInfo& t : (*model)->file().tensors()) tensor_types.push_back(t.type);
+  r.add_text("tensor_types", "tensors", tensor_type_counts(tensor_types));
   // KV per token on the device for the agent's codec of each width (as
   // `baton plan` and Health count it: codes plus group scales and minimums).
   const KvGeometry geometry = kv_geometry_for(s);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/gguf/ggml_kquant.h"
+#include "common/gguf/ggml_quant_fallback.h"
 #include "common/util/check.h"
 #include "common/util/fp16.h"
 
@@ -92,6 +94,12 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     }
     case GgmlType::kQ4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
     case GgmlType::kQ8_0: dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
+    case GgmlType::kQ4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
+    case GgmlType::kQ5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n); return;
+    case GgmlType::kQ5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
+    case GgmlType::kQ4_K: dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n); return;
+    case GgmlType::kQ5_K: dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n); return;
+    case GgmlType::kQ6_K: dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n); return;
     default: break;  // not (yet) supported: handled below
   }
   BATON_CHECK(false, "dequantize_row: unsupported GgmlType");
@@ -114,6 +122,12 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     }
     case GgmlType::kQ4_0: quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), n); return;
     case GgmlType::kQ8_0: quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), n); return;
+    case GgmlType::kQ4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n); return;
+    case GgmlType::kQ5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n); return;
+    case GgmlType::kQ5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n); return;
+    case GgmlType::kQ4_K: quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n); return;
+    case GgmlType::kQ5_K: quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n); return;
+    case GgmlType::kQ6_K: quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n); return;
     default: break;  // not (yet) supported: handled below
   }
   BATON_CHECK(false, "quantize_row: unsupported GgmlType");

@@ -9,7 +9,15 @@ bool ggml_type_supported(uint32_t type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ8_0:
     case GgmlType::kBF16:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
       return true;
+    case GgmlType::kQ8_K:  // activations only: never a stored tensor type
+      return false;
     default: break;  // not (yet) supported: handled below
   }
   return false;
@@ -22,19 +30,19 @@ std::string_view ggml_type_name(uint32_t type) {
     case GgmlType::kQ4_0: return "q4_0";
     case GgmlType::kQ8_0: return "q8_0";
     case GgmlType::kBF16: return "bf16";
+    case GgmlType::kQ4_1: return "q4_1";
+    case GgmlType::kQ5_0: return "q5_0";
+    case GgmlType::kQ5_1: return "q5_1";
+    case GgmlType::kQ4_K: return "q4_K";
+    case GgmlType::kQ5_K: return "q5_K";
+    case GgmlType::kQ6_K: return "q6_K";
+    case GgmlType::kQ8_K: return "q8_K";
     default: break;  // not (yet) supported: handled below
   }
   // Names of common ggml types we do not support, so errors read well.
   switch (type) {
-    case 3: return "q4_1";
-    case 6: return "q5_0";
-    case 7: return "q5_1";
     case 10: return "q2_K";
     case 11: return "q3_K";
-    case 12: return "q4_K";
-    case 13: return "q5_K";
-    case 14: return "q6_K";
-    case 15: return "q8_K";
     default: return "unknown";
   }
 }
@@ -43,6 +51,14 @@ int64_t ggml_block_elements(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0: return kQK4_0;
     case GgmlType::kQ8_0: return kQK8_0;
+    case GgmlType::kQ4_1: return kQK4_1;
+    case GgmlType::kQ5_0: return kQK5_0;
+    case GgmlType::kQ5_1: return kQK5_1;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ8_K:
+      return kQK_K;
     default: return 1;
   }
 }
@@ -54,6 +70,13 @@ int64_t ggml_block_bytes(GgmlType type) {
     case GgmlType::kBF16: return 2;
     case GgmlType::kQ4_0: return sizeof(BlockQ4_0);
     case GgmlType::kQ8_0: return sizeof(BlockQ8_0);
+    case GgmlType::kQ4_1: return sizeof(BlockQ4_1);
+    case GgmlType::kQ5_0: return sizeof(BlockQ5_0);
+    case GgmlType::kQ5_1: return sizeof(BlockQ5_1);
+    case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
+    case GgmlType::kQ5_K: return sizeof(BlockQ5_K);
+    case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
+    case GgmlType::kQ8_K: return sizeof(BlockQ8_K);
     default: break;  // not (yet) supported: handled below
   }
   return 0;

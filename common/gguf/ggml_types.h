@@ -113,9 +113,11 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
-// Is `type` one Baton supports?
+// Is `type` one Baton supports as a stored tensor type? (Q8_K is not: it is
+// only the activation format of K-quant dot products.)
 bool ggml_type_supported(uint32_t type);
-// "f32", "f16", "q4_0", "q8_0", "bf16", or "type#N" for others.
+// ggml's names: "f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K",
+// "q5_K", "q6_K", "q8_K", "bf16"; a few other known ids; "unknown" otherwise.
 std::string_view ggml_type_name(uint32_t type);
 inline std::string_view ggml_type_name(GgmlType type) { return ggml_type_name(static_cast<uint32_t>(type)); }
 // Elements per block (1 for float types).

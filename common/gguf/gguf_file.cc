@@ -39,7 +39,7 @@ bool is_numeric(GgufValueType type) {
   return type != GgufValueType::kString && type != GgufValueType::kArray && type != GgufValueType::kBool;
 }
 
-std::string supported_types_list() { return "f32, f16, bf16, q8_0, q4_0"; }
+std::string supported_types_list() { return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K"; }
 
 }  // namespace
 
@@ -327,8 +327,10 @@ absl::Status GgufFile::parse() {
     if (!ggml_type_supported(raw_type)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " has type ", av(ggml_type_name(raw_type)), " (", raw_type,
                                                      ") at byte offset ", type_at,
-                                                     ", which Baton does not support; supported: ",
-                                                     supported_types_list()));
+                                                     raw_type == static_cast<uint32_t>(GgmlType::kQ8_K)
+                                                         ? ", an activation-only type that no model file stores"
+                                                         : ", which Baton does not support",
+                                                     "; supported: ", supported_types_list()));
     }
     info.type = static_cast<GgmlType>(raw_type);
     const int64_t block = ggml_block_elements(info.type);

@@ -35,7 +35,7 @@ absl::StatusOr<WeightMatrix> matrix(const GgufFile& file, const std::string& nam
 
 absl::StatusOr<std::vector<float>> vector_f32(const GgufFile& file, const std::string& name, int64_t n) {
   BATON_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_shaped(file, name, {n}));
-  if (t->type == GgmlType::kQ4_0 || t->type == GgmlType::kQ8_0) {
+  if (ggml_block_elements(t->type) != 1) {  // block-quantized
     return absl::InvalidArgumentError(absl::StrFormat(
         "tensor '%s' is %s; 1-D tensors must be f32, f16 or bf16", name, ggml_type_name(t->type)));
   }

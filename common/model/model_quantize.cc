@@ -1,5 +1,6 @@
 #include "common/model/model_quantize.h"
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -30,17 +31,27 @@ absl::Status quantize_model(const std::string& in_path, const std::string& out_p
     if (key == "general.alignment") continue;  // the writer sets it
     w.set(key, value);
   }
-  w.set_u32("general.file_type", llama_file_type(options.type));
+  const QuantRecipe recipe{options.type, options.mix};
+  w.set_u32("general.file_type", quant_recipe_file_type(recipe));
+  if (ggml_block_elements(options.type) > 1) w.set_u32("general.quantization_version", 2);  // as llama.cpp
   w.set_string(kSourceWeightsDigestKey, source_digest);
 
+  std::vector<QuantTensorInfo> infos;
+  for (const GgufTensorInfo& t : in_raw->tensors()) infos.push_back({t.name, t.dims, t.type});
+  const ModelSpec& spec = model->spec();
+  BATON_ASSIGN_OR_RETURN(
+      const std::vector<GgmlType> types,
+      plan_tensor_types(infos, recipe, {spec.arch, spec.n_layer, spec.n_head, spec.n_head_kv}, options.output_type));
+
   auto pool = std::make_shared<ThreadPool>(resolve_thread_count(options.n_threads));
-  const bool target_is_block = options.type == GgmlType::kQ4_0 || options.type == GgmlType::kQ8_0;
-  for (const GgufTensorInfo& t : in_raw->tensors()) {
-    GgmlType out_type = GgmlType::kF32;
-    if (t.dims.size() == 2 && !(target_is_block && t.dims[0] % 32 != 0)) out_type = options.type;
-    if (t.dims.size() == 2 && out_type != options.type) {
-      BATON_WARN("tensor '%s' rows of %lld are not a multiple of 32: kept as f32", t.name.c_str(),
-                 static_cast<long long>(t.dims[0]));
+  for (size_t i = 0; i < in_raw->tensors().size(); ++i) {
+    const GgufTensorInfo& t = in_raw->tensors()[i];
+    const GgmlType out_type = types[i];
+    if (t.dims.size() == 2 && out_type == GgmlType::kF32 && options.type != GgmlType::kF32 &&
+        options.mix == QuantMix::kPure) {
+      BATON_WARN("tensor '%s' rows of %lld are not whole %s blocks: kept as %s", t.name.c_str(),
+                 static_cast<long long>(t.dims[0]), std::string(ggml_type_name(options.type)).c_str(),
+                 std::string(ggml_type_name(out_type)).c_str());
     }
     const int64_t cols = t.dims[0];
     const int64_t rows = t.n_elements() / cols;
@@ -49,6 +60,10 @@ absl::Status quantize_model(const std::string& in_path, const std::string& out_p
       const int64_t in_row_bytes = ggml_row_bytes(src->type, cols);
       const int64_t out_row_bytes = ggml_row_bytes(out_type, cols);
       BATON_CHECK(static_cast<uint64_t>(out_row_bytes * rows) == n_bytes);
+      if (out_type == src->type) {  // nothing to convert (llama.cpp copies such tensors as they are)
+        std::memcpy(dst, src->data, n_bytes);
+        return absl::OkStatus();
+      }
       pool->parallel_for(rows, [&](int64_t begin, int64_t end) {
         std::vector<float> row(cols);
         for (int64_t r = begin; r < end; ++r) {

@@ -14,8 +14,11 @@ TEST(GgmlTypes, RowBytesMatchGgmlBlockSizes) {
 }
 
 TEST(GgmlTypes, UnsupportedTypesAreNamed) {
-  EXPECT_FALSE(ggml_type_supported(12));
+  EXPECT_FALSE(ggml_type_supported(10));
+  EXPECT_EQ(ggml_type_name(10), "q2_K");
+  EXPECT_TRUE(ggml_type_supported(12));
   EXPECT_EQ(ggml_type_name(12), "q4_K");
+  EXPECT_FALSE(ggml_type_supported(15));  // q8_K: activations only
   EXPECT_TRUE(ggml_type_supported(30));
   EXPECT_EQ(ggml_type_name(30), "bf16");
 }

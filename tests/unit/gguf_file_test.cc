@@ -228,9 +228,17 @@ TEST(GgufFile, UnknownValueTypeIsNamed) {
 
 TEST(GgufFile, UnsupportedTensorTypeIsNamed) {
   std::vector<uint8_t> bytes = hand_built_file().bytes();
-  patch_u32(bytes, hand_built_file().at("b_type"), 12);
-  EXPECT_THAT(parse_error(bytes), HasSubstr("tensor 'b' has type q4_K (12)"));
-  EXPECT_THAT(parse_error(bytes), HasSubstr("which Baton does not support; supported: f32, f16, bf16, q8_0, q4_0"));
+  patch_u32(bytes, hand_built_file().at("b_type"), 10);
+  EXPECT_THAT(parse_error(bytes), HasSubstr("tensor 'b' has type q2_K (10)"));
+  EXPECT_THAT(parse_error(bytes), HasSubstr("which Baton does not support; supported: f32, f16, bf16, q8_0, q4_0, "
+                                            "q4_1, q5_0, q5_1, q4_K, q5_K, q6_K"));
+}
+
+TEST(GgufFile, Q8_KTensorIsRefusedAsActivationOnly) {
+  std::vector<uint8_t> bytes = hand_built_file().bytes();
+  patch_u32(bytes, hand_built_file().at("b_type"), 15);
+  EXPECT_THAT(parse_error(bytes), HasSubstr("tensor 'b' has type q8_K (15)"));
+  EXPECT_THAT(parse_error(bytes), HasSubstr("an activation-only type that no model file stores"));
 }
 
 TEST(GgufFile, TensorDataPastTheEndIsRejected) {
