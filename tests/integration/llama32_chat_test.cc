@@ -18,6 +18,7 @@
 //     codec's error).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -210,6 +211,8 @@ TEST(Llama32ChatTest, PromptIsTheTemplatesAndEotIdEndsTheTurn) {
   ASSERT_TRUE(plan.has_value()) << "no step where <|eot_id|> can be made the greedy choice";
   ASSERT_TRUE(ScaleEotRow(plain_path, model_path, plan->token, plan->factor).ok());
   const Ids answer(trajectory->tokens.begin(), trajectory->tokens.begin() + plan->step);
+  std::printf("prompt %zu tokens; <|eot_id|> made the greedy choice at answer step %d (row of token %d x %.3f)\n",
+              prompt.size(), plan->step, plan->token, plan->factor);
 
   EdgeServiceOptions options = edge_options("");
   options.sessions_dir = dir + "/sessions";
