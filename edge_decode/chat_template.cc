@@ -140,15 +140,16 @@ std::vector<ChatSegment> render_qwen3(const std::vector<ChatMessage>& messages, 
     if (message.role != "assistant") {
       w.text(message.content);
     } else {
+      constexpr std::string_view kOpen = "<think>", kClose = "</think>";
       std::string_view content = message.content;
-      std::string_view reasoning;
-      const size_t close = content.find("</think>");
+      std::string_view reasoning;  // before the first </think>, after the last <think> there
+      const size_t close = content.find(kClose);
       if (close != std::string_view::npos) {
         reasoning = rstrip(content.substr(0, close), "\n");
-        const size_t open = reasoning.rfind("<think>");
-        if (open != std::string_view::npos) reasoning = reasoning.substr(open + 7);
+        const size_t open = reasoning.rfind(kOpen);
+        if (open != std::string_view::npos) reasoning = reasoning.substr(open + kOpen.size());
         reasoning = lstrip(reasoning, "\n");
-        content = lstrip(content.substr(content.rfind("</think>") + 8), "\n");
+        content = lstrip(content.substr(content.rfind(kClose) + kClose.size()), "\n");  // after the last
       }
       const bool last = i + 1 == messages.size();
       if (static_cast<ptrdiff_t>(i) > last_query && (last || !reasoning.empty())) {
