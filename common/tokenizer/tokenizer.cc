@@ -188,6 +188,7 @@ absl::Status Tokenizer::load_special_tokens(const GgufFile& file) {
   BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.bos_token_id", bos_id_));
   BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.eos_token_id", eos_id_));
   BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.eot_token_id", eot_id_));
+  BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.eom_token_id", eom_id_));
   BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.unknown_token_id", unk_id_));
   BATON_RETURN_IF_ERROR(load_id("tokenizer.ggml.padding_token_id", pad_id_));
   auto is_special_type = [&](int32_t id) {
@@ -204,6 +205,11 @@ absl::Status Tokenizer::load_special_tokens(const GgufFile& file) {
       }
     }
   }
+  if (eom_id_ < 0) {
+    const int32_t id = vocab_.find("<|eom_id|>");
+    if (id >= 0 && is_special_type(id)) eom_id_ = id;
+  }
+  build_eog_set();
 
   const bool is_llama = model_ == TokenizerModel::kLlama;
   BATON_ASSIGN_OR_RETURN(const std::optional<bool> add_bos,
@@ -227,6 +233,28 @@ absl::Status Tokenizer::load_special_tokens(const GgufFile& file) {
 
   special_splitter_ = std::make_unique<SpecialTokenSplitter>(vocab_);
   return absl::OkStatus();
+}
+
+void Tokenizer::build_eog_set() {
+  is_eog_.assign(vocab_.n_vocab(), false);
+  for (const int32_t id : {eos_id_, eot_id_, eom_id_}) {
+    if (id >= 0) is_eog_[id] = true;
+  }
+  // By text, whatever the token's type (llama.cpp's rule: converters do not
+  // always mark these as control tokens).
+  for (const std::string_view text : {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|im_end|>",
+                                      "<|endoftext|>", "<|end|>", "<end_of_turn>", "<EOT>", "_<EOT>"}) {
+    const int32_t id = vocab_.find(text);
+    if (id >= 0) is_eog_[id] = true;
+  }
+}
+
+std::vector<int32_t> Tokenizer::eog_ids() const {
+  std::vector<int32_t> out;
+  for (int32_t id = 0; id < static_cast<int32_t>(is_eog_.size()); ++id) {
+    if (is_eog_[id]) out.push_back(id);
+  }
+  return out;
 }
 
 void Tokenizer::encode_text(std::string_view text, bool after_special,

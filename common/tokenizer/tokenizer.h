@@ -83,8 +83,17 @@ class Tokenizer {
   TokenType token_type(int32_t token) const;
 
   bool is_valid_token(int32_t token) const { return vocab_.is_valid(token); }
-  // End of generation: the EOS or EOT token.
-  bool is_eog(int32_t token) const { return token >= 0 && (token == eos_id_ || token == eot_id_); }
+  // End of generation, derived as llama.cpp derives its EOG set: the EOS,
+  // EOT and EOM ids the file names, plus every token whose text is a known
+  // end-of-turn marker (<|eot_id|>, <|eom_id|>, <|end_of_text|>, <|im_end|>,
+  // <|endoftext|>, <|end|>, <end_of_turn>, <EOT>, _<EOT>). Instruct GGUFs
+  // often name only one of them (Gemma 3: EOS <eos>, turns end with
+  // <end_of_turn>; Phi-3: EOS <|endoftext|>, turns end with <|end|>).
+  bool is_eog(int32_t token) const {
+    return token >= 0 && token < static_cast<int32_t>(is_eog_.size()) && is_eog_[token];
+  }
+  // The EOG ids in increasing order.
+  std::vector<int32_t> eog_ids() const;
 
   // -1 when the vocabulary has none. EOT comes from tokenizer.ggml.eot_token_id,
   // else the first of <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn> that is a
@@ -92,6 +101,9 @@ class Tokenizer {
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
   int32_t eot_id() const { return eot_id_; }
+  // tokenizer.ggml.eom_token_id, else <|eom_id|> when it is a control or
+  // user-defined token (Llama 3.1+: end of a message that awaits a tool result).
+  int32_t eom_id() const { return eom_id_; }
   int32_t unk_id() const { return unk_id_; }
   int32_t pad_id() const { return pad_id_; }
   bool add_bos() const { return add_bos_; }
@@ -110,6 +122,7 @@ class Tokenizer {
   absl::Status load_vocab(const GgufFile& file);
   absl::Status load_special_tokens(const GgufFile& file);
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
+  void build_eog_set();
 
   TokenizerModel model_ = TokenizerModel::kLlama;
   Vocab vocab_;
@@ -123,11 +136,13 @@ class Tokenizer {
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   int32_t eot_id_ = -1;
+  int32_t eom_id_ = -1;
   int32_t unk_id_ = -1;
   int32_t pad_id_ = -1;
   bool add_bos_ = false;
   bool add_eos_ = false;
   bool add_space_prefix_ = false;  // llama only: encode prepends " ", decode drops it
+  std::vector<bool> is_eog_;       // [n_vocab] see is_eog()
 };
 
 }  // namespace baton

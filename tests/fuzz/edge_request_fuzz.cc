@@ -14,8 +14,9 @@
 //   tag % 6 == 3  JSON body                             -> POST /v1/completions
 //   tag % 6 == 4  JSON body                             -> POST /v1/chat/completions
 //   tag % 6 == 5  v1::PullPackRequest                   -> PullPack (no cloud: refused)
-// Options byte: bits 0-1 pick the chat template family the pure chat
-// functions render with (the front end uses the model's own).
+// Options byte: its value modulo baton::kChatTemplateFamilyCount picks the
+// chat template family the pure chat functions render with (the front end
+// uses the model's own).
 // The caller of a record is (tag / 6) % 4: 0 Alice's key, 1 Bob's key (the
 // agent runs with both, --api-key-file), 2 a wrong key, 3 no key.
 //
@@ -583,7 +584,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace v1 = baton::v1;
   if (size == 0) return 0;
-  const int family = data[0] & 3;
+  const int family = data[0] % baton::kChatTemplateFamilyCount;
   size_t at = 1;
   int calls = 0;
   bool sent_without_prompt = false;
