@@ -32,7 +32,8 @@ ThreadPool* pool_for(int n_threads) {
   return pools[n_threads].get();
 }
 
-constexpr GgmlType kBenchTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16};
+constexpr GgmlType kBenchTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16,
+                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // Random but well-formed weights: sane fp16 scales and values, no NaN/denormals.
 std::vector<uint8_t> make_weights(GgmlType type, int64_t rows, int64_t cols) {
@@ -54,13 +55,41 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t rows, int64_t cols) {
   return bytes;
 }
 
+// Random but well-formed K-quant blocks: random bytes (quants, 6-bit scales
+// and mins, Q6_K's int8 scales) with small finite fp16 d (and dmin).
+std::vector<uint8_t> make_kquant_weights(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t block_bytes = type == GgmlType::kQ4_K   ? sizeof(BlockQ4_K)
+                              : type == GgmlType::kQ5_K ? sizeof(BlockQ5_K)
+                                                        : sizeof(BlockQ6_K);
+  const int64_t n_blocks = rows * cols / kQK_K;
+  std::mt19937 rng(42);
+  std::vector<uint8_t> bytes(n_blocks * block_bytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const uint16_t scale = fp32_to_fp16(0.001f);
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* block = bytes.data() + i * block_bytes;
+    if (type == GgmlType::kQ6_K) {
+      std::memcpy(block + offsetof(BlockQ6_K, d), &scale, 2);
+    } else {
+      std::memcpy(block, &scale, 2);      // d
+      std::memcpy(block + 2, &scale, 2);  // dmin
+    }
+  }
+  return bytes;
+}
+
+bool is_kquant(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
 // Args: type index into kBenchTypes, rows, cols, threads, n_tokens.
 void BM_Matmul(benchmark::State& state) {
   const GgmlType type = kBenchTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);
   const int n_threads = static_cast<int>(state.range(3));
   const int64_t n_tokens = state.range(4);
-  const std::vector<uint8_t> weights = make_weights(type, rows, cols);
+  const std::vector<uint8_t> weights =
+      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
   std::vector<float> x(n_tokens * cols), y(n_tokens * rows);  // [n_tokens, cols], [n_tokens, rows]
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   const WeightMatrix w{type, weights.data(), rows, cols};
@@ -80,7 +109,7 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t type = 0; type < 3; ++type)
     for (int64_t rows : {2048, 8192})
       for (int64_t threads : {1, 2}) b->Args({type, rows, 2048, threads, 1});
-  for (int64_t type = 0; type < 3; ++type)
+  for (int64_t type = 0; type < 6; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 64});
 }
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
@@ -127,29 +156,6 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-// Random but well-formed K-quant blocks: random bytes (quants, 6-bit scales
-// and mins, Q6_K's int8 scales) with small finite fp16 d (and dmin).
-std::vector<uint8_t> make_kquant_weights(GgmlType type, int64_t rows, int64_t cols) {
-  const int64_t block_bytes = type == GgmlType::kQ4_K   ? sizeof(BlockQ4_K)
-                              : type == GgmlType::kQ5_K ? sizeof(BlockQ5_K)
-                                                        : sizeof(BlockQ6_K);
-  const int64_t n_blocks = rows * cols / kQK_K;
-  std::mt19937 rng(42);
-  std::vector<uint8_t> bytes(n_blocks * block_bytes);
-  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  const uint16_t scale = fp32_to_fp16(0.001f);
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    uint8_t* block = bytes.data() + i * block_bytes;
-    if (type == GgmlType::kQ6_K) {
-      std::memcpy(block + offsetof(BlockQ6_K, d), &scale, 2);
-    } else {
-      std::memcpy(block, &scale, 2);      // d
-      std::memcpy(block + 2, &scale, 2);  // dmin
-    }
-  }
-  return bytes;
-}
-
 constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // Decode (one token) on a 1B-class matrix, as a fraction of the read
@@ -168,7 +174,7 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     return;
   }
   const std::vector<uint8_t> weights =
-      type == GgmlType::kQ4_0 ? make_weights(type, rows, cols) : make_kquant_weights(type, rows, cols);
+      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   const WeightMatrix w{type, weights.data(), rows, cols};
