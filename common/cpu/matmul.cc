@@ -15,7 +15,7 @@ using cpu_kernels::MatmulProblem;
 struct MatmulKernels {
   cpu_kernels::MatmulTileFn tile;         // F32/F16/BF16, Q4_0, Q8_0
   cpu_kernels::MatmulTileFn kquant_tile;  // Q4_K, Q5_K, Q6_K
-  cpu_kernels::MatmulTileFn legacy_tile;  // Q5_0, Q4_1, Q5_1 (scalar at every level)
+  cpu_kernels::MatmulTileFn legacy_tile;  // Q5_0, Q4_1, Q5_1 (AVX2 kernel at the AVX-512 level too)
   cpu_kernels::QuantizeBlocksFn quantize_blocks;
   cpu_kernels::QuantizeSplitFn quantize_split;
   cpu_kernels::QuantizeQ8KFn quantize_q8_k;
@@ -27,10 +27,10 @@ const MatmulKernels& kernels_for(SimdLevel level) {
   static const MatmulKernels kScalar{k::matmul_tile_scalar,  k::kquant_tile_scalar,       k::legacy_tile_scalar,
                                      k::quantize_q8_0_scalar, k::quantize_q8_0_split_scalar, k::quantize_q8_k_scalar,
                                      k::quantize_q8_k_split_scalar};
-  static const MatmulKernels kAvx2{k::matmul_tile_avx2,  k::kquant_tile_avx2,        k::legacy_tile_scalar,
+  static const MatmulKernels kAvx2{k::matmul_tile_avx2,  k::kquant_tile_avx2,        k::legacy_tile_avx2,
                                    k::quantize_q8_0_avx2, k::quantize_q8_0_split_avx2, k::quantize_q8_k_avx2,
                                    k::quantize_q8_k_split_avx2};
-  static const MatmulKernels kAvx512{k::matmul_tile_avx512,  k::kquant_tile_avx512,        k::legacy_tile_scalar,
+  static const MatmulKernels kAvx512{k::matmul_tile_avx512,  k::kquant_tile_avx512,        k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512, k::quantize_q8_0_split_avx512, k::quantize_q8_k_avx512,
                                      k::quantize_q8_k_split_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");

@@ -30,7 +30,7 @@ struct WeightMatrix {
 // calling thread) to Q8_0 blocks (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1; the last three also
 // use the per-block sum of the quants) or Q8_K super-blocks (Q4_K/Q5_K/Q6_K),
 // then integer dot products per block. Q4_0/Q8_0/Q4_K/Q5_K/Q6_K have AVX2 and
-// AVX-512 kernels; Q5_0/Q4_1/Q5_1 run the scalar kernel at every level.
+// AVX-512 kernels; Q5_0/Q4_1/Q5_1 (rare) run their AVX2 kernel at both levels.
 // F32 / F16 / BF16 weights: f32 activations, weights widened on the fly.
 // Other types are a BATON_CHECK failure (the model loader rejects them earlier).
 // Parallel over rows (and tokens when rows are few) on `pool`; nullptr runs

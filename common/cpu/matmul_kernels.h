@@ -62,6 +62,9 @@ void kquant_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
 // Tiles for Q5_0, Q4_1, Q5_1 weights x Q8_0 activations plus xsums.
 void legacy_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                         int64_t tok_end);
+// The AVX2 one also serves the AVX-512 level.
+void legacy_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                      int64_t tok_end);
 
 // Q8_K quantization of n floats (n % 256 == 0), ggml's quantize_row_q8_K_ref:
 // per 256, the signed element of largest |x| (the first one) gives

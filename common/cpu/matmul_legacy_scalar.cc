@@ -1,6 +1,5 @@
 // Plain-loop matmul for the older ggml block types Q5_0, Q4_1 and Q5_1 times
-// Q8_0 activations. These types are rare in current GGUF files (no SIMD path);
-// the integer math is ggml's vec_dot_q5_0_q8_0 / q4_1_q8_1 / q5_1_q8_1, except
+// Q8_0 activations: the reference for matmul_legacy_avx2.cc. The integer math is ggml's vec_dot_q5_0_q8_0 / q4_1_q8_1 / q5_1_q8_1, except
 // that the Q4_1/Q5_1 minimum term uses the exact integer sum of the x quants
 // (ggml's Q8_1 stores d * sum rounded to fp16).
 #include <cstring>
