@@ -13,18 +13,26 @@ namespace {
 using cpu_kernels::MatmulProblem;
 
 struct MatmulKernels {
-  cpu_kernels::MatmulTileFn tile;
+  cpu_kernels::MatmulTileFn tile;         // F32/F16/BF16, Q4_0, Q8_0
+  cpu_kernels::MatmulTileFn kquant_tile;  // Q4_K, Q5_K, Q6_K
+  cpu_kernels::MatmulTileFn legacy_tile;  // Q5_0, Q4_1, Q5_1 (AVX2 kernel at the AVX-512 level too)
   cpu_kernels::QuantizeBlocksFn quantize_blocks;
   cpu_kernels::QuantizeSplitFn quantize_split;
+  cpu_kernels::QuantizeQ8KFn quantize_q8_k;
+  cpu_kernels::QuantizeQ8KSplitFn quantize_q8_k_split;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
-  static const MatmulKernels kScalar{cpu_kernels::matmul_tile_scalar, cpu_kernels::quantize_q8_0_scalar,
-                                     cpu_kernels::quantize_q8_0_split_scalar};
-  static const MatmulKernels kAvx2{cpu_kernels::matmul_tile_avx2, cpu_kernels::quantize_q8_0_avx2,
-                                   cpu_kernels::quantize_q8_0_split_avx2};
-  static const MatmulKernels kAvx512{cpu_kernels::matmul_tile_avx512, cpu_kernels::quantize_q8_0_avx512,
-                                     cpu_kernels::quantize_q8_0_split_avx512};
+  namespace k = cpu_kernels;
+  static const MatmulKernels kScalar{k::matmul_tile_scalar,  k::kquant_tile_scalar,       k::legacy_tile_scalar,
+                                     k::quantize_q8_0_scalar, k::quantize_q8_0_split_scalar, k::quantize_q8_k_scalar,
+                                     k::quantize_q8_k_split_scalar};
+  static const MatmulKernels kAvx2{k::matmul_tile_avx2,  k::kquant_tile_avx2,        k::legacy_tile_avx2,
+                                   k::quantize_q8_0_avx2, k::quantize_q8_0_split_avx2, k::quantize_q8_k_avx2,
+                                   k::quantize_q8_k_split_avx2};
+  static const MatmulKernels kAvx512{k::matmul_tile_avx512,  k::kquant_tile_avx512,        k::legacy_tile_avx2,
+                                     k::quantize_q8_0_avx512, k::quantize_q8_0_split_avx512, k::quantize_q8_k_avx512,
+                                     k::quantize_q8_k_split_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -34,12 +42,69 @@ const MatmulKernels& kernels_for(SimdLevel level) {
   return kScalar;
 }
 
-bool is_quantized(GgmlType type) { return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0; }
+// What x becomes before the integer dot products of a weight type.
+enum class ActivationFormat {
+  kFloat,         // F32 / F16 / BF16 weights: x as is
+  kQ8_0,          // Q4_0 / Q8_0: Q8_0 quants and scales
+  kQ8_0WithSums,  // Q5_0 / Q4_1 / Q5_1: Q8_0 plus the sum of quants per block
+  kQ8_K,          // Q4_K / Q5_K / Q6_K: Q8_K quants, scales and sums per 16
+};
 
-// Quantized activations of the calling thread, reused across calls (grow only).
+ActivationFormat activation_format(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0: return ActivationFormat::kQ8_0;
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1: return ActivationFormat::kQ8_0WithSums;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return ActivationFormat::kQ8_K;
+    default: return ActivationFormat::kFloat;
+  }
+}
+
+// Elements and bytes per block of every weight type matmul takes.
+// ggml_row_bytes knows only the types the model loader accepts so far; the
+// block structs of ggml_types.h give the rest.
+struct BlockShape {
+  int64_t elements;
+  int64_t bytes;
+};
+
+BlockShape block_shape(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return {1, 4};
+    case GgmlType::kF16:
+    case GgmlType::kBF16: return {1, 2};
+    case GgmlType::kQ4_0: return {kQK4_0, sizeof(BlockQ4_0)};
+    case GgmlType::kQ8_0: return {kQK8_0, sizeof(BlockQ8_0)};
+    case GgmlType::kQ5_0: return {kQK5_0, sizeof(BlockQ5_0)};
+    case GgmlType::kQ4_1: return {kQK4_1, sizeof(BlockQ4_1)};
+    case GgmlType::kQ5_1: return {kQK5_1, sizeof(BlockQ5_1)};
+    case GgmlType::kQ4_K: return {kQK_K, sizeof(BlockQ4_K)};
+    case GgmlType::kQ5_K: return {kQK_K, sizeof(BlockQ5_K)};
+    case GgmlType::kQ6_K: return {kQK_K, sizeof(BlockQ6_K)};
+    default: return {0, 0};  // not a matmul weight type: check_matrix rejects it
+  }
+}
+
+cpu_kernels::MatmulTileFn tile_for(const MatmulKernels& kernels, ActivationFormat format) {
+  switch (format) {
+    case ActivationFormat::kQ8_K: return kernels.kquant_tile;
+    case ActivationFormat::kQ8_0WithSums: return kernels.legacy_tile;
+    default: return kernels.tile;
+  }
+}
+
+// Prepared activations of the calling thread, reused across calls (grow only).
 struct ActivationScratch {
-  std::vector<int8_t> qs;  // [n_tokens, cols]
-  std::vector<float> d;    // [n_tokens, cols/32]
+  std::vector<int8_t> q8_0_qs;     // [n_tokens, cols]
+  std::vector<float> q8_0_d;       // [n_tokens, cols/32]
+  std::vector<int16_t> q8_0_sums;  // [n_tokens, cols/32]
+  std::vector<int8_t> q8_k_qs;     // [n_tokens, cols]
+  std::vector<float> q8_k_d;       // [n_tokens, cols/256]
+  std::vector<int16_t> q8_k_sums;  // [n_tokens, cols/16]
 };
 thread_local ActivationScratch t_scratch;
 
@@ -79,47 +144,92 @@ TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
 }
 
 void check_matrix(const WeightMatrix& w, int64_t n_tokens) {
-  BATON_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 ||
-                  w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0,
-              "matmul: unsupported weight type");
+  const BlockShape block = block_shape(w.type);
+  BATON_CHECK(block.elements > 0, "matmul: unsupported weight type");
   BATON_CHECK(w.rows >= 0 && w.cols >= 0 && n_tokens >= 0);
-  BATON_CHECK(!is_quantized(w.type) || w.cols % kQK8_0 == 0, "matmul: Q4_0/Q8_0 cols must be a multiple of 32");
+  BATON_CHECK(w.cols % block.elements == 0, "matmul: cols must be a multiple of the weight type's block");
 }
 
-// Quantizes x [n_tokens, cols] to Q8_0 into the calling thread's scratch.
-void quantize_activations(const MatmulKernels& kernels, const float* x, int64_t n_tokens, int64_t cols,
-                          ThreadPool* pool, const int8_t** qs_out, const float** d_out) {
-  ActivationScratch& scratch = t_scratch;
-  const size_t n_quants = static_cast<size_t>(n_tokens * cols);
-  if (scratch.qs.size() < n_quants) scratch.qs.resize(n_quants);
-  if (scratch.d.size() < n_quants / kQK8_0) scratch.d.resize(n_quants / kQK8_0);
-  int8_t* qs = scratch.qs.data();
-  float* d = scratch.d.data();
-  auto quantize_tokens = [&](int64_t t_begin, int64_t t_end) {
-    for (int64_t t = t_begin; t < t_end; ++t)
-      kernels.quantize_split(x + t * cols, qs + t * cols, d + t * cols / kQK8_0, cols);
+// Runs fn(t) for every token, on the pool when there are enough tokens.
+template <typename Fn>
+void for_each_token(int64_t n_tokens, ThreadPool* pool, Fn fn) {
+  auto run = [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) fn(t);
   };
   if (pool != nullptr && n_tokens >= 8) {
-    pool->parallel_for(n_tokens, std::ref(quantize_tokens));
+    pool->parallel_for(n_tokens, std::ref(run));
   } else {
-    quantize_tokens(0, n_tokens);
+    run(0, n_tokens);
   }
-  *qs_out = qs;
-  *d_out = d;
+}
+
+template <typename T>
+T* grown(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// x [n_tokens, cols] in the quantized formats a group needs (pointers into
+// the calling thread's scratch; nullptr for formats not needed).
+struct PreparedActivations {
+  const int8_t* q8_0_qs = nullptr;
+  const float* q8_0_d = nullptr;
+  const int16_t* q8_0_sums = nullptr;
+  const int8_t* q8_k_qs = nullptr;
+  const float* q8_k_d = nullptr;
+  const int16_t* q8_k_sums = nullptr;
+};
+
+// Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
+void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], const float* x, int64_t n_tokens,
+                         int64_t cols, ThreadPool* pool, PreparedActivations* prepared) {
+  ActivationScratch& scratch = t_scratch;
+  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
+  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
+    int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
+    float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
+    int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
+    for_each_token(n_tokens, pool, [&](int64_t t) {
+      int8_t* token_qs = qs + t * cols;
+      kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
+      if (sums == nullptr) return;
+      for (int64_t b = 0; b < cols / kQK8_0; ++b) {
+        int sum = 0;
+        for (int i = 0; i < kQK8_0; ++i) sum += token_qs[b * kQK8_0 + i];
+        sums[t * cols / kQK8_0 + b] = static_cast<int16_t>(sum);
+      }
+    });
+    prepared->q8_0_qs = qs;
+    prepared->q8_0_d = d;
+    prepared->q8_0_sums = sums;
+  }
+  if (needed[static_cast<int>(ActivationFormat::kQ8_K)]) {
+    int8_t* qs = grown(scratch.q8_k_qs, n_tokens * cols);
+    float* d = grown(scratch.q8_k_d, n_tokens * cols / kQK_K);
+    int16_t* sums = grown(scratch.q8_k_sums, n_tokens * cols / 16);
+    for_each_token(n_tokens, pool, [&](int64_t t) {
+      kernels.quantize_q8_k_split(x + t * cols, qs + t * cols, d + t * cols / kQK_K, sums + t * cols / 16, cols);
+    });
+    prepared->q8_k_qs = qs;
+    prepared->q8_k_d = d;
+    prepared->q8_k_sums = sums;
+  }
 }
 
 // Runs matrices that share one input as one parallel loop: x is prepared
-// once (Q8_0 for quantized weights) and the tasks of all matrices are
-// concatenated, matrix after matrix, so each thread streams a contiguous run
-// of rows and the pool is woken once.
+// once per activation format the matrices need (Q8_0 for Q4_0/Q8_0, Q8_K for
+// the K-quants, ...; a Q4_K wq beside a Q6_K wv share one Q8_K copy) and the
+// tasks of all matrices are concatenated, matrix after matrix, so each thread
+// streams a contiguous run of rows and the pool is woken once.
 void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
                   std::span<float* const> ys, ThreadPool* pool) {
   BATON_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroupMatrices,
               "matmul: one output per matrix, 1..8 matrices");
+  bool needed[4] = {};  // by ActivationFormat
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
-    BATON_CHECK(w->cols == ws[0]->cols && is_quantized(w->type) == is_quantized(ws[0]->type),
-                "matmul: grouped matrices share the input width and its preparation");
+    BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
+    needed[static_cast<int>(activation_format(w->type))] = true;
   }
   int64_t total_rows = 0;
   for (const WeightMatrix* w : ws) total_rows += w->rows;
@@ -127,11 +237,11 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   const MatmulKernels& kernels = kernels_for(level);
   const int n_threads = pool != nullptr ? pool->size() : 1;
 
-  const int8_t* xq = nullptr;
-  const float* xd = nullptr;
-  if (is_quantized(ws[0]->type)) quantize_activations(kernels, x, n_tokens, ws[0]->cols, pool, &xq, &xd);
+  PreparedActivations prepared;
+  prepare_activations(kernels, needed, x, n_tokens, ws[0]->cols, pool, &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
+  cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -141,18 +251,27 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     problem = MatmulProblem{};
     problem.type = w.type;
     problem.weights = static_cast<const uint8_t*>(w.data);
-    problem.row_bytes = ggml_row_bytes(w.type, w.cols);
+    const BlockShape block = block_shape(w.type);
+    problem.row_bytes = w.cols / block.elements * block.bytes;
     problem.rows = w.rows;
     problem.cols = w.cols;
     problem.y = ys[i];
     problem.x = x;
-    problem.xq = xq;
-    problem.xd = xd;
+    const ActivationFormat format = activation_format(w.type);
+    if (format == ActivationFormat::kQ8_K) {
+      problem.xq = prepared.q8_k_qs;
+      problem.xd = prepared.q8_k_d;
+      problem.xsums = prepared.q8_k_sums;
+    } else if (format != ActivationFormat::kFloat) {
+      problem.xq = prepared.q8_0_qs;
+      problem.xd = prepared.q8_0_d;
+      problem.xsums = prepared.q8_0_sums;
+    }
+    tiles[i] = tile_for(kernels, format);
     splits[i] = split_for(w.rows, n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
   const size_t n_matrices = ws.size();
-  const auto tile = kernels.tile;
 
   // Task = first_task[i] + row_task * token_tasks + token_task.
   auto run_tasks = [&](int64_t begin, int64_t end) {
@@ -164,7 +283,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       const int64_t local = task - first_task[i];
       const int64_t r0 = local / sp.token_tasks * sp.rows_per_task;
       const int64_t t0 = local % sp.token_tasks * sp.tokens_per_task;
-      tile(problems[i], r0, std::min(r0 + sp.rows_per_task, problems[i].rows), t0,
+      tiles[i](problems[i], r0, std::min(r0 + sp.rows_per_task, problems[i].rows), t0,
            std::min(t0 + sp.tokens_per_task, n_tokens));
     }
   };
@@ -195,11 +314,11 @@ void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, 
                       std::span<float* const> ys, ThreadPool* pool) {
   BATON_CHECK(ws.size() == ys.size(), "matmul_many: one output per matrix");
   bool groupable = ws.size() <= kMaxGroupMatrices;
-  for (const WeightMatrix* w : ws) {
-    groupable = groupable && w->cols == ws[0]->cols && is_quantized(w->type) == is_quantized(ws[0]->type);
-  }
+  for (const WeightMatrix* w : ws) groupable = groupable && w->cols == ws[0]->cols;
+  // Mixed storage (Q4_K beside Q6_K, F16 V beside Q4_0 Q/K) groups too: each
+  // activation format is prepared once.
   if (groupable && !ws.empty()) return matmul_group(level, ws, x, n_tokens, ys, pool);
-  // Mixed storage (e.g. F16 V beside Q4_0 Q/K): one call per matrix.
+  // More than 8 matrices or different widths: one call per matrix.
   for (size_t i = 0; i < ws.size(); ++i) matmul_with(level, *ws[i], x, n_tokens, ys[i], pool);
 }
 
@@ -215,6 +334,15 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 void quantize_row_q8_0_fast(const float* x, BlockQ8_0* y, int64_t n) {
   BATON_CHECK(n % kQK8_0 == 0, "quantize_row_q8_0_fast: n must be a multiple of 32");
   kernels_for(active_simd_level()).quantize_blocks(x, y, n);
+}
+
+void quantize_row_q8_k_with(SimdLevel level, const float* x, BlockQ8_K* y, int64_t n) {
+  BATON_CHECK(n % kQK_K == 0, "quantize_row_q8_k: n must be a multiple of 256");
+  kernels_for(level).quantize_q8_k(x, y, n);
+}
+
+void quantize_row_q8_k_fast(const float* x, BlockQ8_K* y, int64_t n) {
+  quantize_row_q8_k_with(active_simd_level(), x, y, n);
 }
 
 }  // namespace baton

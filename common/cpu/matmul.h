@@ -1,8 +1,9 @@
 // Matrix x activations for every weight type Baton loads: the engine's hot path.
 //
-// Dispatched on SimdLevel (scalar / AVX2+FMA+F16C / AVX-512+VNNI). Q4_0 and Q8_0
-// weights are multiplied in integers against Q8_0-quantized activations, as
-// llama.cpp does, so all levels agree up to float summation order.
+// Dispatched on SimdLevel (scalar / AVX2+FMA+F16C / AVX-512+VNNI). Quantized
+// weights are multiplied in integers against quantized activations, as
+// llama.cpp does (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1 against Q8_0, the K-quants
+// Q4_K/Q5_K/Q6_K against Q8_K), so all levels agree up to float summation order.
 #pragma once
 
 #include <cstdint>
@@ -20,13 +21,16 @@ struct WeightMatrix {
   GgmlType type;
   const void* data;  // rows * ggml_row_bytes(type, cols) bytes
   int64_t rows;
-  int64_t cols;      // a multiple of 32 for Q4_0 / Q8_0
+  int64_t cols;      // a multiple of the block: 32 for Q4_0/Q8_0/Q5_0/Q4_1/Q5_1, 256 for K-quants
 };
 
 // y[t, r] = sum_c W[r, c] * x[t, c].
 //   x: [n_tokens, cols] f32 row-major; y: [n_tokens, rows] f32 row-major.
-// Q4_0 / Q8_0 weights: x is first quantized to Q8_0 blocks (into a thread-local
-// scratch of the calling thread), then integer dot products per block.
+// Quantized weights: x is first quantized (into a thread-local scratch of the
+// calling thread) to Q8_0 blocks (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1; the last three also
+// use the per-block sum of the quants) or Q8_K super-blocks (Q4_K/Q5_K/Q6_K),
+// then integer dot products per block. Q4_0/Q8_0/Q4_K/Q5_K/Q6_K have AVX2 and
+// AVX-512 kernels; Q5_0/Q4_1/Q5_1 (rare) run their AVX2 kernel at both levels.
 // F32 / F16 / BF16 weights: f32 activations, weights widened on the fly.
 // Other types are a BATON_CHECK failure (the model loader rejects them earlier).
 // Parallel over rows (and tokens when rows are few) on `pool`; nullptr runs
@@ -40,8 +44,9 @@ void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t
 // y_i = W_i x for up to 8 matrices that share the input x (Q/K/V, gate/up):
 // the same results as one matmul per matrix, but x is quantized once and all
 // rows go out in one parallel loop (one pool wake-up instead of one per
-// matrix). ws[i]: same cols; matrices of mixed storage (quantized beside
-// float) or more than 8 run one call each. ys[i]: [n_tokens, ws[i]->rows] f32.
+// matrix). ws[i]: same cols; mixed storage (Q4_K beside Q6_K, F16 beside
+// Q4_0) is one loop, each activation format prepared once; more than 8
+// matrices or different widths run one call each. ys[i]: [n_tokens, ws[i]->rows] f32.
 void matmul_many(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
                  std::span<float* const> ys, ThreadPool* pool);
 void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
@@ -50,5 +55,12 @@ void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, 
 // Activation quantization to Q8_0 (ggml's formulas: d = amax/127, q = roundf(x/d)),
 // dispatched. x: [n] f32, n % 32 == 0; y: [n/32] blocks. Bit-identical on all levels.
 void quantize_row_q8_0_fast(const float* x, BlockQ8_0* y, int64_t n);
+
+// Activation quantization to Q8_K (ggml's quantize_row_q8_K_ref: per 256, the
+// signed element of largest |x| gives iscale = -127/max, q = nearest int of
+// iscale*x (half to even) clamped to 127, d = 1/iscale, bsums per 16).
+// x: [n] f32, n % 256 == 0; y: [n/256] blocks. Bit-identical on all levels.
+void quantize_row_q8_k_fast(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_row_q8_k_with(SimdLevel level, const float* x, BlockQ8_K* y, int64_t n);
 
 }  // namespace baton

@@ -16,15 +16,23 @@
 namespace baton::cpu_kernels {
 
 // One matmul call, with activations already prepared for the weight type.
+// Activation formats by weight type (matmul.cc prepares them):
+//   F32 / F16 / BF16:       x (f32)
+//   Q8_0 / Q4_0:            Q8_0: xq, xd per 32
+//   Q5_0 / Q4_1 / Q5_1:     Q8_0 plus xsums per 32 (for the offset 16 or the minimum m)
+//   Q4_K / Q5_K / Q6_K:     Q8_K: xq, xd per 256, xsums per 16 (ggml's bsums)
 struct MatmulProblem {
-  GgmlType type;            // weight type: F32, F16, BF16, Q8_0 or Q4_0
+  GgmlType type;            // weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
   const uint8_t* weights;   // [rows] rows of row_bytes each
-  int64_t row_bytes;        // ggml_row_bytes(type, cols)
+  int64_t row_bytes;        // bytes of one row: cols / block elements * block bytes
   int64_t rows;             // output features
-  int64_t cols;             // input features; a multiple of 32 for Q types
+  int64_t cols;             // input features; a multiple of 32 (256 for K-quants) for Q types
   const float* x;           // F32/F16/BF16 weights: [n_tokens, cols] f32
-  const int8_t* xq;         // Q8_0/Q4_0 weights: [n_tokens, cols] Q8_0 quants of x
-  const float* xd;          // Q8_0/Q4_0 weights: [n_tokens, cols/32] Q8_0 scales (fp16-rounded) as f32
+  const int8_t* xq;         // quantized weights: [n_tokens, cols] Q8_0 or Q8_K quants of x
+  const float* xd;          // Q8_0: [n_tokens, cols/32] scales (fp16-rounded) as f32;
+                            // Q8_K: [n_tokens, cols/256] f32 scales
+  const int16_t* xsums;     // Q5_0/Q4_1/Q5_1: [n_tokens, cols/32] sums of xq per block;
+                            // K-quants: [n_tokens, cols/16] sums of xq per 16
   float* y;                 // [n_tokens, rows] f32
 };
 
@@ -43,6 +51,34 @@ void matmul_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end
                       int64_t tok_begin, int64_t tok_end);
 void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end,
                         int64_t tok_begin, int64_t tok_end);
+
+// Tiles for the K-quant weights (Q4_K, Q5_K, Q6_K) x Q8_K activations.
+void kquant_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                        int64_t tok_end);
+void kquant_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                      int64_t tok_end);
+void kquant_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                        int64_t tok_end);
+// Tiles for Q5_0, Q4_1, Q5_1 weights x Q8_0 activations plus xsums.
+void legacy_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                        int64_t tok_end);
+// The AVX2 one also serves the AVX-512 level.
+void legacy_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                      int64_t tok_end);
+
+// Q8_K quantization of n floats (n % 256 == 0), ggml's quantize_row_q8_K_ref:
+// per 256, the signed element of largest |x| (the first one) gives
+// iscale = -127/max, q = nearest (half to even) int of iscale*x, clamped to 127,
+// d = 1/iscale, bsums per 16. An all-zero block has d = 0 and q = 0.
+using QuantizeQ8KFn = void (*)(const float* x, BlockQ8_K* y, int64_t n);
+// Same, split: qs [n] int8, d [n/256] f32, bsums [n/16] int16.
+using QuantizeQ8KSplitFn = void (*)(const float* x, int8_t* qs, float* d, int16_t* bsums, int64_t n);
+void quantize_q8_k_scalar(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_q8_k_avx2(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_q8_k_avx512(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_q8_k_split_scalar(const float* x, int8_t* qs, float* d, int16_t* bsums, int64_t n);
+void quantize_q8_k_split_avx2(const float* x, int8_t* qs, float* d, int16_t* bsums, int64_t n);
+void quantize_q8_k_split_avx512(const float* x, int8_t* qs, float* d, int16_t* bsums, int64_t n);
 
 void quantize_q8_0_scalar(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_0_avx2(const float* x, BlockQ8_0* y, int64_t n);

@@ -1,14 +1,20 @@
 // Kernel micro-benchmarks: matmul decode (n_tokens = 1, memory bound: bytes/s
 // of weights streamed) and prefill (n_tokens = 64, compute bound: items/s =
 // flop/s), next to a plain memory-read baseline so ratios come from one run.
+// BM_MatmulDecodeVsReadBandwidth (Q4_0 vs the K-quants) reports the ratio itself.
 //
 //   build-kern/bin/baton_microbench --benchmark_min_time=0.2
+//   build/bin/baton_microbench --benchmark_filter=VsReadBandwidth --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/cpu/matmul.h"
@@ -26,7 +32,8 @@ ThreadPool* pool_for(int n_threads) {
   return pools[n_threads].get();
 }
 
-constexpr GgmlType kBenchTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16};
+constexpr GgmlType kBenchTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16,
+                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // Random but well-formed weights: sane fp16 scales and values, no NaN/denormals.
 std::vector<uint8_t> make_weights(GgmlType type, int64_t rows, int64_t cols) {
@@ -48,13 +55,41 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t rows, int64_t cols) {
   return bytes;
 }
 
+// Random but well-formed K-quant blocks: random bytes (quants, 6-bit scales
+// and mins, Q6_K's int8 scales) with small finite fp16 d (and dmin).
+std::vector<uint8_t> make_kquant_weights(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t block_bytes = type == GgmlType::kQ4_K   ? sizeof(BlockQ4_K)
+                              : type == GgmlType::kQ5_K ? sizeof(BlockQ5_K)
+                                                        : sizeof(BlockQ6_K);
+  const int64_t n_blocks = rows * cols / kQK_K;
+  std::mt19937 rng(42);
+  std::vector<uint8_t> bytes(n_blocks * block_bytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const uint16_t scale = fp32_to_fp16(0.001f);
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* block = bytes.data() + i * block_bytes;
+    if (type == GgmlType::kQ6_K) {
+      std::memcpy(block + offsetof(BlockQ6_K, d), &scale, 2);
+    } else {
+      std::memcpy(block, &scale, 2);      // d
+      std::memcpy(block + 2, &scale, 2);  // dmin
+    }
+  }
+  return bytes;
+}
+
+bool is_kquant(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
 // Args: type index into kBenchTypes, rows, cols, threads, n_tokens.
 void BM_Matmul(benchmark::State& state) {
   const GgmlType type = kBenchTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);
   const int n_threads = static_cast<int>(state.range(3));
   const int64_t n_tokens = state.range(4);
-  const std::vector<uint8_t> weights = make_weights(type, rows, cols);
+  const std::vector<uint8_t> weights =
+      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
   std::vector<float> x(n_tokens * cols), y(n_tokens * rows);  // [n_tokens, cols], [n_tokens, rows]
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   const WeightMatrix w{type, weights.data(), rows, cols};
@@ -74,22 +109,22 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t type = 0; type < 3; ++type)
     for (int64_t rows : {2048, 8192})
       for (int64_t threads : {1, 2}) b->Args({type, rows, 2048, threads, 1});
-  for (int64_t type = 0; type < 3; ++type)
+  for (int64_t type = 0; type < 6; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 64});
 }
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 
 // Memory-read baseline: sum of a 256 MiB buffer (far larger than any cache),
-// split over `threads` like the decode matmul.
-void BM_MemoryReadBandwidth(benchmark::State& state) {
-  constexpr int64_t kBytes = int64_t{256} << 20;
-  constexpr int64_t kWords = kBytes / 8;
+// split over `threads` like the decode matmul. One pass; returns bytes/s.
+constexpr int64_t kReadBufferBytes = int64_t{256} << 20;
+
+double read_buffer_once(int n_threads) {
+  constexpr int64_t kWords = kReadBufferBytes / 8;
   static std::vector<uint64_t>* buffer = [] {
     auto* v = new std::vector<uint64_t>(kWords);
     for (int64_t i = 0; i < kWords; ++i) (*v)[i] = static_cast<uint64_t>(i);
     return v;
   }();
-  const int n_threads = static_cast<int>(state.range(0));
   ThreadPool* pool = pool_for(n_threads);
   constexpr int64_t kChunks = 256;  // 1 MiB per task
   std::vector<uint64_t> partial(kChunks);
@@ -102,18 +137,82 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
       partial[chunk] = s0 + s1 + s2 + s3;
     }
   };
-  for (auto _ : state) {
-    if (pool != nullptr) {
-      pool->parallel_for(kChunks, sum_chunks);
-    } else {
-      sum_chunks(0, kChunks);
-    }
-    benchmark::DoNotOptimize(partial.data());
-    benchmark::ClobberMemory();
+  const auto start = std::chrono::steady_clock::now();
+  if (pool != nullptr) {
+    pool->parallel_for(kChunks, sum_chunks);
+  } else {
+    sum_chunks(0, kChunks);
   }
-  state.SetBytesProcessed(state.iterations() * kBytes);
+  benchmark::DoNotOptimize(partial.data());
+  benchmark::ClobberMemory();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(kReadBufferBytes) / seconds;
+}
+
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  const int n_threads = static_cast<int>(state.range(0));
+  for (auto _ : state) read_buffer_once(n_threads);
+  state.SetBytesProcessed(state.iterations() * kReadBufferBytes);
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// Decode (one token) on a 1B-class matrix, as a fraction of the read
+// bandwidth: after every timed matmul one 256 MiB read pass runs on the same
+// threads, so both rates see the same machine state (this host is shared).
+// Counters: weight_GBps (weight bytes / matmul time, median of the
+// iterations), read_GBps (median of the read passes), of_read_bw (their ratio).
+// Args: type index into kDecodeTypes, rows, cols, threads, SIMD level.
+void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
+  const GgmlType type = kDecodeTypes[state.range(0)];
+  const int64_t rows = state.range(1), cols = state.range(2);
+  const int n_threads = static_cast<int>(state.range(3));
+  const SimdLevel level = static_cast<SimdLevel>(state.range(4));
+  if (level > best_simd_level()) {
+    state.SkipWithError("SIMD level not available on this CPU");
+    return;
+  }
+  const std::vector<uint8_t> weights =
+      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
+  std::vector<float> x(cols), y(rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  const WeightMatrix w{type, weights.data(), rows, cols};
+  ThreadPool* pool = pool_for(n_threads);
+  std::vector<double> matmul_rates, read_rates;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    matmul_with(level, w, x.data(), 1, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    matmul_rates.push_back(static_cast<double>(weights.size()) / seconds);
+    state.PauseTiming();
+    read_rates.push_back(read_buffer_once(n_threads));
+    state.ResumeTiming();
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double weight_rate = median(matmul_rates), read_rate = median(read_rates);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
+  state.counters["weight_GBps"] = weight_rate / 1e9;
+  state.counters["read_GBps"] = read_rate / 1e9;
+  state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_level_name(level));
+}
+
+void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "rows", "cols", "threads", "level"});
+  for (int64_t level : {1, 2})
+    for (int64_t type = 0; type < 4; ++type)
+      for (int64_t threads : {1, 2})
+        for (const auto& shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}})
+          b->Args({type, shape.first, shape.second, threads, level});
+}
+BENCHMARK(BM_MatmulDecodeVsReadBandwidth)->Apply(decode_vs_bandwidth_args)->UseManualTime();
 
 // Cost of one parallel_for with trivial work: the per-call overhead decode pays
 // ~100+ times per token.

@@ -238,7 +238,7 @@ TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {
   const GgmlType type_sets[][3] = {{GgmlType::kQ4_0, GgmlType::kQ4_0, GgmlType::kQ4_0},
                                    {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ8_0},
                                    {GgmlType::kF16, GgmlType::kF32, GgmlType::kBF16},
-                                   {GgmlType::kQ4_0, GgmlType::kF16, GgmlType::kQ4_0}};  // mixed: per-matrix path
+                                   {GgmlType::kQ4_0, GgmlType::kF16, GgmlType::kQ4_0}};  // mixed storage
   const int64_t rows[3] = {64, 16, 37};  // Q, K, V of a GQA layer (V: odd rows)
   const int64_t cols = 224;              // 7 blocks
   for (SimdLevel level : kAllLevels) {
@@ -288,8 +288,8 @@ TEST(MatmulDeathTest, UnsupportedWeightTypeIsACheckFailure) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<uint8_t> bytes(1024);
   std::vector<float> x(32), y(4);
-  const WeightMatrix q4_k{static_cast<GgmlType>(12), bytes.data(), 4, 32};
-  EXPECT_DEATH(matmul(q4_k, x.data(), 1, y.data(), nullptr), "unsupported weight type");
+  const WeightMatrix q2_k{static_cast<GgmlType>(10), bytes.data(), 4, 32};  // Q2_K: no kernel
+  EXPECT_DEATH(matmul(q2_k, x.data(), 1, y.data(), nullptr), "unsupported weight type");
 }
 
 // --- Q8_0 activation quantization ---
