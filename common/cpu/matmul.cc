@@ -65,28 +65,15 @@ ActivationFormat activation_format(GgmlType type) {
 }
 
 // Elements and bytes per block of every weight type matmul takes.
-// ggml_row_bytes knows only the types the model loader accepts so far; the
-// block structs of ggml_types.h give the rest.
 struct BlockShape {
   int64_t elements;
   int64_t bytes;
 };
 
 BlockShape block_shape(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: return {1, 4};
-    case GgmlType::kF16:
-    case GgmlType::kBF16: return {1, 2};
-    case GgmlType::kQ4_0: return {kQK4_0, sizeof(BlockQ4_0)};
-    case GgmlType::kQ8_0: return {kQK8_0, sizeof(BlockQ8_0)};
-    case GgmlType::kQ5_0: return {kQK5_0, sizeof(BlockQ5_0)};
-    case GgmlType::kQ4_1: return {kQK4_1, sizeof(BlockQ4_1)};
-    case GgmlType::kQ5_1: return {kQK5_1, sizeof(BlockQ5_1)};
-    case GgmlType::kQ4_K: return {kQK_K, sizeof(BlockQ4_K)};
-    case GgmlType::kQ5_K: return {kQK_K, sizeof(BlockQ5_K)};
-    case GgmlType::kQ6_K: return {kQK_K, sizeof(BlockQ6_K)};
-    default: return {0, 0};  // not a matmul weight type: check_matrix rejects it
-  }
+  // Every stored weight type the loader accepts (not Q8_K: activations only).
+  if (!ggml_type_supported(static_cast<uint32_t>(type))) return {0, 0};  // check_matrix rejects it
+  return {ggml_block_elements(type), ggml_block_bytes(type)};
 }
 
 cpu_kernels::MatmulTileFn tile_for(const MatmulKernels& kernels, ActivationFormat format) {
