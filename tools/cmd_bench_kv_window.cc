@@ -25,6 +25,7 @@
 #include "common/kv/prefix_digest.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/model/layer_window.h"
+#include "common/util/check.h"
 #include "common/util/flags.h"
 #include "common/util/sha256.h"
 #include "report.h"
@@ -145,13 +146,15 @@ int bench_kv_window(const std::vector<std::string>& args) {
     return fail("bad shape: need 1..512 layers, heads a multiple of kv-heads, head-dim 2..1024, window >= 1");
   }
   std::vector<int64_t> lengths;
-  for (const std::string& text : absl::StrSplit(contexts, ',', absl::SkipEmpty())) {
+  const std::vector<std::string> context_texts = absl::StrSplit(contexts, ',', absl::SkipEmpty());
+  for (const std::string& text : context_texts) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(text, &n) || n < 1 || n > 131072) return fail("bad context '" + text + "' (1..131072)");
     lengths.push_back(n);
   }
   std::vector<KvCodecConfig> configs;
-  for (const std::string& name : absl::StrSplit(codecs, ',', absl::SkipEmpty())) {
+  const std::vector<std::string> codec_names = absl::StrSplit(codecs, ',', absl::SkipEmpty());
+  for (const std::string& name : codec_names) {
     auto c = parse_kv_codec_config(name);
     if (!c.ok()) return fail(std::string(c.status().message()));
     configs.push_back(*c);
