@@ -13,6 +13,7 @@
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/cache_salt.h"
 #include "common/kv/quantized_kv_cache.h"
+#include "common/model/layer_window.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
@@ -63,15 +64,20 @@ absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCach
                                                           int64_t capacity_tokens) {
   const KvGeometry& geometry = store.geometry();
   auto staging = std::make_unique<F32KvCache>(geometry, capacity_tokens);
+  // A sliding-window layer that no longer holds the window of n: recompute all.
+  if (!store.holds_window_for(n)) n = 0;
   if (n == 0) return staging;
   std::vector<float> k(static_cast<size_t>(n * geometry.kv_dim()));
   std::vector<float> v(k.size());
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
-    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock k_block, store.export_block(layer, /*is_key=*/true, 0, n));
-    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock v_block, store.export_block(layer, /*is_key=*/false, 0, n));
-    BATON_CHECK(k_block.codes.size() == 2 * k.size() && v_block.codes.size() == 2 * v.size(),
+    // A windowed layer's keys before n's window are never read again.
+    const int64_t from = window_first_kept_position(geometry.window(layer), n);
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock k_block, store.export_block(layer, /*is_key=*/true, from, n - from));
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock v_block, store.export_block(layer, /*is_key=*/false, from, n - from));
+    const size_t elements = static_cast<size_t>((n - from) * geometry.kv_dim());
+    BATON_CHECK(k_block.codes.size() == 2 * elements && v_block.codes.size() == 2 * elements,
                 "F16 block of unexpected size");
-    for (size_t i = 0; i < k.size(); ++i) {
+    for (size_t i = 0; i < elements; ++i) {
       uint16_t k_half = 0;
       uint16_t v_half = 0;
       std::memcpy(&k_half, k_block.codes.data() + 2 * i, 2);
@@ -79,7 +85,7 @@ absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCach
       k[i] = fp16_to_fp32(k_half);
       v[i] = fp16_to_fp32(v_half);
     }
-    BATON_RETURN_IF_ERROR(staging->store(layer, 0, n, k.data(), v.data()));
+    BATON_RETURN_IF_ERROR(staging->store(layer, from, n - from, k.data(), v.data()));
   }
   staging->set_size(n);
   return staging;
@@ -413,6 +419,12 @@ absl::Status GenerateTurn::run() {
   if (have == n) {
     have = n - 1;  // everything is held (a prompt equal to the pack): recompute the last token's logits
     kv.set_size(have);
+    // A sliding-window layer holds only what the query at n sees (a pack
+    // carries W - 1 rows): without the row n - W, recompute everything.
+    if (!kv.holds_window_for(have)) {
+      have = 0;
+      kv.set_size(0);
+    }
   }
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_PLANNING));
   const uint32_t to_prefill = static_cast<uint32_t>(n - 1 - have);

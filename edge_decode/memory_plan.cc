@@ -44,6 +44,16 @@ uint64_t read_mem_available() {
   return 0;
 }
 
+// Tokens a KV budget holds for one session: what is left after the
+// sliding-window layers, over the bytes per token of the full layers
+// (unbounded when every layer is windowed).
+uint64_t kv_budget_tokens(uint64_t kv_budget_bytes, const CodecCapacityPlan& capacity) {
+  if (kv_budget_bytes < capacity.kv_window_bytes) return 0;
+  const uint64_t left = kv_budget_bytes - capacity.kv_window_bytes;
+  if (capacity.kv_bytes_per_token == 0) return capacity.kv_window_bytes > 0 ? uint64_t{1} << 40 : 0;
+  return left / capacity.kv_bytes_per_token;
+}
+
 }  // namespace
 
 const CodecCapacityPlan* EdgeMemoryPlan::find(const KvCodecConfig& codec) const {
@@ -65,8 +75,24 @@ uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens) {
 }
 
 uint64_t kv_bytes_per_token(const KvCodecConfig& codec, const ModelSpec& spec) {
-  return static_cast<uint64_t>(
-      QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(codec), geometry_of(spec)));
+  const KvGeometry geometry = geometry_of(spec);
+  const int64_t all_layers = QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(codec), geometry);
+  int full_layers = 0;
+  for (int layer = 0; layer < geometry.n_layer; ++layer) full_layers += geometry.window(layer) > 0 ? 0 : 1;
+  return static_cast<uint64_t>(all_layers / geometry.n_layer * full_layers);
+}
+
+uint64_t kv_window_bytes(const KvCodecConfig& codec, const ModelSpec& spec) {
+  KvGeometry windowed = geometry_of(spec);
+  int32_t widest = 0;
+  for (int layer = 0; layer < windowed.n_layer; ++layer) widest = std::max(widest, windowed.window(layer));
+  if (widest == 0) return 0;
+  // Past every window (+ slack) the windowed layers hold a fixed size: count
+  // them alone (full layers set to hold nothing).
+  const int64_t past = int64_t{widest} + QuantizedKvCache::kWindowSlackTokens + 1;
+  const KvCodecConfig store = QuantizedKvCache::store_config_for(codec);
+  const int64_t all = QuantizedKvCache::memory_bytes_for(store, windowed, past);
+  return static_cast<uint64_t>(all) - kv_bytes_per_token(codec, spec) * static_cast<uint64_t>(past);
 }
 
 EdgeMemoryPlan make_memory_plan(const ModelSpec& spec, uint64_t weights_bytes, uint64_t device_limit_bytes,
@@ -85,7 +111,8 @@ EdgeMemoryPlan make_memory_plan(const ModelSpec& spec, uint64_t weights_bytes, u
     CodecCapacityPlan entry;
     entry.codec = QuantizedKvCache::store_config_for(codec);
     entry.kv_bytes_per_token = kv_bytes_per_token(codec, spec);
-    const uint64_t tokens = entry.kv_bytes_per_token == 0 ? 0 : plan.kv_budget_bytes / entry.kv_bytes_per_token;
+    entry.kv_window_bytes = kv_window_bytes(codec, spec);
+    const uint64_t tokens = kv_budget_tokens(plan.kv_budget_bytes, entry);
     entry.max_context_tokens =
         static_cast<uint32_t>(std::min<uint64_t>(tokens, static_cast<uint64_t>(std::max(0, spec.n_ctx_train))));
     plan.capacity.push_back(entry);
@@ -129,11 +156,15 @@ namespace {
 // "codec int4-g32 (KV budget 512.0 MiB = limit 4.00 GiB - weights 3.10 GiB -
 // scratch 40.0 MiB - headroom 204.8 MiB; 87.4 KiB per token)".
 std::string budget_words(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity) {
+  const std::string window =
+      capacity.kv_window_bytes == 0
+          ? ""
+          : absl::StrFormat(" after %s of sliding-window layers", format_bytes(capacity.kv_window_bytes));
   return absl::StrFormat(
-      "codec %s (KV budget %s = limit %s - weights %s - scratch %s - headroom %s; %s per token)",
+      "codec %s (KV budget %s = limit %s - weights %s - scratch %s - headroom %s; %s per token%s)",
       capacity.codec.to_string(), format_bytes(plan.kv_budget_bytes), format_bytes(plan.device_limit_bytes),
       format_bytes(plan.weights_bytes), format_bytes(plan.scratch_bytes), format_bytes(plan.headroom_bytes),
-      format_bytes(capacity.kv_bytes_per_token));
+      format_bytes(capacity.kv_bytes_per_token), window);
 }
 
 }  // namespace
@@ -141,7 +172,7 @@ std::string budget_words(const EdgeMemoryPlan& plan, const CodecCapacityPlan& ca
 ContextLimit context_limit(const EdgeMemoryPlan& plan, const CodecCapacityPlan& capacity, int64_t trained_tokens) {
   ContextLimit limit;
   limit.trained_tokens = trained_tokens;
-  const uint64_t fit = capacity.kv_bytes_per_token == 0 ? 0 : plan.kv_budget_bytes / capacity.kv_bytes_per_token;
+  const uint64_t fit = kv_budget_tokens(plan.kv_budget_bytes, capacity);
   limit.memory_tokens = static_cast<int64_t>(std::min<uint64_t>(fit, uint64_t{1} << 40));
   limit.memory_detail = budget_words(plan, capacity);
   return limit;

@@ -1,7 +1,8 @@
 // EdgeMemoryPlan: how the edge device's memory is shared (DESIGN.md "Edge
 // memory"):
 //   kv_budget = device limit - weights - runtime scratch - headroom
-//   max context (per codec) = kv_budget / KV bytes per token, capped at n_ctx_train
+//   max context (per codec) = (kv_budget - sliding-window bytes) / KV bytes
+//   per token of the full-attention layers, capped at n_ctx_train
 // Reported by Health (v1::MemoryPlan) and `baton plan`; a session beyond its
 // codec's max context is refused (context_limit() + check_context_fits()).
 #pragma once
@@ -28,8 +29,10 @@ inline constexpr double kHeadroomFraction = 0.05;
 
 struct CodecCapacityPlan {
   KvCodecConfig codec;               // the store config (QuantizedKvCache::store_config_for)
-  uint64_t kv_bytes_per_token = 0;   // all layers, K and V, scales included
-  uint32_t max_context_tokens = 0;   // kv_budget_bytes / kv_bytes_per_token, capped at n_ctx_train
+  uint64_t kv_bytes_per_token = 0;   // bytes per further token (kv_bytes_per_token())
+  uint64_t kv_window_bytes = 0;      // fixed bytes of the sliding-window layers (kv_window_bytes())
+  // (kv_budget_bytes - kv_window_bytes) / kv_bytes_per_token, capped at n_ctx_train
+  uint32_t max_context_tokens = 0;
 };
 
 struct EdgeMemoryPlan {
@@ -57,7 +60,12 @@ uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens = 64);
 // store form of the codec (QuantizedKvCache::store_config_for; no zstd on
 // the device). The one figure Health, `baton plan` and `baton model info`
 // print.
+// With sliding-window layers (ModelSpec::layer_window) only the full-attention
+// layers grow with the context: this is their bytes per token, and
+// kv_window_bytes the fixed bytes the windowed layers hold per session
+// (QuantizedKvCache::memory_bytes_for at a context past every window).
 uint64_t kv_bytes_per_token(const KvCodecConfig& codec, const ModelSpec& spec);
+uint64_t kv_window_bytes(const KvCodecConfig& codec, const ModelSpec& spec);
 
 // The plan for `model` under `device_limit_bytes`, one capacity entry per
 // codec in `codecs` (the default first). Max contexts are 0 when weights,

@@ -419,6 +419,8 @@ constexpr Bench kBenches[] = {
      "nothing lost"},
     {"kv-codec", bench_kv_codec, "KV bytes per token, encode/decode MB/s and error per codec variant"},
     {"kv-quality", bench_kv_quality, "perplexity / KL / greedy agreement of each KV codec against F16 KV"},
+    {"kv-window", bench_kv_window,
+     "KV bytes per token on the wire and in the edge store: sliding-window layers vs full attention"},
     {"perplexity", perplexity, "held-out perplexity of a model over a text or id file"},
     {"fidelity", bench_fidelity,
      "perplexity / KL vs the F16 model of the edge's Q4_0 alone and split with the cloud"},

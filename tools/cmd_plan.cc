@@ -66,7 +66,7 @@ absl::StatusOr<double> bytes_per_weight(const std::string& type) {
 // True when the trained context, not the KV budget, limits this codec.
 bool capped_at_trained_context(const ModelSpec& spec, const EdgeMemoryPlan& plan, const CodecCapacityPlan& c) {
   return spec.n_ctx_train > 0 && c.max_context_tokens == static_cast<uint32_t>(spec.n_ctx_train) &&
-         c.kv_bytes_per_token * uint64_t(spec.n_ctx_train) <= plan.kv_budget_bytes;
+         c.kv_window_bytes + c.kv_bytes_per_token * uint64_t(spec.n_ctx_train) <= plan.kv_budget_bytes;
 }
 
 // The codec rows: the wire codec as named, the form the device keeps it in

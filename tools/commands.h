@@ -20,6 +20,7 @@ int bench_command(const Args& args);     // baton bench decode|prefill
 int generate_command(const Args& args);  // baton generate
 int bench_kv_codec(const Args& args);    // baton bench kv-codec (cmd_bench_kv.cc)
 int bench_kv_quality(const Args& args);  // baton bench kv-quality (cmd_bench_kv_quality.cc)
+int bench_kv_window(const Args& args);   // baton bench kv-window (cmd_bench_kv_window.cc)
 int bench_prefill_service(const Args& args);  // baton bench prefill-service (cmd_bench_prefill_service.cc)
 int bench_prefill_cuda(const Args& args);  // baton bench prefill-cuda (cmd_bench_cuda.cc)
 int bench_fidelity(const Args& args);    // baton bench fidelity (cmd_bench_fidelity.cc)

@@ -278,6 +278,13 @@ absl::Status verify_kv_fingerprint(const KvFingerprint& ours, const KvFingerprin
                                                              name, value, *other, their_name));
       }
     }
+    // A field only they have (e.g. layer_window: their model has sliding-window layers).
+    for (const auto& [name, value] : theirs.model.fields) {
+      if (find_field(ours.model.fields, name) == nullptr) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "model fingerprint mismatch: %s is absent here, %s in %s", name, value, their_name));
+      }
+    }
     return absl::FailedPreconditionError(absl::StrFormat("model fingerprint mismatch: digest %s here, %s in %s",
                                                          to_hex(ours.model_digest()),
                                                          to_hex(theirs.model_digest()), their_name));

@@ -12,6 +12,7 @@
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/kv_quant.h"
 #include "common/kv/quantized_kv_cache.h"
+#include "common/model/layer_window.h"
 #include "common/model/model.h"
 #include "common/util/check.h"
 
@@ -54,6 +55,20 @@ absl::Status check_geometry(const ModelFingerprint& model, const KvGeometry& geo
       return absl::FailedPreconditionError(absl::StrFormat("KV segment model has %s %s; the target cache has %d",
                                                            name, theirs ? *theirs : "(none)", ours));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The segment's model must have the target's sliding windows (none, or the
+// same window on every layer).
+absl::Status check_windows(const ModelFingerprint& model, const KvGeometry& geometry) {
+  BATON_ASSIGN_OR_RETURN(const std::vector<int32_t> theirs, kv_layer_windows(model, geometry.n_layer));
+  const std::vector<int32_t> ours =
+      has_sliding_window(geometry.layer_window) ? geometry.layer_window : std::vector<int32_t>{};
+  if (theirs != ours) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("KV segment model has layer_window '%s'; the target cache has '%s'",
+                        layer_window_text(theirs), layer_window_text(ours)));
   }
   return absl::OkStatus();
 }
@@ -167,6 +182,7 @@ absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, 
                               const KvRope* rope, KvStreamWriter& writer, const v1::ProducerStats* producer) {
   BATON_RETURN_IF_ERROR(info.codec.validate(geometry));
   BATON_RETURN_IF_ERROR(check_rope(info.codec, geometry, rope, "sender"));
+  BATON_RETURN_IF_ERROR(check_windows(info.model, geometry));
   BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
   BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
@@ -192,6 +208,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   BATON_ASSIGN_OR_RETURN(const KvCodecConfig codec, kv_codec_config_from_params(header.codec()));
   BATON_RETURN_IF_ERROR(codec.validate(g));
   BATON_RETURN_IF_ERROR(check_geometry(segment.fingerprint.model, g));
+  BATON_RETURN_IF_ERROR(check_windows(segment.fingerprint.model, g));
   BATON_RETURN_IF_ERROR(check_rope(codec, g, rope, "receiver"));
   const int64_t first = header.first_position();
   const int64_t n = header.token_count();
@@ -234,11 +251,15 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
     covered[2 * staged.layer + (is_key ? 0 : 1)] += staged.token_count;
     by_layer[staged.layer].push_back({is_key, staged.token_begin, std::move(*block)});
   }
+  // A windowed layer holds only its tail [layer_first(layer), end).
+  const std::vector<int32_t> windows = has_sliding_window(g.layer_window) ? g.layer_window : std::vector<int32_t>{};
+  auto layer_first = [&](int layer) { return kv_layer_first_position(windows, layer, first, end); };
   for (int layer = 0; layer < g.n_layer; ++layer) {
     for (int kind = 0; kind < 2; ++kind) {
-      if (covered[2 * layer + kind] != n) {
+      if (covered[2 * layer + kind] != end - layer_first(layer)) {
         return absl::InvalidArgumentError(absl::StrFormat("KV segment layer %d %s: blocks cover %d of %d tokens",
-                                                          layer, kind == 0 ? "K" : "V", covered[2 * layer + kind], n));
+                                                          layer, kind == 0 ? "K" : "V", covered[2 * layer + kind],
+                                                          end - layer_first(layer)));
       }
     }
   }
@@ -272,9 +293,10 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
       }
       // A kind that is ingested below gets the other kind's rows as a
       // placeholder here; ingest_block overwrites them.
-      const float* k = ingest_k ? v_rows.data() : k_rows.data();
-      const float* v = ingest_v ? k_rows.data() : v_rows.data();
-      BATON_RETURN_IF_ERROR(target.store(layer, first, n, k, v));
+      const int64_t from = layer_first(layer);
+      const float* k = (ingest_k ? v_rows.data() : k_rows.data()) + (from - first) * kv_dim;
+      const float* v = (ingest_v ? k_rows.data() : v_rows.data()) + (from - first) * kv_dim;
+      if (from < end) BATON_RETURN_IF_ERROR(target.store(layer, from, end - from, k, v));
     }
     for (Decoded& d : blocks) {
       if (!(d.is_key ? ingest_k : ingest_v)) continue;

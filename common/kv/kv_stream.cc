@@ -2,7 +2,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/model/layer_window.h"
 #include "common/util/check.h"
 
 namespace baton {
@@ -59,6 +63,49 @@ absl::Status default_kv_block_rule(const v1::CodecParams& codec, const v1::KvBlo
         block.layer(), kv_kind_name(block.kind()), block.token_begin(), block_end, block.token_count(), align));
   }
   return absl::OkStatus();
+}
+
+uint32_t kv_stream_format_version_for(const v1::ModelFingerprint& model) {
+  for (const v1::FingerprintField& field : model.fields()) {
+    if (field.name() == "layer_window") return kKvStreamWindowedFormatVersion;
+  }
+  return kKvStreamFormatVersion;
+}
+
+absl::StatusOr<std::vector<int32_t>> kv_layer_windows(const ModelFingerprint& model, int n_layer) {
+  const std::string* text = model.find("layer_window");
+  if (text == nullptr) return std::vector<int32_t>{};
+  absl::StatusOr<std::vector<int32_t>> windows = parse_layer_window_text(*text, n_layer);
+  if (!windows.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model fingerprint: %s", std::string(windows.status().message())));
+  }
+  return windows;
+}
+
+absl::StatusOr<std::vector<int32_t>> kv_layer_windows(const v1::ModelFingerprint& model) {
+  const std::string* windows = nullptr;
+  const std::string* n_layer_text = nullptr;
+  for (const v1::FingerprintField& field : model.fields()) {
+    if (field.name() == "layer_window") windows = &field.value();
+    if (field.name() == "n_layer") n_layer_text = &field.value();
+  }
+  if (windows == nullptr) return std::vector<int32_t>{};
+  int n_layer = 0;
+  if (n_layer_text == nullptr || !absl::SimpleAtoi(*n_layer_text, &n_layer) || n_layer < 1 || n_layer > 4096) {
+    return absl::InvalidArgumentError("model fingerprint has layer_window but no n_layer in 1..4096");
+  }
+  absl::StatusOr<std::vector<int32_t>> parsed = parse_layer_window_text(*windows, n_layer);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("model fingerprint: %s", std::string(parsed.status().message())));
+  }
+  return parsed;
+}
+
+int64_t kv_layer_first_position(const std::vector<int32_t>& layer_windows, int layer, int64_t segment_begin,
+                                int64_t segment_end) {
+  if (layer_windows.empty()) return segment_begin;
+  return std::max(segment_begin, window_first_kept_position(layer_windows[static_cast<size_t>(layer)], segment_end));
 }
 
 }  // namespace baton

@@ -23,8 +23,14 @@ struct XXH64_state_s;
 
 namespace baton {
 
-// KvHeader.format_version this build writes and reads.
+// KvHeader.format_version this build writes and reads: 1 for models without
+// sliding-window layers (unchanged, so their streams, packs and session
+// files stay byte-identical), 2 for a model whose fingerprint has a
+// layer_window field: each windowed layer carries only the positions a later
+// query can see (kv_layer_first_position). A stream's version must match its
+// model's kind.
 inline constexpr uint32_t kKvStreamFormatVersion = 1;
+inline constexpr uint32_t kKvStreamWindowedFormatVersion = 2;
 // Default bound on one block's payload (encoded bytes): well under gRPC's
 // 4 MiB message limit.
 inline constexpr uint64_t kDefaultKvBlockPayloadBytes = uint64_t{1} << 20;
@@ -82,6 +88,22 @@ uint32_t kv_block_token_alignment(const v1::CodecParams& codec, v1::KvKind kind)
 // The default KvBlockRuleFn: applies kv_block_token_alignment.
 absl::Status default_kv_block_rule(const v1::CodecParams& codec, const v1::KvBlock& block, uint32_t segment_begin,
                                    uint32_t segment_end);
+
+// The format version a stream of this model is written in (see above).
+uint32_t kv_stream_format_version_for(const v1::ModelFingerprint& model);
+// The model's per-layer windows from its fingerprint's layer_window field:
+// empty when it has none, else n_layer entries. INVALID_ARGUMENT when the
+// field does not parse for n_layer layers.
+absl::StatusOr<std::vector<int32_t>> kv_layer_windows(const ModelFingerprint& model, int n_layer);
+// The same from a fingerprint as carried in a header (n_layer from its fields).
+absl::StatusOr<std::vector<int32_t>> kv_layer_windows(const v1::ModelFingerprint& model);
+// The first position of segment [segment_begin, segment_end) that a stream
+// carries for `layer`: segment_begin for a full layer (or no windows), else
+// max(segment_begin, segment_end - window + 1): the next query, at position
+// segment_end, sees keys (segment_end - window, segment_end]. Equal to
+// segment_end when the layer needs none of the segment.
+int64_t kv_layer_first_position(const std::vector<int32_t>& layer_windows, int layer, int64_t segment_begin,
+                                int64_t segment_end);
 
 // One verified block, payload still encoded.
 struct KvStagedBlock {

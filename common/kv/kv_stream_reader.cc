@@ -129,10 +129,11 @@ absl::Status KvStreamReader::consume(v1::KvStreamMessage message) {
 }
 
 absl::Status KvStreamReader::consume_header(v1::KvHeader& header) {
-  if (header.format_version() != kKvStreamFormatVersion) {
+  if (header.format_version() != kKvStreamFormatVersion &&
+      header.format_version() != kKvStreamWindowedFormatVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "KV stream format_version is %u; this build reads version %u", header.format_version(),
-        kKvStreamFormatVersion));
+        "KV stream format_version is %u; this build reads versions %u and %u", header.format_version(),
+        kKvStreamFormatVersion, kKvStreamWindowedFormatVersion));
   }
   // Limits and shape before anything is digested.
   if (header.token_count() == 0) return absl::InvalidArgumentError("KV stream header has token_count 0");
@@ -186,6 +187,13 @@ absl::Status KvStreamReader::consume_header(v1::KvHeader& header) {
   ours.context.prefix_digest = expected_.prefix_digest.value_or(theirs.context.prefix_digest);
   ours.codec = expected_.codec.value_or(theirs.codec);
   BATON_RETURN_IF_ERROR(verify_kv_fingerprint(ours, theirs, "the KV stream"));
+  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> layer_windows, kv_layer_windows(ours.model, static_cast<int>(n_layer)));
+  const uint32_t version_wanted = layer_windows.empty() ? kKvStreamFormatVersion : kKvStreamWindowedFormatVersion;
+  if (header.format_version() != version_wanted) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV stream format_version is %u but its model %s sliding-window layers (version %u)",
+        header.format_version(), layer_windows.empty() ? "has no" : "has", version_wanted));
+  }
 
   // Token ids: what we asked for, inside the vocabulary.
   for (int i = 0; i < header.token_ids_size(); ++i) {
@@ -219,6 +227,12 @@ absl::Status KvStreamReader::consume_header(v1::KvHeader& header) {
   segment_begin_ = header.first_position();
   segment_end_ = end;
   coverage_.assign(size_t{2} * n_layer, {});
+  layer_begin_.assign(n_layer, 0);
+  for (uint32_t layer = 0; layer < n_layer; ++layer) {
+    layer_begin_[layer] = static_cast<uint32_t>(
+        kv_layer_first_position(layer_windows, static_cast<int>(layer), segment_begin_, static_cast<int64_t>(end)));
+  }
+  layer_windows_ = std::move(layer_windows);
   segment_.fingerprint = std::move(theirs);
   segment_.header = std::move(header);
   state_ = State::kBlocks;
@@ -245,8 +259,20 @@ absl::Status KvStreamReader::consume_block(v1::KvBlock& block) {
                                                       block_name(block),
                                                       range_text(segment_begin_, segment_end_)));
   }
+  // A windowed layer carries only what a later query can see.
+  if (block.token_begin() < layer_begin_[block.layer()]) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s starts before position %u: layer %u has a sliding window of %d tokens, so the stream carries only "
+        "%s",
+        block_name(block), layer_begin_[block.layer()], block.layer(), layer_windows_[block.layer()],
+        range_text(layer_begin_[block.layer()], segment_end_)));
+  }
+  // The head block of a windowed tail may be a partial group (the writer cuts
+  // it so that the blocks after it keep the segment's alignment).
+  const bool windowed_head =
+      layer_begin_[block.layer()] > segment_begin_ && block.token_begin() == layer_begin_[block.layer()];
   const KvBlockRuleFn& rule = options_.block_rule ? options_.block_rule : KvBlockRuleFn(default_kv_block_rule);
-  BATON_RETURN_IF_ERROR(rule(codec, block, segment_begin_, static_cast<uint32_t>(segment_end_)));
+  if (!windowed_head) BATON_RETURN_IF_ERROR(rule(codec, block, segment_begin_, static_cast<uint32_t>(segment_end_)));
 
   // Sizes before the payload is touched.
   if (block.payload().size() != block.encoded_size()) {
@@ -335,7 +361,7 @@ absl::Status KvStreamReader::check_coverage() const {
   for (uint32_t layer = 0; layer < n_layer_; ++layer) {
     for (int v = 0; v < 2; ++v) {
       const std::map<uint32_t, uint64_t>& covered = coverage_[size_t{2} * layer + static_cast<size_t>(v)];
-      uint64_t at = segment_begin_;
+      uint64_t at = layer_begin_[layer];
       for (const auto& [begin, end] : covered) {
         if (begin > at) break;
         at = end;

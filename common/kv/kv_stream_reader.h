@@ -105,6 +105,11 @@ class KvStreamReader {
   uint32_t n_layer_ = 0;
   uint32_t segment_begin_ = 0;
   uint64_t segment_end_ = 0;
+  // Per layer: the first position the stream carries (the segment's start,
+  // or a windowed layer's tail: kv_layer_first_position), and the windows
+  // (empty without windowed layers).
+  std::vector<uint32_t> layer_begin_;
+  std::vector<int32_t> layer_windows_;
   KvSegment segment_;  // staging
   // Covered ranges per (layer, kind): index 2 * layer + (kind == V); begin -> end.
   std::vector<std::map<uint32_t, uint64_t>> coverage_;

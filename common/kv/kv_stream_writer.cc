@@ -35,10 +35,11 @@ absl::Status KvStreamWriter::write_header(v1::KvHeader header) {
   if (!header.has_fingerprint() || !header.has_codec()) {
     return absl::InvalidArgumentError("KV stream header needs a fingerprint and a codec (set_header_fingerprint)");
   }
-  header.set_format_version(kKvStreamFormatVersion);
+  header.set_format_version(kv_stream_format_version_for(header.fingerprint().model()));
   codec_ = header.codec();
   segment_begin_ = header.first_position();
   segment_end_ = uint64_t{header.first_position()} + header.token_count();
+  BATON_ASSIGN_OR_RETURN(layer_windows_, kv_layer_windows(header.fingerprint().model()));
   v1::KvStreamMessage message;
   *message.mutable_header() = std::move(header);
   state_ = State::kBlocks;
@@ -105,6 +106,31 @@ absl::Status KvStreamWriter::write_layer_range(uint32_t layer, v1::KvKind kind, 
         "KV layer range [%u, %u) ends inside the segment but is not a whole number of %u-token groups",
         token_begin, range_end, align));
   }
+  // A windowed layer sends only its tail [first, end): the range is cut to
+  // it, and a head that does not end on a group boundary (counted from the
+  // segment start, as the ranges are) goes as its own block, so the blocks
+  // after it stay aligned.
+  const uint64_t first = static_cast<uint64_t>(
+      kv_layer_first_position(layer_windows_, static_cast<int>(layer), segment_begin_, segment_end_));
+  if (range_end <= first) return absl::OkStatus();
+  if (token_begin < first) {
+    const uint64_t aligned = segment_begin_ + (first - segment_begin_ + align - 1) / align * align;
+    const uint64_t head_end = std::min(range_end, aligned);
+    if (head_end > first) {
+      BATON_RETURN_IF_ERROR(write_blocks(layer, kind, static_cast<uint32_t>(first),
+                                         static_cast<uint32_t>(head_end - first), raw_bytes_per_token, encode));
+    }
+    if (head_end == range_end) return absl::OkStatus();
+    token_begin = static_cast<uint32_t>(head_end);
+    n_tokens = static_cast<uint32_t>(range_end - head_end);
+  }
+  return write_blocks(layer, kind, token_begin, n_tokens, raw_bytes_per_token, encode);
+}
+
+absl::Status KvStreamWriter::write_blocks(uint32_t layer, v1::KvKind kind, uint32_t token_begin, uint32_t n_tokens,
+                                          uint64_t raw_bytes_per_token, const KvBlockEncodeFn& encode) {
+  const uint32_t align = kv_block_token_alignment(codec_, kind);
+  const uint64_t range_end = uint64_t{token_begin} + n_tokens;
   std::vector<KvTokenRange> plan = plan_kv_block_ranges(token_begin, n_tokens, raw_bytes_per_token,
                                                         options_.max_block_payload_bytes, align);
   const uint32_t first_chunk = plan.empty() ? align : plan.front().count;

@@ -71,6 +71,9 @@ class KvStreamWriter {
                            const KvBlockEncodeFn& encode);
   // The same for the part [token_begin, token_begin + n_tokens) of the
   // segment (a sender that streams a layer chunk by chunk as it is computed).
+  // A sliding-window layer (the header's model fingerprint has layer_window)
+  // sends only the part of the range at or after kv_layer_first_position:
+  // nothing when the range lies before it.
   // Blocks are cut in alignment groups from token_begin, so token_begin must
   // sit a whole number of groups after the segment's start unless the range
   // ends the segment (INVALID_ARGUMENT otherwise).
@@ -92,8 +95,13 @@ class KvStreamWriter {
   KvStreamWriterOptions options_;
   State state_ = State::kHeader;
   v1::CodecParams codec_;
+  // Splits [token_begin, token_begin + n_tokens) into bounded blocks and sends them.
+  absl::Status write_blocks(uint32_t layer, v1::KvKind kind, uint32_t token_begin, uint32_t n_tokens,
+                            uint64_t raw_bytes_per_token, const KvBlockEncodeFn& encode);
+
   uint32_t segment_begin_ = 0;
   uint64_t segment_end_ = 0;
+  std::vector<int32_t> layer_windows_;  // the header model's windows (kv_layer_windows); empty: none
   uint32_t block_count_ = 0;
   uint64_t encoded_bytes_ = 0;
   uint64_t raw_bytes_ = 0;

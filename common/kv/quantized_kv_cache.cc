@@ -9,6 +9,7 @@
 #include "common/cpu/ops.h"
 #include "common/kv/kv_kernels.h"
 #include "common/kv/kv_quant.h"
+#include "common/model/layer_window.h"
 #include "common/util/check.h"
 #include "common/util/thread_pool.h"
 
@@ -38,6 +39,14 @@ int64_t row_bytes(const KvCodecConfig& c, const KvGeometry& g, bool is_key) {
   const Bits bits = c.bits_for(is_key);
   const int64_t scale_arrays = bits == Bits::kInt4 ? 2 : 1;
   return code_bytes_per_row(bits, g) + 2 * scale_arrays * groups_per_row(bits, c.group_size_for(is_key), g);
+}
+
+// `rows` advanced by first_row rows (the first key a sliding window sees).
+kv_kernels_impl::KvHeadRows rows_from(kv_kernels_impl::KvHeadRows rows, int64_t first_row) {
+  rows.codes += first_row * rows.row_code_bytes;
+  rows.scales += first_row * rows.row_groups;
+  if (rows.mins != nullptr) rows.mins += first_row * rows.row_groups;
+  return rows;
 }
 
 }  // namespace
@@ -90,17 +99,14 @@ QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_
     : geometry_(geometry),
       capacity_(capacity_tokens),
       config_(config) {
-  const size_t rows = static_cast<size_t>(geometry.n_layer * capacity_tokens);
   for (bool is_key : {true, false}) {
     Plane& p = is_key ? k_ : v_;
     p.bits = config.bits_for(is_key);
     p.group = config.group_size_for(is_key);
     p.row_code_bytes = code_bytes_per_row(p.bits, geometry);
     p.row_groups = groups_per_row(p.bits, p.group, geometry);
-    p.codes.resize(rows * p.row_code_bytes);
-    p.scales.resize(rows * p.row_groups);
-    if (p.bits == Bits::kInt4) p.mins.resize(rows * p.row_groups);
   }
+  lay_out(capacity_tokens);
 }
 
 void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const {
@@ -140,8 +146,13 @@ absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const fl
   BATON_CHECK(layer >= 0 && layer < geometry_.n_layer && pos >= 0 && n >= 0);
   if (absl::Status st = check_range(layer, pos, n); !st.ok()) return st;
   if (n == 0) return absl::OkStatus();
+  // A windowed layer keeps only the last rows of a store longer than it holds.
+  const int64_t first = make_room(layer, pos, n);
+  k += (first - pos) * geometry_.kv_dim();
+  v += (first - pos) * geometry_.kv_dim();
+  n -= first - pos;
   const int64_t elements = n * geometry_.kv_dim();
-  const int64_t first_row = layer * capacity_ + pos;
+  const int64_t first_row = row_of(layer, first);
   std::vector<float> rotated;
   auto maybe_rotate = [&](const float* x, bool hadamard) {
     if (!hadamard) return x;
@@ -171,7 +182,12 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const int64_t k_row_groups = k_.row_groups, v_row_groups = v_.row_groups;
   const int64_t k_head_code_bytes = k_row_code_bytes / g.n_head_kv, v_head_code_bytes = v_row_code_bytes / g.n_head_kv;
   const int64_t k_head_groups = k_row_groups / g.n_head_kv, v_head_groups = v_row_groups / g.n_head_kv;
-  const int64_t layer_row = int64_t{layer} * capacity_;
+  // Row 0 of the layer holds position layer_base; a windowed layer must hold
+  // every key its queries see.
+  const int64_t layer_row = layer_offset_[layer];
+  const int64_t layer_base = layer_base_[layer];
+  BATON_CHECK(first_visible_key(layer, pos) >= layer_base && pos + n <= layer_base + layer_rows_[layer],
+              "sliding-window KV store does not hold the keys of the queries");
   const uint8_t* k_codes = k_.codes.data() + layer_row * k_row_code_bytes;
   const uint8_t* v_codes = v_.codes.data() + layer_row * v_row_code_bytes;
   const uint16_t* k_scales = k_.scales.data() + layer_row * k_row_groups;
@@ -193,7 +209,9 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / g.n_head_kv;
       const int kv_h = static_cast<int>(task % g.n_head_kv);
-      const int64_t n_ctx = pos + t + 1;  // causal: keys [0, pos + t]
+      // Causal: keys [key_first, pos + t]; key_first > 0 on a sliding-window layer.
+      const int64_t key_first = first_visible_key(layer, pos + t);
+      const int64_t n_ctx = pos + t + 1 - key_first;
       const float* qh = q + t * q_dim + int64_t{kv_h} * group_floats;
       if (config_.hadamard_keys) {
         std::memcpy(q_rotated.data(), qh, sizeof(float) * group_floats);
@@ -215,7 +233,8 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
                                                v_row_groups,
                                                v_group};
       float* oh = out + t * q_dim + int64_t{kv_h} * group_floats;
-      kern.attend_heads(k_rows, v_rows, qh, heads_per_kv, head_dim, scale, n_ctx, scratch.data(), oh);
+      kern.attend_heads(rows_from(k_rows, key_first - layer_base), rows_from(v_rows, key_first - layer_base), qh,
+                        heads_per_kv, head_dim, scale, n_ctx, scratch.data(), oh);
       if (config_.hadamard_values) {
         for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(oh + i * head_dim, head_dim);
       }
@@ -229,8 +248,13 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   }
 }
 
+int64_t QuantizedKvCache::first_visible_key(int layer, int64_t query_pos) const {
+  return window_first_kept_position(geometry_.window(layer), query_pos);
+}
+
 void QuantizedKvCache::set_size(int64_t n) {
   BATON_CHECK(n >= 0 && n <= capacity_);
+  if (n < size_) restore_windows(n);
   size_ = n;
 }
 
@@ -255,23 +279,24 @@ absl::Status QuantizedKvCache::shrink_to(int64_t capacity_tokens) {
 }
 
 void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
-  const int64_t old_capacity = capacity_;
-  const int64_t kept = std::min(old_capacity, new_capacity_tokens);
-  const size_t rows = static_cast<size_t>(geometry_.n_layer * new_capacity_tokens);
-  // Moves each layer's rows [0, kept) (`row` elements each) to the new layer
-  // stride; rows past them are zero.
-  auto move_rows = [&](auto& data, int64_t row) {
-    std::remove_reference_t<decltype(data)> moved(rows * static_cast<size_t>(row));
-    for (int64_t layer = 0; layer < geometry_.n_layer; ++layer) {
-      const auto src = data.begin() + layer * old_capacity * row;
-      std::copy(src, src + kept * row, moved.begin() + layer * new_capacity_tokens * row);
+  const Plane old_k = std::move(k_), old_v = std::move(v_);
+  const std::vector<int64_t> old_offset = layer_offset_, old_rows = layer_rows_, old_base = layer_base_;
+  k_ = Plane{old_k.bits, old_k.group, old_k.row_code_bytes, old_k.row_groups, {}, {}, {}};
+  v_ = Plane{old_v.bits, old_v.group, old_v.row_code_bytes, old_v.row_groups, {}, {}, {}};
+  lay_out(new_capacity_tokens);
+  for (int layer = 0; layer < geometry_.n_layer; ++layer) {
+    // Full layers keep rows [0, kept) (rows past size() too); a windowed one
+    // the newest rows up to size() (past it nothing is committed).
+    int64_t kept = std::min(old_rows[layer], layer_rows_[layer]);
+    int64_t skip = 0;
+    if (geometry_.window(layer) > 0) {
+      const int64_t held = std::clamp(size_ - old_base[layer], int64_t{0}, old_rows[layer]);
+      kept = std::min(held, layer_rows_[layer]);
+      skip = held - kept;
     }
-    data = std::move(moved);
-  };
-  for (Plane* plane : {&k_, &v_}) {
-    move_rows(plane->codes, plane->row_code_bytes);
-    move_rows(plane->scales, plane->row_groups);
-    if (plane->bits == Bits::kInt4) move_rows(plane->mins, plane->row_groups);
+    layer_base_[layer] = old_base[layer] + skip;
+    copy_rows(old_k, old_offset[layer] + skip, k_, layer_offset_[layer], kept);
+    copy_rows(old_v, old_offset[layer] + skip, v_, layer_offset_[layer], kept);
   }
   capacity_ = new_capacity_tokens;
 }
@@ -306,16 +331,20 @@ absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t toke
        !kv_quant::all_f16_finite(reinterpret_cast<const uint16_t*>(block.codes.data()), n * geometry_.kv_dim()))) {
     return absl::InvalidArgumentError("KV store: block holds Inf or NaN f16 values");
   }
-  const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
   if (n == 0) return absl::OkStatus();
-  std::memcpy(plane.codes.data() + first_row * plane.row_code_bytes, block.codes.data(), block.codes.size());
+  // A windowed layer keeps only the block's last rows when it holds fewer.
+  const int64_t first = make_room(layer, token_begin, n);
+  const int64_t skip = first - token_begin, rows = n - skip;
+  const int64_t first_row = row_of(layer, first);
+  std::memcpy(plane.codes.data() + first_row * plane.row_code_bytes, block.codes.data() + skip * plane.row_code_bytes,
+              static_cast<size_t>(rows * plane.row_code_bytes));
   if (!block.scales.empty()) {
-    std::memcpy(plane.scales.data() + first_row * plane.row_groups, block.scales.data(),
-                block.scales.size() * sizeof(uint16_t));
+    std::memcpy(plane.scales.data() + first_row * plane.row_groups, block.scales.data() + skip * plane.row_groups,
+                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
   }
   if (!block.mins.empty()) {
-    std::memcpy(plane.mins.data() + first_row * plane.row_groups, block.mins.data(),
-                block.mins.size() * sizeof(uint16_t));
+    std::memcpy(plane.mins.data() + first_row * plane.row_groups, block.mins.data() + skip * plane.row_groups,
+                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
   }
   return absl::OkStatus();
 }
@@ -323,8 +352,14 @@ absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t toke
 absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool is_key, int64_t token_begin,
                                                                 int64_t n_tokens) const {
   if (absl::Status st = check_range(layer, token_begin, n_tokens); !st.ok()) return st;
+  const auto [held_first, held_end] = held_positions(layer);
+  if (n_tokens > 0 && (token_begin < held_first || token_begin + n_tokens > held_end)) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "KV store layer %d (sliding window of %d tokens) holds positions [%d, %d); asked [%d, %d)", layer,
+        geometry_.window(layer), held_first, held_end, token_begin, token_begin + n_tokens));
+  }
   const Plane& plane = is_key ? k_ : v_;
-  const int64_t first_row = int64_t{layer} * capacity_ + token_begin;
+  const int64_t first_row = n_tokens > 0 ? row_of(layer, token_begin) : 0;
   QuantizedKvBlock b;
   b.n_tokens = n_tokens;
   const uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;

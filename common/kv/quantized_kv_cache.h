@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -65,8 +66,34 @@ class QuantizedKvCache final : public KvCache {
 
   const KvCodecConfig& config() const { return config_; }
   int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
-  // Bytes held for the whole capacity.
-  int64_t memory_bytes() const { return bytes_per_token() * capacity_; }
+  // Bytes held for the whole capacity (sliding-window layers: their rows only).
+  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_); }
+
+  // Sliding-window layers (geometry.layer_window) keep only the rows a later
+  // query can see, in a window of window + kWindowSlackTokens rows that
+  // slides forward as positions are written (the slack lets a micro-batch of
+  // up to kWindowSlackTokens + 1 queries attend over its own keys; the
+  // engine's micro-batch is 64). A turn may write far past the window and
+  // still roll back (set_size below size()): the rows of the window before
+  // pin_rollback_point() that a write pushes out are kept aside (at most
+  // window - 1 rows per layer) until the next pin.
+  static constexpr int64_t kWindowSlackTokens = 64;
+  // Rows a layer keeps for a store of `capacity_tokens`: the capacity for a
+  // full layer, else min(capacity, window + kWindowSlackTokens).
+  static int64_t layer_rows(int32_t window, int64_t capacity_tokens);
+  // Bytes a store of `capacity_tokens` holds, rollback rows of windowed layers
+  // included (what the memory planner counts).
+  static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens);
+  // Positions [first, end) whose rows `layer` holds now: [0, capacity) on a
+  // full layer.
+  std::pair<int64_t, int64_t> held_positions(int layer) const;
+  // True when every sliding-window layer holds the keys a query at position
+  // n sees, [n - window + 1, n): false after a rollback to a point whose
+  // window was pushed out (or never received: a stream carries W - 1 rows),
+  // where the caller recomputes from an earlier position (set_size(0)).
+  bool holds_window_for(int64_t n) const;
+  // Makes size() the point a later set_size may roll back to (a turn's start).
+  void pin_rollback_point();
 
   // True when blocks encoded with `wire` for K (is_key) or V can be ingested
   // without requantizing.
@@ -77,6 +104,7 @@ class QuantizedKvCache final : public KvCache {
   absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block);
   // The stored tokens [token_begin, token_begin + n_tokens) of one layer's K
   // or V, in this store's config (e.g. to save a session or a prefix pack).
+  // OUT_OF_RANGE for positions a sliding-window layer no longer holds.
   absl::StatusOr<QuantizedKvBlock> export_block(int layer, bool is_key, int64_t token_begin,
                                                 int64_t n_tokens) const;
 
@@ -96,14 +124,47 @@ class QuantizedKvCache final : public KvCache {
   void quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const;
   absl::Status check_range(int layer, int64_t token_begin, int64_t n_tokens) const;
 
+  // Sliding-window bookkeeping (quantized_kv_window.cc). Row of `pos` in the
+  // planes; the layer must hold it.
+  int64_t row_of(int layer, int64_t pos) const { return layer_offset_[layer] + pos - layer_base_[layer]; }
+  // Row layout for `capacity_tokens`: offsets, rows, bases (a fresh store).
+  void lay_out(int64_t capacity_tokens);
+  // Slides a windowed layer so that it holds [pos, pos + n) (the last rows of
+  // it when n exceeds the layer's rows), keeping the window before pos as far
+  // as the rows allow; returns the first position of the range it holds.
+  int64_t make_room(int layer, int64_t pos, int64_t n);
+  // Keeps aside the rows of positions [from, to) that a rollback to the
+  // pinned point needs.
+  void save_for_rollback(int layer, int64_t from, int64_t to);
+  // After a rollback to n: every windowed layer holds [n - window + 1, n)
+  // again (from its rows and the rows kept aside) where it can.
+  void restore_windows(int64_t n);
+  // Copies n rows of one plane's layout between planes of the same shape.
+  static void copy_rows(const Plane& from, int64_t from_row, Plane& to, int64_t to_row, int64_t n);
+  static void resize_plane(Plane& plane, int64_t rows);
+  // Sliding-window attention: the first key a query at `query_pos` of `layer`
+  // sees (0 on a full layer); positions below it are never read.
+  int64_t first_visible_key(int layer, int64_t query_pos) const;
+
   KvGeometry geometry_;
   int64_t capacity_;
   KvCodecConfig config_;
   int64_t size_ = 0;
-  // Moves every layer's rows to the stride of `new_capacity_tokens`, keeping
-  // min(old, new) rows per layer; rows past them are zero.
+  // Moves every layer's rows to the layout of `new_capacity_tokens`, keeping
+  // min(old, new) rows per full layer (the newest rows of a windowed one);
+  // rows past them are zero.
   void relayout(int64_t new_capacity_tokens);
   Plane k_, v_;
+  // Per layer: first row in the planes, rows kept, position of its first row.
+  std::vector<int64_t> layer_offset_, layer_rows_, layer_base_;
+  // Rollback rows of windowed layers: positions [rollback_point_ - window + 1,
+  // rollback_point_) pushed out since the pin, row = position - that start.
+  struct RollbackRows {
+    Plane k, v;
+    std::vector<uint8_t> saved;  // [window - 1]: 1 where the row holds its position
+  };
+  std::vector<RollbackRows> rollback_;
+  int64_t rollback_point_ = 0;
 };
 
 }  // namespace baton

@@ -1,6 +1,7 @@
 #include "common/model/model_fingerprint.h"
 
 #include "absl/strings/str_format.h"
+#include "common/model/layer_window.h"
 #include "common/model/model.h"
 #include "common/model/model_metadata.h"
 #include "common/util/check.h"
@@ -48,6 +49,8 @@ absl::StatusOr<ModelFingerprint> model_fingerprint(const Model& model) {
           .substr(0, 16));
   add("qkv_bias", s.qkv_bias ? "true" : "false");
   add("tied_embeddings", s.tied_embeddings ? "true" : "false");
+  // Only windowed models carry the field, so full-attention digests are unchanged.
+  if (has_sliding_window(s.layer_window)) add("layer_window", layer_window_text(s.layer_window));
   add("tokenizer_digest", to_hex(tokenizer_digest(model.file())));
   BATON_ASSIGN_OR_RETURN(std::string weights, source_weights_digest(model.file()));
   add("source_weights_digest", weights);

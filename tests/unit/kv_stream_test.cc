@@ -348,8 +348,16 @@ TEST(KvStreamReject, HeaderEditedBehindTheFingerprint) {
 
 TEST(KvStreamReject, UnknownFormatVersion) {
   std::vector<v1::KvStreamMessage> messages = make_stream();
+  messages[0].mutable_header()->set_format_version(3);
+  expect_rejected(messages, absl::StatusCode::kFailedPrecondition,
+                  "format_version is 3; this build reads versions 1 and 2");
+}
+
+// Version 2 is for models with sliding-window layers only.
+TEST(KvStreamReject, WindowedVersionForAFullAttentionModel) {
+  std::vector<v1::KvStreamMessage> messages = make_stream();
   messages[0].mutable_header()->set_format_version(2);
-  expect_rejected(messages, absl::StatusCode::kFailedPrecondition, "format_version is 2; this build reads version 1");
+  expect_rejected(messages, absl::StatusCode::kInvalidArgument, "format_version is 2 but its model has no");
 }
 
 TEST(KvStreamReject, TokenIdsCountDiffersFromTokenCount) {
