@@ -161,6 +161,7 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const int heads_per_kv = g.n_head / g.n_head_kv;
   const int head_dim = g.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int32_t window = g.window(layer);  // 0: full attention
   const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
   // K and V may differ in bits and group (int4-k8): each plane has its own
   // row strides and kernel path. Row j of head kv_h: codes at
@@ -193,7 +194,9 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / g.n_head_kv;
       const int kv_h = static_cast<int>(task % g.n_head_kv);
-      const int64_t n_ctx = pos + t + 1;  // causal: keys [0, pos + t]
+      // Causal: keys [first, pos + t]; a sliding-window layer sees the last `window` of them.
+      const int64_t first = window > 0 ? std::max<int64_t>(0, pos + t - window + 1) : 0;
+      const int64_t n_ctx = pos + t + 1 - first;
       const float* qh = q + t * q_dim + int64_t{kv_h} * group_floats;
       if (config_.hadamard_keys) {
         std::memcpy(q_rotated.data(), qh, sizeof(float) * group_floats);
@@ -201,17 +204,19 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
         qh = q_rotated.data();
       }
       const kv_kernels_impl::KvHeadRows k_rows{bits_number(k_.bits),
-                                               k_codes + kv_h * k_head_code_bytes,
+                                               k_codes + first * k_row_code_bytes + kv_h * k_head_code_bytes,
                                                k_row_code_bytes,
-                                               k_scales + kv_h * k_head_groups,
-                                               k_mins != nullptr ? k_mins + kv_h * k_head_groups : nullptr,
+                                               k_scales + first * k_row_groups + kv_h * k_head_groups,
+                                               k_mins != nullptr ? k_mins + first * k_row_groups + kv_h * k_head_groups
+                                                                 : nullptr,
                                                k_row_groups,
                                                k_group};
       const kv_kernels_impl::KvHeadRows v_rows{bits_number(v_.bits),
-                                               v_codes + kv_h * v_head_code_bytes,
+                                               v_codes + first * v_row_code_bytes + kv_h * v_head_code_bytes,
                                                v_row_code_bytes,
-                                               v_scales + kv_h * v_head_groups,
-                                               v_mins != nullptr ? v_mins + kv_h * v_head_groups : nullptr,
+                                               v_scales + first * v_row_groups + kv_h * v_head_groups,
+                                               v_mins != nullptr ? v_mins + first * v_row_groups + kv_h * v_head_groups
+                                                                 : nullptr,
                                                v_row_groups,
                                                v_group};
       float* oh = out + t * q_dim + int64_t{kv_h} * group_floats;
