@@ -72,9 +72,9 @@ TEST_P(NumpyReference, EnginesAgreeWithIndependentNumpyForward) {
   // F32 weights: float32 vs float64 arithmetic only.
   EXPECT_LE(worst_ref / scale, 1e-5);
   EXPECT_LE(worst_fast / scale, 2e-5);
-  RecordProperty("max_abs_logit_error_reference", std::to_string(worst_ref));
-  RecordProperty("max_abs_logit_error_engine", std::to_string(worst_fast));
-  RecordProperty("max_abs_logit", std::to_string(scale));
+  RecordProperty("max_abs_logit_error_reference", absl::StrFormat("%.3g", worst_ref));
+  RecordProperty("max_abs_logit_error_engine", absl::StrFormat("%.3g", worst_fast));
+  RecordProperty("max_abs_logit", absl::StrFormat("%.4g", scale));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, NumpyReference, ::testing::Values("tiny", "tiny-llama3", "tiny-qwen2", "tiny-gemma3"),
