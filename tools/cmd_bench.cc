@@ -231,8 +231,15 @@ int decode(const Args& args) {
       for (double x : step_seconds) total_seconds += x;
       cell.tok_per_s = 1.0 / median(step_seconds);
       cell.mean_tok_per_s = tokens / total_seconds;
-      // Step i attends over context + 2 + i tokens (the warm-up step's included).
-      cell.kv_bytes_per_token = (context + 2 + (tokens - 1) / 2.0) * kv_bytes_per_cached_token;
+      // Step i attends over context + 2 + i tokens (the warm-up step's
+      // included); a sliding-window layer (gemma3) reads its window of them.
+      const double attended_tokens = context + 2 + (tokens - 1) / 2.0;
+      const KvGeometry geometry = engine.kv_geometry();
+      double layer_tokens = 0;
+      for (int l = 0; l < geometry.n_layer; ++l) {
+        layer_tokens += geometry.window(l) > 0 ? std::min<double>(attended_tokens, geometry.window(l)) : attended_tokens;
+      }
+      cell.kv_bytes_per_token = layer_tokens / geometry.n_layer * kv_bytes_per_cached_token;
       cell.achieved_bytes_per_s = (weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
       cell.bandwidth_bytes_per_s = median(bandwidths);
       cells.push_back(cell);

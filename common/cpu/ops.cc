@@ -16,6 +16,12 @@ void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_row
   }
 }
 
+void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const float* weight, float eps) {
+  // Each head is one row of head_dim elements; rmsnorm_rows reads a row fully
+  // before writing it, so it runs in place.
+  rmsnorm_rows(x, weight, x, n_rows * n_heads, head_dim, eps);
+}
+
 void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
                int64_t pos0, const float* inv_freq) {
   const int n_pairs = n_rot / 2;
@@ -46,6 +52,18 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void scale_inplace(float* x, float factor, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

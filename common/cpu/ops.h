@@ -9,6 +9,11 @@ namespace baton {
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of `n` elements.
 void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, float eps);
 
+// In-place per-head RMSNorm (QK-norm: qwen3, gemma3): each of the n_heads
+// head_dim-wide slices of each of n_rows rows of x ([n_rows, n_heads,
+// head_dim]) becomes slice / sqrt(mean(slice^2) + eps) * weight ([head_dim]).
+void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const float* weight, float eps);
+
 // In-place RoPE on `n_rows` rows of [n_heads, head_dim] at positions
 // pos0, pos0+1, ...; the first n_rot dims of each head are rotated.
 // neox=false pairs (2i, 2i+1); neox=true pairs (i, i + n_rot/2).
@@ -18,6 +23,13 @@ void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, b
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int64_t n);
+
+// gate[i] = gelu(gate[i]) * up[i], n elements, GELU in its tanh approximation
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GeGLU: gemma3).
+void gelu_mul(float* gate, const float* up, int64_t n);
+
+// x[i] *= factor
+void scale_inplace(float* x, float factor, int64_t n);
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);

@@ -158,6 +158,8 @@ void Engine::embed(const int32_t* tokens, int64_t n, float* x) const {
     const auto* row = static_cast<const uint8_t*>(embd.data) + tokens[t] * embd_row_bytes;
     dequantize_row(embd.type, row, x + t * d, d);
   }
+  const float embedding_scale = model_.spec().embedding_scale;  // gemma3: sqrt(n_embd)
+  if (embedding_scale != 1.0f) scale_inplace(x, embedding_scale, n * d);
 }
 
 absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv) {
@@ -174,19 +176,31 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
   add_bias_rows(q_.data(), l.bq, n);
   add_bias_rows(k_.data(), l.bk, n);
   add_bias_rows(v_.data(), l.bv, n);
-  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
-  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
+  if (s.qk_norm) {
+    rmsnorm_heads(q_.data(), n, s.n_head, s.head_dim, l.attn_q_norm.data(), s.norm_eps);
+    rmsnorm_heads(k_.data(), n, s.n_head_kv, s.head_dim, l.attn_k_norm.data(), s.norm_eps);
+  }
+  const float* inv_freq = model_.rope_inv_freq(il).data();  // gemma3: local or global base
+  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, inv_freq);
+  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, inv_freq);
+  if (s.query_scale != 1.0f) scale_inplace(q_.data(), s.query_scale, n * s.q_dim());
   BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
   kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
   matmul(l.wo, attn_.data(), n, proj_.data(), pool);
+  if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_attn_norm.data(), proj_.data(), n, d, s.norm_eps);
   add_inplace(x, proj_.data(), n * d);
-  // Feed-forward block (SwiGLU).
+  // Feed-forward block (SwiGLU; gemma3: GeGLU).
   rmsnorm_rows(x, l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
   const WeightMatrix* gate_up[] = {&l.w_gate, &l.w_up};
   float* const gate_up_out[] = {gate_.data(), up_.data()};
   matmul_many(gate_up, h_.data(), n, gate_up_out, pool);
-  silu_mul(gate_.data(), up_.data(), n * s.n_ff);
+  if (s.gelu_ffn) {
+    gelu_mul(gate_.data(), up_.data(), n * s.n_ff);
+  } else {
+    silu_mul(gate_.data(), up_.data(), n * s.n_ff);
+  }
   matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
+  if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_ffn_norm.data(), proj_.data(), n, d, s.norm_eps);
   add_inplace(x, proj_.data(), n * d);
   return absl::OkStatus();
 }

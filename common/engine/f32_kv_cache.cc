@@ -1,5 +1,6 @@
 #include "common/engine/f32_kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,6 +45,7 @@ void F32KvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float
   const int64_t q_dim = g.q_dim();
   const int group = g.n_head / g.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+  const int32_t window = g.window(layer);  // 0: full attention
   // One task per (query token, head); scores live in a per-task buffer.
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scores(static_cast<size_t>(pos + n));
@@ -51,16 +53,18 @@ void F32KvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float
       const int64_t t = task / g.n_head;
       const int h = static_cast<int>(task % g.n_head);
       const int kv_h = h / group;
-      const int64_t n_ctx = pos + t + 1;  // causal: keys [0, pos + t]
+      // Causal: keys [first, pos + t]; a sliding-window layer sees the last `window` of them.
+      const int64_t first = window > 0 ? std::max<int64_t>(0, pos + t - window + 1) : 0;
+      const int64_t n_ctx = pos + t + 1 - first;
       const float* qh = q + t * q_dim + int64_t{h} * g.head_dim;
       for (int64_t j = 0; j < n_ctx; ++j) {
-        scores[j] = dot_f32(qh, k_row(layer, j) + int64_t{kv_h} * g.head_dim, g.head_dim) * scale;
+        scores[j] = dot_f32(qh, k_row(layer, first + j) + int64_t{kv_h} * g.head_dim, g.head_dim) * scale;
       }
       softmax_inplace(scores.data(), n_ctx);
       float* oh = out + t * q_dim + int64_t{h} * g.head_dim;
       std::memset(oh, 0, sizeof(float) * g.head_dim);
       for (int64_t j = 0; j < n_ctx; ++j) {
-        axpy_f32(scores[j], v_row(layer, j) + int64_t{kv_h} * g.head_dim, oh, g.head_dim);
+        axpy_f32(scores[j], v_row(layer, first + j) + int64_t{kv_h} * g.head_dim, oh, g.head_dim);
       }
     }
   };

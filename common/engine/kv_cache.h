@@ -51,8 +51,9 @@ class KvCache {
   virtual absl::Status store(int layer, int64_t pos, int64_t n, const float* k, const float* v) = 0;
 
   // Causal attention for queries at positions [pos, pos + n) over cached
-  // tokens [0, pos + i] for query i (the layer's K/V for [pos, pos+n) must
-  // have been stored). q, out: f32 [n, n_head * head_dim] row-major.
+  // tokens [0, pos + i] for query i, or [max(0, pos + i - W + 1), pos + i]
+  // when geometry().window(layer) = W > 0 (the layer's K/V for [pos, pos+n)
+  // must have been stored). q, out: f32 [n, n_head * head_dim] row-major.
   virtual void attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
                       ThreadPool* pool) const = 0;
 

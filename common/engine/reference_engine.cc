@@ -1,7 +1,9 @@
 #include "common/engine/reference_engine.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "common/engine/kv_cache.h"
 #include "common/gguf/ggml_quant.h"
 #include "common/util/check.h"
 
@@ -54,6 +56,57 @@ void rope(std::vector<float>& x, int n_heads, const ModelSpec& s, const std::vec
   }
 }
 
+// RMSNorm of each head_dim-wide slice of x (QK-norm), weight [head_dim].
+void rmsnorm_each_head(std::vector<float>& x, int head_dim, const std::vector<float>& weight, float eps) {
+  for (size_t h = 0; h * head_dim < x.size(); ++h) {
+    std::vector<float> head(x.begin() + h * head_dim, x.begin() + (h + 1) * head_dim);
+    head = rmsnorm(head, weight, eps);
+    std::copy(head.begin(), head.end(), x.begin() + h * head_dim);
+  }
+}
+
+// Softmax attention of the query q ([n_head * head_dim]) over cached tokens
+// [first, last] of one layer (k_cache / v_cache: [token][kv_dim]).
+std::vector<float> attention(const ModelSpec& s, const std::vector<float>& q,
+                             const std::vector<std::vector<float>>& k_cache,
+                             const std::vector<std::vector<float>>& v_cache, int64_t first, int64_t last) {
+  const int group = s.n_head / s.n_head_kv;
+  std::vector<float> attn(s.q_dim(), 0.0f);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  for (int head = 0; head < s.n_head; ++head) {
+    const int kv_head = head / group;
+    std::vector<double> scores(last + 1 - first);
+    double max_score = -INFINITY;
+    for (int64_t j = first; j <= last; ++j) {
+      double dot = 0.0;
+      for (int i = 0; i < s.head_dim; ++i) {
+        dot += static_cast<double>(q[head * s.head_dim + i]) * k_cache[j][kv_head * s.head_dim + i];
+      }
+      scores[j - first] = dot * scale;
+      max_score = std::max(max_score, scores[j - first]);
+    }
+    double total = 0.0;
+    for (double& sc : scores) total += (sc = std::exp(sc - max_score));
+    for (int i = 0; i < s.head_dim; ++i) {
+      double acc = 0.0;
+      for (int64_t j = first; j <= last; ++j) acc += scores[j - first] / total * v_cache[j][kv_head * s.head_dim + i];
+      attn[head * s.head_dim + i] = static_cast<float>(acc);
+    }
+  }
+  return attn;
+}
+
+// gelu(gate) * up (tanh approximation, GeGLU) or silu(gate) * up (SwiGLU), in double.
+void gated_activation(const ModelSpec& s, std::vector<float>& gate, const std::vector<float>& up) {
+  const double sqrt_2_over_pi = std::sqrt(2.0 / M_PI);
+  for (int i = 0; i < s.n_ff; ++i) {
+    const double g = gate[i];
+    const double act = s.gelu_ffn ? 0.5 * g * (1.0 + std::tanh(sqrt_2_over_pi * (g + 0.044715 * g * g * g)))
+                                  : g / (1.0 + std::exp(-g));
+    gate[i] = static_cast<float>(act * up[i]);
+  }
+}
+
 }  // namespace
 
 ReferenceEngine::ReferenceEngine(const Model& model)
@@ -77,8 +130,9 @@ std::vector<float> ReferenceEngine::forward(int32_t token) {
   dequantize_row(embd.type,
                  static_cast<const uint8_t*>(embd.data) + token * ggml_row_bytes(embd.type, s.n_embd),
                  x.data(), s.n_embd);
+  for (float& v : x) v *= s.embedding_scale;  // gemma3: sqrt(n_embd); else 1
 
-  const int group = s.n_head / s.n_head_kv;
+  const KvGeometry geometry = kv_geometry_for(s);
   for (int il = 0; il < s.n_layer; ++il) {
     const LayerWeights& l = model_.layer(il);
     std::vector<float> h = rmsnorm(x, l.attn_norm, s.norm_eps);
@@ -88,41 +142,29 @@ std::vector<float> ReferenceEngine::forward(int32_t token) {
     add_bias(q, l.bq);
     add_bias(k, l.bk);
     add_bias(v, l.bv);
-    rope(q, s.n_head, s, model_.rope_inv_freq(), pos);
-    rope(k, s.n_head_kv, s, model_.rope_inv_freq(), pos);
+    if (s.qk_norm) {
+      rmsnorm_each_head(q, s.head_dim, l.attn_q_norm, s.norm_eps);
+      rmsnorm_each_head(k, s.head_dim, l.attn_k_norm, s.norm_eps);
+    }
+    rope(q, s.n_head, s, model_.rope_inv_freq(il), pos);
+    rope(k, s.n_head_kv, s, model_.rope_inv_freq(il), pos);
+    for (float& e : q) e *= s.query_scale;
     k_cache_[il].push_back(k);
     v_cache_[il].push_back(v);
 
-    std::vector<float> attn(s.q_dim(), 0.0f);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-    for (int head = 0; head < s.n_head; ++head) {
-      const int kv_head = head / group;
-      std::vector<double> scores(pos + 1);
-      double max_score = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
-        double dot = 0.0;
-        for (int i = 0; i < s.head_dim; ++i) {
-          dot += static_cast<double>(q[head * s.head_dim + i]) * k_cache_[il][j][kv_head * s.head_dim + i];
-        }
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      double total = 0.0;
-      for (double& sc : scores) total += (sc = std::exp(sc - max_score));
-      for (int i = 0; i < s.head_dim; ++i) {
-        double acc = 0.0;
-        for (int64_t j = 0; j <= pos; ++j) acc += scores[j] / total * v_cache_[il][j][kv_head * s.head_dim + i];
-        attn[head * s.head_dim + i] = static_cast<float>(acc);
-      }
-    }
-    std::vector<float> o = matvec(l.wo, attn);
+    // A sliding-window layer of window W sees keys (pos - W, pos].
+    const int32_t window = geometry.window(il);
+    const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+    std::vector<float> o = matvec(l.wo, attention(s, q, k_cache_[il], v_cache_[il], first, pos));
+    if (s.post_norms) o = rmsnorm(o, l.post_attn_norm, s.norm_eps);
     for (int i = 0; i < s.n_embd; ++i) x[i] += o[i];
 
     h = rmsnorm(x, l.ffn_norm, s.norm_eps);
     std::vector<float> gate = matvec(l.w_gate, h);  // [n_ff]
     std::vector<float> up = matvec(l.w_up, h);      // [n_ff]
-    for (int i = 0; i < s.n_ff; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    gated_activation(s, gate, up);
     std::vector<float> down = matvec(l.w_down, gate);
+    if (s.post_norms) down = rmsnorm(down, l.post_ffn_norm, s.norm_eps);
     for (int i = 0; i < s.n_embd; ++i) x[i] += down[i];
   }
   ++n_tokens_;

@@ -2,7 +2,8 @@
 // at a time, written for reading rather than speed (in the spirit of
 // llama2.c's run.c). Weights of any stored type are dequantized row by row;
 // activations stay F32 (no 8-bit activation quantization), accumulation in
-// double. Every fast path is tested against it.
+// double. Every fast path is tested against it. Sliding-window layers
+// (gemma3) see the keys (pos - W, pos] only; their cache still holds every token.
 #pragma once
 
 #include <cstdint>

@@ -95,6 +95,14 @@ absl::Status Model::bind() {
     BATON_ASSIGN_OR_RETURN(freq_factors, vector_f32(f, "rope_freqs.weight", s.rope.n_rot / 2));
   }
   rope_inv_freq_ = compute_rope_inv_freq(s.rope, freq_factors);
+  if (s.rope_swa_freq_base > 0) {
+    RopeSpec local = s.rope;
+    local.freq_base = s.rope_swa_freq_base;
+    local.scaling_type = "none";
+    rope_swa_inv_freq_ = compute_rope_inv_freq(local, {});
+    layer_uses_swa_rope_.resize(s.n_layer);
+    for (int i = 0; i < s.n_layer; ++i) layer_uses_swa_rope_[i] = !s.layer_window.empty() && s.layer_window[i] > 0;
+  }
 
   layers_.resize(s.n_layer);
   for (int i = 0; i < s.n_layer; ++i) {
@@ -109,11 +117,19 @@ absl::Status Model::bind() {
       BATON_ASSIGN_OR_RETURN(l.bk, vector_f32(f, b + "attn_k.bias", s.kv_dim()));
       BATON_ASSIGN_OR_RETURN(l.bv, vector_f32(f, b + "attn_v.bias", s.kv_dim()));
     }
+    if (s.qk_norm) {
+      BATON_ASSIGN_OR_RETURN(l.attn_q_norm, vector_f32(f, b + "attn_q_norm.weight", s.head_dim));
+      BATON_ASSIGN_OR_RETURN(l.attn_k_norm, vector_f32(f, b + "attn_k_norm.weight", s.head_dim));
+    }
     BATON_ASSIGN_OR_RETURN(l.wo, matrix(f, b + "attn_output.weight", s.n_embd, s.q_dim()));
     BATON_ASSIGN_OR_RETURN(l.ffn_norm, vector_f32(f, b + "ffn_norm.weight", s.n_embd));
     BATON_ASSIGN_OR_RETURN(l.w_gate, matrix(f, b + "ffn_gate.weight", s.n_ff, s.n_embd));
     BATON_ASSIGN_OR_RETURN(l.w_up, matrix(f, b + "ffn_up.weight", s.n_ff, s.n_embd));
     BATON_ASSIGN_OR_RETURN(l.w_down, matrix(f, b + "ffn_down.weight", s.n_embd, s.n_ff));
+    if (s.post_norms) {
+      BATON_ASSIGN_OR_RETURN(l.post_attn_norm, vector_f32(f, b + "post_attention_norm.weight", s.n_embd));
+      BATON_ASSIGN_OR_RETURN(l.post_ffn_norm, vector_f32(f, b + "post_ffw_norm.weight", s.n_embd));
+    }
   }
   return absl::OkStatus();
 }

@@ -20,11 +20,16 @@ struct LayerWeights {
   WeightMatrix wk;                 // [kv_dim, n_embd]
   WeightMatrix wv;                 // [kv_dim, n_embd]
   std::vector<float> bq, bk, bv;   // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
+  std::vector<float> attn_q_norm;  // [head_dim], every Q head; empty unless qk_norm
+  std::vector<float> attn_k_norm;  // [head_dim], every K head; empty unless qk_norm
   WeightMatrix wo;                 // [n_embd, q_dim]
   std::vector<float> ffn_norm;     // [n_embd]
   WeightMatrix w_gate;             // [n_ff, n_embd]
   WeightMatrix w_up;               // [n_ff, n_embd]
   WeightMatrix w_down;             // [n_embd, n_ff]
+  // gemma3 (post_norms): RMSNorm weights of the attention and FFN outputs. [n_embd]; else empty.
+  std::vector<float> post_attn_norm;
+  std::vector<float> post_ffn_norm;
 };
 
 class Model {
@@ -42,6 +47,14 @@ class Model {
   // Per rotated pair i: theta_i = pos * rope_inv_freq[i]  (base, factors and
   // linear scaling folded in).  [n_rot / 2]
   const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  // The table layer `layer` rotates with: rope_inv_freq(), or for a
+  // sliding-window layer of a model with spec().rope_swa_freq_base > 0
+  // (gemma3) the local one. [n_rot / 2]
+  const std::vector<float>& rope_inv_freq(int layer) const {
+    return layer_uses_swa_rope_.empty() || !layer_uses_swa_rope_[layer] ? rope_inv_freq_ : rope_swa_inv_freq_;
+  }
+  // The local table; empty unless spec().rope_swa_freq_base > 0. [n_rot / 2]
+  const std::vector<float>& rope_swa_inv_freq() const { return rope_swa_inv_freq_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }
 
   // Bytes of all tensor data in the file.
@@ -59,6 +72,8 @@ class Model {
   WeightMatrix output_{};
   std::vector<float> output_norm_;
   std::vector<float> rope_inv_freq_;
+  std::vector<float> rope_swa_inv_freq_;   // [n_rot / 2]; empty unless rope_swa_freq_base > 0
+  std::vector<bool> layer_uses_swa_rope_;  // [n_layer]; empty unless rope_swa_freq_base > 0
   std::vector<LayerWeights> layers_;
 };
 

@@ -42,15 +42,18 @@ absl::StatusOr<ModelFingerprint> model_fingerprint(const Model& model) {
   add("rope.scaling", s.rope.scaling_type);
   add("rope.scaling_factor", absl::StrFormat("%.9g", s.rope.scaling_factor));
   // The effective per-pair frequencies capture base, factors and scaling.
-  const std::vector<float>& inv_freq = model.rope_inv_freq();
-  add("rope.inv_freq_digest",
-      to_hex(sha256(std::string_view(reinterpret_cast<const char*>(inv_freq.data()),
-                                     inv_freq.size() * sizeof(float))))
-          .substr(0, 16));
+  auto table_digest = [](const std::vector<float>& inv_freq) {
+    return to_hex(sha256(std::string_view(reinterpret_cast<const char*>(inv_freq.data()),
+                                          inv_freq.size() * sizeof(float))))
+        .substr(0, 16);
+  };
+  add("rope.inv_freq_digest", table_digest(model.rope_inv_freq()));
   add("qkv_bias", s.qkv_bias ? "true" : "false");
   add("tied_embeddings", s.tied_embeddings ? "true" : "false");
   // Only windowed models carry the field, so full-attention digests are unchanged.
   if (has_sliding_window(s.layer_window)) add("layer_window", layer_window_text(s.layer_window));
+  if (!model.rope_swa_inv_freq().empty()) add("rope.swa_inv_freq_digest", table_digest(model.rope_swa_inv_freq()));
+  if (s.qk_norm) add("qk_norm", "true");
   add("tokenizer_digest", to_hex(tokenizer_digest(model.file())));
   BATON_ASSIGN_OR_RETURN(std::string weights, source_weights_digest(model.file()));
   add("source_weights_digest", weights);

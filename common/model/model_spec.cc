@@ -106,6 +106,7 @@ absl::StatusOr<ModelSpec> model_spec_from_gguf(const GgufFile& file) {
   spec.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   spec.rope.has_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
   if (spec.rope.has_freq_factors && spec.rope.scaling_type == "none") spec.rope.scaling_type = "llama3";
+  if (spec.arch == gemma3_arch_traits().name) BATON_RETURN_IF_ERROR(read_gemma3_spec(file, spec));
   return spec;
 }
 

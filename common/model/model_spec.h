@@ -28,7 +28,7 @@ struct RopeSpec {
 };
 
 struct ModelSpec {
-  std::string arch;     // general.architecture: llama | qwen2
+  std::string arch;     // general.architecture: llama | qwen2 | gemma3
   std::string name;     // general.name (informational)
   int n_layer = 0;
   int n_embd = 0;       // residual width
@@ -45,6 +45,19 @@ struct ModelSpec {
   // Sliding-window attention per layer (see KvGeometry::layer_window): empty,
   // or n_layer entries, 0 = full attention, W > 0 = the layer sees W tokens.
   std::vector<int32_t> layer_window;
+  // Per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm, [head_dim]) after
+  // the biases and before RoPE: qwen3, gemma3.
+  bool qk_norm = false;
+  // Gemma 3 (see common/model/arch/gemma3.cc); the defaults are llama's.
+  float embedding_scale = 1.0f;    // token embeddings are multiplied by it (gemma3: sqrt(n_embd))
+  bool post_norms = false;         // post_attention_norm / post_ffw_norm on each block's output
+  bool gelu_ffn = false;           // GeGLU (tanh-approximated GELU of the gate) instead of SwiGLU
+  // > 0: sliding-window layers rotate with this base, unscaled and without
+  // frequency factors (gemma3: 10000); the other layers use `rope`.
+  float rope_swa_freq_base = 0.0f;
+  // Q is multiplied by it before attention, whose own scale is
+  // 1/sqrt(head_dim) (gemma3 27B: sqrt(head_dim / (n_embd / n_head))).
+  float query_scale = 1.0f;
 
   int64_t q_dim() const { return int64_t{n_head} * head_dim; }
   int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }

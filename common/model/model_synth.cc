@@ -114,8 +114,21 @@ Digest256 synth_source_digest(const SynthShape& s, uint64_t seed) {
   h.update_field(absl::StrFormat("%s %s %d %d %d %d %d %d %d %g %g %g %d", s.name, s.arch, s.n_layer,
                                  s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab,
                                  s.rope_freq_base, s.llama3_rope_factor, s.norm_eps, s.tied_embeddings));
+  if (s.sliding_window > 0) {  // gemma3 only, so the other shapes keep their digests
+    h.update_field(absl::StrFormat("window %d linear %g", s.sliding_window, s.rope_linear_factor));
+  }
   h.update_u64(seed);
   return h.finish();
+}
+
+// gemma3's keys beyond the common ones, named as llama.cpp reads them.
+void add_gemma3_metadata(GgufWriter& w, const SynthShape& s) {
+  const std::string a = s.arch + ".";
+  w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.rope_linear_factor > 0) {
+    w.set_string(a + "rope.scaling.type", "linear");
+    w.set_f32(a + "rope.scaling.factor", s.rope_linear_factor);
+  }
 }
 
 }  // namespace
@@ -157,6 +170,8 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
   w.set_u32(a + "rope.dimension_count", s.head_dim);
   w.set_u32(a + "vocab_size", s.n_vocab);
+  const bool gemma3 = s.arch == "gemma3";
+  if (gemma3) add_gemma3_metadata(w, s);
   add_synth_tokenizer(w, s.n_vocab);
   w.set_string(kSourceWeightsDigestKey, to_hex(synth_source_digest(s, options.seed)));
   w.set_string("baton.synth.shape", s.name);
@@ -184,23 +199,34 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
     const int64_t n = static_cast<int64_t>(values.size());
     w.add_tensor_copy(name, GgmlType::kF32, {n}, values.data());
   };
-  auto add_random_vector = [&](const std::string& name, int64_t n, float std) {
+  auto add_random_vector = [&](const std::string& name, int64_t n, float std, float mean = 0.0f) {
     std::vector<float> values(n);
     random_row(mix64(options.seed ^ mix64(++tensor_index)), std, values.data(), n);
+    for (float& v : values) v += mean;
     add_vector(name, std::move(values));
+  };
+  // RMSNorm weights: ones; gemma3 stores Gemma's (1 + w) as llama.cpp's
+  // converter does, with w ~ N(0, 0.1) so that a norm applied to the wrong
+  // tensor, or the 1 added twice, shows in the logits.
+  auto add_norm = [&](const std::string& name, int64_t n) {
+    if (gemma3) {
+      add_random_vector(name, n, 0.1f, 1.0f);
+    } else {
+      add_vector(name, std::vector<float>(n, 1.0f));
+    }
   };
 
   const float embd_std = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   const int64_t q_dim = int64_t{s.n_head} * s.head_dim;
   const int64_t kv_dim = int64_t{s.n_head_kv} * s.head_dim;
   add_matrix("token_embd.weight", s.n_vocab, s.n_embd, options.type, embd_std);
-  add_vector("output_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+  add_norm("output_norm.weight", s.n_embd);
   if (!s.tied_embeddings) add_matrix("output.weight", s.n_vocab, s.n_embd, options.type, embd_std);
   if (s.llama3_rope_factor > 0) add_vector("rope_freqs.weight", llama3_freq_factors(s));
   const bool qkv_bias = s.arch == "qwen2";
   for (int i = 0; i < s.n_layer; ++i) {
     const std::string b = absl::StrFormat("blk.%d.", i);
-    add_vector(b + "attn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+    add_norm(b + "attn_norm.weight", s.n_embd);
     add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
     add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
     add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
@@ -209,13 +235,19 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
       add_random_vector(b + "attn_k.bias", kv_dim, 0.1f);
       add_random_vector(b + "attn_v.bias", kv_dim, 0.1f);
     }
+    if (gemma3) {
+      add_norm(b + "attn_q_norm.weight", s.head_dim);
+      add_norm(b + "attn_k_norm.weight", s.head_dim);
+    }
     add_matrix(b + "attn_output.weight", s.n_embd, q_dim, options.type,
                1.0f / std::sqrt(static_cast<float>(q_dim)));
-    add_vector(b + "ffn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
+    if (gemma3) add_norm(b + "post_attention_norm.weight", s.n_embd);
+    add_norm(b + "ffn_norm.weight", s.n_embd);
     add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
     add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
     add_matrix(b + "ffn_down.weight", s.n_embd, s.n_ff, options.type,
                1.0f / std::sqrt(static_cast<float>(s.n_ff)));
+    if (gemma3) add_norm(b + "post_ffw_norm.weight", s.n_embd);
   }
   return w.write(path);
 }

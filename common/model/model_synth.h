@@ -1,5 +1,7 @@
 // Seeded synthetic models of real shapes: random weights scaled so
-// activations stay finite (std 1/sqrt(fan_in)), and a valid llama-style
+// activations stay finite (std 1/sqrt(fan_in)), norm weights 1 (gemma3:
+// 1 + N(0, 0.1), stored with Gemma's +1 folded in as llama.cpp's converter
+// does), and a valid llama-style
 // (SentencePiece BPE) tokenizer with a synthetic vocabulary of the shape's size.
 #pragma once
 

@@ -6,7 +6,7 @@ namespace baton {
 
 const std::vector<SynthShape>& synth_shapes() {
   // name, arch, layers, embd, heads, kv heads, head dim, ffn, vocab, ctx, eps, rope base,
-  // llama3 factor, low, high, original ctx, tied
+  // llama3 factor, low, high, original ctx, tied[, sliding window, linear RoPE factor]
   static const std::vector<SynthShape> shapes = {
       {"tiny", "llama", 2, 64, 4, 2, 16, 160, 512, 2048, 1e-5f, 10000.0f, 0, 0, 0, 0, false},
       // tiny with Llama 3.1 frequency factors (short original context so they vary).
@@ -22,6 +22,14 @@ const std::vector<SynthShape>& synth_shapes() {
        true},
       {"qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1e-6f, 1000000.0f, 0, 0, 0,
        0, true},
+      // gemma3 (+ sliding window, linear RoPE factor of the global layers).
+      // tiny-gemma3: 6 layers so layer 5 is global; window 8, and the 4B's
+      // linear factor so local and global RoPE tables differ in base and scale.
+      {"tiny-gemma3", "gemma3", 6, 64, 4, 2, 16, 160, 512, 2048, 1e-6f, 1000000.0f, 0, 0, 0, 0, true, 8, 8.0f},
+      {"gemma-3-1b", "gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 1e-6f, 1000000.0f, 0, 0, 0, 0, true,
+       512, 0},
+      {"gemma-3-4b", "gemma3", 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1e-6f, 1000000.0f, 0, 0, 0, 0, true,
+       1024, 8.0f},
   };
   return shapes;
 }

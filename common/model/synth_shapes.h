@@ -10,7 +10,7 @@ namespace baton {
 
 struct SynthShape {
   std::string name;          // e.g. "llama-3.2-1b"
-  std::string arch;          // llama | qwen2
+  std::string arch;          // llama | qwen2 | gemma3
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
   float norm_eps;
   float rope_freq_base;
@@ -20,6 +20,11 @@ struct SynthShape {
   float llama3_high_freq_factor;
   int llama3_original_ctx;
   bool tied_embeddings;
+  // gemma3: the window of the sliding-window layers (every layer but each
+  // sixth is one); 0 for the other architectures.
+  int sliding_window = 0;
+  // gemma3: linear RoPE scaling factor of the global layers; 0 = none.
+  float rope_linear_factor = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();

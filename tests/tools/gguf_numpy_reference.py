@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 NumPy reference forward pass for small llama/qwen2 GGUF models.
+"""Independent float64 NumPy reference forward pass for small llama/qwen2/gemma3 GGUF models.
 
 Usage: gguf_numpy_reference.py MODEL.gguf --tokens 1,5,9,2 [--out logits.bin]
 
@@ -8,6 +8,18 @@ Writes the logits of EVERY input position as little-endian float32, shape
 nothing except errors (stderr, exit status 1). Deliberately shares no code
 with the C++ engine: GGUF is parsed here with `struct`, math follows
 llama.cpp semantics and is done entirely in float64.
+
+gemma3 (llama.cpp's src/models/gemma3.cpp and its GEMMA3 hparams): embeddings
+times sqrt(n_embd); per-head RMSNorm of Q and K before NEOX RoPE; layer il is
+sliding-window (a query at p sees keys p - W < j <= p, W =
+gemma3.attention.sliding_window) unless il % 6 == 5; sliding layers rotate
+with base 10000 unscaled, global layers with gemma3.rope.freq_base and the
+linear scaling; attention scale 1/sqrt(head_dim) (27B, 62 layers:
+1/sqrt(n_embd / n_head)); post_attention_norm / post_ffw_norm on each block
+output before the residual add; GeGLU with tanh GELU; tied output, no logit
+soft-capping. NOTE: Gemma's RMSNorm multiplies by (1 + w); llama.cpp's
+converter stores (1 + w) in the GGUF, so every norm weight here is applied as
+stored, like llama's (the GGUF file is the contract).
 """
 import os
 import struct
@@ -177,9 +189,10 @@ class Model:
         self.g = g
         kv = g.kv
         arch = kv.get("general.architecture")
-        if arch not in ("llama", "qwen2"):
+        if arch not in ("llama", "qwen2", "gemma3"):
             raise GGUFError("unsupported general.architecture %r" % arch)
-        self.neox = arch == "qwen2"
+        self.gemma3 = arch == "gemma3"
+        self.neox = arch in ("qwen2", "gemma3")
 
         def hp(key, default=None):
             v = kv.get("%s.%s" % (arch, key), default)
@@ -209,6 +222,19 @@ class Model:
         self.ff = np.ones(self.n_rot // 2)
         if g.has("rope_freqs.weight"):
             self.ff = g.get("rope_freqs.weight", [self.n_rot // 2])
+        self.window = int(hp("attention.sliding_window")) if self.gemma3 else 0
+        self.attn_scale = 1.0 / np.sqrt(self.head_dim)
+        if self.gemma3 and self.n_layer == 62:  # Gemma 3 27B: query_pre_attn_scalar = n_embd / n_head
+            self.attn_scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+
+    def layer_rope(self, il):
+        """(base, freq_scale, factors) of layer il; gemma3 sliding layers: 10000, unscaled."""
+        if self.gemma3 and self.sliding(il):
+            return 10000.0, 1.0, np.ones(self.n_rot // 2)
+        return self.base, self.freq_scale, self.ff
+
+    def sliding(self, il):
+        return self.gemma3 and il % 6 != 5
 
     def forward(self, tokens):
         g, E, F = self.g, self.n_embd, self.n_ff
@@ -219,9 +245,13 @@ class Model:
             raise GGUFError("tokens must be non-empty and in [0, %d)" % self.n_vocab)
         pos = np.arange(n)
         x = self.tok_embd[toks]                                       # [n, E]
+        if self.gemma3:
+            x = x * np.sqrt(E)
         causal = np.triu(np.ones((n, n), dtype=bool), k=1)            # True = masked
+        too_far = pos[:, None] - pos[None, :] >= max(self.window, 1)  # [query, key]: beyond the window
         for il in range(self.n_layer):
             p = "blk.%d." % il
+            mask = causal | too_far if self.sliding(il) else causal
             h = rmsnorm(x, g.get(p + "attn_norm.weight", [E]), self.eps)
             q = h @ g.get(p + "attn_q.weight", [E, H * D]).T
             k = h @ g.get(p + "attn_k.weight", [E, HKV * D]).T
@@ -232,22 +262,37 @@ class Model:
                 k = k + g.get(p + "attn_k.bias", [HKV * D])
             if g.has(p + "attn_v.bias"):
                 v = v + g.get(p + "attn_v.bias", [HKV * DV])
-            q = rope(q.reshape(n, H, D), pos, self.n_rot, self.base, self.freq_scale, self.ff, self.neox)
-            k = rope(k.reshape(n, HKV, D), pos, self.n_rot, self.base, self.freq_scale, self.ff, self.neox)
+            q, k = q.reshape(n, H, D), k.reshape(n, HKV, D)
+            if self.gemma3:  # RMSNorm over each head's D values
+                q = rmsnorm(q, g.get(p + "attn_q_norm.weight", [D]), self.eps)
+                k = rmsnorm(k, g.get(p + "attn_k_norm.weight", [D]), self.eps)
+            base, freq_scale, ff = self.layer_rope(il)
+            q = rope(q, pos, self.n_rot, base, freq_scale, ff, self.neox)
+            k = rope(k, pos, self.n_rot, base, freq_scale, ff, self.neox)
             v = v.reshape(n, HKV, DV)
             grp = H // HKV
             k = np.repeat(k, grp, axis=1)                             # head h -> kv head h // grp
             v = np.repeat(v, grp, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(D)         # [H, n, n]
-            s = np.where(causal[None], -np.inf, s)
+            s = np.einsum("qhd,khd->hqk", q, k) * self.attn_scale    # [H, n, n]
+            s = np.where(mask[None], -np.inf, s)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s = s / s.sum(axis=-1, keepdims=True)
             attn = np.einsum("hqk,khd->qhd", s, v).reshape(n, H * DV)
-            x = x + attn @ g.get(p + "attn_output.weight", [H * DV, E]).T
+            attn = attn @ g.get(p + "attn_output.weight", [H * DV, E]).T
+            if self.gemma3:
+                attn = rmsnorm(attn, g.get(p + "post_attention_norm.weight", [E]), self.eps)
+            x = x + attn
             h = rmsnorm(x, g.get(p + "ffn_norm.weight", [E]), self.eps)
             gate = h @ g.get(p + "ffn_gate.weight", [E, F]).T
             up = h @ g.get(p + "ffn_up.weight", [E, F]).T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ g.get(p + "ffn_down.weight", [F, E]).T
+            if self.gemma3:  # GeGLU, GELU in its tanh approximation (ggml_gelu)
+                act = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate ** 3)))
+            else:
+                act = gate / (1.0 + np.exp(-gate))
+            ffn = (act * up) @ g.get(p + "ffn_down.weight", [F, E]).T
+            if self.gemma3:
+                ffn = rmsnorm(ffn, g.get(p + "post_ffw_norm.weight", [E]), self.eps)
+            x = x + ffn
         h = rmsnorm(x, g.get("output_norm.weight", [E]), self.eps)
         w_out = g.get("output.weight", [E, self.n_vocab]) if g.has("output.weight") else self.tok_embd
         return h @ w_out.T                                            # [n, n_vocab]

@@ -112,13 +112,17 @@ def write_gguf(path, kvs, tensors, align=32):
         f.write(bytes(out + data))
 
 
-def build_model(path, arch, seed=0, biases=False, tied=False, rope_freqs=False, linear=None):
+def build_model(path, arch, seed=0, biases=False, tied=False, rope_freqs=False, linear=None, n_layer=N_LAYER,
+                window=0):
+    """gemma3 (window > 0): QK-norm and post-norm weights too, norms stored as (1 + w) like llama.cpp."""
     rng = np.random.default_rng(seed)
-    kvs = {"general.architecture": arch, arch + ".block_count": N_LAYER,
+    kvs = {"general.architecture": arch, arch + ".block_count": n_layer,
            arch + ".embedding_length": N_EMBD, arch + ".feed_forward_length": N_FF,
            arch + ".attention.head_count": N_HEAD, arch + ".attention.head_count_kv": N_HEAD_KV,
            arch + ".attention.layer_norm_rms_epsilon": 1e-5, arch + ".rope.freq_base": 10000.0,
            "tokenizer.ggml.tokens": ["t%d" % i for i in range(N_VOCAB)]}
+    if window:
+        kvs[arch + ".attention.sliding_window"] = window
     if linear:
         kvs[arch + ".rope.scaling.type"] = "linear"
         kvs[arch + ".rope.scaling.factor"] = float(linear)
@@ -132,9 +136,14 @@ def build_model(path, arch, seed=0, biases=False, tied=False, rope_freqs=False, 
 
     ones = lambda n: 1.0 + 0.1 * rng.standard_normal(n)  # noqa: E731
     add("token_embd.weight", [N_EMBD, N_VOCAB], F16, 1.0)
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         p = "blk.%d." % i
         add(p + "attn_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
+        if window:
+            add(p + "attn_q_norm.weight", [HEAD_DIM], F32, vals=ones(HEAD_DIM))
+            add(p + "attn_k_norm.weight", [HEAD_DIM], F32, vals=ones(HEAD_DIM))
+            add(p + "post_attention_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
+            add(p + "post_ffw_norm.weight", [N_EMBD], F32, vals=ones(N_EMBD))
         add(p + "attn_q.weight", [N_EMBD, N_HEAD * HEAD_DIM], Q8_0)
         add(p + "attn_k.weight", [N_EMBD, N_HEAD_KV * HEAD_DIM], Q4_0)
         add(p + "attn_v.weight", [N_EMBD, N_HEAD_KV * HEAD_DIM], BF16)
@@ -162,6 +171,9 @@ def naive_forward(path, tokens):
     vectorized code paths in the reference (shares only the tensor decoder)."""
     g = ref.GGUF(path)
     arch = g.kv["general.architecture"]
+    gemma3 = arch == "gemma3"
+    n_layer = g.kv[arch + ".block_count"]
+    window = g.kv.get(arch + ".attention.sliding_window", 0)
     eps = g.kv[arch + ".attention.layer_norm_rms_epsilon"]
     base = g.kv[arch + ".rope.freq_base"]
     fs = 1.0 / g.kv[arch + ".rope.scaling.factor"] if g.kv.get(arch + ".rope.scaling.type") == "linear" else 1.0
@@ -172,41 +184,60 @@ def naive_forward(path, tokens):
     def norm(v, w):
         return v / np.sqrt(np.dot(v, v) / len(v) + eps) * w
 
-    def rot(vec, p):
+    def local(il):  # gemma3: every layer but each sixth has a sliding window
+        return gemma3 and il % 6 != 5
+
+    def rot(vec, p, il):
         out = vec.copy()
         for i in range(HEAD_DIM // 2):
-            th = p * fs * base ** (-2.0 * i / HEAD_DIM) / ff[i]
-            a, b = (i, i + HEAD_DIM // 2) if arch == "qwen2" else (2 * i, 2 * i + 1)
+            if local(il):
+                th = p * 10000.0 ** (-2.0 * i / HEAD_DIM)
+            else:
+                th = p * fs * base ** (-2.0 * i / HEAD_DIM) / ff[i]
+            a, b = (i, i + HEAD_DIM // 2) if arch in ("qwen2", "gemma3") else (2 * i, 2 * i + 1)
             out[a] = vec[a] * np.cos(th) - vec[b] * np.sin(th)
             out[b] = vec[a] * np.sin(th) + vec[b] * np.cos(th)
         return out
 
-    cache = [([], []) for _ in range(N_LAYER)]
+    def head_norm(vec, il, which):  # gemma3 QK-norm; identity otherwise
+        return norm(vec, g.get("blk.%d.attn_%s_norm.weight" % (il, which))) if gemma3 else vec
+
+    def post_norm(vec, name):  # gemma3 post-norms; identity otherwise
+        return norm(vec, g.get(name)) if gemma3 else vec
+
+    def act(a):  # GeGLU's tanh GELU (gemma3) or SwiGLU's SiLU
+        if gemma3:
+            return 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3)))
+        return a / (1 + np.exp(-a))
+
+    cache = [([], []) for _ in range(n_layer)]
     logits = []
     for p, t in enumerate(tokens):
-        x = emb[t].copy()
-        for il in range(N_LAYER):
+        x = emb[t].copy() * (np.sqrt(N_EMBD) if gemma3 else 1.0)
+        for il in range(n_layer):
             pre = "blk.%d." % il
             h = norm(x, g.get(pre + "attn_norm.weight"))
             q, k, v = (g.get(pre + "attn_%s.weight" % n) @ h for n in "qkv")
             if g.has(pre + "attn_q.bias"):
                 q, k, v = (z + g.get(pre + "attn_%s.bias" % n) for z, n in zip((q, k, v), "qkv"))
-            ks = [rot(k[j * HEAD_DIM:(j + 1) * HEAD_DIM], p) for j in range(N_HEAD_KV)]
+            ks = [rot(head_norm(k[j * HEAD_DIM:(j + 1) * HEAD_DIM], il, "k"), p, il) for j in range(N_HEAD_KV)]
             vs = [v[j * HEAD_DIM:(j + 1) * HEAD_DIM] for j in range(N_HEAD_KV)]
             cache[il][0].append(ks)
             cache[il][1].append(vs)
+            seen = range(max(0, p - window + 1) if local(il) else 0, p + 1)  # keys this query sees
             out = []
             for hd in range(N_HEAD):
-                qh = rot(q[hd * HEAD_DIM:(hd + 1) * HEAD_DIM], p)
+                qh = rot(head_norm(q[hd * HEAD_DIM:(hd + 1) * HEAD_DIM], il, "q"), p, il)
                 kvh = hd // (N_HEAD // N_HEAD_KV)
-                sc = np.array([np.dot(qh, cache[il][0][j][kvh]) for j in range(p + 1)]) / np.sqrt(HEAD_DIM)
+                sc = np.array([np.dot(qh, cache[il][0][j][kvh]) for j in seen]) / np.sqrt(HEAD_DIM)
                 w = np.exp(sc - sc.max())
                 w /= w.sum()
-                out.append(sum(w[j] * cache[il][1][j][kvh] for j in range(p + 1)))
-            x = x + g.get(pre + "attn_output.weight") @ np.concatenate(out)
+                out.append(sum(wj * cache[il][1][j][kvh] for wj, j in zip(w, seen)))
+            x = x + post_norm(g.get(pre + "attn_output.weight") @ np.concatenate(out), pre + "post_attention_norm.weight")
             h = norm(x, g.get(pre + "ffn_norm.weight"))
             a = g.get(pre + "ffn_gate.weight") @ h
-            x = x + g.get(pre + "ffn_down.weight") @ (a / (1 + np.exp(-a)) * (g.get(pre + "ffn_up.weight") @ h))
+            ffn = g.get(pre + "ffn_down.weight") @ (act(a) * (g.get(pre + "ffn_up.weight") @ h))
+            x = x + post_norm(ffn, pre + "post_ffw_norm.weight")
         logits.append(w_out @ norm(x, g.get("output_norm.weight")))
     return np.array(logits)
 
@@ -226,6 +257,10 @@ def run_tests(tmp):
         "llama_ropefreqs_linear": dict(arch="llama", rope_freqs=True, linear=4.0),
         "qwen2": dict(arch="qwen2", biases=True),
         "qwen2_nobias": dict(arch="qwen2"),
+        # 6 layers: 0-4 sliding (window 3), 5 global with linear scaling.
+        "gemma3": dict(arch="gemma3", tied=True, linear=8.0, n_layer=6, window=3),
+        # 2 sliding layers of window 3: position p depends on tokens p - 4 .. p only.
+        "gemma3_local": dict(arch="gemma3", tied=True, n_layer=2, window=3),
     }
     paths = {}
     for name, kw in variants.items():
@@ -267,6 +302,17 @@ def run_tests(tmp):
     rf = ref.compute_logits(paths["llama_ropefreqs_linear"], tokens)
     check(np.allclose(rf[0], la[0], rtol=1e-12, atol=1e-12) and not np.allclose(rf[1:], la[1:], rtol=1e-6, atol=1e-6),
           "rope: rope_freqs/linear scaling only affect positions > 0")
+
+    # gemma3 sliding window, off-by-one exact: with 2 layers of window 3, token 0
+    # reaches positions 0..4 (two hops of 2) and no further.
+    alt = [(tokens[0] + 1) % N_VOCAB] + tokens[1:]
+    base_l = ref.compute_logits(paths["gemma3_local"], tokens)
+    alt_l = ref.compute_logits(paths["gemma3_local"], alt)
+    check(not np.allclose(alt_l[4], base_l[4], rtol=1e-6, atol=1e-6), "gemma3 window: token 0 reaches position 4")
+    check(np.allclose(alt_l[5:], base_l[5:], rtol=1e-12, atol=1e-12), "gemma3 window: token 0 does not reach 5+")
+    # With a global layer (layer 5 of "gemma3") token 0 reaches every position.
+    g6, g6_alt = ref.compute_logits(paths["gemma3"], tokens), ref.compute_logits(paths["gemma3"], alt)
+    check(not np.allclose(g6_alt[-1], g6[-1], rtol=1e-6, atol=1e-6), "gemma3: the global layer sees token 0")
 
     # CLI: --out file and stdout, float32 LE [n_tokens, n_vocab], silent on success.
     script = os.path.join(HERE, "gguf_numpy_reference.py")

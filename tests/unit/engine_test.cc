@@ -164,7 +164,12 @@ INSTANTIATE_TEST_SUITE_P(
                       EngineCase{"tiny-llama3", GgmlType::kQ4_0, 5e-2, 1e-3},
                       EngineCase{"tiny-qwen2", GgmlType::kF32, 2e-5, 1e-9},
                       EngineCase{"tiny-qwen2", GgmlType::kQ8_0, 5e-2, 1e-3},
-                      EngineCase{"tiny-qwen2", GgmlType::kQ4_0, 5e-2, 1e-3}),
+                      EngineCase{"tiny-qwen2", GgmlType::kQ4_0, 5e-2, 1e-3},
+                      // 6 layers, window 8: 40 tokens in micro-batches of 16 cross the window.
+                      EngineCase{"tiny-gemma3", GgmlType::kF32, 2e-5, 1e-9},
+                      EngineCase{"tiny-gemma3", GgmlType::kF16, 2e-5, 1e-9},
+                      EngineCase{"tiny-gemma3", GgmlType::kQ8_0, 5e-2, 1e-3},
+                      EngineCase{"tiny-gemma3", GgmlType::kQ4_0, 5e-2, 1e-3}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(FloatWeights, GreedyVsReference,
@@ -172,7 +177,8 @@ INSTANTIATE_TEST_SUITE_P(FloatWeights, GreedyVsReference,
                                            EngineCase{"tiny", GgmlType::kF16, 2e-5, 1e-9},
                                            EngineCase{"tiny", GgmlType::kBF16, 2e-5, 1e-9},
                                            EngineCase{"tiny-llama3", GgmlType::kF16, 2e-5, 1e-9},
-                                           EngineCase{"tiny-qwen2", GgmlType::kF32, 2e-5, 1e-9}),
+                                           EngineCase{"tiny-qwen2", GgmlType::kF32, 2e-5, 1e-9},
+                                           EngineCase{"tiny-gemma3", GgmlType::kF32, 2e-5, 1e-9}),
                          case_name);
 
 class EngineErrors : public ::testing::Test {
