@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/strings/str_format.h"
+#include "cloud_prefill/cuda/cuda_arch_support.h"
 #include "cloud_prefill/cuda/cuda_check.h"
 #include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_gemm.h"
@@ -20,6 +21,9 @@ namespace baton::cuda {
 
 absl::StatusOr<std::shared_ptr<CudaSharedModel>> CudaSharedModel::Create(const Model& model,
                                                                          const CudaBackendOptions& options) {
+  // Before any device call: an architecture the kernels do not implement is
+  // refused with the way out (the CPU backend).
+  BATON_RETURN_IF_ERROR(check_cuda_supports_model(model.spec()));
   if (options.kv_block_tokens < 1 || options.kv_block_tokens > 65536) {
     return absl::InvalidArgumentError(
         absl::StrFormat("kv_block_tokens is %d; must be in [1, 65536]", options.kv_block_tokens));

@@ -174,8 +174,14 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
   add_bias_rows(q_.data(), l.bq, n);
   add_bias_rows(k_.data(), l.bk, n);
   add_bias_rows(v_.data(), l.bv, n);
-  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
-  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data());
+  if (s.qk_norm) {
+    rmsnorm_heads(q_.data(), n, s.n_head, s.head_dim, l.attn_q_norm.data(), s.norm_eps);
+    rmsnorm_heads(k_.data(), n, s.n_head_kv, s.head_dim, l.attn_k_norm.data(), s.norm_eps);
+  }
+  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data(),
+            s.rope.attn_factor);
+  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, model_.rope_inv_freq().data(),
+            s.rope.attn_factor);
   BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
   kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
   matmul(l.wo, attn_.data(), n, proj_.data(), pool);

@@ -60,6 +60,19 @@ std::vector<float> llama3_freq_factors(const SynthShape& s) {
   return factors;
 }
 
+// LongRoPE frequency divisors [n_rot/2], smooth in the pair index like the
+// published ones: short from 1 to 1.5, long from 1 to the context extension.
+std::vector<float> long_rope_factors(const SynthShape& s, int n_rot, bool long_set) {
+  const int n_pairs = n_rot / 2;
+  const double extension = static_cast<double>(s.n_ctx_train) / s.long_rope_original_ctx;
+  std::vector<float> factors(n_pairs);
+  for (int i = 0; i < n_pairs; ++i) {
+    const double t = n_pairs > 1 ? static_cast<double>(i) / (n_pairs - 1) : 0.0;
+    factors[i] = static_cast<float>(long_set ? 1.0 + (extension - 1.0) * t * t : 1.0 + 0.5 * t);
+  }
+  return factors;
+}
+
 // The synthetic llama-style vocabulary: <unk>, <s>, </s>, the 256 byte
 // tokens, then distinct pieces over a-z (with and without the ▁ word marker).
 void add_synth_tokenizer(GgufWriter& w, int n_vocab) {
@@ -155,7 +168,17 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   w.set_u32(a + "attention.value_length", s.head_dim);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
-  w.set_u32(a + "rope.dimension_count", s.head_dim);
+  const int n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+  w.set_u32(a + "rope.dimension_count", n_rot);
+  if (s.long_rope_original_ctx > 0) {
+    // What llama.cpp's converter writes for Phi-3-128k: the original context
+    // and the attention factor sqrt(1 + ln(scale) / ln(original)).
+    const double scale = static_cast<double>(s.n_ctx_train) / s.long_rope_original_ctx;
+    w.set_u32(a + "rope.scaling.original_context_length", s.long_rope_original_ctx);
+    w.set_f32(a + "rope.scaling.attn_factor",
+              scale > 1.0 ? static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(s.long_rope_original_ctx)))
+                          : 1.0f);
+  }
   w.set_u32(a + "vocab_size", s.n_vocab);
   add_synth_tokenizer(w, s.n_vocab);
   w.set_string(kSourceWeightsDigestKey, to_hex(synth_source_digest(s, options.seed)));
@@ -197,23 +220,48 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   add_vector("output_norm.weight", std::vector<float>(s.n_embd, 1.0f));
   if (!s.tied_embeddings) add_matrix("output.weight", s.n_vocab, s.n_embd, options.type, embd_std);
   if (s.llama3_rope_factor > 0) add_vector("rope_freqs.weight", llama3_freq_factors(s));
+  if (s.long_rope_original_ctx > 0) {
+    add_vector("rope_factors_long.weight", long_rope_factors(s, n_rot, true));
+    add_vector("rope_factors_short.weight", long_rope_factors(s, n_rot, false));
+  }
   const bool qkv_bias = s.arch == "qwen2";
+  const bool qk_norm = s.arch == "qwen3";
+  const bool fused = s.arch == "phi3";  // attn_qkv and gate|up in ffn_up
+  // QK-norm weights around 1 (not all 1, so that a missed weight shows).
+  auto add_norm_weights = [&](const std::string& name, int64_t n) {
+    std::vector<float> values(n);
+    random_row(mix64(options.seed ^ mix64(++tensor_index)), 0.2f, values.data(), n);
+    for (float& v : values) v += 1.0f;
+    add_vector(name, std::move(values));
+  };
   for (int i = 0; i < s.n_layer; ++i) {
     const std::string b = absl::StrFormat("blk.%d.", i);
     add_vector(b + "attn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
-    add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
-    add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
-    add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
+    if (fused) {
+      add_matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, s.n_embd, options.type, embd_std);
+    } else {
+      add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
+      add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
+      add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
+    }
     if (qkv_bias) {
       add_random_vector(b + "attn_q.bias", q_dim, 0.1f);
       add_random_vector(b + "attn_k.bias", kv_dim, 0.1f);
       add_random_vector(b + "attn_v.bias", kv_dim, 0.1f);
     }
+    if (qk_norm) {
+      add_norm_weights(b + "attn_q_norm.weight", s.head_dim);
+      add_norm_weights(b + "attn_k_norm.weight", s.head_dim);
+    }
     add_matrix(b + "attn_output.weight", s.n_embd, q_dim, options.type,
                1.0f / std::sqrt(static_cast<float>(q_dim)));
     add_vector(b + "ffn_norm.weight", std::vector<float>(s.n_embd, 1.0f));
-    add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
-    add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    if (fused) {
+      add_matrix(b + "ffn_up.weight", 2 * int64_t{s.n_ff}, s.n_embd, options.type, embd_std);
+    } else {
+      add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
+      add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    }
     add_matrix(b + "ffn_down.weight", s.n_embd, s.n_ff, options.type,
                1.0f / std::sqrt(static_cast<float>(s.n_ff)));
   }

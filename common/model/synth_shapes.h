@@ -10,7 +10,7 @@ namespace baton {
 
 struct SynthShape {
   std::string name;          // e.g. "llama-3.2-1b"
-  std::string arch;          // llama | qwen2
+  std::string arch;          // llama | qwen2 | qwen3 | phi3
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
   float norm_eps;
   float rope_freq_base;
@@ -20,6 +20,10 @@ struct SynthShape {
   float llama3_high_freq_factor;
   int llama3_original_ctx;
   bool tied_embeddings;
+  int n_rot = 0;                   // rotated dims per head; 0 = head_dim (phi-4-mini: partial)
+  // phi3 LongRoPE: the original context (rope_factors_long/short.weight and
+  // rope.scaling.* are written when > 0); the long set runs when n_ctx_train exceeds it.
+  int long_rope_original_ctx = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();
