@@ -50,8 +50,8 @@ TEST_P(EdgeSplitNewArchTest, CloudHandoffEqualsLocalTokenForTokenOverTwoTurns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EdgeSplitNewArchTest, ::testing::Values("tiny-qwen3", "tiny-phi3"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           std::string name = param_info.param;
                            for (char& c : name) c = c == '-' ? '_' : c;
                            return name;
                          });
