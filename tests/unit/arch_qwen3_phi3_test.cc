@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,8 @@ struct NumpyCase {
   std::string name;
   std::function<std::string()> path;
 };
+
+void PrintTo(const NumpyCase& c, std::ostream* os) { *os << c.name; }
 
 class NewArchNumpy : public ::testing::TestWithParam<NumpyCase> {};
 
