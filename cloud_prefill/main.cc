@@ -20,6 +20,7 @@
 #include "cloud_prefill/prefill_server.h"
 #ifdef BATON_HAVE_CUDA
 #include "cloud_prefill/cuda/cuda_device.h"
+#include "cloud_prefill/cuda/cuda_arch_support.h"
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
 #endif
 #include "cloud_prefill/prefill_service.h"
@@ -227,10 +228,27 @@ int run_prefill_service(const PrefillConfig& config) {
   }
   // Mapped and its shapes checked (the weights are read later): a bad file
   // ends the start before anything listens.
-  if (absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(config.model_path); !model.ok()) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(config.model_path);
+  if (!model.ok()) {
     std::fprintf(stderr, "baton-prefill: --model: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
+#ifdef BATON_HAVE_CUDA
+  // The CUDA kernels run llama and qwen2 only: --backend cuda refuses other
+  // architectures here, auto falls back to the CPU backend.
+  if (options.backend_factory) {
+    if (absl::Status arch = cuda::check_cuda_supports_model((*model)->spec()); !arch.ok()) {
+      if (config.backend == "cuda") {
+        std::fprintf(stderr, "baton-prefill: --backend cuda: %s\n", std::string(arch.message()).c_str());
+        return 1;
+      }
+      BATON_WARN("CPU backend: %s", std::string(arch.message()).c_str());
+      options.backend_factory = nullptr;
+      options.chunk_tokens = static_cast<int>(config.chunk_tokens);
+    }
+  }
+#endif
+  model->reset();  // only checked here; service.Load maps it again
   MetricsRegistry metrics;
   PrefillMetrics prefill_metrics(metrics);
   options.metrics = &prefill_metrics;

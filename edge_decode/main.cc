@@ -79,7 +79,7 @@ struct EdgeConfig {
 };
 
 void register_flags(FlagSet& flags, EdgeConfig& config) {
-  flags.add_string("model", &config.model_path, "GGUF model file (Q4_0 or Q8_0)", "FILE");
+  flags.add_string("model", &config.model_path, "GGUF model file (e.g. Q4_0, Q4_K_M)", "FILE");
   flags.add_string("listen", &config.listen_address, "gRPC address to serve on", "ADDR");
   flags.enable_config_file();
   flags.add_string("cloud", &config.cloud_address,

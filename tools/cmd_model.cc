@@ -78,7 +78,7 @@ int quantize(const Args& args) {
                 "[--threads N]",
                 "Re-stores the weight matrices of IN in --type and stamps the source weights' digest into OUT, "
                 "so both have the same model fingerprint.\n"
-                "IN: a GGUF model the engine can run (architecture llama or qwen2; tensors in f32, f16, bf16, "
+                "IN: a GGUF model the engine can run (architecture llama, qwen2, qwen3, phi3 or gemma3; tensors in f32, f16, bf16, "
                 "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K), e.g. deploy/models/baton-tiny-kjv-f16.gguf "
                 "or one made by 'baton model synth'. OUT: the GGUF file to write (not IN).\n"
                 "Types: q4_0 (4.5 bits/weight: the edge's format), q8_0 (8.5 bits/weight), f16, bf16, f32 "
@@ -145,8 +145,15 @@ int info(const Args& args) {
   r.add_int("n_ff", "ffn width", s.n_ff);
   r.add_int("n_vocab", "vocabulary", s.n_vocab);
   r.add_int("n_ctx_train", "trained context", s.n_ctx_train, "tokens");
-  r.add_text("rope", "rope", absl::StrFormat("%s, base %g, %d dims, scaling %s", rope_type_name(s.rope.type),
-                                             s.rope.freq_base, s.rope.n_rot, s.rope.scaling_type));
+  std::string rope = absl::StrFormat("%s, base %g, %d dims, scaling %s", rope_type_name(s.rope.type),
+                                     s.rope.freq_base, s.rope.n_rot, s.rope.scaling_type);
+  if (s.rope.long_rope != LongRopeFactors::kNone) {
+    absl::StrAppendFormat(&rope, " (%s factors: context %d vs original %d; attention factor %.4g)",
+                          long_rope_factors_name(s.rope.long_rope), s.n_ctx_train, s.rope.original_context,
+                          s.rope.attn_factor);
+  }
+  r.add_text("rope", "rope", rope);
+  if (s.qk_norm) r.add_text("qk_norm", "QK-norm", "yes");
   r.add_text("tied_embeddings", "tied embeddings", s.tied_embeddings ? "yes" : "no");
   r.add_int("parameter_count", "parameters", (*model)->parameter_count());
   r.add_bytes("weight_bytes", "weights", (*model)->weight_bytes());

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/strings/str_format.h"
+#include "cloud_prefill/cuda/cuda_arch_support.h"
 #include "cloud_prefill/cuda/cuda_check.h"
 #include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_gemm.h"
@@ -18,27 +19,11 @@
 
 namespace baton::cuda {
 
-namespace {
-
-// The kernels here implement llama / qwen2; Gemma 3's block (post-norms,
-// GeGLU, scaled embeddings, sliding windows with their own RoPE base) runs on
-// the CPU backend only, so such a model is refused rather than computed wrong.
-absl::Status check_cuda_supports(const ModelSpec& s) {
-  if (s.post_norms || s.gelu_ffn || s.embedding_scale != 1.0f || !s.layer_window.empty() ||
-      s.rope_swa_freq_base > 0 || s.query_scale != 1.0f) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the CUDA backend does not implement architecture '%s' (post-norms, GeGLU, sliding-window layers); "
-        "run baton-prefill with --backend cpu",
-        s.arch));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<CudaSharedModel>> CudaSharedModel::Create(const Model& model,
                                                                          const CudaBackendOptions& options) {
-  BATON_RETURN_IF_ERROR(check_cuda_supports(model.spec()));
+  // Before any device call: an architecture the kernels do not implement is
+  // refused with the way out (the CPU backend).
+  BATON_RETURN_IF_ERROR(check_cuda_supports_model(model.spec()));
   if (options.kv_block_tokens < 1 || options.kv_block_tokens > 65536) {
     return absl::InvalidArgumentError(
         absl::StrFormat("kv_block_tokens is %d; must be in [1, 65536]", options.kv_block_tokens));

@@ -17,21 +17,20 @@ void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_row
 }
 
 void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const float* weight, float eps) {
-  // Each head is one row of head_dim elements; rmsnorm_rows reads a row fully
-  // before writing it, so it runs in place.
+  // Each head is one row of head_dim elements; rmsnorm_rows allows out == x.
   rmsnorm_rows(x, weight, x, n_rows * n_heads, head_dim, eps);
 }
 
 void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
-               int64_t pos0, const float* inv_freq) {
+               int64_t pos0, const float* inv_freq, float attn_factor) {
   const int n_pairs = n_rot / 2;
   std::vector<float> cos_t(n_pairs), sin_t(n_pairs);
   for (int64_t r = 0; r < n_rows; ++r) {
     const double pos = static_cast<double>(pos0 + r);
     for (int i = 0; i < n_pairs; ++i) {
       const double theta = pos * inv_freq[i];
-      cos_t[i] = static_cast<float>(std::cos(theta));
-      sin_t[i] = static_cast<float>(std::sin(theta));
+      cos_t[i] = static_cast<float>(std::cos(theta) * attn_factor);
+      sin_t[i] = static_cast<float>(std::sin(theta) * attn_factor);
     }
     float* row = x + r * int64_t{n_heads} * head_dim;
     for (int h = 0; h < n_heads; ++h) {

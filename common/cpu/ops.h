@@ -9,17 +9,20 @@ namespace baton {
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of `n` elements.
 void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, float eps);
 
-// In-place per-head RMSNorm (QK-norm: qwen3, gemma3): each of the n_heads
-// head_dim-wide slices of each of n_rows rows of x ([n_rows, n_heads,
-// head_dim]) becomes slice / sqrt(mean(slice^2) + eps) * weight ([head_dim]).
+// In place, per head: x[r, h, :] = x[r, h, :] / sqrt(mean(x[r, h, :]^2) + eps) * weight,
+// for n_rows rows of [n_heads, head_dim]; weight: [head_dim], shared by all heads.
+// QK-norm (qwen3, gemma3): applied to Q and K after their biases, before RoPE.
 void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const float* weight, float eps);
 
 // In-place RoPE on `n_rows` rows of [n_heads, head_dim] at positions
 // pos0, pos0+1, ...; the first n_rot dims of each head are rotated.
 // neox=false pairs (2i, 2i+1); neox=true pairs (i, i + n_rot/2).
 // inv_freq: [n_rot/2], theta_i = pos * inv_freq[i].
+// attn_factor multiplies cos and sin, so the rotated dims come out scaled by
+// it (LongRoPE's attention magnitude factor, as llama.cpp's rope attn_factor;
+// dims past n_rot are not scaled). 1 everywhere else.
 void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
-               int64_t pos0, const float* inv_freq);
+               int64_t pos0, const float* inv_freq, float attn_factor = 1.0f);
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int64_t n);

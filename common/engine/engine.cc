@@ -181,8 +181,8 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
     rmsnorm_heads(k_.data(), n, s.n_head_kv, s.head_dim, l.attn_k_norm.data(), s.norm_eps);
   }
   const float* inv_freq = model_.rope_inv_freq(il).data();  // gemma3: local or global base
-  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, inv_freq);
-  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, inv_freq);
+  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, inv_freq, s.rope.attn_factor);
+  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, inv_freq, s.rope.attn_factor);
   if (s.query_scale != 1.0f) scale_inplace(q_.data(), s.query_scale, n * s.q_dim());
   BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
   kv.attend(il, pos, n, q_.data(), attn_.data(), pool);

@@ -38,7 +38,19 @@ void add_bias(std::vector<float>& y, const std::vector<float>& bias) {
   for (size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
 }
 
-// Rotates the first n_rot dims of each of n_heads heads at position pos.
+// QK-norm: each head of x ([n_heads * head_dim]) RMS-normalized on its own,
+// times weight [head_dim].
+void rmsnorm_each_head(std::vector<float>& x, int n_heads, int head_dim, const std::vector<float>& weight,
+                       float eps) {
+  for (int h = 0; h < n_heads; ++h) {
+    std::vector<float> head(x.begin() + h * head_dim, x.begin() + (h + 1) * head_dim);
+    head = rmsnorm(head, weight, eps);
+    std::copy(head.begin(), head.end(), x.begin() + h * head_dim);
+  }
+}
+
+// Rotates the first n_rot dims of each of n_heads heads at position pos; cos
+// and sin are scaled by rope.attn_factor (LongRoPE; 1 otherwise).
 void rope(std::vector<float>& x, int n_heads, const ModelSpec& s, const std::vector<float>& inv_freq,
           int64_t pos) {
   const int half = s.rope.n_rot / 2;
@@ -46,22 +58,13 @@ void rope(std::vector<float>& x, int n_heads, const ModelSpec& s, const std::vec
     float* v = x.data() + h * s.head_dim;
     for (int i = 0; i < half; ++i) {
       const double theta = static_cast<double>(pos) * inv_freq[i];
-      const double c = std::cos(theta), sn = std::sin(theta);
+      const double c = std::cos(theta) * s.rope.attn_factor, sn = std::sin(theta) * s.rope.attn_factor;
       const int a = s.rope.type == RopeType::kNeox ? i : 2 * i;
       const int b = s.rope.type == RopeType::kNeox ? i + half : 2 * i + 1;
       const double x0 = v[a], x1 = v[b];
       v[a] = static_cast<float>(x0 * c - x1 * sn);
       v[b] = static_cast<float>(x0 * sn + x1 * c);
     }
-  }
-}
-
-// RMSNorm of each head_dim-wide slice of x (QK-norm), weight [head_dim].
-void rmsnorm_each_head(std::vector<float>& x, int head_dim, const std::vector<float>& weight, float eps) {
-  for (size_t h = 0; h * head_dim < x.size(); ++h) {
-    std::vector<float> head(x.begin() + h * head_dim, x.begin() + (h + 1) * head_dim);
-    head = rmsnorm(head, weight, eps);
-    std::copy(head.begin(), head.end(), x.begin() + h * head_dim);
   }
 }
 
@@ -143,8 +146,8 @@ std::vector<float> ReferenceEngine::forward(int32_t token) {
     add_bias(k, l.bk);
     add_bias(v, l.bv);
     if (s.qk_norm) {
-      rmsnorm_each_head(q, s.head_dim, l.attn_q_norm, s.norm_eps);
-      rmsnorm_each_head(k, s.head_dim, l.attn_k_norm, s.norm_eps);
+      rmsnorm_each_head(q, s.n_head, s.head_dim, l.attn_q_norm, s.norm_eps);
+      rmsnorm_each_head(k, s.n_head_kv, s.head_dim, l.attn_k_norm, s.norm_eps);
     }
     rope(q, s.n_head, s, model_.rope_inv_freq(il), pos);
     rope(k, s.n_head_kv, s, model_.rope_inv_freq(il), pos);

@@ -75,6 +75,10 @@ void fill_typed_model_fields(const ModelFingerprint& model, v1::ModelFingerprint
   uint32_t n_rot = 0;
   if (const std::string* t = find("rope.n_rot"); t && absl::SimpleAtoi(*t, &n_rot)) rope->set_n_rot(n_rot);
   if (const std::string* t = find("rope.freq_base"); t && absl::SimpleAtof(*t, &f)) rope->set_freq_base(f);
+  uint32_t original_context = 0;  // LongRoPE models only
+  if (const std::string* t = find("rope.original_context"); t && absl::SimpleAtoi(*t, &original_context)) {
+    rope->set_original_context(original_context);
+  }
   if (const std::string* t = find("rope.scaling_factor"); t && absl::SimpleAtof(*t, &f)) {
     rope->set_scaling_factor(f);
   }

@@ -44,6 +44,52 @@ absl::StatusOr<std::vector<float>> vector_f32(const GgufFile& file, const std::s
   return out;
 }
 
+// Rows [row_begin, row_begin + n_rows) of `w`: a zero-copy view (rows are contiguous).
+WeightMatrix weight_rows(const WeightMatrix& w, int64_t row_begin, int64_t n_rows) {
+  BATON_CHECK(row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= w.rows);
+  const int64_t row_bytes = ggml_row_bytes(w.type, w.cols);
+  return WeightMatrix{w.type, static_cast<const uint8_t*>(w.data) + row_begin * row_bytes, n_rows, w.cols};
+}
+
+// The per-pair frequency divisors in use: rope_freqs (llama3) or the chosen
+// LongRoPE set; empty when the model has none.
+absl::StatusOr<std::vector<float>> rope_freq_factors(const GgufFile& f, const RopeSpec& rope) {
+  const int64_t n_pairs = rope.n_rot / 2;
+  if (rope.has_freq_factors) return vector_f32(f, "rope_freqs.weight", n_pairs);
+  if (rope.long_rope == LongRopeFactors::kLong) return vector_f32(f, "rope_factors_long.weight", n_pairs);
+  if (rope.long_rope == LongRopeFactors::kShort) return vector_f32(f, "rope_factors_short.weight", n_pairs);
+  return std::vector<float>{};
+}
+
+// Q, K and V of layer prefix `b`: separate tensors, or views of attn_qkv (phi3).
+absl::Status bind_qkv(const GgufFile& f, const ModelSpec& s, const std::string& b, LayerWeights& l) {
+  if (f.find_tensor(b + "attn_qkv.weight") == nullptr) {
+    BATON_ASSIGN_OR_RETURN(l.wq, matrix(f, b + "attn_q.weight", s.q_dim(), s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.wk, matrix(f, b + "attn_k.weight", s.kv_dim(), s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.wv, matrix(f, b + "attn_v.weight", s.kv_dim(), s.n_embd));
+    return absl::OkStatus();
+  }
+  BATON_ASSIGN_OR_RETURN(WeightMatrix qkv, matrix(f, b + "attn_qkv.weight", s.q_dim() + 2 * s.kv_dim(), s.n_embd));
+  l.wq = weight_rows(qkv, 0, s.q_dim());
+  l.wk = weight_rows(qkv, s.q_dim(), s.kv_dim());
+  l.wv = weight_rows(qkv, s.q_dim() + s.kv_dim(), s.kv_dim());
+  return absl::OkStatus();
+}
+
+// Gate and up projections: separate tensors, or the gate rows then the up
+// rows of one ffn_up [2 n_ff] when there is no ffn_gate (phi3).
+absl::Status bind_gate_up(const GgufFile& f, const ModelSpec& s, const std::string& b, LayerWeights& l) {
+  if (f.find_tensor(b + "ffn_gate.weight") != nullptr) {
+    BATON_ASSIGN_OR_RETURN(l.w_gate, matrix(f, b + "ffn_gate.weight", s.n_ff, s.n_embd));
+    BATON_ASSIGN_OR_RETURN(l.w_up, matrix(f, b + "ffn_up.weight", s.n_ff, s.n_embd));
+    return absl::OkStatus();
+  }
+  BATON_ASSIGN_OR_RETURN(WeightMatrix gate_up, matrix(f, b + "ffn_up.weight", 2 * int64_t{s.n_ff}, s.n_embd));
+  l.w_gate = weight_rows(gate_up, 0, s.n_ff);
+  l.w_up = weight_rows(gate_up, s.n_ff, s.n_ff);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<float> compute_rope_inv_freq(const RopeSpec& rope, const std::vector<float>& freq_factors) {
@@ -90,10 +136,7 @@ absl::Status Model::bind() {
     BATON_ASSIGN_OR_RETURN(output_, matrix(f, "output.weight", s.n_vocab, s.n_embd));
   }
   BATON_ASSIGN_OR_RETURN(output_norm_, vector_f32(f, "output_norm.weight", s.n_embd));
-  std::vector<float> freq_factors;
-  if (s.rope.has_freq_factors) {
-    BATON_ASSIGN_OR_RETURN(freq_factors, vector_f32(f, "rope_freqs.weight", s.rope.n_rot / 2));
-  }
+  BATON_ASSIGN_OR_RETURN(std::vector<float> freq_factors, rope_freq_factors(f, s.rope));
   rope_inv_freq_ = compute_rope_inv_freq(s.rope, freq_factors);
   if (s.rope_swa_freq_base > 0) {
     RopeSpec local = s.rope;
@@ -109,9 +152,7 @@ absl::Status Model::bind() {
     const std::string b = absl::StrFormat("blk.%d.", i);
     LayerWeights& l = layers_[i];
     BATON_ASSIGN_OR_RETURN(l.attn_norm, vector_f32(f, b + "attn_norm.weight", s.n_embd));
-    BATON_ASSIGN_OR_RETURN(l.wq, matrix(f, b + "attn_q.weight", s.q_dim(), s.n_embd));
-    BATON_ASSIGN_OR_RETURN(l.wk, matrix(f, b + "attn_k.weight", s.kv_dim(), s.n_embd));
-    BATON_ASSIGN_OR_RETURN(l.wv, matrix(f, b + "attn_v.weight", s.kv_dim(), s.n_embd));
+    BATON_RETURN_IF_ERROR(bind_qkv(f, s, b, l));
     if (s.qkv_bias) {
       BATON_ASSIGN_OR_RETURN(l.bq, vector_f32(f, b + "attn_q.bias", s.q_dim()));
       BATON_ASSIGN_OR_RETURN(l.bk, vector_f32(f, b + "attn_k.bias", s.kv_dim()));
@@ -123,8 +164,7 @@ absl::Status Model::bind() {
     }
     BATON_ASSIGN_OR_RETURN(l.wo, matrix(f, b + "attn_output.weight", s.n_embd, s.q_dim()));
     BATON_ASSIGN_OR_RETURN(l.ffn_norm, vector_f32(f, b + "ffn_norm.weight", s.n_embd));
-    BATON_ASSIGN_OR_RETURN(l.w_gate, matrix(f, b + "ffn_gate.weight", s.n_ff, s.n_embd));
-    BATON_ASSIGN_OR_RETURN(l.w_up, matrix(f, b + "ffn_up.weight", s.n_ff, s.n_embd));
+    BATON_RETURN_IF_ERROR(bind_gate_up(f, s, b, l));
     BATON_ASSIGN_OR_RETURN(l.w_down, matrix(f, b + "ffn_down.weight", s.n_embd, s.n_ff));
     if (s.post_norms) {
       BATON_ASSIGN_OR_RETURN(l.post_attn_norm, vector_f32(f, b + "post_attention_norm.weight", s.n_embd));

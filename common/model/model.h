@@ -16,12 +16,14 @@ namespace baton {
 
 struct LayerWeights {
   std::vector<float> attn_norm;    // [n_embd]
+  // wq/wk/wv (w_gate/w_up) may be row ranges of one fused tensor (phi3's
+  // attn_qkv, ffn_up): zero-copy views, as the rows are contiguous.
   WeightMatrix wq;                 // [q_dim rows, n_embd cols]
   WeightMatrix wk;                 // [kv_dim, n_embd]
   WeightMatrix wv;                 // [kv_dim, n_embd]
   std::vector<float> bq, bk, bv;   // [q_dim], [kv_dim], [kv_dim]; empty unless qkv_bias
-  std::vector<float> attn_q_norm;  // [head_dim], every Q head; empty unless qk_norm
-  std::vector<float> attn_k_norm;  // [head_dim], every K head; empty unless qk_norm
+  // QK-norm weights, [head_dim] each, shared by all heads; empty unless qk_norm.
+  std::vector<float> attn_q_norm, attn_k_norm;
   WeightMatrix wo;                 // [n_embd, q_dim]
   std::vector<float> ffn_norm;     // [n_embd]
   WeightMatrix w_gate;             // [n_ff, n_embd]
@@ -44,8 +46,9 @@ class Model {
   const WeightMatrix& token_embd() const { return token_embd_; }  // [n_vocab, n_embd]
   const WeightMatrix& output() const { return output_; }          // [n_vocab, n_embd]
   const std::vector<float>& output_norm() const { return output_norm_; }
-  // Per rotated pair i: theta_i = pos * rope_inv_freq[i]  (base, factors and
-  // linear scaling folded in).  [n_rot / 2]
+  // Per rotated pair i: theta_i = pos * rope_inv_freq[i]  (base, factors —
+  // rope_freqs or the LongRoPE set in use — and linear scaling folded in).
+  // [n_rot / 2]. spec().rope.attn_factor multiplies cos and sin.
   const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
   // The table layer `layer` rotates with: rope_inv_freq(), or for a
   // sliding-window layer of a model with spec().rope_swa_freq_base > 0

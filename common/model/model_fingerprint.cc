@@ -41,6 +41,16 @@ absl::StatusOr<ModelFingerprint> model_fingerprint(const Model& model) {
   add("rope.n_rot", absl::StrFormat("%d", s.rope.n_rot));
   add("rope.scaling", s.rope.scaling_type);
   add("rope.scaling_factor", absl::StrFormat("%.9g", s.rope.scaling_factor));
+  // Fields that only some architectures have are listed only when present, so
+  // the fingerprints of llama / qwen2 models are unchanged.
+  if (s.rope.long_rope != LongRopeFactors::kNone) {
+    // Which LongRoPE set runs (its values are in rope.inv_freq_digest; named
+    // first so a mismatch says which set) and the magnitude factor: both
+    // change every stored key.
+    add("rope.long_rope", long_rope_factors_name(s.rope.long_rope));
+    add("rope.original_context", absl::StrFormat("%d", s.rope.original_context));
+    add("rope.attn_factor", absl::StrFormat("%.9g", s.rope.attn_factor));
+  }
   // The effective per-pair frequencies capture base, factors and scaling.
   auto table_digest = [](const std::vector<float>& inv_freq) {
     return to_hex(sha256(std::string_view(reinterpret_cast<const char*>(inv_freq.data()),
@@ -49,6 +59,7 @@ absl::StatusOr<ModelFingerprint> model_fingerprint(const Model& model) {
   };
   add("rope.inv_freq_digest", table_digest(model.rope_inv_freq()));
   add("qkv_bias", s.qkv_bias ? "true" : "false");
+  if (s.qk_norm) add("qk_norm", "true");
   add("tied_embeddings", s.tied_embeddings ? "true" : "false");
   // Only windowed models carry the field, so full-attention digests are unchanged.
   if (has_sliding_window(s.layer_window)) add("layer_window", layer_window_text(s.layer_window));

@@ -34,6 +34,15 @@ absl::StatusOr<float> get_real(const GgufFile& file, const std::string& key, dou
 
 const char* rope_type_name(RopeType type) { return type == RopeType::kNorm ? "norm" : "neox"; }
 
+const char* long_rope_factors_name(LongRopeFactors factors) {
+  switch (factors) {
+    case LongRopeFactors::kShort: return "short";
+    case LongRopeFactors::kLong: return "long";
+    case LongRopeFactors::kNone: break;
+  }
+  return "none";
+}
+
 absl::StatusOr<ModelSpec> model_spec_from_gguf(const GgufFile& file) {
   ModelSpec spec;
   BATON_ASSIGN_OR_RETURN(spec.arch, file.get_string("general.architecture"));
@@ -88,12 +97,15 @@ absl::StatusOr<ModelSpec> model_spec_from_gguf(const GgufFile& file) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "rope.scaling.factor %g must be positive", spec.rope.scaling_factor));
     }
-  } else if (spec.rope.scaling_type != "none" && spec.rope.scaling_type != "llama3") {
+  } else if (spec.rope.scaling_type != "none" && spec.rope.scaling_type != "llama3" &&
+             spec.rope.scaling_type != "longrope" && spec.rope.scaling_type != "su") {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "rope.scaling.type '%s' is not supported (supported: none, linear, llama3 via rope_freqs)",
+        "rope.scaling.type '%s' is not supported (supported: none, linear, llama3 via rope_freqs, "
+        "longrope via rope_factors_long/short)",
         spec.rope.scaling_type));
   }
   spec.qkv_bias = traits->qkv_bias;
+  spec.qk_norm = traits->qk_norm;
 
   // Vocabulary size and tying come from the tensors themselves.
   const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
@@ -106,6 +118,13 @@ absl::StatusOr<ModelSpec> model_spec_from_gguf(const GgufFile& file) {
   spec.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   spec.rope.has_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
   if (spec.rope.has_freq_factors && spec.rope.scaling_type == "none") spec.rope.scaling_type = "llama3";
+  BATON_RETURN_IF_ERROR(read_long_rope(file, &spec));
+  if (spec.rope.long_rope == LongRopeFactors::kNone &&
+      (spec.rope.scaling_type == "longrope" || spec.rope.scaling_type == "su")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rope.scaling.type '%s' needs the tensors rope_factors_long.weight and rope_factors_short.weight",
+        spec.rope.scaling_type));
+  }
   if (spec.arch == gemma3_arch_traits().name) BATON_RETURN_IF_ERROR(read_gemma3_spec(file, spec));
   return spec;
 }

@@ -18,6 +18,14 @@ enum class RopeType {
 };
 const char* rope_type_name(RopeType type);
 
+// Which LongRoPE frequency-factor tensor the model runs with.
+enum class LongRopeFactors {
+  kNone,   // no LongRoPE
+  kShort,  // rope_factors_short.weight: the serving context fits the original one
+  kLong,   // rope_factors_long.weight: the serving context exceeds it
+};
+const char* long_rope_factors_name(LongRopeFactors factors);  // none | short | long
+
 struct RopeSpec {
   RopeType type = RopeType::kNorm;
   float freq_base = 10000.0f;
@@ -25,10 +33,15 @@ struct RopeSpec {
   std::string scaling_type = "none";  // none | linear (llama3 arrives as freq factors)
   float scaling_factor = 1.0f;         // linear: positions are divided by it
   bool has_freq_factors = false;       // rope_freqs.weight present: [n_rot/2] divisors
+  // LongRoPE ("su", phi3): rope_factors_long/short.weight ([n_rot/2] divisors)
+  // with one set chosen per model load (arch/phi3.cc: long_rope_uses_long_factors).
+  LongRopeFactors long_rope = LongRopeFactors::kNone;
+  int original_context = 0;            // rope.scaling.original_context_length, tokens (LongRoPE)
+  float attn_factor = 1.0f;            // multiplies cos and sin of the rotated dims (LongRoPE)
 };
 
 struct ModelSpec {
-  std::string arch;     // general.architecture: llama | qwen2 | gemma3
+  std::string arch;     // general.architecture: llama | qwen2 | qwen3 | phi3 | gemma3
   std::string name;     // general.name (informational)
   int n_layer = 0;
   int n_embd = 0;       // residual width
@@ -41,13 +54,11 @@ struct ModelSpec {
   float norm_eps = 1e-5f;
   RopeSpec rope;
   bool qkv_bias = false;
+  bool qk_norm = false;          // per-head RMSNorm of Q and K before RoPE (attn_q_norm / attn_k_norm)
   bool tied_embeddings = false;  // no output.weight: logits use token_embd
   // Sliding-window attention per layer (see KvGeometry::layer_window): empty,
   // or n_layer entries, 0 = full attention, W > 0 = the layer sees W tokens.
   std::vector<int32_t> layer_window;
-  // Per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm, [head_dim]) after
-  // the biases and before RoPE: qwen3, gemma3.
-  bool qk_norm = false;
   // Gemma 3 (see common/model/arch/gemma3.cc); the defaults are llama's.
   float embedding_scale = 1.0f;    // token embeddings are multiplied by it (gemma3: sqrt(n_embd))
   bool post_norms = false;         // post_attention_norm / post_ffw_norm on each block's output

@@ -60,6 +60,19 @@ std::vector<float> llama3_freq_factors(const SynthShape& s) {
   return factors;
 }
 
+// LongRoPE frequency divisors [n_rot/2], smooth in the pair index like the
+// published ones: short from 1 to 1.5, long from 1 to the context extension.
+std::vector<float> long_rope_factors(const SynthShape& s, int n_rot, bool long_set) {
+  const int n_pairs = n_rot / 2;
+  const double extension = static_cast<double>(s.n_ctx_train) / s.long_rope_original_ctx;
+  std::vector<float> factors(n_pairs);
+  for (int i = 0; i < n_pairs; ++i) {
+    const double t = n_pairs > 1 ? static_cast<double>(i) / (n_pairs - 1) : 0.0;
+    factors[i] = static_cast<float>(long_set ? 1.0 + (extension - 1.0) * t * t : 1.0 + 0.5 * t);
+  }
+  return factors;
+}
+
 // The synthetic llama-style vocabulary: <unk>, <s>, </s>, the 256 byte
 // tokens, then distinct pieces over a-z (with and without the ▁ word marker).
 void add_synth_tokenizer(GgufWriter& w, int n_vocab) {
@@ -168,7 +181,17 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   w.set_u32(a + "attention.value_length", s.head_dim);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
-  w.set_u32(a + "rope.dimension_count", s.head_dim);
+  const int n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+  w.set_u32(a + "rope.dimension_count", n_rot);
+  if (s.long_rope_original_ctx > 0) {
+    // What llama.cpp's converter writes for Phi-3-128k: the original context
+    // and the attention factor sqrt(1 + ln(scale) / ln(original)).
+    const double scale = static_cast<double>(s.n_ctx_train) / s.long_rope_original_ctx;
+    w.set_u32(a + "rope.scaling.original_context_length", s.long_rope_original_ctx);
+    w.set_f32(a + "rope.scaling.attn_factor",
+              scale > 1.0 ? static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(s.long_rope_original_ctx)))
+                          : 1.0f);
+  }
   w.set_u32(a + "vocab_size", s.n_vocab);
   const bool gemma3 = s.arch == "gemma3";
   if (gemma3) add_gemma3_metadata(w, s);
@@ -223,13 +246,25 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
   add_norm("output_norm.weight", s.n_embd);
   if (!s.tied_embeddings) add_matrix("output.weight", s.n_vocab, s.n_embd, options.type, embd_std);
   if (s.llama3_rope_factor > 0) add_vector("rope_freqs.weight", llama3_freq_factors(s));
+  if (s.long_rope_original_ctx > 0) {
+    add_vector("rope_factors_long.weight", long_rope_factors(s, n_rot, true));
+    add_vector("rope_factors_short.weight", long_rope_factors(s, n_rot, false));
+  }
   const bool qkv_bias = s.arch == "qwen2";
+  const bool qk_norm = s.arch == "qwen3";
+  const bool fused = s.arch == "phi3";  // attn_qkv and gate|up in ffn_up
+  // QK-norm weights around 1 (not all 1, so that a missed weight shows).
+  auto add_norm_weights = [&](const std::string& name, int64_t n) { add_random_vector(name, n, 0.2f, 1.0f); };
   for (int i = 0; i < s.n_layer; ++i) {
     const std::string b = absl::StrFormat("blk.%d.", i);
     add_norm(b + "attn_norm.weight", s.n_embd);
-    add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
-    add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
-    add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
+    if (fused) {
+      add_matrix(b + "attn_qkv.weight", q_dim + 2 * kv_dim, s.n_embd, options.type, embd_std);
+    } else {
+      add_matrix(b + "attn_q.weight", q_dim, s.n_embd, options.type, embd_std);
+      add_matrix(b + "attn_k.weight", kv_dim, s.n_embd, options.type, embd_std);
+      add_matrix(b + "attn_v.weight", kv_dim, s.n_embd, options.type, embd_std);
+    }
     if (qkv_bias) {
       add_random_vector(b + "attn_q.bias", q_dim, 0.1f);
       add_random_vector(b + "attn_k.bias", kv_dim, 0.1f);
@@ -238,13 +273,20 @@ absl::Status synthesize_model(const SynthShape& s, const SynthOptions& options, 
     if (gemma3) {
       add_norm(b + "attn_q_norm.weight", s.head_dim);
       add_norm(b + "attn_k_norm.weight", s.head_dim);
+    } else if (qk_norm) {
+      add_norm_weights(b + "attn_q_norm.weight", s.head_dim);
+      add_norm_weights(b + "attn_k_norm.weight", s.head_dim);
     }
     add_matrix(b + "attn_output.weight", s.n_embd, q_dim, options.type,
                1.0f / std::sqrt(static_cast<float>(q_dim)));
     if (gemma3) add_norm(b + "post_attention_norm.weight", s.n_embd);
     add_norm(b + "ffn_norm.weight", s.n_embd);
-    add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
-    add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    if (fused) {
+      add_matrix(b + "ffn_up.weight", 2 * int64_t{s.n_ff}, s.n_embd, options.type, embd_std);
+    } else {
+      add_matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, options.type, embd_std);
+      add_matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, options.type, embd_std);
+    }
     add_matrix(b + "ffn_down.weight", s.n_embd, s.n_ff, options.type,
                1.0f / std::sqrt(static_cast<float>(s.n_ff)));
     if (gemma3) add_norm(b + "post_ffw_norm.weight", s.n_embd);

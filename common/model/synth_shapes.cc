@@ -6,7 +6,8 @@ namespace baton {
 
 const std::vector<SynthShape>& synth_shapes() {
   // name, arch, layers, embd, heads, kv heads, head dim, ffn, vocab, ctx, eps, rope base,
-  // llama3 factor, low, high, original ctx, tied[, sliding window, linear RoPE factor]
+  // llama3 factor, low, high, original ctx, tied[, sliding window, linear RoPE factor, n_rot,
+  // LongRoPE original ctx]
   static const std::vector<SynthShape> shapes = {
       {"tiny", "llama", 2, 64, 4, 2, 16, 160, 512, 2048, 1e-5f, 10000.0f, 0, 0, 0, 0, false},
       // tiny with Llama 3.1 frequency factors (short original context so they vary).
@@ -30,6 +31,20 @@ const std::vector<SynthShape>& synth_shapes() {
        512, 0},
       {"gemma-3-4b", "gemma3", 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1e-6f, 1000000.0f, 0, 0, 0, 0, true,
        1024, 8.0f},
+      // qwen3: head_dim 32 != n_embd / n_head, as in the real models.
+      {"tiny-qwen3", "qwen3", 2, 64, 4, 2, 32, 160, 512, 2048, 1e-6f, 1000000.0f, 0, 0, 0, 0, true},
+      {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1e-6f, 1000000.0f, 0, 0, 0, 0,
+       true},
+      {"qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, 1e-6f, 1000000.0f, 0, 0, 0, 0,
+       true},
+      // phi3 like Phi-4-mini: GQA, partial rotary, tied, LongRoPE with the long
+      // factors in use (context 4096 > original 1024).
+      {"tiny-phi3", "phi3", 2, 64, 4, 2, 16, 160, 512, 4096, 1e-5f, 10000.0f, 0, 0, 0, 0, true, 0, 0, 12, 1024},
+      // Phi-3-mini-128k / Phi-3.5-mini.
+      {"phi-3-mini", "phi3", 32, 3072, 32, 32, 96, 8192, 32064, 131072, 1e-5f, 10000.0f, 0, 0, 0, 0, false,
+       0, 0, 96, 4096},
+      {"phi-4-mini", "phi3", 32, 3072, 24, 8, 128, 8192, 200064, 131072, 1e-5f, 10000.0f, 0, 0, 0, 0, true,
+       0, 0, 96, 4096},
   };
   return shapes;
 }

@@ -10,7 +10,7 @@ namespace baton {
 
 struct SynthShape {
   std::string name;          // e.g. "llama-3.2-1b"
-  std::string arch;          // llama | qwen2 | gemma3
+  std::string arch;          // llama | qwen2 | qwen3 | phi3 | gemma3
   int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
   float norm_eps;
   float rope_freq_base;
@@ -25,6 +25,10 @@ struct SynthShape {
   int sliding_window = 0;
   // gemma3: linear RoPE scaling factor of the global layers; 0 = none.
   float rope_linear_factor = 0;
+  int n_rot = 0;                   // rotated dims per head; 0 = head_dim (phi-4-mini: partial)
+  // phi3 LongRoPE: the original context (rope_factors_long/short.weight and
+  // rope.scaling.* are written when > 0); the long set runs when n_ctx_train exceeds it.
+  int long_rope_original_ctx = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();

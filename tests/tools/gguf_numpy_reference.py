@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 NumPy reference forward pass for small llama/qwen2/gemma3 GGUF models.
+"""Independent float64 NumPy reference forward pass for small llama/qwen2/qwen3/phi3/gemma3 GGUF models.
 
 Usage: gguf_numpy_reference.py MODEL.gguf --tokens 1,5,9,2 [--out logits.bin]
 
@@ -8,6 +8,13 @@ Writes the logits of EVERY input position as little-endian float32, shape
 nothing except errors (stderr, exit status 1). Deliberately shares no code
 with the C++ engine: GGUF is parsed here with `struct`, math follows
 llama.cpp semantics and is done entirely in float64.
+
+Architectures: llama (NORM RoPE), qwen2 (NEOX, QKV biases), qwen3 (NEOX,
+per-head RMSNorm of Q and K before RoPE), phi3 (NEOX, fused attn_qkv and
+gate|up in ffn_up, partial rotary, LongRoPE: long factors when the trained
+context_length exceeds rope.scaling.original_context_length, else short;
+cos and sin times rope.scaling.attn_factor, or sqrt(1 + ln(s)/ln(orig)) with
+s = context_length / orig when the key is absent), gemma3 (below).
 
 gemma3 (llama.cpp's src/models/gemma3.cpp and its GEMMA3 hparams): embeddings
 times sqrt(n_embd); per-head RMSNorm of Q and K before NEOX RoPE; layer il is
@@ -166,13 +173,14 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, n_rot, base, freq_scale, ff, neox):
-    """x: [n_tok, n_heads, head_dim]; rotates the first n_rot dims of each head."""
+def rope(x, pos, n_rot, base, freq_scale, ff, neox, mscale=1.0):
+    """x: [n_tok, n_heads, head_dim]; rotates the first n_rot dims of each head,
+    cos and sin scaled by mscale (LongRoPE attention factor)."""
     half = n_rot // 2
     i = np.arange(half, dtype=np.float64)
     inv = base ** (-2.0 * i / n_rot) / ff                            # [half]
     theta = (pos.astype(np.float64) * freq_scale)[:, None] * inv[None, :]  # [n_tok, half]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     out = x.copy()
     if neox:
         ia, ib = np.arange(half), np.arange(half) + half
@@ -189,10 +197,11 @@ class Model:
         self.g = g
         kv = g.kv
         arch = kv.get("general.architecture")
-        if arch not in ("llama", "qwen2", "gemma3"):
+        if arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma3"):
             raise GGUFError("unsupported general.architecture %r" % arch)
         self.gemma3 = arch == "gemma3"
-        self.neox = arch in ("qwen2", "gemma3")
+        self.neox = arch != "llama"
+        self.qk_norm = arch in ("qwen3", "gemma3")
 
         def hp(key, default=None):
             v = kv.get("%s.%s" % (arch, key), default)
@@ -220,8 +229,18 @@ class Model:
         if self.tok_embd.shape[1] != self.n_embd:
             raise GGUFError("token_embd.weight width %d != n_embd %d" % (self.tok_embd.shape[1], self.n_embd))
         self.ff = np.ones(self.n_rot // 2)
+        self.mscale = 1.0
         if g.has("rope_freqs.weight"):
             self.ff = g.get("rope_freqs.weight", [self.n_rot // 2])
+        if g.has("rope_factors_long.weight"):
+            # LongRoPE: the context that selects is the trained one.
+            ctx = int(hp("context_length", 4096))
+            orig = int(hp("rope.scaling.original_context_length", ctx))
+            which = "long" if ctx > orig else "short"
+            self.ff = g.get("rope_factors_%s.weight" % which, [self.n_rot // 2])
+            s = ctx / orig
+            self.mscale = float(hp("rope.scaling.attn_factor",
+                                   np.sqrt(1.0 + np.log(s) / np.log(orig)) if s > 1.0 else 1.0))
         self.window = int(hp("attention.sliding_window")) if self.gemma3 else 0
         self.attn_scale = 1.0 / np.sqrt(self.head_dim)
         if self.gemma3 and self.n_layer == 62:  # Gemma 3 27B: query_pre_attn_scalar = n_embd / n_head
@@ -253,9 +272,13 @@ class Model:
             p = "blk.%d." % il
             mask = causal | too_far if self.sliding(il) else causal
             h = rmsnorm(x, g.get(p + "attn_norm.weight", [E]), self.eps)
-            q = h @ g.get(p + "attn_q.weight", [E, H * D]).T
-            k = h @ g.get(p + "attn_k.weight", [E, HKV * D]).T
-            v = h @ g.get(p + "attn_v.weight", [E, HKV * DV]).T
+            if g.has(p + "attn_qkv.weight"):                          # phi3: rows q | k | v
+                qkv = h @ g.get(p + "attn_qkv.weight", [E, H * D + HKV * D + HKV * DV]).T
+                q, k, v = qkv[:, :H * D], qkv[:, H * D:H * D + HKV * D], qkv[:, H * D + HKV * D:]
+            else:
+                q = h @ g.get(p + "attn_q.weight", [E, H * D]).T
+                k = h @ g.get(p + "attn_k.weight", [E, HKV * D]).T
+                v = h @ g.get(p + "attn_v.weight", [E, HKV * DV]).T
             if g.has(p + "attn_q.bias"):
                 q = q + g.get(p + "attn_q.bias", [H * D])
             if g.has(p + "attn_k.bias"):
@@ -263,12 +286,12 @@ class Model:
             if g.has(p + "attn_v.bias"):
                 v = v + g.get(p + "attn_v.bias", [HKV * DV])
             q, k = q.reshape(n, H, D), k.reshape(n, HKV, D)
-            if self.gemma3:  # RMSNorm over each head's D values
+            if self.qk_norm:                                          # qwen3, gemma3: per head, before RoPE
                 q = rmsnorm(q, g.get(p + "attn_q_norm.weight", [D]), self.eps)
                 k = rmsnorm(k, g.get(p + "attn_k_norm.weight", [D]), self.eps)
             base, freq_scale, ff = self.layer_rope(il)
-            q = rope(q, pos, self.n_rot, base, freq_scale, ff, self.neox)
-            k = rope(k, pos, self.n_rot, base, freq_scale, ff, self.neox)
+            q = rope(q, pos, self.n_rot, base, freq_scale, ff, self.neox, self.mscale)
+            k = rope(k, pos, self.n_rot, base, freq_scale, ff, self.neox, self.mscale)
             v = v.reshape(n, HKV, DV)
             grp = H // HKV
             k = np.repeat(k, grp, axis=1)                             # head h -> kv head h // grp
@@ -283,8 +306,12 @@ class Model:
                 attn = rmsnorm(attn, g.get(p + "post_attention_norm.weight", [E]), self.eps)
             x = x + attn
             h = rmsnorm(x, g.get(p + "ffn_norm.weight", [E]), self.eps)
-            gate = h @ g.get(p + "ffn_gate.weight", [E, F]).T
-            up = h @ g.get(p + "ffn_up.weight", [E, F]).T
+            if g.has(p + "ffn_gate.weight"):
+                gate = h @ g.get(p + "ffn_gate.weight", [E, F]).T
+                up = h @ g.get(p + "ffn_up.weight", [E, F]).T
+            else:                                                     # phi3: rows gate | up
+                gate_up = h @ g.get(p + "ffn_up.weight", [E, 2 * F]).T
+                gate, up = gate_up[:, :F], gate_up[:, F:]
             if self.gemma3:  # GeGLU, GELU in its tanh approximation (ggml_gelu)
                 act = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate ** 3)))
             else:

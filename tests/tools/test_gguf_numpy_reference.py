@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Self-test for gguf_numpy_reference.py: builds tiny GGUF files with a pure-Python
 writer (F32/F16/BF16/Q8_0/Q4_0 tensors), then checks decoding, causality, a naive
-per-token/per-head re-implementation, RoPE-mode behaviour and the CLI.
+per-token/per-head re-implementation, RoPE-mode behaviour, the qwen3 / phi3 paths
+(fused tensor order, QK-norm, LongRoPE selection) and the CLI.
 Run: python3 tests/tools/test_gguf_numpy_reference.py   (exit 0 = pass)"""
 import os
 import struct
@@ -242,6 +243,92 @@ def naive_forward(path, tokens):
     return np.array(logits)
 
 
+# ---------------------------------------------------------------- qwen3 / phi3
+def write_f32_model(path, arch, kvs, arrays):
+    """arrays: name -> float64 numpy array (numpy shape = reversed ggml dims), all written F32."""
+    base = {"general.architecture": arch, arch + ".block_count": N_LAYER,
+            arch + ".embedding_length": N_EMBD, arch + ".feed_forward_length": N_FF,
+            arch + ".attention.head_count": N_HEAD, arch + ".attention.head_count_kv": N_HEAD_KV,
+            arch + ".attention.layer_norm_rms_epsilon": 1e-5, arch + ".rope.freq_base": 10000.0}
+    base.update(kvs)
+    tensors = [(n, list(reversed(a.shape)), F32, a.astype("<f4").tobytes()) for n, a in arrays.items()]
+    write_gguf(path, base, tensors)
+
+
+def check_new_archs(tmp, qwen2_path, tokens):
+    """Structural checks of the qwen3 / phi3 paths against the reference's own
+    qwen2 path (itself checked against the naive forward above): fused rows in
+    q|k|v and gate|up order, QK-norm scale invariance, LongRoPE selection."""
+    g = ref.GGUF(qwen2_path)
+    # F32-exact copies of the qwen2 (no bias) tensors, so files differ only in layout.
+    w = {n: g.get(n).astype(np.float32).astype(np.float64) for n in g.tensors}
+    base = os.path.join(tmp, "qwen2_f32.gguf")
+    write_f32_model(base, "qwen2", {}, w)
+    want = ref.compute_logits(base, tokens)
+
+    fused = {n: a for n, a in w.items() if not any(k in n for k in ("attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up."))}
+    for il in range(N_LAYER):
+        p = "blk.%d." % il
+        fused[p + "attn_qkv.weight"] = np.concatenate([w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"]])
+        fused[p + "ffn_up.weight"] = np.concatenate([w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"]])
+    phi3 = os.path.join(tmp, "phi3_fused.gguf")
+    write_f32_model(phi3, "phi3", {}, fused)
+    got = ref.compute_logits(phi3, tokens)
+    check(np.allclose(got, want, rtol=1e-12, atol=1e-12), "phi3: fused q|k|v and gate|up == qwen2 separate tensors")
+
+    # LongRoPE: all-ones factors and attn_factor 1 change nothing; the long set
+    # is used only when context_length > original_context_length.
+    half = HEAD_DIM // 2
+    lr = dict(fused)
+    lr["rope_factors_short.weight"] = np.ones(half)
+    lr["rope_factors_long.weight"] = 1.0 + np.arange(half, dtype=np.float64)
+    kv_short = {"phi3.context_length": 1024, "phi3.rope.scaling.original_context_length": 1024,
+                "phi3.rope.scaling.attn_factor": 1.0}
+    short_path = os.path.join(tmp, "phi3_short.gguf")
+    write_f32_model(short_path, "phi3", kv_short, lr)
+    check(np.allclose(ref.compute_logits(short_path, tokens), want, rtol=1e-12, atol=1e-12),
+          "phi3: short set of ones with attn_factor 1 == no LongRoPE")
+    long_path = os.path.join(tmp, "phi3_long.gguf")
+    write_f32_model(long_path, "phi3", dict(kv_short, **{"phi3.context_length": 1025}), lr)
+    lg = ref.compute_logits(long_path, tokens)
+    check(np.allclose(lg[0], want[0], rtol=1e-12, atol=1e-12) and not np.allclose(lg[1:], want[1:], rtol=1e-6, atol=1e-6),
+          "phi3: context 1025 > original 1024 selects the long set (differs from position 1 on)")
+    m = ref.Model(ref.GGUF(long_path))
+    check(np.array_equal(m.ff, lr["rope_factors_long.weight"]) and m.mscale == 1.0, "phi3: long set and stated attn_factor")
+    nokey = dict(kv_short, **{"phi3.context_length": 4096})
+    del nokey["phi3.rope.scaling.attn_factor"]
+    nk_path = os.path.join(tmp, "phi3_computed.gguf")
+    write_f32_model(nk_path, "phi3", nokey, lr)
+    m = ref.Model(ref.GGUF(nk_path))
+    check(abs(m.mscale - np.sqrt(1.0 + np.log(4.0) / np.log(1024.0))) < 1e-15, "phi3: attn_factor computed when absent")
+
+    # qwen3: RMSNorm per head makes Q and K scale-invariant (up to eps); the norm
+    # weights must matter, so the result differs from qwen2.
+    rng = np.random.default_rng(5)
+    q3 = dict(w)
+    for il in range(N_LAYER):
+        q3["blk.%d.attn_q_norm.weight" % il] = 1.0 + 0.3 * rng.standard_normal(HEAD_DIM)
+        q3["blk.%d.attn_k_norm.weight" % il] = 1.0 + 0.3 * rng.standard_normal(HEAD_DIM)
+    q3_path = os.path.join(tmp, "qwen3.gguf")
+    write_f32_model(q3_path, "qwen3", {}, q3)
+    a = ref.compute_logits(q3_path, tokens)
+    scaled = dict(q3)
+    scaled["blk.0.attn_q.weight"] = 8.0 * q3["blk.0.attn_q.weight"]
+    scaled["blk.1.attn_k.weight"] = 8.0 * q3["blk.1.attn_k.weight"]
+    sc_path = os.path.join(tmp, "qwen3_scaled.gguf")
+    write_f32_model(sc_path, "qwen3", {}, scaled)
+    b = ref.compute_logits(sc_path, tokens)
+    check(np.allclose(a, b, rtol=1e-4, atol=1e-4), "qwen3: Q/K scale invariance through QK-norm (max diff %.3g)" % np.abs(a - b).max())
+    check(not np.allclose(a, want, rtol=1e-3, atol=1e-3), "qwen3: QK-norm changes the logits")
+    del q3["blk.1.attn_k_norm.weight"]
+    write_f32_model(q3_path, "qwen3", {}, q3)
+    try:
+        ref.compute_logits(q3_path, tokens)
+        check(False, "qwen3: a missing attn_k_norm.weight is an error")
+    except ref.GGUFError as e:
+        check("attn_k_norm" in str(e), "qwen3: the error names attn_k_norm (%s)" % e)
+
+
 # ---------------------------------------------------------------- tests
 def main():
     with tempfile.TemporaryDirectory(prefix="gguf_ref_test_") as tmp:
@@ -313,6 +400,7 @@ def run_tests(tmp):
     # With a global layer (layer 5 of "gemma3") token 0 reaches every position.
     g6, g6_alt = ref.compute_logits(paths["gemma3"], tokens), ref.compute_logits(paths["gemma3"], alt)
     check(not np.allclose(g6_alt[-1], g6[-1], rtol=1e-6, atol=1e-6), "gemma3: the global layer sees token 0")
+    check_new_archs(tmp, paths["qwen2_nobias"], tokens)
 
     # CLI: --out file and stdout, float32 LE [n_tokens, n_vocab], silent on success.
     script = os.path.join(HERE, "gguf_numpy_reference.py")

@@ -3,12 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/engine/engine.h"
 #include "common/engine/reference_engine.h"
 #include "common/model/model.h"
@@ -16,28 +13,6 @@
 
 namespace baton {
 namespace {
-
-// Runs the NumPy reference; empty when python3 + numpy are unavailable.
-std::vector<float> numpy_logits(const std::string& model_path, const std::vector<int32_t>& tokens,
-                                const std::string& out_path, std::string* error) {
-  const std::string script = testing::source_dir() + "/tests/tools/gguf_numpy_reference.py";
-  const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s --tokens %s --out %s 2>&1", script,
-                                          model_path, absl::StrJoin(tokens, ","), out_path);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    *error = "popen failed";
-    return {};
-  }
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) *error += buf;
-  const int rc = pclose(pipe);
-  if (rc != 0) return {};
-  std::ifstream in(out_path, std::ios::binary);
-  std::vector<float> logits;
-  float v;
-  while (in.read(reinterpret_cast<char*>(&v), sizeof(v))) logits.push_back(v);
-  return logits;
-}
 
 class NumpyReference : public ::testing::TestWithParam<std::string> {};
 
@@ -49,9 +24,8 @@ TEST_P(NumpyReference, EnginesAgreeWithIndependentNumpyForward) {
   std::vector<int32_t> tokens = {1, 300, 17, 450, 299, 8, 511, 42, 260, 3, 77, 128};
   // gemma3: 40 tokens, five times its window of 8, so the mask matters.
   for (int i = 12; s.arch == "gemma3" && i < 40; ++i) tokens.push_back((i * 131 + 7) % s.n_vocab);
-  const std::string dir = testing::make_temp_dir("numpy");
   std::string error;
-  std::vector<float> expected = numpy_logits(path, tokens, dir + "/logits.bin", &error);
+  std::vector<float> expected = testing::numpy_reference_logits(path, tokens, &error);
   ASSERT_EQ(expected.size(), tokens.size() * s.n_vocab) << "numpy reference failed: " << error;
 
   ReferenceEngine ref(**model);
@@ -77,7 +51,8 @@ TEST_P(NumpyReference, EnginesAgreeWithIndependentNumpyForward) {
   RecordProperty("max_abs_logit", absl::StrFormat("%.4g", scale));
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, NumpyReference, ::testing::Values("tiny", "tiny-llama3", "tiny-qwen2", "tiny-gemma3"),
+INSTANTIATE_TEST_SUITE_P(Archs, NumpyReference,
+                         ::testing::Values("tiny", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-phi3", "tiny-gemma3"),
                          [](const auto& param_info) {
                            std::string n = param_info.param;
                            for (char& c : n) c = (c == '-') ? '_' : c;

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/model/model_synth.h"
 #include "common/util/check.h"
 
@@ -57,6 +60,27 @@ const std::string& synth_model_path(const std::string& shape, GgmlType type, uin
 std::string source_dir() {
   if (const char* env = std::getenv("BATON_SOURCE_DIR")) return env;
   return BATON_SOURCE_DIR;
+}
+
+std::vector<float> numpy_reference_logits(const std::string& model_path, const std::vector<int32_t>& tokens,
+                                          std::string* error) {
+  const std::string script = source_dir() + "/tests/tools/gguf_numpy_reference.py";
+  const std::string out_path = make_temp_dir("numpy") + "/logits.bin";
+  const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s --tokens %s --out %s 2>&1", script, model_path,
+                                          absl::StrJoin(tokens, ","), out_path);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    *error = "popen failed";
+    return {};
+  }
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) *error += buf;
+  if (pclose(pipe) != 0) return {};
+  std::ifstream in(out_path, std::ios::binary);
+  std::vector<float> logits;
+  float v;
+  while (in.read(reinterpret_cast<char*>(&v), sizeof(v))) logits.push_back(v);
+  return logits;
 }
 
 }  // namespace baton::testing
