@@ -43,13 +43,18 @@ void QuantizedKvCache::resize_plane(Plane& plane, int64_t rows) {
 
 void QuantizedKvCache::copy_rows(const Plane& from, int64_t from_row, Plane& to, int64_t to_row, int64_t n) {
   if (n <= 0) return;
-  std::memmove(to.codes.data() + to_row * to.row_code_bytes, from.codes.data() + from_row * from.row_code_bytes,
-               static_cast<size_t>(n * from.row_code_bytes));
-  std::memmove(to.scales.data() + to_row * to.row_groups, from.scales.data() + from_row * from.row_groups,
-               static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
+  // An F16 plane has no scales or mins: an empty vector's data() may be null,
+  // and memmove with a null pointer is undefined even for 0 bytes.
+  auto move = [](auto* dst, const auto* src, size_t bytes) {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  };
+  move(to.codes.data() + to_row * to.row_code_bytes, from.codes.data() + from_row * from.row_code_bytes,
+       static_cast<size_t>(n * from.row_code_bytes));
+  move(to.scales.data() + to_row * to.row_groups, from.scales.data() + from_row * from.row_groups,
+       static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
   if (!from.mins.empty()) {
-    std::memmove(to.mins.data() + to_row * to.row_groups, from.mins.data() + from_row * from.row_groups,
-                 static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
+    move(to.mins.data() + to_row * to.row_groups, from.mins.data() + from_row * from.row_groups,
+         static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
   }
 }
 
