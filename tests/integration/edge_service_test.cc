@@ -79,8 +79,11 @@ TEST_P(EdgeServiceSplitTest, CloudHandoffEqualsLocalTokenForTokenOverTwoTurns) {
 }
 
 // tiny-gemma3: 45- and 30-token turns over a window of 8, so the edge's
-// quantized store masks its local layers after a handoff too.
-INSTANTIATE_TEST_SUITE_P(Shapes, EdgeServiceSplitTest, ::testing::Values("tiny", "tiny-qwen2", "tiny-gemma3"));
+// quantized store masks its local layers after a handoff too. tiny-qwen3
+// (QK-norm) and tiny-phi3 (fused tensors, LongRoPE) check that the cloud and
+// the edge compute and fingerprint those the same way.
+INSTANTIATE_TEST_SUITE_P(Shapes, EdgeServiceSplitTest,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-gemma3", "tiny-qwen3", "tiny-phi3"));
 
 TEST(EdgeServiceTest, DefaultInt4CodecGoesThroughTheCloudAndShrinksTheWire) {
   const std::string& model_path = edge_model_path("tiny");
