@@ -1,60 +1,97 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Baton needs to build, test and run its tools.
-# Idempotent and non-interactive: packages already installed are skipped, and
-# `apt-get update` runs once, only when something is missing.
+# Installs the Debian packages Baton needs, by profile, so each set-up command
+# waits only for what it uses. Idempotent and non-interactive: packages already
+# installed are skipped, and `apt-get update` runs once, only when something is
+# missing.
 #
-#   deploy/install-deps.sh            install what is missing
-#   deploy/install-deps.sh --test     also what the test suite's browser and
-#                                     client tests need: Debian's chromium, Node.js
-#                                     and npm, and `npm ci` in tests/js (the official
-#                                     openai client, playwright-core)
-#   deploy/install-deps.sh --dry-run  only print what would be installed
+#   deploy/install-deps.sh [--profile P[,P...]] [--dry-run]
+#
+# Profiles (combine with commas or repeat --profile; default: run):
+#   run    build and run the three programs: toolchain, gRPC/protobuf, Abseil,
+#          zstd, OpenSSL, xxHash, ICU, nlohmann-json, cpp-httplib, and GoogleTest
+#          / Google Benchmark (the one build configuration of deploy/build.sh
+#          configures the test targets too). What deploy/main-job.sh installs.
+#   test   run, plus what the test suite uses: Python 3 with NumPy and YAML (the
+#          NumPy reference, deploy lint), shellcheck, curl, openssl (test
+#          certificates), iproute2 and nftables (WAN emulation), gnuplot-nox
+#          (the split benchmark's plot), Debian's chromium, Node.js and npm, and
+#          `npm ci` in tests/js (the official openai client, playwright-core).
+#          What tests/run-all.sh installs.
+#   train  the tiny-model trainer (train_tiny_model.py): python3-torch,
+#          NumPy, the KJV text, sentencepiece, OpenBLAS.
+#   fuzz   the libFuzzer targets (tests/fuzz/build.sh): clang, its libFuzzer
+#          runtime and the libraries of the run profile.
+#   all    every profile.
+#   --test      the same as --profile test
+#   --dry-run   only print what would be installed
 #
 # Runs as root, or as a user with sudo. CUDA is not installed here: the CUDA
 # backend is optional (cmake -DBATON_CUDA=AUTO builds it when nvcc is found).
 set -euo pipefail
 
-readonly PACKAGES=(
-  # toolchain and build
+# run: build and run baton-prefill, baton-edge and baton.
+readonly RUN_PACKAGES=(
+  # toolchain and build (git: the commit in --version)
   build-essential cmake ninja-build pkg-config git
   # gRPC / protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # libraries
-  libabsl-dev libzstd-dev zstd libssl-dev libxxhash-dev libicu-dev nlohmann-json3-dev libcpp-httplib-dev
-  # tests and benchmarks
+  libabsl-dev libzstd-dev libssl-dev libxxhash-dev libicu-dev nlohmann-json3-dev libcpp-httplib-dev
+  # the test targets' libraries: tests/CMakeLists.txt finds them at configure
+  # time, and both set-up commands configure the same build
   libgtest-dev libgmock-dev libbenchmark-dev
-  # reference checks and the tiny-model trainer
-  python3 python3-numpy python3-torch bible-kjv-text bible-kjv sentencepiece libopenblas0-pthread
-  # fuzzing (libFuzzer)
-  clang libclang-rt-14-dev
+)
+# test: what ctest's tests call besides the build (run is included).
+readonly TEST_PACKAGES=(
+  # the NumPy reference forward (tests/tools), deploy lint (YAML, shell)
+  python3 python3-numpy python3-yaml shellcheck
   # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc; packet
   # loss from nftables where the kernel lacks netem)
   curl openssl iproute2 nftables
-  # deployment lint (YAML, shell)
-  python3-yaml shellcheck
   # the split benchmark's plot
   gnuplot-nox
+  # the web page's browser test; nodejs/npm are added below only when no node
+  # and npm are on PATH (a NodeSource or distro install both do)
+  chromium
 )
-# Only with --test (tests/run-all.sh): the web page's browser test and the
-# OpenAI-client test. nodejs/npm are skipped when a node and npm are already
-# on PATH (a NodeSource or distro install both do).
-readonly TEST_PACKAGES=(chromium)
+# train: the tiny-model trainer (the bundled model's recipe).
+readonly TRAIN_PACKAGES=(
+  python3 python3-numpy python3-torch bible-kjv-text bible-kjv sentencepiece libopenblas0-pthread
+)
+# fuzz: tests/fuzz/build.sh (clang + libFuzzer over the run profile's libraries).
+readonly FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 dry_run=0
-test_profile=0
-for arg in "$@"; do
-  case "${arg}" in
+profiles=()
+add_profiles() {
+  local list=$1 profile
+  [[ -n "${list}" ]] || { echo "install-deps.sh: --profile needs a name: run, test, train, fuzz or all" >&2; exit 2; }
+  IFS=, read -r -a names <<< "${list}"
+  for profile in "${names[@]}"; do
+    case "${profile}" in
+      run|test|train|fuzz) profiles+=("${profile}") ;;
+      all) profiles+=(run test train fuzz) ;;
+      *) echo "install-deps.sh: unknown profile '${profile}' (run, test, train, fuzz or all)" >&2; exit 2 ;;
+    esac
+  done
+}
+while (( $# > 0 )); do
+  case "$1" in
     --dry-run) dry_run=1 ;;
-    --test) test_profile=1 ;;
+    --test) add_profiles test ;;
+    --profile) add_profiles "${2:-}"; shift ;;
+    --profile=*) add_profiles "${1#--profile=}" ;;
     -h|--help)
       # The header comment is the help text.
       awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
       exit 0 ;;
     *)
-      echo "install-deps.sh: unknown argument '${arg}' (see --help)" >&2
+      echo "install-deps.sh: unknown argument '$1' (see --help)" >&2
       exit 2 ;;
   esac
+  shift
 done
+(( ${#profiles[@]} > 0 )) || profiles=(run)
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
   echo "install-deps.sh: needs a Debian/Ubuntu system (apt-get, dpkg-query)" >&2
@@ -65,17 +102,30 @@ is_installed() {
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
 }
 
-wanted=("${PACKAGES[@]}")
-if (( test_profile )); then
+has_profile() {
+  local profile
+  for profile in "${profiles[@]}"; do [[ "${profile}" == "$1" ]] && return 0; done
+  return 1
+}
+
+# Every profile but train builds something, so it starts from run's packages.
+wanted=()
+if has_profile run || has_profile test || has_profile fuzz; then wanted+=("${RUN_PACKAGES[@]}"); fi
+if has_profile test; then
   wanted+=("${TEST_PACKAGES[@]}")
   command -v node >/dev/null 2>&1 || wanted+=(nodejs)
   command -v npm >/dev/null 2>&1 || wanted+=(npm)
 fi
+if has_profile train; then wanted+=("${TRAIN_PACKAGES[@]}"); fi
+if has_profile fuzz; then wanted+=("${FUZZ_PACKAGES[@]}"); fi
+# Profiles overlap (python3 is in test and train): each package once, in order.
+mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | awk '!seen[$0]++')
+echo "install-deps.sh: profile(s) $(printf '%s\n' "${profiles[@]}" | awk '!seen[$0]++' | paste -sd, -): ${#wanted[@]} packages"
 
 # `npm ci` in tests/js, from its package-lock.json (the npm registry), once per
 # lock file: a stamp beside node_modules records which lock it installed.
 install_js_test_clients() {
-  (( test_profile )) || return 0
+  has_profile test || return 0
   local dir lock_sum
   dir="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
   lock_sum=$(sha256sum "${dir}/package-lock.json" | cut -d' ' -f1)

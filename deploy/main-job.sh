@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job: installs the dependencies, builds, then runs Baton end to end
-# on loopback with the bundled tiny model:
+# The main job: installs the dependencies it needs (profile run), builds the
+# three programs and the bundled model's Q4_0 copy (deploy/build.sh: the same
+# build configuration as tests/run-all.sh, which then builds only the tests),
+# then runs Baton end to end on loopback with the bundled tiny model:
 #   1. baton-prefill (the cloud) serves the F16 source weights;
 #   2. baton-edge (the agent) holds the Q4_0 copy (derived at build time) and
 #      talks to the cloud;
@@ -12,9 +14,8 @@
 # Then the speed of the CPU engine at a real shape (synthetic Llama-3.2-1B, Q4_0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$(nproc)"
+bash deploy/install-deps.sh --profile run
+bash deploy/build.sh baton-prefill baton-edge baton baton_bundled_models
 threads=$(nproc)
 bin=build/bin
 work=$(mktemp -d)

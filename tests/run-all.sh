@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds everything (CUDA too when nvcc is found)
-# and runs the whole test suite with ctest. .ci/run calls this.
+# Installs the dependencies (profile test), builds everything (CUDA too when
+# nvcc is found) and runs the whole test suite with ctest. .ci/run calls this.
+# deploy/build.sh is the main job's build configuration too: after
+# deploy/main-job.sh only the test targets are left to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/install-deps.sh --test
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=ON
-cmake --build build -j"$(nproc)"
+bash deploy/install-deps.sh --profile test
+bash deploy/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
 # Then the unit and integration tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer (the cheaper sanitizer; TSan and the e2e

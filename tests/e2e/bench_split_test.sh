@@ -92,6 +92,6 @@ if command -v gnuplot > /dev/null; then
   grep -q "crossover (CPU cloud)" "${work}/table.txt" || fail "table lacks the crossover"
   grep -q "PROJECTION" "${work}/table.txt" || fail "table lacks the PROJECTION label"
 else
-  echo "bench_split_test: gnuplot not installed (deploy/install-deps.sh installs gnuplot-nox): plot check skipped"
+  echo "bench_split_test: gnuplot not installed (deploy/install-deps.sh --profile test installs gnuplot-nox): plot check skipped"
 fi
 echo "bench_split_test: ok"

@@ -13,7 +13,7 @@
 # libclang-rt-14-dev (libFuzzer runtime), protobuf-compiler,
 # protobuf-compiler-grpc, libprotobuf-dev, libgrpc++-dev, libabsl-dev,
 # libxxhash-dev, libzstd-dev, libssl-dev, libicu-dev, libcpp-httplib-dev,
-# nlohmann-json3-dev (deploy/install-deps.sh installs them all).
+# nlohmann-json3-dev (deploy/install-deps.sh --profile fuzz installs them all).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
