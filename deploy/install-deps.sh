@@ -64,7 +64,7 @@ readonly FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 dry_run=0
 profiles=()
 add_profiles() {
-  local list=$1 profile
+  local list=$1 profile names
   [[ -n "${list}" ]] || { echo "install-deps.sh: --profile needs a name: run, test, train, fuzz or all" >&2; exit 2; }
   IFS=, read -r -a names <<< "${list}"
   for profile in "${names[@]}"; do
