@@ -95,27 +95,21 @@ TEST_F(AtomicFileTest, CommitFsyncsTheFileAndItsDirectoryAndRenamesOntoTheTarget
   EXPECT_EQ(names(), std::vector<std::string>{"out.bin"}) << "no temp file left";
 }
 
-TEST_F(AtomicFileTest, FailedFsyncLeavesTheOldFileAndNoTemp) {
+// A failure at commit (`fail`: which call fails) keeps the old content and
+// removes the temp file; the error says what failed on which path.
+TEST_F(AtomicFileTest, FailedFsyncOrRenameLeavesTheOldFileAndNoTemp) {
   const std::string path = dir_ + "/keep.bin";
-  ASSERT_TRUE(write_file_atomically(path, "old").ok());
-  FakeSyscalls::fail_fsync = true;
-  absl::Status status = write_file_atomically(path, "new content");
-  EXPECT_FALSE(status.ok());
-  EXPECT_THAT(std::string(status.message()), HasSubstr("fsync " + path + ".tmp."));
-  EXPECT_EQ(contents(path), "old");
-  EXPECT_EQ(names(), std::vector<std::string>{"keep.bin"});
-}
-
-TEST_F(AtomicFileTest, FailedRenameLeavesTheOldFileAndNoTemp) {
-  const std::string path = dir_ + "/keep.bin";
-  ASSERT_TRUE(write_file_atomically(path, "old").ok());
-  FakeSyscalls::fail_rename = true;
-  absl::Status status = write_file_atomically(path, "new content");
-  EXPECT_FALSE(status.ok());
-  EXPECT_THAT(std::string(status.message()), HasSubstr("renaming " + path + ".tmp."));
-  EXPECT_THAT(std::string(status.message()), HasSubstr(" to " + path));
-  EXPECT_EQ(contents(path), "old");
-  EXPECT_EQ(names(), std::vector<std::string>{"keep.bin"});
+  for (bool* fail : {&FakeSyscalls::fail_fsync, &FakeSyscalls::fail_rename}) {
+    ASSERT_TRUE(write_file_atomically(path, "old").ok());
+    *fail = true;
+    const absl::Status status = write_file_atomically(path, "new content");
+    *fail = false;
+    EXPECT_FALSE(status.ok());
+    const std::string what = fail == &FakeSyscalls::fail_fsync ? "fsync " : "renaming ";
+    EXPECT_THAT(std::string(status.message()), HasSubstr(what + path + ".tmp."));
+    EXPECT_EQ(contents(path), "old");
+    EXPECT_EQ(names(), std::vector<std::string>{"keep.bin"});
+  }
 }
 
 TEST_F(AtomicFileTest, DestroyedWithoutCommitRemovesTheTemp) {
