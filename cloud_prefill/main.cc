@@ -1,9 +1,7 @@
 // baton-prefill: the cloud prefill service. This file only parses flags and
 // hands the configuration to the service.
-#include <pthread.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -15,6 +13,7 @@
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "common/util/metrics_http.h"
+#include "common/util/shutdown.h"
 #include "common/util/version.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_server.h"
@@ -251,7 +250,7 @@ int run_prefill_service(const PrefillConfig& config) {
   model->reset();  // only checked here; service.Load maps it again
   MetricsRegistry metrics;
   PrefillMetrics prefill_metrics(metrics);
-  options.metrics = &prefill_metrics;
+  options.job_observer = &prefill_metrics;
   PrefillServerOptions server_options;
   server_options.tls = ServerTlsOptions{config.tls_cert_path, config.tls_key_path, config.tls_client_ca_path};
   PrefillService service(std::move(options));
@@ -262,42 +261,42 @@ int run_prefill_service(const PrefillConfig& config) {
     return 1;
   }
   std::unique_ptr<MetricsHttpServer> metrics_server;
+  // What runs stops, last started first, on a failed start and after the drain.
+  ShutdownStack listeners;
+  int64_t server_grace_ms = 0;  // set by the drain: 1 s when it ended idle
+  listeners.push([&] { (*server)->Shutdown(server_grace_ms); });
   if (!config.metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
         MetricsHttpServer::Start(config.metrics_address, metrics);
     if (!started.ok()) {
       std::fprintf(stderr, "baton-prefill: --metrics: %s\n", std::string(started.status().message()).c_str());
-      (*server)->Shutdown();
       return 1;
     }
     metrics_server = std::move(*started);
+    listeners.push([&] { metrics_server->Stop(); });
   }
   std::fprintf(stderr, "baton-prefill: listening on port %d, loading %s\n", (*server)->port(),
                config.model_path.c_str());
   if (metrics_server) std::fprintf(stderr, "baton-prefill: metrics on port %d\n", metrics_server->port());
   if (absl::Status status = service.Load(config.model_path); !status.ok()) {
     std::fprintf(stderr, "baton-prefill: %s\n", std::string(status.message()).c_str());
-    if (metrics_server) metrics_server->Stop();
-    (*server)->Shutdown();
     return 1;
   }
   prefill_metrics.collect_at_scrape(service);
   std::fprintf(stderr, "baton-prefill: READY\n");
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
-               signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
-               service.queued());
-  // No new work; running and queued streams finish; then the server stops.
-  service.begin_drain();
-  const bool idle = service.wait_idle(config.drain_timeout);
-  (*server)->Shutdown(idle ? 1000 : 0);
-  if (metrics_server) metrics_server->Stop();
+  bool idle = false;
+  serve_until_signal(
+      [&](int signal_number) {
+        std::fprintf(stderr, "baton-prefill: signal %d, DRAINING for up to %lld ms (%u running, %u queued)\n",
+                     signal_number, static_cast<long long>(config.drain_timeout.count()), service.running(),
+                     service.queued());
+        // No new work; running and queued streams finish; then the listeners stop.
+        service.begin_drain();
+        idle = service.wait_idle(config.drain_timeout);
+        server_grace_ms = idle ? 1000 : 0;
+      },
+      listeners);
   std::fprintf(stderr, "baton-prefill: %s\n", idle ? "drained, exiting" : "drain timeout, cancelling what is left");
   return 0;
 }
@@ -306,13 +305,9 @@ int run_prefill_service(const PrefillConfig& config) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  // SIGINT / SIGTERM are taken by sigwait in run_prefill_service; block them
+  // SIGINT / SIGTERM are taken by serve_until_signal in run_prefill_service; block them
   // before gRPC starts its threads so every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  baton::block_shutdown_signals();
   if (baton::version_requested(argc, argv)) {
 #ifdef BATON_HAVE_CUDA
     const std::optional<std::string> gpu = baton::cuda::describe_gpu(baton::cuda::find_gpu());

@@ -20,13 +20,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cloud_prefill/prefill_job.h"
+#include "cloud_prefill/prefill_job_observer.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/util/metrics.h"
 
 namespace baton {
 
-struct PrefillMetrics {
+struct PrefillMetrics final : PrefillJobObserver {
   explicit PrefillMetrics(MetricsRegistry& registry);
+
+  // PrefillJobObserver: record_job, and write_stalls.
+  void job_finished(const absl::StatusOr<PrefillJobResult>& result, uint64_t kv_bytes_per_token) override {
+    record_job(result, kv_bytes_per_token);
+  }
+  Counter* write_stall_counter() override { return &write_stalls; }
 
   // One finished Prefill call.
   void record_outcome(const absl::Status& status);

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cpu_prefill_backend.h"
-#include "cloud_prefill/prefill_metrics.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/kv/kv_codec.h"
@@ -56,7 +56,8 @@ uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const
 
 PrefillService::PrefillService(PrefillServiceOptions options)
     : options_(std::move(options)),
-      write_stall_(options_.write_stall_timeout, options_.metrics != nullptr ? &options_.metrics->write_stalls : nullptr),
+      write_stall_(options_.write_stall_timeout,
+                   options_.job_observer != nullptr ? options_.job_observer->write_stall_counter() : nullptr),
       start_time_(std::chrono::steady_clock::now()) {}
 
 PrefillService::~PrefillService() { StopWorkers(); }
@@ -195,7 +196,7 @@ void PrefillService::record_throughput(int64_t computed_tokens, double prefill_m
 absl::Status PrefillService::check_serving(grpc::CallbackServerContext* context) const {
   const v1::ServingState state = state_.load();
   if (state == v1::SERVING_STATE_READY) return absl::OkStatus();
-  context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+  add_retry_after(*context, options_.retry_after_ms);
   if (state == v1::SERVING_STATE_DRAINING) {
     return absl::UnavailableError("the prefill server is draining (shutting down); retry on another replica");
   }
@@ -378,7 +379,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
   absl::StatusOr<MemoryAdmission::Ticket> ticket = admission_->reserve(
       prefill_memory_bytes(*plan), absl::StrFormat("a prompt of %d tokens", plan->tokens.size()));
   if (!ticket.ok()) {
-    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+    add_retry_after(*context, options_.retry_after_ms);
     return refused_stream(context, absl::ResourceExhaustedError(absl::StrFormat(
                                        "%s; retry after %u ms", ticket.status().message(), options_.retry_after_ms)));
   }
@@ -409,16 +410,16 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },
         [reactor] { return reactor->cancelled(); });
     if (result.ok()) record_throughput(result->computed_tokens, result->prefill_ms);
-    if (options_.metrics != nullptr) {
-      options_.metrics->record_job(result, static_cast<uint64_t>(geometry_.kv_dim()) * 2 * geometry_.n_layer *
-                                               sizeof(float));
+    if (options_.job_observer != nullptr) {
+      options_.job_observer->job_finished(
+          result, static_cast<uint64_t>(geometry_.kv_dim()) * 2 * geometry_.n_layer * sizeof(float));
     }
     --running_;
     shared_ticket->release();  // before the client sees the end, so its next request finds the memory free
     reactor->done(result.status());
   };
   if (!try_enqueue(std::move(job))) {
-    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+    add_retry_after(*context, options_.retry_after_ms);
     reactor->refuse(absl::ResourceExhaustedError(
         absl::StrFormat("the prefill queue is full (%d running, %d queued); retry after %u ms", options_.max_running,
                         options_.max_queued, options_.retry_after_ms)));

@@ -47,6 +47,7 @@
 #include "cloud_prefill/memory_admission.h"
 #include "cloud_prefill/prefill_backend.h"
 #include "cloud_prefill/prefill_job.h"
+#include "cloud_prefill/prefill_job_observer.h"
 #include "cloud_prefill/prefix_cache.h"
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
@@ -54,7 +55,8 @@
 #include "common/kv/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "common/rpc/queued_write_reactor.h"  // kRetryAfterMetadataKey
+#include "common/rpc/grpc_status.h"  // kRetryAfterMetadataKey
+#include "common/rpc/queued_write_reactor.h"
 #include "common/rpc/write_stall_watchdog.h"
 #include "common/tokenizer/tokenizer.h"
 #include "proto/baton.grpc.pb.h"
@@ -90,7 +92,7 @@ struct PrefillServiceOptions {
   uint64_t memory_limit_bytes = 0;
   TenantAuth auth;                    // no tokens: one tenant, no auth
   PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
-  struct PrefillMetrics* metrics = nullptr;  // optional: per-job figures for GET /metrics
+  PrefillJobObserver* job_observer = nullptr;  // optional: told of every finished job (PrefillMetrics)
   // A Prefill or GetPrefix stream whose writes make no progress this long is
   // cancelled (a client that stopped reading), freeing its worker; 0: never.
   std::chrono::milliseconds write_stall_timeout{10'000};

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
 #include "common/rpc/tsan_annotations.h"
 #include "cloud_prefill/prefill_service.h"
@@ -264,7 +265,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
   // flow-control window and a slot until its client has read it all.
   if (++pack_streams_ > static_cast<uint32_t>(std::max(1, options_.max_pack_calls))) {
     --pack_streams_;
-    context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(options_.retry_after_ms));
+    add_retry_after(*context, options_.retry_after_ms);
     return refused_stream(context, absl::ResourceExhaustedError(absl::StrFormat(
                                        "%d GetPrefix calls are running, the most this server allows "
                                        "(--max-pack-calls); retry after %u ms",

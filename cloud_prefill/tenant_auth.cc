@@ -1,6 +1,5 @@
 #include "cloud_prefill/tenant_auth.h"
 
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -8,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/read_file.h"
 
 namespace baton {
 namespace {
@@ -65,11 +65,9 @@ absl::StatusOr<TenantAuth> TenantAuth::FromText(const std::string& text, const s
 }
 
 absl::StatusOr<TenantAuth> TenantAuth::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the auth tokens file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromText(text.str(), path);
+  absl::StatusOr<std::string> text = read_file(path, "the auth tokens file");
+  if (!text.ok()) return text.status();
+  return FromText(*text, path);
 }
 
 absl::StatusOr<std::string> TenantAuth::tenant_of_header(const std::string& authorization) const {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/kv/kv_codec_params.h"
 #include "common/rpc/channel_options.h"
+#include "common/rpc/grpc_status.h"
 #include "common/kv/kv_fingerprint.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/kv/prefix_digest.h"
@@ -31,12 +32,6 @@ std::string hex_of(const std::string& bytes) {
 }
 
 }  // namespace
-
-absl::Status from_grpc_status(const grpc::Status& status, const std::string& what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, status.error_message()));
-}
 
 CloudKvStream::~CloudKvStream() {
   if (reader_ != nullptr && !finished_) {
@@ -79,14 +74,10 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
   security_options.token_path = o.token_path;
   BATON_ASSIGN_OR_RETURN(ChannelSecurity security, make_channel_security(security_options));
   client->bearer_token_ = security.bearer_token;
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(8 << 20);  // KV blocks stay under 4 MiB; leave slack
-  // A cloud that restarts (or starts after the agent) is reconnected within
-  // seconds: gRPC's default backoff grows to 120 s between attempts, during
-  // which every call fails at once with UNAVAILABLE.
-  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
-  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 4000);
-  client->channel_ = grpc::CreateCustomChannel(client->options_.address, security.credentials, arguments);
+  ChannelTuning tuning;
+  tuning.max_receive_bytes = 8 << 20;  // KV blocks stay under 4 MiB; leave slack
+  tuning.fast_reconnect = true;        // a cloud that restarts, or starts after the agent
+  client->channel_ = open_channel(client->options_.address, security.credentials, tuning);
   client->stub_ = v1::Prefill::NewStub(client->channel_);
   client->link_.address = client->options_.address;
   return client;
@@ -95,8 +86,7 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
 CloudClient::~CloudClient() { stop_health_polling(); }
 
 void CloudClient::prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const {
-  context.set_deadline(deadline);
-  add_bearer_token(bearer_token_, context);
+  prepare_call(context, deadline, bearer_token_);
 }
 
 void CloudClient::start_health_polling() {

@@ -222,7 +222,4 @@ inline constexpr char kPrefixDigestMetadataKey[] = "baton-prefix-digest";
 // block share the value, so they reach the replica that caches it.
 std::string prefix_affinity_key(std::span<const int32_t> tokens, const std::string& pack_id);
 
-// absl::Status of a gRPC status (same code), message prefixed with `what`.
-absl::Status from_grpc_status(const grpc::Status& status, const std::string& what);
-
 }  // namespace baton

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/atomic_file.h"
 #include "common/util/errno_status.h"
 #include "common/util/hmac.h"
 
@@ -63,36 +64,6 @@ absl::StatusOr<std::string> read_secret(const std::string& path) {
   return secret;
 }
 
-// Temp file (0600), fsync, rename, fsync of the directory.
-absl::Status write_secret(const std::string& path, const std::string& secret) {
-  const std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return errno_status(errno, "creating " + temp_path);
-  auto fail = [&](const std::string& what) {
-    const int error = errno;
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    return errno_status(error, what);
-  };
-  if (::fchmod(fd, 0600) != 0) return fail("chmod 0600 " + temp_path);  // whatever the umask
-  if (::write(fd, secret.data(), secret.size()) != static_cast<ssize_t>(secret.size())) {
-    return fail("writing " + temp_path);
-  }
-  if (::fsync(fd) != 0) return fail("fsync " + temp_path);
-  ::close(fd);
-  if (::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp_path.c_str());
-    return errno_status(error, "renaming " + temp_path + " to " + path);
-  }
-  const std::string dir = path.rfind('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<CloudSessionKeys> CloudSessionKeys::Ephemeral() {
@@ -107,7 +78,8 @@ absl::StatusOr<CloudSessionKeys> CloudSessionKeys::Persistent(const std::string&
   if (!absl::IsNotFound(secret.status())) return secret.status();
   secret = random_secret();
   if (!secret.ok()) return secret.status();
-  if (absl::Status written = write_secret(path, *secret); !written.ok()) return written;
+    // Temp file (0600), fsync, rename, fsync of the directory (atomic_file.h).
+  if (absl::Status written = write_file_atomically(path, *secret); !written.ok()) return written;
   return CloudSessionKeys(std::move(*secret));
 }
 

@@ -21,6 +21,7 @@
 #include "edge_decode/generate_turn.h"
 #include "edge_decode/memory_plan.h"
 #include "edge_decode/session_owner.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
 
 namespace baton {

@@ -19,10 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/gguf/gguf_file.h"
+#include "common/rpc/channel_options.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/server_credentials.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "common/util/http_listener.h"
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "edge_decode/chat_template.h"
@@ -34,28 +37,14 @@
 namespace baton {
 namespace {
 
-constexpr char kRetryAfterKey[] = "baton-retry-after-ms";
 constexpr char kJson[] = "application/json";
 // Deadline of the small unary calls (Health, ListSessions) on loopback.
 constexpr auto kUnaryTimeout = std::chrono::seconds(5);
 
-absl::Status to_absl(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 // A small unary call on the agent: the loopback deadline and the caller's key.
 void prepare_unary(grpc::ClientContext& context, const std::string& authorization) {
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
-}
-
-uint32_t trailing_retry_after_ms(const grpc::ClientContext& context) {
-  const auto& trailing = context.GetServerTrailingMetadata();
-  auto it = trailing.find(kRetryAfterKey);
-  if (it == trailing.end()) return 0;
-  uint32_t ms = 0;
-  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms)) return 0;
-  return ms;
+  add_authorization(authorization, context);
 }
 
 void send_error(httplib::Response& res, const HttpError& error) {
@@ -129,7 +118,7 @@ class HttpFrontEnd::Impl {
   void stop();
   // server_: HTTPS with tls_cert_path / tls_key_path, else plain HTTP.
   absl::Status make_server();
-  int port() const { return port_; }
+  int port() const { return listener_ != nullptr ? listener_->port() : 0; }
   const std::string& model_name() const { return model_name_; }
 
  private:
@@ -173,9 +162,8 @@ class HttpFrontEnd::Impl {
   std::unique_ptr<v1::Edge::Stub> stub_;
   std::unique_ptr<EdgeMetrics> metrics_;  // nullptr without a registry
 
-  std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with TLS
-  std::thread listen_thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpListener> listener_;  // over an httplib::SSLServer with TLS
+  httplib::Server* server_ = nullptr;       // listener_->server(), to add routes
 
   std::mutex calls_mu_;
   std::set<grpc::ClientContext*> calls_;  // guarded by calls_mu_
@@ -190,7 +178,7 @@ class HttpFrontEnd::Impl::GenerateCall {
   GenerateCall(Impl& owner, const v1::GenerateRequest& request, const std::string& authorization) : owner_(owner) {
     context_.set_deadline(std::chrono::system_clock::now() + owner_.options_.generate_timeout);
     context_.AddMetadata("baton-frontend", "http");
-    if (!authorization.empty()) context_.AddMetadata("authorization", authorization);
+    add_authorization(authorization, context_);
     if (!owner_.track(&context_)) context_.TryCancel();
     reader_ = owner_.stub_->Generate(&context_, request);
   }
@@ -221,12 +209,12 @@ class HttpFrontEnd::Impl::GenerateCall {
 
   const absl::Status& status() const { return status_; }
   const std::optional<v1::Stats>& stats() const { return stats_; }
-  HttpError http_error() const { return http_error_from_status(status_, trailing_retry_after_ms(context_)); }
+  HttpError http_error() const { return http_error_from_status(status_, trailing_retry_after_ms(context_).value_or(0)); }
 
  private:
   void finish() {
     finished_ = true;
-    status_ = to_absl(reader_->Finish());
+    status_ = from_grpc_status(reader_->Finish());
     if (status_.ok() && !stats_.has_value()) {
       status_ = absl::InternalError("the agent's Generate stream ended without its Stats message");
     }
@@ -362,24 +350,18 @@ absl::Status HttpFrontEnd::Impl::start() {
   created_ = unix_seconds();
   // Twice the body cap both ways: a prompt the HTTP API accepts is never
   // refused by the relay's own gRPC message cap (4 MiB by default).
-  grpc::ChannelArguments relay_arguments;
-  const int relay_cap_bytes = static_cast<int>(std::min<size_t>(size_t{2} * options_.max_body_bytes, INT32_MAX));
-  relay_arguments.SetMaxSendMessageSize(relay_cap_bytes);
-  relay_arguments.SetMaxReceiveMessageSize(relay_cap_bytes);
-  channel_ = grpc::CreateCustomChannel(options_.grpc_target, grpc::InsecureChannelCredentials(), relay_arguments);
+  ChannelTuning relay_tuning;
+  relay_tuning.max_send_bytes = static_cast<int>(std::min<size_t>(size_t{2} * options_.max_body_bytes, INT32_MAX));
+  relay_tuning.max_receive_bytes = relay_tuning.max_send_bytes;
+  channel_ = open_channel(options_.grpc_target, grpc::InsecureChannelCredentials(), relay_tuning);
   stub_ = v1::Edge::NewStub(channel_);
   if (options_.metrics != nullptr) metrics_ = std::make_unique<EdgeMetrics>(*options_.metrics);
 
   BATON_RETURN_IF_ERROR(make_server());
-  const int threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
   // Streams can pause for a long local prefill between writes.
   server_->set_write_timeout(std::chrono::seconds(60));
   server_->set_tcp_nodelay(true);  // each SSE event goes out as written
-  // httplib's default sets SO_REUSEPORT, which lets a second process bind the
-  // same port and silently take half the requests.
-  server_->set_socket_options([](socket_t sock) { set_exclusive_listener_options(sock); });
   const size_t max_body_bytes = options_.max_body_bytes;
   server_->set_error_handler(httplib::Server::HandlerWithResponse([max_body_bytes](const httplib::Request& req,
                                                                                    httplib::Response& res) {
@@ -437,22 +419,10 @@ absl::Status HttpFrontEnd::Impl::start() {
                   [this](const httplib::Request& req, httplib::Response& res) { handle_delete_session(req, res); });
 
   const auto& [host, port] = *host_port;
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-  } else if (server_->bind_to_port(host, port)) {
-    port_ = port;
-  }
-  if (port_ <= 0) return listen_error(listen_address_or_loopback(options_.listen));
-  listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // stop() only takes effect once the server runs; wait for it (a few ms).
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!server_->is_running() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!server_->is_running()) return absl::InternalError("the HTTP server did not start within 10 s");
+  BATON_RETURN_IF_ERROR(listener_->start(host, port, options_.listen, "the HTTP server"));
   // Debug only: baton-edge announces its listeners once all of them are bound.
   BATON_DEBUG("OpenAI-compatible HTTP API on %s:%d for model '%s' (chat template: %s), relaying to %s",
-             host.c_str(), port_, model_name_.c_str(), chat_template_family_name(chat_format_.family),
+             host.c_str(), listener_->port(), model_name_.c_str(), chat_template_family_name(chat_format_.family),
              options_.grpc_target.c_str());
   return absl::OkStatus();
 }
@@ -462,7 +432,8 @@ absl::Status HttpFrontEnd::Impl::make_server() {
     return absl::InvalidArgumentError("HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)");
   }
   if (options_.tls_cert_path.empty()) {
-    server_ = std::make_unique<httplib::Server>();
+    listener_ = std::make_unique<HttpListener>(std::make_unique<httplib::Server>(), options_.threads);
+    server_ = &listener_->server();
     return absl::OkStatus();
   }
   // Read first: SSLServer reports a bad file only as is_valid() == false.
@@ -473,7 +444,8 @@ absl::Status HttpFrontEnd::Impl::make_server() {
     return absl::InvalidArgumentError(absl::StrFormat("HTTPS: the certificate %s and key %s do not load together",
                                                       options_.tls_cert_path, options_.tls_key_path));
   }
-  server_ = std::move(server);
+  listener_ = std::make_unique<HttpListener>(std::move(server), options_.threads);
+  server_ = &listener_->server();
   return absl::OkStatus();
 }
 
@@ -484,8 +456,7 @@ void HttpFrontEnd::Impl::stop() {
     stopping_ = true;
     for (grpc::ClientContext* context : calls_) context->TryCancel();
   }
-  if (server_ != nullptr) server_->stop();
-  if (listen_thread_.joinable()) listen_thread_.join();
+  if (listener_ != nullptr) listener_->stop();
 }
 
 bool HttpFrontEnd::Impl::authorized(const httplib::Request& req, httplib::Response& res,
@@ -557,7 +528,7 @@ void HttpFrontEnd::Impl::handle_sessions(const httplib::Request& req, httplib::R
   if (!authorized(req, res, &authorization)) return;
   v1::ListSessionsResponse response;
   const grpc::Status status = list_sessions(authorization, &response);
-  if (!status.ok()) return send_error(res, to_absl(status));
+  if (!status.ok()) return send_error(res, from_grpc_status(status));
   res.set_content(sessions_json(response), kJson);
 }
 
@@ -570,7 +541,7 @@ void HttpFrontEnd::Impl::handle_delete_session(const httplib::Request& req, http
   request.set_session_id(req.matches[1].str());
   v1::DeleteSessionResponse response;
   const grpc::Status status = stub_->DeleteSession(&context, request, &response);
-  if (!status.ok()) return send_error(res, to_absl(status));
+  if (!status.ok()) return send_error(res, from_grpc_status(status));
   res.set_content(deleted_session_json(request.session_id(), response), kJson);
 }
 
@@ -578,7 +549,7 @@ absl::StatusOr<bool> HttpFrontEnd::Impl::session_exists(const std::string& sessi
                                                         const std::string& authorization) {
   v1::ListSessionsResponse response;
   const grpc::Status status = list_sessions(authorization, &response);
-  if (!status.ok()) return to_absl(status);
+  if (!status.ok()) return from_grpc_status(status);
   for (const v1::SessionInfo& info : response.sessions()) {
     if (info.session_id() == session_id) return true;
   }

@@ -1,9 +1,5 @@
 // baton-edge: the edge agent. This file only parses flags and hands the
 // configuration to the agent.
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +20,7 @@
 #include "common/rpc/api_keys.h"
 #include "common/util/metrics.h"
 #include "common/util/metrics_http.h"
+#include "common/util/shutdown.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
@@ -299,11 +296,7 @@ int run_edge_agent(const EdgeConfig& config) {
   EdgeMetrics metrics(registry);
   options->metrics = &metrics;
   // Block the signals in every thread; the main thread takes them with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  block_shutdown_signals();
 
   EdgeService service(*options);
   EdgeServerOptions server_options;
@@ -316,10 +309,15 @@ int run_edge_agent(const EdgeConfig& config) {
     std::fprintf(stderr, "baton-edge: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  std::unique_ptr<HttpFrontEnd> http;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  // What runs stops, last started first, on a failed start and after the drain.
+  ShutdownStack listeners;
+  int64_t server_grace_ms = 0;  // running calls get 5 s once the agent has drained
+  listeners.push([&] { (*server)->Shutdown(server_grace_ms); });
 
   // --http: the OpenAI-compatible API, relaying to this agent's own gRPC
   // service over its loopback relay port (one code path, two front ends).
-  std::unique_ptr<HttpFrontEnd> http;
   if (!config.http_address.empty()) {
     HttpFrontEndOptions http_options;
     http_options.listen = config.http_address;
@@ -335,13 +333,12 @@ int run_edge_agent(const EdgeConfig& config) {
     absl::StatusOr<std::unique_ptr<HttpFrontEnd>> started = HttpFrontEnd::Start(http_options);
     if (!started.ok()) {
       std::fprintf(stderr, "baton-edge: --http: %s\n", std::string(started.status().message()).c_str());
-      (*server)->Shutdown();
       return 1;
     }
     http = std::move(*started);
+    listeners.push([&] { http->Stop(); });
   }
   // --metrics: Prometheus on its own address; each scrape reads Health first.
-  std::unique_ptr<MetricsHttpServer> metrics_server;
   if (!config.metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
         MetricsHttpServer::Start(config.metrics_address, registry, [&service, &metrics] {
@@ -351,11 +348,10 @@ int run_edge_agent(const EdgeConfig& config) {
         });
     if (!started.ok()) {
       std::fprintf(stderr, "baton-edge: --metrics: %s\n", std::string(started.status().message()).c_str());
-      if (http) http->Stop();
-      (*server)->Shutdown();
       return 1;
     }
     metrics_server = std::move(*started);
+    listeners.push([&] { metrics_server->Stop(); });
   }
   auto host_of = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
   std::fprintf(stderr, "baton-edge: listening on %s:%d (%s, %s)\n", host_of(config.listen_address).c_str(),
@@ -370,16 +366,16 @@ int run_edge_agent(const EdgeConfig& config) {
     if (!loaded.ok()) {
       std::fprintf(stderr, "baton-edge: %s\n", std::string(loaded.message()).c_str());
       load_failed = true;
-      kill(getpid(), SIGTERM);  // wakes the sigwait below
+      request_shutdown();  // wakes the wait below
     }
   });
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  if (!load_failed) std::fprintf(stderr, "baton-edge: signal %d: draining\n", signal_number);
-  service.Drain();
-  if (metrics_server) metrics_server->Stop();
-  if (http) http->Stop();
-  (*server)->Shutdown(/*grace_ms=*/5000);
+  server_grace_ms = 5000;
+  serve_until_signal(
+      [&](int signal_number) {
+        if (!load_failed) std::fprintf(stderr, "baton-edge: signal %d: draining\n", signal_number);
+        service.Drain();
+      },
+      listeners);
   loader.join();
   server->reset();
   return load_failed ? 1 : 0;

@@ -30,6 +30,7 @@
 #include "common/kv/kv_stream_writer.h"
 #include "common/kv/prefix_digest.h"
 #include "common/kv/quantized_kv_cache.h"
+#include "common/util/atomic_file.h"
 #include "common/util/check.h"
 #include "edge_decode/session_store.h"
 #include "common/util/errno_status.h"
@@ -48,103 +49,13 @@ constexpr int kSessionZstdLevel = 1;
 // Largest SessionFileHeader accepted (a million tokens take ~5 MiB).
 constexpr uint32_t kMaxSessionHeaderBytes = 64u << 20;
 
-std::string parent_dir(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 void put_le64(uint64_t value, char out[8]) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
 }
 
-// "<target>.tmp.<pid>.<n>": the name AtomicFile writes under before its rename.
-constexpr std::string_view kTempInfix = ".tmp.";
-
 bool is_decimal(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
-
-// A file written under a temp name in the target's directory and renamed onto
-// it by commit() after an fsync; destroyed without commit() it is removed, so
-// the target is either the old file or the complete new one.
-class AtomicFile {
- public:
-  static absl::StatusOr<std::unique_ptr<AtomicFile>> create(const std::string& path) {
-    static std::atomic<uint64_t> counter{0};
-    const std::string temp_path =
-        absl::StrFormat("%s%s%d.%u", path, std::string(kTempInfix), static_cast<int>(getpid()), counter++);
-    const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return errno_status(errno, "creating " + temp_path);
-    std::unique_ptr<AtomicFile> file(new AtomicFile(path, temp_path, fd));
-    if (::fchmod(fd, 0600) != 0) return errno_status(errno, "chmod 0600 " + temp_path);  // whatever the umask
-    return file;
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_path_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  // Buffered; errors are sticky.
-  absl::Status write(std::string_view bytes) {
-    if (!error_.ok()) return error_;
-    buffer_.append(bytes);
-    if (buffer_.size() >= kFlushBytes) return flush();
-    return absl::OkStatus();
-  }
-  absl::Status commit() {
-    BATON_RETURN_IF_ERROR(flush());
-    if (::fsync(fd_) != 0) return error_ = errno_status(errno, "fsync " + temp_path_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return error_ = errno_status(errno, "closing " + temp_path_);
-    if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-      return error_ = errno_status(errno, "renaming " + temp_path_ + " to " + path_);
-    }
-    committed_ = true;
-    // Makes the rename durable; on failure the complete file is in place anyway.
-    const int dir_fd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-    return absl::OkStatus();
-  }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  static constexpr size_t kFlushBytes = size_t{1} << 20;
-
-  AtomicFile(std::string path, std::string temp_path, int fd)
-      : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
-
-  absl::Status flush() {
-    if (!error_.ok()) return error_;
-    const char* p = buffer_.data();
-    size_t left = buffer_.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd_, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return error_ = errno_status(errno, "writing " + temp_path_);
-      p += n;
-      left -= static_cast<size_t>(n);
-      bytes_ += static_cast<uint64_t>(n);
-    }
-    buffer_.clear();
-    return absl::OkStatus();
-  }
-
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
-  std::string buffer_;
-  uint64_t bytes_ = 0;
-  bool committed_ = false;
-  absl::Status error_;
-};
 
 // Errors of the file's KV section become DATA_LOSS: its model was checked in
 // the header, so anything else wrong in it is damage (I/O and limits keep
@@ -294,7 +205,7 @@ absl::StatusOr<KvSegment> read_session_kv(pbio::ZeroCopyInputStream* input, KvSt
 }  // namespace
 
 bool is_session_temp_file_name(std::string_view name) {
-  const std::string infix = std::string(kSessionFileSuffix) + std::string(kTempInfix);
+  const std::string infix = std::string(kSessionFileSuffix) + std::string(kAtomicFileTempInfix);
   const size_t at = name.rfind(infix);
   if (at == std::string_view::npos || at == 0) return false;
   const std::string_view pid_and_counter = name.substr(at + infix.size());  // "<pid>.<n>"

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gguf/gguf_file.h"
+#include "common/util/atomic_file.h"
 #include "common/util/check.h"
 
 namespace baton {
@@ -189,49 +190,27 @@ absl::StatusOr<std::vector<uint8_t>> GgufWriter::write_to_bytes() const {
 
 absl::Status GgufWriter::write(const std::string& path) const {
   BATON_ASSIGN_OR_RETURN(const Layout layout, plan());
-  const std::string tmp_path = path + ".tmp";
-  std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create '", tmp_path, "': ", std::strerror(errno)));
-  }
-  // Writes `n` bytes or fails naming the file.
-  auto put = [&](const void* p, uint64_t n) -> absl::Status {
-    if (n > 0 && std::fwrite(p, 1, n, f) != n) {
-      return absl::InternalError(absl::StrCat("cannot write ", n, " bytes to '", tmp_path, "': ", std::strerror(errno)));
-    }
-    return absl::OkStatus();
+  // A model file is not a secret: the mode any new file gets.
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path, AtomicFileMode::kShared));
+  auto put = [&](const void* p, uint64_t n) {
+    return file->write(std::string_view(static_cast<const char*>(p), n));
   };
   const std::vector<uint8_t> zeros(alignment_, 0);  // padding source, bytes
   std::vector<uint8_t> buffer;                      // one tensor's bytes, reused
-  auto write_all = [&]() -> absl::Status {
-    BATON_RETURN_IF_ERROR(put(layout.header.data(), layout.header.size()));
-    BATON_RETURN_IF_ERROR(put(zeros.data(), layout.data_offset - layout.header.size()));
-    uint64_t pos = 0;  // bytes written into the data section
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      BATON_CHECK(pos == layout.tensor_offset[i]);
-      const uint64_t n_bytes = layout.tensor_bytes[i];
-      if (buffer.size() < n_bytes) buffer.resize(n_bytes);
-      BATON_RETURN_IF_ERROR(tensors_[i].fill(buffer.data(), n_bytes));
-      BATON_RETURN_IF_ERROR(put(buffer.data(), n_bytes));
-      const uint64_t padded = align_up(pos + n_bytes, alignment_);
-      BATON_RETURN_IF_ERROR(put(zeros.data(), padded - pos - n_bytes));
-      pos = padded;
-    }
-    if (std::fflush(f) != 0) {
-      return absl::InternalError(absl::StrCat("cannot flush '", tmp_path, "': ", std::strerror(errno)));
-    }
-    return absl::OkStatus();
-  };
-  absl::Status status = write_all();
-  if (std::fclose(f) != 0 && status.ok()) {
-    status = absl::InternalError(absl::StrCat("cannot close '", tmp_path, "': ", std::strerror(errno)));
+  BATON_RETURN_IF_ERROR(put(layout.header.data(), layout.header.size()));
+  BATON_RETURN_IF_ERROR(put(zeros.data(), layout.data_offset - layout.header.size()));
+  uint64_t pos = 0;  // bytes written into the data section
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    BATON_CHECK(pos == layout.tensor_offset[i]);
+    const uint64_t n_bytes = layout.tensor_bytes[i];
+    if (buffer.size() < n_bytes) buffer.resize(n_bytes);
+    BATON_RETURN_IF_ERROR(tensors_[i].fill(buffer.data(), n_bytes));
+    BATON_RETURN_IF_ERROR(put(buffer.data(), n_bytes));
+    const uint64_t padded = align_up(pos + n_bytes, alignment_);
+    BATON_RETURN_IF_ERROR(put(zeros.data(), padded - pos - n_bytes));
+    pos = padded;
   }
-  if (status.ok() && std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    status = absl::InternalError(
-        absl::StrCat("cannot rename '", tmp_path, "' to '", path, "': ", std::strerror(errno)));
-  }
-  if (!status.ok()) std::remove(tmp_path.c_str());
-  return status;
+  return file->commit();  // flush, fsync, rename, fsync of the directory
 }
 
 }  // namespace baton

@@ -46,7 +46,8 @@ class GgufWriter {
   // Copies the tensor's bytes (size from type and dims) now.
   void add_tensor_copy(std::string name, GgmlType type, std::vector<int64_t> dims, const void* data);
 
-  // Writes path + ".tmp", then renames it to path.
+  // Writes through an AtomicFile (common/util/atomic_file.h): a temp file
+  // next to `path`, fsynced and renamed onto it, so `path` is never partial.
   absl::Status write(const std::string& path) const;
   absl::StatusOr<std::vector<uint8_t>> write_to_bytes() const;
 

@@ -14,6 +14,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "absl/strings/str_format.h"
+#include "common/util/atomic_file.h"
 #include "common/util/check.h"
 #include "common/util/errno_status.h"
 
@@ -41,54 +42,24 @@ bool at_end(pbio::ZeroCopyInputStream* input) {
   return true;
 }
 
-std::string parent_dir(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Writing
 
-KvPackFileWriter::KvPackFileWriter(std::string path, std::string temp_path, int fd)
-    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+KvPackFileWriter::KvPackFileWriter(std::string path, std::unique_ptr<AtomicFile> file)
+    : path_(std::move(path)), file_(std::move(file)) {}
 
 absl::StatusOr<std::unique_ptr<KvPackFileWriter>> KvPackFileWriter::create(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string temp_path = absl::StrFormat("%s.tmp.%d.%u", path, static_cast<int>(getpid()), counter++);
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_status(errno, "creating " + temp_path);
-  std::unique_ptr<KvPackFileWriter> writer(new KvPackFileWriter(path, temp_path, fd));
-  BATON_RETURN_IF_ERROR(writer->write_all(kKvPackMagic.data(), kKvPackMagic.size()));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::create(path));
+  std::unique_ptr<KvPackFileWriter> writer(new KvPackFileWriter(path, std::move(file)));
+  BATON_RETURN_IF_ERROR(writer->file_->write(kKvPackMagic));
   return writer;
 }
 
-KvPackFileWriter::~KvPackFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_path_.c_str());
-}
-
-absl::Status KvPackFileWriter::write_all(const void* data, size_t n_bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (n_bytes > 0) {
-    const ssize_t n = ::write(fd_, p, n_bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      error_ = errno_status(errno, "writing " + temp_path_);
-      return error_;
-    }
-    p += n;
-    n_bytes -= static_cast<size_t>(n);
-    bytes_written_ += static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
-}
+KvPackFileWriter::~KvPackFileWriter() = default;
 
 absl::Status KvPackFileWriter::append(const v1::KvStreamMessage& message) {
-  if (!error_.ok()) return error_;
   if (committed_) return absl::FailedPreconditionError("pack file " + path_ + " is already committed");
   const size_t size = message.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX)) {
@@ -104,26 +75,12 @@ absl::Status KvPackFileWriter::append(const v1::KvStreamMessage& message) {
       return absl::InternalError("serializing a KV stream message failed");
     }
   }
-  return write_all(record.data(), record.size());
+  return file_->write(record);
 }
 
 absl::Status KvPackFileWriter::commit() {
-  if (!error_.ok()) return error_;
-  if (committed_) return absl::OkStatus();
-  if (::fsync(fd_) != 0) return error_ = errno_status(errno, "fsync " + temp_path_);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) return error_ = errno_status(errno, "closing " + temp_path_);
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    return error_ = errno_status(errno, "renaming " + temp_path_ + " to " + path_);
-  }
+  BATON_RETURN_IF_ERROR(file_->commit());
   committed_ = true;
-  // Make the rename durable; a failure here leaves a complete file in place.
-  const int dir_fd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
   return absl::OkStatus();
 }
 

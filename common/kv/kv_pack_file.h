@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/kv/kv_stream.h"
 #include "common/kv/kv_stream_reader.h"
+#include "common/util/atomic_file.h"
 #include "proto/baton.pb.h"
 
 namespace google::protobuf::io {
@@ -25,8 +26,9 @@ namespace baton {
 
 inline constexpr std::string_view kKvPackMagic = "BATONKV1";
 
-// Writes one pack file. Messages go to "<path>.tmp.<pid>.<n>" (mode 0600);
-// commit() flushes, fsyncs and renames it onto `path`. Destroying the writer
+// Writes one pack file through an AtomicFile: messages go to
+// "<path>.tmp.<pid>.<n>" (mode 0600); commit() flushes, fsyncs and renames it
+// onto `path`. Destroying the writer
 // without commit() removes the temp file, so `path` is either the old file or
 // the complete new one.
 class KvPackFileWriter {
@@ -44,15 +46,11 @@ class KvPackFileWriter {
   }
 
  private:
-  KvPackFileWriter(std::string path, std::string temp_path, int fd);
-  absl::Status write_all(const void* data, size_t n_bytes);
+  KvPackFileWriter(std::string path, std::unique_ptr<AtomicFile> file);
 
   std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
-  uint64_t bytes_written_ = 0;
+  std::unique_ptr<AtomicFile> file_;
   bool committed_ = false;
-  absl::Status error_;
 };
 
 // Reads the messages of a pack from `input` into `reader`: magic, then each

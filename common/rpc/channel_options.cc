@@ -1,26 +1,26 @@
 #include "common/rpc/channel_options.h"
 
-#include <fstream>
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/util/read_file.h"
 
 namespace baton {
 namespace {
 
-absl::StatusOr<std::string> read_file(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// read_file, with the error these flags have always given: "FLAG: cannot read 'PATH'".
+absl::StatusOr<std::string> read_flag_file(const std::string& path, const std::string& flag) {
+  absl::StatusOr<std::string> text = read_file(path, flag);
+  if (absl::IsNotFound(text.status())) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  return text;
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> read_token_file(const std::string& path, const std::string& flag) {
-  absl::StatusOr<std::string> text = read_file(path, flag);
+  absl::StatusOr<std::string> text = read_flag_file(path, flag);
   if (!text.ok()) return text.status();
   std::istringstream lines(*text);
   std::string line;
@@ -51,13 +51,13 @@ absl::StatusOr<ChannelSecurity> make_channel_security(const ChannelSecurityOptio
     return security;
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> roots = read_file(o.ca_path, o.ca_flag);
+  absl::StatusOr<std::string> roots = read_flag_file(o.ca_path, o.ca_flag);
   if (!roots.ok()) return roots.status();
   ssl.pem_root_certs = *roots;
   if (!o.cert_path.empty()) {
-    absl::StatusOr<std::string> cert = read_file(o.cert_path, o.cert_flag);
+    absl::StatusOr<std::string> cert = read_flag_file(o.cert_path, o.cert_flag);
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = read_file(o.key_path, o.key_flag);
+    absl::StatusOr<std::string> key = read_flag_file(o.key_path, o.key_flag);
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
@@ -68,7 +68,40 @@ absl::StatusOr<ChannelSecurity> make_channel_security(const ChannelSecurityOptio
 }
 
 void add_bearer_token(const std::string& token, grpc::ClientContext& context) {
-  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  if (!token.empty()) add_authorization("Bearer " + token, context);
+}
+
+void add_authorization(const std::string& value, grpc::ClientContext& context) {
+  if (!value.empty()) context.AddMetadata("authorization", value);
+}
+
+std::shared_ptr<grpc::Channel> open_channel(const std::string& address,
+                                            std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                            const ChannelTuning& tuning) {
+  grpc::ChannelArguments arguments;
+  if (tuning.max_receive_bytes > 0) arguments.SetMaxReceiveMessageSize(tuning.max_receive_bytes);
+  if (tuning.max_send_bytes > 0) arguments.SetMaxSendMessageSize(tuning.max_send_bytes);
+  if (tuning.fast_reconnect) {
+    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 4000);
+  }
+  if (tuning.own_connection) arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(address, credentials, arguments);
+}
+
+void prepare_call(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline,
+                  const std::string& bearer_token) {
+  context.set_deadline(deadline);
+  add_bearer_token(bearer_token, context);
+}
+
+void prepare_call(grpc::ClientContext& context, std::chrono::steady_clock::time_point deadline,
+                  const std::string& bearer_token) {
+  const auto remaining = std::max(std::chrono::steady_clock::duration::zero(), deadline - std::chrono::steady_clock::now());
+  prepare_call(context,
+               std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(remaining),
+               bearer_token);
 }
 
 }  // namespace baton

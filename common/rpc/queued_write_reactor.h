@@ -29,18 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/tsan_annotations.h"
 #include "common/rpc/write_stall_watchdog.h"
 
 namespace baton {
-
-// Trailing metadata key of the retry hint on UNAVAILABLE / RESOURCE_EXHAUSTED.
-inline constexpr char kRetryAfterMetadataKey[] = "baton-retry-after-ms";
-
-inline grpc::Status to_grpc_status(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 template <typename Message>
 class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
@@ -63,7 +56,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   // handler before it returns the reactor. With retry_after_ms > 0 the retry
   // hint goes into trailing metadata.
   void refuse(const absl::Status& status, uint32_t retry_after_ms = 0) {
-    if (retry_after_ms > 0) context_->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(retry_after_ms));
+    if (retry_after_ms > 0) add_retry_after(*context_, retry_after_ms);
     done(status);
     // gRPC has not got the reactor yet (the handler returns it), so it is
     // alive here; Finish only stored the status in it, after done()'s release.

@@ -1,21 +1,17 @@
 #include "common/rpc/server_credentials.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/util/read_file.h"
 
 namespace baton {
 
 absl::StatusOr<std::string> read_pem_file(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN") == std::string::npos) {
+  absl::StatusOr<std::string> text = read_file(path, absl::StrCat("the ", what));
+  if (!text.ok()) return text.status();
+  if (text->find("-----BEGIN") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(path, " (", what, ") is not PEM"));
   }
-  return text.str();
+  return text;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> make_server_credentials(const ServerTlsOptions& tls) {

@@ -2,11 +2,10 @@
 
 #include <httplib.h>
 
-#include <chrono>
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/check.h"
+#include "common/util/http_listener.h"
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 
@@ -24,45 +23,25 @@ class MetricsHttpServer::Impl {
       return absl::InvalidArgumentError(absl::StrCat("metrics ", host_port.status().message()));
     }
     const auto& [host, port] = *host_port;
-    server_.new_task_queue = [] { return new httplib::ThreadPool(1); };
-    // httplib's default sets SO_REUSEPORT, which lets a second process bind
-    // the same port and silently take half the scrapes.
-    server_.set_socket_options([](socket_t sock) { set_exclusive_listener_options(sock); });
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    listener_.server().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       if (before_scrape_) before_scrape_();
       res.set_content(registry_.render(), MetricsRegistry::kContentType);
     });
-    if (port == 0) {
-      port_ = server_.bind_to_any_port(host);
-    } else if (server_.bind_to_port(host, port)) {
-      port_ = port;
-    }
-    if (port_ <= 0) return listen_error(listen_address_or_loopback(address));
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() only takes effect once the server runs.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!server_.is_running() && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!server_.is_running()) return absl::InternalError("the metrics listener did not start within 10 s");
+    BATON_RETURN_IF_ERROR(listener_.start(host, port, address, "the metrics listener"));
     // Debug only: the programs announce their listeners once all are bound.
-    BATON_DEBUG("metrics on http://%s:%d/metrics", host.c_str(), port_);
+    BATON_DEBUG("metrics on http://%s:%d/metrics", host.c_str(), listener_.port());
     return absl::OkStatus();
   }
 
-  void stop() {
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
+  void stop() { listener_.stop(); }
 
-  int port() const { return port_; }
+  int port() const { return listener_.port(); }
 
  private:
   MetricsRegistry& registry_;
   std::function<void()> before_scrape_;
-  httplib::Server server_;
-  std::thread thread_;
-  int port_ = 0;
+  // One worker: scrapes are rare and cheap.
+  HttpListener listener_{std::make_unique<httplib::Server>(), 1};
 };
 
 MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -1,0 +1,18 @@
+// Reading a whole small file (keys, certificates, token and config files)
+// into memory, with one error shape that names the file.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace baton {
+
+// The bytes of `path`. NOT_FOUND "cannot read WHAT PATH" when it cannot be
+// opened (`what` says which file it is: "the TLS key", "--prompt-file");
+// DATA_LOSS "reading WHAT PATH failed" when it opens but a read fails (a
+// directory, an I/O error).
+absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view what);
+
+}  // namespace baton
