@@ -21,7 +21,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "proto/baton.grpc.pb.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
