@@ -98,7 +98,7 @@ grpc::Status call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& req
 // own KV of tokens [0, first): F32 rows of [0, end).
 std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t first,
                                     const std::vector<v1::KvStreamMessage>& messages) {
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   Engine engine(*ref.model, EngineOptions{.n_threads = 1});
   auto cache = std::make_unique<F32KvCache>(ref.geometry, kMaxContext);
   if (first > 0) {
@@ -119,7 +119,7 @@ std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t
 // through write_kv_segment with `codec`.
 std::vector<v1::KvStreamMessage> one_shot_stream(const std::vector<int32_t>& tokens, uint32_t first,
                                                  const KvCodecConfig& codec) {
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   Engine engine(*ref.model, EngineOptions{.n_threads = 1});
   F32KvCache cache(ref.geometry, kMaxContext);
   EXPECT_TRUE(engine.prefill(tokens, cache, nullptr).ok());
@@ -303,7 +303,7 @@ TEST(PrefillCacheTest, SessionDeltaEqualsAFullPrefillOfTheHistory) {
 std::vector<v1::KvStreamMessage> make_pack(const std::vector<int32_t>& tokens, const std::string& pack_id) {
   std::vector<v1::KvStreamMessage> messages = one_shot_stream(tokens, 0, codec_named("int8-g16-z3"));
   // Re-make the header with the pack id (it is covered by the header only).
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   KvStreamHeaderInfo info;
   info.model = ref.fingerprint;
   info.codec = codec_named("int8-g16-z3");

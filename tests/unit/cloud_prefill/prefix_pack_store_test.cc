@@ -66,7 +66,7 @@ TEST(PrefixPackStoreTest, TheStoresCapRefusesWithTheNumbersAndStoresNothing) {
 }
 
 TEST(PrefixPackStoreTest, AHugeRequestIsRefusedWithoutWrappingAround) {
-  PrefixPackStore store(1000, 500);
+  PrefixPackStore store(1000, 0);  // no quota: the store's own check must hold
   ASSERT_TRUE(store.put("alice", pack_of("a", 100, 1)).ok());
   const uint64_t huge = std::numeric_limits<uint64_t>::max() - 50;
   EXPECT_EQ(store.reserve("alice", huge).status().code(), absl::StatusCode::kResourceExhausted);
