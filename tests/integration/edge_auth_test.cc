@@ -28,8 +28,8 @@
 
 #include "common/rpc/api_keys.h"
 #include "edge_decode/http_front_end.h"
-#include "tests/integration/edge_test_env.h"
-#include "tests/integration/test_certs.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_certs.h"
 
 namespace baton::edge_test {
 namespace {
@@ -208,24 +208,9 @@ TEST(EdgeAuthTest, WithoutKeysEveryCallIsOpenAndIdsAreKeptAsGiven) {
 // TLS and HTTP
 // ---------------------------------------------------------------------------
 
-struct Certs {
-  std::string cert, key;
-};
+const testing::TestCertificate& certs() { return testing::test_pki().server; }
 
-const Certs& certs() {
-  static const Certs made = [] {
-    const std::string dir = testing::make_temp_dir("edge-auth-certs");
-    Certs c{dir + "/cert.pem", dir + "/key.pem"};
-    EXPECT_TRUE(testing::make_test_certificate(c.cert, c.key, "/CN=localhost"));
-    return c;
-  }();
-  return made;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+std::string read_text(const std::string& path) { return testing::read_text_file(path); }
 
 // A keyed agent whose gRPC listener speaks TLS, with the HTTP API (HTTPS when
 // `https`) relaying over the loopback relay port.

@@ -28,7 +28,7 @@
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
 #include "edge_decode/cloud_session_key.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/kv/prefix_digest.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {
 namespace {

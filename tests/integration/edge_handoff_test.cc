@@ -26,8 +26,8 @@
 
 #include "cloud_prefill/tenant_auth.h"
 #include "common/kv/kv_stream.h"
-#include "tests/integration/edge_test_env.h"
-#include "tests/integration/test_certs.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_certs.h"
 #include "tests/integration/zstd_bomb.h"
 
 namespace baton::edge_test {
@@ -487,17 +487,16 @@ TEST(EdgeHandoffTest, BearerTokenFromTheTokenFileReachesTheCloud) {
 
 TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
   if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
-  const std::string dir = testing::make_temp_dir("edge-tls");
-  ASSERT_TRUE(testing::make_test_certificate(dir + "/cert.pem", dir + "/key.pem"));
+  const testing::TestCertificate& server = testing::test_pki().server;
   const std::string& model_path = edge_model_path("tiny");
   PrefillServerOptions server_options;
-  server_options.tls.cert_path = dir + "/cert.pem";
-  server_options.tls.key_path = dir + "/key.pem";
+  server_options.tls.cert_path = server.cert;
+  server_options.tls.key_path = server.key;
   std::unique_ptr<Cloud> cloud = start_cloud(model_path, {}, server_options);
   ASSERT_NE(cloud->server, nullptr);
 
   EdgeServiceOptions tls = edge_options(cloud->address());
-  tls.cloud->ca_path = dir + "/cert.pem";
+  tls.cloud->ca_path = server.cert;
   std::unique_ptr<Edge> edge = start_edge(model_path, tls);
   GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
@@ -509,7 +508,6 @@ TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
   GenerateResult refused = generate(*plain->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
   plain->stop();
-  std::filesystem::remove_all(dir);
 }
 
 // Mutual TLS between edge and cloud: the cloud requires client
@@ -518,24 +516,19 @@ TEST(EdgeHandoffTest, TlsCloudWithTheCaRootsFromCloudCa) {
 // refused (UNAVAILABLE under policy cloud) and its session is unchanged.
 TEST(EdgeHandoffTest, MutualTlsAdmitsOnlyAnAgentWithATrustedCertificate) {
   if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
-  const std::string dir = testing::make_temp_dir("edge-mtls");
-  for (const auto& [name, subject] : {std::pair<std::string, std::string>{"server", "/CN=localhost"},
-                                      {"edge", "/CN=edge-1"},
-                                      {"stranger", "/CN=stranger"}}) {
-    ASSERT_TRUE(testing::make_test_certificate(dir + "/" + name + ".pem", dir + "/" + name + ".key", subject));
-  }
+  const testing::TestPki& pki = testing::test_pki();
   const std::string& model_path = edge_model_path("tiny");
   PrefillServerOptions server_options;
-  server_options.tls.cert_path = dir + "/server.pem";
-  server_options.tls.key_path = dir + "/server.key";
-  server_options.tls.client_ca_path = dir + "/edge.pem";  // self-signed: its own CA
+  server_options.tls.cert_path = pki.server.cert;
+  server_options.tls.key_path = pki.server.key;
+  server_options.tls.client_ca_path = pki.client.cert;  // self-signed: its own CA
   std::unique_ptr<Cloud> cloud = start_cloud(model_path, {}, server_options);
   ASSERT_NE(cloud->server, nullptr);
 
   EdgeServiceOptions trusted = edge_options(cloud->address());
-  trusted.cloud->ca_path = dir + "/server.pem";
-  trusted.cloud->cert_path = dir + "/edge.pem";
-  trusted.cloud->key_path = dir + "/edge.key";
+  trusted.cloud->ca_path = pki.server.cert;
+  trusted.cloud->cert_path = pki.client.cert;
+  trusted.cloud->key_path = pki.client.key;
   std::unique_ptr<Edge> edge = start_edge(model_path, trusted);
   GenerateResult served = generate(*edge->stub, greedy_request(prompt(20, 1), "", v1::SPLIT_POLICY_CLOUD));
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
@@ -545,10 +538,10 @@ TEST(EdgeHandoffTest, MutualTlsAdmitsOnlyAnAgentWithATrustedCertificate) {
   for (const char* who : {"", "stranger"}) {
     SCOPED_TRACE(*who ? who : "no certificate");
     EdgeServiceOptions options = edge_options(cloud->address());
-    options.cloud->ca_path = dir + "/server.pem";
+    options.cloud->ca_path = pki.server.cert;
     if (*who) {
-      options.cloud->cert_path = dir + "/" + who + ".pem";
-      options.cloud->key_path = dir + "/" + who + ".key";
+      options.cloud->cert_path = pki.stranger.cert;
+      options.cloud->key_path = pki.stranger.key;
     }
     std::unique_ptr<Edge> other = start_edge(model_path, options);
     ASSERT_TRUE(generate(*other->stub, greedy_request(prompt(10, 2), "s", v1::SPLIT_POLICY_LOCAL)).status.ok());
@@ -558,7 +551,6 @@ TEST(EdgeHandoffTest, MutualTlsAdmitsOnlyAnAgentWithATrustedCertificate) {
     EXPECT_EQ(session_tokens(*other->stub, "s"), before);
     other->stop();
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

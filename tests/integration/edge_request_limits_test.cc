@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "edge_decode/stop_matcher.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton {
 namespace {

@@ -20,7 +20,7 @@
 #include "common/kv/quantized_kv_cache.h"
 #include "common/model/model.h"
 #include "edge_decode/memory_plan.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {
 namespace {

@@ -47,7 +47,8 @@
 #include "edge_decode/edge_service.h"
 #include "edge_decode/http_front_end.h"
 #include "proto/baton.grpc.pb.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
@@ -583,63 +584,18 @@ TEST(HttpApiFakeEdgeTest, StartValidatesOptionsAndAPortAloneIsLoopback) {
 // Against the real EdgeService
 // ---------------------------------------------------------------------------
 
-// The edge's Q4_0 file of the synthetic tiny model, quantized once per run.
-const std::string& edge_model_path() {
-  static const std::string path = [] {
-    const std::string out = testing::make_temp_dir("http-edge-model") + "/tiny-q4_0.gguf";
-    QuantizeOptions options;
-    options.type = GgmlType::kQ4_0;
-    options.n_threads = 1;
-    absl::Status status = quantize_model(testing::synth_model_path("tiny", GgmlType::kF16), out, options);
-    if (!status.ok()) {
-      ADD_FAILURE() << status;
-      std::abort();
-    }
-    return out;
-  }();
-  return path;
-}
-
-struct RealAgent {
-  std::unique_ptr<EdgeService> service;
-  std::unique_ptr<EdgeServer> server;
-  std::unique_ptr<v1::Edge::Stub> stub;
+// The real agent (tests/support) with the HTTP front end and a metrics registry.
+struct RealAgent : edge_test::Edge {
   MetricsRegistry registry;
-  std::unique_ptr<HttpFrontEnd> http;
   int port() const { return http->port(); }
-  ~RealAgent() {
-    if (http) http->Stop();
-    if (server) server->Shutdown();
-    server.reset();
-    service.reset();
-  }
+  ~RealAgent() { stop(); }  // before `registry` goes
 };
 
 std::unique_ptr<RealAgent> start_real(bool load = true) {
   auto agent = std::make_unique<RealAgent>();
-  EdgeServiceOptions options;
-  options.threads = 1;
-  options.memory_budget_bytes = uint64_t{1} << 30;
-  options.codec = "f16";
-  options.max_tokens = 12;
-  agent->service = std::make_unique<EdgeService>(options);
-  auto server = EdgeServer::Start("127.0.0.1:0", *agent->service);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return agent;
-  agent->server = std::move(*server);
-  const std::string target = "127.0.0.1:" + std::to_string(agent->server->port());
-  agent->stub = v1::Edge::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   HttpFrontEndOptions http;
-  http.grpc_target = target;
-  http.model_path = edge_model_path();
   http.metrics = &agent->registry;
-  auto front = HttpFrontEnd::Start(http);
-  EXPECT_TRUE(front.ok()) << front.status();
-  if (front.ok()) agent->http = std::move(*front);
-  if (load) {
-    absl::Status loaded = agent->service->Load(edge_model_path());
-    EXPECT_TRUE(loaded.ok()) << loaded;
-  }
+  edge_test::start_edge_in(*agent, edge_test::edge_model_path("tiny"), edge_test::edge_options(""), http, load);
   return agent;
 }
 

@@ -39,7 +39,7 @@
 #include "common/util/fp16.h"
 #include "edge_decode/chat_template.h"
 #include "edge_decode/session_file.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 #include "tests/unit/tokenizer_test_util.h"
 
 namespace baton {

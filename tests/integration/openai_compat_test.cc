@@ -28,46 +28,19 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/api_keys.h"
 #include "edge_decode/http_front_end.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton {
 namespace {
 
 using Json = nlohmann::json;
 
-struct Agent {
-  std::unique_ptr<EdgeService> service;
-  std::unique_ptr<EdgeServer> server;
-  std::unique_ptr<HttpFrontEnd> http;
-  ~Agent() {
-    if (http) http->Stop();
-    if (server) server->Shutdown();
-    server.reset();
-    service.reset();
-  }
-};
+using Agent = edge_test::Edge;
 
 // A loaded agent with the HTTP front end; `options` adds aliases, CORS, keys.
 std::unique_ptr<Agent> start_agent(HttpFrontEndOptions options = {}) {
   auto agent = std::make_unique<Agent>();
-  EdgeServiceOptions service_options;
-  service_options.threads = 1;
-  service_options.memory_budget_bytes = uint64_t{1} << 30;
-  service_options.codec = "f16";
-  service_options.max_tokens = 12;
-  agent->service = std::make_unique<EdgeService>(service_options);
-  auto server = EdgeServer::Start("127.0.0.1:0", *agent->service);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return agent;
-  agent->server = std::move(*server);
-  const std::string& model = edge_test::edge_model_path("tiny");
-  options.grpc_target = "127.0.0.1:" + std::to_string(agent->server->port());
-  options.model_path = model;
-  auto front = HttpFrontEnd::Start(options);
-  EXPECT_TRUE(front.ok()) << front.status();
-  if (front.ok()) agent->http = std::move(*front);
-  absl::Status loaded = agent->service->Load(model);
-  EXPECT_TRUE(loaded.ok()) << loaded;
+  edge_test::start_edge_in(*agent, edge_test::edge_model_path("tiny"), edge_test::edge_options(""), options);
   return agent;
 }
 

@@ -35,8 +35,10 @@
 #include "common/model/model_fingerprint.h"
 #include "proto/baton.grpc.pb.h"
 #include "common/util/check.h"
-#include "tests/unit/test_models.h"
-#include "tests/integration/test_certs.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
+#include "tests/support/test_certs.h"
 #include "tests/integration/zstd_bomb.h"
 #include "common/kv/kv_stream.h"
 
@@ -47,30 +49,8 @@ constexpr int64_t kMaxContext = 512;
 constexpr char kTokenA[] = "tenant-a-token-0123456789";
 constexpr char kTokenB[] = "tenant-b-token-0123456789";
 
-// The tiny model, loaded once, and an engine for reference KV.
-struct Reference {
-  std::string path;
-  std::unique_ptr<Model> model;
-  ModelFingerprint fingerprint;
-  KvGeometry geometry;
-};
-
-const Reference& reference() {
-  static Reference* ref = [] {
-    auto* r = new Reference;
-    r->path = testing::synth_model_path("tiny", GgmlType::kF32);
-    auto model = Model::Load(r->path);
-    BATON_CHECK(model.ok());
-    r->model = std::move(*model);
-    auto fingerprint = model_fingerprint(*r->model);
-    BATON_CHECK(fingerprint.ok());
-    r->fingerprint = *fingerprint;
-    const ModelSpec& s = r->model->spec();
-    r->geometry = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim, {}};
-    return r;
-  }();
-  return *ref;
-}
+// The tiny model (F32), loaded once: the service's model and the source of reference KV.
+const testing::TinyModel& reference() { return testing::shared_tiny_model(GgmlType::kF32); }
 
 std::vector<int32_t> prompt(int n, int seed) {
   std::vector<int32_t> tokens;
@@ -86,35 +66,16 @@ v1::PrefillRequest request_for(const std::vector<int32_t>& tokens, v1::KvCodec c
   return request;
 }
 
-// A running service + server + stub.
+// A running service + server + stub (tests/support) serving the tiny model,
+// with this file's defaults; null when the server did not start.
 struct Cloud {
-  std::unique_ptr<PrefillService> service;
-  std::unique_ptr<PrefillServer> server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Prefill::Stub> stub;
-
-  static std::unique_ptr<Cloud> Start(PrefillServiceOptions options, const PrefillServerOptions& server_options = {}) {
-    auto cloud = std::make_unique<Cloud>();
+  static std::unique_ptr<edge_test::Cloud> Start(PrefillServiceOptions options,
+                                                 const PrefillServerOptions& server_options = {}) {
     if (options.max_context_tokens == 0) options.max_context_tokens = kMaxContext;
     if (options.threads == 0) options.threads = 1;
-    cloud->service = std::make_unique<PrefillService>(std::move(options));
-    absl::Status loaded = cloud->service->Load(reference().path);
-    EXPECT_TRUE(loaded.ok()) << loaded;
-    auto server = PrefillServer::Start("127.0.0.1:0", *cloud->service, server_options);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (!server.ok()) return nullptr;
-    cloud->server = std::move(*server);
-    if (server_options.tls.cert_path.empty()) {
-      cloud->channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(cloud->server->port()),
-                                           grpc::InsecureChannelCredentials());
-      cloud->stub = v1::Prefill::NewStub(cloud->channel);
-    }
+    auto cloud = edge_test::start_cloud_with(reference().path, std::move(options), server_options);
+    if (cloud->server == nullptr) return nullptr;
     return cloud;
-  }
-  ~Cloud() {
-    if (server) server->Shutdown();
-    server.reset();
-    service.reset();
   }
 };
 
@@ -137,7 +98,7 @@ grpc::Status call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& req
 // own KV of tokens [0, first): F32 rows of [0, end).
 std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t first,
                                     const std::vector<v1::KvStreamMessage>& messages) {
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   Engine engine(*ref.model, EngineOptions{.n_threads = 1});
   auto cache = std::make_unique<F32KvCache>(ref.geometry, kMaxContext);
   if (first > 0) {
@@ -158,7 +119,7 @@ std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t
 // through write_kv_segment with `codec`.
 std::vector<v1::KvStreamMessage> one_shot_stream(const std::vector<int32_t>& tokens, uint32_t first,
                                                  const KvCodecConfig& codec) {
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   Engine engine(*ref.model, EngineOptions{.n_threads = 1});
   F32KvCache cache(ref.geometry, kMaxContext);
   EXPECT_TRUE(engine.prefill(tokens, cache, nullptr).ok());
@@ -342,7 +303,7 @@ TEST(PrefillCacheTest, SessionDeltaEqualsAFullPrefillOfTheHistory) {
 std::vector<v1::KvStreamMessage> make_pack(const std::vector<int32_t>& tokens, const std::string& pack_id) {
   std::vector<v1::KvStreamMessage> messages = one_shot_stream(tokens, 0, codec_named("int8-g16-z3"));
   // Re-make the header with the pack id (it is covered by the header only).
-  const Reference& ref = reference();
+  const testing::TinyModel& ref = reference();
   KvStreamHeaderInfo info;
   info.model = ref.fingerprint;
   info.codec = codec_named("int8-g16-z3");
@@ -678,24 +639,18 @@ TEST(PrefillLoadTest, DrainingRefusesNewCallsAndFinishesRunningOnes) {
 
 // --- TLS --------------------------------------------------------------------------
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 TEST(PrefillTlsTest, TlsServerAnswersTlsClientsAndRefusesPlaintext) {
   if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
-  const std::string dir = testing::make_temp_dir("prefill-tls");
-  ASSERT_TRUE(testing::make_test_certificate(dir + "/cert.pem", dir + "/key.pem"));
+  const testing::TestCertificate& server = testing::test_pki().server;
   PrefillServerOptions server_options;
-  server_options.tls.cert_path = dir + "/cert.pem";
-  server_options.tls.key_path = dir + "/key.pem";
+  server_options.tls.cert_path = server.cert;
+  server_options.tls.key_path = server.key;
   auto cloud = Cloud::Start(PrefillServiceOptions{}, server_options);
   ASSERT_NE(cloud, nullptr);
   const std::string address = "127.0.0.1:" + std::to_string(cloud->server->port());
 
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = read_file(dir + "/cert.pem");
+  ssl.pem_root_certs = testing::read_text_file(server.cert);
   auto tls_stub = v1::Prefill::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(ssl)));
   std::vector<v1::KvStreamMessage> messages;
   grpc::Status status = call_prefill(*tls_stub, request_for(prompt(20, 50)), &messages);
@@ -717,25 +672,21 @@ namespace {
 
 TEST(PrefillTlsTest, MutualTlsAdmitsOnlyClientsWithACertificateTheServerTrusts) {
   if (!testing::have_openssl()) GTEST_SKIP() << "openssl is not installed";
-  const std::string dir = testing::make_temp_dir("prefill-mtls");
-  for (const auto& [name, subject] : {std::pair<std::string, std::string>{"server", "/CN=localhost"},
-                                      {"client", "/CN=edge-1"},
-                                      {"stranger", "/CN=stranger"}}) {
-    ASSERT_TRUE(testing::make_test_certificate(dir + "/" + name + "-cert.pem", dir + "/" + name + "-key.pem", subject));
-  }
+  const testing::TestPki& pki = testing::test_pki();
   PrefillServerOptions server_options;
-  server_options.tls.cert_path = dir + "/server-cert.pem";
-  server_options.tls.key_path = dir + "/server-key.pem";
-  server_options.tls.client_ca_path = dir + "/client-cert.pem";  // self-signed: its own CA
+  server_options.tls.cert_path = pki.server.cert;
+  server_options.tls.key_path = pki.server.key;
+  server_options.tls.client_ca_path = pki.client.cert;  // self-signed: its own CA
   auto cloud = Cloud::Start(PrefillServiceOptions{}, server_options);
   ASSERT_NE(cloud, nullptr);
   const std::string address = "127.0.0.1:" + std::to_string(cloud->server->port());
   auto stub_with = [&](const std::string& client) {
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = read_file(dir + "/server-cert.pem");
+    ssl.pem_root_certs = testing::read_text_file(pki.server.cert);
     if (!client.empty()) {
-      ssl.pem_private_key = read_file(dir + "/" + client + "-key.pem");
-      ssl.pem_cert_chain = read_file(dir + "/" + client + "-cert.pem");
+      const testing::TestCertificate& mine = client == "client" ? pki.client : pki.stranger;
+      ssl.pem_private_key = testing::read_text_file(mine.key);
+      ssl.pem_cert_chain = testing::read_text_file(mine.cert);
     }
     return v1::Prefill::NewStub(grpc::CreateChannel(address, grpc::SslCredentials(ssl)));
   };

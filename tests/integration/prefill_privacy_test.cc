@@ -15,7 +15,8 @@
 #include "cloud_prefill/prefill_service.h"
 #include "common/kv/prefix_digest.h"
 #include "proto/baton.grpc.pb.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
@@ -23,32 +24,12 @@ namespace {
 // A secret-looking id of 64 hex characters (what baton-edge sends).
 constexpr char kVictimSession[] = "5f1c0a9e3b7d4c2a8e6f0b1d3c5a7e9f5f1c0a9e3b7d4c2a8e6f0b1d3c5a7e9f";
 
-struct PrivacyCloud {
-  std::unique_ptr<PrefillService> service;
-  std::unique_ptr<PrefillServer> server;
-  std::unique_ptr<v1::Prefill::Stub> stub;
-  ~PrivacyCloud() {
-    if (server) server->Shutdown();
-  }
-};
-
-std::unique_ptr<PrivacyCloud> start(uint64_t prefix_cache_bytes) {
-  auto cloud = std::make_unique<PrivacyCloud>();
+std::unique_ptr<edge_test::Cloud> start(uint64_t prefix_cache_bytes) {
   PrefillServiceOptions options;
   options.threads = 1;
   options.max_context_tokens = 512;
   options.prefix_cache_bytes = prefix_cache_bytes;
-  cloud->service = std::make_unique<PrefillService>(options);
-  const std::string path = testing::synth_model_path("tiny", GgmlType::kF32);
-  absl::Status loaded = cloud->service->Load(path);
-  EXPECT_TRUE(loaded.ok()) << loaded;
-  auto server = PrefillServer::Start("127.0.0.1:0", *cloud->service);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return cloud;
-  cloud->server = std::move(*server);
-  cloud->stub = v1::Prefill::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(cloud->server->port()),
-                                                         grpc::InsecureChannelCredentials()));
-  return cloud;
+  return edge_test::start_cloud_with(testing::synth_model_path("tiny", GgmlType::kF32), options);
 }
 
 // Token ids below 250 (inside the tiny model's vocabulary).

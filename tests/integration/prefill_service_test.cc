@@ -21,7 +21,9 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "proto/baton.grpc.pb.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/edge_test_env.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
 
 namespace baton {
 namespace {
@@ -31,34 +33,25 @@ constexpr int64_t kMaxContextTokens = 64;
 class PrefillServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_path_ = new std::string(testing::synth_model_path("tiny", GgmlType::kF32));
+    const testing::TinyModel& tiny = testing::shared_tiny_model(GgmlType::kF32);
+    model_ = tiny.model.get();
     PrefillServiceOptions options;
     options.threads = 1;
     options.max_running = 2;
     options.max_queued = 4;
     options.max_context_tokens = kMaxContextTokens;
     options.chunk_tokens = 7;  // several chunks per prompt
-    service_ = new PrefillService(options);
-    ASSERT_TRUE(service_->Load(*model_path_).ok());
-    auto server = PrefillServer::Start("127.0.0.1:0", *service_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    auto model = Model::Load(*model_path_);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = model->release();
+    cloud_ = edge_test::start_cloud_with(tiny.path, options).release();
   }
 
   static void TearDownTestSuite() {
-    delete server_;  // shuts the server down before the service goes
-    delete service_;
-    delete model_;
-    delete model_path_;
+    delete cloud_;  // shuts the server down before the service goes
+    cloud_ = nullptr;
   }
 
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
+    ASSERT_NE(cloud_->server, nullptr);
+    channel_ = grpc::CreateChannel(cloud_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::Prefill::NewStub(channel_);
   }
 
@@ -94,18 +87,14 @@ class PrefillServiceTest : public ::testing::Test {
     return *fingerprint;
   }
 
-  static std::string* model_path_;
-  static PrefillService* service_;
-  static PrefillServer* server_;
-  static Model* model_;
+  static edge_test::Cloud* cloud_;
+  static const Model* model_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Prefill::Stub> stub_;
 };
 
-std::string* PrefillServiceTest::model_path_ = nullptr;
-PrefillService* PrefillServiceTest::service_ = nullptr;
-PrefillServer* PrefillServiceTest::server_ = nullptr;
-Model* PrefillServiceTest::model_ = nullptr;
+edge_test::Cloud* PrefillServiceTest::cloud_ = nullptr;
+const Model* PrefillServiceTest::model_ = nullptr;
 
 TEST_F(PrefillServiceTest, HealthIsReadyWithTheModelFingerprint) {
   grpc::ClientContext context;

@@ -25,7 +25,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "edge_decode/memory_plan.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton {
 namespace {

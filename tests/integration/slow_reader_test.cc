@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "common/util/clock.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 #include "tests/integration/slow_h2_client.h"
 
 namespace baton {

@@ -4,7 +4,7 @@
 // reused), the context a turn reports is what ListSessions lists, and
 // Health names the model as the logs and the HTTP API do (GGUF general.name),
 // the architecture in its own field.
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {
 namespace {

@@ -29,7 +29,7 @@
 #include "common/rpc/api_keys.h"
 #include "edge_decode/http_front_end.h"
 #include "edge_decode/web_ui.h"
-#include "tests/integration/edge_test_env.h"
+#include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {
 namespace {

@@ -19,7 +19,7 @@
 #include "common/rpc/channel_options.h"
 #include "edge_decode/session.h"
 #include "edge_decode/session_owner.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

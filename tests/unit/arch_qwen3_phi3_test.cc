@@ -23,7 +23,7 @@
 #include "common/gguf/gguf_writer.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

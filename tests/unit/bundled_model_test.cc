@@ -15,7 +15,7 @@
 #include "common/model/model_fingerprint.h"
 #include "common/model/model_quantize.h"
 #include "common/tokenizer/tokenizer.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/util/hmac.h"
 #include "edge_decode/cloud_session_key.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

@@ -13,7 +13,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "edge_decode/chat_template.h"
 #include "edge_decode/chat_turn.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

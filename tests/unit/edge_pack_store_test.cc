@@ -27,7 +27,8 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/util/sha256.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
 
 namespace baton {
 namespace {
@@ -51,18 +52,10 @@ std::vector<std::string> dir_names(const std::string& dir) {
   return names;
 }
 
-class PackStoreTest : public ::testing::Test {
+class PackStoreTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    engine_ = std::make_unique<Engine>(*model_, EngineOptions{1, 16});
-    geometry_ = engine_->kv_geometry();
-    rope_ = kv_rope_of(*model_);
-    auto fp = model_fingerprint(*model_);
-    ASSERT_TRUE(fp.ok()) << fp.status();
-    fingerprint_ = *fp;
+    ASSERT_NO_FATAL_FAILURE(TinyModelTest::SetUp());
     dir_ = testing::make_temp_dir("packs");
   }
   void TearDown() override {
@@ -142,11 +135,6 @@ class PackStoreTest : public ::testing::Test {
     return PackStore(o, fingerprint_, geometry_, rope_);
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_;
-  KvGeometry geometry_;
-  KvRope rope_;
-  ModelFingerprint fingerprint_;
   std::string dir_;
 };
 

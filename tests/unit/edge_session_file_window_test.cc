@@ -18,7 +18,7 @@
 #include "common/util/sha256.h"
 #include "edge_decode/session.h"
 #include "edge_decode/session_store.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

@@ -36,7 +36,8 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/util/sha256.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
 
 namespace baton {
 namespace {
@@ -99,17 +100,10 @@ void expect_kv_identical(const QuantizedKvCache& a, const QuantizedKvCache& b) {
   }
 }
 
-class SessionStoreTest : public ::testing::Test {
+class SessionStoreTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    engine_ = std::make_unique<Engine>(*model_, EngineOptions{1, 16});
-    geometry_ = engine_->kv_geometry();
-    auto fp = model_fingerprint(*model_);
-    ASSERT_TRUE(fp.ok()) << fp.status();
-    fingerprint_ = *fp;
+    ASSERT_NO_FATAL_FAILURE(TinyModelTest::SetUp());
     dir_ = testing::make_temp_dir("sessions");
   }
   void TearDown() override {
@@ -192,10 +186,6 @@ class SessionStoreTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_;
-  KvGeometry geometry_;
-  ModelFingerprint fingerprint_;
   std::string dir_;
 };
 

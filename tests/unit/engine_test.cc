@@ -11,7 +11,7 @@
 #include "common/engine/reference_engine.h"
 #include "common/engine/sampler.h"
 #include "common/model/model.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

@@ -20,7 +20,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/model/synth_shapes.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

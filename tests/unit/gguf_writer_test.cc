@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 #include "common/gguf/gguf_file.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 #include <vector>
 
 #include "common/gguf/gguf_file.h"

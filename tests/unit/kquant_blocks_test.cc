@@ -17,7 +17,7 @@
 #include "common/gguf/ggml_quant.h"
 #include "common/gguf/ggml_quant_fallback.h"
 #include "nlohmann/json.hpp"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

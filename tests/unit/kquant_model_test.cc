@@ -26,7 +26,7 @@
 #include "common/model/model_quantize.h"
 #include "common/util/sha256.h"
 #include "nlohmann/json.hpp"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "common/kv/prefix_digest.h"
 #include "common/model/model.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

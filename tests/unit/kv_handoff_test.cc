@@ -26,7 +26,8 @@
 #include "common/kv/quantized_kv_cache.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
 
 namespace baton {
 namespace {
@@ -67,18 +68,11 @@ double relative_max_diff(const EdgeRun& a, const EdgeRun& b) {
   return worst / scale;
 }
 
-class KvHandoff : public ::testing::Test {
+class KvHandoff : public testing::TinyModelTest {
  protected:
+  KvHandoff() : TinyModelTest(/*engine_threads=*/2) {}
   void SetUp() override {
-    auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    engine_ = std::make_unique<Engine>(*model_, EngineOptions{2, 16});
-    geometry_ = engine_->kv_geometry();
-    rope_ = kv_rope_of(*model_);
-    auto fp = model_fingerprint(*model_);
-    ASSERT_TRUE(fp.ok()) << fp.status();
-    fingerprint_ = *fp;
+    ASSERT_NO_FATAL_FAILURE(TinyModelTest::SetUp());
     Rng rng(7);
     prompt_.resize(kPromptTokens);
     for (auto& t : prompt_) t = static_cast<int32_t>(rng.next() % model_->spec().n_vocab);
@@ -148,11 +142,6 @@ class KvHandoff : public ::testing::Test {
     return std::move(*store);
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_;
-  KvGeometry geometry_;
-  KvRope rope_;
-  ModelFingerprint fingerprint_;
   std::vector<int32_t> prompt_;
 };
 

@@ -17,7 +17,7 @@
 #include "common/kv/kv_stream_reader.h"
 #include "common/kv/kv_stream_writer.h"
 #include "common/kv/prefix_digest.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

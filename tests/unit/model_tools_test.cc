@@ -10,7 +10,7 @@
 #include "common/model/model_quantize.h"
 #include "common/gguf/gguf_writer.h"
 #include "common/model/model_synth.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

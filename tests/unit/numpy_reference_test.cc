@@ -9,7 +9,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/reference_engine.h"
 #include "common/model/model.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

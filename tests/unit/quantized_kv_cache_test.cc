@@ -19,7 +19,7 @@
 #include "common/kv/kv_quant.h"
 #include "common/model/model.h"
 #include "common/util/thread_pool.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {

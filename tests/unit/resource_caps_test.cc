@@ -20,26 +20,16 @@
 #include "common/kv/prefix_digest.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "test_models.h"
+#include "tests/support/test_models.h"
+#include "tests/support/tiny_model.h"
 
 namespace baton {
 namespace {
 
 using ::testing::HasSubstr;
 
-class StreamHeaderCheckTest : public ::testing::Test {
+class StreamHeaderCheckTest : public testing::TinyModelTest {
  protected:
-  void SetUp() override {
-    auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    const ModelSpec& s = model_->spec();
-    geometry_ = KvGeometry{s.n_layer, s.n_head, s.n_head_kv, s.head_dim, {}};
-    auto fp = model_fingerprint(*model_);
-    ASSERT_TRUE(fp.ok()) << fp.status();
-    fingerprint_ = *fp;
-  }
-
   // A valid header of `n` tokens from position 0 (no blocks need follow for
   // the header to verify).
   v1::KvStreamMessage header(int n, const std::string& codec) const {
@@ -57,10 +47,6 @@ class StreamHeaderCheckTest : public ::testing::Test {
     message.mutable_header()->set_format_version(kKvStreamFormatVersion);
     return message;
   }
-
-  std::unique_ptr<Model> model_;
-  KvGeometry geometry_;
-  ModelFingerprint fingerprint_;
 };
 
 TEST_F(StreamHeaderCheckTest, HeaderRawBytesAreTokenCountTimesTheCodecsBytesPerToken) {

@@ -1,4 +1,4 @@
-// Shared pieces of the Edge service integration tests: synthetic models
+// In-process cloud and edge for the integration tests: synthetic models
 // (the edge's Q4_0 file, which the cloud serves too), a real PrefillServer
 // and EdgeServer on 127.0.0.1:0, and gRPC client helpers with deadlines.
 #pragma once
@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,8 +22,10 @@
 #include "common/model/model_quantize.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
+#include "edge_decode/http_front_end.h"
 #include "proto/baton.grpc.pb.h"
-#include "tests/unit/test_models.h"
+#include "tests/support/test_certs.h"
+#include "tests/support/test_models.h"
 
 namespace baton::edge_test {
 
@@ -52,9 +55,13 @@ inline std::chrono::system_clock::time_point deadline_in(int seconds) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
 }
 
+// A PrefillService serving a model through a PrefillServer; `stub` talks to
+// it over plaintext (null when the server speaks TLS or did not start).
 struct Cloud {
   std::unique_ptr<PrefillService> service;
   std::unique_ptr<PrefillServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Prefill::Stub> stub;
   std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
   ~Cloud() {
     if (server) server->Shutdown();
@@ -63,29 +70,48 @@ struct Cloud {
   }
 };
 
-inline std::unique_ptr<Cloud> start_cloud(const std::string& model_path, PrefillServiceOptions options = {},
-                                   const PrefillServerOptions& server_options = {},
-                                   const std::string& listen = "127.0.0.1:0") {
+// Starts a cloud with `options` exactly as given; `server` stays null (with
+// a test failure) when it cannot listen.
+inline std::unique_ptr<Cloud> start_cloud_with(const std::string& model_path, PrefillServiceOptions options,
+                                               const PrefillServerOptions& server_options = {},
+                                               const std::string& listen = "127.0.0.1:0") {
   auto cloud = std::make_unique<Cloud>();
-  options.threads = 1;
-  options.max_running = 1;
-  options.chunk_tokens = 16;  // several blocks per layer
-  cloud->service = std::make_unique<PrefillService>(options);
+  cloud->service = std::make_unique<PrefillService>(std::move(options));
   absl::Status loaded = cloud->service->Load(model_path);
   EXPECT_TRUE(loaded.ok()) << loaded;
   auto server = PrefillServer::Start(listen, *cloud->service, server_options);
   EXPECT_TRUE(server.ok()) << server.status();
-  if (server.ok()) cloud->server = std::move(*server);
+  if (!server.ok()) return cloud;
+  cloud->server = std::move(*server);
+  if (server_options.tls.cert_path.empty()) {
+    cloud->channel = grpc::CreateChannel(cloud->address(), grpc::InsecureChannelCredentials());
+    cloud->stub = v1::Prefill::NewStub(cloud->channel);
+  }
   return cloud;
 }
 
+// The edge tests' cloud: one worker thread, one request at a time, 16-token
+// chunks (several blocks per layer).
+inline std::unique_ptr<Cloud> start_cloud(const std::string& model_path, PrefillServiceOptions options = {},
+                                   const PrefillServerOptions& server_options = {},
+                                   const std::string& listen = "127.0.0.1:0") {
+  options.threads = 1;
+  options.max_running = 1;
+  options.chunk_tokens = 16;  // several blocks per layer
+  return start_cloud_with(model_path, std::move(options), server_options, listen);
+}
+
+// An EdgeService behind an EdgeServer, a plaintext stub to it, and
+// optionally the HTTP front end relaying to it.
 struct Edge {
   std::unique_ptr<EdgeService> service;
   std::unique_ptr<EdgeServer> server;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Edge::Stub> stub;
+  std::unique_ptr<HttpFrontEnd> http;
   ~Edge() { stop(); }
   void stop() {
+    if (http) http->Stop();
     if (server) server->Shutdown();
     server.reset();
     service.reset();
@@ -108,22 +134,37 @@ inline EdgeServiceOptions edge_options(const std::string& cloud_address) {
   return options;
 }
 
-// Starts the server, then loads (so Health could answer while loading).
+// Starts `edge`'s server, then (with `http`) the HTTP front end relaying to
+// its gRPC port and naming `model_path`, then loads (so Health could answer
+// while loading).
+inline void start_edge_in(Edge& edge, const std::string& model_path, const EdgeServiceOptions& options,
+                          const std::optional<HttpFrontEndOptions>& http = std::nullopt, bool load = true) {
+  edge.service = std::make_unique<EdgeService>(options);
+  auto server = EdgeServer::Start("127.0.0.1:0", *edge.service);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return;
+  edge.server = std::move(*server);
+  const std::string target = "127.0.0.1:" + std::to_string(edge.server->port());
+  edge.channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  edge.stub = v1::Edge::NewStub(edge.channel);
+  if (http.has_value()) {
+    HttpFrontEndOptions front_options = *http;
+    front_options.grpc_target = target;
+    front_options.model_path = model_path;
+    auto front = HttpFrontEnd::Start(front_options);
+    EXPECT_TRUE(front.ok()) << front.status();
+    if (front.ok()) edge.http = std::move(*front);
+  }
+  if (load) {
+    absl::Status loaded = edge.service->Load(model_path);
+    EXPECT_TRUE(loaded.ok()) << loaded;
+  }
+}
+
 inline std::unique_ptr<Edge> start_edge(const std::string& model_path, const EdgeServiceOptions& options,
                                         bool load = true) {
   auto edge = std::make_unique<Edge>();
-  edge->service = std::make_unique<EdgeService>(options);
-  auto server = EdgeServer::Start("127.0.0.1:0", *edge->service);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return edge;
-  edge->server = std::move(*server);
-  edge->channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(edge->server->port()),
-                                      grpc::InsecureChannelCredentials());
-  edge->stub = v1::Edge::NewStub(edge->channel);
-  if (load) {
-    absl::Status loaded = edge->service->Load(model_path);
-    EXPECT_TRUE(loaded.ok()) << loaded;
-  }
+  start_edge_in(*edge, model_path, options, std::nullopt, load);
   return edge;
 }
 

@@ -1,4 +1,4 @@
-#include "test_models.h"
+#include "tests/support/test_models.h"
 
 #include <unistd.h>
 

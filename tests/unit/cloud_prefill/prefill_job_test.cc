@@ -1,0 +1,337 @@
+// run_prefill_job (cloud_prefill/prefill_job.h) over a fake PrefillBackend
+// whose KV is a known function of (layer, position, token): what is reused
+// (pack, session cache, prefix cache) is copied, not computed, and streams
+// the same KV as computing it; tenants and salts never share reuse;
+// cancellation, backend and sink errors end the job with their codes and
+// leave the caches as they were.
+#include "cloud_prefill/prefill_job.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/engine/f32_kv_cache.h"
+#include "common/kv/kv_codec_params.h"
+#include "common/kv/kv_handoff.h"
+#include "common/kv/prefix_digest.h"
+#include "common/util/check.h"
+#include "tests/support/tiny_model.h"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSession[] = "0123456789abcdef0123456789abcdef";
+
+// The fake KV: K and V of (layer, position, token) in every channel.
+float fake_k(int layer, int64_t pos, int32_t token, int64_t c) {
+  return static_cast<float>(layer + 1) * 0.25f + static_cast<float>(pos % 13) * 0.125f +
+         static_cast<float>(token % 7) * 0.0625f + static_cast<float>(c % 4) * 0.5f;
+}
+float fake_v(int layer, int64_t pos, int32_t token, int64_t c) { return -fake_k(layer, pos, token, c); }
+
+// Fills rows [begin, begin + tokens.size()) of `kv` with the fake KV.
+absl::Status store_fake(std::span<const int32_t> tokens, int64_t begin, F32KvCache& kv, int layer) {
+  const int64_t dim = kv.geometry().kv_dim();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<float> k(static_cast<size_t>(n * dim)), v(k.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < dim; ++c) {
+      k[static_cast<size_t>(i * dim + c)] = fake_k(layer, begin + i, tokens[static_cast<size_t>(i)], c);
+      v[static_cast<size_t>(i * dim + c)] = fake_v(layer, begin + i, tokens[static_cast<size_t>(i)], c);
+    }
+  }
+  return kv.store(layer, begin, n, k.data(), v.data());
+}
+
+class FakeBackend final : public PrefillBackend {
+ public:
+  struct Chunk {
+    int64_t begin = 0;
+    int64_t count = 0;
+  };
+
+  std::string name() const override { return "fake"; }
+  void begin_sequence() override { ++sequences; }
+  absl::Status prefill(std::span<const int32_t> tokens, F32KvCache& kv, const LayerDoneFn& layer_done) override {
+    const int64_t begin = kv.size();
+    chunks.push_back({begin, static_cast<int64_t>(tokens.size())});
+    if (chunks.size() == fail_on_chunk) return fail_with;
+    for (int layer = 0; layer < kv.geometry().n_layer; ++layer) {
+      BATON_RETURN_IF_ERROR(store_fake(tokens, begin, kv, layer));
+      ++layers_done;
+      BATON_RETURN_IF_ERROR(layer_done(layer));
+    }
+    kv.set_size(begin + static_cast<int64_t>(tokens.size()));
+    return absl::OkStatus();
+  }
+
+  int sequences = 0;
+  std::atomic<int> layers_done{0};
+  std::vector<Chunk> chunks;
+  size_t fail_on_chunk = 0;  // 1-based; 0: never
+  absl::Status fail_with;
+};
+
+std::vector<int32_t> prompt(int n, int salt) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 7 + salt * 131 + 3) % 500);
+  return t;
+}
+
+class PrefillJobTest : public ::testing::Test {
+ protected:
+  const testing::TinyModel& tiny_ = testing::shared_tiny_model(GgmlType::kF32);
+  PrefixCache prefix_cache_{uint64_t{1} << 26, tiny_.geometry};
+  SessionCache session_cache_{uint64_t{1} << 26};
+  FakeBackend backend_;
+
+  PrefillJobEnv env(bool caches = true) {
+    PrefillJobEnv e;
+    e.model = tiny_.model.get();
+    e.fingerprint = &tiny_.fingerprint;
+    if (caches) {
+      e.prefix_cache = &prefix_cache_;
+      e.session_cache = &session_cache_;
+    }
+    return e;
+  }
+
+  static PrefillJobInput input(std::vector<int32_t> tokens, const std::string& tenant = "alice") {
+    PrefillJobInput in;
+    in.tenant = tenant;
+    in.tokens = std::move(tokens);
+    in.chunk_tokens = 16;
+    auto codec = parse_kv_codec_config("f16");
+    EXPECT_TRUE(codec.ok());
+    in.codec = *codec;
+    in.admitted = std::chrono::steady_clock::now();
+    return in;
+  }
+
+  struct Run {
+    absl::StatusOr<PrefillJobResult> result;
+    std::vector<v1::KvStreamMessage> messages;
+  };
+  Run run(const PrefillJobInput& in, bool caches = true, const std::function<bool()>& cancelled = {},
+          const KvMessageSink& sink = {}) {
+    Run r;
+    KvMessageSink collect = [&](const v1::KvStreamMessage& m) -> absl::Status {
+      if (sink) BATON_RETURN_IF_ERROR(sink(m));
+      r.messages.push_back(m);
+      return absl::OkStatus();
+    };
+    r.result = run_prefill_job(in, env(caches), backend_, collect, cancelled);
+    return r;
+  }
+
+  // Reads `messages` as the edge would (pinned to our model, positions,
+  // tokens, codec and prefix digest) into `target`, which already holds
+  // [0, first) of the fake KV.
+  void decode(const std::vector<v1::KvStreamMessage>& messages, const std::vector<int32_t>& tokens, uint32_t first,
+              F32KvCache& target) {
+    const std::span<const int32_t> all(tokens);
+    for (int layer = 0; layer < tiny_.geometry.n_layer; ++layer) {
+      ASSERT_TRUE(store_fake(all.first(first), 0, target, layer).ok());
+    }
+    target.set_size(first);
+    KvStreamExpectation expected;
+    expected.model = tiny_.fingerprint;
+    expected.first_position = first;
+    expected.token_ids = std::vector<int32_t>(tokens.begin() + first, tokens.end());
+    expected.prefix_digest = prefix_digest(tokens);
+    auto codec = kv_codec_params(input({}).codec);
+    ASSERT_TRUE(codec.ok());
+    expected.codec = *codec;
+    auto load = read_kv_segment(messages, expected, &tiny_.rope, target);
+    ASSERT_TRUE(load.ok()) << load.status();
+    ASSERT_EQ(target.size(), static_cast<int64_t>(tokens.size()));
+  }
+
+  // `messages` decode to the fake KV everywhere.
+  void expect_fake_kv(const std::vector<v1::KvStreamMessage>& messages, const std::vector<int32_t>& tokens,
+                      uint32_t first) {
+    F32KvCache target(tiny_.geometry, static_cast<int64_t>(tokens.size()));
+    ASSERT_NO_FATAL_FAILURE(decode(messages, tokens, first, target));
+    const int64_t dim = tiny_.geometry.kv_dim();
+    for (int layer = 0; layer < tiny_.geometry.n_layer; ++layer) {
+      for (int64_t pos = 0; pos < target.size(); ++pos) {
+        for (int64_t c = 0; c < dim; ++c) {
+          const int32_t token = tokens[static_cast<size_t>(pos)];
+          ASSERT_NEAR(target.k_row(layer, pos)[c], fake_k(layer, pos, token, c), 1e-3) << layer << " " << pos;
+          ASSERT_NEAR(target.v_row(layer, pos)[c], fake_v(layer, pos, token, c), 1e-3) << layer << " " << pos;
+        }
+      }
+    }
+  }
+};
+
+bool has_trailer(const std::vector<v1::KvStreamMessage>& messages) {
+  return !messages.empty() && messages.back().has_trailer();
+}
+
+TEST_F(PrefillJobTest, ComputesEveryTokenInChunksAndStreamsAVerifiedSegment) {
+  const std::vector<int32_t> tokens = prompt(100, 1);
+  Run r = run(input(tokens), /*caches=*/false);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->reused_tokens, 0);
+  EXPECT_EQ(r.result->computed_tokens, 100);
+  EXPECT_EQ(backend_.sequences, 1);
+  int64_t next = 0;
+  for (const FakeBackend::Chunk& chunk : backend_.chunks) {
+    EXPECT_EQ(chunk.begin, next) << "chunks are contiguous";
+    EXPECT_LE(chunk.count, 16) << "at most chunk_tokens per chunk";
+    next = chunk.begin + chunk.count;
+  }
+  EXPECT_EQ(next, 100);
+  ASSERT_TRUE(has_trailer(r.messages));
+  EXPECT_EQ(r.messages.back().trailer().producer().computed_tokens(), 100u);
+  EXPECT_EQ(r.messages.back().trailer().producer().cached_tokens(), 0u);
+  EXPECT_EQ(r.messages.back().trailer().producer().backend(), "fake");
+  expect_fake_kv(r.messages, tokens, 0);
+}
+
+TEST_F(PrefillJobTest, APrefixCacheHitIsCopiedNotComputedAndStreamsTheSameKv) {
+  const std::vector<int32_t> tokens = prompt(150, 2);
+  Run first = run(input(tokens));
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+  EXPECT_EQ(prefix_cache_.stats().inserted_tokens, 128u) << "the two full 64-token blocks";
+  backend_.chunks.clear();
+
+  Run second = run(input(tokens));
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.result->reused_tokens, 128);
+  EXPECT_EQ(second.result->computed_tokens, 22);
+  ASSERT_FALSE(backend_.chunks.empty());
+  EXPECT_EQ(backend_.chunks.front().begin, 128) << "nothing cached is computed again";
+  EXPECT_EQ(second.messages.back().trailer().producer().cached_tokens(), 128u);
+  // Blocks may be cut differently (reused rows go out at once); the KV they carry may not differ.
+  F32KvCache computed(tiny_.geometry, 150), reused(tiny_.geometry, 150);
+  ASSERT_NO_FATAL_FAILURE(decode(first.messages, tokens, 0, computed));
+  ASSERT_NO_FATAL_FAILURE(decode(second.messages, tokens, 0, reused));
+  const size_t bytes = static_cast<size_t>(150 * tiny_.geometry.kv_dim()) * sizeof(float);
+  for (int layer = 0; layer < tiny_.geometry.n_layer; ++layer) {
+    EXPECT_EQ(std::memcmp(computed.k_row(layer, 0), reused.k_row(layer, 0), bytes), 0) << "K of layer " << layer;
+    EXPECT_EQ(std::memcmp(computed.v_row(layer, 0), reused.v_row(layer, 0), bytes), 0) << "V of layer " << layer;
+  }
+}
+
+TEST_F(PrefillJobTest, TenantsAndSaltsNeverReuseEachOthersPrefixes) {
+  const std::vector<int32_t> tokens = prompt(130, 3);
+  ASSERT_TRUE(run(input(tokens, "alice")).result.ok());
+  auto bob = run(input(tokens, "bob")).result;
+  ASSERT_TRUE(bob.ok());
+  EXPECT_EQ(bob->reused_tokens, 0);
+  PrefillJobInput salted = input(tokens, "alice");
+  salted.cache_salt = "user-7";
+  auto salted_run = run(salted).result;
+  ASSERT_TRUE(salted_run.ok());
+  EXPECT_EQ(salted_run->reused_tokens, 0);
+  auto alice = run(input(tokens, "alice")).result;
+  ASSERT_TRUE(alice.ok());
+  EXPECT_EQ(alice->reused_tokens, 128);
+}
+
+TEST_F(PrefillJobTest, ASessionsNextTurnReusesItsWholeHistoryAndStreamsOnlyTheDelta) {
+  const std::vector<int32_t> turn2 = prompt(60, 4);
+  PrefillJobInput first = input(std::vector<int32_t>(turn2.begin(), turn2.begin() + 40));
+  first.session_id = kSession;
+  ASSERT_TRUE(run(first).result.ok());
+  EXPECT_EQ(session_cache_.stats().sessions, 1u);
+  backend_.chunks.clear();
+
+  PrefillJobInput next = input(turn2);
+  next.session_id = kSession;
+  next.first_position = 40;
+  Run r = run(next);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->reused_tokens, 40) << "the whole history, not only whole 64-token blocks";
+  ASSERT_FALSE(backend_.chunks.empty());
+  EXPECT_EQ(backend_.chunks.front().begin, 40);
+  ASSERT_TRUE(r.messages.front().has_header());
+  EXPECT_EQ(r.messages.front().header().first_position(), 40u);
+  expect_fake_kv(r.messages, turn2, 40);
+
+  PrefillJobInput stranger = input(turn2, "bob");
+  stranger.session_id = kSession;
+  auto other = run(stranger).result;
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->reused_tokens, 0) << "another tenant's session of the same id";
+}
+
+TEST_F(PrefillJobTest, APackUnderneathIsReusedButItsKvNeverEntersThePrefixCache) {
+  const std::vector<int32_t> tokens = prompt(100, 5);
+  auto pack = std::make_shared<StoredPack>();
+  pack->pack_id = "sys";
+  pack->tokens.assign(tokens.begin(), tokens.begin() + 64);
+  auto pack_kv = std::make_shared<F32KvCache>(tiny_.geometry, 64);
+  for (int layer = 0; layer < tiny_.geometry.n_layer; ++layer) {
+    ASSERT_TRUE(store_fake(pack->tokens, 0, *pack_kv, layer).ok());
+  }
+  pack_kv->set_size(64);
+  pack->kv = pack_kv;
+  PrefillJobInput in = input(tokens);
+  in.pack = pack;
+  in.session_id = kSession;
+  Run r = run(in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->reused_tokens, 64);
+  EXPECT_EQ(backend_.chunks.front().begin, 64);
+  EXPECT_EQ(prefix_cache_.stats().entries, 0u) << "KV over a pack's decoded KV is not exact";
+  F32KvCache kv(tiny_.geometry, 100);
+  bool exact = true;
+  EXPECT_EQ(session_cache_.load("alice", kSession, tokens, 100, kv, &exact), 100);
+  EXPECT_FALSE(exact);
+  expect_fake_kv(r.messages, tokens, 0);
+}
+
+TEST_F(PrefillJobTest, CancellationStopsAtTheNextLayerAndKeepsNothing) {
+  const std::vector<int32_t> tokens = prompt(130, 6);
+  PrefillJobInput in = input(tokens);
+  in.session_id = kSession;
+  Run r = run(in, /*caches=*/true, [&] { return backend_.layers_done.load() >= 1; });
+  ASSERT_EQ(r.result.status().code(), absl::StatusCode::kCancelled) << r.result.status();
+  EXPECT_EQ(backend_.chunks.size(), 1u) << "the first layer_done stops the compute";
+  EXPECT_EQ(backend_.layers_done.load(), 1);
+  EXPECT_FALSE(has_trailer(r.messages));
+  EXPECT_EQ(prefix_cache_.stats().entries, 0u);
+  EXPECT_EQ(session_cache_.stats().sessions, 0u);
+}
+
+TEST_F(PrefillJobTest, ABackendErrorKeepsItsCodeAndSaysThePrefillFailed) {
+  backend_.fail_on_chunk = 2;
+  backend_.fail_with = absl::ResourceExhaustedError("device out of memory");
+  PrefillJobInput in = input(prompt(130, 7));
+  in.session_id = kSession;
+  Run r = run(in);
+  ASSERT_EQ(r.result.status().code(), absl::StatusCode::kResourceExhausted) << r.result.status();
+  EXPECT_EQ(r.result.status().message(), "prefill failed: device out of memory");
+  EXPECT_FALSE(has_trailer(r.messages));
+  EXPECT_EQ(prefix_cache_.stats().entries, 0u);
+  EXPECT_EQ(session_cache_.stats().sessions, 0u);
+}
+
+TEST_F(PrefillJobTest, ASinkThatFailsEndsTheJobWithTheSinksStatus) {
+  for (const bool at_header : {true, false}) {
+    SCOPED_TRACE(at_header ? "at the header" : "at the first block");
+    Run r = run(input(prompt(100, 8)), /*caches=*/true, {}, [&](const v1::KvStreamMessage& m) -> absl::Status {
+      if (m.has_header() == at_header) return absl::UnavailableError("the client went away");
+      return absl::OkStatus();
+    });
+    ASSERT_EQ(r.result.status().code(), absl::StatusCode::kUnavailable) << r.result.status();
+    EXPECT_THAT(std::string(r.result.status().message()), HasSubstr("the client went away"));
+    EXPECT_FALSE(has_trailer(r.messages));
+    EXPECT_EQ(prefix_cache_.stats().entries, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace baton
