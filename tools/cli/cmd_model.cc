@@ -182,7 +182,7 @@ int info(const Args& args) {
 
 }  // namespace
 
-int model_command(const Args& args) {
+static int model_command_exit_code(const Args& args) {
   const char* usage =
       "usage: baton model synth|quantize|info|verify ...\n"
       "  synth     write a seeded synthetic model of a real shape\n"
@@ -197,9 +197,16 @@ int model_command(const Args& args) {
   if (args[0] == "synth") return synth(rest);
   if (args[0] == "quantize") return quantize(rest);
   if (args[0] == "info") return info(rest);
-  if (args[0] == "verify") return model_verify(rest);
   std::fprintf(stderr, "baton model: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
   return 2;
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status model_command(const Args& args) {
+  if (!args.empty() && args[0] == "verify") return model_verify(Args(args.begin() + 1, args.end()));
+  const int code = model_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

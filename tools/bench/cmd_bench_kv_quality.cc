@@ -26,7 +26,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/engine/perplexity.h"
@@ -187,19 +187,19 @@ int bench_kv_quality(const std::vector<std::string>& args) {
   flags.add_bool("json", &json, "print one JSON object instead of the table");
   flags.require("model");
   flags.require("text-file");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (chunk < 4) return fail("--chunk must be >= 4 (a prompt half and a scored half)");
+  if (auto code = bench_parse_flags(flags, args)) return *code;
+  if (chunk < 4) return bench_fail("--chunk must be >= 4 (a prompt half and a scored half)");
   if (max_tokens < 0 || prompts < 0 || greedy_tokens < 1 || threads < 1) {
-    return fail("--max-tokens and --prompts must be >= 0, --greedy-tokens and --threads >= 1");
+    return bench_fail("--max-tokens and --prompts must be >= 0, --greedy-tokens and --threads >= 1");
   }
 
   auto model = Model::Load(model_path);
-  if (!model.ok()) return fail(std::string(model.status().message()));
+  if (!model.ok()) return bench_fail(std::string(model.status().message()));
   const ModelSpec& spec = (*model)->spec();
   auto tokenizer = Tokenizer::FromGguf((*model)->file());
-  if (!tokenizer.ok()) return fail(std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return bench_fail(std::string(tokenizer.status().message()));
   std::ifstream file(text_path, std::ios::binary);
-  if (!file) return fail("cannot read --text-file " + text_path);
+  if (!file) return bench_fail("cannot read --text-file " + text_path);
   std::stringstream text;
   text << file.rdbuf();
   std::vector<int32_t> text_tokens = tokenize_text(**tokenizer, text.str(), per_line);
@@ -217,7 +217,7 @@ int bench_kv_quality(const std::vector<std::string>& args) {
     c.insert(c.end(), text_tokens.begin() + at, text_tokens.begin() + end);
     if (c.size() >= 8 || (chunks.empty() && c.size() >= 4)) chunks.push_back(std::move(c));
   }
-  if (chunks.empty()) return fail("the text has too few tokens for one chunk");
+  if (chunks.empty()) return bench_fail("the text has too few tokens for one chunk");
 
   // Variants: the baseline first.
   std::vector<Variant> variants;
@@ -228,11 +228,11 @@ int bench_kv_quality(const std::vector<std::string>& args) {
   }
   Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
   auto fingerprint = model_fingerprint(**model);
-  if (!fingerprint.ok()) return fail(std::string(fingerprint.status().message()));
+  if (!fingerprint.ok()) return bench_fail(std::string(fingerprint.status().message()));
   const Setup setup{&engine, *fingerprint, kv_rope_of(**model), engine.kv_geometry()};
   for (const std::string& name : names) {
     auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return fail(std::string(c.status().message()));
+    if (!c.ok()) return bench_fail(std::string(c.status().message()));
     if (!variants.empty() && *c == variants.front().wire) continue;  // the baseline again
     Variant v;
     v.wire = *c;
@@ -254,12 +254,12 @@ int bench_kv_quality(const std::vector<std::string>& args) {
     const std::span<const int32_t> tokens(t);
     F32KvCache cloud(setup.geometry, half);
     if (absl::Status st = engine.prefill(tokens.first(half - 1), cloud, nullptr); !st.ok()) {
-      return fail(std::string(st.message()));
+      return bench_fail(std::string(st.message()));
     }
     {  // Local F32 KV, no handoff: the engine's own reference.
       F32KvCache local(setup.geometry, n);
       if (absl::Status st = engine.prefill(tokens.first(n - 1), local, nullptr, &logits); !st.ok()) {
-        return fail(std::string(st.message()));
+        return bench_fail(std::string(st.message()));
       }
       for (int64_t i = 0; i < scored; ++i) {
         f32_nll += negative_log_likelihood(
@@ -275,7 +275,7 @@ int bench_kv_quality(const std::vector<std::string>& args) {
       absl::Status st = edge.status();
       if (st.ok()) st = engine.prefill(tokens.subspan(half - 1, scored), **edge, nullptr, &logits);
       if (!st.ok()) {
-        if (vi == 0) return fail("the f16 baseline failed: " + std::string(st.message()));
+        if (vi == 0) return bench_fail("the f16 baseline failed: " + std::string(st.message()));
         v.error = std::string(st.message());
         continue;
       }
@@ -296,7 +296,7 @@ int bench_kv_quality(const std::vector<std::string>& args) {
       if (greedy_prompt) {
         auto greedy = greedy_after_handoff(setup, cloud, tokens.first(half), v, greedy_tokens);
         if (!greedy.ok()) {
-          if (vi == 0) return fail("the f16 baseline failed: " + std::string(greedy.status().message()));
+          if (vi == 0) return bench_fail("the f16 baseline failed: " + std::string(greedy.status().message()));
           v.error = std::string(greedy.status().message());
           continue;
         }

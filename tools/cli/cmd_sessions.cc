@@ -73,7 +73,7 @@ int sessions_rm(EdgeClient& client, const std::string& session_id) {
 
 }  // namespace
 
-int sessions_command(const Args& args) {
+static int sessions_command_exit_code(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kSessionsUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -108,6 +108,13 @@ int sessions_command(const Args& args) {
   }
   EdgeClient client(*target);
   return action == "ls" ? sessions_ls(client, json) : sessions_rm(client, flags.positional()[0]);
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status sessions_command(const Args& args) {
+  const int code = sessions_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

@@ -34,7 +34,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
 #include "common/engine/perplexity.h"
@@ -206,17 +206,17 @@ int bench_fidelity(const Args& args) {
   flags.add_int64("threads", &threads, "engine threads per model");
   flags.add_bool("json", &json, "print one JSON object instead of the table");
   flags.require("model");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
   if (prompt == 0) prompt = window / 2;
   if (window < 4 || prompt < 2 || prompt >= window) {
-    return fail(absl::StrFormat("--window %d and --prompt %d: need window >= 4 and 2 <= prompt < window", window,
+    return bench_fail(absl::StrFormat("--window %d and --prompt %d: need window >= 4 and 2 <= prompt < window", window,
                                 prompt));
   }
-  if (threads < 1 || max_tokens < 0) return fail("--threads must be >= 1 and --max-tokens >= 0");
-  if (!ids_path.empty() && !text_path.empty()) return fail("give at most one of --ids-file and --text-file");
+  if (threads < 1 || max_tokens < 0) return bench_fail("--threads must be >= 1 and --max-tokens >= 0");
+  if (!ids_path.empty() && !text_path.empty()) return bench_fail("give at most one of --ids-file and --text-file");
   if (ids_path.empty() && text_path.empty()) {
     ids_path = default_ids_file(model_path);
-    if (ids_path.empty()) return fail("no --ids-file or --text-file, and no NAME.heldout.ids next to " + model_path);
+    if (ids_path.empty()) return bench_fail("no --ids-file or --text-file, and no NAME.heldout.ids next to " + model_path);
   }
 
   // The edge's Q4_0 file: given, or made from the source now.
@@ -229,23 +229,23 @@ int bench_fidelity(const Args& args) {
     q.type = GgmlType::kQ4_0;
     q.n_threads = static_cast<int>(threads);
     if (absl::Status st = quantize_model(model_path, temp_path, q); !st.ok()) {
-      return fail("quantizing --model to Q4_0: " + std::string(st.message()));
+      return bench_fail("quantizing --model to Q4_0: " + std::string(st.message()));
     }
     edge_model_path = temp_path;
   }
   auto f16 = load_side("f16", model_path, static_cast<int>(threads));
   auto q4 = f16.ok() ? load_side("q4_0", edge_model_path, static_cast<int>(threads)) : f16.status();
   if (!temp_path.empty()) std::filesystem::remove(temp_path);  // mapped pages stay valid
-  if (!f16.ok()) return fail(std::string(f16.status().message()));
-  if (!q4.ok()) return fail(std::string(q4.status().message()));
+  if (!f16.ok()) return bench_fail(std::string(f16.status().message()));
+  if (!q4.ok()) return bench_fail(std::string(q4.status().message()));
   if (absl::Status st = compare_model_fingerprints(q4->fingerprint, f16->fingerprint, "the F16 source"); !st.ok()) {
-    return fail("the edge model does not derive from --model: " + std::string(st.message()));
+    return bench_fail("the edge model does not derive from --model: " + std::string(st.message()));
   }
   const ModelSpec& spec = f16->model->spec();
   auto tokenizer = Tokenizer::FromGguf(f16->model->file());
-  if (!tokenizer.ok()) return fail(std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return bench_fail(std::string(tokenizer.status().message()));
   auto text_tokens = read_tokens(ids_path, text_path, **tokenizer);
-  if (!text_tokens.ok()) return fail(std::string(text_tokens.status().message()));
+  if (!text_tokens.ok()) return bench_fail(std::string(text_tokens.status().message()));
   if (max_tokens > 0 && static_cast<int64_t>(text_tokens->size()) > max_tokens) text_tokens->resize(max_tokens);
 
   // Windows: [BOS] + window - 1 text tokens; full windows only (every window
@@ -259,7 +259,7 @@ int bench_fidelity(const Args& args) {
     w.insert(w.end(), text_tokens->begin() + at, text_tokens->begin() + at + text_per_window);
     windows.push_back(std::move(w));
   }
-  if (windows.empty()) return fail(absl::StrFormat("the text has fewer than %d tokens", text_per_window));
+  if (windows.empty()) return bench_fail(absl::StrFormat("the text has fewer than %d tokens", text_per_window));
 
   // Rows: the reference, Q4_0 alone on F32 KV, then per codec the three settings.
   std::vector<Row> rows;
@@ -273,7 +273,7 @@ int bench_fidelity(const Args& args) {
   const std::string codec_list = expand_codec_list(codecs, spec.head_dim);
   for (const std::string& name : std::vector<std::string>(absl::StrSplit(codec_list, ',', absl::SkipEmpty()))) {
     auto wire = parse_kv_codec_config(name);
-    if (!wire.ok()) return fail(std::string(wire.status().message()));
+    if (!wire.ok()) return bench_fail(std::string(wire.status().message()));
     for (const char* setting : {"alone", "split-f16", "split-q4_0"}) {
       Row r;
       r.setting = std::string(setting) == "alone" ? "alone" : "split";
@@ -297,10 +297,10 @@ int bench_fidelity(const Args& args) {
     // The cloud's KV of [0, P - 1) on each weight setting.
     F32KvCache cloud_f16(geometry, prompt - 1), cloud_q4(geometry, prompt - 1);
     if (absl::Status st = f16->engine->prefill(cloud_prompt, cloud_f16, nullptr); !st.ok()) {
-      return fail(std::string(st.message()));
+      return bench_fail(std::string(st.message()));
     }
     if (absl::Status st = q4->engine->prefill(cloud_prompt, cloud_q4, nullptr); !st.ok()) {
-      return fail(std::string(st.message()));
+      return bench_fail(std::string(st.message()));
     }
     for (size_t ri = 0; ri < rows.size(); ++ri) {
       Row& r = rows[ri];
@@ -331,7 +331,7 @@ int bench_fidelity(const Args& args) {
       }
       if (st.ok()) st = decode_rest(*edge.engine, tokens, prompt - 1, *kv, ri == 0 ? ref_logits : logits);
       if (!st.ok()) {
-        if (ri == 0) return fail("the F16 reference failed: " + std::string(st.message()));
+        if (ri == 0) return bench_fail("the F16 reference failed: " + std::string(st.message()));
         r.error = std::string(st.message());
         continue;
       }

@@ -5,13 +5,13 @@
 # (`baton model verify`), and decode speed with the fraction of the memory
 # read bandwidth measured in the same run (`baton bench decode`).
 #
-# usage: tools/model_matrix.sh [--shapes a,b,...] [--types f16,q8_0,...]
+# usage: tools/bench/model_matrix.sh [--shapes a,b,...] [--types f16,q8_0,...]
 #                              [--context 512] [--threads 2] [--dir DIR]
 # Prints a Markdown table on stdout; progress on stderr. Synthetic weights:
 # speed and agreement are real, the text is not (no pretrained weights here).
 set -euo pipefail
 
-bin=${BATON_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
+bin=${BATON_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
 shapes="llama-3.2-1b,qwen2.5-1.5b,qwen3-1.7b,gemma-3-1b,phi-4-mini"
 types="f16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k"
 context=512

@@ -37,7 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "cloud_prefill/prefill_server.h"
 #include "cloud_prefill/prefill_service.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/kv/kv_codec_config.h"
@@ -471,15 +471,15 @@ int bench_split(const Args& args) {
   flags.add_string("plot", &plot_path, "write TTFT vs prompt length as a PNG (gnuplot)", "FILE.png");
   flags.add_bool("json", &json, "print one JSON object instead of the tables");
   flags.require("model");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
   if (threads < 1 || decode_tokens < 1 || chunk_tokens < 1 || repeat < 1) {
-    return fail("--threads, --decode-tokens, --chunk-tokens and --repeat must be >= 1");
+    return bench_fail("--threads, --decode-tokens, --chunk-tokens and --repeat must be >= 1");
   }
-  if (loss_pct < 0 || loss_pct >= 100) return fail(absl::StrFormat("--loss %g is not in [0, 100)", loss_pct));
+  if (loss_pct < 0 || loss_pct >= 100) return bench_fail(absl::StrFormat("--loss %g is not in [0, 100)", loss_pct));
   if (cloud_model_path.empty()) cloud_model_path = model_path;
 
   auto edge_model = Model::Load(model_path);
-  if (!edge_model.ok()) return fail(std::string(edge_model.status().message()));
+  if (!edge_model.ok()) return bench_fail(std::string(edge_model.status().message()));
   const ModelSpec& spec = (*edge_model)->spec();
   const int64_t limit = max_len > 0 ? max_len : (spec.n_ctx_train > 0 ? spec.n_ctx_train : 2048);
   std::vector<int64_t> lengths;
@@ -488,23 +488,23 @@ int bench_split(const Args& args) {
   } else {
     for (const std::string& item : std::vector<std::string>(absl::StrSplit(lengths_text, ',', absl::SkipEmpty()))) {
       int64_t n = 0;
-      if (!absl::SimpleAtoi(item, &n) || n < 2) return fail("--prompt-lens: '" + item + "' is not a length >= 2");
+      if (!absl::SimpleAtoi(item, &n) || n < 2) return bench_fail("--prompt-lens: '" + item + "' is not a length >= 2");
       lengths.push_back(n);
     }
     std::sort(lengths.begin(), lengths.end());
   }
-  if (lengths.empty()) return fail(absl::StrFormat("no prompt length from 128 fits the limit of %d tokens", limit));
+  if (lengths.empty()) return bench_fail(absl::StrFormat("no prompt length from 128 fits the limit of %d tokens", limit));
 
   if (profiles_path.empty()) profiles_path = default_profiles_path();
   auto profiles = read_profiles(profiles_path, absl::StrSplit(profile_names, ',', absl::SkipEmpty()), loss_pct / 100);
-  if (!profiles.ok()) return fail(std::string(profiles.status().message()));
+  if (!profiles.ok()) return bench_fail(std::string(profiles.status().message()));
 
   auto wire = parse_kv_codec_config(expand_codec_list(codec_pattern, spec.head_dim));
-  if (!wire.ok()) return fail(std::string(wire.status().message()));
+  if (!wire.ok()) return bench_fail(std::string(wire.status().message()));
   Engine engine(**edge_model, EngineOptions{static_cast<int>(threads), 64});
-  if (absl::Status st = wire->validate(engine.kv_geometry()); !st.ok()) return fail(std::string(st.message()));
+  if (absl::Status st = wire->validate(engine.kv_geometry()); !st.ok()) return bench_fail(std::string(st.message()));
   auto fingerprint = model_fingerprint(**edge_model);
-  if (!fingerprint.ok()) return fail(std::string(fingerprint.status().message()));
+  if (!fingerprint.ok()) return bench_fail(std::string(fingerprint.status().message()));
 
   // The GPU prefill speed of the projection and where it came from.
   std::string gpu_source;
@@ -527,7 +527,7 @@ int bench_split(const Args& args) {
   if (gpu_tok_s > 0) {
     gpu_source = "--gpu-prefill-tok-s";
   } else if (!device_report.empty()) {
-    if (gpu_tok_s_for(lengths.back()) <= 0) return fail("--device-report " + device_report + ": no prefill_tok_per_s rows");
+    if (gpu_tok_s_for(lengths.back()) <= 0) return bench_fail("--device-report " + device_report + ": no prefill_tok_per_s rows");
     gpu_source = "device check " + device_report;
   } else {
     gpu_source =
@@ -546,8 +546,8 @@ int bench_split(const Args& args) {
   options.session_cache_bytes = 0;
   PrefillService service(options);
   auto server = PrefillServer::Start("127.0.0.1:0", service);
-  if (!server.ok()) return fail(std::string(server.status().message()));
-  if (absl::Status st = service.Load(cloud_model_path); !st.ok()) return fail("cloud: " + std::string(st.message()));
+  if (!server.ok()) return bench_fail(std::string(server.status().message()));
+  if (absl::Status st = service.Load(cloud_model_path); !st.ok()) return bench_fail("cloud: " + std::string(st.message()));
   auto stub = v1::Prefill::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
                                                        grpc::InsecureChannelCredentials()));
 
@@ -566,13 +566,13 @@ int bench_split(const Args& args) {
   {
     LengthResult ignored;
     auto kv = QuantizedKvCache::Create(engine.kv_geometry(), 16, bench.store);
-    if (!kv.ok()) return fail(std::string(kv.status().message()));
+    if (!kv.ok()) return bench_fail(std::string(kv.status().message()));
     const std::vector<int32_t> warm = synthetic_prompt(8, spec.n_vocab, 1);
     if (absl::Status st = cloud_prefill(bench, warm, **kv, ignored); !st.ok()) {
-      return fail("warm-up cloud prefill: " + std::string(st.message()));
+      return bench_fail("warm-up cloud prefill: " + std::string(st.message()));
     }
     std::vector<float> logits;
-    if (absl::Status st = engine.decode_step(warm[0], **kv, &logits); !st.ok()) return fail(std::string(st.message()));
+    if (absl::Status st = engine.decode_step(warm[0], **kv, &logits); !st.ok()) return bench_fail(std::string(st.message()));
   }
 
   std::vector<LengthResult> results;
@@ -581,7 +581,7 @@ int bench_split(const Args& args) {
     std::vector<LengthResult> runs;
     for (int64_t i = 0; i < repeat; ++i) {
       auto r = measure_length(bench, n);
-      if (!r.ok()) return fail(absl::StrFormat("prompt %d: %s", n, r.status().message()));
+      if (!r.ok()) return bench_fail(absl::StrFormat("prompt %d: %s", n, r.status().message()));
       runs.push_back(*r);
     }
     results.push_back(median_of(runs));
@@ -715,7 +715,7 @@ int bench_split(const Args& args) {
                                       ? absl::StrFormat("ASSUMED GPU %.0f tok/s", gpu_rates.back())
                                       : absl::StrFormat("GPU %.0f tok/s", gpu_rates.back());
     if (absl::Status st = write_plot(plot_path, title, results, *profiles, gpu_rates, gpu_label); !st.ok()) {
-      return fail(std::string(st.message()));
+      return bench_fail(std::string(st.message()));
     }
     if (!json) std::printf("\nplot: %s\n", plot_path.c_str());
   }

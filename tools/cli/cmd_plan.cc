@@ -102,7 +102,7 @@ void print_codec_table(const ModelSpec& spec, const EdgeMemoryPlan& plan, const 
 
 }  // namespace
 
-int plan_command(const Args& args) {
+static int plan_command_exit_code(const Args& args) {
   std::string model_path, shape_name, weights_type = "q4_0", codec_list;
   uint64_t memory_bytes = 0;
   bool json = false;
@@ -207,6 +207,13 @@ int plan_command(const Args& args) {
                 format_bytes(memory_bytes).c_str());
   }
   return 0;
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status plan_command(const Args& args) {
+  const int code = plan_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

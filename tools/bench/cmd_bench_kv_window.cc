@@ -19,7 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_handoff.h"
 #include "common/kv/prefix_digest.h"
@@ -140,23 +140,23 @@ int bench_kv_window(const std::vector<std::string>& args) {
   flags.add_int64("window", &shape.window, "sliding window of the local layers, tokens");
   flags.add_int64("global-every", &shape.global_every, "every N-th layer is global (full attention)");
   flags.add_bool("json", &json, "print one JSON object instead of the table");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
   if (shape.n_layer < 1 || shape.n_layer > 512 || shape.n_head_kv < 1 || shape.n_head % shape.n_head_kv != 0 ||
       shape.head_dim < 2 || shape.head_dim > 1024 || shape.window < 1 || shape.global_every < 1) {
-    return fail("bad shape: need 1..512 layers, heads a multiple of kv-heads, head-dim 2..1024, window >= 1");
+    return bench_fail("bad shape: need 1..512 layers, heads a multiple of kv-heads, head-dim 2..1024, window >= 1");
   }
   std::vector<int64_t> lengths;
   const std::vector<std::string> context_texts = absl::StrSplit(contexts, ',', absl::SkipEmpty());
   for (const std::string& text : context_texts) {
     int64_t n = 0;
-    if (!absl::SimpleAtoi(text, &n) || n < 1 || n > 131072) return fail("bad context '" + text + "' (1..131072)");
+    if (!absl::SimpleAtoi(text, &n) || n < 1 || n > 131072) return bench_fail("bad context '" + text + "' (1..131072)");
     lengths.push_back(n);
   }
   std::vector<KvCodecConfig> configs;
   const std::vector<std::string> codec_names = absl::StrSplit(codecs, ',', absl::SkipEmpty());
   for (const std::string& name : codec_names) {
     auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return fail(std::string(c.status().message()));
+    if (!c.ok()) return bench_fail(std::string(c.status().message()));
     configs.push_back(*c);
   }
   Report report(absl::StrFormat(
@@ -166,9 +166,9 @@ int bench_kv_window(const std::vector<std::string>& args) {
   for (const KvCodecConfig& codec : configs) {
     for (const int64_t n : lengths) {
       auto windowed = measure(geometry_of(shape, true), codec, n);
-      if (!windowed.ok()) return fail(std::string(windowed.status().message()));
+      if (!windowed.ok()) return bench_fail(std::string(windowed.status().message()));
       auto full = measure(geometry_of(shape, false), codec, n);
-      if (!full.ok()) return fail(std::string(full.status().message()));
+      if (!full.ok()) return bench_fail(std::string(full.status().message()));
       const std::string key = absl::StrFormat("%s_%d", codec.to_string(), n);
       const std::string label = absl::StrFormat("%s, %d tokens", codec.to_string(), n);
       report.add(key + "_wire_windowed", label + ": wire, windowed", windowed->wire_bytes_per_token, "B", 1);

@@ -118,7 +118,7 @@ int report_interrupted(const std::string& address, const std::string& session_id
 
 }  // namespace
 
-int generate_on_edge(const Args& args_in) {
+static int generate_on_edge_exit_code(const Args& args_in) {
   GenerateFlags f;
   std::unique_ptr<FlagSet> flag_set = generate_flag_set(&f);
   FlagSet& flags = *flag_set;
@@ -273,6 +273,13 @@ int generate_on_edge(const Args& args_in) {
     print_turn_stats(target->address, *stats);
   }
   return 0;
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status generate_on_edge(const Args& args) {
+  const int code = generate_on_edge_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

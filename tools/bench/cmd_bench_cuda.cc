@@ -11,13 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/util/flags.h"
 
 #if BATON_HAVE_CUDA
@@ -35,6 +36,8 @@
 namespace baton::cli {
 
 #if BATON_HAVE_CUDA
+std::optional<std::string> describe_gpu_for_version() { return cuda::describe_gpu(cuda::find_gpu()); }
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -89,25 +92,25 @@ int bench_prefill_cuda(const Args& args) {
   flags.add_int64("depth", &depth, "K/V staging slots (layers the GPU may run ahead of the host)");
   flags.add_int64("block-tokens", &block_tokens, "positions per device KV block");
   flags.add_bool("json", &json, "print one JSON object per prompt size instead of tables");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
 
   std::vector<int64_t> sizes;
   for (absl::string_view part : absl::StrSplit(tokens_list, ',', absl::SkipEmpty())) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      return fail(absl::StrFormat("--tokens: '%s' is not a positive count", std::string(part)));
+      return bench_fail(absl::StrFormat("--tokens: '%s' is not a positive count", std::string(part)));
     }
     sizes.push_back(n);
   }
-  if (sizes.empty()) return fail("--tokens lists no size");
+  if (sizes.empty()) return bench_fail("--tokens lists no size");
   // Before synthesizing gigabytes of weights: is there a GPU at all?
-  if (auto device = cuda::probe_devices(); !device.ok()) return fail(std::string(device.status().message()));
+  if (auto device = cuda::probe_devices(); !device.ok()) return bench_fail(std::string(device.status().message()));
 
   TempDir temp;
   std::string path = model_path;
   if (path.empty()) {
     const SynthShape* base = find_synth_shape(shape);
-    if (base == nullptr) return fail(absl::StrFormat("unknown shape '%s'; known: %s", shape, synth_shape_names()));
+    if (base == nullptr) return bench_fail(absl::StrFormat("unknown shape '%s'; known: %s", shape, synth_shape_names()));
     SynthShape s = *base;
     if (layers > 0) s.n_layer = static_cast<int>(layers);
     GgmlType type;
@@ -118,19 +121,19 @@ int bench_prefill_cuda(const Args& args) {
     } else if (weight_type == "q8_0") {
       type = GgmlType::kQ8_0;
     } else {
-      return fail(absl::StrFormat("--type '%s' is not one of f16, bf16, q8_0", weight_type));
+      return bench_fail(absl::StrFormat("--type '%s' is not one of f16, bf16, q8_0", weight_type));
     }
-    if (temp.path.empty()) return fail("cannot create a temp dir for the synthetic model");
+    if (temp.path.empty()) return bench_fail("cannot create a temp dir for the synthetic model");
     path = temp.path + "/" + s.name + ".gguf";
     const auto start = Clock::now();
     if (absl::Status st = synthesize_model(s, SynthOptions{type, 1, 0}, path); !st.ok()) {
-      return fail(std::string(st.message()));
+      return bench_fail(std::string(st.message()));
     }
     std::fprintf(stderr, "synthesized %s (%d layers, %s) in %.1f s\n", s.name.c_str(), s.n_layer,
                  weight_type.c_str(), std::chrono::duration<double>(Clock::now() - start).count());
   }
   auto model = Model::Load(path);
-  if (!model.ok()) return fail(std::string(model.status().message()));
+  if (!model.ok()) return bench_fail(std::string(model.status().message()));
   const ModelSpec& s = (*model)->spec();
 
   int64_t max_tokens = 0;
@@ -144,7 +147,7 @@ int bench_prefill_cuda(const Args& args) {
   options.kv_pool_tokens = max_tokens + block_tokens;
   const auto upload_start = Clock::now();
   auto backend = cuda::make_cuda_prefill_backend(**model, options);
-  if (!backend.ok()) return fail(std::string(backend.status().message()));
+  if (!backend.ok()) return bench_fail(std::string(backend.status().message()));
   const double upload_s = std::chrono::duration<double>(Clock::now() - upload_start).count();
 
   const double layer_params = static_cast<double>(layer_matrix_parameters(**model));
@@ -156,7 +159,7 @@ int bench_prefill_cuda(const Args& args) {
     F32KvCache kv(geometry, n);
     // Warm-up of the same size: scratch, pinned buffers, cuBLAS heuristics.
     (*backend)->begin_sequence();
-    if (absl::Status st = (*backend)->prefill(tokens, kv, nullptr); !st.ok()) return fail(std::string(st.message()));
+    if (absl::Status st = (*backend)->prefill(tokens, kv, nullptr); !st.ok()) return bench_fail(std::string(st.message()));
     kv.set_size(0);
     (*backend)->begin_sequence();
 
@@ -166,7 +169,7 @@ int bench_prefill_cuda(const Args& args) {
       return absl::OkStatus();
     };
     const auto start = Clock::now();
-    if (absl::Status st = (*backend)->prefill(tokens, kv, layer_done); !st.ok()) return fail(std::string(st.message()));
+    if (absl::Status st = (*backend)->prefill(tokens, kv, layer_done); !st.ok()) return bench_fail(std::string(st.message()));
     const auto end = Clock::now();
     const double seconds = std::chrono::duration<double>(end - start).count();
     const double first_s = std::chrono::duration<double>(first_block - start).count();
@@ -198,8 +201,10 @@ int bench_prefill_cuda(const Args& args) {
 
 #else  // !BATON_HAVE_CUDA
 
+std::optional<std::string> describe_gpu_for_version() { return std::nullopt; }  // the CUDA line says: not compiled in
+
 int bench_prefill_cuda(const Args& args) {
-  return fail("bench prefill-cuda: this baton was built without CUDA (configure where the CUDA toolkit is installed)");
+  return bench_fail("bench prefill-cuda: this baton was built without CUDA (configure where the CUDA toolkit is installed)");
 }
 
 #endif

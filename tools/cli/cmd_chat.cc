@@ -414,13 +414,20 @@ int chat_locally(const ChatFlags& f, const FlagSet& flags) {
 
 }  // namespace
 
-int chat_command(const Args& args) {
+static int chat_command_exit_code(const Args& args) {
   ChatFlags f;
   std::unique_ptr<FlagSet> flags = chat_flag_set(&f);
   if (auto code = parse_flags(*flags, args)) return *code;
   if (!flags->positional().empty()) return usage_error("unexpected argument '" + flags->positional().front() + "'");
   if (absl::Status st = check_generation_flags(f.generation); !st.ok()) return usage_error(std::string(st.message()));
   return f.model.empty() ? chat_on_edge(f, *flags) : chat_locally(f, *flags);
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status chat_command(const Args& args) {
+  const int code = chat_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

@@ -116,7 +116,7 @@ grpc::Status poll_health(const Call& health, std::chrono::milliseconds wait, Res
 
 }  // namespace
 
-int health_command(const Args& args) {
+static int health_command_exit_code(const Args& args) {
   std::string edge, cloud;
   ChannelSecurityOptions edge_security, cloud_security;
   bool json = false, require_ready = false;
@@ -176,6 +176,13 @@ int health_command(const Args& args) {
                                 format_duration(wait)));
   }
   return 0;
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status health_command(const Args& args) {
+  const int code = health_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

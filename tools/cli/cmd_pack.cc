@@ -540,7 +540,7 @@ int pack_info(const Args& args) {
 
 }  // namespace
 
-int pack_command(const Args& args) {
+static int pack_command_exit_code(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kPackUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -555,6 +555,13 @@ int pack_command(const Args& args) {
   if (action == "info") return pack_info(rest);
   std::fprintf(stderr, "baton pack: unknown action '%s'\n\n%s", action.c_str(), kPackUsage);
   return 2;
+}
+
+// Transitional adapter: the body still returns an exit code and has printed
+// its messages.
+absl::Status pack_command(const Args& args) {
+  const int code = pack_command_exit_code(args);
+  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

@@ -6,12 +6,12 @@
 # (every step has its own timeout); the report and logs go to $OUT when it is
 # set, else to ./device-check/.
 #
-#   tools/device_check.sh --prepare   (here, on the build machine)
+#   tools/device/device_check.sh --prepare   (here, on the build machine)
 #       packs build-cuda/bin/{baton,baton_cuda_tests} and the shared libraries
 #       they need that a CUDA machine may lack (ldd; not glibc, libstdc++ or
 #       the CUDA libraries, which the GPU machine's toolkit provides) into
 #       build-cuda/device-carry/bundle.tar.xz. Carry build-cuda/device-carry.
-#   tools/device_check.sh             (on the GPU machine, from the repo root)
+#   tools/device/device_check.sh             (on the GPU machine, from the repo root)
 #       uses, in order: $BATON_BIN; the carried bundle; build-cuda/bin;
 #       build/bin; else builds build-device/ with cmake + ninja when the
 #       toolchain is there. Where no GPU is usable it says so and exits 0.
@@ -22,7 +22,7 @@
 # every step even without a GPU (to test this script itself).
 set -u -o pipefail
 
-repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+repo_root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo_root"
 build_dir="${BATON_BUILD_DIR:-build-cuda}"
 carry_dir="$build_dir/device-carry"
@@ -127,7 +127,7 @@ if ! binaries_ok; then
   fi
 fi
 if ! binaries_ok; then
-  say "- FAILED: no runnable baton / baton_cuda_tests (carry $carry_dir after 'tools/device_check.sh --prepare')"
+  say "- FAILED: no runnable baton / baton_cuda_tests (carry $carry_dir after 'tools/device/device_check.sh --prepare')"
   exit 1
 fi
 say "- binaries: $bin_dir ($(elapsed) s so far)"

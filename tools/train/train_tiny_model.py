@@ -3,7 +3,7 @@
 
 One command, seeded and deterministic as far as torch allows:
 
-    /usr/bin/python3 tools/train_tiny_model.py --out deploy/models
+    /usr/bin/python3 tools/train/train_tiny_model.py --out deploy/models
 
 Pipeline (each step prints what it does):
   1. Extracts the King James Version from the Debian package `bible-kjv-text`
@@ -70,7 +70,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "baton-tiny-kjv"
 BIBLE_DATA = "/usr/lib/bible.data"
 N_VERSES = 31102
@@ -449,7 +449,7 @@ def gguf_kvs(cfg, pieces, scores, types, name):
         ("general.name", GGUF_STR, name),
         ("general.description", GGUF_STR,
          "Toy Llama-architecture model trained on the King James Version (public domain) "
-         "by tools/train_tiny_model.py; for demos and KV-codec measurements only."),
+         "by tools/train/train_tiny_model.py; for demos and KV-codec measurements only."),
         ("general.license", GGUF_STR, "public-domain"),
         ("general.file_type", GGUF_U32, 1),
         ("llama.context_length", GGUF_U32, cfg["n_ctx"]),

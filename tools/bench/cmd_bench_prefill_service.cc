@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/prefill_server.h"
 #include "cloud_prefill/prefill_service.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/model/model.h"
 #include "common/util/clock.h"
 #include "common/util/flags.h"
@@ -92,15 +92,15 @@ int bench_prefill_service(const Args& args) {
   flags.add_string("codec", &codec_name, "wire codec: f16, int8 or int4", "NAME");
   flags.add_bool("json", &json, "print one JSON object instead of the table");
   flags.require("model");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
   if (prompt_len < 2 || cached_fraction < 0 || cached_fraction >= 1) {
-    return fail("--prompt-len must be >= 2 and --cached-fraction in [0, 1)");
+    return bench_fail("--prompt-len must be >= 2 and --cached-fraction in [0, 1)");
   }
   const v1::KvCodec codec = codec_name == "f16"    ? v1::KV_CODEC_F16
                             : codec_name == "int4" ? v1::KV_CODEC_INT4
                             : codec_name == "int8" ? v1::KV_CODEC_INT8
                                                    : v1::KV_CODEC_UNSPECIFIED;
-  if (codec == v1::KV_CODEC_UNSPECIFIED) return fail("--codec must be f16, int8 or int4");
+  if (codec == v1::KV_CODEC_UNSPECIFIED) return bench_fail("--codec must be f16, int8 or int4");
 
   PrefillServiceOptions options;
   options.threads = static_cast<int>(threads);
@@ -110,10 +110,10 @@ int bench_prefill_service(const Args& args) {
   options.prefix_cache_bytes = uint64_t{16} << 30;
   PrefillService service(options);
   auto server = PrefillServer::Start("127.0.0.1:0", service);
-  if (!server.ok()) return fail(std::string(server.status().message()));
-  if (absl::Status status = service.Load(model_path); !status.ok()) return fail(std::string(status.message()));
+  if (!server.ok()) return bench_fail(std::string(server.status().message()));
+  if (absl::Status status = service.Load(model_path); !status.ok()) return bench_fail(std::string(status.message()));
   auto model = Model::Load(model_path);
-  if (!model.ok()) return fail(std::string(model.status().message()));
+  if (!model.ok()) return bench_fail(std::string(model.status().message()));
   const ModelSpec& spec = (*model)->spec();
   auto stub = v1::Prefill::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
                                                        grpc::InsecureChannelCredentials()));
@@ -121,14 +121,14 @@ int bench_prefill_service(const Args& args) {
   // Cold: nothing cached.
   const std::vector<int32_t> cold_prompt = synthetic_prompt(prompt_len, spec.n_vocab, 1);
   auto cold = timed_prefill(*stub, cold_prompt, codec);
-  if (!cold.ok()) return fail(std::string(cold.status().message()));
+  if (!cold.ok()) return bench_fail(std::string(cold.status().message()));
   // Warm: the same first `cached_fraction` of the tokens, then new ones.
   const int64_t shared = static_cast<int64_t>(static_cast<double>(prompt_len) * cached_fraction);
   std::vector<int32_t> warm_prompt(cold_prompt.begin(), cold_prompt.begin() + shared);
   const std::vector<int32_t> fresh = synthetic_prompt(prompt_len - shared, spec.n_vocab, 2);
   warm_prompt.insert(warm_prompt.end(), fresh.begin(), fresh.end());
   auto warm = timed_prefill(*stub, warm_prompt, codec);
-  if (!warm.ok()) return fail(std::string(warm.status().message()));
+  if (!warm.ok()) return bench_fail(std::string(warm.status().message()));
   (*server)->Shutdown();
 
   const int64_t chunks = (prompt_len + chunk_tokens - 1) / chunk_tokens;

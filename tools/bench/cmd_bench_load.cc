@@ -45,7 +45,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli_defaults.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
@@ -462,7 +462,7 @@ int bench_load(const Args& args) {
   flags.add_int64("seed", &c.seed, "seed of the prompts and of sampling");
   flags.add_string("session-prefix", &c.session_prefix, "session ids are PREFIX-cC-sS; none may exist yet", "STR");
   flags.add_bool("json", &c.json, "print one JSON object");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (auto code = bench_parse_flags(flags, args)) return *code;
   auto usage_error = [](const std::string& message) {
     std::fprintf(stderr, "baton bench load: %s\n(see --help)\n", message.c_str());
     return 2;
@@ -523,20 +523,20 @@ int bench_load(const Args& args) {
   EdgeClient admin(plan.target);
   v1::EdgeHealthResponse health;
   grpc::Status health_status = admin.health(&health);
-  if (!health_status.ok()) return fail(admin.describe("Health", health_status));
+  if (!health_status.ok()) return bench_fail(admin.describe("Health", health_status));
   if (health.state() != v1::SERVING_STATE_READY) {
-    return fail(absl::StrFormat("the edge agent at %s is %s, not READY (wait with 'baton health --edge %s --wait 60s')",
+    return bench_fail(absl::StrFormat("the edge agent at %s is %s, not READY (wait with 'baton health --edge %s --wait 60s')",
                                 c.edge, v1::ServingState_Name(health.state()), c.edge));
   }
   plan.n_vocab = health.model().n_vocab();
-  if (plan.token_prompts && plan.n_vocab == 0) return fail("the edge agent's Health reports no vocabulary size");
+  if (plan.token_prompts && plan.n_vocab == 0) return bench_fail("the edge agent's Health reports no vocabulary size");
   {
     v1::ListSessionsResponse before;
     grpc::Status listed = admin.list_sessions(&before);
-    if (!listed.ok()) return fail(admin.describe("ListSessions", listed));
+    if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
     for (const v1::SessionInfo& s : before.sessions()) {
       if (s.session_id().rfind(c.session_prefix + "-", 0) == 0) {
-        return fail(absl::StrFormat(
+        return bench_fail(absl::StrFormat(
             "session %s already exists on the agent: its turns would continue it; choose another "
             "--session-prefix or delete the sessions (baton sessions rm)",
             s.session_id()));
@@ -611,7 +611,7 @@ int bench_load(const Args& args) {
   int64_t sessions_complete = 0, sessions_incomplete = 0, lost = 0;
   v1::ListSessionsResponse listing;
   grpc::Status listed = admin.list_sessions(&listing);
-  if (!listed.ok()) return fail(admin.describe("ListSessions", listed));
+  if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
   std::map<std::string, const v1::SessionInfo*> by_id;
   for (const v1::SessionInfo& s : listing.sessions()) by_id[s.session_id()] = &s;
   for (const ClientResult& r : results) {

@@ -3,10 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "bench_commands.h"
 #include "commands.h"
-#ifdef BATON_HAVE_CUDA
-#include "cloud_prefill/cuda/cuda_device.h"
-#endif
 #include "common/util/flags.h"
 #include "common/util/version.h"
 
@@ -50,6 +48,18 @@ constexpr char kUsage[] =
     "\n"
     "Run 'baton COMMAND --help' for the flags of a command; 'baton --version' for the build.\n";
 
+absl::Status run_command(const std::string& command, const Args& args) {
+  if (command == "model") return model_command(args);
+  if (command == "bench") return bench_command(args);
+  if (command == "generate") return generate_command(args);
+  if (command == "chat") return chat_command(args);
+  if (command == "health") return health_command(args);
+  if (command == "sessions") return sessions_command(args);
+  if (command == "pack") return pack_command(args);
+  if (command == "plan") return plan_command(args);
+  return exit_status(2, "baton: unknown command '" + command + "'\n\n" + kUsage);
+}
+
 }  // namespace
 }  // namespace baton::cli
 
@@ -61,24 +71,8 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "--version") == 0) {
-#ifdef BATON_HAVE_CUDA
-    const std::optional<std::string> gpu = baton::cuda::describe_gpu(baton::cuda::find_gpu());
-#else
-    const std::optional<std::string> gpu = std::nullopt;  // the CUDA line says: not compiled in
-#endif
-    std::fputs(baton::version_text("baton", gpu).c_str(), stdout);
+    std::fputs(baton::version_text("baton", describe_gpu_for_version()).c_str(), stdout);
     return 0;
   }
-  const std::string command = argv[1];
-  Args args(argv + 2, argv + argc);
-  if (command == "model") return model_command(args);
-  if (command == "bench") return bench_command(args);
-  if (command == "generate") return generate_command(args);
-  if (command == "chat") return chat_command(args);
-  if (command == "health") return health_command(args);
-  if (command == "sessions") return sessions_command(args);
-  if (command == "pack") return pack_command(args);
-  if (command == "plan") return plan_command(args);
-  std::fprintf(stderr, "baton: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-  return 2;
+  return finish_command(run_command(argv[1], Args(argv + 2, argv + argc)));
 }

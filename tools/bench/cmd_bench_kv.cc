@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "common/cpu/ops.h"
 #include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
@@ -175,18 +175,18 @@ int bench_kv_codec(const std::vector<std::string>& args) {
   flags.add_int64("threads", &threads, "prefill threads (the codec runs on one)");
   flags.add_bool("json", &json, "print one JSON object instead of the table");
   flags.require("model");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (block_tokens < 1 || block_tokens > kMaxKvBlockTokens) return fail("--block must be in [1, 1048576]");
+  if (auto code = bench_parse_flags(flags, args)) return *code;
+  if (block_tokens < 1 || block_tokens > kMaxKvBlockTokens) return bench_fail("--block must be in [1, 1048576]");
 
   auto model = Model::Load(model_path);
-  if (!model.ok()) return fail(std::string(model.status().message()));
+  if (!model.ok()) return bench_fail(std::string(model.status().message()));
   const ModelSpec& s = (*model)->spec();
   if (codecs.empty()) codecs = default_codecs(s.head_dim);
   std::vector<KvCodecConfig> configs;
   const std::vector<std::string> names = absl::StrSplit(codecs, ',', absl::SkipEmpty());
   for (const std::string& name : names) {
     auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return fail(std::string(c.status().message()));
+    if (!c.ok()) return bench_fail(std::string(c.status().message()));
     configs.push_back(*c);
   }
   std::vector<int32_t> prompt;
@@ -194,11 +194,11 @@ int bench_kv_codec(const std::vector<std::string>& args) {
     const std::vector<std::string> ids = absl::StrSplit(token_ids, ',', absl::SkipEmpty());
     for (const std::string& id : ids) {
       int32_t value = 0;
-      if (!absl::SimpleAtoi(id, &value)) return fail("bad token id '" + id + "' in --token-ids");
+      if (!absl::SimpleAtoi(id, &value)) return bench_fail("bad token id '" + id + "' in --token-ids");
       prompt.push_back(value);
     }
   } else {
-    if (tokens < 1) return fail("--tokens must be >= 1");
+    if (tokens < 1) return bench_fail("--tokens must be >= 1");
     Rng rng(1);
     prompt.resize(static_cast<size_t>(tokens));
     for (auto& t : prompt) t = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(s.n_vocab));
@@ -208,7 +208,7 @@ int bench_kv_codec(const std::vector<std::string>& args) {
   Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
   const KvGeometry g = engine.kv_geometry();
   F32KvCache cache(g, n_tokens);
-  if (absl::Status st = engine.prefill(prompt, cache, nullptr); !st.ok()) return fail(std::string(st.message()));
+  if (absl::Status st = engine.prefill(prompt, cache, nullptr); !st.ok()) return bench_fail(std::string(st.message()));
 
   // Pre-RoPE keys: rotate by -theta (RoPE with negated frequencies).
   std::vector<float> inverse_freq = (*model)->rope_inv_freq();
