@@ -10,24 +10,6 @@
 
 namespace baton::cli {
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "baton: %s\n", message.c_str());
-  return 1;
-}
-
-std::optional<int> parse_flags(FlagSet& flags, const Args& args) {
-  absl::Status status = flags.parse(args);
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s\n(see --help)\n", std::string(status.message()).c_str());
-    return 2;
-  }
-  if (flags.help_requested()) {
-    std::fputs(flags.usage().c_str(), stdout);
-    return 0;
-  }
-  return std::nullopt;
-}
-
 namespace {
 
 constexpr char kUsage[] =

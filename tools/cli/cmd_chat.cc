@@ -106,8 +106,9 @@ class Chat {
       : flags_(flags), flag_set_(flag_set), interactive_(isatty(STDIN_FILENO) == 1) {}
   virtual ~Chat() = default;
 
-  // The read-eval loop; the exit code (1 when an answer failed).
-  int run() {
+  // The read-eval loop; exit 1 when an answer failed (each failure was
+  // printed as it happened).
+  absl::Status run() {
     print_banner();
     std::string line;
     while (true) {
@@ -118,7 +119,7 @@ class Chat {
       handle(input);
     }
     if (interactive_) print_piece("\n");
-    return failed_ ? 1 : 0;
+    return failed_ ? exit_status(1) : absl::OkStatus();
   }
 
  protected:
@@ -377,57 +378,55 @@ class LocalChat : public Chat {
   LocalTurnFigures figures_;
 };
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "baton chat: %s\n(see --help)\n", message.c_str());
-  return 2;
-}
+absl::Status chat_usage_error(const std::string& message) { return usage_error("chat", message); }
 
-int chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
+absl::Status chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
   for (const char* name : {"threads"}) {
-    if (flags.is_set(name)) return usage_error(absl::StrCat("--", name, " needs --model FILE (the CPU engine here)"));
+    if (flags.is_set(name)) {
+      return chat_usage_error(absl::StrCat("--", name, " needs --model FILE (the CPU engine here)"));
+    }
   }
   absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(f.policy_name);
-  if (!policy.ok()) return usage_error(std::string(policy.status().message()));
+  if (!policy.ok()) return chat_usage_error(std::string(policy.status().message()));
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", f.edge, "edge agent", f.timeout, f.security);
-  if (!target.ok()) return usage_error(std::string(target.status().message()));
+  if (!target.ok()) return chat_usage_error(std::string(target.status().message()));
   std::string session_id = new_chat_session_id();
   if (!f.session.empty()) {
     absl::StatusOr<std::map<std::string, std::string>> names = load_chat_names(chat_names_path());
-    if (!names.ok()) return fail(std::string(names.status().message()));
+    if (!names.ok()) return names.status();
     session_id = resolve_chat_session(*names, f.session);
   }
   EdgeChat chat(f, flags, *target, *policy, session_id);
   return chat.run();
 }
 
-int chat_locally(const ChatFlags& f, const FlagSet& flags) {
+absl::Status chat_locally(const ChatFlags& f, const FlagSet& flags) {
   for (const char* name : {"edge", "session", "policy", "timeout", "ca", "api-key-file"}) {
-    if (flags.is_set(name)) return usage_error(absl::StrCat("--", name, " is for the edge agent; --model FILE runs here"));
+    if (flags.is_set(name)) {
+      return chat_usage_error(absl::StrCat("--", name, " is for the edge agent; --model FILE runs here"));
+    }
   }
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(f.model);
-  if (!model.ok()) return fail(std::string(model.status().message()));
+  if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf((*model)->file());
-  if (!tokenizer.ok()) return fail("the model's tokenizer: " + std::string(tokenizer.status().message()));
+  if (!tokenizer.ok()) return with_prefix("the model's tokenizer", tokenizer.status());
   LocalChat chat(f, flags, std::move(*model), std::move(*tokenizer));
   return chat.run();
 }
 
 }  // namespace
 
-static int chat_command_exit_code(const Args& args) {
+absl::Status chat_command(const Args& args) {
   ChatFlags f;
   std::unique_ptr<FlagSet> flags = chat_flag_set(&f);
-  if (auto code = parse_flags(*flags, args)) return *code;
-  if (!flags->positional().empty()) return usage_error("unexpected argument '" + flags->positional().front() + "'");
-  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) return usage_error(std::string(st.message()));
+  if (std::optional<absl::Status> done = parse_flags(*flags, args)) return *done;
+  if (!flags->positional().empty()) {
+    return chat_usage_error("unexpected argument '" + flags->positional().front() + "'");
+  }
+  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) {
+    return chat_usage_error(std::string(st.message()));
+  }
   return f.model.empty() ? chat_on_edge(f, *flags) : chat_locally(f, *flags);
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status chat_command(const Args& args) {
-  const int code = chat_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

@@ -6,24 +6,21 @@
 // stdout instead, for programs.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "commands.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_codec_params.h"
 #include "common/rpc/proto_json.h"
+#include "common/util/check.h"
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
-#include "interrupt.h"
 #include "generate_flags.h"
+#include "interrupt.h"
+#include "kv_codec_list.h"
 #include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
@@ -101,8 +98,8 @@ struct SeenTurn {
 // Ctrl-C ended the call before its Stats: the stats of what was shown
 // (stderr, or --json on stdout with "interrupted": true); exit code 130
 // (128 + SIGINT), as shells expect of a command stopped by Ctrl-C.
-int report_interrupted(const std::string& address, const std::string& session_id, const SeenTurn& seen, bool json,
-                       const std::string& text, const std::string& token_ids_json) {
+absl::Status report_interrupted(const std::string& address, const std::string& session_id, const SeenTurn& seen,
+                                bool json, const std::string& text, const std::string& token_ids_json) {
   const v1::Stats stats = seen.interrupted_stats(session_id);
   if (json) {
     std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"interrupted\": true, \"stats\": %s}\n",
@@ -113,173 +110,158 @@ int report_interrupted(const std::string& address, const std::string& session_id
     }
     print_turn_stats(address, stats, stderr, /*interrupted=*/true);
   }
-  return kInterruptedExitCode;
+  return exit_status(kInterruptedExitCode);
 }
+
+// The request of `baton generate --edge` from its command line; usage errors
+// name the command. `stops` are the --stop values taken out before parsing.
+absl::Status fill_request(const GenerateFlags& f, const FlagSet& flags, const std::vector<std::string>& stops,
+                          v1::GenerateRequest* request) {
+  if (std::optional<std::string> wrong = other_mode_flag(flags, /*local=*/false)) {
+    return usage_error("generate", *wrong);
+  }
+  if (!flags.positional().empty()) {
+    return usage_error("generate", "unexpected argument '" + flags.positional().front() + "'");
+  }
+  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) {
+    return usage_error("generate", std::string(st.message()));
+  }
+  BATON_ASSIGN_OR_RETURN(PromptInput prompt, read_prompt(f.prompt, "generate", /*required=*/true));
+  if (!prompt.tokens.empty()) {
+    for (int32_t id : prompt.tokens) request->mutable_tokens()->add_ids(static_cast<uint32_t>(id));
+  } else {
+    request->set_text(prompt.text);
+  }
+  absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(f.policy_name);
+  if (!policy.ok()) return usage_error("generate", std::string(policy.status().message()));
+  request->set_policy(*policy);
+  request->set_session_id(f.session_id);
+  request->set_pack_id(f.pack_id);
+  fill_edge_request(f.generation, flags, request);
+  for (const std::string& stop : stops) request->add_stop(stop);
+  if (!f.codec_name.empty()) {
+    if (absl::Status st = set_requested_codec(f.codec_name, request->mutable_codec()); !st.ok()) {
+      return usage_error("generate", "--codec: " + std::string(st.message()));
+    }
+  }
+  // Progress events always: their Plan gives the stats of an interrupted
+  // call (the line itself is drawn only on a terminal).
+  request->set_progress(true);
+  return absl::OkStatus();
+}
+
+// One Generate as the terminal shows it: the text on stdout as it comes (kept
+// for --json), the progress line until the first text, warnings on stderr.
+class EdgeTurn {
+ public:
+  EdgeTurn(bool json, bool progress) : json_(json), progress_line_(stderr, progress) {}
+
+  void on_event(const v1::GenerateResponse& event) {
+    switch (event.event_case()) {
+      case v1::GenerateResponse::kText: on_text(event.text()); break;
+      case v1::GenerateResponse::kProgress: on_progress(event.progress()); break;
+      case v1::GenerateResponse::kWarning:
+        progress_line_.clear();
+        seen_.context_warning = event.warning();
+        std::fprintf(stderr, "baton generate: warning: %s\n", event.warning().c_str());
+        break;
+      case v1::GenerateResponse::kPlan:
+        seen_.plan = event.plan();
+        if (!text_started_) {
+          progress_line_.update(absl::StrFormat("[plan] prefill %s: %s", prefill_place_name(event.plan().place()),
+                                                event.plan().reason()),
+                                true);
+        }
+        break;
+      case v1::GenerateResponse::kStats: stats_ = event.stats(); break;
+      default: break;
+    }
+  }
+
+  // After the call: ends the text's line (Ctrl-C or not) and flushes it
+  // before the stats table on stderr.
+  void finish() {
+    progress_line_.clear();
+    if (!json_ && text_started_) std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+  // The outcome of the call that ended with `status`.
+  absl::Status report(const EdgeClient& client, const grpc::Status& status, bool interrupted,
+                      const std::string& session_id) const {
+    const std::string& address = client.target().address;
+    // A turn that completed before the cancel took effect reports as usual.
+    if (interrupted && !stats_) return report_interrupted(address, session_id, seen_, json_, text_, token_ids_json_);
+    if (!status.ok()) return absl::UnavailableError(client.describe("Generate", status));
+    if (!stats_) return absl::DataLossError("the edge agent ended Generate without stats");
+    if (json_) {
+      std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"retries\": %d, \"stats\": %s}\n",
+                  json_escape(text_).c_str(), token_ids_json_.c_str(), client.retries(),
+                  proto_to_json(*stats_).c_str());
+    } else {
+      print_turn_stats(address, *stats_);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void on_text(const v1::TextPiece& piece) {
+    if (!text_started_) progress_line_.clear();
+    text_started_ = true;
+    seen_.saw_text(piece);
+    text_ += piece.text();
+    for (uint32_t id : piece.token_ids()) token_ids_json_ += (token_ids_json_.empty() ? "" : ", ") + std::to_string(id);
+    if (!json_) {
+      std::fputs(piece.text().c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+
+  void on_progress(const v1::Progress& p) {
+    if (text_started_) return;
+    double rate = 0;
+    if (p.kv_bytes_received() > 0) {
+      if (!kv_first_seen_) kv_first_seen_ = RpcClock::now();
+      const double seconds = std::chrono::duration<double>(RpcClock::now() - *kv_first_seen_).count();
+      if (seconds > 0.05) rate = static_cast<double>(p.kv_bytes_received()) / seconds;
+    }
+    progress_line_.update(format_progress(p, rate));
+  }
+
+  const bool json_;
+  ProgressLine progress_line_;
+  SeenTurn seen_;
+  std::string text_;            // everything generated (for --json)
+  std::string token_ids_json_;  // "1, 2, 3": the generated token ids (for --json)
+  std::optional<v1::Stats> stats_;
+  bool text_started_ = false;
+  std::optional<RpcClock::time_point> kv_first_seen_;  // first RECEIVING_KV event (rate)
+};
 
 }  // namespace
 
-static int generate_on_edge_exit_code(const Args& args_in) {
+absl::Status generate_on_edge(const Args& args_in) {
   GenerateFlags f;
-  std::unique_ptr<FlagSet> flag_set = generate_flag_set(&f);
-  FlagSet& flags = *flag_set;
-  const std::string& edge = f.edge;
-  std::string& prompt_text = f.prompt_text;
-  const std::string& prompt_file = f.prompt_file;
-  const std::string& prompt_tokens_text = f.prompt_tokens;
-  const std::string& session_id = f.session_id;
-  const std::string& pack_id = f.pack_id;
-  const std::string& policy_name = f.policy_name;
-  const std::string& codec_name = f.codec_name;
-  const bool& json = f.json;
-  const bool& no_progress = f.no_progress;
-  const std::chrono::milliseconds& timeout = f.timeout;
-  const ChannelSecurityOptions& security = f.security;
-  Args args = args_in;
-  for (std::string& arg : args) {
-    if (arg == "-p") arg = "--prompt";
-  }
+  std::unique_ptr<FlagSet> flags = generate_flag_set(&f);
+  Args args = with_prompt_short_flag(args_in);
   absl::StatusOr<std::vector<std::string>> stops = take_repeated_flag(args, "stop");
-  if (!stops.ok()) {
-    std::fprintf(stderr, "%s\n(see --help)\n", std::string(stops.status().message()).c_str());
-    return 2;
-  }
-  if (auto code = parse_flags(flags, args)) return *code;
-  auto usage_error = [](const std::string& message) {
-    std::fprintf(stderr, "baton generate: %s\n(see --help)\n", message.c_str());
-    return 2;
-  };
-  if (std::optional<std::string> wrong = other_mode_flag(flags, /*local=*/false)) return usage_error(*wrong);
-  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
-  if (absl::Status st = check_generation_flags(f.generation); !st.ok()) return usage_error(std::string(st.message()));
-
+  if (!stops.ok()) return exit_status(2, absl::StrCat(stops.status().message(), "\n(see --help)\n"));
+  if (std::optional<absl::Status> done = parse_flags(*flags, args)) return *done;
   v1::GenerateRequest request;
-  const int prompt_sources = !prompt_text.empty() + !prompt_file.empty() + !prompt_tokens_text.empty();
-  if (prompt_sources != 1) return usage_error("give exactly one of -p TEXT, --prompt-file F, --prompt-tokens IDS");
-  if (!prompt_file.empty()) {
-    absl::StatusOr<std::string> text = read_prompt_file(prompt_file);
-    if (!text.ok()) return fail(std::string(text.status().message()));
-    prompt_text = *text;
-  }
-  if (!prompt_tokens_text.empty()) {
-    for (absl::string_view part : absl::StrSplit(prompt_tokens_text, ',')) {
-      uint32_t id = 0;
-      if (!absl::SimpleAtoi(part, &id)) {
-        return usage_error(absl::StrFormat("--prompt-tokens: '%s' is not a token id", part));
-      }
-      request.mutable_tokens()->add_ids(id);
-    }
-  } else {
-    request.set_text(prompt_text);
-  }
-  absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(policy_name);
-  if (!policy.ok()) return usage_error(std::string(policy.status().message()));
-  request.set_policy(*policy);
-  request.set_session_id(session_id);
-  request.set_pack_id(pack_id);
-  fill_edge_request(f.generation, flags, &request);
-  for (const std::string& stop : *stops) request.add_stop(stop);
-  if (!codec_name.empty()) {
-    // A bare width asks for the agent's default variant of it.
-    if (codec_name == "f16" || codec_name == "int8" || codec_name == "int4") {
-      request.mutable_codec()->set_codec(codec_name == "f16"    ? v1::KV_CODEC_F16
-                                         : codec_name == "int8" ? v1::KV_CODEC_INT8
-                                                                : v1::KV_CODEC_INT4);
-    } else {
-      absl::StatusOr<KvCodecConfig> config = parse_kv_codec_config(codec_name);
-      if (!config.ok()) return usage_error("--codec: " + std::string(config.status().message()));
-      absl::StatusOr<v1::CodecParams> params = kv_codec_params(*config);
-      if (!params.ok()) return usage_error("--codec: " + std::string(params.status().message()));
-      *request.mutable_codec() = *params;
-    }
-  }
-  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
-  if (!target.ok()) return usage_error(std::string(target.status().message()));
+  BATON_RETURN_IF_ERROR(fill_request(f, *flags, *stops, &request));
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", f.edge, "edge agent", f.timeout, f.security);
+  if (!target.ok()) return usage_error("generate", std::string(target.status().message()));
 
-  ProgressLine progress_line(stderr, !no_progress);
-  // Progress events always: their Plan gives the stats of an interrupted
-  // call (the line itself is drawn only on a terminal).
-  request.set_progress(true);
   EdgeClient client(*target);
   // Ctrl-C stops the answer (the agent keeps it in the session); a second
   // Ctrl-C ends the process at once.
   InterruptWatch interrupt;
   interrupt.on_interrupt([&client] { client.cancel_generate(); });
-  SeenTurn seen;
-  std::string text;                 // everything generated (for --json)
-  std::string token_ids_json;       // "1, 2, 3": the generated token ids (for --json)
-  std::optional<v1::Stats> stats;
-  bool text_started = false;
-  std::optional<RpcClock::time_point> kv_first_seen;  // first RECEIVING_KV event (rate)
-  grpc::Status status = client.generate(request, [&](const v1::GenerateResponse& event) {
-    switch (event.event_case()) {
-      case v1::GenerateResponse::kText:
-        if (!text_started) progress_line.clear();
-        text_started = true;
-        seen.saw_text(event.text());
-        text += event.text().text();
-        for (uint32_t id : event.text().token_ids()) {
-          token_ids_json += (token_ids_json.empty() ? "" : ", ") + std::to_string(id);
-        }
-        if (!json) {
-          std::fputs(event.text().text().c_str(), stdout);
-          std::fflush(stdout);
-        }
-        break;
-      case v1::GenerateResponse::kProgress: {
-        if (text_started) break;
-        const v1::Progress& p = event.progress();
-        double rate = 0;
-        if (p.kv_bytes_received() > 0) {
-          if (!kv_first_seen) kv_first_seen = RpcClock::now();
-          const double seconds = std::chrono::duration<double>(RpcClock::now() - *kv_first_seen).count();
-          if (seconds > 0.05) rate = static_cast<double>(p.kv_bytes_received()) / seconds;
-        }
-        progress_line.update(format_progress(p, rate));
-        break;
-      }
-      case v1::GenerateResponse::kWarning:
-        progress_line.clear();
-        seen.context_warning = event.warning();
-        std::fprintf(stderr, "baton generate: warning: %s\n", event.warning().c_str());
-        break;
-      case v1::GenerateResponse::kPlan:
-        seen.plan = event.plan();
-        if (!text_started) {
-          progress_line.update(absl::StrFormat("[plan] prefill %s: %s", prefill_place_name(event.plan().place()),
-                                               event.plan().reason()),
-                               true);
-        }
-        break;
-      case v1::GenerateResponse::kStats:
-        stats = event.stats();
-        break;
-      default:
-        break;
-    }
-  });
-  progress_line.clear();
-  if (!json && text_started) std::fputs("\n", stdout);  // ends the line, Ctrl-C or not
-  std::fflush(stdout);  // the text before the stats table on stderr
-  // A turn that completed before the cancel took effect reports as usual.
-  if (interrupt.interrupted() && !stats) {
-    return report_interrupted(target->address, session_id, seen, json, text, token_ids_json);
-  }
-  if (!status.ok()) return fail(client.describe("Generate", status));
-  if (!stats) return fail("the edge agent ended Generate without stats");
-  if (json) {
-    std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"retries\": %d, \"stats\": %s}\n",
-                json_escape(text).c_str(), token_ids_json.c_str(), client.retries(), proto_to_json(*stats).c_str());
-  } else {
-    print_turn_stats(target->address, *stats);
-  }
-  return 0;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status generate_on_edge(const Args& args) {
-  const int code = generate_on_edge_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  EdgeTurn turn(f.json, !f.no_progress);
+  const grpc::Status status =
+      client.generate(request, [&turn](const v1::GenerateResponse& event) { turn.on_event(event); });
+  turn.finish();
+  return turn.report(client, status, interrupt.interrupted(), f.session_id);
 }
 
 }  // namespace baton::cli

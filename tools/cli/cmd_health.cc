@@ -116,7 +116,7 @@ grpc::Status poll_health(const Call& health, std::chrono::milliseconds wait, Res
 
 }  // namespace
 
-static int health_command_exit_code(const Args& args) {
+absl::Status health_command(const Args& args) {
   std::string edge, cloud;
   ChannelSecurityOptions edge_security, cloud_security;
   bool json = false, require_ready = false;
@@ -133,27 +133,23 @@ static int health_command_exit_code(const Args& args) {
   flags.add_bool("ready", &require_ready, "exit 1 unless the server is READY (readiness probes)");
   flags.add_duration("timeout", &timeout, "deadline of one Health call");
   flags.add_bool("json", &json, "print the response as one JSON object");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
   // The edge agent unless --cloud is given (both have default addresses).
   if ((flags.is_set("edge") && flags.is_set("cloud")) || !flags.positional().empty()) {
-    std::fprintf(stderr, "baton health: give one of --edge ADDR, --cloud ADDR\n(see --help)\n");
-    return 2;
+    return usage_error("health", "give one of --edge ADDR, --cloud ADDR");
   }
   const bool is_edge = !flags.is_set("cloud");
   absl::StatusOr<RpcTarget> target =
       is_edge ? make_rpc_target("edge", edge, "edge agent", timeout, edge_security)
               : make_rpc_target("cloud", cloud, "cloud prefill service", timeout, cloud_security);
-  if (!target.ok()) {
-    std::fprintf(stderr, "baton health: %s\n", std::string(target.status().message()).c_str());
-    return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
-  }
+  if (!target.ok()) return target_error("health", target.status());
   bool ready = false;
   if (is_edge) {
     EdgeClient client(*target);
     v1::EdgeHealthResponse response;
     grpc::Status status = poll_health(
         [&](v1::EdgeHealthResponse* r) { return client.health(r); }, wait, &response, &ready);
-    if (!status.ok()) return fail(client.describe("Health", status));
+    if (!status.ok()) return absl::UnavailableError(client.describe("Health", status));
     json ? (void)std::printf("%s\n", proto_to_json(response).c_str()) : print_edge_health(*target, response);
   } else {
     auto stub = v1::Prefill::NewStub(open_channel(*target));
@@ -165,24 +161,17 @@ static int health_command_exit_code(const Args& args) {
           return stub->Health(&context, v1::HealthRequest(), r);
         },
         wait, &response, &ready);
-    if (!status.ok()) return fail(describe_rpc_error(*target, "Health", status));
+    if (!status.ok()) return absl::UnavailableError(describe_rpc_error(*target, "Health", status));
     json ? (void)std::printf("%s\n", proto_to_json(response).c_str()) : print_cloud_health(*target, response);
   }
   if (require_ready && !ready && wait.count() == 0) {
-    return fail(absl::StrFormat("the server at %s is not READY", target->address));
+    return absl::UnavailableError(absl::StrFormat("the server at %s is not READY", target->address));
   }
   if (wait.count() > 0 && !ready) {
-    return fail(absl::StrFormat("the server at %s is not READY after %s (--wait)", target->address,
-                                format_duration(wait)));
+    return absl::DeadlineExceededError(absl::StrFormat("the server at %s is not READY after %s (--wait)",
+                                                       target->address, format_duration(wait)));
   }
-  return 0;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status health_command(const Args& args) {
-  const int code = health_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "common/gguf/gguf_file.h"
@@ -14,6 +15,7 @@
 #include "common/model/model_quantize.h"
 #include "common/model/quant_mix.h"
 #include "common/model/model_synth.h"
+#include "common/util/check.h"
 #include "common/util/flags.h"
 #include "edge_decode/memory_plan.h"
 #include "report.h"
@@ -35,7 +37,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int synth(const Args& args) {
+absl::Status synth(const Args& args) {
   std::string shape_name = "tiny", type_name = "f16", out;
   int64_t seed = 0, threads = 0;
   FlagSet flags("baton model synth", "--shape NAME --type TYPE --seed N -o FILE",
@@ -52,25 +54,23 @@ int synth(const Args& args) {
   for (std::string& arg : expanded) {
     if (arg == "-o") arg = "--output";
   }
-  if (auto code = parse_flags(flags, expanded)) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, expanded)) return *done;
   const SynthShape* shape = find_synth_shape(shape_name);
   if (shape == nullptr) {
-    std::fprintf(stderr, "baton model synth: unknown shape '%s' (shapes: %s)\n", shape_name.c_str(),
-                 synth_shape_names().c_str());
-    return 2;
+    return exit_status(2, absl::StrFormat("baton model synth: unknown shape '%s' (shapes: %s)\n", shape_name,
+                                          synth_shape_names()));
   }
-  auto type = parse_type(type_name);
-  if (!type.ok()) return fail(std::string(type.status().message()));
+  BATON_ASSIGN_OR_RETURN(GgmlType type, parse_type(type_name));
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = synthesize_model(
-      *shape, SynthOptions{*type, static_cast<uint64_t>(seed), static_cast<int>(threads)}, out);
-  if (!status.ok()) return fail(std::string(status.message()));
+      *shape, SynthOptions{type, static_cast<uint64_t>(seed), static_cast<int>(threads)}, out);
+  if (!status.ok()) return status;
   std::printf("wrote %s (%s, %s, seed %lld) in %.1f s\n", out.c_str(), shape_name.c_str(),
               type_name.c_str(), static_cast<long long>(seed), seconds_since(start));
-  return 0;
+  return absl::OkStatus();
 }
 
-int quantize(const Args& args) {
+absl::Status quantize(const Args& args) {
   std::string type_name = "q4_0", output_type_name;
   int64_t threads = 0;
   FlagSet flags("baton model quantize",
@@ -94,44 +94,43 @@ int quantize(const Args& args) {
                    "--output-tensor-type): q6_k with --type q4_0 gives llama.cpp's default Q4_0 file",
                    "TYPE");
   flags.add_int64("threads", &threads, "threads (0: all)");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
   if (flags.positional().size() != 2) {
-    std::fprintf(stderr, "baton model quantize: expected IN and OUT files (see --help)\n");
-    return 2;
+    return exit_status(2, "baton model quantize: expected IN and OUT files (see --help)\n");
   }
-  auto recipe = parse_quant_recipe(type_name);
-  if (!recipe.ok()) return fail(std::string(recipe.status().message()));
+  absl::StatusOr<QuantRecipe> recipe = parse_quant_recipe(type_name);
+  if (!recipe.ok()) return recipe.status();
   QuantizeOptions options{recipe->base, static_cast<int>(threads), recipe->mix, std::nullopt};
   if (!output_type_name.empty()) {
     auto output = parse_quant_recipe(output_type_name);
     if (!output.ok() || output->mix == QuantMix::kLlamaQ4_K_M || output->mix == QuantMix::kLlamaQ5_K_M) {
-      return fail("--output-type: '" + output_type_name + "' is not one of q4_0, q8_0, q6_k, f16, bf16, f32");
+      return absl::InvalidArgumentError("--output-type: '" + output_type_name +
+                                        "' is not one of q4_0, q8_0, q6_k, f16, bf16, f32");
     }
     options.output_type = output->base;
   }
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = quantize_model(flags.positional()[0], flags.positional()[1], options);
-  if (!status.ok()) return fail(std::string(status.message()));
+  if (!status.ok()) return status;
   std::printf("wrote %s (%s) in %.1f s\n", flags.positional()[1].c_str(), type_name.c_str(),
               seconds_since(start));
-  return 0;
+  return absl::OkStatus();
 }
 
-int info(const Args& args) {
+absl::Status info(const Args& args) {
   bool json = false;
   FlagSet flags("baton model info", "FILE [--json]",
                 "Architecture, shapes, parameter count, bytes by tensor type, KV bytes per token "
                 "and the model fingerprint of a GGUF model.");
   flags.add_bool("json", &json, "one JSON object instead of the table");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
   if (flags.positional().size() != 1) {
-    std::fprintf(stderr, "baton model info: expected one FILE\n");
-    return 2;
+    return exit_status(2, "baton model info: expected one FILE\n");
   }
-  auto model = Model::Load(flags.positional()[0]);
-  if (!model.ok()) return fail(std::string(model.status().message()));
-  auto fingerprint = model_fingerprint(**model);
-  if (!fingerprint.ok()) return fail(std::string(fingerprint.status().message()));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(flags.positional()[0]);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<ModelFingerprint> fingerprint = model_fingerprint(**model);
+  if (!fingerprint.ok()) return fingerprint.status();
   const ModelSpec& s = (*model)->spec();
 
   Report r("model " + flags.positional()[0]);
@@ -177,36 +176,25 @@ int info(const Args& args) {
   r.add_text("tokenizer_digest", "tokenizer digest", *fingerprint->find("tokenizer_digest"));
   r.add_text("source_weights_digest", "source weights digest", *fingerprint->find("source_weights_digest"));
   r.print(json);
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-static int model_command_exit_code(const Args& args) {
+absl::Status model_command(const Args& args) {
   const char* usage =
       "usage: baton model synth|quantize|info|verify ...\n"
       "  synth     write a seeded synthetic model of a real shape\n"
       "  quantize  IN OUT --type q4_0|q8_0|f16|bf16|f32: re-store a model's matrices, stamping its source digest\n"
       "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n"
       "  verify    the fast engine's logits against the golden reference engine on a model\n";
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(usage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
-  }
+  if (std::optional<absl::Status> help = subcommand_help(args, usage, /*help_word=*/false)) return *help;
   const Args rest(args.begin() + 1, args.end());
   if (args[0] == "synth") return synth(rest);
   if (args[0] == "quantize") return quantize(rest);
   if (args[0] == "info") return info(rest);
-  std::fprintf(stderr, "baton model: unknown subcommand '%s'\n%s", args[0].c_str(), usage);
-  return 2;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status model_command(const Args& args) {
-  if (!args.empty() && args[0] == "verify") return model_verify(Args(args.begin() + 1, args.end()));
-  const int code = model_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  if (args[0] == "verify") return model_verify(rest);
+  return exit_status(2, absl::StrCat("baton model: unknown subcommand '", args[0], "'\n", usage));
 }
 
 }  // namespace baton::cli

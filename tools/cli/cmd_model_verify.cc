@@ -13,6 +13,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/reference_engine.h"
 #include "common/model/model.h"
+#include "common/util/check.h"
 #include "common/util/flags.h"
 #include "report.h"
 
@@ -40,9 +41,26 @@ void compare_row(const float* fast, const std::vector<float>& ref, Agreement& a)
   ++a.positions;
 }
 
+// The fast engine's logits at every position ([tokens, n_vocab]): a batched
+// prefill of the first `n_prefill` tokens, then one decode step per token.
+absl::StatusOr<std::vector<float>> fast_engine_logits(const Model& model, const std::vector<int32_t>& tokens,
+                                                      int64_t n_prefill, int64_t threads) {
+  Engine engine(model, EngineOptions{static_cast<int>(threads), 64});
+  const int64_t n_tokens = static_cast<int64_t>(tokens.size());
+  std::unique_ptr<KvCache> kv = engine.new_f32_kv_cache(n_tokens);
+  std::vector<float> logits;
+  std::vector<float> last;
+  BATON_RETURN_IF_ERROR(engine.prefill(std::span<const int32_t>(tokens.data(), n_prefill), *kv, &last, &logits));
+  for (int64_t i = n_prefill; i < n_tokens; ++i) {
+    BATON_RETURN_IF_ERROR(engine.decode_step(tokens[i], *kv, &last));
+    logits.insert(logits.end(), last.begin(), last.end());
+  }
+  return logits;
+}
+
 }  // namespace
 
-static int model_verify_exit_code(const Args& args) {
+absl::Status model_verify(const Args& args) {
   int64_t n_tokens = 16, n_prefill = -1, seed = 1, threads = 0;
   double max_rel_error = 0.05;
   bool json = false;
@@ -58,37 +76,24 @@ static int model_verify_exit_code(const Args& args) {
   flags.add_int64("threads", &threads, "engine threads (0: all)");
   flags.add_double("max-rel-error", &max_rel_error, "largest accepted max|diff| / max|logit|");
   flags.add_bool("json", &json, "one JSON object instead of the table");
-  if (auto code = parse_flags(flags, args)) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
   if (flags.positional().size() != 1) {
-    std::fprintf(stderr, "baton model verify: expected one FILE\n");
-    return 2;
+    return exit_status(2, "baton model verify: expected one FILE\n");
   }
-  if (n_tokens < 1 || n_tokens > 4096) return fail(absl::StrFormat("--tokens %d is outside 1..4096", n_tokens));
+  if (n_tokens < 1 || n_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat("--tokens %d is outside 1..4096", n_tokens));
+  }
   if (n_prefill < 0) n_prefill = std::max<int64_t>(1, n_tokens / 2);
   if (n_prefill < 1 || n_prefill > n_tokens) {
-    return fail(absl::StrFormat("--prefill %d is outside 1..%d (--tokens)", n_prefill, n_tokens));
+    return absl::InvalidArgumentError(absl::StrFormat("--prefill %d is outside 1..%d (--tokens)", n_prefill, n_tokens));
   }
-  auto model = Model::Load(flags.positional()[0]);
-  if (!model.ok()) return fail(std::string(model.status().message()));
-  const ModelSpec& s = (*model)->spec();
-
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(flags.positional()[0]));
+  const ModelSpec& s = model->spec();
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   std::vector<int32_t> tokens(n_tokens);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.n_vocab));
-
-  Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
-  std::unique_ptr<KvCache> kv = engine.new_f32_kv_cache(n_tokens);
-  std::vector<float> fast_logits;  // [n_tokens, n_vocab]
-  std::vector<float> last;
-  if (absl::Status st = engine.prefill(std::span<const int32_t>(tokens.data(), n_prefill), *kv, &last, &fast_logits);
-      !st.ok()) {
-    return fail(std::string(st.message()));
-  }
-  for (int64_t i = n_prefill; i < n_tokens; ++i) {
-    if (absl::Status st = engine.decode_step(tokens[i], *kv, &last); !st.ok()) return fail(std::string(st.message()));
-    fast_logits.insert(fast_logits.end(), last.begin(), last.end());
-  }
-  ReferenceEngine reference(**model);
+  BATON_ASSIGN_OR_RETURN(std::vector<float> fast_logits, fast_engine_logits(*model, tokens, n_prefill, threads));
+  ReferenceEngine reference(*model);
   Agreement a;
   for (int64_t i = 0; i < n_tokens; ++i) {
     compare_row(fast_logits.data() + i * s.n_vocab, reference.forward(tokens[i]), a);
@@ -106,14 +111,7 @@ static int model_verify_exit_code(const Args& args) {
   const bool ok = a.finite && rel <= max_rel_error;
   r.add_text("verdict", "verdict", ok ? "ok" : absl::StrFormat("FAIL (limit %g)", max_rel_error));
   r.print(json);
-  return ok ? 0 : 1;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status model_verify(const Args& args) {
-  const int code = model_verify_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  return ok ? absl::OkStatus() : exit_status(1);  // the verdict row says why
 }
 
 }  // namespace baton::cli

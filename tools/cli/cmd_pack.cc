@@ -16,17 +16,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "cli_defaults.h"
 #include "commands.h"
 #include "common/engine/engine.h"
@@ -47,7 +44,9 @@
 #include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_format.h"
+#include "kv_codec_list.h"
 #include "progress_line.h"
+#include "prompt_flags.h"
 
 namespace baton::cli {
 namespace {
@@ -64,9 +63,8 @@ constexpr char kPackUsage[] =
     "a session that starts from one skips its prefill.\n"
     "Run 'baton pack ACTION --help' for the flags of an action.\n";
 
-int usage_error(const std::string& action, const std::string& message) {
-  std::fprintf(stderr, "baton pack %s: %s\n(see --help)\n", action.c_str(), message.c_str());
-  return 2;
+absl::Status pack_usage_error(const std::string& action, const std::string& message) {
+  return usage_error("pack " + action, message);
 }
 
 // A pack id: [A-Za-z0-9._-], 1..128 characters (proto KvHeader.pack_id).
@@ -78,26 +76,6 @@ bool valid_pack_id(const std::string& id) {
     if (!ok) return false;
   }
   return true;
-}
-
-absl::StatusOr<std::string> read_text_file(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", flag, " ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::StatusOr<std::vector<int32_t>> parse_token_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int32_t id = 0;
-    if (!absl::SimpleAtoi(part, &id) || id < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("--prompt-tokens: '%s' is not a token id", part));
-    }
-    ids.push_back(id);
-  }
-  return ids;
 }
 
 // Reads every message of a pack file (magic, then size-delimited messages),
@@ -232,15 +210,7 @@ absl::StatusOr<uint64_t> build_on_cloud(const BuildInput& input, const RpcTarget
     request.set_text(input.text);
   }
   request.set_first_position(0);
-  if (input.codec_name == "f16" || input.codec_name == "int8" || input.codec_name == "int4") {
-    request.mutable_codec()->set_codec(input.codec_name == "f16"    ? v1::KV_CODEC_F16
-                                       : input.codec_name == "int8" ? v1::KV_CODEC_INT8
-                                                                    : v1::KV_CODEC_INT4);
-  } else if (!input.codec_name.empty()) {
-    BATON_ASSIGN_OR_RETURN(KvCodecConfig config, parse_kv_codec_config(input.codec_name));
-    BATON_ASSIGN_OR_RETURN(v1::CodecParams params, kv_codec_params(config));
-    *request.mutable_codec() = params;
-  }
+  if (!input.codec_name.empty()) BATON_RETURN_IF_ERROR(set_requested_codec(input.codec_name, request.mutable_codec()));
   auto stub = v1::Prefill::NewStub(open_channel(target));
   std::vector<v1::KvStreamMessage> messages;
   ProgressLine progress(stderr);
@@ -273,85 +243,83 @@ absl::StatusOr<uint64_t> build_on_cloud(const BuildInput& input, const RpcTarget
   return received_bytes;
 }
 
-int pack_build(const Args& args) {
-  std::string cloud, model_path, prompt_text, prompt_file, prompt_tokens;
+// The flags of `baton pack build`, bound to `*out` and `*prompt`.
+struct BuildFlags {
+  std::string cloud, model_path;
+  PromptFlags prompt;
   ChannelSecurityOptions security;
-  BuildInput input;
   int64_t threads = 0;
   std::chrono::milliseconds timeout{600'000};
-  FlagSet flags("baton pack build",
-                "[--cloud ADDR | --model FILE] (-p TEXT | --prompt-file F | --prompt-tokens IDS) --out FILE [flags]",
-                "Computes the KV of a prompt start and writes it as a prefix pack file: on the cloud "
-                "(--cloud, its Prefill from position 0) or with the CPU engine here (--model). The "
-                "text is tokenized as the model's tokenizer does for a prompt (BOS as its metadata says). "
-                "An edge agent indexes the packs in its --packs DIR named <id>.batonkv at start; "
-                "'baton pack push' uploads one to the cloud.");
-  add_cloud_address_flag(flags, &cloud, "cloud prefill service that computes the KV (unless --model)");
-  flags.add_string("model", &model_path, "compute here with this GGUF model instead", "FILE");
-  flags.add_string("prompt", &prompt_text, "the pack's text (also -p)", "TEXT");
-  flags.add_string("prompt-file", &prompt_file, "read the pack's text from a file", "FILE");
-  flags.add_string("prompt-tokens", &prompt_tokens, "the pack's tokens as comma-separated ids", "IDS");
-  flags.add_string("id", &input.pack_id, "pack id: [A-Za-z0-9._-], at most 128 characters", "ID");
-  flags.add_string("description", &input.description, "what the pack holds (free text)", "TEXT");
-  flags.add_string("codec", &input.codec_name, "KV codec (f16, int8, int4 or a full name); default int8", "NAME");
-  flags.add_string("out", &input.out_path, "pack file to write", "FILE");
-  add_cloud_channel_flags(flags, &security);
-  flags.add_int64("threads", &threads, "with --model: CPU threads; 0: one per core");
-  flags.add_duration("timeout", &timeout, "with --cloud: deadline of the Prefill call");
+};
+
+std::unique_ptr<FlagSet> build_flag_set(BuildFlags* f, BuildInput* input) {
+  auto flag_set = std::make_unique<FlagSet>(
+      "baton pack build",
+      "[--cloud ADDR | --model FILE] (-p TEXT | --prompt-file F | --prompt-tokens IDS) --out FILE [flags]",
+      "Computes the KV of a prompt start and writes it as a prefix pack file: on the cloud "
+      "(--cloud, its Prefill from position 0) or with the CPU engine here (--model). The "
+      "text is tokenized as the model's tokenizer does for a prompt (BOS as its metadata says). "
+      "An edge agent indexes the packs in its --packs DIR named <id>.batonkv at start; "
+      "'baton pack push' uploads one to the cloud.");
+  FlagSet& flags = *flag_set;
+  add_cloud_address_flag(flags, &f->cloud, "cloud prefill service that computes the KV (unless --model)");
+  flags.add_string("model", &f->model_path, "compute here with this GGUF model instead", "FILE");
+  add_prompt_flags(flags, &f->prompt,
+                   {"the pack's text (also -p)", "read the pack's text from a file",
+                    "the pack's tokens as comma-separated ids"});
+  flags.add_string("id", &input->pack_id, "pack id: [A-Za-z0-9._-], at most 128 characters", "ID");
+  flags.add_string("description", &input->description, "what the pack holds (free text)", "TEXT");
+  flags.add_string("codec", &input->codec_name, "KV codec (f16, int8, int4 or a full name); default int8", "NAME");
+  flags.add_string("out", &input->out_path, "pack file to write", "FILE");
+  add_cloud_channel_flags(flags, &f->security);
+  flags.add_int64("threads", &f->threads, "with --model: CPU threads; 0: one per core");
+  flags.add_duration("timeout", &f->timeout, "with --cloud: deadline of the Prefill call");
   flags.require("out");
   flags.require("id");
-  Args expanded = args;
-  for (std::string& arg : expanded) {
-    if (arg == "-p") arg = "--prompt";
-  }
-  if (auto code = parse_flags(flags, expanded)) return *code;
+  return flag_set;
+}
+
+absl::Status pack_build(const Args& args) {
+  BuildFlags f;
+  BuildInput input;
+  std::unique_ptr<FlagSet> flags = build_flag_set(&f, &input);
+  if (std::optional<absl::Status> done = parse_flags(*flags, with_prompt_short_flag(args))) return *done;
   // --model computes here; else the cloud (its default address unless --cloud).
-  if (flags.is_set("cloud") && !model_path.empty()) {
-    return usage_error("build", "give one of --cloud ADDR, --model FILE, not both");
+  if (flags->is_set("cloud") && !f.model_path.empty()) {
+    return pack_usage_error("build", "give one of --cloud ADDR, --model FILE, not both");
   }
-  if (!model_path.empty()) cloud.clear();
-  if (!flags.positional().empty()) return usage_error("build", "unexpected argument '" + flags.positional()[0] + "'");
+  if (!f.model_path.empty()) f.cloud.clear();
+  if (!flags->positional().empty()) {
+    return pack_usage_error("build", "unexpected argument '" + flags->positional()[0] + "'");
+  }
   if (!valid_pack_id(input.pack_id)) {
-    return usage_error("build", "--id: '" + input.pack_id + "' is not 1..128 characters of [A-Za-z0-9._-]");
+    return pack_usage_error("build", "--id: '" + input.pack_id + "' is not 1..128 characters of [A-Za-z0-9._-]");
   }
-  if (!prompt_text.empty() + !prompt_file.empty() + !prompt_tokens.empty() != 1) {
-    return usage_error("build", "give exactly one of -p TEXT, --prompt-file F, --prompt-tokens IDS");
-  }
-  if (!prompt_file.empty()) {
-    absl::StatusOr<std::string> text = read_text_file("--prompt-file", prompt_file);
-    if (!text.ok()) return fail(std::string(text.status().message()));
-    prompt_text = *text;
-  }
-  if (!prompt_tokens.empty()) {
-    absl::StatusOr<std::vector<int32_t>> ids = parse_token_ids(prompt_tokens);
-    if (!ids.ok()) return usage_error("build", std::string(ids.status().message()));
-    input.tokens = *ids;
-  } else {
-    if (prompt_text.empty()) return fail("the pack's text is empty");
-    input.text = prompt_text;
-  }
+  BATON_ASSIGN_OR_RETURN(PromptInput prompt, read_prompt(f.prompt, "pack build", /*required=*/true));
+  input.text = std::move(prompt.text);
+  input.tokens = std::move(prompt.tokens);
   absl::StatusOr<uint64_t> bytes;
-  if (!cloud.empty()) {
-    absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
-    if (!target.ok()) return usage_error("build", std::string(target.status().message()));
+  if (!f.cloud.empty()) {
+    absl::StatusOr<RpcTarget> target =
+        make_rpc_target("cloud", f.cloud, "cloud prefill service", f.timeout, f.security);
+    if (!target.ok()) return pack_usage_error("build", std::string(target.status().message()));
     bytes = build_on_cloud(input, *target);
   } else {
-    bytes = build_locally(input, model_path, static_cast<int>(threads));
+    bytes = build_locally(input, f.model_path, static_cast<int>(f.threads));
   }
-  if (!bytes.ok()) return fail(std::string(bytes.status().message()));
-  absl::StatusOr<v1::KvHeader> header = read_kv_pack_header(input.out_path);
-  if (!header.ok()) return fail(std::string(header.status().message()));
+  if (!bytes.ok()) return bytes.status();
+  BATON_ASSIGN_OR_RETURN(v1::KvHeader header, read_kv_pack_header(input.out_path));
   // The pack's size is its file's, in every pack command (build, push,
   // pull, ls, info); the encoded KV inside it is named as such.
   std::printf("wrote pack '%s' to %s: %u tokens, codec %s, file %s (encoded KV %s)\n", input.pack_id.c_str(),
-              input.out_path.c_str(), header->token_count(), codec_params_name(header->codec()).c_str(),
+              input.out_path.c_str(), header.token_count(), codec_params_name(header.codec()).c_str(),
               format_bytes(file_size_or_zero(input.out_path)).c_str(), format_bytes(*bytes).c_str());
-  return 0;
+  return absl::OkStatus();
 }
 
 // --- push ------------------------------------------------------------------
 
-int pack_push(const Args& args) {
+absl::Status pack_push(const Args& args) {
   std::string cloud;
   ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{600'000};
@@ -361,14 +329,11 @@ int pack_push(const Args& args) {
   add_cloud_address_flag(flags, &cloud, "cloud prefill service");
   add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the upload");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (flags.positional().size() != 1) return usage_error("push", "give exactly one pack FILE");
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (flags.positional().size() != 1) return pack_usage_error("push", "give exactly one pack FILE");
   const std::string path = flags.positional()[0];
   absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
-  if (!target.ok()) {
-    std::fprintf(stderr, "baton pack push: %s\n", std::string(target.status().message()).c_str());
-    return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
-  }
+  if (!target.ok()) return target_error("pack push", target.status());
   // Check the file first: a local error is clearer than the server's.
   std::vector<v1::KvStreamMessage> messages;
   if (absl::Status read = for_each_pack_message(path, [&](const v1::KvStreamMessage& m) {
@@ -376,10 +341,10 @@ int pack_push(const Args& args) {
         return absl::OkStatus();
       });
       !read.ok()) {
-    return fail(std::string(read.message()));
+    return read;
   }
   if (absl::StatusOr<KvSegment> verified = verify_stream(messages); !verified.ok()) {
-    return fail(absl::StrCat(path, ": ", verified.status().message()));
+    return with_prefix(path, verified.status());
   }
   auto stub = v1::Prefill::NewStub(open_channel(*target));
   v1::PutPrefixResponse response;
@@ -391,18 +356,18 @@ int pack_push(const Args& args) {
     writer->WritesDone();
     return writer->Finish();
   });
-  if (!status.ok()) return fail(describe_rpc_error(*target, "PutPrefix", status));
+  if (!status.ok()) return absl::UnavailableError(describe_rpc_error(*target, "PutPrefix", status));
   std::printf("%s pack '%s' on %s: %u tokens, file %s; the cloud holds %s for it (the encoded stream + its "
               "decoded f32 KV, counted against your quota), prefix %s\n",
               response.already_present() ? "already had" : "stored", response.pack_id().c_str(),
               target->address.c_str(), response.token_count(), format_bytes(file_size_or_zero(path)).c_str(),
               format_bytes(response.stored_bytes()).c_str(), short_digest(response.prefix_digest()).c_str());
-  return 0;
+  return absl::OkStatus();
 }
 
 // --- delete ------------------------------------------------------------------
 
-int pack_delete(const Args& args) {
+absl::Status pack_delete(const Args& args) {
   std::string cloud;
   ChannelSecurityOptions security;
   std::chrono::milliseconds timeout{30'000};
@@ -412,15 +377,12 @@ int pack_delete(const Args& args) {
   add_cloud_address_flag(flags, &cloud, "cloud prefill service");
   add_cloud_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (flags.positional().size() != 1) return usage_error("delete", "give exactly one pack ID");
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (flags.positional().size() != 1) return pack_usage_error("delete", "give exactly one pack ID");
   const std::string id = flags.positional()[0];
-  if (!valid_pack_id(id)) return usage_error("delete", "'" + id + "' is not 1..128 characters of [A-Za-z0-9._-]");
+  if (!valid_pack_id(id)) return pack_usage_error("delete", "'" + id + "' is not 1..128 characters of [A-Za-z0-9._-]");
   absl::StatusOr<RpcTarget> target = make_rpc_target("cloud", cloud, "cloud prefill service", timeout, security);
-  if (!target.ok()) {
-    std::fprintf(stderr, "baton pack delete: %s\n", std::string(target.status().message()).c_str());
-    return target.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
-  }
+  if (!target.ok()) return target_error("pack delete", target.status());
   auto stub = v1::Prefill::NewStub(open_channel(*target));
   v1::DeletePrefixRequest request;
   request.set_pack_id(id);
@@ -428,10 +390,10 @@ int pack_delete(const Args& args) {
   grpc::Status status = call_with_retry(*target, deadline_after(*target), [&](grpc::ClientContext& context, bool*) {
     return stub->DeletePrefix(&context, request, &response);
   });
-  if (!status.ok()) return fail(describe_rpc_error(*target, "DeletePrefix", status));
+  if (!status.ok()) return absl::UnavailableError(describe_rpc_error(*target, "DeletePrefix", status));
   std::printf("deleted pack '%s' on %s: %s freed\n", response.pack_id().c_str(), target->address.c_str(),
               format_bytes(response.freed_bytes()).c_str());
-  return 0;
+  return absl::OkStatus();
 }
 
 // --- pull / ls (edge) ------------------------------------------------------
@@ -442,7 +404,7 @@ void print_pack_info(const v1::PackInfo& p) {
               short_digest(p.prefix_digest()).c_str(), p.description().c_str());
 }
 
-int pack_pull(const Args& args) {
+absl::Status pack_pull(const Args& args) {
   std::string edge;
   bool overwrite = false;
   std::chrono::milliseconds timeout{600'000};
@@ -453,10 +415,10 @@ int pack_pull(const Args& args) {
   add_edge_channel_flags(flags, &security);
   flags.add_bool("overwrite", &overwrite, "replace a local pack with the same id");
   flags.add_duration("timeout", &timeout, "deadline of the pull");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (flags.positional().size() != 1) return usage_error("pull", "give exactly one pack ID");
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (flags.positional().size() != 1) return pack_usage_error("pull", "give exactly one pack ID");
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
-  if (!target.ok()) return usage_error("pull", std::string(target.status().message()));
+  if (!target.ok()) return pack_usage_error("pull", std::string(target.status().message()));
   v1::PullPackRequest request;
   request.set_pack_id(flags.positional()[0]);
   request.set_overwrite(overwrite);
@@ -468,14 +430,14 @@ int pack_pull(const Args& args) {
     if (event.has_done()) done = event.done();
   });
   progress.clear();
-  if (!status.ok()) return fail(client.describe("PullPack", status));
-  if (!done) return fail("the edge agent ended PullPack without the stored pack");
+  if (!status.ok()) return absl::UnavailableError(client.describe("PullPack", status));
+  if (!done) return absl::DataLossError("the edge agent ended PullPack without the stored pack");
   std::printf("pulled pack '%s': %u tokens, file %s, kept at %s\n", done->pack_id().c_str(), done->token_count(),
               format_bytes(done->file_bytes()).c_str(), done->path().c_str());
-  return 0;
+  return absl::OkStatus();
 }
 
-int pack_ls(const Args& args) {
+absl::Status pack_ls(const Args& args) {
   std::string edge;
   bool json = false;
   std::chrono::milliseconds timeout{30'000};
@@ -485,46 +447,46 @@ int pack_ls(const Args& args) {
   add_edge_channel_flags(flags, &security);
   flags.add_bool("json", &json, "print the response as one JSON object");
   flags.add_duration("timeout", &timeout, "deadline of the call");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (!flags.positional().empty()) return usage_error("ls", "takes no arguments");
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (!flags.positional().empty()) return pack_usage_error("ls", "takes no arguments");
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
-  if (!target.ok()) return usage_error("ls", std::string(target.status().message()));
+  if (!target.ok()) return pack_usage_error("ls", std::string(target.status().message()));
   EdgeClient client(*target);
   v1::ListPacksResponse response;
   grpc::Status status = client.list_packs(&response);
-  if (!status.ok()) return fail(client.describe("ListPacks", status));
+  if (!status.ok()) return absl::UnavailableError(client.describe("ListPacks", status));
   if (json) {
     std::printf("%s\n", proto_to_json(response).c_str());
-    return 0;
+    return absl::OkStatus();
   }
   if (response.packs().empty()) {
     std::printf("no packs on the edge agent at %s\n", target->address.c_str());
-    return 0;
+    return absl::OkStatus();
   }
   std::printf("%-24s %8s %-24s %10s  %-16s %s\n", "PACK", "TOKENS", "CODEC", "SIZE", "PREFIX", "DESCRIPTION");
   for (const v1::PackInfo& p : response.packs()) print_pack_info(p);
-  return 0;
+  return absl::OkStatus();
 }
 
-int pack_info(const Args& args) {
+absl::Status pack_info(const Args& args) {
   bool json = false, verify = false;
   FlagSet flags("baton pack info", "FILE [--json] [--verify]", "Prints a pack file's header.");
   flags.add_bool("json", &json, "print the header as one JSON object");
   flags.add_bool("verify", &verify, "also check every block and the trailer digest");
-  if (auto code = parse_flags(flags, args)) return *code;
-  if (flags.positional().size() != 1) return usage_error("info", "give exactly one pack FILE");
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (flags.positional().size() != 1) return pack_usage_error("info", "give exactly one pack FILE");
   const std::string path = flags.positional()[0];
   absl::StatusOr<v1::KvHeader> header = read_kv_pack_header(path);
-  if (!header.ok()) return fail(absl::StrCat(path, ": ", header.status().message()));
+  if (!header.ok()) return with_prefix(path, header.status());
   if (verify) {
     std::vector<v1::KvStreamMessage> messages;
     absl::Status read = for_each_pack_message(path, [&](const v1::KvStreamMessage& m) {
       messages.push_back(m);
       return absl::OkStatus();
     });
-    if (!read.ok()) return fail(std::string(read.message()));
+    if (!read.ok()) return read;
     if (absl::StatusOr<KvSegment> verified = verify_stream(messages); !verified.ok()) {
-      return fail(absl::StrCat(path, ": ", verified.status().message()));
+      return with_prefix(path, verified.status());
     }
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -535,16 +497,13 @@ int pack_info(const Args& args) {
     print_pack_header(path, *header, file_bytes);
     if (verify) std::printf("  verified         every block checksum and the trailer digest\n");
   }
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-static int pack_command_exit_code(const Args& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(kPackUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
-  }
+absl::Status pack_command(const Args& args) {
+  if (std::optional<absl::Status> help = subcommand_help(args, kPackUsage, /*help_word=*/true)) return *help;
   const std::string action = args[0];
   const Args rest(args.begin() + 1, args.end());
   if (action == "build") return pack_build(rest);
@@ -553,15 +512,7 @@ static int pack_command_exit_code(const Args& args) {
   if (action == "pull") return pack_pull(rest);
   if (action == "ls") return pack_ls(rest);
   if (action == "info") return pack_info(rest);
-  std::fprintf(stderr, "baton pack: unknown action '%s'\n\n%s", action.c_str(), kPackUsage);
-  return 2;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status pack_command(const Args& args) {
-  const int code = pack_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  return exit_status(2, absl::StrCat("baton pack: unknown action '", action, "'\n\n", kPackUsage));
 }
 
 }  // namespace baton::cli

@@ -14,6 +14,7 @@
 #include "common/model/model.h"
 #include "common/model/model_spec.h"
 #include "common/model/synth_shapes.h"
+#include "common/util/check.h"
 #include "common/util/flags.h"
 #include "edge_decode/memory_plan.h"
 #include "kv_codec_list.h"
@@ -100,9 +101,98 @@ void print_codec_table(const ModelSpec& spec, const EdgeMemoryPlan& plan, const 
   }
 }
 
+// The model the plan is for: a GGUF file (`model` set, weights exact) or a
+// known shape (weights estimated from the parameter count and the type).
+struct PlanModel {
+  ModelSpec spec;
+  uint64_t weights_bytes = 0;
+  std::unique_ptr<Model> model;
+};
+
+absl::StatusOr<PlanModel> load_plan_model(const std::string& model_path, const std::string& shape_name,
+                                          const std::string& weights_type) {
+  PlanModel m;
+  if (!model_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(m.model, Model::Load(model_path));
+    m.spec = m.model->spec();
+    return m;
+  }
+  const SynthShape* shape = find_synth_shape(shape_name);
+  if (shape == nullptr) {
+    return usage_error("plan", "--shape: unknown shape '" + shape_name + "' (known: " + synth_shape_names() + ")");
+  }
+  absl::StatusOr<double> per_weight = bytes_per_weight(weights_type);
+  if (!per_weight.ok()) return usage_error("plan", std::string(per_weight.status().message()));
+  m.spec = spec_of_shape(*shape);
+  m.weights_bytes = static_cast<uint64_t>(static_cast<double>(parameter_count(m.spec)) * *per_weight);
+  return m;
+}
+
+// The codecs of --codecs (G expanded for the model), each valid for it.
+absl::StatusOr<std::vector<KvCodecConfig>> plan_codecs(const std::string& codec_list, const ModelSpec& spec) {
+  std::vector<KvCodecConfig> codecs;
+  const std::string names = expand_codec_list(codec_list.empty() ? kPlanCodecs : codec_list, spec.head_dim);
+  for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipEmpty())) {
+    absl::StatusOr<KvCodecConfig> codec = parse_kv_codec_config(std::string_view(name.data(), name.size()));
+    if (!codec.ok()) return usage_error("plan", "--codecs: " + std::string(codec.status().message()));
+    const KvGeometry geometry = kv_geometry_for(spec);
+    if (absl::Status fits = codec->validate(geometry); !fits.ok()) {
+      return usage_error("plan", absl::StrFormat("--codecs: %s: %s", std::string(name), fits.message()));
+    }
+    codecs.push_back(*codec);
+  }
+  if (codecs.empty()) return usage_error("plan", "--codecs: the list is empty");
+  return codecs;
+}
+
+// --json: the fixed figures, then one entry per codec.
+void print_plan_json(const PlanModel& m, const EdgeMemoryPlan& plan, const std::vector<KvCodecConfig>& codecs,
+                     const KvCodecConfig& agent_default, uint64_t memory_bytes, bool detected) {
+  const ModelSpec& spec = m.spec;
+  std::string out = "{";
+  out += absl::StrFormat("\"model\": \"%s\", \"memory_bytes\": %d, \"detected\": %s, ", json_escape(spec.name),
+                         memory_bytes, detected ? "true" : "false");
+  out += absl::StrFormat(
+      "\"weights_bytes\": %d, \"weights_estimated\": %s, \"scratch_bytes\": %d, \"headroom_bytes\": %d, "
+      "\"kv_budget_bytes\": %d, \"n_ctx_train\": %d, \"codecs\": [",
+      plan.weights_bytes, m.model ? "false" : "true", plan.scratch_bytes, plan.headroom_bytes, plan.kv_budget_bytes,
+      spec.n_ctx_train);
+  for (size_t i = 0; i < plan.capacity.size(); ++i) {
+    const CodecCapacityPlan& c = plan.capacity[i];
+    out += absl::StrFormat(
+        "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d, "
+        "\"limited_by\": \"%s\", \"agent_default\": %s, \"meaning\": \"%s\"}",
+        i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens,
+        capped_at_trained_context(spec, plan, c) ? "trained_context" : "memory",
+        codecs[i] == agent_default ? "true" : "false", json_escape(describe_codec(codecs[i])));
+  }
+  out += "]}\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+// The table: the memory split, then one row per codec.
+void print_plan_table(const PlanModel& m, const EdgeMemoryPlan& plan, const std::vector<KvCodecConfig>& codecs,
+                      const KvCodecConfig& agent_default, uint64_t memory_bytes, bool detected) {
+  const ModelSpec& spec = m.spec;
+  Report r(absl::StrFormat("memory plan: %s on %s%s", spec.name.empty() ? spec.arch : spec.name,
+                           format_bytes(memory_bytes), detected ? " (detected)" : ""));
+  r.add_bytes("device_limit", "device memory limit", plan.device_limit_bytes);
+  r.add_bytes("weights", m.model ? "weights" : "weights (estimated)", plan.weights_bytes);
+  r.add_bytes("scratch", "runtime scratch", plan.scratch_bytes);
+  r.add_bytes("headroom", "headroom", plan.headroom_bytes);
+  r.add_bytes("kv_budget", "KV budget", plan.kv_budget_bytes);
+  r.add_int("n_ctx_train", "trained context", spec.n_ctx_train, "tokens");
+  r.print_table(stdout);
+  print_codec_table(spec, plan, codecs, agent_default);
+  if (plan.kv_budget_bytes == 0) {
+    std::printf("\n  weights + scratch + headroom do not fit in %s: no room for KV\n",
+                format_bytes(memory_bytes).c_str());
+  }
+}
+
 }  // namespace
 
-static int plan_command_exit_code(const Args& args) {
+absl::Status plan_command(const Args& args) {
   std::string model_path, shape_name, weights_type = "q4_0", codec_list;
   uint64_t memory_bytes = 0;
   bool json = false;
@@ -119,101 +209,32 @@ static int plan_command_exit_code(const Args& args) {
                    "comma-separated KV codecs; G = min(32, head_dim) (default: " + std::string(kPlanCodecs) + ")",
                    "LIST");
   flags.add_bool("json", &json, "print one JSON object");
-  if (auto code = parse_flags(flags, args)) return *code;
-  auto usage_error = [](const std::string& message) {
-    std::fprintf(stderr, "baton plan: %s\n(see --help)\n", message.c_str());
-    return 2;
-  };
-  if (model_path.empty() == shape_name.empty()) return usage_error("give exactly one of --model FILE, --shape NAME");
-  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
-
-  ModelSpec spec;
-  uint64_t weights_bytes = 0;
-  std::unique_ptr<Model> model;
-  if (!model_path.empty()) {
-    absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(model_path);
-    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
-    model = std::move(*loaded);
-    spec = model->spec();
-  } else {
-    const SynthShape* shape = find_synth_shape(shape_name);
-    if (shape == nullptr) {
-      return usage_error("--shape: unknown shape '" + shape_name + "' (known: " + synth_shape_names() + ")");
-    }
-    absl::StatusOr<double> per_weight = bytes_per_weight(weights_type);
-    if (!per_weight.ok()) return usage_error(std::string(per_weight.status().message()));
-    spec = spec_of_shape(*shape);
-    weights_bytes = static_cast<uint64_t>(static_cast<double>(parameter_count(spec)) * *per_weight);
+  if (std::optional<absl::Status> done = parse_flags(flags, args)) return *done;
+  if (model_path.empty() == shape_name.empty()) {
+    return usage_error("plan", "give exactly one of --model FILE, --shape NAME");
   }
-
-  std::vector<KvCodecConfig> codecs;
-  const std::string names = expand_codec_list(codec_list.empty() ? kPlanCodecs : codec_list, spec.head_dim);
-  for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipEmpty())) {
-    absl::StatusOr<KvCodecConfig> codec = parse_kv_codec_config(std::string_view(name.data(), name.size()));
-    if (!codec.ok()) return usage_error("--codecs: " + std::string(codec.status().message()));
-    const KvGeometry geometry = kv_geometry_for(spec);
-    if (absl::Status fits = codec->validate(geometry); !fits.ok()) {
-      return usage_error(absl::StrFormat("--codecs: %s: %s", std::string(name), fits.message()));
-    }
-    codecs.push_back(*codec);
+  if (!flags.positional().empty()) {
+    return usage_error("plan", "unexpected argument '" + flags.positional().front() + "'");
   }
-  if (codecs.empty()) return usage_error("--codecs: the list is empty");
+  BATON_ASSIGN_OR_RETURN(PlanModel m, load_plan_model(model_path, shape_name, weights_type));
+  BATON_ASSIGN_OR_RETURN(std::vector<KvCodecConfig> codecs, plan_codecs(codec_list, m.spec));
   // What baton-edge keeps when --codec is left at its default (int4).
-  const KvCodecConfig agent_default = default_kv_codec_config(
-      KvCodecConfig::Bits::kInt4, kv_geometry_for(spec));
+  const KvCodecConfig agent_default = default_kv_codec_config(KvCodecConfig::Bits::kInt4, kv_geometry_for(m.spec));
   const bool detected = memory_bytes == 0;
   if (detected) {
     memory_bytes = detect_device_memory_bytes();
-    if (memory_bytes == 0) return fail("cannot detect this machine's memory; give --memory SIZE");
-  }
-  const EdgeMemoryPlan plan = model ? make_memory_plan(*model, memory_bytes, codecs)
-                                    : make_memory_plan(spec, weights_bytes, memory_bytes, codecs);
-
-  Report r(absl::StrFormat("memory plan: %s on %s%s", spec.name.empty() ? spec.arch : spec.name,
-                           format_bytes(memory_bytes), detected ? " (detected)" : ""));
-  r.add_bytes("device_limit", "device memory limit", plan.device_limit_bytes);
-  r.add_bytes("weights", model ? "weights" : "weights (estimated)", plan.weights_bytes);
-  r.add_bytes("scratch", "runtime scratch", plan.scratch_bytes);
-  r.add_bytes("headroom", "headroom", plan.headroom_bytes);
-  r.add_bytes("kv_budget", "KV budget", plan.kv_budget_bytes);
-  r.add_int("n_ctx_train", "trained context", spec.n_ctx_train, "tokens");
-  if (json) {
-    // The fixed figures, then one entry per codec.
-    std::string out = "{";
-    out += absl::StrFormat("\"model\": \"%s\", \"memory_bytes\": %d, \"detected\": %s, ",
-                           json_escape(spec.name), memory_bytes, detected ? "true" : "false");
-    out += absl::StrFormat(
-        "\"weights_bytes\": %d, \"weights_estimated\": %s, \"scratch_bytes\": %d, \"headroom_bytes\": %d, "
-        "\"kv_budget_bytes\": %d, \"n_ctx_train\": %d, \"codecs\": [",
-        plan.weights_bytes, model ? "false" : "true", plan.scratch_bytes, plan.headroom_bytes, plan.kv_budget_bytes,
-        spec.n_ctx_train);
-    for (size_t i = 0; i < plan.capacity.size(); ++i) {
-      const CodecCapacityPlan& c = plan.capacity[i];
-      out += absl::StrFormat(
-          "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d, "
-          "\"limited_by\": \"%s\", \"agent_default\": %s, \"meaning\": \"%s\"}",
-          i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens,
-          capped_at_trained_context(spec, plan, c) ? "trained_context" : "memory",
-          codecs[i] == agent_default ? "true" : "false", json_escape(describe_codec(codecs[i])));
+    if (memory_bytes == 0) {
+      return absl::FailedPreconditionError("cannot detect this machine's memory; give --memory SIZE");
     }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
-    return 0;
   }
-  r.print_table(stdout);
-  print_codec_table(spec, plan, codecs, agent_default);
-  if (plan.kv_budget_bytes == 0) {
-    std::printf("\n  weights + scratch + headroom do not fit in %s: no room for KV\n",
-                format_bytes(memory_bytes).c_str());
+  const EdgeMemoryPlan plan = m.model ? make_memory_plan(*m.model, memory_bytes, codecs)
+                                      : make_memory_plan(m.spec, m.weights_bytes, memory_bytes, codecs);
+  if (json) {
+    print_plan_json(m, plan, codecs, agent_default, memory_bytes, detected);
+  } else {
+    print_plan_table(m, plan, codecs, agent_default, memory_bytes, detected);
   }
-  return 0;
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status plan_command(const Args& args) {
-  const int code = plan_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli_defaults.h"
 #include "commands.h"
@@ -35,17 +36,17 @@ std::string age_text(int64_t unix_ms) {
   return absl::StrFormat("%d h ago", seconds / 3600);
 }
 
-int sessions_ls(EdgeClient& client, bool json) {
+absl::Status sessions_ls(EdgeClient& client, bool json) {
   v1::ListSessionsResponse response;
   grpc::Status status = client.list_sessions(&response);
-  if (!status.ok()) return fail(client.describe("ListSessions", status));
+  if (!status.ok()) return absl::UnavailableError(client.describe("ListSessions", status));
   if (json) {
     std::printf("%s\n", proto_to_json(response).c_str());
-    return 0;
+    return absl::OkStatus();
   }
   if (response.sessions().empty()) {
     std::printf("no sessions on the edge agent at %s\n", client.target().address.c_str());
-    return 0;
+    return absl::OkStatus();
   }
   // KV IN RAM: what the session holds in memory now (its tokens' KV; 0 B
   // when it is on disk only).
@@ -60,28 +61,24 @@ int sessions_ls(EdgeClient& client, bool json) {
                 s.pack_id().empty() ? "-" : s.pack_id().c_str(), age_text(s.last_used_unix_ms()).c_str(),
                 flags_text.c_str());
   }
-  return 0;
+  return absl::OkStatus();
 }
 
-int sessions_rm(EdgeClient& client, const std::string& session_id) {
+absl::Status sessions_rm(EdgeClient& client, const std::string& session_id) {
   v1::DeleteSessionResponse response;
   grpc::Status status = client.delete_session(session_id, &response);
-  if (!status.ok()) return fail(client.describe("DeleteSession", status));
+  if (!status.ok()) return absl::UnavailableError(client.describe("DeleteSession", status));
   std::printf("deleted session %s (%s freed)\n", session_id.c_str(), format_bytes(response.freed_bytes()).c_str());
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-static int sessions_command_exit_code(const Args& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(kSessionsUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
-  }
+absl::Status sessions_command(const Args& args) {
+  if (std::optional<absl::Status> help = subcommand_help(args, kSessionsUsage, /*help_word=*/true)) return *help;
   const std::string action = args[0];
   if (action != "ls" && action != "rm") {
-    std::fprintf(stderr, "baton sessions: unknown action '%s'\n\n%s", action.c_str(), kSessionsUsage);
-    return 2;
+    return exit_status(2, absl::StrCat("baton sessions: unknown action '", action, "'\n\n", kSessionsUsage));
   }
   std::string edge;
   bool json = false;
@@ -94,27 +91,15 @@ static int sessions_command_exit_code(const Args& args) {
   add_edge_channel_flags(flags, &security);
   flags.add_duration("timeout", &timeout, "deadline of the call");
   if (action == "ls") flags.add_bool("json", &json, "print the response as one JSON object");
-  if (auto code = parse_flags(flags, Args(args.begin() + 1, args.end()))) return *code;
+  if (std::optional<absl::Status> done = parse_flags(flags, Args(args.begin() + 1, args.end()))) return *done;
   const size_t want_positional = action == "rm" ? 1 : 0;
   if (flags.positional().size() != want_positional) {
-    std::fprintf(stderr, "baton sessions %s: %s\n(see --help)\n", action.c_str(),
-                 action == "rm" ? "give exactly one session ID" : "takes no arguments");
-    return 2;
+    return usage_error("sessions " + action, action == "rm" ? "give exactly one session ID" : "takes no arguments");
   }
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", edge, "edge agent", timeout, security);
-  if (!target.ok()) {
-    std::fprintf(stderr, "baton sessions: %s\n", std::string(target.status().message()).c_str());
-    return 2;
-  }
+  if (!target.ok()) return exit_status(2, absl::StrCat("baton sessions: ", target.status().message(), "\n"));
   EdgeClient client(*target);
   return action == "ls" ? sessions_ls(client, json) : sessions_rm(client, flags.positional()[0]);
-}
-
-// Transitional adapter: the body still returns an exit code and has printed
-// its messages.
-absl::Status sessions_command(const Args& args) {
-  const int code = sessions_command_exit_code(args);
-  return code == 0 ? absl::OkStatus() : exit_status(code);
 }
 
 }  // namespace baton::cli

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/util/flags.h"
 
 namespace baton::cli {
 namespace {
@@ -36,6 +37,34 @@ absl::Status exit_status(int exit_code, std::string text) {
 
 absl::Status usage_error(const std::string& command, const std::string& message) {
   return exit_status(2, absl::StrCat("baton ", command, ": ", message, "\n(see --help)\n"));
+}
+
+absl::Status target_error(const std::string& command, const absl::Status& status) {
+  return exit_status(status.code() == absl::StatusCode::kNotFound ? 1 : 2,
+                     absl::StrCat("baton ", command, ": ", status.message(), "\n"));
+}
+
+absl::Status with_prefix(const std::string& prefix, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+std::optional<absl::Status> parse_flags(FlagSet& flags, const Args& args) {
+  absl::Status status = flags.parse(args);
+  if (!status.ok()) return exit_status(2, absl::StrCat(status.message(), "\n(see --help)\n"));
+  if (flags.help_requested()) {
+    std::fputs(flags.usage().c_str(), stdout);
+    return absl::OkStatus();
+  }
+  return std::nullopt;
+}
+
+std::optional<absl::Status> subcommand_help(const Args& args, const std::string& usage, bool help_word) {
+  if (args.empty()) return exit_status(2, usage);
+  if (args[0] == "--help" || args[0] == "-h" || (help_word && args[0] == "help")) {
+    std::fputs(usage.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  return std::nullopt;
 }
 
 int finish_command(const absl::Status& status) {

@@ -3,20 +3,10 @@
 // (command_status.h: 0 ok, 1 failure, 2 usage error, 130 interrupted).
 #pragma once
 
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "absl/status/status.h"
 #include "command_status.h"
 
-namespace baton {
-class FlagSet;
-}
-
 namespace baton::cli {
-
-using Args = std::vector<std::string>;
 
 absl::Status model_command(const Args& args);     // baton model synth|quantize|info|verify
 absl::Status model_verify(const Args& args);      // baton model verify (cmd_model_verify.cc)
@@ -27,12 +17,5 @@ absl::Status health_command(const Args& args);    // baton health --edge ADDR | 
 absl::Status sessions_command(const Args& args);  // baton sessions ls|rm
 absl::Status pack_command(const Args& args);      // baton pack build|push|pull|ls|info
 absl::Status plan_command(const Args& args);      // baton plan --model FILE --memory SIZE
-
-// Parses a subcommand's flags: on --help prints the usage and returns 0, on a
-// bad flag prints one line and returns 2, else nullopt and the command runs.
-std::optional<int> parse_flags(FlagSet& flags, const Args& args);
-
-// Prints "baton: MESSAGE" to stderr and returns 1.
-int fail(const std::string& message);
 
 }  // namespace baton::cli

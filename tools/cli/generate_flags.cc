@@ -42,10 +42,9 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   add_edge_address_flag(flags, &out->edge);
   flags.add_string("model", &out->model, "run the CPU engine here on this GGUF model instead of the edge agent",
                    "FILE");
-  flags.add_string("prompt", &out->prompt_text, "prompt text (also -p)", "TEXT");
-  flags.add_string("prompt-file", &out->prompt_file, "read the prompt text from a file; - reads standard input",
-                   "FILE");
-  flags.add_string("prompt-tokens", &out->prompt_tokens, "prompt as comma-separated token ids", "IDS");
+  add_prompt_flags(flags, &out->prompt,
+                   {"prompt text (also -p)", "read the prompt text from a file",
+                    "prompt as comma-separated token ids"});
   flags.add_bool("json", &out->json, "print the text and the stats as one JSON object to stdout");
 
   flags.add_section("sampling (both modes, same defaults)");

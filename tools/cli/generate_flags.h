@@ -16,13 +16,14 @@
 #include "commands.h"
 #include "common/rpc/channel_options.h"
 #include "generation_flags.h"
+#include "prompt_flags.h"
 
 namespace baton::cli {
 
 struct GenerateFlags {
   std::string edge;   // filled with the default address by register_generate_flags
   std::string model;
-  std::string prompt_text, prompt_file, prompt_tokens;
+  PromptFlags prompt;
   GenerationFlags generation;
   bool json = false;
   // --edge only

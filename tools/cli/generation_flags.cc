@@ -1,10 +1,6 @@
 #include "generation_flags.h"
 
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "common/util/flags.h"
@@ -87,23 +83,6 @@ absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name) {
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
   return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
-}
-
-absl::StatusOr<std::string> read_prompt_file(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError("cannot read --prompt-file " + path);
-    buffer << in.rdbuf();
-  }
-  std::string text = buffer.str();
-  if (text.empty()) {
-    return absl::InvalidArgumentError(path == "-" ? std::string("--prompt-file -: standard input is empty")
-                                                  : "--prompt-file " + path + " is empty");
-  }
-  return text;
 }
 
 }  // namespace baton::cli

@@ -61,7 +61,4 @@ Report local_stats_report(const std::string& model_name, int64_t threads, const 
 // agent's --policy).
 absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name);
 
-// The text of --prompt-file PATH; "-" reads standard input to its end.
-absl::StatusOr<std::string> read_prompt_file(const std::string& path);
-
 }  // namespace baton::cli

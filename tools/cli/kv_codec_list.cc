@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/kv/kv_codec_params.h"
+#include "common/util/check.h"
 
 namespace baton::cli {
 
@@ -47,6 +49,16 @@ std::string describe_codec(const KvCodecConfig& codec) {
   text += codec.zstd_level != 0 ? absl::StrFormat("; zstd level %d on the wire", codec.zstd_level)
                                 : "; not compressed";
   return text;
+}
+
+absl::Status set_requested_codec(const std::string& name, v1::CodecParams* codec) {
+  if (name == "f16" || name == "int8" || name == "int4") {
+    codec->set_codec(name == "f16" ? v1::KV_CODEC_F16 : name == "int8" ? v1::KV_CODEC_INT8 : v1::KV_CODEC_INT4);
+    return absl::OkStatus();
+  }
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig config, parse_kv_codec_config(name));
+  BATON_ASSIGN_OR_RETURN(*codec, kv_codec_params(config));
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -5,7 +5,9 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "common/kv/kv_codec_config.h"
+#include "proto/baton.pb.h"
 
 namespace baton::cli {
 
@@ -16,5 +18,11 @@ std::string expand_codec_list(const std::string& pattern, int head_dim);
 // per 32 values; keys: 4-bit, one channel over 128 tokens per group (KIVI);
 // zstd level 3 on the wire".
 std::string describe_codec(const KvCodecConfig& codec);
+
+// The codec a request asks for with --codec NAME (generate --edge, pack build
+// --cloud): a bare width (f16, int8, int4) asks for the server's default
+// variant of it, a full name for exactly that variant. Call it only for a
+// name given: a request without a codec leaves it to the server's --codec.
+absl::Status set_requested_codec(const std::string& name, v1::CodecParams* codec);
 
 }  // namespace baton::cli
