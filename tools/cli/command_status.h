@@ -35,7 +35,8 @@ absl::Status usage_error(const std::string& command, const std::string& message)
 // (kNotFound), else 2 (a usage error).
 absl::Status target_error(const std::string& command, const absl::Status& status);
 
-// `status` with "PREFIX: " before its message, its code kept.
+// A library `status` with "PREFIX: " before its message, its code kept (for
+// library statuses only: an exit_status mark is not carried over).
 absl::Status with_prefix(const std::string& prefix, const absl::Status& status);
 
 // Parses a command's flags: nullopt when the command runs; else how it ends:
