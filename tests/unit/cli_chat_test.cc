@@ -1,5 +1,5 @@
-// `baton chat` pieces without a connection (tools/chat_session.h) and the
-// CLI's default server addresses (tools/cli_defaults.h). What must hold:
+// `baton chat` pieces without a connection (tools/cli/chat_session.h) and the
+// CLI's default server addresses (tools/cli/cli_defaults.h). What must hold:
 // typed lines mean what /help says; /save names round-trip through the names
 // file; --edge/--cloud resolve flag > environment > built-in default, and
 // --help shows the effective default and the variable.

@@ -1,0 +1,763 @@
+// baton bench load --edge ADDR: a bounded load test of one edge agent (and the
+// cloud behind it). N clients, each on its own gRPC channel (its own TCP
+// connection, as N separate programs would have), run M sessions of T turns
+// each: turn t of every session before turn t + 1 of any (the client's
+// sessions interleave), one call in flight per client. Every turn is a real
+// Edge.Generate with a prompt built deterministically from --seed.
+//
+// Measured: requests sent / completed / failed (by gRPC status code, one
+// sample message each), time to first token (from sending the request to the
+// first text/token message, so queueing in the agent counts) and total latency
+// (p50/p90/p99/max), tokens generated, where prefill ran, and the memory
+// high-water of the edge and cloud processes (/proc/PID/status, sampled every
+// 100 ms). After the run, the "nothing lost" check: for every session that
+// completed all its turns, the agent's ListSessions must show the KV token
+// count the turns imply (and, with token prompts, the same prefix digest), so
+// sessions evicted to disk under memory pressure still hold every completed
+// turn. A mismatch or a missing session exits 1.
+//
+// Bounded: no turn starts after --duration-s, and every call has the
+// --deadline-ms deadline. A session stops at its first failed turn (its later
+// turns are reported as skipped), so completed + failed == sent.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli_defaults.h"
+#include "bench_commands.h"
+#include "common/kv/prefix_digest.h"
+#include "common/util/check.h"
+#include "common/util/clock.h"
+#include "common/util/flags.h"
+#include "edge_client.h"
+#include "edge_client_rpc.h"
+#include "edge_decode/split_policy.h"
+#include "progress_line.h"
+#include "proto/baton.grpc.pb.h"
+#include "report.h"
+
+namespace baton::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Words of the text prompts (--prompt-words): KJV-flavoured, so the bundled
+// model's tokenizer sees ordinary words.
+constexpr const char* kWords[] = {
+    "and",   "the",    "of",     "unto",  "LORD",  "God",   "said",   "him",   "them",   "that",  "he",
+    "shall", "in",     "his",    "land",  "came",  "to",    "people", "house", "king",   "day",   "for",
+    "earth", "heaven", "light",  "water", "went",  "upon",  "before", "all",   "children", "Israel", "son",
+    "made",  "great",  "spake",  "saying", "hand", "city",  "servant", "behold", "thou",  "thy",   "word",
+    "brought", "forth", "night", "hath",  "into",  "also",  "men",    "out",   "from",   "were",  "which"};
+constexpr size_t kWordCount = sizeof(kWords) / sizeof(kWords[0]);
+
+struct LoadConfig {
+  std::string edge;
+  ChannelSecurityOptions security;  // --ca, --api-key-file (also --token-file)
+  int64_t clients = 4;
+  int64_t sessions_per_client = 3;
+  int64_t turns = 2;
+  std::string prompt_tokens = "";  // comma-separated lengths in tokens; token-id prompts
+  std::string prompt_words = "";   // comma-separated lengths in words; text prompts
+  std::string policy = "auto";
+  int64_t max_tokens = 16;
+  double temperature = 0.8;
+  double duration_s = 120;
+  int64_t deadline_ms = 60'000;
+  int64_t edge_pid = 0;
+  int64_t cloud_pid = 0;
+  int64_t seed = 1;
+  std::string session_prefix = "load";
+  bool json = false;
+};
+
+// One Generate as the client saw it.
+struct TurnResult {
+  int client = 0, session = 0, turn = 0;
+  // "" when completed; else a gRPC code name, BAD_STREAM (a stream against
+  // the proto) or CONTEXT_MISMATCH (the session did not hold its earlier turns).
+  std::string error_kind;
+  std::string message;          // the error, one line
+  double ttft_ms = -1;          // -1: no token arrived
+  double total_ms = 0;          // request sent -> stream finished
+  uint32_t generated = 0;       // token ids received
+  v1::PrefillPlace place = v1::PREFILL_PLACE_UNSPECIFIED;
+  bool fell_back = false;
+  int retries = 0;
+};
+
+// The session's tokens after a turn: the KV its Stats report plus the last
+// sampled token, which runs into the KV with the next turn; none after an
+// end-of-sequence (the EOS token is not kept, the last kept one is in the KV).
+uint64_t conversation_tokens(const v1::Stats& stats) {
+  return uint64_t{stats.context_tokens()} + (stats.finish_reason() == v1::FINISH_REASON_EOS ? 0 : 1);
+}
+
+// A session as the client tracks it: what the agent must hold afterwards.
+struct SessionTrack {
+  std::string id;
+  int turns_done = 0;
+  bool failed = false;
+  int skipped_turns = 0;
+  std::string lost;                  // set: a turn showed the agent had lost earlier turns
+  uint64_t conversation_tokens = 0;  // prompt + generated tokens of the completed turns
+  std::vector<int32_t> tokens;       // the same tokens, when the prompts are token ids
+  bool last_turn_ended_at_eos = false;
+  // KV positions the agent holds after the completed turns: the last
+  // sampled token gets its KV only when the next turn feeds it, unless the
+  // turn ended at end-of-sequence (that token is not kept).
+  uint64_t expected_kv_tokens() const {
+    return conversation_tokens == 0 ? 0 : conversation_tokens - (last_turn_ended_at_eos ? 0 : 1);
+  }
+};
+
+struct ClientResult {
+  std::vector<TurnResult> turns;
+  std::vector<SessionTrack> sessions;
+};
+
+// Peak and current resident memory of a process (/proc/PID/status).
+struct MemorySample {
+  uint64_t hwm_bytes = 0;  // VmHWM: peak resident set since the process started
+  uint64_t rss_bytes = 0;  // VmRSS
+};
+
+std::optional<MemorySample> read_memory(int64_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  if (!in) return std::nullopt;
+  MemorySample sample;
+  bool seen = false;
+  for (std::string line; std::getline(in, line);) {
+    uint64_t kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %" SCNu64 " kB", &kib) == 1) sample.hwm_bytes = kib * 1024, seen = true;
+    if (std::sscanf(line.c_str(), "VmRSS: %" SCNu64 " kB", &kib) == 1) sample.rss_bytes = kib * 1024;
+  }
+  if (!seen) return std::nullopt;
+  return sample;
+}
+
+// Samples one process every 100 ms while the load runs.
+struct MemoryWatch {
+  int64_t pid = 0;
+  std::string name;
+  MemorySample at_start;
+  uint64_t max_rss_bytes = 0;  // largest VmRSS seen by the sampler
+  uint64_t hwm_bytes = 0;      // VmHWM at the last sample (the kernel's peak, start-up included)
+  int samples = 0;
+  bool gone = false;           // the process went away during the run
+
+  void sample() {
+    if (pid <= 0 || gone) return;
+    std::optional<MemorySample> s = read_memory(pid);
+    if (!s) {
+      gone = true;
+      return;
+    }
+    max_rss_bytes = std::max(max_rss_bytes, s->rss_bytes);
+    hwm_bytes = std::max(hwm_bytes, s->hwm_bytes);
+    ++samples;
+  }
+};
+
+// Polls the agent's Health while the load runs.
+struct AgentWatch {
+  uint64_t max_kv_used_bytes = 0;  // KV held by sessions in memory (MemoryPlan.kv_used_bytes)
+  uint32_t max_running = 0;
+  uint32_t max_queued = 0;
+  int samples = 0;
+  int failures = 0;                // Health calls that failed
+
+  void sample(EdgeClient& client) {
+    v1::EdgeHealthResponse health;
+    if (!client.health(&health).ok()) {
+      ++failures;
+      return;
+    }
+    max_kv_used_bytes = std::max<uint64_t>(max_kv_used_bytes, health.memory().kv_used_bytes());
+    max_running = std::max(max_running, health.running());
+    max_queued = std::max(max_queued, health.queued());
+    ++samples;
+  }
+};
+
+absl::StatusOr<std::vector<int64_t>> parse_lengths(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> lengths;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(text, ',', absl::SkipEmpty()))) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(part, &value) || value < 1 || value > 100'000) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s: '%s' is not a length in 1..100000", flag, part));
+    }
+    lengths.push_back(value);
+  }
+  if (lengths.empty()) return absl::InvalidArgumentError(absl::StrFormat("--%s: no length given", flag));
+  return lengths;
+}
+
+// A seed per (client, session, turn): prompts and sampling are the same on
+// every run with the same --seed.
+uint64_t turn_seed(int64_t seed, int client, int session, int turn) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(client),
+                    static_cast<uint32_t>(session), static_cast<uint32_t>(turn)};
+  std::array<uint32_t, 2> out{};
+  seq.generate(out.begin(), out.end());
+  return (uint64_t{out[0]} << 32) | out[1];
+}
+
+std::string status_name(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Nearest-rank percentile of `values` (sorted ascending); 0 when empty.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+struct Distribution {
+  double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+  size_t count = 0;
+};
+
+Distribution distribution(std::vector<double> values) {
+  Distribution d;
+  std::sort(values.begin(), values.end());
+  d.count = values.size();
+  if (values.empty()) return d;
+  d.p50 = percentile(values, 50);
+  d.p90 = percentile(values, 90);
+  d.p99 = percentile(values, 99);
+  d.max = values.back();
+  double sum = 0;
+  for (double v : values) sum += v;
+  d.mean = sum / static_cast<double>(values.size());
+  return d;
+}
+
+// Everything a client thread needs; shared read-only.
+struct LoadPlan {
+  LoadConfig config;
+  RpcTarget target;
+  v1::SplitPolicy policy = v1::SPLIT_POLICY_AUTO;
+  bool token_prompts = true;
+  std::vector<int64_t> lengths;  // tokens or words per prompt, used round robin
+  uint32_t n_vocab = 0;
+  Clock::time_point start;
+  Clock::time_point stop_starting;  // no turn starts after this (--duration-s)
+};
+
+// The prompt of one turn: token ids (uniform over the vocabulary) or words.
+void fill_prompt(const LoadPlan& plan, int client, int session, int turn, v1::GenerateRequest* request,
+                 std::vector<int32_t>* ids) {
+  const size_t pick = static_cast<size_t>(client * plan.config.sessions_per_client + session + turn);
+  const int64_t length = plan.lengths[pick % plan.lengths.size()];
+  std::mt19937_64 rng(turn_seed(plan.config.seed, client, session, turn));
+  if (plan.token_prompts) {
+    std::uniform_int_distribution<uint32_t> id(0, plan.n_vocab - 1);
+    for (int64_t i = 0; i < length; ++i) {
+      const uint32_t token = id(rng);
+      request->mutable_tokens()->add_ids(token);
+      ids->push_back(static_cast<int32_t>(token));
+    }
+    return;
+  }
+  std::uniform_int_distribution<size_t> word(0, kWordCount - 1);
+  std::string text = turn == 0 ? "" : " ";
+  for (int64_t i = 0; i < length; ++i) {
+    if (i > 0) text += (i % 12 == 0) ? ". " : " ";
+    text += kWords[word(rng)];
+  }
+  text += ".";
+  request->set_text(text);
+}
+
+// One client: its own channel and stub; its sessions' turns interleaved.
+ClientResult run_client(const LoadPlan& plan, int client) {
+  ClientResult result;
+  // A channel of its own (a local subchannel pool), so each client has its
+  // own TCP connection instead of sharing the process's. Receive limit as
+  // open_channel(): Generate messages are small, but stay consistent.
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  arguments.SetMaxReceiveMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(plan.target.address, plan.target.credentials, arguments);
+  std::unique_ptr<v1::Edge::Stub> stub = v1::Edge::NewStub(channel);
+  const LoadConfig& c = plan.config;
+  for (int s = 0; s < c.sessions_per_client; ++s) {
+    SessionTrack track;
+    track.id = absl::StrFormat("%s-c%d-s%d", c.session_prefix, client, s);
+    result.sessions.push_back(std::move(track));
+  }
+  for (int t = 0; t < c.turns; ++t) {
+    for (int s = 0; s < c.sessions_per_client; ++s) {
+      SessionTrack& track = result.sessions[static_cast<size_t>(s)];
+      if (track.failed || Clock::now() >= plan.stop_starting) {
+        ++track.skipped_turns;
+        continue;
+      }
+      v1::GenerateRequest request;
+      std::vector<int32_t> prompt_ids;
+      fill_prompt(plan, client, s, t, &request, &prompt_ids);
+      request.set_session_id(track.id);
+      request.set_policy(plan.policy);
+      request.set_max_tokens(static_cast<uint32_t>(c.max_tokens));
+      request.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
+      request.mutable_sampling()->set_seed(turn_seed(c.seed ^ 0x5eed, client, s, t));
+
+      TurnResult turn;
+      turn.client = client;
+      turn.session = s;
+      turn.turn = t;
+      std::vector<int32_t> generated_ids;
+      std::optional<v1::Stats> stats;
+      bool bad_order = false;  // a message after Stats
+      const Clock::time_point sent = Clock::now();
+      std::optional<Clock::time_point> first_token;
+      grpc::Status status = call_with_retry(
+          plan.target, RpcClock::now() + std::chrono::milliseconds(c.deadline_ms),
+          [&](grpc::ClientContext& context, bool* started) {
+            std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&context, request);
+            v1::GenerateResponse message;
+            while (reader->Read(&message)) {
+              *started = true;
+              if (stats.has_value()) bad_order = true;
+              if (message.has_text()) {
+                if (!first_token && (message.text().token_ids_size() > 0 || !message.text().text().empty())) {
+                  first_token = Clock::now();
+                }
+                for (uint32_t id : message.text().token_ids()) generated_ids.push_back(static_cast<int32_t>(id));
+              } else if (message.has_stats()) {
+                stats = message.stats();
+              }
+            }
+            return reader->Finish();
+          },
+          &turn.retries);
+      const Clock::time_point finished = Clock::now();
+      turn.total_ms = ms_between(sent, finished);
+      if (first_token) turn.ttft_ms = ms_between(sent, *first_token);
+      turn.generated = static_cast<uint32_t>(generated_ids.size());
+      if (!status.ok()) {
+        turn.error_kind = status_name(status.error_code());
+        turn.message = describe_rpc_error(plan.target, "Generate", status);
+      } else if (!stats.has_value() || bad_order) {
+        turn.error_kind = "BAD_STREAM";
+        turn.message = stats.has_value() ? "a message followed Stats" : "the stream ended OK without Stats";
+      } else if (stats->generated_tokens() != generated_ids.size() ||
+                 (plan.token_prompts && stats->prompt_tokens() != prompt_ids.size())) {
+        turn.error_kind = "BAD_STREAM";
+        turn.message = absl::StrFormat("Stats disagree with the stream: generated %d (received %d ids), prompt %d (sent %d)",
+                                       stats->generated_tokens(), generated_ids.size(), stats->prompt_tokens(),
+                                       prompt_ids.size());
+      } else if (const uint64_t held_before = conversation_tokens(*stats) - stats->prompt_tokens() - generated_ids.size();
+                 conversation_tokens(*stats) < stats->prompt_tokens() + generated_ids.size() ||
+                 held_before != track.conversation_tokens) {
+        // The agent continued the session from another length: it forgot
+        // (or invented) earlier turns.
+        turn.error_kind = "CONTEXT_MISMATCH";
+        turn.message = absl::StrFormat(
+            "session %s: turn %d continued from %d tokens; the %d completed turns hold %d (context %d = that + "
+            "prompt %d + generated %d)",
+            track.id, t, static_cast<int64_t>(held_before), track.turns_done, track.conversation_tokens,
+            conversation_tokens(*stats), stats->prompt_tokens(), generated_ids.size());
+        track.lost = turn.message;
+      }
+      if (turn.error_kind.empty()) {
+        turn.place = stats->plan().place();
+        turn.fell_back = !stats->fallback_reason().empty();
+        track.conversation_tokens = conversation_tokens(*stats);
+        track.tokens.insert(track.tokens.end(), prompt_ids.begin(), prompt_ids.end());
+        track.tokens.insert(track.tokens.end(), generated_ids.begin(), generated_ids.end());
+        track.last_turn_ended_at_eos = stats->finish_reason() == v1::FINISH_REASON_EOS;
+        ++track.turns_done;
+      } else {
+        track.failed = true;
+      }
+      result.turns.push_back(std::move(turn));
+    }
+  }
+  return result;
+}
+
+// The "nothing lost" check of one completed session against the listing.
+struct SessionCheck {
+  std::string id;
+  uint64_t expected_tokens = 0;
+  int64_t listed_tokens = -1;  // -1: not listed
+  bool persisted = false;
+  bool in_memory = false;
+  std::string problem;  // empty: intact
+};
+
+std::string memory_json(const MemoryWatch& w) {
+  if (w.pid <= 0) return "null";
+  return absl::StrFormat(
+      "{\"pid\": %d, \"vm_hwm_bytes\": %d, \"max_sampled_rss_bytes\": %d, \"rss_at_start_bytes\": %d, "
+      "\"samples\": %d, \"exited\": %s}",
+      w.pid, w.hwm_bytes, w.max_rss_bytes, w.at_start.rss_bytes, w.samples, w.gone ? "true" : "false");
+}
+
+std::string distribution_json(const Distribution& d) {
+  return absl::StrFormat("{\"count\": %d, \"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"max\": %.2f, \"mean\": %.2f}",
+                         d.count, d.p50, d.p90, d.p99, d.max, d.mean);
+}
+
+}  // namespace
+
+int bench_load(const Args& args) {
+  LoadConfig c;
+  FlagSet flags(
+      "baton bench load",
+      "--edge ADDR [--clients N] [--sessions-per-client M] [--turns T] [--prompt-tokens LIST | --prompt-words "
+      "LIST] [--policy auto|local|cloud] [--edge-pid PID] [--cloud-pid PID] [--json]",
+      "A bounded load test of one edge agent: N clients (one gRPC channel each, one call in flight each) run M "
+      "sessions of T turns (a session's turns are follow-ups; a client interleaves its sessions). Prompts are "
+      "built from --seed: random token ids (--prompt-tokens) or words (--prompt-words), lengths taken round "
+      "robin from the list so long and short turns mix. Reports requests sent/completed, errors by gRPC status "
+      "(one sample message each), time to first token and total latency (p50/p90/p99/max), tokens generated, "
+      "prefill places, and the peak resident memory of the edge and cloud processes (--edge-pid/--cloud-pid, "
+      "sampled every 100 ms). Then checks that nothing was lost: every session that completed all its turns is "
+      "listed by the agent with the KV token count those turns imply (exit 1 otherwise). A session stops at its "
+      "first failed turn.");
+  add_edge_address_flag(flags, &c.edge);
+  add_edge_channel_flags(flags, &c.security);
+  flags.add_string("token-file", &c.security.token_path, "the same as --api-key-file", "FILE");
+  flags.add_int64("clients", &c.clients, "concurrent clients");
+  flags.add_int64("sessions-per-client", &c.sessions_per_client, "sessions each client runs");
+  flags.add_int64("turns", &c.turns, "turns per session (each after the first a follow-up)");
+  flags.add_string("prompt-tokens", &c.prompt_tokens,
+                   "prompt lengths in tokens, comma-separated, used round robin (token-id prompts); default 32,256",
+                   "LIST");
+  flags.add_string("prompt-words", &c.prompt_words, "prompt lengths in words (text prompts), instead", "LIST");
+  flags.add_string("policy", &c.policy, "where the agent prefills: auto, local or cloud", "NAME");
+  flags.add_int64("max-tokens", &c.max_tokens, "tokens generated per turn");
+  flags.add_double("temperature", &c.temperature, "sampling temperature (seeded per turn)");
+  flags.add_double("duration-s", &c.duration_s, "no turn starts after this many seconds");
+  flags.add_int64("deadline-ms", &c.deadline_ms, "deadline of each Generate call, retries included");
+  flags.add_int64("edge-pid", &c.edge_pid, "edge process to watch (VmHWM/VmRSS); 0: none");
+  flags.add_int64("cloud-pid", &c.cloud_pid, "cloud process to watch; 0: none");
+  flags.add_int64("seed", &c.seed, "seed of the prompts and of sampling");
+  flags.add_string("session-prefix", &c.session_prefix, "session ids are PREFIX-cC-sS; none may exist yet", "STR");
+  flags.add_bool("json", &c.json, "print one JSON object");
+  if (auto code = bench_parse_flags(flags, args)) return *code;
+  auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "baton bench load: %s\n(see --help)\n", message.c_str());
+    return 2;
+  };
+  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
+  if (c.clients < 1 || c.clients > 1024) return usage_error(absl::StrFormat("--clients %d: must be 1..1024", c.clients));
+  if (c.sessions_per_client < 1 || c.sessions_per_client > 10'000 || c.turns < 1 || c.turns > 10'000) {
+    return usage_error("--sessions-per-client and --turns must be 1..10000");
+  }
+  if (c.max_tokens < 1 || c.max_tokens > 100'000) return usage_error("--max-tokens must be 1..100000");
+  if (c.deadline_ms < 1) return usage_error("--deadline-ms must be >= 1");
+  if (!(c.duration_s > 0)) return usage_error("--duration-s must be > 0");
+  if (!(c.temperature >= 0)) return usage_error("--temperature must be >= 0");
+  if (!c.prompt_tokens.empty() && !c.prompt_words.empty()) {
+    return usage_error("give one of --prompt-tokens and --prompt-words");
+  }
+  // Session ids are [A-Za-z0-9._-], at most 128 characters (proto).
+  if (c.session_prefix.empty() || c.session_prefix.size() > 64 ||
+      c.session_prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+          std::string::npos) {
+    return usage_error("--session-prefix '" + c.session_prefix + "': 1..64 characters of [A-Za-z0-9._-]");
+  }
+  LoadPlan plan;
+  plan.token_prompts = c.prompt_words.empty();
+  absl::StatusOr<std::vector<int64_t>> lengths =
+      plan.token_prompts ? parse_lengths("prompt-tokens", c.prompt_tokens.empty() ? "32,256" : c.prompt_tokens)
+                         : parse_lengths("prompt-words", c.prompt_words);
+  if (!lengths.ok()) return usage_error(std::string(lengths.status().message()));
+  plan.lengths = *lengths;
+  if (c.policy == "auto") {
+    plan.policy = v1::SPLIT_POLICY_AUTO;
+  } else if (c.policy == "local") {
+    plan.policy = v1::SPLIT_POLICY_LOCAL;
+  } else if (c.policy == "cloud") {
+    plan.policy = v1::SPLIT_POLICY_CLOUD;
+  } else {
+    return usage_error("--policy: '" + c.policy + "' is not one of auto, local, cloud");
+  }
+  absl::StatusOr<RpcTarget> target = make_rpc_target("edge", c.edge, "edge agent",
+                                                     std::chrono::milliseconds(c.deadline_ms), c.security);
+  if (!target.ok()) return usage_error(std::string(target.status().message()));
+  plan.target = *target;
+  MemoryWatch edge_watch;
+  edge_watch.pid = c.edge_pid;
+  edge_watch.name = "edge";
+  MemoryWatch cloud_watch;
+  cloud_watch.pid = c.cloud_pid;
+  cloud_watch.name = "cloud";
+  for (MemoryWatch* w : {&edge_watch, &cloud_watch}) {
+    if (w->pid == 0) continue;
+    std::optional<MemorySample> s = w->pid > 0 ? read_memory(w->pid) : std::nullopt;
+    if (!s) return usage_error(absl::StrFormat("--%s-pid %d: cannot read /proc/%d/status", w->name, w->pid, w->pid));
+    w->at_start = *s;
+  }
+
+  // The agent must be READY; its vocabulary sizes token prompts, its memory
+  // plan goes into the report.
+  EdgeClient admin(plan.target);
+  v1::EdgeHealthResponse health;
+  grpc::Status health_status = admin.health(&health);
+  if (!health_status.ok()) return bench_fail(admin.describe("Health", health_status));
+  if (health.state() != v1::SERVING_STATE_READY) {
+    return bench_fail(absl::StrFormat("the edge agent at %s is %s, not READY (wait with 'baton health --edge %s --wait 60s')",
+                                c.edge, v1::ServingState_Name(health.state()), c.edge));
+  }
+  plan.n_vocab = health.model().n_vocab();
+  if (plan.token_prompts && plan.n_vocab == 0) return bench_fail("the edge agent's Health reports no vocabulary size");
+  {
+    v1::ListSessionsResponse before;
+    grpc::Status listed = admin.list_sessions(&before);
+    if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
+    for (const v1::SessionInfo& s : before.sessions()) {
+      if (s.session_id().rfind(c.session_prefix + "-", 0) == 0) {
+        return bench_fail(absl::StrFormat(
+            "session %s already exists on the agent: its turns would continue it; choose another "
+            "--session-prefix or delete the sessions (baton sessions rm)",
+            s.session_id()));
+      }
+    }
+  }
+
+  // The run.
+  plan.config = c;
+  plan.start = Clock::now();
+  plan.stop_starting = plan.start + std::chrono::milliseconds(static_cast<int64_t>(c.duration_s * 1000));
+  std::atomic<bool> running{true};
+  // The agent's own view, polled with the memory: KV held by sessions
+  // (admission control keeps it under the KV budget) and its queue.
+  RpcTarget poll_target = plan.target;
+  poll_target.timeout = std::chrono::milliseconds(2'000);
+  EdgeClient poller(poll_target);
+  AgentWatch agent_watch;
+  std::thread sampler([&] {
+    while (running.load()) {
+      edge_watch.sample();
+      cloud_watch.sample();
+      agent_watch.sample(poller);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::vector<ClientResult> results(static_cast<size_t>(c.clients));
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < c.clients; ++i) {
+      threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = run_client(plan, i); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const double wall_s = ms_between(plan.start, Clock::now()) / 1000.0;
+  running = false;
+  sampler.join();
+  edge_watch.sample();
+  cloud_watch.sample();
+  agent_watch.sample(poller);
+
+  // Tally.
+  int64_t sent = 0, completed = 0, failed = 0, skipped = 0, tokens = 0, retries = 0, fallbacks = 0;
+  std::map<std::string, std::pair<int64_t, std::string>> errors;  // kind -> (count, first message)
+  std::map<std::string, int64_t> places;
+  std::vector<double> ttft, total;
+  for (const ClientResult& r : results) {
+    for (const TurnResult& t : r.turns) {
+      ++sent;
+      retries += t.retries;
+      if (t.error_kind.empty()) {
+        ++completed;
+        tokens += t.generated;
+        total.push_back(t.total_ms);
+        if (t.ttft_ms >= 0) ttft.push_back(t.ttft_ms);
+        ++places[prefill_place_name(t.place)];
+        fallbacks += t.fell_back;
+      } else {
+        ++failed;
+        auto& entry = errors[t.error_kind];
+        if (entry.first++ == 0) entry.second = t.message;
+      }
+    }
+    for (const SessionTrack& s : r.sessions) skipped += s.skipped_turns;
+  }
+  BATON_CHECK(completed + failed == sent, "every request is counted once");
+  const Distribution ttft_d = distribution(ttft);
+  const Distribution total_d = distribution(total);
+
+  // Nothing lost: every completed session is listed with its KV tokens.
+  std::vector<SessionCheck> checks;
+  int64_t sessions_complete = 0, sessions_incomplete = 0, lost = 0;
+  v1::ListSessionsResponse listing;
+  grpc::Status listed = admin.list_sessions(&listing);
+  if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
+  std::map<std::string, const v1::SessionInfo*> by_id;
+  for (const v1::SessionInfo& s : listing.sessions()) by_id[s.session_id()] = &s;
+  for (const ClientResult& r : results) {
+    for (const SessionTrack& s : r.sessions) {
+      if (!s.lost.empty()) {
+        // Lost turns seen during the run count as lost, complete or not.
+        SessionCheck check;
+        check.id = s.id;
+        check.expected_tokens = s.expected_kv_tokens();
+        check.problem = s.lost;
+        ++lost;
+        ++(s.turns_done == c.turns ? sessions_complete : sessions_incomplete);
+        checks.push_back(std::move(check));
+        continue;
+      }
+      if (s.turns_done != c.turns) {
+        ++sessions_incomplete;
+        continue;
+      }
+      ++sessions_complete;
+      SessionCheck check;
+      check.id = s.id;
+      check.expected_tokens = s.expected_kv_tokens();
+      auto it = by_id.find(s.id);
+      if (it == by_id.end()) {
+        check.problem = "not listed by the agent";
+      } else {
+        const v1::SessionInfo& info = *it->second;
+        check.listed_tokens = info.token_count();
+        check.persisted = info.persisted();
+        check.in_memory = info.kv_bytes() > 0;
+        if (info.token_count() != check.expected_tokens) {
+          check.problem = absl::StrFormat("holds %d tokens, the completed turns imply %d", info.token_count(),
+                                          check.expected_tokens);
+        } else if (plan.token_prompts) {
+          BATON_CHECK(s.tokens.size() >= check.expected_tokens, "tracked tokens cover the KV");
+          const Digest256 digest =
+              prefix_digest(std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(check.expected_tokens)));
+          if (info.prefix_digest() != std::string(reinterpret_cast<const char*>(digest.data()), digest.size())) {
+            check.problem = "its prefix digest differs from the digest of the tokens sent and received";
+          }
+        }
+      }
+      if (!check.problem.empty()) ++lost;
+      checks.push_back(std::move(check));
+    }
+  }
+
+  const std::string prompts = absl::StrCat(absl::StrJoin(plan.lengths, ","), plan.token_prompts ? " tokens" : " words");
+  const v1::MemoryPlan& memory = health.memory();
+  if (c.json) {
+    std::string out = absl::StrFormat(
+        "{\"edge\": \"%s\", \"clients\": %d, \"sessions_per_client\": %d, \"turns\": %d, \"policy\": \"%s\", "
+        "\"prompts\": \"%s\", \"max_tokens\": %d, \"seed\": %d, \"wall_s\": %.3f, "
+        "\"requests_sent\": %d, \"requests_completed\": %d, \"requests_failed\": %d, \"turns_skipped\": %d, "
+        "\"retries\": %d, \"errors\": {",
+        json_escape(c.edge), c.clients, c.sessions_per_client, c.turns, c.policy, prompts, c.max_tokens, c.seed,
+        wall_s, sent, completed, failed, skipped, retries);
+    bool first = true;
+    for (const auto& [kind, entry] : errors) {
+      out += absl::StrFormat("%s\"%s\": {\"count\": %d, \"sample\": \"%s\"}", first ? "" : ", ", kind, entry.first,
+                             json_escape(entry.second));
+      first = false;
+    }
+    out += absl::StrFormat(
+        "}, \"ttft_ms\": %s, \"total_ms\": %s, \"tokens_generated\": %d, \"tokens_per_s\": %.2f, "
+        "\"requests_per_s\": %.3f, \"prefill_places\": {",
+        distribution_json(ttft_d), distribution_json(total_d), tokens, tokens / wall_s, completed / wall_s);
+    first = true;
+    for (const auto& [place, count] : places) {
+      out += absl::StrFormat("%s\"%s\": %d", first ? "" : ", ", place, count);
+      first = false;
+    }
+    out += absl::StrFormat(
+        "}, \"fallbacks\": %d, \"edge_memory_plan\": {\"device_limit_bytes\": %d, \"weights_bytes\": %d, "
+        "\"scratch_bytes\": %d, \"headroom_bytes\": %d, \"kv_budget_bytes\": %d}, \"agent\": {\"max_kv_used_bytes\": %d, "
+        "\"max_running\": %d, \"max_queued\": %d, \"health_samples\": %d, \"health_failures\": %d}, "
+        "\"edge_memory\": %s, "
+        "\"cloud_memory\": %s, \"sessions_complete\": %d, \"sessions_incomplete\": %d, \"sessions_lost\": %d, "
+        "\"nothing_lost\": %s, \"sessions\": [",
+        fallbacks, memory.device_limit_bytes(), memory.weights_bytes(), memory.scratch_bytes(),
+        memory.headroom_bytes(), memory.kv_budget_bytes(), agent_watch.max_kv_used_bytes, agent_watch.max_running,
+        agent_watch.max_queued, agent_watch.samples, agent_watch.failures, memory_json(edge_watch),
+        memory_json(cloud_watch),
+        sessions_complete, sessions_incomplete, lost, lost == 0 ? "true" : "false");
+    for (size_t i = 0; i < checks.size(); ++i) {
+      const SessionCheck& k = checks[i];
+      out += absl::StrFormat(
+          "%s{\"id\": \"%s\", \"expected_tokens\": %d, \"listed_tokens\": %d, \"persisted\": %s, \"in_memory\": %s, "
+          "\"problem\": \"%s\"}",
+          i == 0 ? "" : ", ", k.id, k.expected_tokens, k.listed_tokens, k.persisted ? "true" : "false",
+          k.in_memory ? "true" : "false", json_escape(k.problem));
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+  } else {
+    absl::PrintF("load: edge %s, %d clients x %d sessions x %d turns, policy %s, prompts %s, %d tokens per turn\n",
+                c.edge.c_str(), c.clients, c.sessions_per_client, c.turns, c.policy.c_str(), prompts.c_str(),
+                c.max_tokens);
+    absl::PrintF("  %-28s %d sent, %d completed, %d failed, %d turns skipped, %d retries (%.1f s)\n", "requests",
+                sent, completed, failed, skipped, retries, wall_s);
+    for (const auto& [kind, entry] : errors) {
+      absl::PrintF("  %-28s %d, e.g. %s\n", ("  " + kind).c_str(), entry.first, entry.second.c_str());
+    }
+    if (completed == 0) {
+      absl::PrintF("  %-28s no completed request\n", "latency");
+    } else {
+      absl::PrintF("  %-28s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max", "mean");
+      absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "time to first token (ms)", ttft_d.p50,
+                   ttft_d.p90, ttft_d.p99, ttft_d.max, ttft_d.mean);
+      absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "total latency (ms)", total_d.p50, total_d.p90,
+                   total_d.p99, total_d.max, total_d.mean);
+    }
+    absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s)\n", "tokens generated", tokens, tokens / wall_s,
+                completed / wall_s);
+    std::string place_text;
+    for (const auto& [place, count] : places) absl::StrAppend(&place_text, place_text.empty() ? "" : ", ", place, " ", count);
+    absl::PrintF("  %-28s %s; %d fell back to local\n", "prefill", place_text.empty() ? "-" : place_text.c_str(),
+                fallbacks);
+    absl::PrintF("  %-28s limit %s (weights %s, scratch %s, headroom %s, KV %s)\n", "edge memory plan",
+                format_bytes(memory.device_limit_bytes()).c_str(), format_bytes(memory.weights_bytes()).c_str(),
+                format_bytes(memory.scratch_bytes()).c_str(), format_bytes(memory.headroom_bytes()).c_str(),
+                format_bytes(memory.kv_budget_bytes()).c_str());
+    absl::PrintF("  %-28s KV held by sessions up to %s of its %s budget; up to %d running, %d queued (%d polls)\n",
+                 "edge agent (Health)", format_bytes(agent_watch.max_kv_used_bytes),
+                 format_bytes(memory.kv_budget_bytes()), agent_watch.max_running,
+                 agent_watch.max_queued, agent_watch.samples);
+    for (const MemoryWatch* w : {&edge_watch, &cloud_watch}) {
+      if (w->pid <= 0) continue;
+      absl::PrintF("  %-28s VmHWM %s, max sampled RSS %s (%s at start)%s\n", (w->name + " memory high-water").c_str(),
+                  format_bytes(w->hwm_bytes).c_str(), format_bytes(w->max_rss_bytes).c_str(), format_bytes(w->at_start.rss_bytes).c_str(),
+                  w->gone ? "; the process exited during the run" : "");
+    }
+    absl::PrintF("  %-28s %d complete, %d incomplete; %s\n", "sessions", sessions_complete, sessions_incomplete,
+                lost == 0 ? "nothing lost (each complete session listed with its token count)"
+                          : absl::StrFormat("%d LOST", lost).c_str());
+    for (const SessionCheck& k : checks) {
+      if (!k.problem.empty()) absl::PrintF("    %s: %s\n", k.id.c_str(), k.problem.c_str());
+    }
+  }
+  if (lost > 0) {
+    std::fprintf(stderr, "baton bench load: %d sessions lost turns on the agent (see the sessions above)\n",
+                 static_cast<int>(lost));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace baton::cli
