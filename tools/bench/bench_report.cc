@@ -2,17 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace baton::cli {
 
+namespace {
+
+// The double nearest to `digits` (a figure as printf wrote it): nlohmann
+// prints it back as exactly those digits (shortest round trip). Locale-free
+// both ways, unlike strtod.
+Json as_printed(const std::string& digits) {
+  double parsed = 0;
+  if (!absl::SimpleAtod(digits, &parsed)) return nullptr;
+  return parsed;
+}
+
+}  // namespace
+
 Json fixed(double value, int decimals) {
   if (!std::isfinite(value)) return nullptr;
-  // Parsing the printed digits gives the double nearest to them, which
-  // nlohmann prints back as exactly those digits (shortest round trip).
-  return std::strtod(absl::StrFormat("%.*f", decimals, value).c_str(), nullptr);
+  return as_printed(absl::StrFormat("%.*f", decimals, value));
 }
 
 Json whole(double value) {
@@ -22,7 +33,7 @@ Json whole(double value) {
 
 Json significant(double value) {
   if (!std::isfinite(value)) return nullptr;
-  return std::strtod(absl::StrFormat("%.6g", value).c_str(), nullptr);
+  return as_printed(absl::StrFormat("%.6g", value));
 }
 
 namespace {
