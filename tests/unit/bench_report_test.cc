@@ -30,6 +30,8 @@ TEST(BenchJsonTest, FiguresKeepTheirPrecision) {
   EXPECT_EQ(json_line(whole(56831.6)), "56832");
   EXPECT_EQ(json_line(significant(0.000238108123)), "0.000238108");
   EXPECT_EQ(json_line(significant(110.04412)), "110.044");
+  EXPECT_EQ(json_line(significant(1632.0)), "1632");  // as "%.6g" wrote it: no ".0"
+  EXPECT_EQ(json_line(significant(1234567.0)), "1234570.0");
 }
 
 TEST(BenchJsonTest, FiguresThatAreNotFiniteAreNull) {

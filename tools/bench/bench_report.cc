@@ -33,7 +33,11 @@ Json whole(double value) {
 
 Json significant(double value) {
   if (!std::isfinite(value)) return nullptr;
-  return as_printed(absl::StrFormat("%.6g", value));
+  const std::string digits = absl::StrFormat("%.6g", value);
+  // "%.6g" wrote whole figures without a point ("1632"): keep them integers.
+  long long integer = 0;
+  if (digits.find_first_of(".eE") == std::string::npos && absl::SimpleAtoi(digits, &integer)) return integer;
+  return as_printed(digits);
 }
 
 namespace {

@@ -21,7 +21,8 @@ using Json = nlohmann::ordered_json;
 Json fixed(double value, int decimals);
 // A figure as an integer (what "%.0f" printed); null when not finite.
 Json whole(double value);
-// A figure to 6 significant digits (what "%.6g" printed); null when not finite.
+// A figure to 6 significant digits (what "%.6g" printed, a whole one as an
+// integer); null when not finite.
 Json significant(double value);
 
 // `value` on one line: ", " between members, ": " after keys; strings as
