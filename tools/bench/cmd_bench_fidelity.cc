@@ -19,9 +19,9 @@
 // the reference). All in process; no gRPC.
 // Figures per row, over all scored tokens: perplexity, and the mean
 // KL(p_f16_alone || p_row) of the next-token distributions.
+// Output: bench_fidelity_report.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -34,23 +34,15 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench_commands.h"
-#include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
+#include "bench_fidelity.h"
+#include "bench_handoff.h"
+#include "bench_harness.h"
 #include "common/engine/perplexity.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/prefix_digest.h"
-#include "common/kv/quantized_kv_cache.h"
-#include "common/model/model.h"
-#include "common/model/model_fingerprint.h"
 #include "common/model/model_quantize.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
-#include "common/util/flags.h"
 #include "kv_codec_list.h"
 #include "logit_math.h"
-#include "report.h"
 
 namespace baton::cli {
 namespace {
@@ -58,37 +50,30 @@ namespace {
 // "G": the group size min(32, head_dim) (kv_codec_list.h).
 constexpr char kDefaultCodecs[] = "f16,int8-gG-z3,int4-pc-kg128-gG-z3";
 
-// One loaded model with its engine and fingerprint.
+// One loaded model with its engine, fingerprint and RoPE.
 struct Side {
   std::string name;  // "f16" / "q4_0"
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
+  LoadedModel loaded;
   ModelFingerprint fingerprint;
+  KvRope rope;
+  Engine& engine() const { return *loaded.engine; }
+  HandoffEnd end() const { return {&fingerprint, &rope}; }
 };
 
-absl::StatusOr<Side> load_side(const std::string& name, const std::string& path, int threads) {
-  Side side;
-  side.name = name;
-  BATON_ASSIGN_OR_RETURN(side.model, Model::Load(path));
-  side.engine = std::make_unique<Engine>(*side.model, EngineOptions{threads, 64});
-  BATON_ASSIGN_OR_RETURN(side.fingerprint, model_fingerprint(*side.model));
+absl::StatusOr<std::unique_ptr<Side>> load_side(const std::string& name, const std::string& path, int64_t threads) {
+  auto side = std::make_unique<Side>();
+  side->name = name;
+  BATON_ASSIGN_OR_RETURN(side->loaded, load_model(path, threads));
+  BATON_ASSIGN_OR_RETURN(side->fingerprint, model_fingerprint(*side->loaded.model));
+  side->rope = kv_rope_of(*side->loaded.model);
   return side;
 }
 
-// One row of the table.
-struct Row {
-  std::string setting;        // "alone" / "split"
-  std::string cloud_weights;  // for split rows: "f16" / "q4_0"; else ""
-  std::string edge_weights;   // "f16" / "q4_0"
-  std::string kv;             // wire codec name, or "f32" (engine cache)
+// A row with what it needs to run: its codecs.
+struct RowSetup {
+  FidelityRow row;
   KvCodecConfig wire;
   KvCodecConfig store;
-  double nll = 0.0;
-  double kl = 0.0;
-  int64_t scored = 0;
-  uint64_t wire_bytes = 0;  // split rows: payload bytes after zstd
-  int64_t wire_tokens = 0;
-  std::string error;
 };
 
 // Runs tokens [first, n - 1) of `window` on `engine` over `kv` (which holds
@@ -104,38 +89,6 @@ absl::Status decode_rest(Engine& engine, std::span<const int32_t> window, int64_
     std::copy(logits.begin(), logits.end(), logits_out.begin() + (pos - first) * n_vocab);
   }
   return absl::OkStatus();
-}
-
-// The KV of window [0, p) from `cloud` (F32, holding [0, p)) through the
-// wire codec into a fresh edge store of `capacity` tokens.
-absl::StatusOr<std::unique_ptr<QuantizedKvCache>> hand_off(const Side& cloud_side, const F32KvCache& cloud,
-                                                           const Side& edge_side, std::span<const int32_t> prompt,
-                                                           const Row& row, int64_t capacity, KvSegmentLoad* load) {
-  KvStreamHeaderInfo info;
-  info.model = cloud_side.fingerprint;
-  info.codec = row.wire;
-  info.first_position = 0;
-  info.token_ids.assign(prompt.begin(), prompt.end());
-  info.prefix_digest = prefix_digest(prompt);
-  std::vector<v1::KvStreamMessage> messages;
-  KvStreamWriter writer([&](const v1::KvStreamMessage& m) {
-    messages.push_back(m);
-    return absl::OkStatus();
-  });
-  const KvRope cloud_rope = kv_rope_of(*cloud_side.model);
-  BATON_RETURN_IF_ERROR(write_kv_segment(cloud, info, &cloud_rope, writer));
-
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
-                         QuantizedKvCache::Create(edge_side.engine->kv_geometry(), capacity, row.store));
-  KvStreamExpectation expected;
-  expected.model = edge_side.fingerprint;
-  expected.first_position = 0;
-  expected.token_ids = info.token_ids;
-  expected.prefix_digest = info.prefix_digest;
-  expected.codec = messages.front().header().codec();
-  const KvRope edge_rope = kv_rope_of(*edge_side.model);
-  BATON_ASSIGN_OR_RETURN(*load, read_kv_segment(messages, expected, &edge_rope, *edge));
-  return edge;
 }
 
 // Token ids: an ids file (space-separated, any number per line) or a text
@@ -177,199 +130,112 @@ std::string default_ids_file(const std::string& model_path) {
   return "";
 }
 
-}  // namespace
-
-int bench_fidelity(const Args& args) {
-  std::string model_path, edge_model_path, ids_path, text_path, codecs = kDefaultCodecs;
-  int64_t window = 128, prompt = 0, max_tokens = 8192, threads = 1;
-  bool json = false;
-  FlagSet flags("baton bench fidelity",
-                "--model F16.gguf [--edge-model Q4_0.gguf] [--ids-file F | --text-file F] [--window 128] "
-                "[--prompt W/2] [--max-tokens 8192] [--codecs LIST] [--json]",
-                "Fidelity of the edge's Q4_0 weights and of the cloud/edge split, against the F16 model run "
-                "alone: perplexity and mean KL divergence of the next-token distributions over held-out text, "
-                "for the edge's Q4_0 alone and split with the cloud on the F16 source weights or on the edge's "
-                "exact Q4_0 file, each with every KV codec (F16, INT8, INT4 by default). Prints the split "
-                "protocol and which cloud-weights setting the numbers favour as the default.");
-  flags.add_string("model", &model_path, "the F16 source model (GGUF, with tokenizer)", "FILE");
-  flags.add_string("edge-model", &edge_model_path,
-                   "the edge's Q4_0 file (default: --model quantized to Q4_0 into a temporary file)", "FILE");
-  flags.add_string("ids-file", &ids_path,
-                   "held-out token ids (default: NAME.heldout.ids next to --model when present)", "FILE");
-  flags.add_string("text-file", &text_path, "held-out text, tokenized line by line without BOS", "FILE");
-  flags.add_int64("window", &window, "tokens per window, BOS included");
-  flags.add_int64("prompt", &prompt, "prompt tokens per window: [0, P-1) from the cloud (default W/2)");
-  flags.add_int64("max-tokens", &max_tokens, "use at most this many held-out tokens (0: all)");
-  flags.add_string("codecs", &codecs,
-                   "comma-separated KV wire codecs (common/kv/kv_codec_config.h); G stands for min(32, head_dim)",
-                   "LIST");
-  flags.add_int64("threads", &threads, "engine threads per model");
-  flags.add_bool("json", &json, "print one JSON object instead of the table");
-  flags.require("model");
-  if (auto code = bench_parse_flags(flags, args)) return *code;
-  if (prompt == 0) prompt = window / 2;
-  if (window < 4 || prompt < 2 || prompt >= window) {
-    return bench_fail(absl::StrFormat("--window %d and --prompt %d: need window >= 4 and 2 <= prompt < window", window,
-                                prompt));
-  }
-  if (threads < 1 || max_tokens < 0) return bench_fail("--threads must be >= 1 and --max-tokens >= 0");
-  if (!ids_path.empty() && !text_path.empty()) return bench_fail("give at most one of --ids-file and --text-file");
-  if (ids_path.empty() && text_path.empty()) {
-    ids_path = default_ids_file(model_path);
-    if (ids_path.empty()) return bench_fail("no --ids-file or --text-file, and no NAME.heldout.ids next to " + model_path);
-  }
-
-  // The edge's Q4_0 file: given, or made from the source now.
-  std::string temp_path;
-  if (edge_model_path.empty()) {
-    temp_path = (std::filesystem::temp_directory_path() /
-                 absl::StrFormat("baton-fidelity-%d-q4_0.gguf", static_cast<int>(::getpid())))
-                    .string();
-    QuantizeOptions q;
-    q.type = GgmlType::kQ4_0;
-    q.n_threads = static_cast<int>(threads);
-    if (absl::Status st = quantize_model(model_path, temp_path, q); !st.ok()) {
-      return bench_fail("quantizing --model to Q4_0: " + std::string(st.message()));
-    }
-    edge_model_path = temp_path;
-  }
-  auto f16 = load_side("f16", model_path, static_cast<int>(threads));
-  auto q4 = f16.ok() ? load_side("q4_0", edge_model_path, static_cast<int>(threads)) : f16.status();
-  if (!temp_path.empty()) std::filesystem::remove(temp_path);  // mapped pages stay valid
-  if (!f16.ok()) return bench_fail(std::string(f16.status().message()));
-  if (!q4.ok()) return bench_fail(std::string(q4.status().message()));
-  if (absl::Status st = compare_model_fingerprints(q4->fingerprint, f16->fingerprint, "the F16 source"); !st.ok()) {
-    return bench_fail("the edge model does not derive from --model: " + std::string(st.message()));
-  }
-  const ModelSpec& spec = f16->model->spec();
-  auto tokenizer = Tokenizer::FromGguf(f16->model->file());
-  if (!tokenizer.ok()) return bench_fail(std::string(tokenizer.status().message()));
-  auto text_tokens = read_tokens(ids_path, text_path, **tokenizer);
-  if (!text_tokens.ok()) return bench_fail(std::string(text_tokens.status().message()));
-  if (max_tokens > 0 && static_cast<int64_t>(text_tokens->size()) > max_tokens) text_tokens->resize(max_tokens);
-
-  // Windows: [BOS] + window - 1 text tokens; full windows only (every window
-  // scores the same positions).
-  const bool bos = (*tokenizer)->add_bos() && (*tokenizer)->bos_id() >= 0;
-  const int64_t text_per_window = window - (bos ? 1 : 0);
-  std::vector<std::vector<int32_t>> windows;
-  for (size_t at = 0; at + text_per_window <= text_tokens->size(); at += text_per_window) {
-    std::vector<int32_t> w;
-    if (bos) w.push_back((*tokenizer)->bos_id());
-    w.insert(w.end(), text_tokens->begin() + at, text_tokens->begin() + at + text_per_window);
-    windows.push_back(std::move(w));
-  }
-  if (windows.empty()) return bench_fail(absl::StrFormat("the text has fewer than %d tokens", text_per_window));
-
-  // Rows: the reference, Q4_0 alone on F32 KV, then per codec the three settings.
-  std::vector<Row> rows;
+// Rows: the reference, Q4_0 alone on F32 KV, then per codec the three
+// settings (alone, split with the cloud on F16, split with it on Q4_0).
+absl::StatusOr<std::vector<RowSetup>> make_rows(const std::string& codecs, const KvGeometry& geometry) {
+  std::vector<RowSetup> rows;
   for (const char* weights : {"f16", "q4_0"}) {
-    Row r;
-    r.setting = "alone";
-    r.edge_weights = weights;
-    r.kv = "f32";
+    RowSetup r;
+    r.row.setting = "alone";
+    r.row.edge_weights = weights;
+    r.row.kv = "f32";
     rows.push_back(std::move(r));
   }
-  const std::string codec_list = expand_codec_list(codecs, spec.head_dim);
+  const std::string codec_list = expand_codec_list(codecs, geometry.head_dim);
   for (const std::string& name : std::vector<std::string>(absl::StrSplit(codec_list, ',', absl::SkipEmpty()))) {
-    auto wire = parse_kv_codec_config(name);
-    if (!wire.ok()) return bench_fail(std::string(wire.status().message()));
-    for (const char* setting : {"alone", "split-f16", "split-q4_0"}) {
-      Row r;
-      r.setting = std::string(setting) == "alone" ? "alone" : "split";
-      r.cloud_weights = std::string(setting) == "split-f16" ? "f16" : std::string(setting) == "split-q4_0" ? "q4_0" : "";
-      r.edge_weights = "q4_0";
-      r.kv = name;
-      r.wire = *wire;
-      r.store = QuantizedKvCache::store_config_for(*wire);
-      if (absl::Status st = wire->validate(f16->engine->kv_geometry()); !st.ok()) r.error = std::string(st.message());
+    BATON_ASSIGN_OR_RETURN(const KvCodecConfig wire, parse_kv_codec_config(name));
+    for (const std::string setting : {"alone", "split-f16", "split-q4_0"}) {
+      RowSetup r;
+      r.row.setting = setting == "alone" ? "alone" : "split";
+      r.row.cloud_weights = setting == "split-f16" ? "f16" : setting == "split-q4_0" ? "q4_0" : "";
+      r.row.edge_weights = "q4_0";
+      r.row.kv = name;
+      r.wire = wire;
+      r.store = QuantizedKvCache::store_config_for(wire);
+      if (absl::Status st = wire.validate(geometry); !st.ok()) r.row.error = std::string(st.message());
       rows.push_back(std::move(r));
     }
   }
+  return rows;
+}
 
-  const int n_vocab = spec.n_vocab;
-  const KvGeometry geometry = f16->engine->kv_geometry();
-  std::vector<float> ref_logits, logits;  // [W - P, n_vocab]
-  std::vector<double> log_p, log_q;
-  for (const std::vector<int32_t>& w : windows) {
-    const std::span<const int32_t> tokens(w);
-    const std::span<const int32_t> cloud_prompt = tokens.first(prompt - 1);
-    // The cloud's KV of [0, P - 1) on each weight setting.
-    F32KvCache cloud_f16(geometry, prompt - 1), cloud_q4(geometry, prompt - 1);
-    if (absl::Status st = f16->engine->prefill(cloud_prompt, cloud_f16, nullptr); !st.ok()) {
-      return bench_fail(std::string(st.message()));
+// What every window of the run shares.
+struct FidelitySetup {
+  const Side* f16 = nullptr;
+  const Side* q4 = nullptr;
+  int64_t window = 0, prompt = 0;
+};
+
+// The cloud's KV of one window's [0, P - 1) on each weight setting.
+struct CloudKv {
+  F32KvCache f16, q4;
+};
+
+// The edge's KV of [0, P - 1) for row `r`: its own prefill (alone rows) or
+// handed over from the cloud (split rows, whose wire bytes it counts).
+absl::StatusOr<std::unique_ptr<KvCache>> edge_kv(const FidelitySetup& s, RowSetup& r, const CloudKv& cloud,
+                                                  std::span<const int32_t> cloud_prompt) {
+  const Side& edge = r.row.edge_weights == "f16" ? *s.f16 : *s.q4;
+  if (r.row.setting == "alone") {
+    std::unique_ptr<KvCache> kv;
+    if (r.row.kv == "f32") {
+      kv = edge.engine().new_f32_kv_cache(s.window);
+    } else {
+      BATON_ASSIGN_OR_RETURN(kv, QuantizedKvCache::Create(edge.engine().kv_geometry(), s.window, r.store));
     }
-    if (absl::Status st = q4->engine->prefill(cloud_prompt, cloud_q4, nullptr); !st.ok()) {
-      return bench_fail(std::string(st.message()));
-    }
-    for (size_t ri = 0; ri < rows.size(); ++ri) {
-      Row& r = rows[ri];
-      if (!r.error.empty()) continue;
-      Side& edge = r.edge_weights == "f16" ? *f16 : *q4;
-      std::unique_ptr<KvCache> kv;
-      absl::Status st;
-      if (r.setting == "alone") {
-        if (r.kv == "f32") {
-          kv = edge.engine->new_f32_kv_cache(window);
-        } else {
-          auto store = QuantizedKvCache::Create(geometry, window, r.store);
-          st = store.status();
-          if (st.ok()) kv = std::move(*store);
-        }
-        if (st.ok()) st = edge.engine->prefill(cloud_prompt, *kv, nullptr);
-      } else {
-        const bool cloud_is_f16 = r.cloud_weights == "f16";
-        KvSegmentLoad load;
-        auto store = hand_off(cloud_is_f16 ? *f16 : *q4, cloud_is_f16 ? cloud_f16 : cloud_q4, edge, cloud_prompt, r,
-                              window, &load);
-        st = store.status();
-        if (st.ok()) {
-          kv = std::move(*store);
-          r.wire_bytes += load.encoded_bytes;
-          r.wire_tokens += load.token_count;
-        }
-      }
-      if (st.ok()) st = decode_rest(*edge.engine, tokens, prompt - 1, *kv, ri == 0 ? ref_logits : logits);
-      if (!st.ok()) {
-        if (ri == 0) return bench_fail("the F16 reference failed: " + std::string(st.message()));
-        r.error = std::string(st.message());
-        continue;
-      }
-      const std::vector<float>& mine = ri == 0 ? ref_logits : logits;
-      for (int64_t i = 0; i < window - prompt; ++i) {
-        const std::span<const float> row(mine.data() + i * n_vocab, n_vocab);
-        r.nll += negative_log_likelihood(row, w[prompt + i]);
-        if (ri > 0) {
-          log_softmax(std::span<const float>(ref_logits.data() + i * n_vocab, n_vocab), log_p);
-          log_softmax(row, log_q);
-          r.kl += kl_divergence(log_p, log_q);
-        }
-      }
-      r.scored += window - prompt;
-    }
+    BATON_RETURN_IF_ERROR(edge.engine().prefill(cloud_prompt, *kv, nullptr));
+    return kv;
   }
+  const bool cloud_is_f16 = r.row.cloud_weights == "f16";
+  const InMemoryHandoff handoff{(cloud_is_f16 ? *s.f16 : *s.q4).end(), edge.end(), edge.engine().kv_geometry(),
+                                r.wire, r.store};
+  KvSegmentLoad load;
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
+                         hand_off(handoff, cloud_is_f16 ? cloud.f16 : cloud.q4, cloud_prompt, s.window, &load));
+  r.row.wire_bytes += load.encoded_bytes;
+  r.row.wire_tokens += load.token_count;
+  return std::unique_ptr<KvCache>(std::move(kv));
+}
 
-  // The default cloud weights: per codec, the split setting with the lower
-  // mean KL wins; the majority of codecs decides, the summed KL breaks a tie.
-  int f16_wins = 0, q4_wins = 0, compared = 0;
-  double f16_kl_sum = 0, q4_kl_sum = 0;
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    const Row& a = rows[i];
-    const Row& b = rows[i + 1];
-    if (a.setting != "split" || a.cloud_weights != "f16" || b.cloud_weights != "q4_0" || !a.error.empty() ||
-        !b.error.empty() || a.scored == 0 || b.scored == 0) {
+// Every row on one window; row 0 (F16 alone) is the reference of the KL.
+absl::Status run_window(const FidelitySetup& s, std::span<const int32_t> tokens, std::vector<RowSetup>& rows,
+                        std::vector<float>& ref_logits, std::vector<float>& logits) {
+  const std::span<const int32_t> cloud_prompt = tokens.first(s.prompt - 1);
+  const KvGeometry geometry = s.f16->engine().kv_geometry();
+  CloudKv cloud{F32KvCache(geometry, s.prompt - 1), F32KvCache(geometry, s.prompt - 1)};
+  BATON_RETURN_IF_ERROR(s.f16->engine().prefill(cloud_prompt, cloud.f16, nullptr));
+  BATON_RETURN_IF_ERROR(s.q4->engine().prefill(cloud_prompt, cloud.q4, nullptr));
+  const int n_vocab = s.f16->loaded.spec().n_vocab;
+  std::vector<double> log_p, log_q;
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    FidelityRow& r = rows[ri].row;
+    if (!r.error.empty()) continue;
+    Engine& engine = (r.edge_weights == "f16" ? *s.f16 : *s.q4).engine();
+    std::vector<float>& mine = ri == 0 ? ref_logits : logits;
+    auto kv = edge_kv(s, rows[ri], cloud, cloud_prompt);
+    absl::Status st = kv.status();
+    if (st.ok()) st = decode_rest(engine, tokens, s.prompt - 1, **kv, mine);
+    if (!st.ok()) {
+      if (ri == 0) return with_context("the F16 reference failed: ", st);
+      r.error = std::string(st.message());
       continue;
     }
-    const double kl_a = a.kl / a.scored, kl_b = b.kl / b.scored;
-    ++compared;
-    f16_kl_sum += kl_a;
-    q4_kl_sum += kl_b;
-    (kl_a <= kl_b ? f16_wins : q4_wins) += 1;
+    for (int64_t i = 0; i < s.window - s.prompt; ++i) {
+      const std::span<const float> row(mine.data() + i * n_vocab, n_vocab);
+      r.nll += negative_log_likelihood(row, tokens[s.prompt + i]);
+      if (ri > 0) {
+        log_softmax(std::span<const float>(ref_logits.data() + i * n_vocab, n_vocab), log_p);
+        log_softmax(row, log_q);
+        r.kl += kl_divergence(log_p, log_q);
+      }
+    }
+    r.scored += s.window - s.prompt;
   }
-  const std::string recommended =
-      compared == 0 ? "none" : (f16_wins != q4_wins ? (f16_wins > q4_wins ? "f16" : "q4_0")
-                                                    : (f16_kl_sum <= q4_kl_sum ? "f16" : "q4_0"));
-  const std::string protocol = absl::StrFormat(
+  return absl::OkStatus();
+}
+
+std::string protocol_text(int64_t window, int64_t prompt, bool bos) {
+  return absl::StrFormat(
       "windows of W=%d tokens%s; per window the first P=%d tokens are the prompt: the KV of tokens [0, %d) comes "
       "from the cloud (split rows: cloud prefill on its weights, F32 KV, written with the wire codec, read and "
       "verified into the edge's QuantizedKvCache(store_config_for(codec))) or from the edge's own batched "
@@ -378,61 +244,141 @@ int bench_fidelity(const Args& args) {
       "KL = mean KL(p_f16_alone || p_row) over scored tokens; the F16-alone reference uses F32 KV",
       window, bos ? " ([BOS] + W-1 held-out tokens)" : "", prompt, prompt - 1, prompt - 1, window - 2, prompt - 1,
       window - 2, prompt, window - 1, window - prompt);
-  auto ppl = [](const Row& r) { return std::exp(r.nll / static_cast<double>(r.scored)); };
-  const int64_t scored_total = rows.front().scored;
+}
 
-  if (json) {
-    std::string out = absl::StrFormat(
-        "{\"model\": \"%s\", \"edge_model\": \"%s\", \"tokens_file\": \"%s\", \"window\": %d, \"prompt\": %d, "
-        "\"windows\": %d, \"scored_tokens\": %d, \"protocol\": \"%s\", \"recommended_cloud_weights\": \"%s\", "
-        "\"rows\": [",
-        json_escape(model_path), json_escape(temp_path.empty() ? edge_model_path : "(quantized in memory)"),
-        json_escape(ids_path.empty() ? text_path : ids_path), window, prompt, windows.size(), scored_total,
-        json_escape(protocol), recommended);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      if (i > 0) out += ", ";
-      out += absl::StrFormat("{\"setting\": \"%s\", \"cloud_weights\": \"%s\", \"edge_weights\": \"%s\", "
-                             "\"kv\": \"%s\"",
-                             r.setting, r.cloud_weights, r.edge_weights, json_escape(r.kv));
-      if (!r.error.empty()) {
-        out += absl::StrFormat(", \"error\": \"%s\"}", json_escape(r.error));
-        continue;
-      }
-      out += absl::StrFormat(", \"perplexity\": %.6g, \"mean_kl\": %.6g", ppl(r), r.kl / r.scored);
-      if (r.wire_tokens > 0) {
-        out += absl::StrFormat(", \"wire_bytes_per_token\": %.1f",
-                               static_cast<double>(r.wire_bytes) / static_cast<double>(r.wire_tokens));
-      }
-      out += "}";
+struct FidelityFlags {
+  std::string model_path, edge_model_path, ids_path, text_path, codecs = kDefaultCodecs;
+  int64_t window = 128, prompt = 0, max_tokens = 8192, threads = 1;
+  bool json = false;
+};
+
+// Parses and checks the flags; false after --help.
+absl::StatusOr<bool> parse_fidelity_flags(const Args& args, FidelityFlags& f) {
+  FlagSet flags("baton bench fidelity",
+                "--model F16.gguf [--edge-model Q4_0.gguf] [--ids-file F | --text-file F] [--window 128] "
+                "[--prompt W/2] [--max-tokens 8192] [--codecs LIST] [--json]",
+                "Fidelity of the edge's Q4_0 weights and of the cloud/edge split, against the F16 model run "
+                "alone: perplexity and mean KL divergence of the next-token distributions over held-out text, "
+                "for the edge's Q4_0 alone and split with the cloud on the F16 source weights or on the edge's "
+                "exact Q4_0 file, each with every KV codec (F16, INT8, INT4 by default). Prints the split "
+                "protocol and which cloud-weights setting the numbers favour as the default.");
+  flags.add_string("model", &f.model_path, "the F16 source model (GGUF, with tokenizer)", "FILE");
+  flags.add_string("edge-model", &f.edge_model_path,
+                   "the edge's Q4_0 file (default: --model quantized to Q4_0 into a temporary file)", "FILE");
+  flags.add_string("ids-file", &f.ids_path,
+                   "held-out token ids (default: NAME.heldout.ids next to --model when present)", "FILE");
+  flags.add_string("text-file", &f.text_path, "held-out text, tokenized line by line without BOS", "FILE");
+  flags.add_int64("window", &f.window, "tokens per window, BOS included");
+  flags.add_int64("prompt", &f.prompt, "prompt tokens per window: [0, P-1) from the cloud (default W/2)");
+  flags.add_int64("max-tokens", &f.max_tokens, "use at most this many held-out tokens (0: all)");
+  flags.add_string("codecs", &f.codecs,
+                   "comma-separated KV wire codecs (common/kv/kv_codec_config.h); G stands for min(32, head_dim)",
+                   "LIST");
+  flags.add_int64("threads", &f.threads, "engine threads per model");
+  flags.add_bool("json", &f.json, "print one JSON object instead of the table");
+  flags.require("model");
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return false;
+  if (f.prompt == 0) f.prompt = f.window / 2;
+  if (f.window < 4 || f.prompt < 2 || f.prompt >= f.window) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--window %d and --prompt %d: need window >= 4 and 2 <= prompt < window", f.window, f.prompt));
+  }
+  if (f.threads < 1 || f.max_tokens < 0) {
+    return absl::InvalidArgumentError("--threads must be >= 1 and --max-tokens >= 0");
+  }
+  if (!f.ids_path.empty() && !f.text_path.empty()) {
+    return absl::InvalidArgumentError("give at most one of --ids-file and --text-file");
+  }
+  if (f.ids_path.empty() && f.text_path.empty()) {
+    f.ids_path = default_ids_file(f.model_path);
+    if (f.ids_path.empty()) {
+      return absl::InvalidArgumentError("no --ids-file or --text-file, and no NAME.heldout.ids next to " +
+                                        f.model_path);
     }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
-    return 0;
   }
-  print_line("fidelity: %s (F16 source) vs the edge's Q4_0 %s; %d windows, %d scored tokens\n", spec.name,
-             temp_path.empty() ? edge_model_path : "(quantized from it in memory)", windows.size(), scored_total);
-  print_line("protocol: %s\n", protocol);
-  print_line("  %-8s %-13s %-6s %-22s %10s %12s %10s\n", "setting", "cloud weights", "edge", "kv codec",
-             "perplexity", "mean KL", "wire B/t");
-  for (const Row& r : rows) {
-    const std::string cloud = r.setting == "split" ? r.cloud_weights : "-";
-    if (!r.error.empty()) {
-      print_line("  %-8s %-13s %-6s %-22s failed: %s\n", r.setting, cloud, r.edge_weights, r.kv, r.error);
-      continue;
-    }
-    const std::string wire = r.wire_tokens > 0 ? absl::StrFormat("%.1f", static_cast<double>(r.wire_bytes) /
-                                                                              static_cast<double>(r.wire_tokens))
-                                               : "-";
-    print_line("  %-8s %-13s %-6s %-22s %10.4f %12.4e %10s\n", r.setting, cloud, r.edge_weights, r.kv, ppl(r),
-               r.kl / r.scored, wire);
+  return true;
+}
+
+// The two models: the F16 source and the edge's Q4_0 file, given or made
+// from the source now (into a temporary file removed once mapped).
+absl::Status load_sides(const FidelityFlags& f, std::unique_ptr<Side>& f16, std::unique_ptr<Side>& q4) {
+  std::string edge_path = f.edge_model_path, temp_path;
+  if (edge_path.empty()) {
+    temp_path = (std::filesystem::temp_directory_path() /
+                 absl::StrFormat("baton-fidelity-%d-q4_0.gguf", static_cast<int>(::getpid())))
+                    .string();
+    QuantizeOptions q;
+    q.type = GgmlType::kQ4_0;
+    q.n_threads = static_cast<int>(f.threads);
+    BATON_RETURN_IF_ERROR(with_context("quantizing --model to Q4_0: ", quantize_model(f.model_path, temp_path, q)));
+    edge_path = temp_path;
   }
-  if (compared > 0) {
-    print_line("default cloud weights: %s (lower mean KL to F16-alone in %d of %d KV codecs; summed mean KL: cloud "
-               "f16 %.4e, cloud q4_0 %.4e)\n",
-               recommended, std::max(f16_wins, q4_wins), compared, f16_kl_sum, q4_kl_sum);
+  auto f16_side = load_side("f16", f.model_path, f.threads);
+  auto q4_side = f16_side.ok() ? load_side("q4_0", edge_path, f.threads) : f16_side.status();
+  if (!temp_path.empty()) std::filesystem::remove(temp_path);  // mapped pages stay valid
+  BATON_RETURN_IF_ERROR(f16_side.status());
+  BATON_RETURN_IF_ERROR(q4_side.status());
+  f16 = std::move(*f16_side);
+  q4 = std::move(*q4_side);
+  return with_context("the edge model does not derive from --model: ",
+                      compare_model_fingerprints(q4->fingerprint, f16->fingerprint, "the F16 source"));
+}
+
+// Windows of [BOS] + window - 1 text tokens; full windows only (every window
+// scores the same positions).
+std::vector<std::vector<int32_t>> cut_windows(const std::vector<int32_t>& text_tokens, int64_t window,
+                                              int32_t bos_id) {
+  const int64_t text_per_window = window - (bos_id >= 0 ? 1 : 0);
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t at = 0; at + text_per_window <= text_tokens.size(); at += text_per_window) {
+    std::vector<int32_t> w;
+    if (bos_id >= 0) w.push_back(bos_id);
+    w.insert(w.end(), text_tokens.begin() + at, text_tokens.begin() + at + text_per_window);
+    windows.push_back(std::move(w));
   }
-  return 0;
+  return windows;
+}
+
+}  // namespace
+
+absl::Status bench_fidelity(const Args& args) {
+  FidelityFlags f;
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_fidelity_flags(args, f));
+  if (!run) return absl::OkStatus();
+  std::unique_ptr<Side> f16, q4;
+  BATON_RETURN_IF_ERROR(load_sides(f, f16, q4));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(f16->loaded.model->file()));
+  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> text_tokens, read_tokens(f.ids_path, f.text_path, *tokenizer));
+  if (f.max_tokens > 0 && static_cast<int64_t>(text_tokens.size()) > f.max_tokens) text_tokens.resize(f.max_tokens);
+  const bool bos = tokenizer->add_bos() && tokenizer->bos_id() >= 0;
+  const std::vector<std::vector<int32_t>> windows = cut_windows(text_tokens, f.window, bos ? tokenizer->bos_id() : -1);
+  if (windows.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("the text has fewer than %d tokens", f.window - (bos ? 1 : 0)));
+  }
+  BATON_ASSIGN_OR_RETURN(std::vector<RowSetup> rows, make_rows(f.codecs, f16->engine().kv_geometry()));
+
+  const FidelitySetup setup{f16.get(), q4.get(), f.window, f.prompt};
+  std::vector<float> ref_logits, logits;  // [W - P, n_vocab]
+  for (const std::vector<int32_t>& w : windows) BATON_RETURN_IF_ERROR(run_window(setup, w, rows, ref_logits, logits));
+
+  FidelityRun result;
+  result.model_path = f.model_path;
+  result.model_name = f16->loaded.spec().name;
+  result.edge_model = f.edge_model_path;
+  result.tokens_file = f.ids_path.empty() ? f.text_path : f.ids_path;
+  result.window = f.window;
+  result.prompt = f.prompt;
+  result.windows = static_cast<int64_t>(windows.size());
+  result.protocol = protocol_text(f.window, f.prompt, bos);
+  for (const RowSetup& r : rows) result.rows.push_back(r.row);
+  result.verdict = fidelity_verdict(result.rows);
+  if (f.json) {
+    print_json_line(fidelity_json(result));
+  } else {
+    print_fidelity_table(result);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

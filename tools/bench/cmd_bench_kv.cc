@@ -4,29 +4,24 @@
 // per token (raw and after zstd), the ratio to F16, encode / decode MB/s of
 // F16-equivalent bytes (thread CPU time), and the reconstruction error
 // against the F32 K/V (overall, and relative per kind: keys and values may
-// differ in bits and group, e.g. int4-k8, int4-pc-kg128).
+// differ in bits and group, e.g. int4-k8, int4-pc-kg128). Output:
+// bench_kv_codec_report.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <ctime>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench_commands.h"
+#include "bench_harness.h"
+#include "bench_kv_codec.h"
 #include "common/cpu/ops.h"
-#include "common/engine/engine.h"
 #include "common/engine/f32_kv_cache.h"
-#include "common/engine/sampler.h"
 #include "common/kv/kv_codec.h"
-#include "common/model/model.h"
+#include "common/util/check.h"
 #include "common/util/cpu_features.h"
-#include "common/util/flags.h"
 #include "kv_codec_list.h"
-#include "report.h"
 
 namespace baton::cli {
 namespace {
@@ -48,8 +43,6 @@ constexpr char kDefaultCodecs[] =
     "int4-gG-had-z3,int4-pc-gG-had-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-pre-had-z3,"
     "int4-gG2-z3,int4-gG2-had-z3,int4-pc-gG2-z3,int4-k8-gG-z3,int4-pc-kg128-gG-z3";
 
-std::string default_codecs(int head_dim) { return expand_codec_list(kDefaultCodecs, head_dim); }
-
 // One layer's K or V over the prompt: f32 [n_tokens, kv_dim].
 struct KvTensor {
   int layer;
@@ -58,160 +51,121 @@ struct KvTensor {
   std::vector<float> pre_rope;   // keys only: RoPE undone
 };
 
-struct VariantResult {
-  std::string codec;
-  double raw_bytes_per_token = 0, encoded_bytes_per_token = 0, ratio_to_f16 = 0;
-  double encode_mb_per_s = 0, decode_mb_per_s = 0;
-  double rmse = 0, relative_rmse = 0;  // decoded vs F32, and / RMS of the F32 K/V
-  double key_relative_rmse = 0, value_relative_rmse = 0;  // the same over K only, V only
-  std::string error;                   // non-empty: variant not valid for the model
+// What every variant of a run works on.
+struct CodecInput {
+  KvGeometry geometry;
+  std::vector<KvTensor> tensors;
+  int64_t n_tokens = 0;
+  int64_t block_tokens = 0;
+  const ModelSpec* spec = nullptr;
+  std::vector<float> inv_freq;  // the model's RoPE frequencies
 };
+
+// Sums of squares of the reconstruction error and of the reference, overall
+// and per kind ([0] keys, [1] values), with the byte counts.
+struct ErrorSums {
+  double err_sq = 0, ref_sq = 0;
+  double kind_err_sq[2] = {0, 0}, kind_ref_sq[2] = {0, 0};
+  uint64_t raw_bytes = 0, encoded_bytes = 0;
+};
+
+// Encodes every tensor in blocks of block_tokens into `encoded`.
+absl::Status encode_all(const KvCodecConfig& c, const CodecInput& in,
+                        std::vector<std::vector<EncodedKvBlock>>& encoded) {
+  const int64_t kv_dim = in.geometry.kv_dim();
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    const KvTensor& t = in.tensors[i];
+    const std::vector<float>& input = (t.is_key && c.pre_rope_keys) ? t.pre_rope : t.post_rope;
+    encoded[i].clear();
+    for (int64_t b = 0; b < in.n_tokens; b += in.block_tokens) {
+      const int64_t n = std::min(in.block_tokens, in.n_tokens - b);
+      BATON_ASSIGN_OR_RETURN(EncodedKvBlock block,
+                             encode_kv_block(c, in.geometry, t.is_key, input.data() + b * kv_dim, n));
+      encoded[i].push_back(std::move(block));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Decodes every block of `encoded`; with `sums`, adds the error against the
+// post-RoPE F32 K/V and the byte counts.
+absl::Status decode_all(const KvCodecConfig& c, const CodecInput& in,
+                        const std::vector<std::vector<EncodedKvBlock>>& encoded, std::vector<float>& out,
+                        ErrorSums* sums) {
+  const int64_t kv_dim = in.geometry.kv_dim();
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    const KvTensor& t = in.tensors[i];
+    for (size_t bi = 0; bi < encoded[i].size(); ++bi) {
+      const int64_t b = static_cast<int64_t>(bi) * in.block_tokens;
+      const int64_t n = std::min(in.block_tokens, in.n_tokens - b);
+      const KvRopeParams rope{in.inv_freq.data(), in.spec->rope.n_rot, in.spec->rope.type == RopeType::kNeox, b};
+      BATON_RETURN_IF_ERROR(decode_kv_block(c, in.geometry, t.is_key, encoded[i][bi].payload,
+                                            encoded[i][bi].raw_size, n, out.data(), &rope));
+      if (sums == nullptr) continue;
+      const float* ref = t.post_rope.data() + b * kv_dim;
+      double block_err_sq = 0, block_ref_sq = 0;
+      for (int64_t e = 0; e < n * kv_dim; ++e) {
+        const double d = double{out[e]} - ref[e];
+        block_err_sq += d * d;
+        block_ref_sq += double{ref[e]} * ref[e];
+      }
+      sums->err_sq += block_err_sq;
+      sums->ref_sq += block_ref_sq;
+      sums->kind_err_sq[t.is_key ? 0 : 1] += block_err_sq;
+      sums->kind_ref_sq[t.is_key ? 0 : 1] += block_ref_sq;
+      sums->raw_bytes += encoded[i][bi].raw_size;
+      sums->encoded_bytes += encoded[i][bi].payload.size();
+    }
+  }
+  return absl::OkStatus();
+}
 
 // Encodes and decodes every tensor in blocks of block_tokens; best of the
 // timed repetitions (at least 3 and at least ~0.2 s of each).
-VariantResult run_variant(const KvCodecConfig& c, const KvGeometry& g, const std::vector<KvTensor>& tensors,
-                          int64_t n_tokens, int64_t block_tokens, const ModelSpec& spec,
-                          const std::vector<float>& inv_freq) {
+VariantResult run_variant(const KvCodecConfig& c, const CodecInput& in) {
   VariantResult r;
   r.codec = c.to_string();
-  if (absl::Status st = c.validate(g); !st.ok()) {
-    r.error = std::string(st.message());
-    return r;
-  }
-  const int64_t kv_dim = g.kv_dim();
-  std::vector<std::vector<EncodedKvBlock>> encoded(tensors.size());
+  std::vector<std::vector<EncodedKvBlock>> encoded(in.tensors.size());
   double best_encode = 1e30, best_decode = 1e30, total_encode = 0, total_decode = 0;
-  uint64_t raw_bytes = 0, encoded_bytes = 0;
-  double err_sq = 0, ref_sq = 0;
-  double kind_err_sq[2] = {0, 0}, kind_ref_sq[2] = {0, 0};  // [0] keys, [1] values
-  std::vector<float> out(static_cast<size_t>(block_tokens * kv_dim));
-  for (int rep = 0; rep < 3 || (rep < 1000 && (total_encode < 0.2 || total_decode < 0.2)); ++rep) {
+  ErrorSums sums;
+  std::vector<float> out(static_cast<size_t>(in.block_tokens * in.geometry.kv_dim()));
+  absl::Status st = c.validate(in.geometry);
+  for (int rep = 0; st.ok() && (rep < 3 || (rep < 1000 && (total_encode < 0.2 || total_decode < 0.2))); ++rep) {
     const double encode_start = thread_cpu_seconds();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const KvTensor& t = tensors[i];
-      const std::vector<float>& input = (t.is_key && c.pre_rope_keys) ? t.pre_rope : t.post_rope;
-      encoded[i].clear();
-      for (int64_t b = 0; b < n_tokens; b += block_tokens) {
-        const int64_t n = std::min(block_tokens, n_tokens - b);
-        auto enc = encode_kv_block(c, g, t.is_key, input.data() + b * kv_dim, n);
-        if (!enc.ok()) {
-          r.error = std::string(enc.status().message());
-          return r;
-        }
-        encoded[i].push_back(std::move(*enc));
-      }
-    }
+    st = encode_all(c, in, encoded);
     const double encode_s = thread_cpu_seconds() - encode_start;
     const double decode_start = thread_cpu_seconds();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const KvTensor& t = tensors[i];
-      for (size_t bi = 0; bi < encoded[i].size(); ++bi) {
-        const int64_t b = static_cast<int64_t>(bi) * block_tokens;
-        const int64_t n = std::min(block_tokens, n_tokens - b);
-        const KvRopeParams rope{inv_freq.data(), spec.rope.n_rot, spec.rope.type == RopeType::kNeox, b};
-        absl::Status st = decode_kv_block(c, g, t.is_key, encoded[i][bi].payload, encoded[i][bi].raw_size, n,
-                                          out.data(), &rope);
-        if (!st.ok()) {
-          r.error = std::string(st.message());
-          return r;
-        }
-        if (rep == 0) {
-          const float* ref = t.post_rope.data() + b * kv_dim;
-          double block_err_sq = 0, block_ref_sq = 0;
-          for (int64_t e = 0; e < n * kv_dim; ++e) {
-            const double d = double{out[e]} - ref[e];
-            block_err_sq += d * d;
-            block_ref_sq += double{ref[e]} * ref[e];
-          }
-          err_sq += block_err_sq;
-          ref_sq += block_ref_sq;
-          kind_err_sq[t.is_key ? 0 : 1] += block_err_sq;
-          kind_ref_sq[t.is_key ? 0 : 1] += block_ref_sq;
-          raw_bytes += encoded[i][bi].raw_size;
-          encoded_bytes += encoded[i][bi].payload.size();
-        }
-      }
-    }
+    if (st.ok()) st = decode_all(c, in, encoded, out, rep == 0 ? &sums : nullptr);
     const double decode_s = thread_cpu_seconds() - decode_start;
     best_encode = std::min(best_encode, encode_s);
     best_decode = std::min(best_decode, decode_s);
     total_encode += encode_s;
     total_decode += decode_s;
   }
-  const double elements = static_cast<double>(tensors.size()) * n_tokens * kv_dim;
+  if (!st.ok()) {
+    r.error = std::string(st.message());
+    return r;
+  }
+  const double elements = static_cast<double>(in.tensors.size()) * in.n_tokens * in.geometry.kv_dim();
   const double f16_bytes = 2.0 * elements;
-  r.raw_bytes_per_token = static_cast<double>(raw_bytes) / n_tokens;
-  r.encoded_bytes_per_token = static_cast<double>(encoded_bytes) / n_tokens;
-  r.ratio_to_f16 = static_cast<double>(encoded_bytes) / f16_bytes;
+  r.raw_bytes_per_token = static_cast<double>(sums.raw_bytes) / in.n_tokens;
+  r.encoded_bytes_per_token = static_cast<double>(sums.encoded_bytes) / in.n_tokens;
+  r.ratio_to_f16 = static_cast<double>(sums.encoded_bytes) / f16_bytes;
   r.encode_mb_per_s = f16_bytes / best_encode / 1e6;
   r.decode_mb_per_s = f16_bytes / best_decode / 1e6;
-  r.rmse = std::sqrt(err_sq / elements);
-  r.relative_rmse = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : 0.0;
-  r.key_relative_rmse = kind_ref_sq[0] > 0 ? std::sqrt(kind_err_sq[0] / kind_ref_sq[0]) : 0.0;
-  r.value_relative_rmse = kind_ref_sq[1] > 0 ? std::sqrt(kind_err_sq[1] / kind_ref_sq[1]) : 0.0;
+  r.rmse = std::sqrt(sums.err_sq / elements);
+  r.relative_rmse = sums.ref_sq > 0 ? std::sqrt(sums.err_sq / sums.ref_sq) : 0.0;
+  r.key_relative_rmse = sums.kind_ref_sq[0] > 0 ? std::sqrt(sums.kind_err_sq[0] / sums.kind_ref_sq[0]) : 0.0;
+  r.value_relative_rmse = sums.kind_ref_sq[1] > 0 ? std::sqrt(sums.kind_err_sq[1] / sums.kind_ref_sq[1]) : 0.0;
   return r;
 }
 
-}  // namespace
-
-int bench_kv_codec(const std::vector<std::string>& args) {
-  std::string model_path, codecs, token_ids;
-  int64_t tokens = 512, threads = 2, block_tokens = 256;
-  bool json = false;
-  FlagSet flags("baton bench kv-codec", "--model FILE [--tokens N] [--codecs LIST] [--json]",
-                "KV codec on the model's own K/V: prefills N tokens (synthetic ids unless --token-ids), "
-                "then per codec variant encodes and decodes every layer's K and V in blocks on one "
-                "thread. Reports bytes per token (raw quantized and after zstd), the ratio to F16, encode "
-                "and decode MB/s of F16-equivalent bytes, and the RMSE against the F32 K/V (absolute and "
-                "relative to the K/V's RMS, also per K and V).");
-  flags.add_string("model", &model_path, "GGUF model file", "FILE");
-  flags.add_int64("tokens", &tokens, "prompt tokens to prefill");
-  flags.add_string("token-ids", &token_ids, "comma-separated prompt token ids (overrides --tokens)", "LIST");
-  flags.add_string("codecs", &codecs,
-                   "comma-separated codec names (see common/kv/kv_codec_config.h); default: a set of "
-                   "f16/int8/int4 variants with groups of min(32, head_dim)",
-                   "LIST");
-  flags.add_int64("block", &block_tokens, "tokens per encoded block");
-  flags.add_int64("threads", &threads, "prefill threads (the codec runs on one)");
-  flags.add_bool("json", &json, "print one JSON object instead of the table");
-  flags.require("model");
-  if (auto code = bench_parse_flags(flags, args)) return *code;
-  if (block_tokens < 1 || block_tokens > kMaxKvBlockTokens) return bench_fail("--block must be in [1, 1048576]");
-
-  auto model = Model::Load(model_path);
-  if (!model.ok()) return bench_fail(std::string(model.status().message()));
-  const ModelSpec& s = (*model)->spec();
-  if (codecs.empty()) codecs = default_codecs(s.head_dim);
-  std::vector<KvCodecConfig> configs;
-  const std::vector<std::string> names = absl::StrSplit(codecs, ',', absl::SkipEmpty());
-  for (const std::string& name : names) {
-    auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return bench_fail(std::string(c.status().message()));
-    configs.push_back(*c);
-  }
-  std::vector<int32_t> prompt;
-  if (!token_ids.empty()) {
-    const std::vector<std::string> ids = absl::StrSplit(token_ids, ',', absl::SkipEmpty());
-    for (const std::string& id : ids) {
-      int32_t value = 0;
-      if (!absl::SimpleAtoi(id, &value)) return bench_fail("bad token id '" + id + "' in --token-ids");
-      prompt.push_back(value);
-    }
-  } else {
-    if (tokens < 1) return bench_fail("--tokens must be >= 1");
-    Rng rng(1);
-    prompt.resize(static_cast<size_t>(tokens));
-    for (auto& t : prompt) t = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(s.n_vocab));
-  }
-  const int64_t n_tokens = static_cast<int64_t>(prompt.size());
-
-  Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
-  const KvGeometry g = engine.kv_geometry();
-  F32KvCache cache(g, n_tokens);
-  if (absl::Status st = engine.prefill(prompt, cache, nullptr); !st.ok()) return bench_fail(std::string(st.message()));
-
-  // Pre-RoPE keys: rotate by -theta (RoPE with negated frequencies).
-  std::vector<float> inverse_freq = (*model)->rope_inv_freq();
+// The K and V of every layer from `cache`, keys also with RoPE undone
+// (rotated by -theta: RoPE with negated frequencies).
+std::vector<KvTensor> kv_tensors(const F32KvCache& cache, const Model& model, int64_t n_tokens) {
+  const KvGeometry& g = cache.geometry();
+  const ModelSpec& s = model.spec();
+  std::vector<float> inverse_freq = model.rope_inv_freq();
   for (float& f : inverse_freq) f = -f;
   std::vector<KvTensor> tensors;
   for (int layer = 0; layer < g.n_layer; ++layer) {
@@ -230,52 +184,81 @@ int bench_kv_codec(const std::vector<std::string>& args) {
       tensors.push_back(std::move(t));
     }
   }
+  return tensors;
+}
 
-  std::vector<VariantResult> results;
-  for (const KvCodecConfig& c : configs) {
-    results.push_back(run_variant(c, g, tensors, n_tokens, block_tokens, s, (*model)->rope_inv_freq()));
+// The prompt: --token-ids, else `tokens` synthetic ids.
+absl::StatusOr<std::vector<int32_t>> codec_prompt(const std::string& token_ids, int64_t tokens, int n_vocab) {
+  if (token_ids.empty()) {
+    if (tokens < 1) return absl::InvalidArgumentError("--tokens must be >= 1");
+    return synthetic_tokens(tokens, n_vocab, 1);
   }
+  std::vector<int32_t> prompt;
+  for (const std::string& id : std::vector<std::string>(absl::StrSplit(token_ids, ',', absl::SkipEmpty()))) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(id, &value)) return absl::InvalidArgumentError("bad token id '" + id + "' in --token-ids");
+    prompt.push_back(value);
+  }
+  return prompt;
+}
 
-  const double f16_bytes_per_token = 2.0 * static_cast<double>(s.kv_elements_per_token());
-  const std::string title =
-      absl::StrFormat("kv-codec: %s, %d tokens, blocks of %d, %s kernels, one thread (CPU time)", s.name, n_tokens,
-                      block_tokens, simd_level_name(active_simd_level()));
-  if (json) {
-    std::string out = absl::StrFormat(
-        "{\"model\": \"%s\", \"tokens\": %d, \"block_tokens\": %d, \"simd\": \"%s\", \"f16_bytes_per_token\": %.1f, "
-        "\"variants\": [",
-        json_escape(s.name), n_tokens, block_tokens, simd_level_name(active_simd_level()), f16_bytes_per_token);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const VariantResult& r = results[i];
-      if (i > 0) out += ", ";
-      if (!r.error.empty()) {
-        out += absl::StrFormat("{\"codec\": \"%s\", \"error\": \"%s\"}", json_escape(r.codec), json_escape(r.error));
-        continue;
-      }
-      out += absl::StrFormat(
-          "{\"codec\": \"%s\", \"raw_bytes_per_token\": %.1f, \"encoded_bytes_per_token\": %.1f, "
-          "\"ratio_to_f16\": %.4f, \"encode_mb_per_s\": %.1f, \"decode_mb_per_s\": %.1f, \"rmse\": %.6g, "
-          "\"relative_rmse\": %.6g, \"key_relative_rmse\": %.6g, \"value_relative_rmse\": %.6g}",
-          json_escape(r.codec), r.raw_bytes_per_token, r.encoded_bytes_per_token, r.ratio_to_f16, r.encode_mb_per_s,
-          r.decode_mb_per_s, r.rmse, r.relative_rmse, r.key_relative_rmse, r.value_relative_rmse);
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
-    return 0;
+}  // namespace
+
+absl::Status bench_kv_codec(const Args& args) {
+  ModelBenchFlags c;
+  std::string codecs, token_ids;
+  int64_t tokens = 512, block_tokens = 256;
+  FlagSet flags("baton bench kv-codec", "--model FILE [--tokens N] [--codecs LIST] [--json]",
+                "KV codec on the model's own K/V: prefills N tokens (synthetic ids unless --token-ids), "
+                "then per codec variant encodes and decodes every layer's K and V in blocks on one "
+                "thread. Reports bytes per token (raw quantized and after zstd), the ratio to F16, encode "
+                "and decode MB/s of F16-equivalent bytes, and the RMSE against the F32 K/V (absolute and "
+                "relative to the K/V's RMS, also per K and V).");
+  flags.add_string("model", &c.model, "GGUF model file", "FILE");
+  flags.add_int64("tokens", &tokens, "prompt tokens to prefill");
+  flags.add_string("token-ids", &token_ids, "comma-separated prompt token ids (overrides --tokens)", "LIST");
+  flags.add_string("codecs", &codecs,
+                   "comma-separated codec names (see common/kv/kv_codec_config.h); default: a set of "
+                   "f16/int8/int4 variants with groups of min(32, head_dim)",
+                   "LIST");
+  flags.add_int64("block", &block_tokens, "tokens per encoded block");
+  flags.add_int64("threads", &c.threads, "prefill threads (the codec runs on one)");
+  flags.add_bool("json", &c.json, "print one JSON object instead of the table");
+  flags.require("model");
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return absl::OkStatus();
+  if (block_tokens < 1 || block_tokens > kMaxKvBlockTokens) {
+    return absl::InvalidArgumentError("--block must be in [1, 1048576]");
   }
-  std::printf("%s\nF16 K/V: %.0f bytes per token\n", title.c_str(), f16_bytes_per_token);
-  std::printf("  %-24s %10s %10s %8s %10s %10s %10s %9s %9s %9s\n", "codec", "raw B/tok", "enc B/tok", "vs f16",
-              "enc MB/s", "dec MB/s", "rmse", "rel rmse", "K rel", "V rel");
-  for (const VariantResult& r : results) {
-    if (!r.error.empty()) {
-      std::printf("  %-24s skipped: %s\n", r.codec.c_str(), r.error.c_str());
-      continue;
-    }
-    std::printf("  %-24s %10.1f %10.1f %8.4f %10.1f %10.1f %10.3g %9.4f %9.4f %9.4f\n", r.codec.c_str(),
-                r.raw_bytes_per_token, r.encoded_bytes_per_token, r.ratio_to_f16, r.encode_mb_per_s,
-                r.decode_mb_per_s, r.rmse, r.relative_rmse, r.key_relative_rmse, r.value_relative_rmse);
+  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
+  const ModelSpec& s = m.spec();
+  if (codecs.empty()) codecs = expand_codec_list(kDefaultCodecs, s.head_dim);
+  std::vector<KvCodecConfig> configs;
+  for (const std::string& name : std::vector<std::string>(absl::StrSplit(codecs, ',', absl::SkipEmpty()))) {
+    BATON_ASSIGN_OR_RETURN(KvCodecConfig config, parse_kv_codec_config(name));
+    configs.push_back(config);
   }
-  return 0;
+  BATON_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt, codec_prompt(token_ids, tokens, s.n_vocab));
+  const int64_t n_tokens = static_cast<int64_t>(prompt.size());
+  CodecInput input;
+  input.geometry = m.engine->kv_geometry();
+  F32KvCache cache(input.geometry, n_tokens);
+  BATON_RETURN_IF_ERROR(m.engine->prefill(prompt, cache, nullptr));
+  input.tensors = kv_tensors(cache, *m.model, n_tokens);
+  input.n_tokens = n_tokens;
+  input.block_tokens = block_tokens;
+  input.spec = &s;
+  input.inv_freq = m.model->rope_inv_freq();
+
+  KvCodecRun result{s.name, n_tokens, block_tokens, simd_level_name(active_simd_level()),
+                    2.0 * static_cast<double>(s.kv_elements_per_token()), {}};
+  for (const KvCodecConfig& config : configs) result.variants.push_back(run_variant(config, input));
+  if (c.json) {
+    print_json_line(kv_codec_json(result));
+  } else {
+    print_kv_codec_table(result);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -14,9 +14,9 @@
 //     position by position (and the mean position of the first difference);
 //   - wire bytes per token (payloads after zstd) and the ratio to raw F16,
 //     and the edge store's bytes per token.
+// Output: bench_kv_quality_report.cc.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <span>
@@ -24,24 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench_commands.h"
-#include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
+#include "bench_handoff.h"
+#include "bench_harness.h"
+#include "bench_kv_quality.h"
 #include "common/engine/perplexity.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/prefix_digest.h"
-#include "common/kv/quantized_kv_cache.h"
-#include "common/model/model.h"
-#include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
-#include "common/util/flags.h"
 #include "kv_codec_list.h"
 #include "logit_math.h"
-#include "report.h"
 
 namespace baton::cli {
 namespace {
@@ -58,16 +49,13 @@ constexpr char kDefaultCodecs[] =
     "int4-gG-z3,int4-pc-gG-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-had-z3,int4-pc-gG-had-z3,"
     "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3";
 
-std::string default_codecs(int head_dim) { return expand_codec_list(kDefaultCodecs, head_dim); }
-
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 struct Variant {
-  KvCodecConfig wire;
-  KvCodecConfig store;
-  std::string error;  // non-empty: not valid for this model
+  InMemoryHandoff handoff;  // wire and store codecs, both ends the same model
+  std::string error;        // non-empty: not valid for this model
   // Sums over chunks.
   double nll = 0.0;
   double kl = 0.0;
@@ -81,59 +69,36 @@ struct Variant {
   int64_t prompts = 0;
 };
 
-// What every handoff of the run shares.
-struct Setup {
-  Engine* engine;
-  ModelFingerprint fingerprint;
-  KvRope rope;
-  KvGeometry geometry;
+// What every chunk of the run shares.
+struct QualitySetup {
+  Engine* engine = nullptr;
+  int n_vocab = 0;
+  int64_t prompts = 0;        // chunks whose first half prompts the greedy comparison
+  int64_t greedy_tokens = 0;  // per prompt
 };
 
-// The handoff of tokens [0, tokens.size()) whose KV `cloud` holds: written
-// with `wire`, read into a fresh edge store of `capacity` tokens.
-absl::StatusOr<std::unique_ptr<QuantizedKvCache>> hand_off(const Setup& s, const F32KvCache& cloud,
-                                                           std::span<const int32_t> tokens, const Variant& v,
-                                                           int64_t capacity, KvSegmentLoad* load) {
-  KvStreamHeaderInfo info;
-  info.model = s.fingerprint;
-  info.codec = v.wire;
-  info.first_position = 0;
-  info.token_ids.assign(tokens.begin(), tokens.end());
-  info.prefix_digest = prefix_digest(tokens);
-  std::vector<v1::KvStreamMessage> messages;
-  KvStreamWriter writer([&](const v1::KvStreamMessage& m) {
-    messages.push_back(m);
-    return absl::OkStatus();
-  });
-  BATON_RETURN_IF_ERROR(write_kv_segment(cloud, info, &s.rope, writer));
-
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
-                         QuantizedKvCache::Create(s.geometry, capacity, v.store));
-  KvStreamExpectation expected;
-  expected.model = s.fingerprint;
-  expected.first_position = 0;
-  expected.token_ids = info.token_ids;
-  expected.prefix_digest = info.prefix_digest;
-  expected.codec = messages.front().header().codec();
-  BATON_ASSIGN_OR_RETURN(*load, read_kv_segment(messages, expected, &s.rope, *edge));
-  return edge;
-}
+// Per-chunk state shared by the variants: the baseline's logits and greedy
+// tokens (the baseline runs first).
+struct ChunkState {
+  std::vector<float> logits, base_logits;  // [scored, n_vocab]
+  std::vector<double> log_p, log_q;
+  std::vector<std::vector<int32_t>> base_greedy;  // per greedy prompt
+};
 
 // Greedy tokens after the handoff of prompt [0, P - 1): the edge runs token
 // P - 1, then decodes.
-absl::StatusOr<std::vector<int32_t>> greedy_after_handoff(const Setup& s, const F32KvCache& cloud,
-                                                          std::span<const int32_t> prompt, const Variant& v,
-                                                          int64_t n_greedy) {
+absl::StatusOr<std::vector<int32_t>> greedy_after_handoff(const QualitySetup& s, const F32KvCache& cloud,
+                                                          std::span<const int32_t> prompt, const Variant& v) {
   const int64_t p = static_cast<int64_t>(prompt.size());
   KvSegmentLoad load;
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
-                         hand_off(s, cloud, prompt.first(p - 1), v, p + n_greedy, &load));
+                         hand_off(v.handoff, cloud, prompt.first(p - 1), p + s.greedy_tokens, &load));
   std::vector<float> logits;
   BATON_RETURN_IF_ERROR(s.engine->prefill(prompt.subspan(p - 1), *edge, &logits));
   std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < n_greedy; ++i) {
+  for (int64_t i = 0; i < s.greedy_tokens; ++i) {
     tokens.push_back(argmax(logits));
-    if (i + 1 < n_greedy) BATON_RETURN_IF_ERROR(s.engine->decode_step(tokens.back(), *edge, &logits));
+    if (i + 1 < s.greedy_tokens) BATON_RETURN_IF_ERROR(s.engine->decode_step(tokens.back(), *edge, &logits));
   }
   return tokens;
 }
@@ -156,12 +121,174 @@ std::vector<int32_t> tokenize_text(const Tokenizer& tokenizer, const std::string
   return tokens;
 }
 
+// Chunks of [BOS] + chunk - 1 text tokens; a short last chunk is kept when
+// it has at least 8 tokens.
+std::vector<std::vector<int32_t>> cut_chunks(const std::vector<int32_t>& text_tokens, int64_t chunk, int32_t bos_id) {
+  const int64_t text_per_chunk = chunk - (bos_id >= 0 ? 1 : 0);
+  std::vector<std::vector<int32_t>> chunks;
+  for (size_t at = 0; at < text_tokens.size(); at += text_per_chunk) {
+    std::vector<int32_t> c;
+    if (bos_id >= 0) c.push_back(bos_id);
+    const size_t end = std::min(text_tokens.size(), at + static_cast<size_t>(text_per_chunk));
+    c.insert(c.end(), text_tokens.begin() + at, text_tokens.begin() + end);
+    if (c.size() >= 8 || (chunks.empty() && c.size() >= 4)) chunks.push_back(std::move(c));
+  }
+  return chunks;
+}
+
+// The greedy comparison of variant `vi` after chunk `ci`'s first half.
+absl::Status compare_greedy(const QualitySetup& s, const F32KvCache& cloud, std::span<const int32_t> prompt,
+                            size_t ci, size_t vi, Variant& v, ChunkState& state) {
+  BATON_ASSIGN_OR_RETURN(const std::vector<int32_t> greedy, greedy_after_handoff(s, cloud, prompt, v));
+  if (vi == 0) state.base_greedy[ci] = greedy;
+  const std::vector<int32_t>& base = state.base_greedy[ci];
+  int64_t first_difference = s.greedy_tokens;
+  for (int64_t i = 0; i < s.greedy_tokens; ++i) {
+    if (greedy[i] == base[i]) {
+      ++v.greedy_equal;
+    } else if (first_difference == s.greedy_tokens) {
+      first_difference = i;
+    }
+  }
+  v.greedy_total += s.greedy_tokens;
+  v.first_divergence_sum += first_difference;
+  ++v.prompts;
+  return absl::OkStatus();
+}
+
+// Variant `vi` on chunk `ci`: the first half handed over, the second half
+// scored on top of it (and the greedy comparison on the first prompts).
+absl::Status run_variant(const QualitySetup& s, const F32KvCache& cloud, const std::vector<int32_t>& t, size_t ci,
+                         size_t vi, Variant& v, ChunkState& state) {
+  const int64_t n = static_cast<int64_t>(t.size());
+  const int64_t half = n / 2, scored = n - half;
+  const std::span<const int32_t> tokens(t);
+  KvSegmentLoad load;
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
+                         hand_off(v.handoff, cloud, tokens.first(half - 1), n, &load));
+  BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.subspan(half - 1, scored), *edge, nullptr, &state.logits));
+  v.wire_bytes += load.encoded_bytes;
+  v.raw_bytes += load.raw_bytes;
+  v.wire_tokens += load.token_count;
+  for (int64_t i = 0; i < scored; ++i) {
+    const std::span<const float> row(state.logits.data() + i * s.n_vocab, s.n_vocab);
+    v.nll += negative_log_likelihood(row, t[half + i]);
+    if (vi == 0) continue;
+    log_softmax(std::span<const float>(state.base_logits.data() + i * s.n_vocab, s.n_vocab), state.log_p);
+    log_softmax(row, state.log_q);
+    v.kl += kl_divergence(state.log_p, state.log_q);
+  }
+  v.scored_tokens += scored;
+  if (vi == 0) state.base_logits = state.logits;
+  if (static_cast<int64_t>(ci) >= s.prompts) return absl::OkStatus();
+  return compare_greedy(s, cloud, tokens.first(half), ci, vi, v, state);
+}
+
+// Every chunk through every variant; the NLL of the engine's own F32 KV (no
+// handoff) goes to `f32_nll`.
+absl::Status run_chunks(const QualitySetup& s, const std::vector<std::vector<int32_t>>& chunks,
+                        std::vector<Variant>& variants, double* f32_nll) {
+  ChunkState state;
+  state.base_greedy.resize(static_cast<size_t>(s.prompts));
+  const KvGeometry geometry = s.engine->kv_geometry();
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const std::vector<int32_t>& t = chunks[ci];
+    const int64_t n = static_cast<int64_t>(t.size());
+    const int64_t half = n / 2;  // prompt [0, half); the cloud sends [0, half - 1)
+    const std::span<const int32_t> tokens(t);
+    F32KvCache cloud(geometry, half);
+    BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.first(half - 1), cloud, nullptr));
+    {  // Local F32 KV, no handoff: the engine's own reference.
+      F32KvCache local(geometry, n);
+      BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.first(n - 1), local, nullptr, &state.logits));
+      for (int64_t i = 0; i < n - half; ++i) {
+        *f32_nll += negative_log_likelihood(
+            std::span<const float>(state.logits.data() + (half - 1 + i) * s.n_vocab, s.n_vocab), t[half + i]);
+      }
+    }
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      Variant& v = variants[vi];
+      if (!v.error.empty()) continue;
+      if (absl::Status st = run_variant(s, cloud, t, ci, vi, v, state); !st.ok()) {
+        if (vi == 0) return with_context("the f16 baseline failed: ", st);
+        v.error = std::string(st.message());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The figures of one variant against the baseline's perplexity.
+KvQualityRow figures(const Variant& v, double base_ppl, double f16_bytes_per_token) {
+  KvQualityRow r;
+  r.codec = v.handoff.wire.to_string();
+  r.store_codec = v.handoff.store.to_string();
+  r.error = v.error;
+  if (!v.error.empty() || v.scored_tokens == 0) return r;
+  r.wire_bpt = static_cast<double>(v.wire_bytes) / static_cast<double>(v.wire_tokens);
+  r.raw_bpt = static_cast<double>(v.raw_bytes) / static_cast<double>(v.wire_tokens);
+  r.ratio = r.wire_bpt / f16_bytes_per_token;
+  r.store_bpt = static_cast<double>(QuantizedKvCache::bytes_per_token(v.handoff.store, v.handoff.geometry));
+  r.ppl = std::exp(v.nll / v.scored_tokens);
+  r.ppl_change_pct = 100.0 * (r.ppl / base_ppl - 1.0);
+  r.mean_kl = v.kl / v.scored_tokens;
+  r.agreement = v.greedy_total > 0 ? static_cast<double>(v.greedy_equal) / v.greedy_total : 0.0;
+  r.first_divergence = v.prompts > 0 ? static_cast<double>(v.first_divergence_sum) / v.prompts : 0.0;
+  return r;
+}
+
+// The run's figures; the baseline is variants[0].
+KvQualityRun summarize(const std::vector<Variant>& variants, double f32_nll, const ModelSpec& spec,
+                       const std::string& text_path, int64_t chunk, size_t chunks, bool bos, int64_t prompts,
+                       int64_t greedy_tokens) {
+  KvQualityRun result;
+  result.model = spec.name;
+  result.text_file = text_path;
+  result.chunk_tokens = chunk;
+  result.chunks = static_cast<int64_t>(chunks);
+  result.scored_tokens = variants.front().scored_tokens;
+  result.bos = bos;
+  result.prompts = prompts;
+  result.greedy_tokens = greedy_tokens;
+  result.f16_bytes_per_token = 2.0 * static_cast<double>(spec.kv_elements_per_token());
+  result.baseline_codec = kBaselineCodec;
+  result.baseline_perplexity = std::exp(variants.front().nll / result.scored_tokens);
+  result.f32_local_perplexity = std::exp(f32_nll / result.scored_tokens);
+  for (const Variant& v : variants) {
+    result.rows.push_back(figures(v, result.baseline_perplexity, result.f16_bytes_per_token));
+  }
+  return result;
+}
+
+// The variants, the baseline first; one of a name the model does not fit
+// carries its error.
+absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, const InMemoryHandoff& base) {
+  std::vector<Variant> variants;
+  std::vector<std::string> names = {kBaselineCodec};
+  const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, base.geometry.head_dim) : codecs;
+  for (const std::string& name : std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty()))) {
+    names.push_back(name);
+  }
+  for (const std::string& name : names) {
+    BATON_ASSIGN_OR_RETURN(const KvCodecConfig c, parse_kv_codec_config(name));
+    if (!variants.empty() && c == variants.front().handoff.wire) continue;  // the baseline again
+    Variant v;
+    v.handoff = base;
+    v.handoff.wire = c;
+    v.handoff.store = QuantizedKvCache::store_config_for(c);
+    if (absl::Status st = c.validate(base.geometry); !st.ok()) v.error = std::string(st.message());
+    variants.push_back(std::move(v));
+  }
+  return variants;
+}
+
 }  // namespace
 
-int bench_kv_quality(const std::vector<std::string>& args) {
-  std::string model_path, text_path, codecs;
-  int64_t chunk = 256, max_tokens = 0, prompts = 4, greedy_tokens = 128, threads = 2;
-  bool json = false, per_line = true;
+absl::Status bench_kv_quality(const Args& args) {
+  ModelBenchFlags c;
+  std::string text_path, codecs;
+  int64_t chunk = 256, max_tokens = 0, prompts = 4, greedy_tokens = 128;
+  bool per_line = true;
   FlagSet flags("baton bench kv-quality",
                 "--model FILE --text-file FILE [--chunk 256] [--max-tokens N] [--codecs LIST] [--json]",
                 "KV codec quality through the cloud/edge handoff. Per chunk of held-out text, the KV of the "
@@ -170,7 +297,7 @@ int bench_kv_quality(const std::vector<std::string>& args) {
                 "perplexity of the second halves and its change, mean KL divergence of the next-token "
                 "distributions, greedy-token agreement after a few prompts, and wire bytes per token after "
                 "zstd with the ratio to raw F16.");
-  flags.add_string("model", &model_path, "GGUF model file (with tokenizer metadata)", "FILE");
+  flags.add_string("model", &c.model, "GGUF model file (with tokenizer metadata)", "FILE");
   flags.add_string("text-file", &text_path, "held-out text to score", "FILE");
   flags.add_int64("chunk", &chunk, "tokens per chunk, BOS included (first half sent, second half scored)");
   flags.add_int64("max-tokens", &max_tokens, "use at most this many text tokens (0: all)");
@@ -180,216 +307,53 @@ int bench_kv_quality(const std::vector<std::string>& args) {
                    "LIST");
   flags.add_int64("prompts", &prompts, "chunks whose first half prompts the greedy comparison");
   flags.add_int64("greedy-tokens", &greedy_tokens, "greedy tokens per prompt");
-  flags.add_int64("threads", &threads, "engine threads");
+  flags.add_int64("threads", &c.threads, "engine threads");
   flags.add_bool("per-line", &per_line,
                  "tokenize each line on its own and concatenate without newlines (the bundled tiny model's "
                  "held-out recipe); --no-per-line tokenizes the text whole");
-  flags.add_bool("json", &json, "print one JSON object instead of the table");
+  flags.add_bool("json", &c.json, "print one JSON object instead of the table");
   flags.require("model");
   flags.require("text-file");
-  if (auto code = bench_parse_flags(flags, args)) return *code;
-  if (chunk < 4) return bench_fail("--chunk must be >= 4 (a prompt half and a scored half)");
-  if (max_tokens < 0 || prompts < 0 || greedy_tokens < 1 || threads < 1) {
-    return bench_fail("--max-tokens and --prompts must be >= 0, --greedy-tokens and --threads >= 1");
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return absl::OkStatus();
+  if (chunk < 4) return absl::InvalidArgumentError("--chunk must be >= 4 (a prompt half and a scored half)");
+  if (max_tokens < 0 || prompts < 0 || greedy_tokens < 1 || c.threads < 1) {
+    return absl::InvalidArgumentError(
+        "--max-tokens and --prompts must be >= 0, --greedy-tokens and --threads >= 1");
   }
 
-  auto model = Model::Load(model_path);
-  if (!model.ok()) return bench_fail(std::string(model.status().message()));
-  const ModelSpec& spec = (*model)->spec();
-  auto tokenizer = Tokenizer::FromGguf((*model)->file());
-  if (!tokenizer.ok()) return bench_fail(std::string(tokenizer.status().message()));
+  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
+  const ModelSpec& spec = m.spec();
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(m.model->file()));
   std::ifstream file(text_path, std::ios::binary);
-  if (!file) return bench_fail("cannot read --text-file " + text_path);
+  if (!file) return absl::NotFoundError("cannot read --text-file " + text_path);
   std::stringstream text;
   text << file.rdbuf();
-  std::vector<int32_t> text_tokens = tokenize_text(**tokenizer, text.str(), per_line);
+  std::vector<int32_t> text_tokens = tokenize_text(*tokenizer, text.str(), per_line);
   if (max_tokens > 0 && static_cast<int64_t>(text_tokens.size()) > max_tokens) text_tokens.resize(max_tokens);
+  const bool bos = tokenizer->add_bos() && tokenizer->bos_id() >= 0;
+  const std::vector<std::vector<int32_t>> chunks = cut_chunks(text_tokens, chunk, bos ? tokenizer->bos_id() : -1);
+  if (chunks.empty()) return absl::InvalidArgumentError("the text has too few tokens for one chunk");
 
-  // Chunks: [BOS] + chunk - 1 text tokens; a short last chunk is kept when it
-  // has at least 8 tokens.
-  const bool bos = (*tokenizer)->add_bos() && (*tokenizer)->bos_id() >= 0;
-  const int64_t text_per_chunk = chunk - (bos ? 1 : 0);
-  std::vector<std::vector<int32_t>> chunks;
-  for (size_t at = 0; at < text_tokens.size(); at += text_per_chunk) {
-    std::vector<int32_t> c;
-    if (bos) c.push_back((*tokenizer)->bos_id());
-    const size_t end = std::min(text_tokens.size(), at + static_cast<size_t>(text_per_chunk));
-    c.insert(c.end(), text_tokens.begin() + at, text_tokens.begin() + end);
-    if (c.size() >= 8 || (chunks.empty() && c.size() >= 4)) chunks.push_back(std::move(c));
-  }
-  if (chunks.empty()) return bench_fail("the text has too few tokens for one chunk");
-
-  // Variants: the baseline first.
-  std::vector<Variant> variants;
-  std::vector<std::string> names = {kBaselineCodec};
-  const std::string list = codecs.empty() ? default_codecs(spec.head_dim) : codecs;
-  for (const std::string& name : std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty()))) {
-    names.push_back(name);
-  }
-  Engine engine(**model, EngineOptions{static_cast<int>(threads), 64});
-  auto fingerprint = model_fingerprint(**model);
-  if (!fingerprint.ok()) return bench_fail(std::string(fingerprint.status().message()));
-  const Setup setup{&engine, *fingerprint, kv_rope_of(**model), engine.kv_geometry()};
-  for (const std::string& name : names) {
-    auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return bench_fail(std::string(c.status().message()));
-    if (!variants.empty() && *c == variants.front().wire) continue;  // the baseline again
-    Variant v;
-    v.wire = *c;
-    v.store = QuantizedKvCache::store_config_for(*c);
-    if (absl::Status st = c->validate(setup.geometry); !st.ok()) v.error = std::string(st.message());
-    variants.push_back(std::move(v));
-  }
-
-  const int n_vocab = spec.n_vocab;
+  BATON_ASSIGN_OR_RETURN(const ModelFingerprint fingerprint, model_fingerprint(*m.model));
+  const KvRope rope = kv_rope_of(*m.model);
+  InMemoryHandoff base;
+  base.cloud = base.edge = HandoffEnd{&fingerprint, &rope};
+  base.geometry = m.engine->kv_geometry();
+  BATON_ASSIGN_OR_RETURN(std::vector<Variant> variants, make_variants(codecs, base));
+  const QualitySetup setup{m.engine.get(), spec.n_vocab, prompts, greedy_tokens};
   double f32_nll = 0.0;
-  std::vector<float> logits, base_logits;  // [scored, n_vocab]
-  std::vector<double> log_p, log_q;
-  std::vector<std::vector<int32_t>> base_greedy(static_cast<size_t>(prompts));
-  for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    const std::vector<int32_t>& t = chunks[ci];
-    const int64_t n = static_cast<int64_t>(t.size());
-    const int64_t half = n / 2;        // prompt [0, half); the cloud sends [0, half - 1)
-    const int64_t scored = n - half;   // tokens [half, n), predicted by positions [half - 1, n - 1)
-    const std::span<const int32_t> tokens(t);
-    F32KvCache cloud(setup.geometry, half);
-    if (absl::Status st = engine.prefill(tokens.first(half - 1), cloud, nullptr); !st.ok()) {
-      return bench_fail(std::string(st.message()));
-    }
-    {  // Local F32 KV, no handoff: the engine's own reference.
-      F32KvCache local(setup.geometry, n);
-      if (absl::Status st = engine.prefill(tokens.first(n - 1), local, nullptr, &logits); !st.ok()) {
-        return bench_fail(std::string(st.message()));
-      }
-      for (int64_t i = 0; i < scored; ++i) {
-        f32_nll += negative_log_likelihood(
-            std::span<const float>(logits.data() + (half - 1 + i) * n_vocab, n_vocab), t[half + i]);
-      }
-    }
-    const bool greedy_prompt = static_cast<int64_t>(ci) < prompts;
-    for (size_t vi = 0; vi < variants.size(); ++vi) {
-      Variant& v = variants[vi];
-      if (!v.error.empty()) continue;
-      KvSegmentLoad load;
-      auto edge = hand_off(setup, cloud, tokens.first(half - 1), v, n, &load);
-      absl::Status st = edge.status();
-      if (st.ok()) st = engine.prefill(tokens.subspan(half - 1, scored), **edge, nullptr, &logits);
-      if (!st.ok()) {
-        if (vi == 0) return bench_fail("the f16 baseline failed: " + std::string(st.message()));
-        v.error = std::string(st.message());
-        continue;
-      }
-      v.wire_bytes += load.encoded_bytes;
-      v.raw_bytes += load.raw_bytes;
-      v.wire_tokens += load.token_count;
-      for (int64_t i = 0; i < scored; ++i) {
-        const std::span<const float> row(logits.data() + i * n_vocab, n_vocab);
-        v.nll += negative_log_likelihood(row, t[half + i]);
-        if (vi == 0) continue;
-        log_softmax(std::span<const float>(base_logits.data() + i * n_vocab, n_vocab), log_p);
-        log_softmax(row, log_q);
-        v.kl += kl_divergence(log_p, log_q);
-      }
-      v.scored_tokens += scored;
-      if (vi == 0) base_logits = logits;
+  BATON_RETURN_IF_ERROR(run_chunks(setup, chunks, variants, &f32_nll));
 
-      if (greedy_prompt) {
-        auto greedy = greedy_after_handoff(setup, cloud, tokens.first(half), v, greedy_tokens);
-        if (!greedy.ok()) {
-          if (vi == 0) return bench_fail("the f16 baseline failed: " + std::string(greedy.status().message()));
-          v.error = std::string(greedy.status().message());
-          continue;
-        }
-        if (vi == 0) base_greedy[ci] = *greedy;
-        const std::vector<int32_t>& base = base_greedy[ci];
-        int64_t first_difference = greedy_tokens;
-        for (int64_t i = 0; i < greedy_tokens; ++i) {
-          if ((*greedy)[i] == base[i]) {
-            ++v.greedy_equal;
-          } else if (first_difference == greedy_tokens) {
-            first_difference = i;
-          }
-        }
-        v.greedy_total += greedy_tokens;
-        v.first_divergence_sum += first_difference;
-        ++v.prompts;
-      }
-    }
+  const KvQualityRun result = summarize(variants, f32_nll, spec, text_path, chunk, chunks.size(), bos,
+                                        std::min<int64_t>(prompts, static_cast<int64_t>(chunks.size())),
+                                        greedy_tokens);
+  if (c.json) {
+    print_json_line(kv_quality_json(result));
+  } else {
+    print_kv_quality_table(result);
   }
-
-  // Figures.
-  const double f16_bytes_per_token = 2.0 * static_cast<double>(spec.kv_elements_per_token());
-  const Variant& base = variants.front();
-  const double base_ppl = std::exp(base.nll / base.scored_tokens);
-  const double f32_ppl = std::exp(f32_nll / base.scored_tokens);
-  struct Row {
-    const Variant* v;
-    double wire_bpt, raw_bpt, ratio, store_bpt, ppl, ppl_change_pct, mean_kl, agreement, first_divergence;
-  };
-  std::vector<Row> rows;
-  for (const Variant& v : variants) {
-    Row r{&v, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    if (v.error.empty() && v.scored_tokens > 0) {
-      r.wire_bpt = static_cast<double>(v.wire_bytes) / static_cast<double>(v.wire_tokens);
-      r.raw_bpt = static_cast<double>(v.raw_bytes) / static_cast<double>(v.wire_tokens);
-      r.ratio = r.wire_bpt / f16_bytes_per_token;
-      r.store_bpt = static_cast<double>(QuantizedKvCache::bytes_per_token(v.store, setup.geometry));
-      r.ppl = std::exp(v.nll / v.scored_tokens);
-      r.ppl_change_pct = 100.0 * (r.ppl / base_ppl - 1.0);
-      r.mean_kl = v.kl / v.scored_tokens;
-      r.agreement = v.greedy_total > 0 ? static_cast<double>(v.greedy_equal) / v.greedy_total : 0.0;
-      r.first_divergence = v.prompts > 0 ? static_cast<double>(v.first_divergence_sum) / v.prompts : 0.0;
-    }
-    rows.push_back(r);
-  }
-  const int64_t n_prompts = std::min<int64_t>(prompts, static_cast<int64_t>(chunks.size()));
-
-  if (json) {
-    std::string out = absl::StrFormat(
-        "{\"model\": \"%s\", \"text_file\": \"%s\", \"chunk_tokens\": %d, \"chunks\": %d, \"scored_tokens\": %d, "
-        "\"bos\": %s, \"prompts\": %d, \"greedy_tokens\": %d, \"f16_bytes_per_token\": %.1f, "
-        "\"baseline_codec\": \"%s\", \"baseline_perplexity\": %.6g, \"f32_local_perplexity\": %.6g, \"variants\": [",
-        json_escape(spec.name), json_escape(text_path), chunk, chunks.size(), base.scored_tokens,
-        bos ? "true" : "false", n_prompts, greedy_tokens, f16_bytes_per_token, kBaselineCodec, base_ppl, f32_ppl);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      if (i > 0) out += ", ";
-      if (!r.v->error.empty()) {
-        out += absl::StrFormat("{\"codec\": \"%s\", \"error\": \"%s\"}", json_escape(r.v->wire.to_string()),
-                               json_escape(r.v->error));
-        continue;
-      }
-      out += absl::StrFormat(
-          "{\"codec\": \"%s\", \"store_codec\": \"%s\", \"wire_bytes_per_token\": %.1f, "
-          "\"raw_bytes_per_token\": %.1f, \"wire_ratio_to_f16\": %.4f, \"store_bytes_per_token\": %.0f, "
-          "\"perplexity\": %.6g, \"perplexity_change_pct\": %.4f, \"mean_kl\": %.6g, \"greedy_agreement\": %.4f, "
-          "\"mean_first_divergence\": %.2f}",
-          json_escape(r.v->wire.to_string()), json_escape(r.v->store.to_string()), r.wire_bpt, r.raw_bpt, r.ratio,
-          r.store_bpt, r.ppl, r.ppl_change_pct, r.mean_kl, r.agreement, r.first_divergence);
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
-    return 0;
-  }
-  print_line(
-      "kv-quality: %s, %d chunks of <= %d tokens%s; first half over the wire, second half scored (%d tokens); "
-      "greedy: %d prompts x %d tokens\n",
-      spec.name.c_str(), chunks.size(), chunk, bos ? " (BOS first)" : "", base.scored_tokens, n_prompts,
-      greedy_tokens);
-  print_line("baseline %s handoff: perplexity %.4f (local F32 KV, no handoff: %.4f); raw F16 KV %.0f bytes/token\n",
-              kBaselineCodec, base_ppl, f32_ppl, f16_bytes_per_token);
-  print_line("  %-22s %-14s %9s %8s %9s %10s %8s %10s %7s %7s\n", "codec", "store", "wire B/t", "vs f16",
-              "store B/t", "ppl", "dppl %", "mean KL", "greedy", "1st dif");
-  for (const Row& r : rows) {
-    if (!r.v->error.empty()) {
-      print_line("  %-22s skipped: %s\n", r.v->wire.to_string().c_str(), r.v->error.c_str());
-      continue;
-    }
-    print_line("  %-22s %-14s %9.1f %8.4f %9.0f %10.4f %+8.3f %10.3e %7.3f %7.1f\n", r.v->wire.to_string().c_str(),
-                r.v->store.to_string().c_str(), r.wire_bpt, r.ratio, r.store_bpt, r.ppl, r.ppl_change_pct, r.mean_kl,
-                r.agreement, r.first_divergence);
-  }
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

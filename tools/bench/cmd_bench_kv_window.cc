@@ -19,16 +19,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench_commands.h"
+#include "bench_harness.h"
+#include "bench_report.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_handoff.h"
 #include "common/kv/prefix_digest.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/model/layer_window.h"
 #include "common/util/check.h"
-#include "common/util/flags.h"
 #include "common/util/sha256.h"
-#include "report.h"
 
 namespace baton::cli {
 namespace {
@@ -123,7 +122,7 @@ absl::StatusOr<WindowBenchRow> measure(const KvGeometry& g, const KvCodecConfig&
 
 }  // namespace
 
-int bench_kv_window(const std::vector<std::string>& args) {
+absl::Status bench_kv_window(const Args& args) {
   WindowBenchShape shape;
   std::string contexts = "2048,8192", codecs = "int8-g32-z3,int4-g32-z3";
   bool json = false;
@@ -140,52 +139,53 @@ int bench_kv_window(const std::vector<std::string>& args) {
   flags.add_int64("window", &shape.window, "sliding window of the local layers, tokens");
   flags.add_int64("global-every", &shape.global_every, "every N-th layer is global (full attention)");
   flags.add_bool("json", &json, "print one JSON object instead of the table");
-  if (auto code = bench_parse_flags(flags, args)) return *code;
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return absl::OkStatus();
   if (shape.n_layer < 1 || shape.n_layer > 512 || shape.n_head_kv < 1 || shape.n_head % shape.n_head_kv != 0 ||
       shape.head_dim < 2 || shape.head_dim > 1024 || shape.window < 1 || shape.global_every < 1) {
-    return bench_fail("bad shape: need 1..512 layers, heads a multiple of kv-heads, head-dim 2..1024, window >= 1");
+    return absl::InvalidArgumentError(
+        "bad shape: need 1..512 layers, heads a multiple of kv-heads, head-dim 2..1024, window >= 1");
   }
   std::vector<int64_t> lengths;
   const std::vector<std::string> context_texts = absl::StrSplit(contexts, ',', absl::SkipEmpty());
   for (const std::string& text : context_texts) {
     int64_t n = 0;
-    if (!absl::SimpleAtoi(text, &n) || n < 1 || n > 131072) return bench_fail("bad context '" + text + "' (1..131072)");
+    if (!absl::SimpleAtoi(text, &n) || n < 1 || n > 131072) {
+      return absl::InvalidArgumentError("bad context '" + text + "' (1..131072)");
+    }
     lengths.push_back(n);
   }
   std::vector<KvCodecConfig> configs;
   const std::vector<std::string> codec_names = absl::StrSplit(codecs, ',', absl::SkipEmpty());
   for (const std::string& name : codec_names) {
-    auto c = parse_kv_codec_config(name);
-    if (!c.ok()) return bench_fail(std::string(c.status().message()));
-    configs.push_back(*c);
+    BATON_ASSIGN_OR_RETURN(const KvCodecConfig config, parse_kv_codec_config(name));
+    configs.push_back(config);
   }
-  Report report(absl::StrFormat(
+  BenchReport report(absl::StrFormat(
       "kv-window: %d layers, %d heads, %d KV heads, head_dim %d, window %d (every %d-th layer global) vs full "
       "attention; bytes per token",
       shape.n_layer, shape.n_head, shape.n_head_kv, shape.head_dim, shape.window, shape.global_every));
   for (const KvCodecConfig& codec : configs) {
     for (const int64_t n : lengths) {
-      auto windowed = measure(geometry_of(shape, true), codec, n);
-      if (!windowed.ok()) return bench_fail(std::string(windowed.status().message()));
-      auto full = measure(geometry_of(shape, false), codec, n);
-      if (!full.ok()) return bench_fail(std::string(full.status().message()));
+      BATON_ASSIGN_OR_RETURN(const WindowBenchRow windowed, measure(geometry_of(shape, true), codec, n));
+      BATON_ASSIGN_OR_RETURN(const WindowBenchRow full, measure(geometry_of(shape, false), codec, n));
       const std::string key = absl::StrFormat("%s_%d", codec.to_string(), n);
       const std::string label = absl::StrFormat("%s, %d tokens", codec.to_string(), n);
-      report.add(key + "_wire_windowed", label + ": wire, windowed", windowed->wire_bytes_per_token, "B", 1);
-      report.add(key + "_wire_full", label + ": wire, full attention", full->wire_bytes_per_token, "B", 1);
+      report.add(key + "_wire_windowed", label + ": wire, windowed", windowed.wire_bytes_per_token, "B", 1);
+      report.add(key + "_wire_full", label + ": wire, full attention", full.wire_bytes_per_token, "B", 1);
       report.add(key + "_wire_ratio", label + ": wire, windowed / full",
-                 windowed->wire_bytes_per_token / full->wire_bytes_per_token, "", 3);
+                 windowed.wire_bytes_per_token / full.wire_bytes_per_token, "", 3);
       report.add(key + "_store_windowed", label + ": edge store, windowed (with rollback rows)",
-                 windowed->store_bytes_per_token, "B", 1);
+                 windowed.store_bytes_per_token, "B", 1);
       report.add(key + "_store_windowed_between_turns", label + ": edge store, windowed (between turns)",
-                 windowed->ring_bytes_per_token, "B", 1);
-      report.add(key + "_store_full", label + ": edge store, full attention", full->store_bytes_per_token, "B", 1);
+                 windowed.ring_bytes_per_token, "B", 1);
+      report.add(key + "_store_full", label + ": edge store, full attention", full.store_bytes_per_token, "B", 1);
       report.add(key + "_store_ratio", label + ": edge store, windowed / full",
-                 windowed->store_bytes_per_token / full->store_bytes_per_token, "", 3);
+                 windowed.store_bytes_per_token / full.store_bytes_per_token, "", 3);
     }
   }
   report.print(json);
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

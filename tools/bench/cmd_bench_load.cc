@@ -44,23 +44,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench_harness.h"
+#include "bench_load.h"
 #include "cli_defaults.h"
-#include "bench_commands.h"
 #include "common/kv/prefix_digest.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
-#include "common/util/flags.h"
 #include "edge_client.h"
 #include "edge_client_rpc.h"
 #include "edge_decode/split_policy.h"
 #include "progress_line.h"
 #include "proto/baton.grpc.pb.h"
-#include "report.h"
 
 namespace baton::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Words of the text prompts (--prompt-words): KJV-flavoured, so the bundled
 // model's tokenizer sees ordinary words.
@@ -137,12 +134,6 @@ struct ClientResult {
   std::vector<SessionTrack> sessions;
 };
 
-// Peak and current resident memory of a process (/proc/PID/status).
-struct MemorySample {
-  uint64_t hwm_bytes = 0;  // VmHWM: peak resident set since the process started
-  uint64_t rss_bytes = 0;  // VmRSS
-};
-
 std::optional<MemorySample> read_memory(int64_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   if (!in) return std::nullopt;
@@ -157,49 +148,18 @@ std::optional<MemorySample> read_memory(int64_t pid) {
   return sample;
 }
 
-// Samples one process every 100 ms while the load runs.
-struct MemoryWatch {
-  int64_t pid = 0;
-  std::string name;
-  MemorySample at_start;
-  uint64_t max_rss_bytes = 0;  // largest VmRSS seen by the sampler
-  uint64_t hwm_bytes = 0;      // VmHWM at the last sample (the kernel's peak, start-up included)
-  int samples = 0;
-  bool gone = false;           // the process went away during the run
-
-  void sample() {
-    if (pid <= 0 || gone) return;
-    std::optional<MemorySample> s = read_memory(pid);
-    if (!s) {
-      gone = true;
-      return;
-    }
-    max_rss_bytes = std::max(max_rss_bytes, s->rss_bytes);
-    hwm_bytes = std::max(hwm_bytes, s->hwm_bytes);
-    ++samples;
-  }
-};
-
 // Polls the agent's Health while the load runs.
-struct AgentWatch {
-  uint64_t max_kv_used_bytes = 0;  // KV held by sessions in memory (MemoryPlan.kv_used_bytes)
-  uint32_t max_running = 0;
-  uint32_t max_queued = 0;
-  int samples = 0;
-  int failures = 0;                // Health calls that failed
-
-  void sample(EdgeClient& client) {
-    v1::EdgeHealthResponse health;
-    if (!client.health(&health).ok()) {
-      ++failures;
-      return;
-    }
-    max_kv_used_bytes = std::max<uint64_t>(max_kv_used_bytes, health.memory().kv_used_bytes());
-    max_running = std::max(max_running, health.running());
-    max_queued = std::max(max_queued, health.queued());
-    ++samples;
+void sample_agent(AgentWatch& watch, EdgeClient& client) {
+  v1::EdgeHealthResponse health;
+  if (!client.health(&health).ok()) {
+    ++watch.failures;
+    return;
   }
-};
+  watch.max_kv_used_bytes = std::max<uint64_t>(watch.max_kv_used_bytes, health.memory().kv_used_bytes());
+  watch.max_running = std::max(watch.max_running, health.running());
+  watch.max_queued = std::max(watch.max_queued, health.queued());
+  ++watch.samples;
+}
 
 absl::StatusOr<std::vector<int64_t>> parse_lengths(const std::string& flag, const std::string& text) {
   std::vector<int64_t> lengths;
@@ -229,32 +189,35 @@ std::string status_name(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
-// Nearest-rank percentile of `values` (sorted ascending); 0 when empty.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
-struct Distribution {
-  double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
-  size_t count = 0;
-};
+}  // namespace
 
 Distribution distribution(std::vector<double> values) {
   Distribution d;
-  std::sort(values.begin(), values.end());
   d.count = values.size();
   if (values.empty()) return d;
-  d.p50 = percentile(values, 50);
-  d.p90 = percentile(values, 90);
-  d.p99 = percentile(values, 99);
-  d.max = values.back();
+  d.p50 = percentile(values, 0.50);
+  d.p90 = percentile(values, 0.90);
+  d.p99 = percentile(values, 0.99);
+  d.max = *std::max_element(values.begin(), values.end());
   double sum = 0;
   for (double v : values) sum += v;
   d.mean = sum / static_cast<double>(values.size());
   return d;
 }
+
+void MemoryWatch::sample() {
+  if (pid <= 0 || gone) return;
+  std::optional<MemorySample> s = read_memory(pid);
+  if (!s) {
+    gone = true;
+    return;
+  }
+  max_rss_bytes = std::max(max_rss_bytes, s->rss_bytes);
+  hwm_bytes = std::max(hwm_bytes, s->hwm_bytes);
+  ++samples;
+}
+
+namespace {
 
 // Everything a client thread needs; shared read-only.
 struct LoadPlan {
@@ -293,6 +256,102 @@ void fill_prompt(const LoadPlan& plan, int client, int session, int turn, v1::Ge
   request->set_text(text);
 }
 
+// What one Generate stream delivered.
+struct TurnStream {
+  std::vector<int32_t> prompt_ids;     // sent, with token prompts
+  std::vector<int32_t> generated_ids;  // received
+  std::optional<v1::Stats> stats;
+  bool bad_order = false;  // a message after Stats
+  grpc::Status status;
+};
+
+// Sets turn.error_kind and message when the stream failed or disagrees with
+// what the session held; else records the turn in `track`.
+void judge_turn(const LoadPlan& plan, const TurnStream& st, int t, SessionTrack& track, TurnResult& turn) {
+  const std::optional<v1::Stats>& stats = st.stats;
+  if (!st.status.ok()) {
+    turn.error_kind = status_name(st.status.error_code());
+    turn.message = describe_rpc_error(plan.target, "Generate", st.status);
+  } else if (!stats.has_value() || st.bad_order) {
+    turn.error_kind = "BAD_STREAM";
+    turn.message = stats.has_value() ? "a message followed Stats" : "the stream ended OK without Stats";
+  } else if (stats->generated_tokens() != st.generated_ids.size() ||
+             (plan.token_prompts && stats->prompt_tokens() != st.prompt_ids.size())) {
+    turn.error_kind = "BAD_STREAM";
+    turn.message = absl::StrFormat("Stats disagree with the stream: generated %d (received %d ids), prompt %d (sent %d)",
+                                   stats->generated_tokens(), st.generated_ids.size(), stats->prompt_tokens(),
+                                   st.prompt_ids.size());
+  } else if (const uint64_t held_before = conversation_tokens(*stats) - stats->prompt_tokens() - st.generated_ids.size();
+             conversation_tokens(*stats) < stats->prompt_tokens() + st.generated_ids.size() ||
+             held_before != track.conversation_tokens) {
+    // The agent continued the session from another length: it forgot
+    // (or invented) earlier turns.
+    turn.error_kind = "CONTEXT_MISMATCH";
+    turn.message = absl::StrFormat(
+        "session %s: turn %d continued from %d tokens; the %d completed turns hold %d (context %d = that + "
+        "prompt %d + generated %d)",
+        track.id, t, static_cast<int64_t>(held_before), track.turns_done, track.conversation_tokens,
+        conversation_tokens(*stats), stats->prompt_tokens(), st.generated_ids.size());
+    track.lost = turn.message;
+  }
+  if (!turn.error_kind.empty()) {
+    track.failed = true;
+    return;
+  }
+  turn.place = stats->plan().place();
+  turn.fell_back = !stats->fallback_reason().empty();
+  track.conversation_tokens = conversation_tokens(*stats);
+  track.tokens.insert(track.tokens.end(), st.prompt_ids.begin(), st.prompt_ids.end());
+  track.tokens.insert(track.tokens.end(), st.generated_ids.begin(), st.generated_ids.end());
+  track.last_turn_ended_at_eos = stats->finish_reason() == v1::FINISH_REASON_EOS;
+  ++track.turns_done;
+}
+
+// Turn `t` of session `s` of `client`: one Generate, timed and judged.
+TurnResult run_turn(const LoadPlan& plan, v1::Edge::Stub& stub, int client, int s, int t, SessionTrack& track) {
+  const LoadConfig& c = plan.config;
+  TurnStream st;
+  v1::GenerateRequest request;
+  fill_prompt(plan, client, s, t, &request, &st.prompt_ids);
+  request.set_session_id(track.id);
+  request.set_policy(plan.policy);
+  request.set_max_tokens(static_cast<uint32_t>(c.max_tokens));
+  request.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
+  request.mutable_sampling()->set_seed(turn_seed(c.seed ^ 0x5eed, client, s, t));
+
+  TurnResult turn;
+  turn.client = client;
+  turn.session = s;
+  turn.turn = t;
+  const Clock::time_point sent = Clock::now();
+  std::optional<Clock::time_point> first_token;
+  st.status = call_with_retry(
+      plan.target, RpcClock::now() + std::chrono::milliseconds(c.deadline_ms),
+      [&](grpc::ClientContext& context, bool* started) {
+        std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
+        v1::GenerateResponse message;
+        while (reader->Read(&message)) {
+          *started = true;
+          if (st.stats.has_value()) st.bad_order = true;
+          if (message.has_text()) {
+            if (!first_token && (message.text().token_ids_size() > 0 || !message.text().text().empty())) {
+              first_token = Clock::now();
+            }
+            for (uint32_t id : message.text().token_ids()) st.generated_ids.push_back(static_cast<int32_t>(id));
+          } else if (message.has_stats()) {
+            st.stats = message.stats();
+          }
+        }
+        return reader->Finish();
+      },
+      &turn.retries);
+  turn.total_ms = ms_between(sent, Clock::now());
+  if (first_token) turn.ttft_ms = ms_between(sent, *first_token);
+  turn.generated = static_cast<uint32_t>(st.generated_ids.size());
+  judge_turn(plan, st, t, track, turn);
+  return turn;
+}
+
 // One client: its own channel and stub; its sessions' turns interleaved.
 ClientResult run_client(const LoadPlan& plan, int client) {
   ClientResult result;
@@ -318,117 +377,15 @@ ClientResult run_client(const LoadPlan& plan, int client) {
         ++track.skipped_turns;
         continue;
       }
-      v1::GenerateRequest request;
-      std::vector<int32_t> prompt_ids;
-      fill_prompt(plan, client, s, t, &request, &prompt_ids);
-      request.set_session_id(track.id);
-      request.set_policy(plan.policy);
-      request.set_max_tokens(static_cast<uint32_t>(c.max_tokens));
-      request.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
-      request.mutable_sampling()->set_seed(turn_seed(c.seed ^ 0x5eed, client, s, t));
-
-      TurnResult turn;
-      turn.client = client;
-      turn.session = s;
-      turn.turn = t;
-      std::vector<int32_t> generated_ids;
-      std::optional<v1::Stats> stats;
-      bool bad_order = false;  // a message after Stats
-      const Clock::time_point sent = Clock::now();
-      std::optional<Clock::time_point> first_token;
-      grpc::Status status = call_with_retry(
-          plan.target, RpcClock::now() + std::chrono::milliseconds(c.deadline_ms),
-          [&](grpc::ClientContext& context, bool* started) {
-            std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&context, request);
-            v1::GenerateResponse message;
-            while (reader->Read(&message)) {
-              *started = true;
-              if (stats.has_value()) bad_order = true;
-              if (message.has_text()) {
-                if (!first_token && (message.text().token_ids_size() > 0 || !message.text().text().empty())) {
-                  first_token = Clock::now();
-                }
-                for (uint32_t id : message.text().token_ids()) generated_ids.push_back(static_cast<int32_t>(id));
-              } else if (message.has_stats()) {
-                stats = message.stats();
-              }
-            }
-            return reader->Finish();
-          },
-          &turn.retries);
-      const Clock::time_point finished = Clock::now();
-      turn.total_ms = ms_between(sent, finished);
-      if (first_token) turn.ttft_ms = ms_between(sent, *first_token);
-      turn.generated = static_cast<uint32_t>(generated_ids.size());
-      if (!status.ok()) {
-        turn.error_kind = status_name(status.error_code());
-        turn.message = describe_rpc_error(plan.target, "Generate", status);
-      } else if (!stats.has_value() || bad_order) {
-        turn.error_kind = "BAD_STREAM";
-        turn.message = stats.has_value() ? "a message followed Stats" : "the stream ended OK without Stats";
-      } else if (stats->generated_tokens() != generated_ids.size() ||
-                 (plan.token_prompts && stats->prompt_tokens() != prompt_ids.size())) {
-        turn.error_kind = "BAD_STREAM";
-        turn.message = absl::StrFormat("Stats disagree with the stream: generated %d (received %d ids), prompt %d (sent %d)",
-                                       stats->generated_tokens(), generated_ids.size(), stats->prompt_tokens(),
-                                       prompt_ids.size());
-      } else if (const uint64_t held_before = conversation_tokens(*stats) - stats->prompt_tokens() - generated_ids.size();
-                 conversation_tokens(*stats) < stats->prompt_tokens() + generated_ids.size() ||
-                 held_before != track.conversation_tokens) {
-        // The agent continued the session from another length: it forgot
-        // (or invented) earlier turns.
-        turn.error_kind = "CONTEXT_MISMATCH";
-        turn.message = absl::StrFormat(
-            "session %s: turn %d continued from %d tokens; the %d completed turns hold %d (context %d = that + "
-            "prompt %d + generated %d)",
-            track.id, t, static_cast<int64_t>(held_before), track.turns_done, track.conversation_tokens,
-            conversation_tokens(*stats), stats->prompt_tokens(), generated_ids.size());
-        track.lost = turn.message;
-      }
-      if (turn.error_kind.empty()) {
-        turn.place = stats->plan().place();
-        turn.fell_back = !stats->fallback_reason().empty();
-        track.conversation_tokens = conversation_tokens(*stats);
-        track.tokens.insert(track.tokens.end(), prompt_ids.begin(), prompt_ids.end());
-        track.tokens.insert(track.tokens.end(), generated_ids.begin(), generated_ids.end());
-        track.last_turn_ended_at_eos = stats->finish_reason() == v1::FINISH_REASON_EOS;
-        ++track.turns_done;
-      } else {
-        track.failed = true;
-      }
-      result.turns.push_back(std::move(turn));
+      result.turns.push_back(run_turn(plan, *stub, client, s, t, track));
     }
   }
   return result;
 }
 
-// The "nothing lost" check of one completed session against the listing.
-struct SessionCheck {
-  std::string id;
-  uint64_t expected_tokens = 0;
-  int64_t listed_tokens = -1;  // -1: not listed
-  bool persisted = false;
-  bool in_memory = false;
-  std::string problem;  // empty: intact
-};
-
-std::string memory_json(const MemoryWatch& w) {
-  if (w.pid <= 0) return "null";
-  return absl::StrFormat(
-      "{\"pid\": %d, \"vm_hwm_bytes\": %d, \"max_sampled_rss_bytes\": %d, \"rss_at_start_bytes\": %d, "
-      "\"samples\": %d, \"exited\": %s}",
-      w.pid, w.hwm_bytes, w.max_rss_bytes, w.at_start.rss_bytes, w.samples, w.gone ? "true" : "false");
-}
-
-std::string distribution_json(const Distribution& d) {
-  return absl::StrFormat("{\"count\": %d, \"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"max\": %.2f, \"mean\": %.2f}",
-                         d.count, d.p50, d.p90, d.p99, d.max, d.mean);
-}
-
-}  // namespace
-
-int bench_load(const Args& args) {
-  LoadConfig c;
+// Parses and checks the flags; false after --help. A bad value is a usage
+// error (exit 2).
+absl::StatusOr<bool> parse_load_flags(const Args& args, LoadConfig& c) {
   FlagSet flags(
       "baton bench load",
       "--edge ADDR [--clients N] [--sessions-per-client M] [--turns T] [--prompt-tokens LIST | --prompt-words "
@@ -462,35 +419,40 @@ int bench_load(const Args& args) {
   flags.add_int64("seed", &c.seed, "seed of the prompts and of sampling");
   flags.add_string("session-prefix", &c.session_prefix, "session ids are PREFIX-cC-sS; none may exist yet", "STR");
   flags.add_bool("json", &c.json, "print one JSON object");
-  if (auto code = bench_parse_flags(flags, args)) return *code;
-  auto usage_error = [](const std::string& message) {
-    std::fprintf(stderr, "baton bench load: %s\n(see --help)\n", message.c_str());
-    return 2;
-  };
-  if (!flags.positional().empty()) return usage_error("unexpected argument '" + flags.positional().front() + "'");
-  if (c.clients < 1 || c.clients > 1024) return usage_error(absl::StrFormat("--clients %d: must be 1..1024", c.clients));
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return false;
+  auto usage = [](const std::string& message) { return usage_error("bench load", message); };
+  if (!flags.positional().empty()) return usage("unexpected argument '" + flags.positional().front() + "'");
+  if (c.clients < 1 || c.clients > 1024) return usage(absl::StrFormat("--clients %d: must be 1..1024", c.clients));
   if (c.sessions_per_client < 1 || c.sessions_per_client > 10'000 || c.turns < 1 || c.turns > 10'000) {
-    return usage_error("--sessions-per-client and --turns must be 1..10000");
+    return usage("--sessions-per-client and --turns must be 1..10000");
   }
-  if (c.max_tokens < 1 || c.max_tokens > 100'000) return usage_error("--max-tokens must be 1..100000");
-  if (c.deadline_ms < 1) return usage_error("--deadline-ms must be >= 1");
-  if (!(c.duration_s > 0)) return usage_error("--duration-s must be > 0");
-  if (!(c.temperature >= 0)) return usage_error("--temperature must be >= 0");
+  if (c.max_tokens < 1 || c.max_tokens > 100'000) return usage("--max-tokens must be 1..100000");
+  if (c.deadline_ms < 1) return usage("--deadline-ms must be >= 1");
+  if (!(c.duration_s > 0)) return usage("--duration-s must be > 0");
+  if (!(c.temperature >= 0)) return usage("--temperature must be >= 0");
   if (!c.prompt_tokens.empty() && !c.prompt_words.empty()) {
-    return usage_error("give one of --prompt-tokens and --prompt-words");
+    return usage("give one of --prompt-tokens and --prompt-words");
   }
   // Session ids are [A-Za-z0-9._-], at most 128 characters (proto).
   if (c.session_prefix.empty() || c.session_prefix.size() > 64 ||
       c.session_prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
           std::string::npos) {
-    return usage_error("--session-prefix '" + c.session_prefix + "': 1..64 characters of [A-Za-z0-9._-]");
+    return usage("--session-prefix '" + c.session_prefix + "': 1..64 characters of [A-Za-z0-9._-]");
   }
+  return true;
+}
+
+// The plan from the flags: prompt lengths, policy and the agent's address
+// (usage errors when they do not parse).
+absl::StatusOr<LoadPlan> make_plan(const LoadConfig& c) {
   LoadPlan plan;
+  plan.config = c;
   plan.token_prompts = c.prompt_words.empty();
   absl::StatusOr<std::vector<int64_t>> lengths =
       plan.token_prompts ? parse_lengths("prompt-tokens", c.prompt_tokens.empty() ? "32,256" : c.prompt_tokens)
                          : parse_lengths("prompt-words", c.prompt_words);
-  if (!lengths.ok()) return usage_error(std::string(lengths.status().message()));
+  if (!lengths.ok()) return usage_error("bench load", std::string(lengths.status().message()));
   plan.lengths = *lengths;
   if (c.policy == "auto") {
     plan.policy = v1::SPLIT_POLICY_AUTO;
@@ -499,53 +461,62 @@ int bench_load(const Args& args) {
   } else if (c.policy == "cloud") {
     plan.policy = v1::SPLIT_POLICY_CLOUD;
   } else {
-    return usage_error("--policy: '" + c.policy + "' is not one of auto, local, cloud");
+    return usage_error("bench load", "--policy: '" + c.policy + "' is not one of auto, local, cloud");
   }
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", c.edge, "edge agent",
                                                      std::chrono::milliseconds(c.deadline_ms), c.security);
-  if (!target.ok()) return usage_error(std::string(target.status().message()));
+  if (!target.ok()) return usage_error("bench load", std::string(target.status().message()));
   plan.target = *target;
-  MemoryWatch edge_watch;
-  edge_watch.pid = c.edge_pid;
-  edge_watch.name = "edge";
-  MemoryWatch cloud_watch;
-  cloud_watch.pid = c.cloud_pid;
-  cloud_watch.name = "cloud";
-  for (MemoryWatch* w : {&edge_watch, &cloud_watch}) {
-    if (w->pid == 0) continue;
-    std::optional<MemorySample> s = w->pid > 0 ? read_memory(w->pid) : std::nullopt;
-    if (!s) return usage_error(absl::StrFormat("--%s-pid %d: cannot read /proc/%d/status", w->name, w->pid, w->pid));
-    w->at_start = *s;
-  }
+  return plan;
+}
 
-  // The agent must be READY; its vocabulary sizes token prompts, its memory
-  // plan goes into the report.
-  EdgeClient admin(plan.target);
+// A watch of process `pid` (0: none) with its memory at the start.
+absl::Status start_watch(MemoryWatch& w, int64_t pid, const std::string& name) {
+  w.pid = pid;
+  w.name = name;
+  if (w.pid == 0) return absl::OkStatus();
+  std::optional<MemorySample> s = w.pid > 0 ? read_memory(w.pid) : std::nullopt;
+  if (!s) {
+    return usage_error("bench load", absl::StrFormat("--%s-pid %d: cannot read /proc/%d/status", w.name, w.pid, w.pid));
+  }
+  w.at_start = *s;
+  return absl::OkStatus();
+}
+
+// The agent must be READY, and hold no session the run would continue; its
+// vocabulary sizes token prompts, its memory plan goes into the report.
+absl::StatusOr<v1::MemoryPlan> check_agent(EdgeClient& admin, LoadPlan& plan) {
+  const LoadConfig& c = plan.config;
   v1::EdgeHealthResponse health;
   grpc::Status health_status = admin.health(&health);
-  if (!health_status.ok()) return bench_fail(admin.describe("Health", health_status));
+  if (!health_status.ok()) return absl::UnavailableError(admin.describe("Health", health_status));
   if (health.state() != v1::SERVING_STATE_READY) {
-    return bench_fail(absl::StrFormat("the edge agent at %s is %s, not READY (wait with 'baton health --edge %s --wait 60s')",
-                                c.edge, v1::ServingState_Name(health.state()), c.edge));
+    return absl::UnavailableError(
+        absl::StrFormat("the edge agent at %s is %s, not READY (wait with 'baton health --edge %s --wait 60s')",
+                        c.edge, v1::ServingState_Name(health.state()), c.edge));
   }
   plan.n_vocab = health.model().n_vocab();
-  if (plan.token_prompts && plan.n_vocab == 0) return bench_fail("the edge agent's Health reports no vocabulary size");
-  {
-    v1::ListSessionsResponse before;
-    grpc::Status listed = admin.list_sessions(&before);
-    if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
-    for (const v1::SessionInfo& s : before.sessions()) {
-      if (s.session_id().rfind(c.session_prefix + "-", 0) == 0) {
-        return bench_fail(absl::StrFormat(
-            "session %s already exists on the agent: its turns would continue it; choose another "
-            "--session-prefix or delete the sessions (baton sessions rm)",
-            s.session_id()));
-      }
+  if (plan.token_prompts && plan.n_vocab == 0) {
+    return absl::FailedPreconditionError("the edge agent's Health reports no vocabulary size");
+  }
+  v1::ListSessionsResponse before;
+  grpc::Status listed = admin.list_sessions(&before);
+  if (!listed.ok()) return absl::UnavailableError(admin.describe("ListSessions", listed));
+  for (const v1::SessionInfo& s : before.sessions()) {
+    if (s.session_id().rfind(c.session_prefix + "-", 0) == 0) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "session %s already exists on the agent: its turns would continue it; choose another "
+          "--session-prefix or delete the sessions (baton sessions rm)",
+          s.session_id()));
     }
   }
+  return health.memory();
+}
 
-  // The run.
-  plan.config = c;
+// The run: the clients' threads, and a sampler of memory and the agent's
+// Health every 100 ms until they are done.
+std::vector<ClientResult> run_load(LoadPlan& plan, LoadRun& run) {
+  const LoadConfig& c = plan.config;
   plan.start = Clock::now();
   plan.stop_starting = plan.start + std::chrono::milliseconds(static_cast<int64_t>(c.duration_s * 1000));
   std::atomic<bool> running{true};
@@ -554,12 +525,11 @@ int bench_load(const Args& args) {
   RpcTarget poll_target = plan.target;
   poll_target.timeout = std::chrono::milliseconds(2'000);
   EdgeClient poller(poll_target);
-  AgentWatch agent_watch;
   std::thread sampler([&] {
     while (running.load()) {
-      edge_watch.sample();
-      cloud_watch.sample();
-      agent_watch.sample(poller);
+      run.edge_memory.sample();
+      run.cloud_memory.sample();
+      sample_agent(run.agent, poller);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -571,193 +541,136 @@ int bench_load(const Args& args) {
     }
     for (std::thread& t : threads) t.join();
   }
-  const double wall_s = ms_between(plan.start, Clock::now()) / 1000.0;
+  run.wall_s = ms_between(plan.start, Clock::now()) / 1000.0;
   running = false;
   sampler.join();
-  edge_watch.sample();
-  cloud_watch.sample();
-  agent_watch.sample(poller);
+  run.edge_memory.sample();
+  run.cloud_memory.sample();
+  sample_agent(run.agent, poller);
+  return results;
+}
 
-  // Tally.
-  int64_t sent = 0, completed = 0, failed = 0, skipped = 0, tokens = 0, retries = 0, fallbacks = 0;
-  std::map<std::string, std::pair<int64_t, std::string>> errors;  // kind -> (count, first message)
-  std::map<std::string, int64_t> places;
+LoadTally tally(const std::vector<ClientResult>& results) {
+  LoadTally t;
   std::vector<double> ttft, total;
   for (const ClientResult& r : results) {
-    for (const TurnResult& t : r.turns) {
-      ++sent;
-      retries += t.retries;
-      if (t.error_kind.empty()) {
-        ++completed;
-        tokens += t.generated;
-        total.push_back(t.total_ms);
-        if (t.ttft_ms >= 0) ttft.push_back(t.ttft_ms);
-        ++places[prefill_place_name(t.place)];
-        fallbacks += t.fell_back;
+    for (const TurnResult& turn : r.turns) {
+      ++t.sent;
+      t.retries += turn.retries;
+      if (turn.error_kind.empty()) {
+        ++t.completed;
+        t.tokens += turn.generated;
+        total.push_back(turn.total_ms);
+        if (turn.ttft_ms >= 0) ttft.push_back(turn.ttft_ms);
+        ++t.places[prefill_place_name(turn.place)];
+        t.fallbacks += turn.fell_back;
       } else {
-        ++failed;
-        auto& entry = errors[t.error_kind];
-        if (entry.first++ == 0) entry.second = t.message;
+        ++t.failed;
+        auto& entry = t.errors[turn.error_kind];
+        if (entry.first++ == 0) entry.second = turn.message;
       }
     }
-    for (const SessionTrack& s : r.sessions) skipped += s.skipped_turns;
+    for (const SessionTrack& s : r.sessions) t.skipped += s.skipped_turns;
   }
-  BATON_CHECK(completed + failed == sent, "every request is counted once");
-  const Distribution ttft_d = distribution(ttft);
-  const Distribution total_d = distribution(total);
+  BATON_CHECK(t.completed + t.failed == t.sent, "every request is counted once");
+  t.ttft = distribution(ttft);
+  t.total = distribution(total);
+  return t;
+}
 
-  // Nothing lost: every completed session is listed with its KV tokens.
-  std::vector<SessionCheck> checks;
-  int64_t sessions_complete = 0, sessions_incomplete = 0, lost = 0;
+// The check of one complete session against the agent's listing.
+SessionCheck check_session(const SessionTrack& s, const v1::SessionInfo* info, bool token_prompts) {
+  SessionCheck check;
+  check.id = s.id;
+  check.expected_tokens = s.expected_kv_tokens();
+  if (info == nullptr) {
+    check.problem = "not listed by the agent";
+    return check;
+  }
+  check.listed_tokens = info->token_count();
+  check.persisted = info->persisted();
+  check.in_memory = info->kv_bytes() > 0;
+  if (info->token_count() != check.expected_tokens) {
+    check.problem = absl::StrFormat("holds %d tokens, the completed turns imply %d", info->token_count(),
+                                    check.expected_tokens);
+  } else if (token_prompts) {
+    BATON_CHECK(s.tokens.size() >= check.expected_tokens, "tracked tokens cover the KV");
+    const Digest256 digest =
+        prefix_digest(std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(check.expected_tokens)));
+    if (info->prefix_digest() != std::string(reinterpret_cast<const char*>(digest.data()), digest.size())) {
+      check.problem = "its prefix digest differs from the digest of the tokens sent and received";
+    }
+  }
+  return check;
+}
+
+// Nothing lost: every completed session is listed with its KV tokens.
+absl::Status check_sessions(EdgeClient& admin, const LoadPlan& plan, const std::vector<ClientResult>& results,
+                            LoadRun& run) {
   v1::ListSessionsResponse listing;
   grpc::Status listed = admin.list_sessions(&listing);
-  if (!listed.ok()) return bench_fail(admin.describe("ListSessions", listed));
+  if (!listed.ok()) return absl::UnavailableError(admin.describe("ListSessions", listed));
   std::map<std::string, const v1::SessionInfo*> by_id;
   for (const v1::SessionInfo& s : listing.sessions()) by_id[s.session_id()] = &s;
   for (const ClientResult& r : results) {
     for (const SessionTrack& s : r.sessions) {
+      const bool complete = s.turns_done == plan.config.turns;
+      ++(complete ? run.sessions_complete : run.sessions_incomplete);
       if (!s.lost.empty()) {
         // Lost turns seen during the run count as lost, complete or not.
         SessionCheck check;
         check.id = s.id;
         check.expected_tokens = s.expected_kv_tokens();
         check.problem = s.lost;
-        ++lost;
-        ++(s.turns_done == c.turns ? sessions_complete : sessions_incomplete);
-        checks.push_back(std::move(check));
+        ++run.lost;
+        run.checks.push_back(std::move(check));
         continue;
       }
-      if (s.turns_done != c.turns) {
-        ++sessions_incomplete;
-        continue;
-      }
-      ++sessions_complete;
-      SessionCheck check;
-      check.id = s.id;
-      check.expected_tokens = s.expected_kv_tokens();
+      if (!complete) continue;
       auto it = by_id.find(s.id);
-      if (it == by_id.end()) {
-        check.problem = "not listed by the agent";
-      } else {
-        const v1::SessionInfo& info = *it->second;
-        check.listed_tokens = info.token_count();
-        check.persisted = info.persisted();
-        check.in_memory = info.kv_bytes() > 0;
-        if (info.token_count() != check.expected_tokens) {
-          check.problem = absl::StrFormat("holds %d tokens, the completed turns imply %d", info.token_count(),
-                                          check.expected_tokens);
-        } else if (plan.token_prompts) {
-          BATON_CHECK(s.tokens.size() >= check.expected_tokens, "tracked tokens cover the KV");
-          const Digest256 digest =
-              prefix_digest(std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(check.expected_tokens)));
-          if (info.prefix_digest() != std::string(reinterpret_cast<const char*>(digest.data()), digest.size())) {
-            check.problem = "its prefix digest differs from the digest of the tokens sent and received";
-          }
-        }
-      }
-      if (!check.problem.empty()) ++lost;
-      checks.push_back(std::move(check));
+      SessionCheck check = check_session(s, it == by_id.end() ? nullptr : it->second, plan.token_prompts);
+      if (!check.problem.empty()) ++run.lost;
+      run.checks.push_back(std::move(check));
     }
   }
+  return absl::OkStatus();
+}
 
-  const std::string prompts = absl::StrCat(absl::StrJoin(plan.lengths, ","), plan.token_prompts ? " tokens" : " words");
-  const v1::MemoryPlan& memory = health.memory();
+}  // namespace
+
+absl::Status bench_load(const Args& args) {
+  LoadConfig c;
+  BATON_ASSIGN_OR_RETURN(const bool run_it, parse_load_flags(args, c));
+  if (!run_it) return absl::OkStatus();
+  BATON_ASSIGN_OR_RETURN(LoadPlan plan, make_plan(c));
+  LoadRun run;
+  BATON_RETURN_IF_ERROR(start_watch(run.edge_memory, c.edge_pid, "edge"));
+  BATON_RETURN_IF_ERROR(start_watch(run.cloud_memory, c.cloud_pid, "cloud"));
+  EdgeClient admin(plan.target);
+  BATON_ASSIGN_OR_RETURN(run.memory, check_agent(admin, plan));
+  const std::vector<ClientResult> results = run_load(plan, run);
+  run.tally = tally(results);
+  BATON_RETURN_IF_ERROR(check_sessions(admin, plan, results, run));
+
+  run.edge = c.edge;
+  run.policy = c.policy;
+  run.prompts = absl::StrCat(absl::StrJoin(plan.lengths, ","), plan.token_prompts ? " tokens" : " words");
+  run.clients = c.clients;
+  run.sessions_per_client = c.sessions_per_client;
+  run.turns = c.turns;
+  run.max_tokens = c.max_tokens;
+  run.seed = c.seed;
   if (c.json) {
-    std::string out = absl::StrFormat(
-        "{\"edge\": \"%s\", \"clients\": %d, \"sessions_per_client\": %d, \"turns\": %d, \"policy\": \"%s\", "
-        "\"prompts\": \"%s\", \"max_tokens\": %d, \"seed\": %d, \"wall_s\": %.3f, "
-        "\"requests_sent\": %d, \"requests_completed\": %d, \"requests_failed\": %d, \"turns_skipped\": %d, "
-        "\"retries\": %d, \"errors\": {",
-        json_escape(c.edge), c.clients, c.sessions_per_client, c.turns, c.policy, prompts, c.max_tokens, c.seed,
-        wall_s, sent, completed, failed, skipped, retries);
-    bool first = true;
-    for (const auto& [kind, entry] : errors) {
-      out += absl::StrFormat("%s\"%s\": {\"count\": %d, \"sample\": \"%s\"}", first ? "" : ", ", kind, entry.first,
-                             json_escape(entry.second));
-      first = false;
-    }
-    out += absl::StrFormat(
-        "}, \"ttft_ms\": %s, \"total_ms\": %s, \"tokens_generated\": %d, \"tokens_per_s\": %.2f, "
-        "\"requests_per_s\": %.3f, \"prefill_places\": {",
-        distribution_json(ttft_d), distribution_json(total_d), tokens, tokens / wall_s, completed / wall_s);
-    first = true;
-    for (const auto& [place, count] : places) {
-      out += absl::StrFormat("%s\"%s\": %d", first ? "" : ", ", place, count);
-      first = false;
-    }
-    out += absl::StrFormat(
-        "}, \"fallbacks\": %d, \"edge_memory_plan\": {\"device_limit_bytes\": %d, \"weights_bytes\": %d, "
-        "\"scratch_bytes\": %d, \"headroom_bytes\": %d, \"kv_budget_bytes\": %d}, \"agent\": {\"max_kv_used_bytes\": %d, "
-        "\"max_running\": %d, \"max_queued\": %d, \"health_samples\": %d, \"health_failures\": %d}, "
-        "\"edge_memory\": %s, "
-        "\"cloud_memory\": %s, \"sessions_complete\": %d, \"sessions_incomplete\": %d, \"sessions_lost\": %d, "
-        "\"nothing_lost\": %s, \"sessions\": [",
-        fallbacks, memory.device_limit_bytes(), memory.weights_bytes(), memory.scratch_bytes(),
-        memory.headroom_bytes(), memory.kv_budget_bytes(), agent_watch.max_kv_used_bytes, agent_watch.max_running,
-        agent_watch.max_queued, agent_watch.samples, agent_watch.failures, memory_json(edge_watch),
-        memory_json(cloud_watch),
-        sessions_complete, sessions_incomplete, lost, lost == 0 ? "true" : "false");
-    for (size_t i = 0; i < checks.size(); ++i) {
-      const SessionCheck& k = checks[i];
-      out += absl::StrFormat(
-          "%s{\"id\": \"%s\", \"expected_tokens\": %d, \"listed_tokens\": %d, \"persisted\": %s, \"in_memory\": %s, "
-          "\"problem\": \"%s\"}",
-          i == 0 ? "" : ", ", k.id, k.expected_tokens, k.listed_tokens, k.persisted ? "true" : "false",
-          k.in_memory ? "true" : "false", json_escape(k.problem));
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
+    print_json_line(load_json(run));
   } else {
-    absl::PrintF("load: edge %s, %d clients x %d sessions x %d turns, policy %s, prompts %s, %d tokens per turn\n",
-                c.edge.c_str(), c.clients, c.sessions_per_client, c.turns, c.policy.c_str(), prompts.c_str(),
-                c.max_tokens);
-    absl::PrintF("  %-28s %d sent, %d completed, %d failed, %d turns skipped, %d retries (%.1f s)\n", "requests",
-                sent, completed, failed, skipped, retries, wall_s);
-    for (const auto& [kind, entry] : errors) {
-      absl::PrintF("  %-28s %d, e.g. %s\n", ("  " + kind).c_str(), entry.first, entry.second.c_str());
-    }
-    if (completed == 0) {
-      absl::PrintF("  %-28s no completed request\n", "latency");
-    } else {
-      absl::PrintF("  %-28s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max", "mean");
-      absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "time to first token (ms)", ttft_d.p50,
-                   ttft_d.p90, ttft_d.p99, ttft_d.max, ttft_d.mean);
-      absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "total latency (ms)", total_d.p50, total_d.p90,
-                   total_d.p99, total_d.max, total_d.mean);
-    }
-    absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s)\n", "tokens generated", tokens, tokens / wall_s,
-                completed / wall_s);
-    std::string place_text;
-    for (const auto& [place, count] : places) absl::StrAppend(&place_text, place_text.empty() ? "" : ", ", place, " ", count);
-    absl::PrintF("  %-28s %s; %d fell back to local\n", "prefill", place_text.empty() ? "-" : place_text.c_str(),
-                fallbacks);
-    absl::PrintF("  %-28s limit %s (weights %s, scratch %s, headroom %s, KV %s)\n", "edge memory plan",
-                format_bytes(memory.device_limit_bytes()).c_str(), format_bytes(memory.weights_bytes()).c_str(),
-                format_bytes(memory.scratch_bytes()).c_str(), format_bytes(memory.headroom_bytes()).c_str(),
-                format_bytes(memory.kv_budget_bytes()).c_str());
-    absl::PrintF("  %-28s KV held by sessions up to %s of its %s budget; up to %d running, %d queued (%d polls)\n",
-                 "edge agent (Health)", format_bytes(agent_watch.max_kv_used_bytes),
-                 format_bytes(memory.kv_budget_bytes()), agent_watch.max_running,
-                 agent_watch.max_queued, agent_watch.samples);
-    for (const MemoryWatch* w : {&edge_watch, &cloud_watch}) {
-      if (w->pid <= 0) continue;
-      absl::PrintF("  %-28s VmHWM %s, max sampled RSS %s (%s at start)%s\n", (w->name + " memory high-water").c_str(),
-                  format_bytes(w->hwm_bytes).c_str(), format_bytes(w->max_rss_bytes).c_str(), format_bytes(w->at_start.rss_bytes).c_str(),
-                  w->gone ? "; the process exited during the run" : "");
-    }
-    absl::PrintF("  %-28s %d complete, %d incomplete; %s\n", "sessions", sessions_complete, sessions_incomplete,
-                lost == 0 ? "nothing lost (each complete session listed with its token count)"
-                          : absl::StrFormat("%d LOST", lost).c_str());
-    for (const SessionCheck& k : checks) {
-      if (!k.problem.empty()) absl::PrintF("    %s: %s\n", k.id.c_str(), k.problem.c_str());
-    }
+    print_load_table(run);
   }
-  if (lost > 0) {
-    std::fprintf(stderr, "baton bench load: %d sessions lost turns on the agent (see the sessions above)\n",
-                 static_cast<int>(lost));
-    return 1;
+  if (run.lost > 0) {
+    return exit_status(1, absl::StrFormat("baton bench load: %d sessions lost turns on the agent (see the sessions "
+                                          "above)\n",
+                                          run.lost));
   }
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -1,0 +1,53 @@
+#include "absl/strings/str_format.h"
+#include "bench_decode.h"
+#include "report.h"
+
+namespace baton::cli {
+
+Json decode_json(const DecodeRun& run) {
+  Json rows = Json::array();
+  for (const DecodeCell& r : run.cells) {
+    Json row = {{"context", r.context}, {"kv", r.kv}};
+    if (!r.error.empty()) {
+      row["error"] = r.error;
+      rows.push_back(std::move(row));
+      continue;
+    }
+    row["store"] = r.store;
+    row["decode_tok_per_s"] = fixed(r.tok_per_s, 3);
+    row["mean_decode_tok_per_s"] = fixed(r.mean_tok_per_s, 3);
+    row["kv_bytes_per_token"] = whole(r.kv_bytes_per_token);
+    row["weight_gb_per_s"] = fixed(run.weight_bytes_per_token * r.tok_per_s / 1e9, 3);
+    row["achieved_gb_per_s"] = fixed(r.achieved_bytes_per_s / 1e9, 3);
+    row["memory_read_gb_per_s"] = fixed(r.bandwidth_bytes_per_s / 1e9, 3);
+    row["ratio_to_bandwidth"] = fixed(r.achieved_bytes_per_s / r.bandwidth_bytes_per_s, 4);
+    rows.push_back(std::move(row));
+  }
+  return {{"model", run.model},
+          {"threads", run.threads},
+          {"kernels", run.kernels},
+          {"tokens_per_row", run.tokens},
+          {"weight_bytes_per_token", whole(run.weight_bytes_per_token)},
+          {"rows", std::move(rows)}};
+}
+
+void print_decode_table(const DecodeRun& run) {
+  print_line("decode: %s, %d threads, %s kernels, %d timed tokens per row; weights read per token %.2f MB\n",
+             run.model, run.threads, run.kernels, run.tokens, run.weight_bytes_per_token / 1e6);
+  print_line("  %7s  %-22s %-16s %8s %8s %10s %12s %12s %7s\n", "context", "kv codec", "store", "tok/s", "mean",
+             "KV MB/tok", "read GB/s", "memory GB/s", "ratio");
+  for (const DecodeCell& r : run.cells) {
+    if (!r.error.empty()) {
+      print_line("  %7d  %-22s failed: %s\n", r.context, r.kv, r.error);
+      continue;
+    }
+    print_line("  %7d  %-22s %-16s %8.2f %8.2f %10.2f %12.2f %12.2f %7.3f\n", r.context, r.kv, r.store, r.tok_per_s,
+               r.mean_tok_per_s, r.kv_bytes_per_token / 1e6, r.achieved_bytes_per_s / 1e9,
+               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / r.bandwidth_bytes_per_s);
+  }
+  print_line("  (tok/s = 1 / median step time, mean = tokens / total time; read = (weights + KV at the mean "
+             "context) x tok/s; memory = median of full-pool 1 GiB read passes, one after each timed step; "
+             "ratio = read / memory)\n");
+}
+
+}  // namespace baton::cli

@@ -1,0 +1,41 @@
+// baton bench kv-quality: what one run measures (cmd_bench_kv_quality.cc)
+// and its output (bench_kv_quality_report.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench_report.h"
+
+namespace baton::cli {
+
+// One codec's figures against the F16 handoff.
+struct KvQualityRow {
+  std::string codec;        // the wire codec
+  std::string store_codec;  // the edge store's
+  std::string error;        // non-empty: not valid for this model, or it failed
+  double wire_bpt = 0, raw_bpt = 0, ratio = 0, store_bpt = 0;
+  double ppl = 0, ppl_change_pct = 0, mean_kl = 0, agreement = 0, first_divergence = 0;
+};
+
+struct KvQualityRun {
+  std::string model;  // the model's name
+  std::string text_file;
+  int64_t chunk_tokens = 0;
+  int64_t chunks = 0;
+  int64_t scored_tokens = 0;
+  bool bos = false;
+  int64_t prompts = 0;  // greedy prompts run
+  int64_t greedy_tokens = 0;
+  double f16_bytes_per_token = 0;
+  std::string baseline_codec;
+  double baseline_perplexity = 0;
+  double f32_local_perplexity = 0;
+  std::vector<KvQualityRow> rows;
+};
+
+Json kv_quality_json(const KvQualityRun& run);
+void print_kv_quality_table(const KvQualityRun& run);
+
+}  // namespace baton::cli

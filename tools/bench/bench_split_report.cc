@@ -1,0 +1,226 @@
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "bench_split.h"
+#include "common/util/check.h"
+#include "report.h"
+
+namespace baton::cli {
+namespace {
+
+constexpr char kLinkNote[] =
+    "WAN modeled, not emulated (this machine's kernel has no netem): transfer = wire bytes / (rate x (1 - loss)), "
+    "a crude TCP loss penalty; split TTFT = RTT + max(cloud, first block + transfer) + ingest + last token; "
+    "cloud = trailer ProducerStats queue + prefill + encode tail (CPU backend on this machine: the same cores "
+    "and CPU engine as the edge, so the CPU rows show the split's overheads, not a faster cloud)";
+constexpr char kProjectionNote[] =
+    "PROJECTION: the same formula with cloud = (prompt - 1) / GPU prefill tok/s, first block at the same "
+    "fraction of it as measured on the CPU cloud";
+
+// Smallest listed length from which split wins through the end of the list.
+std::string crossover(const std::vector<int64_t>& lengths, const std::vector<bool>& split_wins) {
+  if (lengths.empty()) return "n/a";
+  if (!split_wins.back()) {
+    return std::find(split_wins.begin(), split_wins.end(), true) == split_wins.end() ? "never (in range)"
+                                                                                      : "none stable (see rows)";
+  }
+  size_t first = split_wins.size() - 1;
+  while (first > 0 && split_wins[first - 1]) --first;
+  if (first == 0) return "always (in range)";
+  return absl::StrFormat("%d tokens (split wins from here; local wins at %d)", lengths[first], lengths[first - 1]);
+}
+
+const char* winner(bool split_wins) { return split_wins ? "split" : "local"; }
+
+Json length_json(const LengthResult& r, double gpu_rate) {
+  return {{"prompt_len", r.prompt_len},
+          {"local_prefill_ms", fixed(r.local_prefill_ms, 3)},
+          {"local_last_token_ms", fixed(r.local_last_token_ms, 3)},
+          {"local_ttft_ms", fixed(r.local_ttft_ms, 3)},
+          {"cloud_ms", fixed(r.cloud_ms, 3)},
+          {"cloud_prefill_ms", fixed(r.cloud_prefill_ms, 3)},
+          {"first_block_ms", fixed(r.first_block_ms, 3)},
+          {"receive_ms", fixed(r.receive_ms, 3)},
+          {"ingest_ms", fixed(r.ingest_ms, 3)},
+          {"split_last_token_ms", fixed(r.split_last_token_ms, 3)},
+          {"loopback_split_ttft_ms", fixed(r.loopback_split_ttft_ms, 3)},
+          {"wire_bytes", r.wire_bytes},
+          {"quantized_bytes", r.quantized_bytes},
+          {"decode_tok_per_s_mean", fixed(r.decode_mean_tok_s, 3)},
+          {"decode_p99_ms", fixed(r.decode_p99_ms, 3)},
+          {"decode_tok_per_s_p99", fixed(r.decode_p99_tok_s, 3)},
+          {"first_tokens_match", r.first_tokens_match},
+          {"projection_gpu_prefill_tok_per_s", fixed(gpu_rate, 1)}};
+}
+
+Json profile_json(const SplitRun& run, size_t p) {
+  const WanProfile& profile = run.profiles[p];
+  const ProfileRows& rows = run.per_profile[p];
+  Json out = Json::array();
+  for (size_t i = 0; i < run.results.size(); ++i) {
+    const LengthResult& r = run.results[i];
+    out.push_back({{"prompt_len", r.prompt_len},
+                   {"local_ttft_ms", fixed(r.local_ttft_ms, 3)},
+                   {"split_ttft_ms", fixed(rows.split_ms[i], 3)},
+                   {"wire_bytes", r.wire_bytes},
+                   {"decode_tok_per_s_mean", fixed(r.decode_mean_tok_s, 3)},
+                   {"decode_tok_per_s_p99", fixed(r.decode_p99_tok_s, 3)},
+                   {"winner", winner(rows.split_wins[i])},
+                   {"projection_split_ttft_ms", fixed(rows.projection_ms[i], 3)},
+                   {"projection_winner", winner(rows.projection_wins[i])}});
+  }
+  return {{"name", profile.name},
+          {"bandwidth_bytes_per_s", whole(profile.bandwidth_bytes_per_s)},
+          {"rtt_ms", fixed(profile.rtt_ms, 3)},
+          {"loss", fixed(profile.loss, 4)},
+          {"rows", std::move(out)},
+          {"crossover", crossover(run.lengths, rows.split_wins)},
+          {"projection_crossover", crossover(run.lengths, rows.projection_wins)}};
+}
+
+void print_profile_table(const SplitRun& run, size_t p) {
+  const WanProfile& profile = run.profiles[p];
+  const ProfileRows& rows = run.per_profile[p];
+  print_line("\nprofile %s: %.1f Mbit/s, RTT %.0f ms, loss %.2f%%\n", profile.name,
+             profile.bandwidth_bytes_per_s * 8 / 1e6, profile.rtt_ms, profile.loss * 100);
+  print_line("  %7s %11s %11s %11s %10s %9s %7s | %15s %10s %9s\n", "prompt", "local TTFT", "split TTFT", "wire bytes",
+             "dec tok/s", "dec p99", "winner", "PROJ split TTFT", "PROJ win", "GPU tok/s");
+  for (size_t i = 0; i < run.results.size(); ++i) {
+    const LengthResult& r = run.results[i];
+    print_line("  %7d %11.1f %11.1f %11d %10.2f %9.2f %7s | %15.1f %10s %9.0f\n", r.prompt_len, r.local_ttft_ms,
+               rows.split_ms[i], r.wire_bytes, r.decode_mean_tok_s, r.decode_p99_tok_s, winner(rows.split_wins[i]),
+               rows.projection_ms[i], winner(rows.projection_wins[i]), run.gpu_rates[i]);
+  }
+  print_line("  crossover (CPU cloud): %s\n", crossover(run.lengths, rows.split_wins));
+  print_line("  crossover (PROJECTION, GPU cloud): %s\n", crossover(run.lengths, rows.projection_wins));
+}
+
+}  // namespace
+
+double modeled_split_ttft_ms(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms) {
+  const double transfer_ms =
+      static_cast<double>(r.wire_bytes) / (profile.bandwidth_bytes_per_s * (1.0 - profile.loss)) * 1000.0;
+  return profile.rtt_ms + std::max(cloud_ms, first_block_ms + transfer_ms) + r.ingest_ms + r.split_last_token_ms;
+}
+
+void projected_cloud(const LengthResult& r, double gpu_tok_s, double* cloud_ms, double* first_block_ms) {
+  *cloud_ms = static_cast<double>(r.prompt_len - 1) / gpu_tok_s * 1000.0;
+  const double fraction = r.cloud_ms > 0 ? std::min(1.0, r.first_block_ms / r.cloud_ms) : 1.0;
+  *first_block_ms = *cloud_ms * fraction;
+}
+
+void model_profiles(SplitRun& run) {
+  run.per_profile.assign(run.profiles.size(), {});
+  for (size_t p = 0; p < run.profiles.size(); ++p) {
+    for (size_t i = 0; i < run.results.size(); ++i) {
+      const LengthResult& r = run.results[i];
+      const double split = modeled_split_ttft_ms(r, run.profiles[p], r.cloud_ms, r.first_block_ms);
+      double cloud_ms = 0, first_block_ms = 0;
+      projected_cloud(r, run.gpu_rates[i], &cloud_ms, &first_block_ms);
+      const double projection = modeled_split_ttft_ms(r, run.profiles[p], cloud_ms, first_block_ms);
+      ProfileRows& rows = run.per_profile[p];
+      rows.split_ms.push_back(split);
+      rows.projection_ms.push_back(projection);
+      rows.split_wins.push_back(split < r.local_ttft_ms);
+      rows.projection_wins.push_back(projection < r.local_ttft_ms);
+    }
+  }
+}
+
+Json split_json(const SplitRun& run) {
+  Json lengths = Json::array(), profiles = Json::array();
+  for (size_t i = 0; i < run.results.size(); ++i) lengths.push_back(length_json(run.results[i], run.gpu_rates[i]));
+  for (size_t p = 0; p < run.profiles.size(); ++p) profiles.push_back(profile_json(run, p));
+  Json out = {{"model", run.model_name},
+              {"edge_model", run.edge_model},
+              {"cloud_model", run.cloud_model},
+              {"codec", run.codec},
+              {"store", run.store},
+              {"store_bytes_per_token", whole(run.store_bytes_per_token)},
+              {"threads", run.threads},
+              {"decode_tokens", run.decode_tokens},
+              {"repeat", run.repeat},
+              {"cloud_backend", "cpu"},
+              {"link_model", kLinkNote},
+              {"projection_note", kProjectionNote},
+              {"gpu_prefill_source", run.gpu_source},
+              {"lengths", std::move(lengths)},
+              {"profiles", std::move(profiles)}};
+  if (!run.plot_path.empty()) out["plot"] = run.plot_path;
+  return out;
+}
+
+void print_split_tables(const SplitRun& run) {
+  print_line("split benchmark: %s (edge %s, cloud %s), codec %s -> store %s (%.0f B/token), %d threads, CPU cloud on "
+             "loopback, %d decode tokens, median of %d runs per length\n",
+             run.model_name, run.edge_model, run.cloud_model, run.codec, run.store, run.store_bytes_per_token,
+             run.threads, run.decode_tokens, run.repeat);
+  print_line("\nmeasured on this machine (ms; cloud = queue + prefill + encode tail from the trailer):\n");
+  print_line("  %7s %10s %8s %10s %10s %10s %8s %8s %12s %11s %9s %9s %5s\n", "prompt", "local pre", "local/s",
+             "local TTFT", "cloud", "1st block", "ingest", "last tok", "loopback TTFT", "wire bytes", "dec tok/s",
+             "dec p99", "same");
+  for (const LengthResult& r : run.results) {
+    print_line("  %7d %10.1f %8.1f %10.1f %10.1f %10.1f %8.2f %8.2f %12.1f %11d %9.2f %9.2f %5s\n", r.prompt_len,
+               r.local_prefill_ms, static_cast<double>(r.prompt_len - 1) * 1000.0 / r.local_prefill_ms,
+               r.local_ttft_ms, r.cloud_ms, r.first_block_ms, r.ingest_ms, r.split_last_token_ms,
+               r.loopback_split_ttft_ms, r.wire_bytes, r.decode_mean_tok_s, r.decode_p99_tok_s,
+               r.first_tokens_match ? "yes" : "no");
+  }
+  print_line("  (local/s = prefill tok/s; dec tok/s = mean over the decode tokens, dec p99 = 1 / p99 step time; "
+             "same = split's first token equals local's, greedy)\n");
+  print_line("\n%s\n%s; GPU prefill tok/s: %s\n", kLinkNote, kProjectionNote, run.gpu_source);
+  for (size_t p = 0; p < run.profiles.size(); ++p) print_profile_table(run, p);
+}
+
+absl::Status write_split_plot(const SplitRun& run) {
+  const std::string title = absl::StrFormat("baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed)",
+                                            run.model_name, run.codec, run.threads);
+  const std::string gpu_label = run.gpu_source.rfind("ASSUMED", 0) == 0
+                                    ? absl::StrFormat("ASSUMED GPU %.0f tok/s", run.gpu_rates.back())
+                                    : absl::StrFormat("GPU %.0f tok/s", run.gpu_rates.back());
+  char dir_template[] = "/tmp/baton-bench-split-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  std::ofstream data(dir + "/ttft.dat");
+  BATON_CHECK(run.gpu_rates.size() == run.results.size());
+  for (size_t i = 0; i < run.results.size(); ++i) {
+    data << run.results[i].prompt_len << ' ' << run.results[i].local_ttft_ms;
+    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.split_ms[i];
+    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.projection_ms[i];
+    data << '\n';
+  }
+  data.close();
+  std::ofstream script(dir + "/plot.gp");
+  script << "set terminal pngcairo size 1000,750 noenhanced\n"
+         << "set output '" << run.plot_path << "'\n"
+         << "set title '" << title << "'\n"
+         << "set xlabel 'prompt tokens'\nset ylabel 'time to first token (ms)'\n"
+         << "set logscale x 2\nset logscale y\nset grid\nset key below\n"
+         << "plot '" << dir << "/ttft.dat' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local (edge prefill)'";
+  const char* colors[] = {"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e"};
+  const size_t k = run.profiles.size();
+  for (size_t i = 0; i < k; ++i) {
+    script << ", '' using 1:" << 3 + i << " with linespoints lw 2 lc rgb '" << colors[i % 5] << "' title 'split "
+           << run.profiles[i].name << " (CPU cloud)'";
+  }
+  for (size_t i = 0; i < k; ++i) {
+    script << ", '' using 1:" << 3 + k + i << " with lines dt 2 lw 2 lc rgb '" << colors[i % 5]
+           << "' title 'PROJECTION split " << run.profiles[i].name << " (" << gpu_label << ")'";
+  }
+  script << "\n";
+  script.close();
+  const std::string command = "gnuplot '" + dir + "/plot.gp' 2>&1";
+  const int rc = std::system(command.c_str());
+  std::remove((dir + "/ttft.dat").c_str());
+  std::remove((dir + "/plot.gp").c_str());
+  rmdir(dir.c_str());
+  if (rc != 0) return absl::InternalError(absl::StrFormat("gnuplot failed (exit %d) writing %s", rc, run.plot_path));
+  return absl::OkStatus();
+}
+
+}  // namespace baton::cli

@@ -1,0 +1,196 @@
+// baton bench decode: CPU engine decode speed, with the machine's memory read
+// bandwidth measured in the same run so ratios hold on a noisy machine.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench_decode.h"
+#include "bench_harness.h"
+#include "common/cpu/vec.h"
+#include "common/engine/sampler.h"
+#include "common/util/check.h"
+#include "common/util/cpu_features.h"
+#include "kv_codec_list.h"
+
+namespace baton::cli {
+namespace {
+
+// Read bandwidth in bytes/s: the pool's threads each stream their share of
+// `buffer` (1 GiB, larger than the last-level cache's share a run can hold
+// warm) `passes` times; best pass. The same code path as a dot product, so a
+// decode step that streams its weights at this rate is memory-bound.
+double measure_read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int passes) {
+  const int64_t n = static_cast<int64_t>(buffer.size());
+  double best = 0.0;
+  std::vector<float> sums(pool.size() * 16, 0.0f);
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end) {
+      for (int64_t part = begin; part < end; ++part) {
+        const int64_t chunk = n / pool.size();
+        const float* p = buffer.data() + part * chunk;
+        sums[part * 16] = dot_f32(p, p, chunk);  // one stream: both operands alias
+      }
+    });
+    const double seconds = seconds_between(start, Clock::now());
+    best = std::max(best, static_cast<double>(n) * sizeof(float) / seconds);
+  }
+  if (sums[0] < 0) std::puts("");  // keep the sums alive
+  return best;
+}
+
+// Bytes of weights read to decode one token: every layer matrix plus the
+// output projection (the embedding row read is negligible).
+uint64_t weight_bytes_per_token(const Model& model) {
+  uint64_t total = 0;
+  auto bytes = [](const WeightMatrix& w) { return static_cast<uint64_t>(ggml_row_bytes(w.type, w.cols) * w.rows); };
+  for (int i = 0; i < model.spec().n_layer; ++i) {
+    const LayerWeights& l = model.layer(i);
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += bytes(*w);
+  }
+  return total + bytes(model.output());
+}
+
+// Fills positions [0, context) of every layer with seeded random K/V (the
+// attention cost of a real context without a long prefill).
+absl::Status fill_synthetic(KvCache& kv, int64_t context, uint64_t seed) {
+  const KvGeometry& g = kv.geometry();
+  Rng rng(seed);
+  std::vector<float> k(static_cast<size_t>(context * g.kv_dim())), v(k.size());  // [context, kv_dim]
+  for (int l = 0; l < g.n_layer; ++l) {
+    for (auto& x : k) x = static_cast<float>(rng.uniform() * 2 - 1);
+    for (auto& x : v) x = static_cast<float>(rng.uniform() * 2 - 1);
+    BATON_RETURN_IF_ERROR(kv.store(l, 0, context, k.data(), v.data()));
+  }
+  kv.set_size(context);
+  return absl::OkStatus();
+}
+
+// What every cell of a run shares.
+struct DecodeSetup {
+  Engine* engine;
+  int64_t tokens;         // timed steps per cell
+  bool fill_by_prefill;   // else synthetic K/V
+  double weight_bytes;    // per decoded token
+  const std::vector<float>* bandwidth_buffer;
+};
+
+// The timed steps of one cell: seconds of each step and the read bandwidth
+// measured after each.
+absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
+                        std::vector<double>& bandwidths) {
+  std::vector<float> logits;
+  int32_t token = 1;
+  // One untimed step warms caches and page-ins.
+  BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
+  // Each timed step is followed by one bandwidth pass, so both figures
+  // sample the same moments of a shared machine; medians of both.
+  for (int64_t i = 0; i < s.tokens; ++i) {
+    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const auto start = Clock::now();
+    BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
+    step_seconds.push_back(seconds_between(start, Clock::now()));
+    bandwidths.push_back(measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1));
+  }
+  return absl::OkStatus();
+}
+
+DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string& kv_name) {
+  DecodeCell cell;
+  cell.context = context;
+  cell.kv = kv_name;
+  double kv_bytes_per_cached_token = 0;
+  std::vector<double> step_seconds, bandwidths;
+  auto kv = bench_kv_cache(*s.engine, kv_name, context + s.tokens + 1, &cell.store, &kv_bytes_per_cached_token);
+  absl::Status st = kv.status();
+  if (st.ok()) {
+    st = s.fill_by_prefill
+             ? s.engine->prefill(synthetic_tokens(context, s.engine->model().spec().n_vocab, 1), **kv, nullptr)
+             : fill_synthetic(**kv, context, 7);
+  }
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, bandwidths);
+  if (!st.ok()) {
+    cell.error = std::string(st.message());
+    return cell;
+  }
+  double total_seconds = 0;
+  for (double x : step_seconds) total_seconds += x;
+  cell.tok_per_s = 1.0 / median(step_seconds);
+  cell.mean_tok_per_s = s.tokens / total_seconds;
+  // Step i attends over context + 2 + i tokens (the warm-up step's
+  // included); a sliding-window layer (gemma3) reads its window of them.
+  const double attended_tokens = context + 2 + (s.tokens - 1) / 2.0;
+  const KvGeometry geometry = s.engine->kv_geometry();
+  double layer_tokens = 0;
+  for (int l = 0; l < geometry.n_layer; ++l) {
+    layer_tokens += geometry.window(l) > 0 ? std::min<double>(attended_tokens, geometry.window(l)) : attended_tokens;
+  }
+  cell.kv_bytes_per_token = layer_tokens / geometry.n_layer * kv_bytes_per_cached_token;
+  cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
+  cell.bandwidth_bytes_per_s = median(bandwidths);
+  return cell;
+}
+
+}  // namespace
+
+absl::Status bench_decode(const Args& args) {
+  ModelBenchFlags c;
+  // "G": the group size min(32, head_dim) (kv_codec_list.h): g32 for the
+  // llama-3.2 shapes.
+  std::string contexts = "512,4096", kv_list = "f16,int8-gG-z3,int4-pc-kg128-gG-z3";
+  int64_t tokens = 16;
+  bool fill_by_prefill = false;
+  FlagSet flags("baton bench decode",
+                "--model FILE [--context 512,4096] [--kv f16,int8-g32-z3,...] [--threads 2] [--json]",
+                "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
+                "bytes read per token, the achieved read rate, and the machine's memory read bandwidth measured "
+                "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
+                "(common/kv/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
+                "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
+                "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill).");
+  add_model_bench_flags(flags, c);
+  flags.add_string("context", &contexts, "comma-separated contexts: tokens already in the KV cache", "LIST");
+  flags.add_string("kv", &kv_list,
+                   "comma-separated KV codecs (f32 for the F32 cache); G stands for min(32, head_dim)", "LIST");
+  flags.add_int64("tokens", &tokens, "tokens to decode and time per row");
+  flags.add_bool("prefill", &fill_by_prefill, "fill the context by a real prefill");
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
+  if (!run) return absl::OkStatus();
+  if (tokens < 1 || c.threads < 1) return absl::InvalidArgumentError("--tokens and --threads must be >= 1");
+
+  std::vector<int64_t> context_values;
+  for (const std::string& item : std::vector<std::string>(absl::StrSplit(contexts, ',', absl::SkipEmpty()))) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value < 0) {
+      return absl::InvalidArgumentError("--context: bad value '" + item + "'");
+    }
+    context_values.push_back(value);
+  }
+  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
+  const std::vector<std::string> kv_names =
+      absl::StrSplit(expand_codec_list(kv_list, m.spec().head_dim), ',', absl::SkipEmpty());
+  if (context_values.empty() || kv_names.empty()) {
+    return absl::InvalidArgumentError("--context and --kv need at least one value");
+  }
+  const std::vector<float> bandwidth_buffer(size_t{1} << 28, 1.0f);  // 1 GiB
+  DecodeRun result;
+  result.model = m.spec().name;
+  result.threads = c.threads;
+  result.kernels = simd_level_name(active_simd_level());
+  result.tokens = tokens;
+  result.weight_bytes_per_token = static_cast<double>(weight_bytes_per_token(*m.model));
+  const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};
+  for (int64_t context : context_values) {
+    for (const std::string& kv_name : kv_names) result.cells.push_back(measure_cell(setup, context, kv_name));
+  }
+  if (c.json) {
+    print_json_line(decode_json(result));
+  } else {
+    print_decode_table(result);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton::cli
