@@ -14,6 +14,26 @@
 namespace baton {
 
 class ThreadPool;
+struct KvCodecConfig;
+struct QuantizedKvBlock;
+
+// What a cache that keeps KV in the codec's quantized form offers the
+// handoff (kv_handoff.h): blocks from the wire copied in as they are,
+// without a decode to f32 and a requantization.
+class KvBlockIngest {
+ public:
+  // True when blocks encoded with `wire` for K (is_key) or V can be ingested
+  // without requantizing.
+  virtual bool can_ingest(const KvCodecConfig& wire, bool is_key) const = 0;
+  // Copies a block in quantized form (decode_kv_block_quantized with a config
+  // for which can_ingest holds) to tokens [token_begin, token_begin + n).
+  // Does not commit: the caller calls set_size when every layer holds the
+  // segment.
+  virtual absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block) = 0;
+
+ protected:
+  ~KvBlockIngest() = default;
+};
 
 class KvCache {
  public:
@@ -39,6 +59,10 @@ class KvCache {
 
   // Marks [0, n) committed after every layer stored it, or rolls back to n.
   virtual void set_size(int64_t n) = 0;
+
+  // The cache's quantized-block ingest, or null for a cache that takes f32
+  // rows only (store()), such as F32KvCache.
+  virtual KvBlockIngest* block_ingest() { return nullptr; }
 };
 
 }  // namespace baton

@@ -222,7 +222,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
         "KV segment [%d, %d) does not fit: the target cache holds at most %d tokens", first, end, target.capacity()));
   }
 
-  auto* store = dynamic_cast<QuantizedKvCache*>(&target);
+  KvBlockIngest* store = target.block_ingest();
   const bool ingest_k = store != nullptr && store->can_ingest(codec, /*is_key=*/true);
   const bool ingest_v = store != nullptr && store->can_ingest(codec, /*is_key=*/false);
 

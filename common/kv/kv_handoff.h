@@ -10,8 +10,8 @@
 // Receiver (edge): read_kv_segment feeds the messages to a KvStreamReader
 // with the codec hooks (kv_codec_params.h) and, only after the trailer
 // verified, load_kv_segment puts the blocks into the target KvCache:
-// QuantizedKvCache::ingest_block where the store holds the wire's form
-// as is, else decode to f32 and KvCache::store (per-channel or pre-RoPE keys,
+// KvBlockIngest::ingest_block (KvCache::block_ingest) where the store holds
+// the wire's form as is, else decode to f32 and KvCache::store (per-channel or pre-RoPE keys,
 // other bit widths, an F32 cache). The target is unchanged on any error: its
 // size stays put, and nothing is written until every block has decoded.
 //
