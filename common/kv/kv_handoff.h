@@ -45,6 +45,7 @@
 namespace baton {
 
 class Model;
+class QuantizedKvCache;
 
 // The model's RoPE, for codecs with pre-RoPE keys (unused otherwise).
 struct KvRope {
@@ -100,6 +101,13 @@ absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, 
 // The same from an F32KvCache that holds [0, end) (at least [first_position, end)).
 absl::Status write_kv_segment(const F32KvCache& source, const KvStreamHeaderInfo& info, const KvRope* rope,
                               KvStreamWriter& writer, const v1::ProducerStats* producer = nullptr);
+// The same from a QuantizedKvCache that holds [0, end), its blocks sent in
+// the store's own quantized form (export_block, no requantization; a
+// session file or a pack saved by the edge). info.codec must be that form
+// (can_ingest for K and V; its zstd level is the caller's choice), else
+// INVALID_ARGUMENT.
+absl::Status write_kv_segment(const QuantizedKvCache& source, const KvStreamHeaderInfo& info, KvStreamWriter& writer,
+                              const v1::ProducerStats* producer = nullptr);
 
 // What a load did.
 struct KvSegmentLoad {
