@@ -31,7 +31,6 @@
 #include "common/kv/prefix_digest.h"
 #include "common/kv/quantized_kv_cache.h"
 #include "common/util/check.h"
-#include "edge_decode/session_store.h"
 #include "common/util/errno_status.h"
 
 namespace baton {
@@ -317,7 +316,7 @@ absl::StatusOr<SessionFileInfo> read_session_file_header(const std::string& path
 }
 
 // ---------------------------------------------------------------------------
-// Writing and loading whole files (declared in session_store.h)
+// Writing and loading whole files
 
 absl::Status save_session_file(const std::string& path, const Session& session, const ModelFingerprint& model) {
   if (!is_valid_session_id(session.id)) {
