@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,9 +108,40 @@ class GenerateTurn {
   GenerateTurn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io)
       : rt_(runtime), request_(request), io_(io) {}
 
+  // The turn, as the list of its steps; each step reads what the steps
+  // before it left in the members below.
   absl::Status run();
 
  private:
+  // 1. Validate the request (cheap checks first).
+  absl::Status validate();
+  // 2. The session: continue it, or create it (one-shot sessions live for
+  // this call only); the store codec and the wire codec.
+  absl::Status take_session();
+  // 3. Tokens of the conversation after this turn's prompt.
+  absl::Status conversation_tokens();
+  // 4. Context: the conversation must fit; the session's KV store sized for
+  // it, with the prefix pack loaded into a new session.
+  absl::Status fit_context();
+  absl::Status load_pack();
+  // 5. Plan: positions [have, n-1) to prefill; the last prompt token always
+  // runs here.
+  absl::Status plan_prefill();
+  // 6. Prefill [have, n-1): through the cloud when the plan says so, else
+  // (or after a fallback) locally.
+  absl::Status prefill();
+  // The cloud part of step 6: true when the cloud prefilled, false when the
+  // turn falls back to local prefill (policy AUTO).
+  absl::StatusOr<bool> cloud_prefill();
+  // 7. The last prompt token, then decode (text pieces streamed).
+  absl::Status start_decoding();
+  absl::Status decode();
+  // Bytes the decoder or the stop matcher held back end the text.
+  absl::Status flush_text(StreamingDecoder& decoder, StopMatcher& stop_matcher);
+  // 8. Commit, then the final Stats.
+  absl::Status commit_and_report();
+
+  const std::string& session_id() const { return request_.session_id(); }
   absl::Status check_alive() const {
     if (io_.cancelled && io_.cancelled()) return absl::CancelledError("the client cancelled the Generate call");
     if (std::chrono::system_clock::now() > io_.deadline) {
@@ -160,6 +192,43 @@ class GenerateTurn {
   const EdgeRuntime& rt_;
   const v1::GenerateRequest& request_;
   const TurnIo& io_;
+
+  // Step 1.
+  SamplingParams sampling_;
+  uint32_t max_tokens_ = 0;
+  std::vector<std::string> stops_;
+  PrefillPolicy policy_ = PrefillPolicy::kAuto;
+  bool codec_requested_ = false;
+  KvCodecConfig wire_;
+  // Step 2.
+  std::optional<SessionLease> session_;
+  bool is_new_ = true;
+  KvCodecConfig store_;
+  // Step 3.
+  std::vector<int32_t> all_;
+  std::optional<PackSummary> pack_;
+  int64_t n_ = 0;
+  uint32_t prompt_token_count_ = 0;
+  // Step 4.
+  int64_t max_context_ = 0;
+  std::string context_warning_;
+  QuantizedKvCache* kv_ = nullptr;  // the session's store
+  // The pack part of the session is reused as loaded, here and on the cloud
+  // (when the cloud holds the pack: it was pulled from there).
+  int64_t pack_tokens_ = 0;
+  std::string cloud_pack_id_;
+  // Step 5.
+  int64_t have_ = 0;
+  uint32_t to_prefill_ = 0;
+  SplitPlan plan_;
+  // Steps 6 to 8.
+  v1::Stats stats_;
+  std::optional<Sampler> sampler_;
+  std::vector<float> logits_;
+  v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
+  uint32_t generated_ = 0;
+  Clock::time_point first_token_time_{};
+  Clock::time_point last_token_time_{};
 };
 
 absl::StatusOr<std::vector<int32_t>> GenerateTurn::prompt_tokens(bool is_new, bool with_pack,
@@ -283,12 +352,23 @@ absl::Status GenerateTurn::keep_interrupted_turn(SessionLease& session, const Sa
 }
 
 absl::Status GenerateTurn::run() {
-  // 1. Validate (cheap checks first).
-  const std::string& session_id = request_.session_id();
-  const bool one_shot = session_id.empty();
-  if (!one_shot && !is_valid_session_id(session_id)) {
+  BATON_RETURN_IF_ERROR(validate());             // 1
+  BATON_RETURN_IF_ERROR(take_session());         // 2
+  BATON_RETURN_IF_ERROR(conversation_tokens());  // 3
+  BATON_RETURN_IF_ERROR(fit_context());          // 4
+  BATON_RETURN_IF_ERROR(load_pack());
+  BATON_RETURN_IF_ERROR(plan_prefill());         // 5
+  BATON_RETURN_IF_ERROR(prefill());              // 6
+  BATON_RETURN_IF_ERROR(start_decoding());       // 7
+  BATON_RETURN_IF_ERROR(decode());
+  return commit_and_report();                    // 8
+}
+
+absl::Status GenerateTurn::validate() {
+  const bool one_shot = session_id().empty();
+  if (!one_shot && !is_valid_session_id(session_id())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("session_id '", session_id, "' is not 1..128 characters of [A-Za-z0-9._-]"));
+        absl::StrCat("session_id '", session_id(), "' is not 1..128 characters of [A-Za-z0-9._-]"));
   }
   if (request_.cache_salt().size() > kMaxCacheSaltBytes) {
     return absl::InvalidArgumentError(absl::StrFormat("cache_salt has %d bytes; at most %d are allowed",
@@ -301,335 +381,361 @@ absl::Status GenerateTurn::run() {
     return absl::InvalidArgumentError(
         absl::StrFormat("logprobs = %u alternatives; at most %d", request_.logprobs(), kMaxTopLogprobs));
   }
-  BATON_ASSIGN_OR_RETURN(SamplingParams sampling,
-                         sampling_params_from_proto(request_.sampling(), rt_.default_temperature));
-  const uint32_t max_tokens =
-      request_.max_tokens() > 0 ? request_.max_tokens() : static_cast<uint32_t>(rt_.default_max_tokens);
-  if (max_tokens > rt_.max_tokens_cap) {
+  BATON_ASSIGN_OR_RETURN(sampling_, sampling_params_from_proto(request_.sampling(), rt_.default_temperature));
+  max_tokens_ = request_.max_tokens() > 0 ? request_.max_tokens() : static_cast<uint32_t>(rt_.default_max_tokens);
+  if (max_tokens_ > rt_.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "max_tokens = %u is over this agent's cap of %u tokens per request (--max-tokens-cap)", max_tokens,
+        "max_tokens = %u is over this agent's cap of %u tokens per request (--max-tokens-cap)", max_tokens_,
         rt_.max_tokens_cap));
   }
-  std::vector<std::string> stops(request_.stop().begin(), request_.stop().end());
-  BATON_RETURN_IF_ERROR(check_stop_strings(stops, "stop"));
-  const PrefillPolicy policy = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
-  if (policy == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
+  stops_.assign(request_.stop().begin(), request_.stop().end());
+  BATON_RETURN_IF_ERROR(check_stop_strings(stops_, "stop"));
+  policy_ = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
+  if (policy_ == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
     return absl::FailedPreconditionError("policy cloud needs a cloud, and this agent has none (--cloud)");
   }
-  const bool codec_requested = request_.codec().codec() != v1::KV_CODEC_UNSPECIFIED;
-  BATON_ASSIGN_OR_RETURN(KvCodecConfig wire, resolve_wire_codec(request_.codec(), rt_.default_codec, rt_.geometry));
+  codec_requested_ = request_.codec().codec() != v1::KV_CODEC_UNSPECIFIED;
+  BATON_ASSIGN_OR_RETURN(wire_, resolve_wire_codec(request_.codec(), rt_.default_codec, rt_.geometry));
+  return absl::OkStatus();
+}
 
-  // 2. The session: continue it, or create it (one-shot sessions live for this call only).
+absl::Status GenerateTurn::take_session() {
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_TOKENIZING));
+  const bool one_shot = session_id().empty();
   std::unique_ptr<Session> taken;
-  bool is_new = true;
-  if (!one_shot && rt_.sessions->contains(session_id)) {
-    BATON_ASSIGN_OR_RETURN(taken, rt_.sessions->checkout(session_id));
-    is_new = false;
+  if (!one_shot && rt_.sessions->contains(session_id())) {
+    BATON_ASSIGN_OR_RETURN(taken, rt_.sessions->checkout(session_id()));
+    is_new_ = false;
   } else {
-    if (!one_shot) BATON_RETURN_IF_ERROR(rt_.sessions->reserve(session_id));
+    if (!one_shot) BATON_RETURN_IF_ERROR(rt_.sessions->reserve(session_id()));
     taken = std::make_unique<Session>();
-    taken->id = session_id;
+    taken->id = session_id();
     taken->created_unix_ms = unix_ms_now();
   }
-  SessionLease session(rt_.sessions, std::move(taken), is_new, one_shot);
+  session_.emplace(rt_.sessions, std::move(taken), is_new_, one_shot);
+  SessionLease& session = *session_;
 
-  KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
-  if (!is_new) {
+  store_ = QuantizedKvCache::store_config_for(wire_);
+  if (!is_new_) {
     const KvCodecConfig session_store = QuantizedKvCache::store_config_for(session->codec);
-    if (codec_requested && store != session_store) {
-      return absl::InvalidArgumentError(absl::StrCat("session '", session_id, "' holds its KV as ",
+    if (codec_requested_ && store_ != session_store) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", session_id(), "' holds its KV as ",
                                                      session_store.to_string(), "; the request asks for ",
-                                                     store.to_string()));
+                                                     store_.to_string()));
     }
     if (!request_.pack_id().empty() && request_.pack_id() != session->pack_id) {
       return absl::InvalidArgumentError(absl::StrCat("pack_id '", request_.pack_id(), "' applies to new sessions; '",
-                                                     session_id, "' started from '", session->pack_id, "'"));
+                                                     session_id(), "' started from '", session->pack_id, "'"));
     }
-    store = session_store;
+    store_ = session_store;
     // The session's store came from a wire codec of the same width; unless
     // the request names one, ask the cloud for the agent's default variant
     // when it lands in the same store, else for the store's own form.
-    if (!codec_requested) {
-      wire = QuantizedKvCache::store_config_for(rt_.default_codec) == store ? rt_.default_codec : store;
+    if (!codec_requested_) {
+      wire_ = QuantizedKvCache::store_config_for(rt_.default_codec) == store_ ? rt_.default_codec : store_;
     }
   }
-  session->codec = store;
+  session->codec = store_;
+  return absl::OkStatus();
+}
 
-  // 3. Tokens of the conversation after this turn's prompt.
-  std::vector<int32_t> all = session->tokens;
-  std::optional<PackSummary> pack;
-  if (is_new && !request_.pack_id().empty()) {
+absl::Status GenerateTurn::conversation_tokens() {
+  SessionLease& session = *session_;
+  all_ = session->tokens;
+  if (is_new_ && !request_.pack_id().empty()) {
     BATON_ASSIGN_OR_RETURN(PackSummary found, rt_.packs->find(request_.pack_id()));
-    pack = std::move(found);
+    pack_ = std::move(found);
   }
-  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(is_new, pack.has_value(), &stops));
-  if (pack.has_value()) {
+  BATON_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(is_new_, pack_.has_value(), &stops_));
+  if (pack_.has_value()) {
     // The pack starts the conversation: a prompt that begins with its tokens
     // is taken as is, any other prompt follows them.
-    const bool starts_with_pack = prompt.size() >= pack->tokens.size() &&
-                                  std::equal(pack->tokens.begin(), pack->tokens.end(), prompt.begin());
-    if (!starts_with_pack) all = pack->tokens;
+    const bool starts_with_pack = prompt.size() >= pack_->tokens.size() &&
+                                  std::equal(pack_->tokens.begin(), pack_->tokens.end(), prompt.begin());
+    if (!starts_with_pack) all_ = pack_->tokens;
   }
-  all.insert(all.end(), prompt.begin(), prompt.end());
-  const int64_t n = static_cast<int64_t>(all.size());
-  const uint32_t prompt_token_count = static_cast<uint32_t>(n - static_cast<int64_t>(session.tokens_before()));
+  all_.insert(all_.end(), prompt.begin(), prompt.end());
+  n_ = static_cast<int64_t>(all_.size());
+  prompt_token_count_ = static_cast<uint32_t>(n_ - static_cast<int64_t>(session.tokens_before()));
+  return absl::OkStatus();
+}
 
-  // 4. Context: the conversation must fit the trained context and this
-  // codec's share of the KV budget (whichever is smaller); max_tokens is
-  // clamped to the room left, with a warning before the first token.
-  const CodecCapacityPlan* capacity = rt_.memory.find(store);
+// The conversation must fit the trained context and this codec's share of
+// the KV budget (whichever is smaller); max_tokens is clamped to the room
+// left, with a warning before the first token.
+absl::Status GenerateTurn::fit_context() {
+  SessionLease& session = *session_;
+  const CodecCapacityPlan* capacity = rt_.memory.find(store_);
   CodecCapacityPlan computed;
   if (capacity == nullptr) {
-    computed.codec = store;
-    computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store, rt_.geometry));
+    computed.codec = store_;
+    computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store_, rt_.geometry));
     capacity = &computed;
   }
   const ContextLimit limit = context_limit(rt_.memory, *capacity, rt_.model->spec().n_ctx_train);
-  const int64_t max_context = limit.max_tokens();
+  max_context_ = limit.max_tokens();
   const int64_t held_tokens = static_cast<int64_t>(session.tokens_before());
-  BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens, n - held_tokens));
-  const std::string context_warning = context_overflow_warning(limit, n, max_tokens);
-  const int64_t wanted_capacity = std::min<int64_t>(max_context, n + static_cast<int64_t>(max_tokens));
+  BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens, n_ - held_tokens));
+  context_warning_ = context_overflow_warning(limit, n_, max_tokens_);
+  const int64_t wanted_capacity = std::min<int64_t>(max_context_, n_ + static_cast<int64_t>(max_tokens_));
   if (session->kv == nullptr) {
-    BATON_ASSIGN_OR_RETURN(session->kv, QuantizedKvCache::Create(rt_.geometry, wanted_capacity, store));
+    BATON_ASSIGN_OR_RETURN(session->kv, QuantizedKvCache::Create(rt_.geometry, wanted_capacity, store_));
   } else if (session->kv->capacity() < wanted_capacity) {
     BATON_RETURN_IF_ERROR(session->kv->reserve(wanted_capacity));
   }
-  QuantizedKvCache& kv = *session->kv;
-  if (pack.has_value()) {
-    BATON_ASSIGN_OR_RETURN(KvSegmentLoad loaded, rt_.packs->load_into(pack->pack_id, kv));
-    (void)loaded;
-    session->pack_id = pack->pack_id;
-  }
-  // The pack part of the session is reused as loaded, here and on the cloud
-  // (when the cloud holds the pack: it was pulled from there).
-  int64_t pack_tokens = 0;
-  std::string cloud_pack_id;
-  if (!session->pack_id.empty()) {
-    absl::StatusOr<PackSummary> summary = pack.has_value() ? absl::StatusOr<PackSummary>(*pack)
-                                                           : rt_.packs->find(session->pack_id);
-    pack_tokens = summary.ok() ? static_cast<int64_t>(summary->tokens.size()) : kv.size();
-    if (summary.ok() && summary->pulled) cloud_pack_id = session->pack_id;
-  }
+  kv_ = session->kv.get();
+  return absl::OkStatus();
+}
 
-  // 5. Plan: positions [have, n-1) to prefill; the last prompt token always runs here.
-  int64_t have = kv.size();
-  BATON_CHECK(have <= n, "session KV holds more tokens than the conversation");
-  if (have == n) {
-    have = n - 1;  // everything is held (a prompt equal to the pack): recompute the last token's logits
-    kv.set_size(have);
+absl::Status GenerateTurn::load_pack() {
+  SessionLease& session = *session_;
+  if (pack_.has_value()) {
+    BATON_ASSIGN_OR_RETURN(KvSegmentLoad loaded, rt_.packs->load_into(pack_->pack_id, *kv_));
+    (void)loaded;
+    session->pack_id = pack_->pack_id;
+  }
+  if (!session->pack_id.empty()) {
+    absl::StatusOr<PackSummary> summary = pack_.has_value() ? absl::StatusOr<PackSummary>(*pack_)
+                                                            : rt_.packs->find(session->pack_id);
+    pack_tokens_ = summary.ok() ? static_cast<int64_t>(summary->tokens.size()) : kv_->size();
+    if (summary.ok() && summary->pulled) cloud_pack_id_ = session->pack_id;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GenerateTurn::plan_prefill() {
+  QuantizedKvCache& kv = *kv_;
+  have_ = kv.size();
+  BATON_CHECK(have_ <= n_, "session KV holds more tokens than the conversation");
+  if (have_ == n_) {
+    have_ = n_ - 1;  // everything is held (a prompt equal to the pack): recompute the last token's logits
+    kv.set_size(have_);
     // A sliding-window layer holds only what the query at n sees (a pack
     // carries W - 1 rows): without the row n - W, recompute everything.
-    if (!kv.holds_window_for(have)) {
-      have = 0;
+    if (!kv.holds_window_for(have_)) {
+      have_ = 0;
       kv.set_size(0);
     }
   }
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_PLANNING));
-  const uint32_t to_prefill = static_cast<uint32_t>(n - 1 - have);
-  const int64_t local_from = stages_in_f32(store, n - 1) ? std::min<int64_t>(pack_tokens, have) : have;
-  const SplitPlan plan = decide_split(
-      split_inputs(wire, static_cast<uint32_t>(have), to_prefill, static_cast<uint32_t>(n - 1 - local_from)));
+  to_prefill_ = static_cast<uint32_t>(n_ - 1 - have_);
+  const int64_t local_from = stages_in_f32(store_, n_ - 1) ? std::min<int64_t>(pack_tokens_, have_) : have_;
+  plan_ = decide_split(
+      split_inputs(wire_, static_cast<uint32_t>(have_), to_prefill_, static_cast<uint32_t>(n_ - 1 - local_from)));
   if (request_.progress()) {
     v1::GenerateResponse response;
-    to_proto(plan, response.mutable_plan());
+    to_proto(plan_, response.mutable_plan());
     BATON_RETURN_IF_ERROR(emit(std::move(response)));
   }
+  return absl::OkStatus();
+}
 
-  // 6. Prefill [have, n-1).
-  v1::Stats stats;
-  if (!context_warning.empty()) {
-    stats.set_context_warning(context_warning);
+absl::Status GenerateTurn::prefill() {
+  if (!context_warning_.empty()) {
+    stats_.set_context_warning(context_warning_);
     v1::GenerateResponse warning;
-    warning.set_warning(context_warning);
+    warning.set_warning(context_warning_);
     BATON_RETURN_IF_ERROR(emit(std::move(warning)));
   }
-  bool prefilled = plan.place == v1::PREFILL_PLACE_REUSED;
-  if (plan.place == v1::PREFILL_PLACE_CLOUD) {
-    BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
-    CloudPrefillRequest cloud_request;
-    cloud_request.tokens.assign(all.begin(), all.end() - 1);
-    cloud_request.first_position = static_cast<uint32_t>(have);
-    cloud_request.codec = wire;
-    cloud_request.session_id = session_id;
-    cloud_request.session_created_unix_ms = session->created_unix_ms;
-    cloud_request.cache_salt = request_.cache_salt();
-    cloud_request.deadline = io_.deadline;
-    // Under auto, a stream slower than local prefill is abandoned for it.
-    if (policy == PrefillPolicy::kAuto) {
-      cloud_request.give_up_after_local_ms = plan.estimated_local_ms;
-    }
-    absl::Status emit_status;
-    auto on_block = [&](const CloudPrefillProgress& seen) {
-      if (!emit_status.ok() || !request_.progress()) return;
-      emit_status = progress(seen.trailer ? v1::PHASE_INGESTING : v1::PHASE_RECEIVING_KV, [&](v1::Progress* p) {
-        p->set_kv_layers_received(seen.kv_layers_received);
-        p->set_kv_bytes_received(seen.kv_bytes_received);
-      });
-    };
-    auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok(); };
-    cloud_request.prefix_pack_id = cloud_pack_id;
-    cloud_request.max_staging_bytes = staging_budget_bytes(session_id, kv);
-    absl::StatusOr<CloudPrefillResult> result =
-        rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
-    if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id.empty()) {
-      // The cloud no longer holds the pack: it recomputes those tokens instead.
-      cloud_request.prefix_pack_id.clear();
-      result = rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
-    }
-    if (result.ok()) {
-      prefilled = true;
-      stats.set_cloud_prefill_ms(result->cloud_prefill_ms);
-      stats.set_transfer_ms(result->transfer_ms);
-      stats.set_ingest_ms(result->ingest_ms);
-      // F16-equivalent: 2 bytes per K/V element of the segment.
-      stats.set_kv_raw_bytes(uint64_t{to_prefill} * static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) *
-                             2);
-      stats.set_kv_quantized_bytes(result->quantized_bytes);
-      stats.set_kv_wire_bytes(result->wire_bytes);
-      stats.set_cloud_reused_tokens(result->producer.cached_tokens());
-    } else {
-      BATON_CHECK(kv.size() == have, "a failed KV stream changed the session");
-      BATON_RETURN_IF_ERROR(check_alive());
-      // Our client is still here (check_alive), so a cancelled cloud call
-      // means the cloud went away.
-      const absl::StatusCode code = absl::IsCancelled(result.status()) ? absl::StatusCode::kUnavailable
-                                                                       : result.status().code();
-      const std::string why =
-          absl::StrCat("cloud prefill failed (", absl::StatusCodeToString(code), "): ", result.status().message());
-      if (policy == PrefillPolicy::kCloud) return absl::Status(code, why);
-      BATON_WARN("session %s: %s; prefilling locally", session_id.c_str(), why.c_str());
-      stats.set_fallback_reason(why);
-    }
+  bool prefilled = plan_.place == v1::PREFILL_PLACE_REUSED;
+  if (plan_.place == v1::PREFILL_PLACE_CLOUD) {
+    BATON_ASSIGN_OR_RETURN(prefilled, cloud_prefill());
   }
   if (!prefilled) {
-    BATON_RETURN_IF_ERROR(local_prefill(all, n - 1, pack_tokens, kv));
+    BATON_RETURN_IF_ERROR(local_prefill(all_, n_ - 1, pack_tokens_, *kv_));
   }
+  return absl::OkStatus();
+}
 
-  // 7. The last prompt token, then decode.
-  Sampler sampler(sampling);
-  if (!is_new) {
+absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
+  SessionLease& session = *session_;
+  QuantizedKvCache& kv = *kv_;
+  BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
+  CloudPrefillRequest cloud_request;
+  cloud_request.tokens.assign(all_.begin(), all_.end() - 1);
+  cloud_request.first_position = static_cast<uint32_t>(have_);
+  cloud_request.codec = wire_;
+  cloud_request.session_id = session_id();
+  cloud_request.session_created_unix_ms = session->created_unix_ms;
+  cloud_request.cache_salt = request_.cache_salt();
+  cloud_request.deadline = io_.deadline;
+  // Under auto, a stream slower than local prefill is abandoned for it.
+  if (policy_ == PrefillPolicy::kAuto) {
+    cloud_request.give_up_after_local_ms = plan_.estimated_local_ms;
+  }
+  absl::Status emit_status;
+  auto on_block = [&](const CloudPrefillProgress& seen) {
+    if (!emit_status.ok() || !request_.progress()) return;
+    emit_status = progress(seen.trailer ? v1::PHASE_INGESTING : v1::PHASE_RECEIVING_KV, [&](v1::Progress* p) {
+      p->set_kv_layers_received(seen.kv_layers_received);
+      p->set_kv_bytes_received(seen.kv_bytes_received);
+    });
+  };
+  auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok(); };
+  cloud_request.prefix_pack_id = cloud_pack_id_;
+  cloud_request.max_staging_bytes = staging_budget_bytes(session_id(), kv);
+  absl::StatusOr<CloudPrefillResult> result =
+      rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
+  if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id_.empty()) {
+    // The cloud no longer holds the pack: it recomputes those tokens instead.
+    cloud_request.prefix_pack_id.clear();
+    result = rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
+  }
+  if (result.ok()) {
+    stats_.set_cloud_prefill_ms(result->cloud_prefill_ms);
+    stats_.set_transfer_ms(result->transfer_ms);
+    stats_.set_ingest_ms(result->ingest_ms);
+    // F16-equivalent: 2 bytes per K/V element of the segment.
+    stats_.set_kv_raw_bytes(uint64_t{to_prefill_} *
+                            static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) * 2);
+    stats_.set_kv_quantized_bytes(result->quantized_bytes);
+    stats_.set_kv_wire_bytes(result->wire_bytes);
+    stats_.set_cloud_reused_tokens(result->producer.cached_tokens());
+    return true;
+  }
+  BATON_CHECK(kv.size() == have_, "a failed KV stream changed the session");
+  BATON_RETURN_IF_ERROR(check_alive());
+  // Our client is still here (check_alive), so a cancelled cloud call
+  // means the cloud went away.
+  const absl::StatusCode code =
+      absl::IsCancelled(result.status()) ? absl::StatusCode::kUnavailable : result.status().code();
+  const std::string why =
+      absl::StrCat("cloud prefill failed (", absl::StatusCodeToString(code), "): ", result.status().message());
+  if (policy_ == PrefillPolicy::kCloud) return absl::Status(code, why);
+  BATON_WARN("session %s: %s; prefilling locally", session_id().c_str(), why.c_str());
+  stats_.set_fallback_reason(why);
+  return false;
+}
+
+absl::Status GenerateTurn::start_decoding() {
+  SessionLease& session = *session_;
+  Sampler& sampler = sampler_.emplace(sampling_);
+  if (!is_new_) {
     SamplerState state = session->sampler;
     if (request_.sampling().has_seed()) state.rng = sampler.state().rng;  // an explicit seed restarts the stream
     sampler.restore(state);
   }
-  const size_t accept_from = is_new ? 0 : session.tokens_before();
-  for (size_t i = accept_from; i < all.size(); ++i) sampler.accept(all[i]);
+  const size_t accept_from = is_new_ ? 0 : session.tokens_before();
+  for (size_t i = accept_from; i < all_.size(); ++i) sampler.accept(all_[i]);
 
-  std::vector<float> logits;
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
-  BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all[n - 1], kv, &logits));
-  session->tokens = all;
+  BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
+  session->tokens = all_;
+  return absl::OkStatus();
+}
 
+absl::Status GenerateTurn::decode() {
+  SessionLease& session = *session_;
+  Sampler& sampler = *sampler_;
   StreamingDecoder decoder(*rt_.tokenizer);
-  StopMatcher stop_matcher(stops);
-  v1::FinishReason finish = v1::FINISH_REASON_LENGTH;
-  uint32_t generated = 0;
-  Clock::time_point first_token_time{};
-  Clock::time_point last_token_time{};
+  StopMatcher stop_matcher(stops_);
   // CANCELLED once the client left after its first token: the answer so far
   // is kept (keep_on_cancel).
   absl::Status interrupted;
   auto keep_on_cancel = [&](absl::Status status) {
-    if (!absl::IsCancelled(status) || generated == 0) return status;
+    if (!absl::IsCancelled(status) || generated_ == 0) return status;
     interrupted = std::move(status);
     return absl::OkStatus();
   };
-  if (static_cast<int64_t>(session->tokens.size()) >= max_context) {
-    finish = v1::FINISH_REASON_CONTEXT_FULL;  // no room for a single token
-    first_token_time = Clock::now();
+  if (static_cast<int64_t>(session->tokens.size()) >= max_context_) {
+    finish_ = v1::FINISH_REASON_CONTEXT_FULL;  // no room for a single token
+    first_token_time_ = Clock::now();
   }
-  while (finish != v1::FINISH_REASON_CONTEXT_FULL) {
+  while (finish_ != v1::FINISH_REASON_CONTEXT_FULL) {
     BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
     if (!interrupted.ok()) break;
-    const int32_t token = sampler.sample(logits);
+    const int32_t token = sampler.sample(logits_);
     const Clock::time_point now = Clock::now();
-    if (generated == 0) first_token_time = now;
+    if (generated_ == 0) first_token_time_ = now;
     if (rt_.tokenizer->is_eog(token)) {
-      finish = v1::FINISH_REASON_EOS;
+      finish_ = v1::FINISH_REASON_EOS;
       break;
     }
-    last_token_time = now;
+    last_token_time_ = now;
     sampler.accept(token, /*generated=*/true);
     session->tokens.push_back(token);
-    ++generated;
+    ++generated_;
     bool stopped = false;
     v1::GenerateResponse piece;
     piece.mutable_text()->set_text(stop_matcher.add(decoder.push(token), &stopped));
     piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
-    if (request_.has_logprobs()) add_logprobs(logits, token, request_.logprobs(), piece.mutable_text());
+    if (request_.has_logprobs()) add_logprobs(logits_, token, request_.logprobs(), piece.mutable_text());
     BATON_RETURN_IF_ERROR(keep_on_cancel(emit(std::move(piece))));
     if (!interrupted.ok()) break;
     if (stopped) {
-      finish = v1::FINISH_REASON_STOP;
+      finish_ = v1::FINISH_REASON_STOP;
       break;
     }
-    if (generated >= max_tokens) {
-      finish = v1::FINISH_REASON_LENGTH;
+    if (generated_ >= max_tokens_) {
+      finish_ = v1::FINISH_REASON_LENGTH;
       break;
     }
     // The conversation never grows past the limit (the last sampled token
     // included: the next turn runs it into the KV).
-    if (static_cast<int64_t>(session->tokens.size()) >= max_context) {
-      finish = v1::FINISH_REASON_CONTEXT_FULL;
+    if (static_cast<int64_t>(session->tokens.size()) >= max_context_) {
+      finish_ = v1::FINISH_REASON_CONTEXT_FULL;
       break;
     }
-    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, kv, &logits));
+    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, *kv_, &logits_));
   }
-  if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated, interrupted);
-  if (finish != v1::FINISH_REASON_STOP) {
-    // Bytes the decoder or the stop matcher held back end the text.
-    bool stopped = false;
-    std::string rest = stop_matcher.add(decoder.flush(), &stopped);
-    if (stopped) {
-      finish = v1::FINISH_REASON_STOP;
-    } else {
-      rest += stop_matcher.flush();
-    }
-    if (!rest.empty()) {
-      v1::GenerateResponse piece;
-      piece.mutable_text()->set_text(rest);
-      BATON_RETURN_IF_ERROR(emit(std::move(piece)));
-    }
-  }
-  const Clock::time_point end = Clock::now();
+  if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated_, interrupted);
+  if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text(decoder, stop_matcher));
+  return absl::OkStatus();
+}
 
-  // 8. Commit, then the final Stats.
+absl::Status GenerateTurn::flush_text(StreamingDecoder& decoder, StopMatcher& stop_matcher) {
+  bool stopped = false;
+  std::string rest = stop_matcher.add(decoder.flush(), &stopped);
+  if (stopped) {
+    finish_ = v1::FINISH_REASON_STOP;
+  } else {
+    rest += stop_matcher.flush();
+  }
+  if (!rest.empty()) {
+    v1::GenerateResponse piece;
+    piece.mutable_text()->set_text(rest);
+    BATON_RETURN_IF_ERROR(emit(std::move(piece)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GenerateTurn::commit_and_report() {
+  SessionLease& session = *session_;
+  const Clock::time_point end = Clock::now();
   session->last_used_unix_ms = unix_ms_now();
-  session->sampler = sampler.state();
+  session->sampler = sampler_->state();
   // What the session's KV holds, as ListSessions counts it (the last sampled
   // token enters the KV at the next turn).
-  const uint32_t context_tokens = static_cast<uint32_t>(kv.size());
+  const uint32_t context_tokens = static_cast<uint32_t>(kv_->size());
   if (absl::Status saved = session.commit(); !saved.ok()) {
-    stats.set_save_error(absl::StrCat("the turn is held in memory only (a restart would lose it): ",
-                                      absl::StatusCodeToString(saved.code()), ": ", saved.message()));
+    stats_.set_save_error(absl::StrCat("the turn is held in memory only (a restart would lose it): ",
+                                       absl::StatusCodeToString(saved.code()), ": ", saved.message()));
   }
 
-  const double ttft_ms = ms_between(io_.arrival, first_token_time);
-  stats.set_ttft_ms(ttft_ms);
-  stats.set_local_ms(std::max(0.0, ttft_ms - stats.cloud_prefill_ms() - stats.transfer_ms() - stats.ingest_ms()));
-  if (generated > 1) {
-    const double decode_s = ms_between(first_token_time, last_token_time) / 1000.0;
+  const double ttft_ms = ms_between(io_.arrival, first_token_time_);
+  stats_.set_ttft_ms(ttft_ms);
+  stats_.set_local_ms(std::max(0.0, ttft_ms - stats_.cloud_prefill_ms() - stats_.transfer_ms() - stats_.ingest_ms()));
+  if (generated_ > 1) {
+    const double decode_s = ms_between(first_token_time_, last_token_time_) / 1000.0;
     if (decode_s > 0) {
-      stats.set_decode_tokens_per_s(static_cast<double>(generated - 1) / decode_s);
-      rt_.decode_tokens_per_s->add(stats.decode_tokens_per_s());
+      stats_.set_decode_tokens_per_s(static_cast<double>(generated_ - 1) / decode_s);
+      rt_.decode_tokens_per_s->add(stats_.decode_tokens_per_s());
     }
   }
-  stats.set_prompt_tokens(prompt_token_count);
-  stats.set_generated_tokens(generated);
-  stats.set_context_tokens(context_tokens);
-  to_proto(plan, stats.mutable_plan());
-  if (!stats.fallback_reason().empty()) {
-    stats.mutable_plan()->set_place(v1::PREFILL_PLACE_LOCAL);
-    stats.mutable_plan()->set_reason(absl::StrCat(plan.reason, "; fell back to local prefill"));
+  stats_.set_prompt_tokens(prompt_token_count_);
+  stats_.set_generated_tokens(generated_);
+  stats_.set_context_tokens(context_tokens);
+  to_proto(plan_, stats_.mutable_plan());
+  if (!stats_.fallback_reason().empty()) {
+    stats_.mutable_plan()->set_place(v1::PREFILL_PLACE_LOCAL);
+    stats_.mutable_plan()->set_reason(absl::StrCat(plan_.reason, "; fell back to local prefill"));
   }
-  stats.set_finish_reason(finish);
-  stats.set_total_ms(ms_between(io_.arrival, end));
-  stats.set_session_id(session_id);
+  stats_.set_finish_reason(finish_);
+  stats_.set_total_ms(ms_between(io_.arrival, end));
+  stats_.set_session_id(session_id());
   v1::GenerateResponse last;
-  *last.mutable_stats() = std::move(stats);
+  *last.mutable_stats() = std::move(stats_);
   return emit(std::move(last));
 }
 

@@ -32,7 +32,6 @@
 #include "common/kv/quantized_kv_cache.h"
 #include "common/util/atomic_file.h"
 #include "common/util/check.h"
-#include "edge_decode/session_store.h"
 #include "common/util/errno_status.h"
 
 namespace baton {
@@ -228,7 +227,7 @@ absl::StatusOr<SessionFileInfo> read_session_file_header(const std::string& path
 }
 
 // ---------------------------------------------------------------------------
-// Writing and loading whole files (declared in session_store.h)
+// Writing and loading whole files
 
 absl::Status save_session_file(const std::string& path, const Session& session, const ModelFingerprint& model) {
   if (!is_valid_session_id(session.id)) {
@@ -282,16 +281,13 @@ absl::Status save_session_file(const std::string& path, const Session& session, 
 
   if (kv_tokens > 0) {
     const QuantizedKvCache& kv = *session.kv;
-    const KvGeometry& geometry = kv.geometry();
-    KvCodecConfig codec = kv.config();
-    codec.zstd_level = kSessionZstdLevel;
     KvStreamHeaderInfo info;
     info.model = model;
-    info.codec = codec;
+    info.codec = kv.config();
+    info.codec.zstd_level = kSessionZstdLevel;
     info.first_position = 0;
     info.token_ids.assign(session.tokens.begin(), session.tokens.begin() + kv_tokens);
     info.prefix_digest = prefix_digest(info.token_ids);
-    BATON_ASSIGN_OR_RETURN(v1::KvHeader kv_header, make_kv_header(info));
     BATON_RETURN_IF_ERROR(file->write(kKvPackMagic));
     std::string record_checksums;  // 8 bytes LE per message: what the footer hashes
     KvStreamWriter writer([&](const v1::KvStreamMessage& message) {
@@ -308,23 +304,8 @@ absl::Status save_session_file(const std::string& path, const Session& session, 
       BATON_RETURN_IF_ERROR(file->write(length));
       return file->write(bytes);
     });
-    BATON_RETURN_IF_ERROR(writer.write_header(std::move(kv_header)));
-    for (int layer = 0; layer < geometry.n_layer; ++layer) {
-      for (const bool is_key : {true, false}) {
-        constexpr int64_t kPlanTokens = 1024;
-        const uint64_t raw_bytes_per_token =
-            (kv_block_raw_size(codec, geometry, is_key, kPlanTokens) + kPlanTokens - 1) / kPlanTokens;
-        const KvBlockEncodeFn encode = [&](uint32_t token_begin,
-                                           uint32_t n_tokens) -> absl::StatusOr<KvEncodedPayload> {
-          BATON_ASSIGN_OR_RETURN(const QuantizedKvBlock block, kv.export_block(layer, is_key, token_begin, n_tokens));
-          BATON_ASSIGN_OR_RETURN(EncodedKvBlock encoded, encode_quantized_kv_block(codec, geometry, is_key, block));
-          return KvEncodedPayload{std::move(encoded.payload), encoded.raw_size};
-        };
-        BATON_RETURN_IF_ERROR(writer.write_layer(static_cast<uint32_t>(layer), is_key ? v1::KV_KIND_K : v1::KV_KIND_V,
-                                                 raw_bytes_per_token, encode));
-      }
-    }
-    BATON_RETURN_IF_ERROR(writer.write_trailer());
+    // The store's blocks go out in its own form (no requantization).
+    BATON_RETURN_IF_ERROR(write_kv_segment(kv, info, writer));
     char footer[8];
     put_le64(kv_payload_checksum(record_checksums), footer);
     BATON_RETURN_IF_ERROR(file->write(std::string_view(footer, 8)));

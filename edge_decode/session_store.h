@@ -5,17 +5,8 @@
 // stay on disk and are loaded again on their next turn. On start, files are
 // indexed; one whose model fingerprint differs from the served model is
 // refused with an error naming the differing field (and left on disk).
-//
-// Session file ("<dir>/<session id>.session"): magic "BATONSS1", then a
-// delimited v1::SessionFileHeader (id, tokens, codec, pack id, sampler state,
-// times, model fingerprint), then the XXH64 of the header's bytes (8 bytes,
-// little-endian: the header has no other checksum), then the session's KV as
-// a KV stream (the prefix-pack format of kv_pack_file.h, magic included,
-// first_position 0, the session's store codec, zstd) covering
-// [0, kv->size()), then a footer: XXH64 over the XXH64s of the stream's
-// messages (8 bytes each, little-endian), 8 bytes little-endian, so a flipped
-// byte anywhere is caught (the stream's own digests leave some header fields
-// out). Nothing follows the header's checksum when the KV is empty.
+// One file per session, "<dir>/<session id>.session" (format:
+// session_file.h).
 //
 // Thread-safe. A session is checked out for the length of one turn; a second
 // checkout of the same id fails with FAILED_PRECONDITION until it is returned.
@@ -137,12 +128,5 @@ class SessionStore {
   std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_ (implementation may change the container)
   uint64_t clock_ = 0;                           // LRU clock, guarded by mu_: larger is more recent
 };
-
-// Writes / reads one session file (used by SessionStore; exposed for tests
-// and tools). save_session_file is atomic (temp, fsync, rename, fsync of the
-// directory; mode 0600).
-absl::Status save_session_file(const std::string& path, const Session& session, const ModelFingerprint& model);
-absl::StatusOr<std::unique_ptr<Session>> load_session_file(const std::string& path, const ModelFingerprint& model,
-                                                           const KvGeometry& geometry);
 
 }  // namespace baton

@@ -9,31 +9,31 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/model/model_spec.h"
+#include "common/kv/kv_geometry.h"
 
 namespace baton {
 
 class ThreadPool;
+struct KvCodecConfig;
+struct QuantizedKvBlock;
 
-struct KvGeometry {
-  int n_layer = 0;
-  int n_head = 0;     // query heads
-  int n_head_kv = 0;  // key/value heads
-  int head_dim = 0;
-  // Sliding-window attention, per layer: empty, or n_layer entries where 0 =
-  // full attention and W > 0 = a query at position p sees keys at positions
-  // (p - W, p] only (llama.cpp's "standard" SWA; Gemma 2/3 local layers).
-  std::vector<int32_t> layer_window;
-  int64_t kv_dim() const { return int64_t{n_head_kv} * head_dim; }
-  int64_t q_dim() const { return int64_t{n_head} * head_dim; }
-  // 0 = full attention.
-  int32_t window(int layer) const { return layer_window.empty() ? 0 : layer_window[layer]; }
+// What a cache that keeps KV in the codec's quantized form offers the
+// handoff (kv_handoff.h): blocks from the wire copied in as they are,
+// without a decode to f32 and a requantization.
+class KvBlockIngest {
+ public:
+  // True when blocks encoded with `wire` for K (is_key) or V can be ingested
+  // without requantizing.
+  virtual bool can_ingest(const KvCodecConfig& wire, bool is_key) const = 0;
+  // Copies a block in quantized form (decode_kv_block_quantized with a config
+  // for which can_ingest holds) to tokens [token_begin, token_begin + n).
+  // Does not commit: the caller calls set_size when every layer holds the
+  // segment.
+  virtual absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block) = 0;
+
+ protected:
+  ~KvBlockIngest() = default;
 };
-
-// The KV geometry of a model.
-inline KvGeometry kv_geometry_for(const ModelSpec& spec) {
-  return KvGeometry{spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim, spec.layer_window};
-}
 
 class KvCache {
  public:
@@ -59,6 +59,10 @@ class KvCache {
 
   // Marks [0, n) committed after every layer stored it, or rolls back to n.
   virtual void set_size(int64_t n) = 0;
+
+  // The cache's quantized-block ingest, or null for a cache that takes f32
+  // rows only (store()), such as F32KvCache.
+  virtual KvBlockIngest* block_ingest() { return nullptr; }
 };
 
 }  // namespace baton

@@ -48,7 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/engine/kv_cache.h"
+#include "common/kv/kv_geometry.h"
 #include "common/kv/kv_codec_config.h"
 
 namespace baton {

@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/engine/kv_cache.h"
+#include "common/kv/kv_geometry.h"
 
 namespace baton {
 

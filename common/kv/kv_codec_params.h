@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/engine/kv_cache.h"
+#include "common/kv/kv_geometry.h"
 #include "common/kv/kv_codec_config.h"
 #include "common/kv/kv_stream.h"
 #include "common/kv/kv_stream_reader.h"

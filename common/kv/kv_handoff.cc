@@ -122,6 +122,52 @@ KvRowsFn f32_kv_rows(const F32KvCache& cache) {
 
 namespace {
 
+// Raw bytes per token of `codec` for K (is_key) or V, rounded up: sizes the
+// first try of each block (zstd only shrinks it).
+uint64_t raw_bytes_per_token(const KvCodecConfig& codec, const KvGeometry& geometry, bool is_key) {
+  constexpr int64_t kPlanTokens = 1024;
+  return (kv_block_raw_size(codec, geometry, is_key, kPlanTokens) + kPlanTokens - 1) / kPlanTokens;
+}
+
+// Sends one layer's K (is_key) or V through `writer` in bounded blocks that
+// `encode` makes; range: [token_begin, token_begin + n_tokens), or the whole
+// segment when unset.
+absl::Status write_kv_kind(const KvCodecConfig& codec, const KvGeometry& geometry, int layer, bool is_key,
+                           const std::optional<KvTokenRange>& range, const KvBlockEncodeFn& encode,
+                           KvStreamWriter& writer) {
+  const uint64_t bytes_per_token = raw_bytes_per_token(codec, geometry, is_key);
+  const v1::KvKind kind = is_key ? v1::KV_KIND_K : v1::KV_KIND_V;
+  if (range.has_value()) {
+    return writer.write_layer_range(static_cast<uint32_t>(layer), kind, range->begin, range->count, bytes_per_token,
+                                    encode);
+  }
+  return writer.write_layer(static_cast<uint32_t>(layer), kind, bytes_per_token, encode);
+}
+
+// Header, every layer through `write_layer`, trailer: the checks of the
+// public write_kv_segment overloads, in one place.
+absl::Status write_kv_segment_with(const KvGeometry& geometry, const KvStreamHeaderInfo& info, const KvRope* rope,
+                                   const std::function<absl::Status(int layer)>& write_layer, KvStreamWriter& writer,
+                                   const v1::ProducerStats* producer) {
+  BATON_RETURN_IF_ERROR(info.codec.validate(geometry));
+  BATON_RETURN_IF_ERROR(check_rope(info.codec, geometry, rope, "sender"));
+  BATON_RETURN_IF_ERROR(check_windows(info.model, geometry));
+  BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
+  BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
+  for (int layer = 0; layer < geometry.n_layer; ++layer) BATON_RETURN_IF_ERROR(write_layer(layer));
+  return writer.write_trailer(producer);
+}
+
+// The segment [info.first_position, end) must be in a source holding [0, size).
+absl::Status check_segment_in_source(const KvStreamHeaderInfo& info, int64_t size) {
+  const uint64_t end = uint64_t{info.first_position} + info.token_ids.size();
+  if (end > static_cast<uint64_t>(size)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV segment [%u, %u) is not in the source cache, which holds [0, %d)", info.first_position, end, size));
+  }
+  return absl::OkStatus();
+}
+
 // range: [token_begin, token_begin + n_tokens), or the whole segment when unset.
 absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
                                  const KvRope* rope, int layer, const std::optional<KvTokenRange>& range,
@@ -138,10 +184,6 @@ absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometr
   }
   std::vector<float> buffer;  // f32 [n, kv_dim] rows of one block
   for (const bool is_key : {true, false}) {
-    // Raw bytes per token, to size the first try of each block (zstd only shrinks it).
-    constexpr int64_t kPlanTokens = 1024;
-    const uint64_t raw_bytes_per_token =
-        (kv_block_raw_size(codec, geometry, is_key, kPlanTokens) + kPlanTokens - 1) / kPlanTokens;
     const KvBlockEncodeFn encode = [&](uint32_t token_begin,
                                        uint32_t n_tokens) -> absl::StatusOr<KvEncodedPayload> {
       buffer.resize(static_cast<size_t>(n_tokens * kv_dim));
@@ -154,13 +196,7 @@ absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometr
                              encode_kv_block(codec, geometry, is_key, buffer.data(), n_tokens));
       return KvEncodedPayload{std::move(encoded.payload), encoded.raw_size};
     };
-    const v1::KvKind kind = is_key ? v1::KV_KIND_K : v1::KV_KIND_V;
-    if (range.has_value()) {
-      BATON_RETURN_IF_ERROR(writer.write_layer_range(static_cast<uint32_t>(layer), kind, range->begin, range->count,
-                                                     raw_bytes_per_token, encode));
-    } else {
-      BATON_RETURN_IF_ERROR(writer.write_layer(static_cast<uint32_t>(layer), kind, raw_bytes_per_token, encode));
-    }
+    BATON_RETURN_IF_ERROR(write_kv_kind(codec, geometry, layer, is_key, range, encode, writer));
   }
   return absl::OkStatus();
 }
@@ -180,26 +216,42 @@ absl::Status write_kv_layer_range(const KvRowsFn& rows, const KvGeometry& geomet
 
 absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, const KvStreamHeaderInfo& info,
                               const KvRope* rope, KvStreamWriter& writer, const v1::ProducerStats* producer) {
-  BATON_RETURN_IF_ERROR(info.codec.validate(geometry));
-  BATON_RETURN_IF_ERROR(check_rope(info.codec, geometry, rope, "sender"));
-  BATON_RETURN_IF_ERROR(check_windows(info.model, geometry));
-  BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
-  BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
-  for (int layer = 0; layer < geometry.n_layer; ++layer) {
-    BATON_RETURN_IF_ERROR(write_kv_layer(rows, geometry, info.codec, rope, layer, writer));
-  }
-  return writer.write_trailer(producer);
+  const auto write_layer = [&](int layer) {
+    return write_kv_layer(rows, geometry, info.codec, rope, layer, writer);
+  };
+  return write_kv_segment_with(geometry, info, rope, write_layer, writer, producer);
 }
 
 absl::Status write_kv_segment(const F32KvCache& source, const KvStreamHeaderInfo& info, const KvRope* rope,
                               KvStreamWriter& writer, const v1::ProducerStats* producer) {
-  const uint64_t end = uint64_t{info.first_position} + info.token_ids.size();
-  if (end > static_cast<uint64_t>(source.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "KV segment [%u, %u) is not in the source cache, which holds [0, %d)", info.first_position, end,
-        source.size()));
-  }
+  BATON_RETURN_IF_ERROR(check_segment_in_source(info, source.size()));
   return write_kv_segment(f32_kv_rows(source), source.geometry(), info, rope, writer, producer);
+}
+
+absl::Status write_kv_segment(const QuantizedKvCache& source, const KvStreamHeaderInfo& info, KvStreamWriter& writer,
+                              const v1::ProducerStats* producer) {
+  BATON_RETURN_IF_ERROR(check_segment_in_source(info, source.size()));
+  for (const bool is_key : {true, false}) {
+    if (!source.can_ingest(info.codec, is_key)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("KV segment codec %s is not the %s form of the source store (%s)", info.codec.to_string(),
+                          is_key ? "K" : "V", source.config().to_string()));
+    }
+  }
+  const KvGeometry& geometry = source.geometry();
+  const auto write_layer = [&](int layer) -> absl::Status {
+    for (const bool is_key : {true, false}) {
+      const KvBlockEncodeFn encode = [&](uint32_t token_begin,
+                                         uint32_t n_tokens) -> absl::StatusOr<KvEncodedPayload> {
+        BATON_ASSIGN_OR_RETURN(const QuantizedKvBlock block, source.export_block(layer, is_key, token_begin, n_tokens));
+        BATON_ASSIGN_OR_RETURN(EncodedKvBlock encoded, encode_quantized_kv_block(info.codec, geometry, is_key, block));
+        return KvEncodedPayload{std::move(encoded.payload), encoded.raw_size};
+      };
+      BATON_RETURN_IF_ERROR(write_kv_kind(info.codec, geometry, layer, is_key, std::nullopt, encode, writer));
+    }
+    return absl::OkStatus();
+  };
+  return write_kv_segment_with(geometry, info, /*rope=*/nullptr, write_layer, writer, producer);
 }
 
 absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target) {
@@ -222,7 +274,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
         "KV segment [%d, %d) does not fit: the target cache holds at most %d tokens", first, end, target.capacity()));
   }
 
-  auto* store = dynamic_cast<QuantizedKvCache*>(&target);
+  KvBlockIngest* store = target.block_ingest();
   const bool ingest_k = store != nullptr && store->can_ingest(codec, /*is_key=*/true);
   const bool ingest_v = store != nullptr && store->can_ingest(codec, /*is_key=*/false);
 

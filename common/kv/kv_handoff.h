@@ -10,8 +10,8 @@
 // Receiver (edge): read_kv_segment feeds the messages to a KvStreamReader
 // with the codec hooks (kv_codec_params.h) and, only after the trailer
 // verified, load_kv_segment puts the blocks into the target KvCache:
-// QuantizedKvCache::ingest_block where the store holds the wire's form
-// as is, else decode to f32 and KvCache::store (per-channel or pre-RoPE keys,
+// KvBlockIngest::ingest_block (KvCache::block_ingest) where the store holds
+// the wire's form as is, else decode to f32 and KvCache::store (per-channel or pre-RoPE keys,
 // other bit widths, an F32 cache). The target is unchanged on any error: its
 // size stays put, and nothing is written until every block has decoded.
 //
@@ -45,6 +45,7 @@
 namespace baton {
 
 class Model;
+class QuantizedKvCache;
 
 // The model's RoPE, for codecs with pre-RoPE keys (unused otherwise).
 struct KvRope {
@@ -100,6 +101,13 @@ absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, 
 // The same from an F32KvCache that holds [0, end) (at least [first_position, end)).
 absl::Status write_kv_segment(const F32KvCache& source, const KvStreamHeaderInfo& info, const KvRope* rope,
                               KvStreamWriter& writer, const v1::ProducerStats* producer = nullptr);
+// The same from a QuantizedKvCache that holds [0, end), its blocks sent in
+// the store's own quantized form (export_block, no requantization; a
+// session file or a pack saved by the edge). info.codec must be that form
+// (can_ingest for K and V; its zstd level is the caller's choice), else
+// INVALID_ARGUMENT.
+absl::Status write_kv_segment(const QuantizedKvCache& source, const KvStreamHeaderInfo& info, KvStreamWriter& writer,
+                              const v1::ProducerStats* producer = nullptr);
 
 // What a load did.
 struct KvSegmentLoad {

@@ -29,7 +29,7 @@
 
 namespace baton {
 
-class QuantizedKvCache final : public KvCache {
+class QuantizedKvCache final : public KvCache, public KvBlockIngest {
  public:
   // `config`: bits, key_bits, group_size, key_group_size, hadamard flags;
   // key_axis must be per-token and pre_rope_keys false (see above); layout
@@ -95,13 +95,11 @@ class QuantizedKvCache final : public KvCache {
   // Makes size() the point a later set_size may roll back to (a turn's start).
   void pin_rollback_point();
 
-  // True when blocks encoded with `wire` for K (is_key) or V can be ingested
-  // without requantizing.
-  bool can_ingest(const KvCodecConfig& wire, bool is_key) const;
-  // Copies a block in quantized form (decode_kv_block_quantized with a config
-  // for which can_ingest holds) to tokens [token_begin, token_begin + n).
-  // Does not commit: call set_size when every layer holds the segment.
-  absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block);
+  // KvBlockIngest (kv_cache.h): blocks whose config agrees with the store's
+  // for that kind are copied in as they are.
+  KvBlockIngest* block_ingest() override { return this; }
+  bool can_ingest(const KvCodecConfig& wire, bool is_key) const override;
+  absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block) override;
   // The stored tokens [token_begin, token_begin + n_tokens) of one layer's K
   // or V, in this store's config (e.g. to save a session or a prefix pack).
   // OUT_OF_RANGE for positions a sliding-window layer no longer holds.

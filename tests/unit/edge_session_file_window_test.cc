@@ -17,7 +17,7 @@
 #include "common/model/layer_window.h"
 #include "common/util/sha256.h"
 #include "edge_decode/session.h"
-#include "edge_decode/session_store.h"
+#include "edge_decode/session_file.h"
 #include "tests/support/test_models.h"
 
 namespace baton {
