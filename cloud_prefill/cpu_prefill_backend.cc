@@ -1,7 +1,7 @@
 #include "cloud_prefill/cpu_prefill_backend.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/util/cpu_features.h"
 
 namespace baton {

@@ -32,8 +32,8 @@
 #include "cloud_prefill/prefix_cache.h"
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_stream.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_stream.h"
 #include "common/model/model_fingerprint.h"
 
 namespace baton {

@@ -52,7 +52,7 @@
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
 #include "cloud_prefill/tenant_auth.h"
-#include "common/kv/kv_codec_config.h"
+#include "common/kv_codec/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/grpc_status.h"  // kRetryAfterMetadataKey

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
 
 namespace baton {

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/util/sha256.h"
 
 namespace baton {

@@ -10,9 +10,9 @@
 #include "common/rpc/queued_write_reactor.h"
 #include "common/rpc/tsan_annotations.h"
 #include "cloud_prefill/prefill_service.h"
-#include "common/kv/kv_codec_params.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/kv_stream_reader.h"
+#include "common/kv_stream/kv_codec_params.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_stream_reader.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_stream.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_stream/kv_stream.h"
 #include "common/util/sha256.h"
 #include "proto/baton.pb.h"
 

@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 
 namespace baton {
 

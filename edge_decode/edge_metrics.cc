@@ -1,7 +1,7 @@
 #include "edge_decode/edge_metrics.h"
 
 #include "absl/strings/ascii.h"
-#include "edge_decode/split_policy.h"
+#include "edge_decode/plan/split_policy.h"
 
 namespace baton {
 namespace {

@@ -6,16 +6,16 @@
 #include <string>
 
 #include "common/engine/engine.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_handoff.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_handoff.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
-#include "edge_decode/cloud_client.h"
-#include "edge_decode/memory_plan.h"
-#include "edge_decode/pack_store.h"
-#include "edge_decode/session_store.h"
-#include "edge_decode/split_policy.h"
+#include "edge_decode/link/cloud_client.h"
+#include "edge_decode/plan/memory_plan.h"
+#include "edge_decode/store/pack_store.h"
+#include "edge_decode/store/session_store.h"
+#include "edge_decode/plan/split_policy.h"
 
 namespace baton {
 

@@ -24,8 +24,8 @@
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
-#include "edge_decode/http_front_end.h"
-#include "edge_decode/split_policy.h"
+#include "edge_decode/http/http_front_end.h"
+#include "edge_decode/plan/split_policy.h"
 
 namespace baton {
 namespace {

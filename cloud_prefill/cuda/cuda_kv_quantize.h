@@ -1,5 +1,5 @@
 // KV quantization on the GPU with the exact bytes of the CPU codec
-// (common/kv/kv_codec.h), so the edge cannot tell which side quantized its
+// (common/kv_codec/kv_codec.h), so the edge cannot tell which side quantized its
 // KV: a block quantized here and then laid out / compressed on the host by
 // encode_quantized_kv_block() equals encode_kv_block() of the same rows.
 #pragma once
@@ -9,9 +9,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "common/engine/kv_cache.h"
-#include "common/kv/kv_codec.h"
-#include "common/kv/kv_codec_config.h"
+#include "common/kv_cache/kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
+#include "common/kv_codec/kv_codec_config.h"
 
 namespace baton::cuda {
 

@@ -12,7 +12,7 @@
 #include "cloud_prefill/cuda/cuda_ops.h"
 #include "cloud_prefill/cuda/device_memory.h"
 #include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
 #include "common/util/thread_pool.h"

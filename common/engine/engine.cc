@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/cpu/ops.h"
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/gguf/ggml_quant.h"
 #include "common/util/check.h"
 

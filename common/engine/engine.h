@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/engine/kv_cache.h"
+#include "common/kv_cache/kv_cache.h"
 #include "common/model/model.h"
 #include "common/util/thread_pool.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/engine/kv_cache.h"
+#include "common/kv_cache/kv_cache.h"
 #include "common/gguf/ggml_quant.h"
 #include "common/util/check.h"
 

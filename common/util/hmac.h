@@ -1,6 +1,6 @@
 // HMAC-SHA256 (RFC 2104 over common/util/sha256.h): keyed digests for values
 // a peer must not be able to compute or invert without the key, e.g. the
-// session keys the edge gives the cloud (edge_decode/cloud_session_key.h).
+// session keys the edge gives the cloud (edge_decode/link/cloud_session_key.h).
 #pragma once
 
 #include <string_view>

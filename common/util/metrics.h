@@ -1,7 +1,7 @@
 // MetricsRegistry: a small thread-safe Prometheus registry (counters and
 // gauges with labels, histograms with fixed buckets) and its text exposition
 // format 0.0.4, served as GET /metrics by both programs
-// (edge_decode/http_front_end.h, common/util/metrics_http.h).
+// (edge_decode/http/http_front_end.h, common/util/metrics_http.h).
 //
 // Handles (Counter&, Gauge&, Histogram&) stay valid as long as the registry;
 // asking again for the same name and labels returns the same handle, so a

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/cpu/ops.h"
-#include "common/kv/kv_kernels.h"
+#include "common/kv_codec/kv_kernels.h"
 #include "common/util/fp16.h"
 
 namespace baton {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "common/kv/kv_codec.h"
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 
 namespace baton {
 namespace {

@@ -14,9 +14,9 @@
 #include "cloud_prefill/cuda/cuda_ops.h"
 #include "common/cpu/matmul.h"
 #include "common/cpu/ops.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec.h"
-#include "common/kv/kv_quant.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
+#include "common/kv_codec/kv_quant.h"
 #include "cuda_test_util.h"
 
 namespace baton::cuda {

@@ -18,7 +18,7 @@
 
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
 #include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/engine/reference_engine.h"
 #include "cuda_test_util.h"
 

@@ -40,12 +40,12 @@ libs=($(pkg-config --libs absl_statusor absl_str_format absl_strings protobuf li
 
 # The KV stream closure: fingerprint, prefix digest, writer, reader, pack files.
 sources=(
-  common/kv/kv_fingerprint.cc
-  common/kv/kv_pack_file.cc
-  common/kv/kv_stream.cc
-  common/kv/kv_stream_reader.cc
-  common/kv/kv_stream_writer.cc
-  common/kv/prefix_digest.cc
+  common/kv_stream/kv_fingerprint.cc
+  common/kv_stream/kv_pack_file.cc
+  common/kv_stream/kv_stream.cc
+  common/kv_stream/kv_stream_reader.cc
+  common/kv_stream/kv_stream_writer.cc
+  common/kv_stream/prefix_digest.cc
   common/util/errno_status.cc
   common/util/sha256.cc
 )
@@ -102,7 +102,7 @@ if [[ "${group}" == kv ]]; then exit 0; fi
 protoc --proto_path="${root}" --grpc_out="${out}/gen" --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
   "${root}/proto/baton.proto"
 cd "${root}"
-service_sources=(common/*/*.cc common/model/arch/*.cc cloud_prefill/*.cc edge_decode/*.cc)
+service_sources=(common/*/*.cc common/model/arch/*.cc cloud_prefill/*.cc edge_decode/*.cc edge_decode/*/*.cc)
 service_objects=()
 service_jobs=()
 for src in "${service_sources[@]}"; do
@@ -118,8 +118,8 @@ for src in "${service_sources[@]}"; do
   service_jobs+=("${root}/${src} ${obj}${isa:+ ${isa}}")  # no trailing blank: xargs -L would join lines
 done
 cd - > /dev/null
-# The web page's files (edge_decode/web_ui.h), embedded as edge_decode/CMakeLists.txt does.
-cmake -DOUT="${out}/gen/web_assets.cc" -DDIR="${root}/edge_decode/web" -P "${root}/edge_decode/web/embed.cmake"
+# The web page's files (edge_decode/http/web_ui.h), embedded as edge_decode/CMakeLists.txt does.
+cmake -DOUT="${out}/gen/web_assets.cc" -DDIR="${root}/edge_decode/http/web" -P "${root}/edge_decode/http/web/embed.cmake"
 service_objects+=("${out}/obj/svc_web_assets.o")
 service_jobs+=("${out}/gen/web_assets.cc ${out}/obj/svc_web_assets.o")
 # shellcheck disable=SC2207

@@ -11,9 +11,9 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "common/kv/kv_pack_file.h"
-#include "common/kv/kv_stream.h"
-#include "common/kv/kv_stream_reader.h"
+#include "common/kv_stream/kv_pack_file.h"
+#include "common/kv_stream/kv_stream.h"
+#include "common/kv_stream/kv_stream_reader.h"
 #include "tests/fuzz/kv_stream_fuzz_common.h"
 
 namespace {

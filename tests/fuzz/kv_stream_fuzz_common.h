@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/kv/kv_fingerprint.h"
-#include "common/kv/kv_stream_reader.h"
+#include "common/kv_stream/kv_fingerprint.h"
+#include "common/kv_stream/kv_stream_reader.h"
 
 namespace baton::fuzz {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "common/kv/kv_pack_file.h"
-#include "common/kv/kv_stream_writer.h"
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/kv_pack_file.h"
+#include "common/kv_stream/kv_stream_writer.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "tests/fuzz/kv_stream_fuzz_common.h"
 
 namespace {

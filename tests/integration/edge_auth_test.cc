@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rpc/api_keys.h"
-#include "edge_decode/http_front_end.h"
+#include "edge_decode/http/http_front_end.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/test_certs.h"
 

@@ -21,13 +21,13 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "common/kv/kv_codec_params.h"
-#include "common/kv/kv_fingerprint.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/kv_stream_writer.h"
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/kv_codec_params.h"
+#include "common/kv_stream/kv_fingerprint.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_stream_writer.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
-#include "edge_decode/cloud_session_key.h"
+#include "edge_decode/link/cloud_session_key.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {

@@ -25,7 +25,7 @@
 #include <sys/resource.h>
 
 #include "cloud_prefill/tenant_auth.h"
-#include "common/kv/kv_stream.h"
+#include "common/kv_stream/kv_stream.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/test_certs.h"
 #include "tests/integration/zstd_bomb.h"

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "edge_decode/stop_matcher.h"
+#include "edge_decode/generate/stop_matcher.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton {

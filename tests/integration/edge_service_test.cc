@@ -17,9 +17,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model.h"
-#include "edge_decode/memory_plan.h"
+#include "edge_decode/plan/memory_plan.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {

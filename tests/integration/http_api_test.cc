@@ -1,5 +1,5 @@
 // Real-server tests of the OpenAI-compatible HTTP front end
-// (edge_decode/http_front_end.h) and the cloud's metrics listener
+// (edge_decode/http/http_front_end.h) and the cloud's metrics listener
 // (common/util/metrics_http.h): real HTTP on 127.0.0.1:0, spoken by
 // httplib's client and by curl (Debian's), relaying over real gRPC.
 //
@@ -45,7 +45,7 @@
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
-#include "edge_decode/http_front_end.h"
+#include "edge_decode/http/http_front_end.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/test_models.h"

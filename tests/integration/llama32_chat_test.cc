@@ -37,8 +37,8 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/fp16.h"
-#include "edge_decode/chat_template.h"
-#include "edge_decode/session_file.h"
+#include "edge_decode/http/chat_template.h"
+#include "edge_decode/store/session_file.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/unit/tokenizer_test_util.h"
 

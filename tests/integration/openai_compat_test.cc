@@ -1,5 +1,5 @@
 // OpenAI compatibility as real clients use it, over real HTTP against the
-// real EdgeService (edge_decode/http_front_end.h, openai_api.h,
+// real EdgeService (edge_decode/http/http_front_end.h, openai_api.h,
 // generate_turn.cc). What must hold:
 // - any `model` name is served by the loaded model and answers name it;
 //   /v1/models lists the id and its aliases;
@@ -27,7 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/api_keys.h"
-#include "edge_decode/http_front_end.h"
+#include "edge_decode/http/http_front_end.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton {

@@ -25,12 +25,12 @@
 #include "cloud_prefill/prefill_service.h"
 #include "cloud_prefill/tenant_auth.h"
 #include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_codec_params.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/kv_stream_writer.h"
-#include "common/kv/prefix_digest.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_codec_params.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_stream_writer.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "proto/baton.grpc.pb.h"
@@ -40,7 +40,7 @@
 #include "tests/support/tiny_model.h"
 #include "tests/support/test_certs.h"
 #include "tests/integration/zstd_bomb.h"
-#include "common/kv/kv_stream.h"
+#include "common/kv_stream/kv_stream.h"
 
 namespace baton {
 namespace {

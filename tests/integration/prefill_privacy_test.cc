@@ -13,7 +13,7 @@
 
 #include "cloud_prefill/prefill_server.h"
 #include "cloud_prefill/prefill_service.h"
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/test_models.h"

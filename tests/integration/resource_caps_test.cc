@@ -16,15 +16,15 @@
 
 #include "cloud_prefill/prefill_service.h"
 #include "common/engine/engine.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/kv_stream_writer.h"
-#include "common/kv/prefix_digest.h"
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_stream_writer.h"
+#include "common/kv_stream/prefix_digest.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "edge_decode/memory_plan.h"
+#include "edge_decode/plan/memory_plan.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton {

@@ -1,5 +1,5 @@
 // Real-server tests of the chat page baton-edge serves on its --http address
-// (edge_decode/web_ui.h) and of the two things the page needs from the API:
+// (edge_decode/http/web_ui.h) and of the two things the page needs from the API:
 // the caller's session list, and the turn's figures on the last streamed
 // chunk. Real HTTP on 127.0.0.1:0 (httplib's client), relaying over real gRPC
 // to a real EdgeService (and PrefillService for the split turn).
@@ -27,8 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rpc/api_keys.h"
-#include "edge_decode/http_front_end.h"
-#include "edge_decode/web_ui.h"
+#include "edge_decode/http/http_front_end.h"
+#include "edge_decode/http/web_ui.h"
 #include "tests/support/edge_test_env.h"
 
 namespace baton::edge_test {

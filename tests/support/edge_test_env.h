@@ -22,7 +22,7 @@
 #include "common/model/model_quantize.h"
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
-#include "edge_decode/http_front_end.h"
+#include "edge_decode/http/http_front_end.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/test_certs.h"
 #include "tests/support/test_models.h"

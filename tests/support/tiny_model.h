@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/engine/engine.h"
-#include "common/engine/kv_cache.h"
+#include "common/kv_cache/kv_cache.h"
 #include "common/gguf/ggml_types.h"
-#include "common/kv/kv_handoff.h"
+#include "common/kv_stream/kv_handoff.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 

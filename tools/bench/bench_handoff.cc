@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
 
 namespace baton::cli {

@@ -11,10 +11,10 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model_fingerprint.h"
 
 namespace baton::cli {

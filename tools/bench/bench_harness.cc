@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/sampler.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/util/check.h"
 
 namespace baton::cli {

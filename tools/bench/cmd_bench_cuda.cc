@@ -27,7 +27,7 @@
 #include "bench_report.h"
 #include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
-#include "common/engine/f32_kv_cache.h"
+#include "common/kv_cache/f32_kv_cache.h"
 #include "common/model/model_synth.h"
 #include "common/util/check.h"
 #endif

@@ -147,7 +147,7 @@ absl::Status bench_decode(const Args& args) {
                 "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
                 "bytes read per token, the achieved read rate, and the machine's memory read bandwidth measured "
                 "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
-                "(common/kv/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
+                "(common/kv_codec/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
                 "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
                 "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill).");
   add_model_bench_flags(flags, c);

@@ -272,7 +272,7 @@ absl::StatusOr<bool> parse_fidelity_flags(const Args& args, FidelityFlags& f) {
   flags.add_int64("prompt", &f.prompt, "prompt tokens per window: [0, P-1) from the cloud (default W/2)");
   flags.add_int64("max-tokens", &f.max_tokens, "use at most this many held-out tokens (0: all)");
   flags.add_string("codecs", &f.codecs,
-                   "comma-separated KV wire codecs (common/kv/kv_codec_config.h); G stands for min(32, head_dim)",
+                   "comma-separated KV wire codecs (common/kv_codec/kv_codec_config.h); G stands for min(32, head_dim)",
                    "LIST");
   flags.add_int64("threads", &f.threads, "engine threads per model");
   flags.add_bool("json", &f.json, "print one JSON object instead of the table");

@@ -17,8 +17,8 @@
 #include "bench_harness.h"
 #include "bench_kv_codec.h"
 #include "common/cpu/ops.h"
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
 #include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "kv_codec_list.h"
@@ -218,7 +218,7 @@ absl::Status bench_kv_codec(const Args& args) {
   flags.add_int64("tokens", &tokens, "prompt tokens to prefill");
   flags.add_string("token-ids", &token_ids, "comma-separated prompt token ids (overrides --tokens)", "LIST");
   flags.add_string("codecs", &codecs,
-                   "comma-separated codec names (see common/kv/kv_codec_config.h); default: a set of "
+                   "comma-separated codec names (see common/kv_codec/kv_codec_config.h); default: a set of "
                    "f16/int8/int4 variants with groups of min(32, head_dim)",
                    "LIST");
   flags.add_int64("block", &block_tokens, "tokens per encoded block");

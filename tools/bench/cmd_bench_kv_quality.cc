@@ -302,7 +302,7 @@ absl::Status bench_kv_quality(const Args& args) {
   flags.add_int64("chunk", &chunk, "tokens per chunk, BOS included (first half sent, second half scored)");
   flags.add_int64("max-tokens", &max_tokens, "use at most this many text tokens (0: all)");
   flags.add_string("codecs", &codecs,
-                   "comma-separated wire codecs (common/kv/kv_codec_config.h); default: f16/int8/int4 "
+                   "comma-separated wire codecs (common/kv_codec/kv_codec_config.h); default: f16/int8/int4 "
                    "variants with groups of min(32, head_dim); the f16 baseline always runs",
                    "LIST");
   flags.add_int64("prompts", &prompts, "chunks whose first half prompts the greedy comparison");

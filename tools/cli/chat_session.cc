@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/util/flags.h"
-#include "edge_decode/session.h"
+#include "edge_decode/store/session.h"
 
 namespace baton::cli {
 namespace {

@@ -21,7 +21,7 @@
 #include "generate_flags.h"
 #include "interrupt.h"
 #include "kv_codec_list.h"
-#include "edge_decode/split_policy.h"
+#include "edge_decode/plan/split_policy.h"
 #include "progress_line.h"
 #include "report.h"
 #include "turn_stats.h"

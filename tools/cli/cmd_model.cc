@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "commands.h"
 #include "common/gguf/gguf_file.h"
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/model/model_quantize.h"
@@ -17,7 +17,7 @@
 #include "common/model/model_synth.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
-#include "edge_decode/memory_plan.h"
+#include "edge_decode/plan/memory_plan.h"
 #include "report.h"
 
 namespace baton::cli {

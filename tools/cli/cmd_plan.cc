@@ -1,6 +1,6 @@
 // baton plan --model FILE --memory 8GiB: how a device's memory is shared
 // between weights, scratch, headroom and KV, and the longest context each KV
-// codec allows on that budget (edge_decode/memory_plan.h, the same plan the
+// codec allows on that budget (edge_decode/plan/memory_plan.h, the same plan the
 // agent reports in Health). --shape NAME sizes a known model shape without a
 // file (weights estimated from the parameter count and --weights-type).
 #include <cstdio>
@@ -10,13 +10,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "commands.h"
-#include "common/kv/kv_codec_config.h"
+#include "common/kv_codec/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/model/model_spec.h"
 #include "common/model/synth_shapes.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
-#include "edge_decode/memory_plan.h"
+#include "edge_decode/plan/memory_plan.h"
 #include "kv_codec_list.h"
 #include "progress_line.h"
 #include "report.h"

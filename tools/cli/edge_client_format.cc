@@ -1,7 +1,7 @@
 #include "edge_client_format.h"
 
-#include "common/kv/kv_codec_config.h"
-#include "common/kv/kv_codec_params.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_codec_params.h"
 #include "common/util/sha256.h"
 
 namespace baton::cli {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "common/kv/kv_codec_params.h"
+#include "common/kv_stream/kv_codec_params.h"
 #include "common/util/check.h"
 
 namespace baton::cli {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/kv/kv_codec_config.h"
+#include "common/kv_codec/kv_codec_config.h"
 #include "proto/baton.pb.h"
 
 namespace baton::cli {

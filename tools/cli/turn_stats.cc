@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/util/format_bytes.h"
-#include "edge_decode/split_policy.h"
+#include "edge_decode/plan/split_policy.h"
 #include "report.h"
 
 namespace baton::cli {

@@ -2,7 +2,7 @@
 """Writes pre_tokenizer_regex_cases.txt: random strings split by the
 pre-tokenizer regexes with the Python `regex` module (Debian: apt-get install
 python3-regex), an engine independent of the hand-written matchers in
-common/tokenizer/pre_tokenizer.cc. Read by tests/unit/pre_tokenizer_test.cc.
+common/tokenizer/pre_tokenizer.cc. Read by tests/unit/common/tokenizer/pre_tokenizer_test.cc.
 
 Line format: KIND <TAB> hex(text) <TAB> hex(word),hex(word),...
 (hex of the UTF-8 bytes; KIND is the canonical name PreTokenizer::name()

@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/engine/f32_kv_cache.h"
-#include "common/kv/kv_codec_params.h"
-#include "common/kv/kv_handoff.h"
-#include "common/kv/prefix_digest.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_stream/kv_codec_params.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
 #include "tests/support/tiny_model.h"
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/kv/prefix_digest.h"
+#include "common/kv_stream/prefix_digest.h"
 
 namespace baton {
 namespace {

@@ -1,0 +1,376 @@
+#include "common/kv_cache/quantized_kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_format.h"
+#include "common/cpu/ops.h"
+#include "common/kv_codec/kv_kernels.h"
+#include "common/kv_codec/kv_quant.h"
+#include "common/model/layer_window.h"
+#include "common/util/check.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+using Bits = KvCodecConfig::Bits;
+
+int64_t code_bytes_per_row(Bits bits, const KvGeometry& g) {
+  switch (bits) {
+    case Bits::kF16:
+      return 2 * g.kv_dim();
+    case Bits::kInt8:
+      return g.kv_dim();
+    case Bits::kInt4:
+      return g.kv_dim() / 2;
+  }
+  return 0;
+}
+
+int64_t groups_per_row(Bits bits, int group, const KvGeometry& g) {
+  return bits != Bits::kF16 ? g.kv_dim() / group : 0;
+}
+
+// Bytes of one token's row of one layer's K (is_key) or V: codes, scales, mins.
+int64_t row_bytes(const KvCodecConfig& c, const KvGeometry& g, bool is_key) {
+  const Bits bits = c.bits_for(is_key);
+  const int64_t scale_arrays = bits == Bits::kInt4 ? 2 : 1;
+  return code_bytes_per_row(bits, g) + 2 * scale_arrays * groups_per_row(bits, c.group_size_for(is_key), g);
+}
+
+// `rows` advanced by first_row rows (the first key a sliding window sees).
+kv_kernels_impl::KvHeadRows rows_from(kv_kernels_impl::KvHeadRows rows, int64_t first_row) {
+  rows.codes += first_row * rows.row_code_bytes;
+  rows.scales += first_row * rows.row_groups;
+  if (rows.mins != nullptr) rows.mins += first_row * rows.row_groups;
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QuantizedKvCache>> QuantizedKvCache::Create(const KvGeometry& geometry,
+                                                                            int64_t capacity_tokens,
+                                                                            const KvCodecConfig& config) {
+  if (absl::Status st = config.validate(geometry); !st.ok()) return st;
+  if (config.quantized() && config.key_axis != KvCodecConfig::KeyAxis::kPerToken) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store codec %s: the store keeps keys in per-token groups (per-channel keys are requantized on "
+        "ingest); use %s",
+        config.to_string(), store_config_for(config).to_string()));
+  }
+  if (config.pre_rope_keys) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store codec %s: the store keeps post-RoPE keys; use %s", config.to_string(),
+        store_config_for(config).to_string()));
+  }
+  if (geometry.n_layer < 1 || geometry.n_head < geometry.n_head_kv || geometry.n_head % geometry.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV store: bad geometry (%d layers, %d heads, %d kv heads)",
+                                                      geometry.n_layer, geometry.n_head, geometry.n_head_kv));
+  }
+  if (capacity_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV store: negative capacity %d", capacity_tokens));
+  }
+  return std::unique_ptr<QuantizedKvCache>(new QuantizedKvCache(geometry, capacity_tokens, config));
+}
+
+KvCodecConfig QuantizedKvCache::store_config_for(const KvCodecConfig& wire) {
+  KvCodecConfig c;
+  c.bits = wire.bits;
+  c.key_bits = wire.key_bits;
+  c.group_size = wire.group_size;
+  // Per-channel wire keys are requantized in per-token groups of the value
+  // group (the wire's key group spans tokens).
+  if (wire.key_axis == KvCodecConfig::KeyAxis::kPerToken) c.key_group_size = wire.key_group_size;
+  c.hadamard_keys = wire.hadamard_keys;
+  c.hadamard_values = wire.hadamard_values;
+  return c;
+}
+
+int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry) {
+  return (row_bytes(config, geometry, /*is_key=*/true) + row_bytes(config, geometry, /*is_key=*/false)) *
+         geometry.n_layer;
+}
+
+QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens,
+                                   const KvCodecConfig& config)
+    : geometry_(geometry),
+      capacity_(capacity_tokens),
+      config_(config) {
+  for (bool is_key : {true, false}) {
+    Plane& p = is_key ? k_ : v_;
+    p.bits = config.bits_for(is_key);
+    p.group = config.group_size_for(is_key);
+    p.row_code_bytes = code_bytes_per_row(p.bits, geometry);
+    p.row_groups = groups_per_row(p.bits, p.group, geometry);
+  }
+  lay_out(capacity_tokens);
+}
+
+void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const {
+  const int64_t elements = n * geometry_.kv_dim();
+  uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
+  // Groups divide head_dim, so quantizing the n rows as one run of elements
+  // gives the same groups as per row.
+  switch (plane.bits) {
+    case Bits::kF16:
+      kv_quant::f32_to_f16(x, reinterpret_cast<uint16_t*>(codes), elements);
+      break;
+    case Bits::kInt8:
+      kv_quant::quantize_int8_groups(x, elements, plane.group, reinterpret_cast<int8_t*>(codes),
+                                     plane.scales.data() + first_row * plane.row_groups);
+      break;
+    case Bits::kInt4:
+      kv_quant::quantize_int4_groups(x, elements, plane.group, codes,
+                                     plane.scales.data() + first_row * plane.row_groups,
+                                     plane.mins.data() + first_row * plane.row_groups);
+      break;
+  }
+}
+
+absl::Status QuantizedKvCache::check_range(int layer, int64_t token_begin, int64_t n_tokens) const {
+  if (layer < 0 || layer >= geometry_.n_layer) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV store: layer %d is outside [0, %d)", layer, geometry_.n_layer));
+  }
+  if (token_begin < 0 || n_tokens < 0 || token_begin + n_tokens > capacity_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV store holds %d tokens; positions [%d, %d) do not fit", capacity_, token_begin, token_begin + n_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const float* k, const float* v) {
+  BATON_CHECK(layer >= 0 && layer < geometry_.n_layer && pos >= 0 && n >= 0);
+  if (absl::Status st = check_range(layer, pos, n); !st.ok()) return st;
+  if (n == 0) return absl::OkStatus();
+  // A windowed layer keeps only the last rows of a store longer than it holds.
+  const int64_t first = make_room(layer, pos, n);
+  k += (first - pos) * geometry_.kv_dim();
+  v += (first - pos) * geometry_.kv_dim();
+  n -= first - pos;
+  const int64_t elements = n * geometry_.kv_dim();
+  const int64_t first_row = row_of(layer, first);
+  std::vector<float> rotated;
+  auto maybe_rotate = [&](const float* x, bool hadamard) {
+    if (!hadamard) return x;
+    rotated.assign(x, x + elements);
+    kv_quant::hadamard_rows(rotated.data(), n * geometry_.n_head_kv, geometry_.head_dim);
+    return static_cast<const float*>(rotated.data());
+  };
+  quantize_rows(maybe_rotate(k, config_.hadamard_keys), n, k_, first_row);
+  quantize_rows(maybe_rotate(v, config_.hadamard_values), n, v_, first_row);
+  return absl::OkStatus();
+}
+
+void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
+                              ThreadPool* pool) const {
+  const KvGeometry& g = geometry_;
+  const int64_t q_dim = g.q_dim();
+  const int heads_per_kv = g.n_head / g.n_head_kv;
+  const int head_dim = g.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
+  // K and V may differ in bits and group (int4-k8): each plane has its own
+  // row strides and kernel path. Row j of head kv_h: codes at
+  // j * row_code_bytes + kv_h * head_code_bytes, scales (mins) at
+  // j * row_groups + kv_h * head_groups.
+  const int k_group = k_.group, v_group = v_.group;
+  const int64_t k_row_code_bytes = k_.row_code_bytes, v_row_code_bytes = v_.row_code_bytes;
+  const int64_t k_row_groups = k_.row_groups, v_row_groups = v_.row_groups;
+  const int64_t k_head_code_bytes = k_row_code_bytes / g.n_head_kv, v_head_code_bytes = v_row_code_bytes / g.n_head_kv;
+  const int64_t k_head_groups = k_row_groups / g.n_head_kv, v_head_groups = v_row_groups / g.n_head_kv;
+  // Row 0 of the layer holds position layer_base; a windowed layer must hold
+  // every key its queries see.
+  const int64_t layer_row = layer_offset_[layer];
+  const int64_t layer_base = layer_base_[layer];
+  BATON_CHECK(first_visible_key(layer, pos) >= layer_base && pos + n <= layer_base + layer_rows_[layer],
+              "sliding-window KV store does not hold the keys of the queries");
+  const uint8_t* k_codes = k_.codes.data() + layer_row * k_row_code_bytes;
+  const uint8_t* v_codes = v_.codes.data() + layer_row * v_row_code_bytes;
+  const uint16_t* k_scales = k_.scales.data() + layer_row * k_row_groups;
+  const uint16_t* v_scales = v_.scales.data() + layer_row * v_row_groups;
+  const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * k_row_groups;
+  const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * v_row_groups;
+
+  auto bits_number = [](Bits b) { return b == Bits::kF16 ? 16 : b == Bits::kInt8 ? 8 : 4; };
+  const int group_floats = heads_per_kv * head_dim;  // the query heads of one KV head, [heads_per_kv, head_dim]
+  // One task per (query token, KV head): the heads_per_kv query heads that
+  // share a KV head (GQA) read each of its rows once, in one kernel call
+  // (kv_kernels attend_heads) instead of one call per row and head.
+  auto run = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch, q_rotated;  // grow only: no allocation per decode step
+    const size_t scratch_floats =
+        static_cast<size_t>(kv_kernels_impl::attend_heads_scratch_floats(heads_per_kv, head_dim, pos + n));
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    if (q_rotated.size() < static_cast<size_t>(group_floats)) q_rotated.resize(group_floats);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / g.n_head_kv;
+      const int kv_h = static_cast<int>(task % g.n_head_kv);
+      // Causal: keys [key_first, pos + t]; key_first > 0 on a sliding-window layer.
+      const int64_t key_first = first_visible_key(layer, pos + t);
+      const int64_t n_ctx = pos + t + 1 - key_first;
+      const float* qh = q + t * q_dim + int64_t{kv_h} * group_floats;
+      if (config_.hadamard_keys) {
+        std::memcpy(q_rotated.data(), qh, sizeof(float) * group_floats);
+        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(q_rotated.data() + i * head_dim, head_dim);
+        qh = q_rotated.data();
+      }
+      const kv_kernels_impl::KvHeadRows k_rows{bits_number(k_.bits),
+                                               k_codes + kv_h * k_head_code_bytes,
+                                               k_row_code_bytes,
+                                               k_scales + kv_h * k_head_groups,
+                                               k_mins != nullptr ? k_mins + kv_h * k_head_groups : nullptr,
+                                               k_row_groups,
+                                               k_group};
+      const kv_kernels_impl::KvHeadRows v_rows{bits_number(v_.bits),
+                                               v_codes + kv_h * v_head_code_bytes,
+                                               v_row_code_bytes,
+                                               v_scales + kv_h * v_head_groups,
+                                               v_mins != nullptr ? v_mins + kv_h * v_head_groups : nullptr,
+                                               v_row_groups,
+                                               v_group};
+      float* oh = out + t * q_dim + int64_t{kv_h} * group_floats;
+      kern.attend_heads(rows_from(k_rows, key_first - layer_base), rows_from(v_rows, key_first - layer_base), qh,
+                        heads_per_kv, head_dim, scale, n_ctx, scratch.data(), oh);
+      if (config_.hadamard_values) {
+        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(oh + i * head_dim, head_dim);
+      }
+    }
+  };
+  const int64_t n_tasks = n * g.n_head_kv;
+  if (pool != nullptr) {
+    pool->parallel_for(n_tasks, run);
+  } else {
+    run(0, n_tasks);
+  }
+}
+
+int64_t QuantizedKvCache::first_visible_key(int layer, int64_t query_pos) const {
+  return window_first_kept_position(geometry_.window(layer), query_pos);
+}
+
+void QuantizedKvCache::set_size(int64_t n) {
+  BATON_CHECK(n >= 0 && n <= capacity_);
+  if (n < size_) restore_windows(n);
+  size_ = n;
+}
+
+absl::Status QuantizedKvCache::reserve(int64_t new_capacity_tokens) {
+  if (new_capacity_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV store: cannot reserve a negative capacity (%d tokens)", new_capacity_tokens));
+  }
+  if (new_capacity_tokens <= capacity_) return absl::OkStatus();
+  relayout(new_capacity_tokens);
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedKvCache::shrink_to(int64_t capacity_tokens) {
+  if (capacity_tokens < size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store: cannot shrink to %d tokens below the %d tokens it holds", capacity_tokens, size_));
+  }
+  if (capacity_tokens >= capacity_) return absl::OkStatus();
+  relayout(capacity_tokens);
+  return absl::OkStatus();
+}
+
+void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
+  const Plane old_k = std::move(k_), old_v = std::move(v_);
+  const std::vector<int64_t> old_offset = layer_offset_, old_rows = layer_rows_, old_base = layer_base_;
+  k_ = Plane{old_k.bits, old_k.group, old_k.row_code_bytes, old_k.row_groups, {}, {}, {}};
+  v_ = Plane{old_v.bits, old_v.group, old_v.row_code_bytes, old_v.row_groups, {}, {}, {}};
+  lay_out(new_capacity_tokens);
+  for (int layer = 0; layer < geometry_.n_layer; ++layer) {
+    // Full layers keep rows [0, kept) (rows past size() too); a windowed one
+    // the newest rows up to size() (past it nothing is committed).
+    int64_t kept = std::min(old_rows[layer], layer_rows_[layer]);
+    int64_t skip = 0;
+    if (geometry_.window(layer) > 0) {
+      const int64_t held = std::clamp(size_ - old_base[layer], int64_t{0}, old_rows[layer]);
+      kept = std::min(held, layer_rows_[layer]);
+      skip = held - kept;
+    }
+    layer_base_[layer] = old_base[layer] + skip;
+    copy_rows(old_k, old_offset[layer] + skip, k_, layer_offset_[layer], kept);
+    copy_rows(old_v, old_offset[layer] + skip, v_, layer_offset_[layer], kept);
+  }
+  capacity_ = new_capacity_tokens;
+}
+
+bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {
+  const Plane& plane = is_key ? k_ : v_;
+  const Bits bits = wire.bits_for(is_key);
+  if (bits != plane.bits) return false;
+  if (bits != Bits::kF16 && wire.group_size_for(is_key) != plane.group) return false;
+  if (!is_key) return wire.hadamard_values == config_.hadamard_values;
+  return wire.hadamard_keys == config_.hadamard_keys && !wire.pre_rope_keys &&
+         (!wire.quantized() || wire.key_axis == KvCodecConfig::KeyAxis::kPerToken);
+}
+
+absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t token_begin,
+                                            const QuantizedKvBlock& block) {
+  if (absl::Status st = check_range(layer, token_begin, block.n_tokens); !st.ok()) return st;
+  Plane& plane = is_key ? k_ : v_;
+  const int64_t n = block.n_tokens;
+  const int64_t scale_count = plane.bits == Bits::kInt4 ? n * plane.row_groups : 0;
+  if (static_cast<int64_t>(block.codes.size()) != n * plane.row_code_bytes ||
+      static_cast<int64_t>(block.scales.size()) != n * plane.row_groups ||
+      static_cast<int64_t>(block.mins.size()) != scale_count) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV store %s: %s block of %d tokens has %d code bytes, %d scales, %d mins; expected %d, %d, %d",
+        config_.to_string(), is_key ? "key" : "value", n, block.codes.size(), block.scales.size(),
+        block.mins.size(), n * plane.row_code_bytes, n * plane.row_groups, scale_count));
+  }
+  if (!kv_quant::all_f16_finite(block.scales.data(), static_cast<int64_t>(block.scales.size())) ||
+      !kv_quant::all_f16_finite(block.mins.data(), static_cast<int64_t>(block.mins.size())) ||
+      (plane.bits == Bits::kF16 &&
+       !kv_quant::all_f16_finite(reinterpret_cast<const uint16_t*>(block.codes.data()), n * geometry_.kv_dim()))) {
+    return absl::InvalidArgumentError("KV store: block holds Inf or NaN f16 values");
+  }
+  if (n == 0) return absl::OkStatus();
+  // A windowed layer keeps only the block's last rows when it holds fewer.
+  const int64_t first = make_room(layer, token_begin, n);
+  const int64_t skip = first - token_begin, rows = n - skip;
+  const int64_t first_row = row_of(layer, first);
+  std::memcpy(plane.codes.data() + first_row * plane.row_code_bytes, block.codes.data() + skip * plane.row_code_bytes,
+              static_cast<size_t>(rows * plane.row_code_bytes));
+  if (!block.scales.empty()) {
+    std::memcpy(plane.scales.data() + first_row * plane.row_groups, block.scales.data() + skip * plane.row_groups,
+                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
+  }
+  if (!block.mins.empty()) {
+    std::memcpy(plane.mins.data() + first_row * plane.row_groups, block.mins.data() + skip * plane.row_groups,
+                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool is_key, int64_t token_begin,
+                                                                int64_t n_tokens) const {
+  if (absl::Status st = check_range(layer, token_begin, n_tokens); !st.ok()) return st;
+  const auto [held_first, held_end] = held_positions(layer);
+  if (n_tokens > 0 && (token_begin < held_first || token_begin + n_tokens > held_end)) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "KV store layer %d (sliding window of %d tokens) holds positions [%d, %d); asked [%d, %d)", layer,
+        geometry_.window(layer), held_first, held_end, token_begin, token_begin + n_tokens));
+  }
+  const Plane& plane = is_key ? k_ : v_;
+  const int64_t first_row = n_tokens > 0 ? row_of(layer, token_begin) : 0;
+  QuantizedKvBlock b;
+  b.n_tokens = n_tokens;
+  const uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
+  b.codes.assign(codes, codes + n_tokens * plane.row_code_bytes);
+  const uint16_t* scales = plane.scales.data() + first_row * plane.row_groups;
+  b.scales.assign(scales, scales + n_tokens * plane.row_groups);
+  if (!plane.mins.empty()) {
+    const uint16_t* mins = plane.mins.data() + first_row * plane.row_groups;
+    b.mins.assign(mins, mins + n_tokens * plane.row_groups);
+  }
+  return b;
+}
+
+}  // namespace baton

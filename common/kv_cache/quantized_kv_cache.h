@@ -1,0 +1,168 @@
+// QuantizedKvCache: the edge's KV store. Holds K and V in the codec's
+// quantized form (F16, INT8 or INT4 with per-token groups along head_dim; K
+// and V each with their own bits and group, e.g. int4-k8: INT8 keys, INT4
+// values) and attends over it directly: dequantization happens inside the dot products,
+// per head, with no dequantized copy (DESIGN.md "Edge memory").
+//
+// Layout choice: keys are always stored post-RoPE in per-token groups, so a
+// decode step appends one token without touching earlier ones. Blocks from
+// the wire whose config agrees (same bits, group size and Hadamard flags of
+// that kind;
+// keys per-token and post-RoPE) are copied in as they are (ingest_block);
+// per-channel (KIVI) or pre-RoPE keys are decoded to f32 by the codec
+// (decode_kv_block applies RoPE) and requantized here by store().
+// With hadamard_keys the stored keys are rotated and attend() rotates each
+// query head the same way (q.k is invariant); with hadamard_values attend()
+// rotates each head's output back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/kv_cache/kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
+#include "common/kv_codec/kv_codec_config.h"
+
+namespace baton {
+
+class QuantizedKvCache final : public KvCache, public KvBlockIngest {
+ public:
+  // `config`: bits, key_bits, group_size, key_group_size, hadamard flags;
+  // key_axis must be per-token and pre_rope_keys false (see above); layout
+  // and zstd_level are ignored.
+  static absl::StatusOr<std::unique_ptr<QuantizedKvCache>> Create(const KvGeometry& geometry,
+                                                                  int64_t capacity_tokens,
+                                                                  const KvCodecConfig& config);
+  // The store config that holds blocks of `wire`: same bits (keys and
+  // values), groups and Hadamard flags; per-token, post-RoPE keys (whose group
+  // is the value group when the wire's keys are per-channel); no layout /
+  // zstd choices.
+  static KvCodecConfig store_config_for(const KvCodecConfig& wire);
+  // Bytes one token takes over all layers, K and V (codes plus scales/mins).
+  static int64_t bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry);
+
+  const KvGeometry& geometry() const override { return geometry_; }
+  int64_t capacity() const override { return capacity_; }
+  int64_t size() const override { return size_; }
+  // k, v: f32 [n, n_head_kv * head_dim]; k post-RoPE. Quantized as the codec
+  // would quantize the same rows (bit-identical to an ingested block).
+  absl::Status store(int layer, int64_t pos, int64_t n, const float* k, const float* v) override;
+  void attend(int layer, int64_t pos, int64_t n, const float* q, float* out, ThreadPool* pool) const override;
+  void set_size(int64_t n) override;
+  // Grows the capacity to `new_capacity_tokens` (a session's KV between
+  // turns): the planes are laid out [n_layer, capacity, row], so every layer's
+  // rows move to the new stride; the stored tokens stay bit-identical (and
+  // rows past size() too). Never shrinks: a capacity at or under the current
+  // one is a no-op. INVALID_ARGUMENT for a negative capacity.
+  absl::Status reserve(int64_t new_capacity_tokens);
+  // Gives back capacity above `capacity_tokens` (a failed turn returns what
+  // it reserved): rows [0, capacity_tokens) stay bit-identical. A capacity at
+  // or above the current one is a no-op; INVALID_ARGUMENT below size().
+  absl::Status shrink_to(int64_t capacity_tokens);
+
+  const KvCodecConfig& config() const { return config_; }
+  int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
+  // Bytes held for the whole capacity (sliding-window layers: their rows only).
+  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_); }
+
+  // Sliding-window layers (geometry.layer_window) keep only the rows a later
+  // query can see, in a window of window + kWindowSlackTokens rows that
+  // slides forward as positions are written (the slack lets a micro-batch of
+  // up to kWindowSlackTokens + 1 queries attend over its own keys; the
+  // engine's micro-batch is 64). A turn may write far past the window and
+  // still roll back (set_size below size()): the rows of the window before
+  // pin_rollback_point() that a write pushes out are kept aside (at most
+  // window - 1 rows per layer) until the next pin.
+  static constexpr int64_t kWindowSlackTokens = 64;
+  // Rows a layer keeps for a store of `capacity_tokens`: the capacity for a
+  // full layer, else min(capacity, window + kWindowSlackTokens).
+  static int64_t layer_rows(int32_t window, int64_t capacity_tokens);
+  // Bytes a store of `capacity_tokens` holds, rollback rows of windowed layers
+  // included (what the memory planner counts).
+  static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens);
+  // Positions [first, end) whose rows `layer` holds now: [0, capacity) on a
+  // full layer.
+  std::pair<int64_t, int64_t> held_positions(int layer) const;
+  // True when every sliding-window layer holds the keys a query at position
+  // n sees, [n - window + 1, n): false after a rollback to a point whose
+  // window was pushed out (or never received: a stream carries W - 1 rows),
+  // where the caller recomputes from an earlier position (set_size(0)).
+  bool holds_window_for(int64_t n) const;
+  // Makes size() the point a later set_size may roll back to (a turn's start).
+  void pin_rollback_point();
+
+  // KvBlockIngest (kv_cache.h): blocks whose config agrees with the store's
+  // for that kind are copied in as they are.
+  KvBlockIngest* block_ingest() override { return this; }
+  bool can_ingest(const KvCodecConfig& wire, bool is_key) const override;
+  absl::Status ingest_block(int layer, bool is_key, int64_t token_begin, const QuantizedKvBlock& block) override;
+  // The stored tokens [token_begin, token_begin + n_tokens) of one layer's K
+  // or V, in this store's config (e.g. to save a session or a prefix pack).
+  // OUT_OF_RANGE for positions a sliding-window layer no longer holds.
+  absl::StatusOr<QuantizedKvBlock> export_block(int layer, bool is_key, int64_t token_begin,
+                                                int64_t n_tokens) const;
+
+ private:
+  // All layers' K or V: per token a row of codes and a row of group scales.
+  struct Plane {
+    KvCodecConfig::Bits bits;
+    int group;                     // elements per scale group along head_dim (quantized)
+    int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
+    int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
+    std::vector<uint8_t> codes;    // [n_layer, capacity, row_code_bytes]
+    std::vector<uint16_t> scales;  // f16 [n_layer, capacity, row_groups]
+    std::vector<uint16_t> mins;    // f16, INT4 only, same shape
+  };
+
+  QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens, const KvCodecConfig& config);
+  void quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const;
+  absl::Status check_range(int layer, int64_t token_begin, int64_t n_tokens) const;
+
+  // Sliding-window bookkeeping (quantized_kv_window.cc). Row of `pos` in the
+  // planes; the layer must hold it.
+  int64_t row_of(int layer, int64_t pos) const { return layer_offset_[layer] + pos - layer_base_[layer]; }
+  // Row layout for `capacity_tokens`: offsets, rows, bases (a fresh store).
+  void lay_out(int64_t capacity_tokens);
+  // Slides a windowed layer so that it holds [pos, pos + n) (the last rows of
+  // it when n exceeds the layer's rows), keeping the window before pos as far
+  // as the rows allow; returns the first position of the range it holds.
+  int64_t make_room(int layer, int64_t pos, int64_t n);
+  // Keeps aside the rows of positions [from, to) that a rollback to the
+  // pinned point needs.
+  void save_for_rollback(int layer, int64_t from, int64_t to);
+  // After a rollback to n: every windowed layer holds [n - window + 1, n)
+  // again (from its rows and the rows kept aside) where it can.
+  void restore_windows(int64_t n);
+  // Copies n rows of one plane's layout between planes of the same shape.
+  static void copy_rows(const Plane& from, int64_t from_row, Plane& to, int64_t to_row, int64_t n);
+  static void resize_plane(Plane& plane, int64_t rows);
+  // Sliding-window attention: the first key a query at `query_pos` of `layer`
+  // sees (0 on a full layer); positions below it are never read.
+  int64_t first_visible_key(int layer, int64_t query_pos) const;
+
+  KvGeometry geometry_;
+  int64_t capacity_;
+  KvCodecConfig config_;
+  int64_t size_ = 0;
+  // Moves every layer's rows to the layout of `new_capacity_tokens`, keeping
+  // min(old, new) rows per full layer (the newest rows of a windowed one);
+  // rows past them are zero.
+  void relayout(int64_t new_capacity_tokens);
+  Plane k_, v_;
+  // Per layer: first row in the planes, rows kept, position of its first row.
+  std::vector<int64_t> layer_offset_, layer_rows_, layer_base_;
+  // Rollback rows of windowed layers: positions [rollback_point_ - window + 1,
+  // rollback_point_) pushed out since the pin, row = position - that start.
+  struct RollbackRows {
+    Plane k, v;
+    std::vector<uint8_t> saved;  // [window - 1]: 1 where the row holds its position
+  };
+  std::vector<RollbackRows> rollback_;
+  int64_t rollback_point_ = 0;
+};
+
+}  // namespace baton

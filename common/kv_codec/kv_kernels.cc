@@ -1,0 +1,198 @@
+#include "common/kv_codec/kv_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/util/cpu_features.h"
+#include "common/util/fp16.h"
+
+namespace baton::kv_kernels_impl {
+namespace {
+
+float dot_f16_scalar(const float* q, const uint16_t* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += q[i] * fp16_to_fp32(x[i]);
+  return sum;
+}
+
+void axpy_f16_scalar(float p, const uint16_t* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += p * fp16_to_fp32(x[i]);
+}
+
+void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+}
+
+void f16_to_f32_scalar(const uint16_t* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(x[i]);
+}
+
+}  // namespace
+
+float dot_int8_scalar(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group) {
+  float sum = 0.0f;
+  for (int64_t g = 0; g * group < n; ++g) {
+    const int64_t base = g * group;
+    float acc = 0.0f;
+    for (int i = 0; i < group; ++i) acc += q[base + i] * static_cast<float>(codes[base + i]);
+    sum += acc * fp16_to_fp32(scales[g]);
+  }
+  return sum;
+}
+
+float dot_int4_scalar(const float* q, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins,
+                      int64_t n, int group) {
+  float sum = 0.0f;
+  for (int64_t g = 0; g * group < n; ++g) {
+    const int64_t base = g * group;
+    float acc = 0.0f, q_sum = 0.0f;
+    for (int i = 0; i < group; ++i) {
+      const int64_t e = base + i;
+      const int code = (codes[e >> 1] >> ((e & 1) * 4)) & 15;
+      acc += q[e] * static_cast<float>(code);
+      q_sum += q[e];
+    }
+    sum += acc * fp16_to_fp32(scales[g]) + q_sum * fp16_to_fp32(mins[g]);
+  }
+  return sum;
+}
+
+void axpy_int8_scalar(float p, const int8_t* codes, const uint16_t* scales, float* out, int64_t n, int group) {
+  for (int64_t g = 0; g * group < n; ++g) {
+    const int64_t base = g * group;
+    const float ps = p * fp16_to_fp32(scales[g]);
+    for (int i = 0; i < group; ++i) out[base + i] += ps * static_cast<float>(codes[base + i]);
+  }
+}
+
+void axpy_int4_scalar(float p, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, float* out,
+                      int64_t n, int group) {
+  for (int64_t g = 0; g * group < n; ++g) {
+    const int64_t base = g * group;
+    const float ps = p * fp16_to_fp32(scales[g]);
+    const float pm = p * fp16_to_fp32(mins[g]);
+    for (int i = 0; i < group; ++i) {
+      const int64_t e = base + i;
+      const int code = (codes[e >> 1] >> ((e & 1) * 4)) & 15;
+      out[e] += ps * static_cast<float>(code) + pm;
+    }
+  }
+}
+
+void dequantize_int8_scalar(const int8_t* codes, const uint16_t* scales, int64_t n, int group, float* out) {
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float s = fp16_to_fp32(scales[g]);
+    for (int i = 0; i < group; ++i) out[g * group + i] = s * static_cast<float>(codes[g * group + i]);
+  }
+}
+
+void dequantize_int4_scalar(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
+                            float* out) {
+  // Groups are even (KvCodecConfig::validate), so a byte never straddles two.
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float s = fp16_to_fp32(scales[g]);
+    const float m = fp16_to_fp32(mins[g]);
+    const uint8_t* c = codes + g * group / 2;
+    float* o = out + g * group;
+    for (int i = 0; i < group / 2; ++i) {
+      o[2 * i] = s * static_cast<float>(c[i] & 15) + m;
+      o[2 * i + 1] = s * static_cast<float>(c[i] >> 4) + m;
+    }
+  }
+}
+
+void hadamard_rows_scalar(float* x, int64_t n_vectors, int n) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t v = 0; v < n_vectors; ++v) {
+    float* y = x + v * n;
+    for (int len = 1; len < n; len <<= 1) {
+      for (int i = 0; i < n; i += 2 * len) {
+        for (int j = i; j < i + len; ++j) {
+          const float a = y[j], b = y[j + len];
+          y[j] = a + b;
+          y[j + len] = a - b;
+        }
+      }
+    }
+    for (int i = 0; i < n; ++i) y[i] *= norm;
+  }
+}
+
+namespace {
+
+// Row j of a head, dequantized: [head_dim] floats.
+void dequantize_head_row_scalar(const KvHeadRows& h, int64_t j, int head_dim, float* out) {
+  const uint8_t* codes = h.codes + j * h.row_code_bytes;
+  switch (h.bits) {
+    case 16:
+      f16_to_f32_scalar(reinterpret_cast<const uint16_t*>(codes), out, head_dim);
+      return;
+    case 8:
+      dequantize_int8_scalar(reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, head_dim, h.group,
+                             out);
+      return;
+    default:
+      dequantize_int4_scalar(codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, head_dim, h.group, out);
+      return;
+  }
+}
+
+}  // namespace
+
+void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
+                         int64_t n_ctx, float* scratch, float* out) {
+  float* scores = scratch;                       // [n_q, n_ctx]
+  float* row = scratch + int64_t{n_q} * n_ctx;   // [head_dim]
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    dequantize_head_row_scalar(k, j, head_dim, row);
+    for (int i = 0; i < n_q; ++i) {
+      const float* qi = q + int64_t{i} * head_dim;
+      float dot = 0.0f;
+      for (int d = 0; d < head_dim; ++d) dot += qi[d] * row[d];
+      scores[i * n_ctx + j] = dot * scale;
+    }
+  }
+  for (int i = 0; i < n_q; ++i) {
+    float* s = scores + i * n_ctx;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < n_ctx; ++j) max_score = std::max(max_score, s[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n_ctx; ++j) s[j] *= inv;
+  }
+  for (int64_t e = 0; e < int64_t{n_q} * head_dim; ++e) out[e] = 0.0f;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    dequantize_head_row_scalar(v, j, head_dim, row);
+    for (int i = 0; i < n_q; ++i) {
+      const float p = scores[i * n_ctx + j];
+      float* oi = out + int64_t{i} * head_dim;
+      for (int d = 0; d < head_dim; ++d) oi[d] += p * row[d];
+    }
+  }
+}
+
+KvKernels kv_kernels_scalar() {
+  return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
+                   axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
+                   hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar};
+}
+
+const KvKernels& kv_kernels() {
+  static const KvKernels kernels = [] {
+    switch (active_simd_level()) {
+      case SimdLevel::kAvx512:
+      case SimdLevel::kAvx2:
+        return kv_kernels_avx2();
+      case SimdLevel::kScalar:
+        break;
+    }
+    return kv_kernels_scalar();
+  }();
+  return kernels;
+}
+
+}  // namespace baton::kv_kernels_impl

@@ -1,0 +1,411 @@
+// AVX2 + FMA + F16C kernels of the quantized KV store and codec. Entered only
+// through kv_kernels() when best_simd_level() >= kAvx2.
+#include <immintrin.h>
+
+#include "common/kv_codec/kv_kernels.h"
+
+namespace baton::kv_kernels_impl {
+namespace {
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// 8 int8 codes -> 8 floats.
+inline __m256 load_int8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// 8 int4 codes (4 bytes, low nibble first) -> 8 floats in element order.
+inline __m256 load_int4x8(const uint8_t* p) {
+  int32_t word;
+  __builtin_memcpy(&word, p, 4);
+  const __m128i bytes = _mm_cvtsi32_si128(word);
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(bytes, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+
+// 16 int4 codes (8 bytes) -> two vectors of 8 floats, element order.
+inline void load_int4x16(const uint8_t* p, __m256* first, __m256* second) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(bytes, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+  const __m128i inter = _mm_unpacklo_epi8(lo, hi);  // 16 codes in order
+  *first = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(inter));
+  *second = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(inter, 8)));
+}
+
+float dot_f16_avx2(const float* q, const uint16_t* x, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8)));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), x0, acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), x1, acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), x0, acc0);
+  }
+  float sum = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += q[i] * half_to_float(x[i]);
+  return sum;
+}
+
+void axpy_f16_avx2(float p, const uint16_t* x, float* out, int64_t n) {
+  const __m256 vp = _mm256_set1_ps(p);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(vp, x0, _mm256_loadu_ps(out + i)));
+  }
+  for (; i < n; ++i) out[i] += p * half_to_float(x[i]);
+}
+
+float dot_int8_avx2(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group) {
+  if (group % 8 != 0) return dot_int8_scalar(q, codes, scales, n, group);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < group; i += 8) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + base + i), load_int8x8(codes + base + i), acc);
+    }
+    total = _mm256_fmadd_ps(acc, _mm256_set1_ps(half_to_float(scales[g])), total);
+  }
+  return hsum256(total);
+}
+
+float dot_int4_avx2(const float* q, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins,
+                    int64_t n, int group) {
+  if (group % 8 != 0) return dot_int4_scalar(q, codes, scales, mins, n, group);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    __m256 acc = _mm256_setzero_ps(), q_sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= group; i += 16) {
+      __m256 c0, c1;
+      load_int4x16(codes + (base + i) / 2, &c0, &c1);
+      const __m256 q0 = _mm256_loadu_ps(q + base + i), q1 = _mm256_loadu_ps(q + base + i + 8);
+      acc = _mm256_fmadd_ps(q0, c0, acc);
+      acc = _mm256_fmadd_ps(q1, c1, acc);
+      q_sum = _mm256_add_ps(q_sum, _mm256_add_ps(q0, q1));
+    }
+    for (; i < group; i += 8) {
+      const __m256 q0 = _mm256_loadu_ps(q + base + i);
+      acc = _mm256_fmadd_ps(q0, load_int4x8(codes + (base + i) / 2), acc);
+      q_sum = _mm256_add_ps(q_sum, q0);
+    }
+    total = _mm256_fmadd_ps(acc, _mm256_set1_ps(half_to_float(scales[g])), total);
+    total = _mm256_fmadd_ps(q_sum, _mm256_set1_ps(half_to_float(mins[g])), total);
+  }
+  return hsum256(total);
+}
+
+void axpy_int8_avx2(float p, const int8_t* codes, const uint16_t* scales, float* out, int64_t n, int group) {
+  if (group % 8 != 0) return axpy_int8_scalar(p, codes, scales, out, n, group);
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    const __m256 ps = _mm256_set1_ps(p * half_to_float(scales[g]));
+    for (int i = 0; i < group; i += 8) {
+      float* o = out + base + i;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(ps, load_int8x8(codes + base + i), _mm256_loadu_ps(o)));
+    }
+  }
+}
+
+void axpy_int4_avx2(float p, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, float* out,
+                    int64_t n, int group) {
+  if (group % 8 != 0) return axpy_int4_scalar(p, codes, scales, mins, out, n, group);
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    const __m256 ps = _mm256_set1_ps(p * half_to_float(scales[g]));
+    const __m256 pm = _mm256_set1_ps(p * half_to_float(mins[g]));
+    int i = 0;
+    for (; i + 16 <= group; i += 16) {
+      __m256 c0, c1;
+      load_int4x16(codes + (base + i) / 2, &c0, &c1);
+      float* o = out + base + i;
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_fmadd_ps(ps, c0, pm), _mm256_loadu_ps(o)));
+      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_fmadd_ps(ps, c1, pm), _mm256_loadu_ps(o + 8)));
+    }
+    for (; i < group; i += 8) {
+      float* o = out + base + i;
+      const __m256 c0 = load_int4x8(codes + (base + i) / 2);
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_fmadd_ps(ps, c0, pm), _mm256_loadu_ps(o)));
+    }
+  }
+}
+
+void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void f16_to_f32_avx2(const uint16_t* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  }
+  for (; i < n; ++i) out[i] = half_to_float(x[i]);
+}
+
+void dequantize_int8_avx2(const int8_t* codes, const uint16_t* scales, int64_t n, int group, float* out) {
+  if (group % 8 != 0) return dequantize_int8_scalar(codes, scales, n, group, out);
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    const __m256 s = _mm256_set1_ps(half_to_float(scales[g]));
+    for (int i = 0; i < group; i += 8) _mm256_storeu_ps(out + base + i, _mm256_mul_ps(s, load_int8x8(codes + base + i)));
+  }
+}
+
+void dequantize_int4_avx2(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
+                          float* out) {
+  if (group % 8 != 0) return dequantize_int4_scalar(codes, scales, mins, n, group, out);
+  for (int64_t g = 0, base = 0; base < n; ++g, base += group) {
+    const __m256 s = _mm256_set1_ps(half_to_float(scales[g]));
+    const __m256 m = _mm256_set1_ps(half_to_float(mins[g]));
+    int i = 0;
+    for (; i + 16 <= group; i += 16) {
+      __m256 c0, c1;
+      load_int4x16(codes + (base + i) / 2, &c0, &c1);
+      _mm256_storeu_ps(out + base + i, _mm256_fmadd_ps(s, c0, m));
+      _mm256_storeu_ps(out + base + i + 8, _mm256_fmadd_ps(s, c1, m));
+    }
+    for (; i < group; i += 8) {
+      _mm256_storeu_ps(out + base + i, _mm256_fmadd_ps(s, load_int4x8(codes + (base + i) / 2), m));
+    }
+  }
+}
+
+// Butterflies of distance 1, 2 and 4 inside one vector of 8.
+inline __m256 hadamard8(__m256 v) {
+  __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (1,0,3,2)
+  v = _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xAA);
+  swapped = _mm256_permute_ps(v, 0x4E);  // (2,3,0,1)
+  v = _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xCC);
+  swapped = _mm256_permute2f128_ps(v, v, 1);
+  return _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xF0);
+}
+
+void hadamard_rows_avx2(float* x, int64_t n_vectors, int n) {
+  if (n < 8) return hadamard_rows_scalar(x, n_vectors, n);
+  const __m256 norm = _mm256_set1_ps(1.0f / __builtin_sqrtf(static_cast<float>(n)));
+  for (int64_t v = 0; v < n_vectors; ++v) {
+    float* y = x + v * n;
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, hadamard8(_mm256_loadu_ps(y + i)));
+    for (int len = 8; len < n; len <<= 1) {
+      for (int i = 0; i < n; i += 2 * len) {
+        for (int j = i; j < i + len; j += 8) {
+          const __m256 a = _mm256_loadu_ps(y + j), b = _mm256_loadu_ps(y + j + len);
+          _mm256_storeu_ps(y + j, _mm256_add_ps(a, b));
+          _mm256_storeu_ps(y + j + len, _mm256_sub_ps(a, b));
+        }
+      }
+    }
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(norm, _mm256_loadu_ps(y + i)));
+  }
+}
+
+// exp of 8 floats (Cephes' polynomial, as in avx_mathfun): relative error
+// ~2e-7 over the range softmax uses (x <= 0 after the max is subtracted).
+inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+// In-place softmax of n floats.
+void softmax_avx2(float* s, int64_t n) {
+  __m256 max8 = _mm256_set1_ps(-__builtin_inff());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) max8 = _mm256_max_ps(max8, _mm256_loadu_ps(s + j));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(max8), _mm256_extractf128_ps(max8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float max_score = _mm_cvtss_f32(m4);
+  for (; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
+  const __m256 vmax = _mm256_set1_ps(max_score);
+  __m256 sum8 = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
+    _mm256_storeu_ps(s + j, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  float sum = hsum256(sum8);
+  for (; j < n; ++j) {
+    s[j] = __builtin_expf(s[j] - max_score);
+    sum += s[j];
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(inv, _mm256_loadu_ps(s + j)));
+  for (; j < n; ++j) s[j] *= 1.0f / sum;
+}
+
+// Row j of a head, dequantized: [head_dim] floats.
+inline void dequantize_head_row(const KvHeadRows& h, int64_t j, int head_dim, float* out) {
+  const uint8_t* codes = h.codes + j * h.row_code_bytes;
+  switch (h.bits) {
+    case 16:
+      f16_to_f32_avx2(reinterpret_cast<const uint16_t*>(codes), out, head_dim);
+      return;
+    case 8:
+      dequantize_int8_avx2(reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, head_dim, h.group,
+                           out);
+      return;
+    default:
+      dequantize_int4_avx2(codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, head_dim, h.group, out);
+      return;
+  }
+}
+
+// Sums of each of 8 vectors, as one vector: [sum(a[0]), ..., sum(a[7])].
+inline __m256 hsum8x8(const __m256 (&a)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Elements [d, d + 16) of row j of a head, dequantized (group % 8 == 0, d % 8 == 0).
+inline void load_head_row16(const KvHeadRows& h, int64_t j, int d, __m256* first, __m256* second) {
+  const uint8_t* codes = h.codes + j * h.row_code_bytes;
+  if (h.bits == 16) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(codes) + d;
+    *first = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+    *second = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 8)));
+    return;
+  }
+  const uint16_t* scales = h.scales + j * h.row_groups;
+  const __m256 s0 = _mm256_set1_ps(half_to_float(scales[d / h.group]));
+  const __m256 s1 = _mm256_set1_ps(half_to_float(scales[(d + 8) / h.group]));
+  if (h.bits == 8) {
+    const int8_t* c = reinterpret_cast<const int8_t*>(codes) + d;
+    *first = _mm256_mul_ps(s0, load_int8x8(c));
+    *second = _mm256_mul_ps(s1, load_int8x8(c + 8));
+    return;
+  }
+  const uint16_t* mins = h.mins + j * h.row_groups;
+  __m256 c0, c1;
+  load_int4x16(codes + d / 2, &c0, &c1);
+  *first = _mm256_fmadd_ps(s0, c0, _mm256_set1_ps(half_to_float(mins[d / h.group])));
+  *second = _mm256_fmadd_ps(s1, c1, _mm256_set1_ps(half_to_float(mins[(d + 8) / h.group])));
+}
+
+// out[i, d0..d0+16) = sum_j p[i, j] * V_j[d0..d0+16) for NQ query heads,
+// accumulated in registers.
+template <int NQ>
+void accumulate_values16(const KvHeadRows& v, const float* p, int64_t n_ctx, int d0, int head_dim, float* out) {
+  __m256 acc[NQ][2];
+  for (int i = 0; i < NQ; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    __m256 v0, v1;
+    load_head_row16(v, j, d0, &v0, &v1);
+    for (int i = 0; i < NQ; ++i) {
+      const __m256 pij = _mm256_broadcast_ss(p + i * n_ctx + j);
+      acc[i][0] = _mm256_fmadd_ps(pij, v0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(pij, v1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < NQ; ++i) {
+    _mm256_storeu_ps(out + int64_t{i} * head_dim + d0, acc[i][0]);
+    _mm256_storeu_ps(out + int64_t{i} * head_dim + d0 + 8, acc[i][1]);
+  }
+}
+
+void attend_heads_avx2(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
+                       int64_t n_ctx, float* scratch, float* out) {
+  const bool k_ok = k.bits == 16 || k.group % 8 == 0, v_ok = v.bits == 16 || v.group % 8 == 0;
+  if (head_dim % 16 != 0 || !k_ok || !v_ok) {
+    return attend_heads_scalar(k, v, q, n_q, head_dim, scale, n_ctx, scratch, out);
+  }
+  float* scores = scratch;                      // [n_q, n_ctx]
+  float* rows = scratch + int64_t{n_q} * n_ctx;  // [2 * head_dim]: spare, the kernel keeps rows in registers
+  (void)rows;
+  // Scores, 8 K rows at a time: each row dequantized once for all heads;
+  // one transpose-add gives the 8 dot products of a head.
+  alignas(32) float block[8 * 128];  // 8 dequantized rows of up to 128 elements
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int64_t j0 = 0;
+  if (head_dim <= 128) {
+    for (; j0 + 8 <= n_ctx; j0 += 8) {
+      for (int r = 0; r < 8; ++r) {
+        for (int d = 0; d < head_dim; d += 16) {
+          __m256 a, b;
+          load_head_row16(k, j0 + r, d, &a, &b);
+          _mm256_store_ps(block + r * head_dim + d, a);
+          _mm256_store_ps(block + r * head_dim + d + 8, b);
+        }
+      }
+      for (int i = 0; i < n_q; ++i) {
+        const float* qi = q + int64_t{i} * head_dim;
+        __m256 acc[8];
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+        for (int d = 0; d < head_dim; d += 8) {
+          const __m256 qd = _mm256_loadu_ps(qi + d);
+          for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qd, _mm256_load_ps(block + r * head_dim + d), acc[r]);
+        }
+        _mm256_storeu_ps(scores + i * n_ctx + j0, _mm256_mul_ps(hsum8x8(acc), vscale));
+      }
+    }
+  }
+  for (int64_t j = j0; j < n_ctx; ++j) {  // the last < 8 rows (or every row when head_dim > 128)
+    for (int i = 0; i < n_q; ++i) scores[i * n_ctx + j] = 0.0f;
+    for (int d = 0; d < head_dim; d += 16) {
+      __m256 a, b;
+      load_head_row16(k, j, d, &a, &b);
+      for (int i = 0; i < n_q; ++i) {
+        const float* qi = q + int64_t{i} * head_dim + d;
+        const __m256 prod = _mm256_fmadd_ps(_mm256_loadu_ps(qi), a, _mm256_mul_ps(_mm256_loadu_ps(qi + 8), b));
+        scores[i * n_ctx + j] += hsum256(prod);
+      }
+    }
+    for (int i = 0; i < n_q; ++i) scores[i * n_ctx + j] *= scale;
+  }
+  for (int i = 0; i < n_q; ++i) softmax_avx2(scores + i * n_ctx, n_ctx);
+  // Output, 16 dimensions and up to 4 heads at a time, in registers.
+  for (int i0 = 0; i0 < n_q; i0 += 4) {
+    const float* p = scores + int64_t{i0} * n_ctx;
+    float* o = out + int64_t{i0} * head_dim;
+    for (int d0 = 0; d0 < head_dim; d0 += 16) {
+      switch (n_q - i0) {
+        case 1: accumulate_values16<1>(v, p, n_ctx, d0, head_dim, o); break;
+        case 2: accumulate_values16<2>(v, p, n_ctx, d0, head_dim, o); break;
+        case 3: accumulate_values16<3>(v, p, n_ctx, d0, head_dim, o); break;
+        default: accumulate_values16<4>(v, p, n_ctx, d0, head_dim, o); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+KvKernels kv_kernels_avx2() {
+  return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
+                   axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
+                   hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2};
+}
+
+}  // namespace baton::kv_kernels_impl

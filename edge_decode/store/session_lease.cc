@@ -1,0 +1,52 @@
+#include "edge_decode/store/session_lease.h"
+
+#include <string>
+
+#include "common/util/log.h"
+
+namespace baton {
+
+SessionLease::SessionLease(SessionStore* store, std::unique_ptr<Session> session, bool is_new, bool one_shot)
+    : store_(store), session_(std::move(session)), is_new_(is_new), one_shot_(one_shot) {
+  tokens_before_ = session_->tokens.size();
+  kv_before_ = session_->kv ? session_->kv->size() : 0;
+  capacity_before_ = session_->kv ? session_->kv->capacity() : 0;
+  // Sliding-window layers keep aside what a rollback to here needs.
+  if (session_->kv) session_->kv->pin_rollback_point();
+}
+
+SessionLease::~SessionLease() {
+  if (session_ == nullptr || one_shot_) return;
+  if (is_new_) {
+    store_->abandon(session_->id);
+    return;
+  }
+  session_->tokens.resize(tokens_before_);
+  if (session_->kv) {
+    session_->kv->set_size(kv_before_);
+    // Never expected (the pin keeps the window); if it happens, the next turn recomputes.
+    if (!session_->kv->holds_window_for(kv_before_)) session_->kv->set_size(0);
+    // The room the turn reserved goes back too: the session's memory is as before.
+    if (absl::Status shrunk = session_->kv->shrink_to(capacity_before_); !shrunk.ok()) {
+      BATON_WARN("session %s: %s", session_->id.c_str(), shrunk.ToString().c_str());
+    }
+  }
+  store_->release(std::move(session_));
+}
+
+absl::Status SessionLease::commit() {
+  if (one_shot_) {
+    session_.reset();
+    return absl::OkStatus();
+  }
+  const std::string id = session_->id;
+  // The turn holds: sliding-window layers give back their rollback rows.
+  if (session_->kv) session_->kv->pin_rollback_point();
+  absl::Status saved = store_->commit(std::move(session_));
+  if (!saved.ok()) {
+    BATON_WARN("session %s: turn kept in memory but not saved: %s", id.c_str(), saved.ToString().c_str());
+  }
+  return saved;
+}
+
+}  // namespace baton

@@ -1,0 +1,328 @@
+// QuantizedKvCache: attention over quantized K/V equals F32 attention over the
+// dequantized K/V (tight tolerance), ingest equals store, and the engine with
+// it matches the engine with F32 KV within a stated bound per codec.
+#include "common/kv_cache/quantized_kv_cache.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/engine/engine.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/engine/sampler.h"
+#include "common/kv_codec/kv_quant.h"
+#include "common/model/model.h"
+#include "common/util/thread_pool.h"
+#include "tests/support/test_models.h"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 2 layers, 4 query heads, 2 KV heads, head_dim 32.
+KvGeometry test_geometry() { return KvGeometry{2, 4, 2, 32, {}}; }
+
+std::vector<float> random_rows(int64_t n, int64_t width, uint32_t seed, float outlier = 6.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * width));
+  for (int64_t i = 0; i < n * width; ++i) x[i] = normal(rng) + ((i % width) % 11 == 5 ? outlier : 0.0f);
+  return x;
+}
+
+KvCodecConfig parse(const std::string& name) {
+  auto c = parse_kv_codec_config(name);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+// Fills an F32 cache with the quantized cache's contents, dequantized and
+// rotated back to the model's domain.
+void copy_dequantized(const QuantizedKvCache& q, F32KvCache& f, int64_t n_tokens) {
+  const KvGeometry& g = q.geometry();
+  for (int layer = 0; layer < g.n_layer; ++layer) {
+    std::vector<float> kv[2];
+    for (int kind = 0; kind < 2; ++kind) {
+      const bool is_key = kind == 0;
+      auto block = q.export_block(layer, is_key, 0, n_tokens);
+      ASSERT_TRUE(block.ok()) << block.status();
+      kv[kind].resize(static_cast<size_t>(n_tokens * g.kv_dim()));
+      ASSERT_TRUE(dequantize_kv_block(q.config(), g, is_key, *block, kv[kind].data()).ok());
+      if (is_key ? q.config().hadamard_keys : q.config().hadamard_values) {
+        kv_quant::hadamard_rows(kv[kind].data(), n_tokens * g.n_head_kv, g.head_dim);
+      }
+    }
+    ASSERT_TRUE(f.store(layer, 0, n_tokens, kv[0].data(), kv[1].data()).ok());
+  }
+}
+
+class QuantizedAttend : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantizedAttend, EqualsF32AttendOnTheDequantizedData) {
+  const KvGeometry g = test_geometry();
+  const KvCodecConfig c = parse(GetParam());
+  const int64_t n_ctx = 45, pos = 40, n_q = n_ctx - pos;
+  auto cache = QuantizedKvCache::Create(g, 64, c);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  QuantizedKvCache& q = **cache;
+  for (int layer = 0; layer < g.n_layer; ++layer) {
+    const auto k = random_rows(n_ctx, g.kv_dim(), 10 + layer);
+    const auto v = random_rows(n_ctx, g.kv_dim(), 20 + layer);
+    // Prefill-style block, then decode-style single tokens.
+    ASSERT_TRUE(q.store(layer, 0, 30, k.data(), v.data()).ok());
+    for (int64_t t = 30; t < n_ctx; ++t) {
+      ASSERT_TRUE(q.store(layer, t, 1, k.data() + t * g.kv_dim(), v.data() + t * g.kv_dim()).ok());
+    }
+  }
+  q.set_size(n_ctx);
+  F32KvCache f(g, 64);
+  copy_dequantized(q, f, n_ctx);
+  f.set_size(n_ctx);
+
+  const auto queries = random_rows(n_q, g.q_dim(), 77, 0.0f);
+  ThreadPool pool(2);
+  for (int layer = 0; layer < g.n_layer; ++layer) {
+    std::vector<float> expected(queries.size()), got(queries.size()), got_pool(queries.size());
+    f.attend(layer, pos, n_q, queries.data(), expected.data(), nullptr);
+    q.attend(layer, pos, n_q, queries.data(), got.data(), nullptr);
+    q.attend(layer, pos, n_q, queries.data(), got_pool.data(), &pool);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(got[i], expected[i], 2e-5f * (1 + std::fabs(expected[i]))) << "layer " << layer << " i " << i;
+      ASSERT_EQ(got_pool[i], got[i]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, QuantizedAttend,
+                         ::testing::Values("f16", "f16-had", "int8-g32", "int8-g16", "int8-g8", "int8-g4",
+                                           "int8-g32-had", "int4-g32", "int4-g16", "int4-g8", "int4-g4",
+                                           "int4-g32-hk", "int4-g16-hv", "int4-k8-g32", "int4-k8-g16-had",
+                                           "int4-kg16-g32", "int4-k8-kg8-g32-hk", "int8-kg4-g32"),
+                         param_name);
+
+TEST(QuantizedKvCache, CreateRejectsWireOnlyLayouts) {
+  const KvGeometry g = test_geometry();
+  auto pc = QuantizedKvCache::Create(g, 8, parse("int4-pc-g32"));
+  ASSERT_FALSE(pc.ok());
+  EXPECT_THAT(std::string(pc.status().message()), HasSubstr("per-token"));
+  EXPECT_THAT(std::string(pc.status().message()), HasSubstr("use int4-g32"));
+  auto pre = QuantizedKvCache::Create(g, 8, parse("int8-g32-pre"));
+  ASSERT_FALSE(pre.ok());
+  EXPECT_THAT(std::string(pre.status().message()), HasSubstr("post-RoPE"));
+  EXPECT_FALSE(QuantizedKvCache::Create(g, 8, parse("int8-g64")).ok());  // 64 does not divide 32
+  EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-pc-g32-pre-had-rows-z3")).to_string(), "int4-g32-had");
+  // Key bits carry over; a per-channel key group (tokens) does not.
+  EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-k8-pc-kg128-g32-pre-z3")).to_string(), "int4-k8-g32");
+  EXPECT_EQ(QuantizedKvCache::store_config_for(parse("int4-k8-kg16-g32-z3")).to_string(), "int4-k8-kg16-g32");
+}
+
+TEST(QuantizedKvCache, BytesPerTokenCountCodesAndScales) {
+  const KvGeometry g = test_geometry();  // 2 layers, kv_dim 64
+  EXPECT_EQ(QuantizedKvCache::bytes_per_token(parse("f16"), g), 2 * 2 * 64 * 2);
+  EXPECT_EQ(QuantizedKvCache::bytes_per_token(parse("int8-g32"), g), 2 * 2 * (64 + 2 * 2));
+  EXPECT_EQ(QuantizedKvCache::bytes_per_token(parse("int4-g32"), g), 2 * 2 * (32 + 4 * 2));
+  auto cache = QuantizedKvCache::Create(g, 100, parse("int4-g32"));
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ((*cache)->memory_bytes(), 100 * 2 * 2 * (32 + 4 * 2));
+  // The store agrees with the codec's raw size per token for per-token codecs.
+  EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-g32"), g), (*cache)->bytes_per_token());
+  // Mixed: INT8 keys (64 codes + 2 scales), INT4 values (32 bytes + 2 scales + 2 mins).
+  EXPECT_EQ(QuantizedKvCache::bytes_per_token(parse("int4-k8-g32"), g), 2 * ((64 + 2 * 2) + (32 + 4 * 2)));
+  EXPECT_DOUBLE_EQ(kv_raw_bytes_per_token(parse("int4-k8-kg16-g32"), g),
+                   QuantizedKvCache::bytes_per_token(parse("int4-k8-kg16-g32"), g));
+}
+
+TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
+  const KvGeometry g = test_geometry();
+  for (const char* wire_name : {"int4-g32-z3", "int8-g16-had-rows", "f16-z1", "int4-k8-g32-z3", "int4-k8-kg16-g32-hk"}) {
+    SCOPED_TRACE(wire_name);
+    const KvCodecConfig wire = parse(wire_name);
+    auto a = QuantizedKvCache::Create(g, 32, QuantizedKvCache::store_config_for(wire));
+    auto b = QuantizedKvCache::Create(g, 32, QuantizedKvCache::store_config_for(wire));
+    ASSERT_TRUE(a.ok() && b.ok());
+    const int64_t n = 20, begin = 4;
+    const auto k = random_rows(n, g.kv_dim(), 1), v = random_rows(n, g.kv_dim(), 2);
+    for (bool is_key : {true, false}) {
+      ASSERT_TRUE((*a)->can_ingest(wire, is_key));
+      auto enc = encode_kv_block(wire, g, is_key, is_key ? k.data() : v.data(), n);
+      ASSERT_TRUE(enc.ok());
+      auto block = decode_kv_block_quantized(wire, g, is_key, enc->payload, enc->raw_size, n);
+      ASSERT_TRUE(block.ok()) << block.status();
+      ASSERT_TRUE((*a)->ingest_block(1, is_key, begin, *block).ok());
+    }
+    ASSERT_TRUE((*b)->store(1, begin, n, k.data(), v.data()).ok());
+    for (bool is_key : {true, false}) {
+      auto ea = (*a)->export_block(1, is_key, begin, n);
+      auto eb = (*b)->export_block(1, is_key, begin, n);
+      ASSERT_TRUE(ea.ok() && eb.ok());
+      EXPECT_EQ(ea->codes, eb->codes);
+      EXPECT_EQ(ea->scales, eb->scales);
+      EXPECT_EQ(ea->mins, eb->mins);
+    }
+  }
+}
+
+TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {
+  const KvGeometry g = test_geometry();
+  auto cache = QuantizedKvCache::Create(g, 16, parse("int4-g32"));
+  ASSERT_TRUE(cache.ok());
+  QuantizedKvCache& q = **cache;
+  EXPECT_FALSE(q.can_ingest(parse("int4-pc-g32"), true));
+  EXPECT_TRUE(q.can_ingest(parse("int4-pc-g32"), false));  // values group per token anyway
+  EXPECT_FALSE(q.can_ingest(parse("int4-g32-pre"), true));
+  EXPECT_FALSE(q.can_ingest(parse("int4-g16"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int8-g32"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int4-g32-hk"), true));
+  EXPECT_TRUE(q.can_ingest(parse("int4-g32-hk"), false));
+
+  const auto k = random_rows(4, g.kv_dim(), 3);
+  auto block = quantize_kv_block(parse("int4-g32"), g, true, k.data(), 4);
+  ASSERT_TRUE(block.ok());
+  absl::Status st = q.ingest_block(0, true, 14, *block);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(q.ingest_block(2, true, 0, *block).code(), absl::StatusCode::kInvalidArgument);
+  QuantizedKvBlock short_block = *block;
+  short_block.codes.pop_back();
+  st = q.ingest_block(0, true, 0, short_block);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("code bytes"));
+  QuantizedKvBlock nan_block = *block;
+  nan_block.scales[0] = 0x7e00;
+  EXPECT_EQ(q.ingest_block(0, true, 0, nan_block).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(q.ingest_block(0, true, 12, *block).ok());
+  const auto big = random_rows(20, g.kv_dim(), 4);
+  EXPECT_EQ(q.store(0, 0, 20, big.data(), big.data()).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(QuantizedKvCache, MixedStoreIngestsEachKindWithItsOwnBits) {
+  const KvGeometry g = test_geometry();
+  auto cache = QuantizedKvCache::Create(g, 16, parse("int4-k8-g32"));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  QuantizedKvCache& q = **cache;
+  EXPECT_TRUE(q.can_ingest(parse("int4-k8-g32-z3"), true));
+  EXPECT_TRUE(q.can_ingest(parse("int4-k8-g32-z3"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int4-g32"), true));  // INT4 keys into INT8 key rows
+  EXPECT_TRUE(q.can_ingest(parse("int4-g32"), false));
+  EXPECT_TRUE(q.can_ingest(parse("int8-g32"), true));   // INT8 keys of group 32 are the same bytes
+  EXPECT_FALSE(q.can_ingest(parse("int8-g32"), false));
+  EXPECT_FALSE(q.can_ingest(parse("int4-k8-kg16-g32"), true));
+  const auto k = random_rows(4, g.kv_dim(), 3);
+  auto int4_keys = quantize_kv_block(parse("int4-g32"), g, true, k.data(), 4);
+  ASSERT_TRUE(int4_keys.ok());
+  absl::Status st = q.ingest_block(0, true, 0, *int4_keys);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("key block of 4 tokens"));
+  EXPECT_TRUE(q.ingest_block(0, false, 0, *int4_keys).ok());  // INT4 rows fit the value plane
+}
+
+// ------------------------------------------------------------- engine ------
+
+struct EngineRun {
+  std::vector<float> prefill_logits;              // last prompt token
+  std::vector<std::vector<float>> decode_logits;  // per decoded token
+  std::vector<int32_t> tokens;                    // greedy tokens
+};
+
+// Prefill 24 tokens, then 8 greedy decode steps. The decode inputs follow
+// `forced` when given, so two runs see the same inputs.
+EngineRun run_engine(const Model& model, KvCache& kv, const std::vector<int32_t>* forced) {
+  Engine engine(model, EngineOptions{2, 16});
+  const ModelSpec& s = model.spec();
+  Rng rng(5);
+  std::vector<int32_t> prompt(24);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng.next() % s.n_vocab);
+  EngineRun run;
+  EXPECT_TRUE(engine.prefill(prompt, kv, &run.prefill_logits).ok());
+  std::vector<float> logits = run.prefill_logits;
+  for (int i = 0; i < 8; ++i) {
+    const int32_t next = forced ? (*forced)[i]
+                                : static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    run.tokens.push_back(next);
+    EXPECT_TRUE(engine.decode_step(next, kv, &logits).ok());
+    run.decode_logits.push_back(logits);
+  }
+  return run;
+}
+
+// Max |a - b| over all logits of a run, relative to the largest |b|.
+double relative_max_diff(const EngineRun& a, const EngineRun& b) {
+  double worst = 0, scale = 1e-6;
+  auto cmp = [&](const std::vector<float>& x, const std::vector<float>& y) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{x[i]} - y[i]));
+      scale = std::max(scale, std::fabs(double{y[i]}));
+    }
+  };
+  cmp(a.prefill_logits, b.prefill_logits);
+  for (size_t i = 0; i < a.decode_logits.size(); ++i) cmp(a.decode_logits[i], b.decode_logits[i]);
+  return worst / scale;
+}
+
+struct EngineCase {
+  std::string codec;
+  double tolerance;  // relative max logit difference to the F32-KV engine
+};
+
+void PrintTo(const EngineCase& c, std::ostream* os) { *os << c.codec << " (tolerance " << c.tolerance << ")"; }
+
+std::string engine_case_name(const ::testing::TestParamInfo<EngineCase>& info) {
+  return param_name(::testing::TestParamInfo<std::string>(info.param.codec, info.index));
+}
+
+class QuantizedKvEngine : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(QuantizedKvEngine, MatchesF32KvWithinTheCodecTolerance) {
+  auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
+  ASSERT_TRUE(model.ok()) << model.status();
+  Engine probe(**model, EngineOptions{1, 16});
+  F32KvCache f32(probe.kv_geometry(), 64);
+  const EngineRun reference = run_engine(**model, f32, nullptr);
+  auto cache = QuantizedKvCache::Create(probe.kv_geometry(), 64, parse(GetParam().codec));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const EngineRun got = run_engine(**model, **cache, &reference.tokens);
+  const double diff = relative_max_diff(got, reference);
+  RecordProperty("relative_max_logit_diff", std::to_string(diff));
+  EXPECT_LE(diff, GetParam().tolerance) << GetParam().codec;
+  std::printf("  %s: relative max logit diff to f32 KV %.2e\n", GetParam().codec.c_str(), diff);
+  EXPECT_EQ((*cache)->size(), 32);
+}
+
+// Tolerances: f16 rounding of K/V (2^-11 relative) gives ~1e-3 on logits;
+// INT8 per-group steps of amax/127 a few 1e-3; INT4 steps of range/15. The
+// tiny model's head_dim is 16, so groups of 16.
+INSTANTIATE_TEST_SUITE_P(Codecs, QuantizedKvEngine,
+                         ::testing::Values(EngineCase{"f16", 2e-3}, EngineCase{"f16-had", 2e-3},
+                                           EngineCase{"int8-g16", 2e-2}, EngineCase{"int8-g16-had", 2e-2},
+                                           EngineCase{"int4-g16", 0.25}, EngineCase{"int4-g16-had", 0.25},
+                                           EngineCase{"int4-k8-g16", 0.25}),
+                         engine_case_name);
+
+TEST(QuantizedKvEngineHadamard, F16RotationDoesNotChangeLogitsBeyondF16Rounding) {
+  auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
+  ASSERT_TRUE(model.ok());
+  Engine probe(**model, EngineOptions{1, 16});
+  auto plain = QuantizedKvCache::Create(probe.kv_geometry(), 64, parse("f16"));
+  auto rotated = QuantizedKvCache::Create(probe.kv_geometry(), 64, parse("f16-had"));
+  ASSERT_TRUE(plain.ok() && rotated.ok());
+  const EngineRun a = run_engine(**model, **plain, nullptr);
+  const EngineRun b = run_engine(**model, **rotated, &a.tokens);
+  EXPECT_LE(relative_max_diff(b, a), 2e-3);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,174 @@
+// attend_heads (one call per GQA head group over a quantized store head)
+// against the per-row scalar path that QuantizedKvCache::attend used: per
+// query head, dot each K row, softmax, accumulate each V row; every kernel
+// set this CPU runs, every store format.
+//
+// Tolerance: relative to the scale of the float error, sum_j p_j * |V_j[d]|
+// (+ the score error through the softmax): 2e-5. The kernels differ from the
+// reference only in summation order and a polynomial exp (~2e-7 relative).
+#include "common/kv_codec/kv_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/util/cpu_features.h"
+#include "common/util/fp16.h"
+
+namespace baton::kv_kernels_impl {
+namespace {
+
+struct Case {
+  int bits;      // 16, 8, 4
+  int head_dim;
+  int group;     // INT8 / INT4
+  int n_q;       // query heads per KV head
+  int64_t n_ctx;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return "bits" + std::to_string(c.bits) + "_hd" + std::to_string(c.head_dim) + "_g" + std::to_string(c.group) +
+         "_q" + std::to_string(c.n_q) + "_ctx" + std::to_string(c.n_ctx);
+}
+
+// A store plane of n_ctx rows holding two KV heads; the kernels see head 1
+// (so row strides are larger than one head).
+struct Plane {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales, mins;
+  KvHeadRows head;
+};
+
+Plane make_plane(const Case& c, std::mt19937& rng) {
+  constexpr int kHeads = 2;
+  Plane p;
+  const int64_t elements = int64_t{kHeads} * c.head_dim;  // per row
+  const int64_t row_code_bytes = c.bits == 16 ? 2 * elements : c.bits == 8 ? elements : elements / 2;
+  const int64_t row_groups = c.bits == 16 ? 0 : elements / c.group;
+  p.codes.resize(static_cast<size_t>(row_code_bytes * c.n_ctx));
+  p.scales.resize(static_cast<size_t>(row_groups * c.n_ctx));
+  if (c.bits == 4) p.mins.resize(p.scales.size());
+  std::uniform_real_distribution<float> value(-1.5f, 1.5f), scale(0.005f, 0.05f);
+  if (c.bits == 16) {
+    auto* halves = reinterpret_cast<uint16_t*>(p.codes.data());
+    for (size_t i = 0; i < p.codes.size() / 2; ++i) halves[i] = fp32_to_fp16(value(rng));
+  } else {
+    for (auto& b : p.codes) b = static_cast<uint8_t>(rng());
+    for (auto& s : p.scales) s = fp32_to_fp16(scale(rng));
+    for (auto& m : p.mins) m = fp32_to_fp16(value(rng) * 0.3f);
+  }
+  const int64_t head_code_bytes = row_code_bytes / kHeads, head_groups = row_groups / kHeads;
+  p.head.bits = c.bits;
+  p.head.codes = p.codes.data() + head_code_bytes;
+  p.head.row_code_bytes = row_code_bytes;
+  p.head.scales = c.bits == 16 ? nullptr : p.scales.data() + head_groups;
+  p.head.mins = c.bits == 4 ? p.mins.data() + head_groups : nullptr;
+  p.head.row_groups = row_groups;
+  p.head.group = c.group;
+  return p;
+}
+
+// The per-row path with the scalar kernels; double softmax.
+std::vector<double> reference(const KvKernels& s, const Plane& k, const Plane& v, const std::vector<float>& q,
+                              const Case& c, float scale, std::vector<double>* magnitude) {
+  std::vector<double> out(static_cast<size_t>(c.n_q * c.head_dim), 0.0);
+  magnitude->assign(out.size(), 0.0);
+  std::vector<float> row(c.head_dim);
+  for (int i = 0; i < c.n_q; ++i) {
+    const float* qi = q.data() + i * c.head_dim;
+    std::vector<double> scores(c.n_ctx);
+    for (int64_t j = 0; j < c.n_ctx; ++j) {
+      const KvHeadRows& h = k.head;
+      const uint8_t* codes = h.codes + j * h.row_code_bytes;
+      float dot = 0;
+      if (c.bits == 16) {
+        dot = s.dot_f16(qi, reinterpret_cast<const uint16_t*>(codes), c.head_dim);
+      } else if (c.bits == 8) {
+        dot = s.dot_int8(qi, reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, c.head_dim, c.group);
+      } else {
+        dot = s.dot_int4(qi, codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, c.head_dim, c.group);
+      }
+      scores[j] = double{dot} * scale;
+    }
+    double max_score = -INFINITY, sum = 0;
+    for (double x : scores) max_score = std::max(max_score, x);
+    for (double& x : scores) sum += (x = std::exp(x - max_score));
+    for (int64_t j = 0; j < c.n_ctx; ++j) {
+      const KvHeadRows& h = v.head;
+      const uint8_t* codes = h.codes + j * h.row_code_bytes;
+      std::fill(row.begin(), row.end(), 0.0f);
+      if (c.bits == 16) {
+        s.axpy_f16(1.0f, reinterpret_cast<const uint16_t*>(codes), row.data(), c.head_dim);
+      } else if (c.bits == 8) {
+        s.axpy_int8(1.0f, reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, row.data(), c.head_dim,
+                    c.group);
+      } else {
+        s.axpy_int4(1.0f, codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, row.data(), c.head_dim,
+                    c.group);
+      }
+      const double p = scores[j] / sum;
+      for (int d = 0; d < c.head_dim; ++d) {
+        out[i * c.head_dim + d] += p * row[d];
+        (*magnitude)[i * c.head_dim + d] += p * std::fabs(row[d]);
+      }
+    }
+  }
+  return out;
+}
+
+class AttendHeads : public testing::TestWithParam<Case> {};
+
+TEST_P(AttendHeads, EveryKernelSetMatchesThePerRowScalarPath) {
+  const Case& c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.bits * 1000 + c.head_dim + c.n_ctx));
+  const Plane k = make_plane(c, rng), v = make_plane(c, rng);
+  std::vector<float> q(static_cast<size_t>(c.n_q * c.head_dim));  // [n_q, head_dim]
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const KvKernels scalar = kv_kernels_scalar();
+  std::vector<double> magnitude;
+  const std::vector<double> want = reference(scalar, k, v, q, c, scale, &magnitude);
+
+  std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", scalar}};
+  if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  sets.emplace_back("dispatched", kv_kernels());
+  for (const auto& [name, kernels] : sets) {
+    std::vector<float> scratch(attend_heads_scratch_floats(c.n_q, c.head_dim, c.n_ctx), -7.0f);
+    std::vector<float> out(q.size(), -3.0f);
+    kernels.attend_heads(k.head, v.head, q.data(), c.n_q, c.head_dim, scale, c.n_ctx, scratch.data(), out.data());
+    for (size_t e = 0; e < out.size(); ++e) {
+      ASSERT_NEAR(out[e], want[e], 2e-5 * magnitude[e] + 1e-6) << name << " element " << e;
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (int bits : {16, 8, 4})
+    for (int head_dim : {64, 128, 24})
+      for (int n_q : {1, 4})
+        for (int64_t n_ctx : {1, 7, 300}) {
+          const int group = head_dim == 24 ? 8 : 32;
+          cases.push_back({bits, head_dim, group, n_q, n_ctx});
+        }
+  cases.push_back({8, 64, 64, 8, 129});   // one group per head, 8 query heads
+  cases.push_back({4, 128, 128, 2, 65});
+  cases.push_back({8, 32, 8, 4, 37});     // groups of 8: two scales per 16 dequantized elements
+  cases.push_back({4, 32, 8, 4, 37});
+  cases.push_back({16, 256, 32, 2, 20});  // head_dim > 128: the AVX2 row-at-a-time score path
+  cases.push_back({4, 256, 32, 2, 20});
+  cases.push_back({8, 64, 32, 6, 50});    // 6 query heads: a block of 4, then 2
+  cases.push_back({8, 20, 4, 3, 33});     // groups of 4 and head_dim % 8 != 0: the scalar fallbacks
+  cases.push_back({4, 20, 4, 3, 33});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, AttendHeads, testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace baton::kv_kernels_impl
