@@ -11,7 +11,7 @@ absl::StatusOr<std::unique_ptr<InProcessCloud>> InProcessCloud::Start(const Pref
   std::unique_ptr<InProcessCloud> cloud(new InProcessCloud(options));
   BATON_ASSIGN_OR_RETURN(cloud->server_, PrefillServer::Start("127.0.0.1:0", cloud->service_));
   cloud->stub_ =
-      v1::Prefill::NewStub(open_channel("127.0.0.1:" + std::to_string(cloud->server_->port()), nullptr));
+      v1::Prefill::NewStub(baton::open_channel("127.0.0.1:" + std::to_string(cloud->server_->port()), nullptr));
   return cloud;
 }
 
