@@ -4,7 +4,7 @@
 // edge agent, the KV memory budget for the session's codec (DESIGN.md "Edge
 // memory"). The smaller one binds, and every message names it with both
 // numbers. One piece for the edge agent (generate_turn.cc) and for
-// `baton generate --model` (tools/cmd_generate.cc), so both refuse the same
+// `baton generate --model` (tools/cli/cmd_generate.cc), so both refuse the same
 // prompts in the same words and stop generating at the same length.
 //
 // Rules (README "Context limits"):

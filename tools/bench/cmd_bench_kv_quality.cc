@@ -17,7 +17,6 @@
 // Output: bench_kv_quality_report.cc.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -31,6 +30,7 @@
 #include "common/engine/perplexity.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
+#include "common/util/read_file.h"
 #include "kv_codec_list.h"
 #include "logit_math.h"
 
@@ -325,11 +325,8 @@ absl::Status bench_kv_quality(const Args& args) {
   BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
   const ModelSpec& spec = m.spec();
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(m.model->file()));
-  std::ifstream file(text_path, std::ios::binary);
-  if (!file) return absl::NotFoundError("cannot read --text-file " + text_path);
-  std::stringstream text;
-  text << file.rdbuf();
-  std::vector<int32_t> text_tokens = tokenize_text(*tokenizer, text.str(), per_line);
+  BATON_ASSIGN_OR_RETURN(const std::string text, read_file(text_path, "--text-file"));
+  std::vector<int32_t> text_tokens = tokenize_text(*tokenizer, text, per_line);
   if (max_tokens > 0 && static_cast<int64_t>(text_tokens.size()) > max_tokens) text_tokens.resize(max_tokens);
   const bool bos = tokenizer->add_bos() && tokenizer->bos_id() >= 0;
   const std::vector<std::vector<int32_t>> chunks = cut_chunks(text_tokens, chunk, bos ? tokenizer->bos_id() : -1);

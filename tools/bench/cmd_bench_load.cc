@@ -48,6 +48,7 @@
 #include "bench_load.h"
 #include "cli_defaults.h"
 #include "common/kv_stream/prefix_digest.h"
+#include "common/rpc/grpc_status.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "edge_client.h"
@@ -185,10 +186,6 @@ uint64_t turn_seed(int64_t seed, int client, int session, int turn) {
   return (uint64_t{out[0]} << 32) | out[1];
 }
 
-std::string status_name(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-}
-
 }  // namespace
 
 Distribution distribution(std::vector<double> values) {
@@ -270,7 +267,7 @@ struct TurnStream {
 void judge_turn(const LoadPlan& plan, const TurnStream& st, int t, SessionTrack& track, TurnResult& turn) {
   const std::optional<v1::Stats>& stats = st.stats;
   if (!st.status.ok()) {
-    turn.error_kind = status_name(st.status.error_code());
+    turn.error_kind = absl::StatusCodeToString(from_grpc_status(st.status).code());
     turn.message = describe_rpc_error(plan.target, "Generate", st.status);
   } else if (!stats.has_value() || st.bad_order) {
     turn.error_kind = "BAD_STREAM";
@@ -357,12 +354,9 @@ ClientResult run_client(const LoadPlan& plan, int client) {
   ClientResult result;
   // A channel of its own (a local subchannel pool), so each client has its
   // own TCP connection instead of sharing the process's. Receive limit as
-  // open_channel(): Generate messages are small, but stay consistent.
-  grpc::ChannelArguments arguments;
-  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  arguments.SetMaxReceiveMessageSize(64 << 20);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(plan.target.address, plan.target.credentials, arguments);
+  // cli::open_channel(): Generate messages are small, but stay consistent.
+  std::shared_ptr<grpc::Channel> channel = baton::open_channel(
+      plan.target.address, plan.target.credentials, {.max_receive_bytes = 64 << 20, .own_connection = true});
   std::unique_ptr<v1::Edge::Stub> stub = v1::Edge::NewStub(channel);
   const LoadConfig& c = plan.config;
   for (int s = 0; s < c.sessions_per_client; ++s) {

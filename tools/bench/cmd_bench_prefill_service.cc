@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "bench_harness.h"
 #include "bench_report.h"
+#include "common/rpc/channel_options.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "in_process_cloud.h"
@@ -36,7 +37,7 @@ absl::StatusOr<StreamTiming> timed_prefill(v1::Prefill::Stub& stub, const std::v
   for (int32_t t : tokens) request.mutable_tokens()->add_ids(static_cast<uint32_t>(t));
   request.mutable_codec()->set_codec(codec);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
+  prepare_call(context, std::chrono::system_clock::now() + std::chrono::minutes(30), /*bearer_token=*/"");
   StreamTiming timing;
   const Clock::time_point start = Clock::now();
   auto reader = stub.Prefill(&context, request);

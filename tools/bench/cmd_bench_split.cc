@@ -41,6 +41,7 @@
 #include "common/kv_stream/kv_handoff.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model_fingerprint.h"
+#include "common/rpc/channel_options.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "in_process_cloud.h"
@@ -165,7 +166,7 @@ absl::Status cloud_prefill(const SplitSetup& setup, const std::vector<int32_t>& 
   request.set_first_position(0);
   request.set_chunk_tokens(static_cast<uint32_t>(setup.chunk_tokens));
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
+  prepare_call(context, std::chrono::system_clock::now() + std::chrono::minutes(30), /*bearer_token=*/"");
   StreamClock clock;
   clock.start = clock.last_message = Clock::now();
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = setup.stub->Prefill(&context, request);

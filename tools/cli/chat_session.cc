@@ -7,7 +7,9 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/atomic_file.h"
 #include "common/util/flags.h"
 #include "edge_decode/store/session.h"
 
@@ -108,15 +110,13 @@ absl::Status save_chat_name(const std::string& path, const std::string& name, co
   (*names)[name] = session_id;
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    for (const auto& [key, id] : *names) out << key << ' ' << id << '\n';
-    out.flush();
-    if (!out) return absl::InternalError("cannot write " + temp);
+  std::string text;
+  for (const auto& [key, id] : *names) absl::StrAppend(&text, key, " ", id, "\n");
+  // A plain file the user may read or edit (kShared), replaced whole so a
+  // crash leaves the old list or the new one.
+  if (absl::Status written = write_file_atomically(path, text, AtomicFileMode::kShared); !written.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", written.message()));
   }
-  std::filesystem::rename(temp, path, error);
-  if (error) return absl::InternalError(absl::StrFormat("cannot rename %s to %s: %s", temp, path, error.message()));
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "edge_client_format.h"
 #include "generate_flags.h"
 #include "interrupt.h"
+#include "json_line.h"
 #include "kv_codec_list.h"
 #include "edge_decode/plan/split_policy.h"
 #include "progress_line.h"
@@ -99,11 +100,11 @@ struct SeenTurn {
 // (stderr, or --json on stdout with "interrupted": true); exit code 130
 // (128 + SIGINT), as shells expect of a command stopped by Ctrl-C.
 absl::Status report_interrupted(const std::string& address, const std::string& session_id, const SeenTurn& seen,
-                                bool json, const std::string& text, const std::string& token_ids_json) {
+                                bool json, const std::string& text, const Json& token_ids) {
   const v1::Stats stats = seen.interrupted_stats(session_id);
   if (json) {
-    std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"interrupted\": true, \"stats\": %s}\n",
-                json_escape(text).c_str(), token_ids_json.c_str(), proto_to_json(stats).c_str());
+    const Json head = {{"text", text}, {"token_ids", token_ids}, {"interrupted", true}};
+    std::printf("%s\n", json_line_with(head, "stats", proto_to_json(stats)).c_str());
   } else {
     if (seen.generated_tokens == 0) {
       std::fprintf(stderr, "baton generate: interrupted before the first token; the session is unchanged\n");
@@ -191,13 +192,12 @@ class EdgeTurn {
                       const std::string& session_id) const {
     const std::string& address = client.target().address;
     // A turn that completed before the cancel took effect reports as usual.
-    if (interrupted && !stats_) return report_interrupted(address, session_id, seen_, json_, text_, token_ids_json_);
+    if (interrupted && !stats_) return report_interrupted(address, session_id, seen_, json_, text_, token_ids_);
     if (!status.ok()) return absl::UnavailableError(client.describe("Generate", status));
     if (!stats_) return absl::DataLossError("the edge agent ended Generate without stats");
     if (json_) {
-      std::printf("{\"text\": \"%s\", \"token_ids\": [%s], \"retries\": %d, \"stats\": %s}\n",
-                  json_escape(text_).c_str(), token_ids_json_.c_str(), client.retries(),
-                  proto_to_json(*stats_).c_str());
+      const Json head = {{"text", text_}, {"token_ids", token_ids_}, {"retries", client.retries()}};
+      std::printf("%s\n", json_line_with(head, "stats", proto_to_json(*stats_)).c_str());
     } else {
       print_turn_stats(address, *stats_);
     }
@@ -210,7 +210,7 @@ class EdgeTurn {
     text_started_ = true;
     seen_.saw_text(piece);
     text_ += piece.text();
-    for (uint32_t id : piece.token_ids()) token_ids_json_ += (token_ids_json_.empty() ? "" : ", ") + std::to_string(id);
+    for (uint32_t id : piece.token_ids()) token_ids_.push_back(id);
     if (!json_) {
       std::fputs(piece.text().c_str(), stdout);
       std::fflush(stdout);
@@ -232,7 +232,7 @@ class EdgeTurn {
   ProgressLine progress_line_;
   SeenTurn seen_;
   std::string text_;            // everything generated (for --json)
-  std::string token_ids_json_;  // "1, 2, 3": the generated token ids (for --json)
+  Json token_ids_ = Json::array();  // the generated token ids (for --json)
   std::optional<v1::Stats> stats_;
   bool text_started_ = false;
   std::optional<RpcClock::time_point> kv_first_seen_;  // first RECEIVING_KV event (rate)

@@ -157,7 +157,7 @@ absl::Status health_command(const Args& args) {
     grpc::Status status = poll_health(
         [&](v1::HealthResponse* r) {
           grpc::ClientContext context;
-          prepare_context(*target, deadline_after(*target), &context);
+          prepare_call(context, deadline_after(*target), target->bearer_token);
           return stub->Health(&context, v1::HealthRequest(), r);
         },
         wait, &response, &ready);

@@ -149,25 +149,27 @@ absl::StatusOr<std::vector<KvCodecConfig>> plan_codecs(const std::string& codec_
 void print_plan_json(const PlanModel& m, const EdgeMemoryPlan& plan, const std::vector<KvCodecConfig>& codecs,
                      const KvCodecConfig& agent_default, uint64_t memory_bytes, bool detected) {
   const ModelSpec& spec = m.spec;
-  std::string out = "{";
-  out += absl::StrFormat("\"model\": \"%s\", \"memory_bytes\": %d, \"detected\": %s, ", json_escape(spec.name),
-                         memory_bytes, detected ? "true" : "false");
-  out += absl::StrFormat(
-      "\"weights_bytes\": %d, \"weights_estimated\": %s, \"scratch_bytes\": %d, \"headroom_bytes\": %d, "
-      "\"kv_budget_bytes\": %d, \"n_ctx_train\": %d, \"codecs\": [",
-      plan.weights_bytes, m.model ? "false" : "true", plan.scratch_bytes, plan.headroom_bytes, plan.kv_budget_bytes,
-      spec.n_ctx_train);
+  Json out = {{"model", spec.name},
+              {"memory_bytes", memory_bytes},
+              {"detected", detected},
+              {"weights_bytes", plan.weights_bytes},
+              {"weights_estimated", m.model == nullptr},
+              {"scratch_bytes", plan.scratch_bytes},
+              {"headroom_bytes", plan.headroom_bytes},
+              {"kv_budget_bytes", plan.kv_budget_bytes},
+              {"n_ctx_train", spec.n_ctx_train},
+              {"codecs", Json::array()}};
   for (size_t i = 0; i < plan.capacity.size(); ++i) {
     const CodecCapacityPlan& c = plan.capacity[i];
-    out += absl::StrFormat(
-        "%s{\"codec\": \"%s\", \"stored_as\": \"%s\", \"kv_bytes_per_token\": %d, \"max_context_tokens\": %d, "
-        "\"limited_by\": \"%s\", \"agent_default\": %s, \"meaning\": \"%s\"}",
-        i == 0 ? "" : ", ", codecs[i].to_string(), c.codec.to_string(), c.kv_bytes_per_token, c.max_context_tokens,
-        capped_at_trained_context(spec, plan, c) ? "trained_context" : "memory",
-        codecs[i] == agent_default ? "true" : "false", json_escape(describe_codec(codecs[i])));
+    out["codecs"].push_back({{"codec", codecs[i].to_string()},
+                             {"stored_as", c.codec.to_string()},
+                             {"kv_bytes_per_token", c.kv_bytes_per_token},
+                             {"max_context_tokens", c.max_context_tokens},
+                             {"limited_by", capped_at_trained_context(spec, plan, c) ? "trained_context" : "memory"},
+                             {"agent_default", codecs[i] == agent_default},
+                             {"meaning", describe_codec(codecs[i])}});
   }
-  out += "]}\n";
-  std::fputs(out.c_str(), stdout);
+  print_json_line(out);
 }
 
 // The table: the memory split, then one row per codec.

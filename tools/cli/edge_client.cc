@@ -27,7 +27,7 @@ EdgeClient::EdgeClient(RpcTarget target)
 grpc::Status EdgeClient::health(v1::EdgeHealthResponse* response) {
   // Health answers in every state; no retry needed.
   grpc::ClientContext context;
-  prepare_context(target_, deadline_after(target_), &context);
+  prepare_call(context, deadline_after(target_), target_.bearer_token);
   return stub_->Health(&context, v1::HealthRequest(), response);
 }
 

@@ -7,16 +7,14 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rpc/grpc_status.h"
 #include "common/util/flags.h"
 
 namespace baton::cli {
 namespace {
 
-constexpr char kRetryAfterKey[] = "baton-retry-after-ms";
 constexpr std::chrono::milliseconds kMaxBackoff{5'000};
 // KV blocks are bounded well under 4 MiB; leave room for a stream message
 // around the biggest block a server may send.
@@ -105,30 +103,7 @@ absl::StatusOr<RpcTarget> make_rpc_target(const std::string& flag, const std::st
 }
 
 std::shared_ptr<grpc::Channel> open_channel(const RpcTarget& target) {
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  return grpc::CreateCustomChannel(
-      target.address, target.credentials != nullptr ? target.credentials : grpc::InsecureChannelCredentials(),
-      arguments);
-}
-
-void prepare_context(const RpcTarget& target, RpcClock::time_point deadline, grpc::ClientContext* context) {
-  // gRPC deadlines are system_clock; convert the remaining steady time.
-  const auto remaining = std::max(RpcClock::duration::zero(), deadline - RpcClock::now());
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::duration_cast<std::chrono::system_clock::duration>(remaining));
-  add_bearer_token(target.bearer_token, *context);
-}
-
-std::optional<int64_t> retry_after_ms(const grpc::ClientContext& context) {
-  const auto& trailers = context.GetServerTrailingMetadata();
-  auto it = trailers.find(kRetryAfterKey);
-  if (it == trailers.end()) return std::nullopt;
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &value) || value < 0) {
-    return std::nullopt;
-  }
-  return value;
+  return baton::open_channel(target.address, target.credentials, {.max_receive_bytes = kMaxReceiveBytes});
 }
 
 std::string describe_rpc_error(const RpcTarget& target, const std::string& rpc, const grpc::Status& status) {
@@ -156,7 +131,7 @@ std::string describe_rpc_error(const RpcTarget& target, const std::string& rpc, 
       return absl::StrCat(server, " refused the credentials (", target.credential_flags, ")", detail);
     default:
       return absl::StrCat(rpc, " at ", target.address, ": ",
-                          absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), detail);
+                          absl::StatusCodeToString(from_grpc_status(status).code()), detail);
   }
 }
 
@@ -173,11 +148,11 @@ grpc::Status call_with_retry(const RpcTarget& target, RpcClock::time_point deadl
   RetryBackoff backoff;
   while (true) {
     grpc::ClientContext context;
-    prepare_context(target, deadline, &context);
+    prepare_call(context, deadline, target.bearer_token);
     bool started = false;
     grpc::Status status = attempt(context, &started);
     if (status.ok() || started || status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
-    const std::optional<int64_t> hint = retry_after_ms(context);
+    const std::optional<int64_t> hint = trailing_retry_after_ms(context);
     if (!hint) return status;  // nobody answered, or a failure that waiting does not fix
     const std::chrono::milliseconds delay = backoff.next_delay(hint);
     if (RpcClock::now() + delay >= deadline) return status;

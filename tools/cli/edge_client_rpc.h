@@ -56,14 +56,9 @@ absl::StatusOr<RpcTarget> make_rpc_target(const std::string& flag, const std::st
                                           const ChannelSecurityOptions& security = {});
 
 // A channel to the target (TLS when its credentials say so) with receive
-// limits large enough for KV blocks.
+// limits large enough for KV blocks. (Inside baton::cli this name hides
+// baton::open_channel, which it calls.)
 std::shared_ptr<grpc::Channel> open_channel(const RpcTarget& target);
-
-// Sets the deadline and the authorization header of one call.
-void prepare_context(const RpcTarget& target, RpcClock::time_point deadline, grpc::ClientContext* context);
-
-// The server's baton-retry-after-ms trailing metadata (ms), if it sent one.
-std::optional<int64_t> retry_after_ms(const grpc::ClientContext& context);
 
 // One line for a failed call: "cannot reach the edge agent at ADDR (...)",
 // "the edge agent at ADDR did not answer within 30s (--timeout)", or

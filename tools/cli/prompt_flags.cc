@@ -1,6 +1,5 @@
 #include "prompt_flags.h"
 
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -9,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/util/check.h"
 #include "common/util/flags.h"
+#include "common/util/read_file.h"
 
 namespace baton::cli {
 
@@ -27,15 +27,14 @@ Args with_prompt_short_flag(const Args& args) {
 }
 
 absl::StatusOr<std::string> read_prompt_file(const std::string& path) {
-  std::stringstream buffer;
+  std::string text;
   if (path == "-") {
+    std::stringstream buffer;
     buffer << std::cin.rdbuf();
+    text = buffer.str();
   } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError("cannot read --prompt-file " + path);
-    buffer << in.rdbuf();
+    BATON_ASSIGN_OR_RETURN(text, read_file(path, "--prompt-file"));
   }
-  std::string text = buffer.str();
   if (text.empty()) {
     return absl::InvalidArgumentError(path == "-" ? std::string("--prompt-file -: standard input is empty")
                                                   : "--prompt-file " + path + " is empty");

@@ -1,14 +1,15 @@
-// Output of `baton bench` and `baton model info`: a readable table, or with
-// --json one JSON object holding the same figures under snake_case keys.
+// Output of `baton bench`, `baton health`, `baton model info` and the like: a
+// readable table, or with --json one JSON object on one line holding the same
+// figures under snake_case keys (through json_line.h).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "json_line.h"
 
 namespace baton::cli {
 
@@ -34,21 +35,21 @@ class Report {
   // "not measured yet" in the table and null in JSON when `value` <= 0.
   void add_measured(std::string key, std::string label, double value, std::string unit, int precision = 1);
 
+  // The JSON object: doubles to 6 significant digits (significant()).
+  const Json& to_json() const { return json_; }
   void print_table(std::FILE* out) const;
-  void print_json(std::FILE* out) const;
+  void print_json(std::FILE* out) const { print_json_line(json_, out); }
   void print(bool json, std::FILE* out = stdout) const { json ? print_json(out) : print_table(out); }
 
  private:
   struct Row {
-    std::string key, label, unit;
-    std::variant<double, long long, std::string, std::monostate> value;  // monostate: not measured
-    int precision = 2;
-    std::string table_text;  // when set, the table shows this instead of the value
+    std::string label, value, unit;  // the table's text
   };
+  void add_row(std::string key, std::string label, std::string table_value, std::string unit, Json json_value);
+
   std::string title_;
   std::vector<Row> rows_;
+  Json json_ = Json::object();
 };
-
-std::string json_escape(const std::string& s);
 
 }  // namespace baton::cli

@@ -1,6 +1,7 @@
-// The benches' --json output (tools/bench/bench_report.h): scripts and tests
-// read it with grep ('"key": '), Python's json module and tools/model_matrix.sh,
-// so the one-line layout and each figure's printed precision must hold.
+// The --json output of the benches (tools/bench/bench_report.h, through
+// tools/cli/json_line.h): scripts and tests read it with grep ('"key": '),
+// Python's json module and tools/bench/model_matrix.sh, so the one-line
+// layout and each figure's printed precision must hold.
 #include "bench_report.h"
 
 #include <cmath>
