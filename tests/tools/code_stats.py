@@ -16,7 +16,7 @@ Prints
      and rules of check_layers.py (--layers: default the root's
      tests/tools/layers.txt, else the one beside this script).
 --map FILE counts the edges as if files sat elsewhere: lines "OLD_PREFIX NEW_PREFIX"
-(e.g. "common/kv_codec/kv_codec common/kv_codec/kv_codec"), the longest matching prefix
+(e.g. "common/kv/kv_codec common/kv_codec/kv_codec"), the longest matching prefix
 wins; so an old tree can be measured against a new layer order.
 --json prints the same figures as one JSON object.
 """

@@ -23,10 +23,10 @@ GOOD = {
     "common/util/status.cc": ['"status.h"', "<vector>"],
     "common/engine/engine.h": ['"common/util/status.h"', '"common/model/spec.h"'],
     "common/model/spec.h": ['"common/util/status.h"'],
-    "common/kv_codec/kv_codec.h": ['"common/engine/engine.h"', '"proto/baton.pb.h"', '"absl/status/status.h"'],
-    "edge_decode/edge_service.cc": ['"common/kv_codec/kv_codec.h"', '"edge_decode/edge_service.h"'],
+    "common/kv/kv_codec.h": ['"common/engine/engine.h"', '"proto/baton.pb.h"', '"absl/status/status.h"'],
+    "edge_decode/edge_service.cc": ['"common/kv/kv_codec.h"', '"edge_decode/edge_service.h"'],
     "edge_decode/edge_service.h": [],
-    "cloud_prefill/prefill_service.cc": ['"common/kv_codec/kv_codec.h"', '"cloud_prefill/cuda/ops.h"'],
+    "cloud_prefill/prefill_service.cc": ['"common/kv/kv_codec.h"', '"cloud_prefill/cuda/ops.h"'],
     "cloud_prefill/cuda/ops.h": ["<cuda_runtime.h>"],
     "tools/cli/cmd_generate.cc": ['"edge_decode/edge_service.h"', '"flags.h"', "<string>"],
     "tools/cli/flags.h": [],
@@ -84,8 +84,8 @@ class CheckLayersTest(unittest.TestCase):
     def test_lower_common_layer_including_a_higher_one_fails_with_file_and_line(self):
         # line 1 is a comment, 2 the pragma, 3 the first include
         self.assert_fails_with(
-            with_file("common/util/log.h", '"common/util/status.h"', '"common/kv_codec/kv_codec.h"'),
-            "common/util/log.h:4: includes common/kv_codec/kv_codec.h: common/util is below common/kv")
+            with_file("common/util/log.h", '"common/util/status.h"', '"common/kv/kv_codec.h"'),
+            "common/util/log.h:4: includes common/kv/kv_codec.h: common/util is below common/kv")
 
     def test_relative_include_resolves_beside_the_file(self):
         self.assert_fails_with(with_file("common/model/spec.cc", '"spec.h"', '"../engine/engine.h"'),
