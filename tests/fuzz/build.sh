@@ -46,6 +46,7 @@ sources=(
   common/kv_stream/kv_stream_reader.cc
   common/kv_stream/kv_stream_writer.cc
   common/kv_stream/prefix_digest.cc
+  common/util/atomic_file.cc
   common/util/errno_status.cc
   common/util/sha256.cc
 )
@@ -66,11 +67,9 @@ printf '%s\n' "${jobs_list[@]}" | xargs -P "${jobs}" -L 1 bash -c \
   "$(declare -p cxxflags); "'${launcher} "${cxx}" "${cxxflags[@]}" -c "$0" -o "$1"'
 
 if [[ "${group}" != services ]]; then
-  "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/kv_stream_fuzz.cc" "${objects[@]}" "${libs[@]}" \
-    -o "${out}/kv_stream_fuzz"
-
   # The GGUF + tokenizer closure for gguf_fuzz and tokenizer_fuzz.
   model_sources=(common/gguf/*.cc common/tokenizer/*.cc common/model/model_spec.cc common/model/model_metadata.cc
+                 common/model/model_fingerprint.cc common/model/layer_window.cc
                  common/model/arch/*.cc common/util/log.cc common/util/check.cc)
   model_objects=()
   model_jobs=()
@@ -90,8 +89,11 @@ if [[ "${group}" != services ]]; then
     "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/${target}_fuzz.cc" "${model_objects[@]}" \
       "${objects[@]}" "${libs[@]}" "${model_libs[@]}" -o "${out}/${target}_fuzz"
   done
-  "${cxx}" "${cxxflags[@]}" "${root}/tests/fuzz/kv_stream_seed_gen.cc" "${objects[@]}" "${libs[@]}" \
-    -o "${out}/kv_stream_seed_gen"
+  # The stream reader checks the fingerprint's layer windows: it links the model closure too.
+  "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/kv_stream_fuzz.cc" "${objects[@]}" \
+    "${model_objects[@]}" "${libs[@]}" "${model_libs[@]}" -o "${out}/kv_stream_fuzz"
+  "${cxx}" "${cxxflags[@]}" "${root}/tests/fuzz/kv_stream_seed_gen.cc" "${objects[@]}" "${model_objects[@]}" \
+    "${libs[@]}" "${model_libs[@]}" -o "${out}/kv_stream_seed_gen"
   echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer}_fuzz and ${out}/kv_stream_seed_gen"
 fi
 
