@@ -14,7 +14,8 @@ std::string format_bytes(uint64_t bytes) {
     value /= 1024.0;
     ++unit;
   }
-  return absl::StrFormat(unit < 2 ? "%.1f %s" : "%.2f %s", value, kUnits[unit]);
+  // Two literal formats: clang checks absl::StrFormat strings at compile time.
+  return unit < 2 ? absl::StrFormat("%.1f %s", value, kUnits[unit]) : absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
 std::string format_rate(double bytes_per_s) {
