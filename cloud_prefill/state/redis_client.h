@@ -23,8 +23,6 @@
 // only that connection is dropped, the node stays up), PERMISSION_DENIED
 // (AUTH refused, or NOAUTH/NOPERM from the server), INTERNAL (an error reply
 // of the server, with its text), INVALID_ARGUMENT (bad options).
-// With TLS, make_redis_client() sets SIGPIPE to ignored if it was default
-// (OpenSSL writes with write(2); a reset peer must be an error, not a kill).
 #pragma once
 
 #include <chrono>

@@ -36,6 +36,33 @@ std::string openssl_error_text() {
   return text;
 }
 
+// OpenSSL's socket BIO writes with write(2), so a peer that reset the
+// connection would raise SIGPIPE and end the process. This BIO is the socket
+// BIO with send(MSG_NOSIGNAL) for writes: a reset is an error of the call.
+int send_without_sigpipe(BIO* bio, const char* data, int length) {
+  const int fd = static_cast<int>(BIO_get_fd(bio, nullptr));
+  const ssize_t sent = ::send(fd, data, static_cast<size_t>(length), MSG_NOSIGNAL);
+  BIO_clear_retry_flags(bio);
+  if (sent < 0 && BIO_sock_should_retry(static_cast<int>(sent))) BIO_set_retry_write(bio);
+  return static_cast<int>(sent);
+}
+
+const BIO_METHOD* socket_bio_without_sigpipe() {
+  static const BIO_METHOD* method = [] {
+    const BIO_METHOD* socket = BIO_s_socket();
+    BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                    "redis socket (MSG_NOSIGNAL)");
+    BIO_meth_set_write(made, send_without_sigpipe);
+    BIO_meth_set_read(made, BIO_meth_get_read(socket));
+    BIO_meth_set_puts(made, BIO_meth_get_puts(socket));
+    BIO_meth_set_ctrl(made, BIO_meth_get_ctrl(socket));
+    BIO_meth_set_create(made, BIO_meth_get_create(socket));
+    BIO_meth_set_destroy(made, BIO_meth_get_destroy(socket));
+    return made;  // never freed: one per process
+  }();
+  return method;
+}
+
 bool is_ip_literal(const std::string& host) {
   unsigned char address[sizeof(in6_addr)];
   return inet_pton(AF_INET, host.c_str(), address) == 1 || inet_pton(AF_INET6, host.c_str(), address) == 1;
@@ -183,9 +210,10 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::open(const Red
 
 absl::Status RedisConnection::handshake_tls(SSL_CTX* ctx, const std::string& host, RedisClock::time_point deadline) {
   ssl_ = SSL_new(ctx);
-  if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) {
-    return absl::InternalError("cannot set up TLS for redis " + peer_ + ": " + openssl_error_text());
-  }
+  BIO* bio = ssl_ != nullptr ? BIO_new(socket_bio_without_sigpipe()) : nullptr;
+  if (bio == nullptr) return absl::InternalError("cannot set up TLS for redis " + peer_ + ": " + openssl_error_text());
+  BIO_set_fd(bio, fd_, BIO_NOCLOSE);  // the connection closes fd_ itself
+  SSL_set_bio(ssl_, bio, bio);
   // The certificate must name the host we dialed: an IP in its SANs for an
   // IP, else the DNS name (also sent as SNI).
   if (is_ip_literal(host)) {

@@ -3,8 +3,6 @@
 // each command to the node owning its key's slot, and follows MOVED / ASK
 // redirects; the connections, their pooling and each node's backoff are
 // RedisNode's.
-#include <signal.h>
-
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -290,10 +288,6 @@ absl::StatusOr<std::unique_ptr<RedisClient>> make_redis_client(RedisOptions opti
     absl::StatusOr<std::shared_ptr<RedisTlsContext>> context = RedisTlsContext::create(options);
     if (!context.ok()) return context.status();
     tls = *std::move(context);
-    // OpenSSL writes with write(2): a peer that reset the connection must be
-    // an error of the call, not a SIGPIPE that ends the process.
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   }
   return std::unique_ptr<RedisClient>(new RedisRoutingClient(std::move(options), std::move(tls)));
 }

@@ -196,6 +196,26 @@ TEST(RedisClientServer, AReplyOverTheCapIsResourceExhaustedAndTheClientGoesOn) {
   EXPECT_TRUE(client->get("edge").ok());
 }
 
+// A server that hangs up while we are still writing (Redis drops a client
+// whose bulk exceeds proto-max-bulk-len): an error of the call, never a
+// SIGPIPE that kills the process; plain TCP and TLS alike.
+TEST(RedisClientServer, AHangUpMidWriteIsAnErrorNotASignal) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plain");
+    RedisServerOptions server_options;
+    server_options.tls = tls;
+    server_options.extra_config = {"proto-max-bulk-len 1mb"};
+    auto server = RedisServer::start(server_options);
+    BATON_REDIS_OR_SKIP(server);
+    std::unique_ptr<RedisClient> client = client_for((*server)->client_options());
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->set("before", "ok").ok());
+    EXPECT_FALSE(client->set("too-big", std::string(64 << 20, 'z')).ok());
+    std::this_thread::sleep_for(milliseconds(100));  // past the backoff, if the hang-up counted as a failure
+    EXPECT_EQ(client->get("before").value(), std::optional<std::string>("ok"));
+  }
+}
+
 // A listener that accepts (the kernel's backlog does) and never answers.
 class SilentListener {
  public:
