@@ -441,5 +441,54 @@ TEST_F(RedisClusterTest, AMigratingSlotIsFollowedThroughAskThenMoved) {
   EXPECT_EQ(client->stats().errors, 0u);
 }
 
+TEST_F(RedisClusterTest, ADeadSeedIsSkipped) {
+  RedisOptions options = cluster_->client_options();
+  options.seeds.insert(options.seeds.begin(), RedisEndpoint{"127.0.0.1", 1});  // nothing listens there
+  std::unique_ptr<RedisClient> client = client_for(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->set("seeded", "yes").ok());
+  EXPECT_EQ(client->get("seeded").value(), std::optional<std::string>("yes"));
+  EXPECT_TRUE(client->healthy());  // the dead seed serves no slot
+  EXPECT_EQ(client->stats().nodes, 3);
+}
+
+// Last of the suite: it kills a node. Only that node's slots fail (fast,
+// in backoff), the others keep serving, and the restarted node (same port,
+// nodes.conf and appendonly file) serves its keys again.
+TEST_F(RedisClusterTest, AKilledNodeFailsOnlyItsSlotsUntilItIsBack) {
+  std::unique_ptr<RedisClient> client = client_for(cluster_->client_options());
+  ASSERT_NE(client, nullptr);
+  const std::vector<int> owners = slot_owner_ports();
+  RedisServer& victim = cluster_->node(2);
+  std::string victim_key, other_key;
+  for (int i = 0; victim_key.empty() || other_key.empty(); ++i) {
+    const std::string key = absl::StrCat("node-down:", i);
+    (owners[redis_key_slot(key)] == victim.port() ? victim_key : other_key) = key;
+  }
+  ASSERT_TRUE(client->set(victim_key, "v").ok());
+  ASSERT_TRUE(client->set(other_key, "o").ok());
+  ASSERT_TRUE(victim.kill().ok());
+
+  EXPECT_TRUE(absl::IsUnavailable(client->get(victim_key).status()));
+  EXPECT_FALSE(client->healthy());
+  EXPECT_EQ(client->stats().nodes_down, 1);
+  const auto start = steady_clock::now();
+  EXPECT_TRUE(absl::IsUnavailable(client->get(victim_key).status()));
+  EXPECT_LT(steady_clock::now() - start, milliseconds(50));
+  EXPECT_EQ(client->get(other_key).value(), std::optional<std::string>("o"));
+
+  ASSERT_TRUE(victim.restart().ok()) << victim.log_tail();
+  ASSERT_TRUE(cluster_->wait_until_ok().ok());
+  const auto deadline = steady_clock::now() + milliseconds(3000);
+  absl::StatusOr<std::optional<std::string>> value = client->get(victim_key);
+  while (!value.ok() && steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+    value = client->get(victim_key);
+  }
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, std::optional<std::string>("v"));
+  EXPECT_TRUE(client->healthy());
+}
+
 }  // namespace
 }  // namespace baton
