@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <chrono>
 #include <algorithm>
 #include <map>
@@ -24,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/test_certs.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
@@ -156,6 +159,52 @@ TEST(RedisClientServer, TlsRoundTripAndAWrongCaFails) {
   plain.tls = false;  // a plain client on a TLS port: no reply it can read, within io_timeout
   plain.io_timeout = milliseconds(300);
   EXPECT_FALSE(client_for(plain)->get("tls-key").ok());
+}
+
+TEST(RedisClientServer, TlsChecksTheServerNameAgainstItsCertificate) {
+  // A certificate the client trusts, but for another name only.
+  const std::string dir = testing::make_temp_dir("redis-tls-name");
+  const std::string cert = dir + "/other-cert.pem", key = dir + "/other-key.pem";
+  ASSERT_EQ(std::system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other.example -addext "
+                         "subjectAltName=DNS:other.example -keyout " + key + " -out " + cert + " > /dev/null 2>&1")
+                            .c_str()),
+            0);
+  RedisServerOptions options;
+  options.tls = true;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  // redis-cli checks no name, so the fixture's PING works; our client must refuse.
+  auto server = RedisServer::start(options);
+  BATON_REDIS_OR_SKIP(server);
+  absl::Status mismatch = client_for((*server)->client_options())->get("k").status();
+  EXPECT_TRUE(absl::IsUnavailable(mismatch)) << mismatch;
+  EXPECT_NE(mismatch.message().find("mismatch"), std::string_view::npos) << mismatch;
+
+  // The default certificate names 127.0.0.1 and localhost: by name works too (SNI + DNS check).
+  RedisServerOptions default_options;
+  default_options.tls = true;
+  auto named = RedisServer::start(default_options);
+  BATON_REDIS_OR_SKIP(named);
+  RedisOptions by_name = (*named)->client_options();
+  by_name.seeds = {{"localhost", (*named)->port()}};
+  absl::Status by_name_status = client_for(by_name)->set("k", "v").status();
+  EXPECT_TRUE(by_name_status.ok()) << by_name_status;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RedisClientServer, AFullServerEvictsLeastRecentlyUsedKeys) {
+  RedisServerOptions options;
+  options.maxmemory_bytes = 4 << 20;
+  auto server = RedisServer::start(options);
+  BATON_REDIS_OR_SKIP(server);
+  std::unique_ptr<RedisClient> client = client_for((*server)->client_options());
+  ASSERT_NE(client, nullptr);
+  // 16 MiB into a 4 MiB server: every write succeeds, the oldest keys go.
+  const std::string value(64 << 10, 'v');
+  for (int i = 0; i < 256; ++i) ASSERT_TRUE(client->set(absl::StrCat("block:", i), value).ok()) << i;
+  EXPECT_EQ(client->get("block:0").value(), std::nullopt);
+  EXPECT_EQ(client->get("block:255").value(), std::optional<std::string>(value));
+  EXPECT_NE((*server)->cli({"CONFIG", "GET", "maxmemory-policy"}).value().find("allkeys-lru"), std::string::npos);
 }
 
 TEST(RedisClientServer, TlsWithAClientCertificate) {
