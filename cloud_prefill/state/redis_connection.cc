@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/check.h"
 
 namespace baton {
 namespace {
@@ -61,6 +62,36 @@ const BIO_METHOD* socket_bio_without_sigpipe() {
     return made;  // never freed: one per process
   }();
   return method;
+}
+
+// hiredis's own reply functions, with createArray refusing a table larger
+// than the reply cap allows: every element takes at least 3 bytes on the
+// wire ("+\r\n"), so more than max_reply_bytes / 3 of them cannot be a reply
+// we would accept anyway.
+struct CappedReplyFunctions {
+  redisReplyObjectFunctions functions{};
+  void* (*default_create_array)(const redisReadTask*, int) = nullptr;
+};
+
+const CappedReplyFunctions& capped_reply_functions() {
+  static const CappedReplyFunctions* made = [] {
+    auto* capped = new CappedReplyFunctions;  // never freed: one per process
+    redisReader* reader = redisReaderCreate();
+    BATON_CHECK(reader != nullptr, "redisReaderCreate failed");
+    capped->functions = *reader->fn;
+    capped->default_create_array = reader->fn->createArray;
+    redisReaderFree(reader);
+    capped->functions.createArray = [](const redisReadTask* task, int elements) -> void* {
+      auto* limits = static_cast<RedisReaderLimits*>(task->privdata);
+      if (limits != nullptr && static_cast<uint64_t>(elements) > limits->max_elements) {
+        limits->refused = true;
+        return nullptr;  // the reader fails with "Out of memory"; refused says why
+      }
+      return capped_reply_functions().default_create_array(task, elements);
+    };
+    return capped;
+  }();
+  return *made;
 }
 
 bool is_ip_literal(const std::string& host) {
@@ -168,7 +199,14 @@ absl::StatusOr<std::shared_ptr<RedisTlsContext>> RedisTlsContext::create(const R
 RedisTlsContext::~RedisTlsContext() { SSL_CTX_free(ctx_); }
 
 RedisConnection::RedisConnection(int fd, std::string peer, uint64_t max_reply_bytes)
-    : fd_(fd), reader_(redisReaderCreate()), peer_(std::move(peer)), max_reply_bytes_(max_reply_bytes) {}
+    : fd_(fd),
+      reader_(redisReaderCreateWithFunctions(
+          const_cast<redisReplyObjectFunctions*>(&capped_reply_functions().functions))),
+      peer_(std::move(peer)),
+      max_reply_bytes_(max_reply_bytes) {
+  reader_limits_.max_elements = max_reply_bytes / 3;
+  if (reader_ != nullptr) reader_->privdata = &reader_limits_;
+}
 
 RedisConnection::~RedisConnection() {
   if (ssl_ != nullptr) SSL_free(ssl_);  // no close_notify: the socket closes under it anyway
@@ -284,6 +322,11 @@ absl::StatusOr<RedisConnectionReply> RedisConnection::read_reply(RedisClock::tim
   while (true) {
     void* object = nullptr;
     if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
+      if (reader_limits_.refused) {
+        return fail(absl::ResourceExhaustedError(
+            absl::StrCat("reply from redis ", peer_, " announces an array of more elements than max_reply_bytes (",
+                         max_reply_bytes_, " bytes) can hold; connection dropped")));
+      }
       return fail(absl::InternalError(
           absl::StrCat("protocol error from redis ", peer_, ": ", redisReaderGetError(reader_))));
     }

@@ -6,6 +6,7 @@
 #include "cloud_prefill/state/redis_client.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -281,11 +282,61 @@ class SilentListener {
   }
   ~SilentListener() { ::close(fd_); }
   int port() const { return port_; }
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
   int port_ = 0;
 };
+
+// A hostile "server": answers every connection's first command with
+// `reply` and then keeps the connection open.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::string reply) : reply_(std::move(reply)) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  int port() const { return listener_.port(); }
+
+ private:
+  void serve() {
+    std::vector<int> connections;
+    while (!stop_) {
+      pollfd entry{listener_.fd(), POLLIN, 0};
+      if (::poll(&entry, 1, 20) <= 0) continue;
+      const int fd = ::accept(listener_.fd(), nullptr, nullptr);
+      if (fd < 0) continue;
+      char request[4096];
+      (void)::recv(fd, request, sizeof request, 0);
+      (void)::send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      connections.push_back(fd);
+    }
+    for (int fd : connections) ::close(fd);
+  }
+
+  SilentListener listener_;
+  const std::string reply_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(RedisClientServer, AHostileArrayHeaderIsRefusedBeforeAllocation) {
+  // Two billion elements announced in 13 bytes: hiredis would allocate a
+  // 16 GB element table for it; the cap refuses it at the header.
+  ScriptedServer hostile("*2000000000\r\n");
+  RedisOptions options;
+  options.seeds = {{"127.0.0.1", hostile.port()}};
+  std::unique_ptr<RedisClient> client = client_for(options);
+  ASSERT_NE(client, nullptr);
+  const std::string_view argv[] = {"PING"};
+  absl::Status status = client->command("", argv).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_NE(status.message().find("array"), std::string_view::npos) << status;
+}
 
 TEST(RedisClientTimeouts, ASilentServerIsDeadlineExceededWithinIoTimeout) {
   SilentListener listener;
