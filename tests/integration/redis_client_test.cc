@@ -397,7 +397,7 @@ TEST(RedisClientServer, AKilledServerFailsFastAndARestartedOneServesAgain) {
   EXPECT_FALSE(client->healthy());
   const auto start = steady_clock::now();
   absl::Status during_backoff = client->get("durable").status();
-  EXPECT_LT(steady_clock::now() - start, milliseconds(20));
+  EXPECT_LT(steady_clock::now() - start, milliseconds(50));  // no connect attempt: at once
   EXPECT_TRUE(absl::IsUnavailable(during_backoff)) << during_backoff;
   EXPECT_NE(during_backoff.message().find("is down"), std::string_view::npos) << during_backoff;
   EXPECT_EQ(client->stats().nodes_down, 1);
