@@ -51,7 +51,10 @@ uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const
   const double raw_per_token_layer_kind = kv_raw_bytes_per_token(plan.codec, geometry_) / (2.0 * geometry_.n_layer);
   const uint64_t block_bytes = std::min<uint64_t>(
       uint64_t{4} << 20, static_cast<uint64_t>(raw_per_token_layer_kind * plan.chunk_tokens) + 4096);
-  return cache_bytes * (candidate ? 2 : 1) + 64 * block_bytes;
+  // An L2 session read holds its reply and the decoded value (about the
+  // prompt's KV each: an owned history is a prefix of the prompt).
+  const bool l2_session = options_.state_redis != nullptr && !plan.session_id.empty();
+  return cache_bytes * ((candidate ? 2 : 1) + (l2_session ? 2 : 0)) + 64 * block_bytes;
 }
 
 PrefillService::PrefillService(PrefillServiceOptions options)
@@ -101,6 +104,9 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   if (max_context_tokens_ <= 0) max_context_tokens_ = int64_t{1} << 20;
   prefix_cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes, geometry_);
   session_cache_ = std::make_unique<SessionCache>(options_.session_cache_bytes);
+  StateTierOptions tier_options;
+  tier_options.ttl = options_.state_ttl;
+  state_tier_ = std::make_unique<StateTier>(options_.state_redis, fingerprint_, geometry_, tier_options);
   packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, effective_pack_quota(options_));
   admission_ = std::make_unique<MemoryAdmission>(options_.memory_limit_bytes);
 
@@ -150,6 +156,19 @@ PrefixCacheStats PrefillService::prefix_cache_stats() const {
 
 SessionCacheStats PrefillService::session_cache_stats() const {
   return session_cache_ ? session_cache_->stats() : SessionCacheStats{};
+}
+
+StateTierStats PrefillService::state_tier_stats() const {
+  // Load() sets state_tier_ before LOADING ends; Health may ask earlier.
+  if (state_.load() != v1::SERVING_STATE_LOADING && state_tier_) return state_tier_->stats();
+  StateTierStats stats;
+  stats.kind = options_.state_redis != nullptr ? "redis" : "memory";
+  stats.detail = "the model is not loaded yet";
+  return stats;
+}
+
+void PrefillService::flush_state_tier() {
+  if (state_tier_) state_tier_->flush();
 }
 
 void PrefillService::worker_loop(PrefillBackend* backend) {
@@ -223,6 +242,11 @@ grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* co
     std::lock_guard<std::mutex> lock(mu_);
     response->set_prefill_tokens_per_s(prefill_tokens_per_s_);
   }
+  const StateTierStats tier = state_tier_stats();
+  v1::StateTier* state_tier = response->mutable_state_tier();
+  state_tier->set_kind(tier.kind);
+  state_tier->set_healthy(tier.healthy);
+  state_tier->set_detail(tier.detail);
   response->set_version(kBatonVersion);
   response->set_uptime_ms(static_cast<uint64_t>(ms_since(start_time_)));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -404,7 +428,8 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
       return;
     }
     ++running_;
-    const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get()};
+    const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get(),
+                            state_tier_.get()};
     absl::StatusOr<PrefillJobResult> result = run_prefill_job(
         *shared_plan, env, *backend,
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },

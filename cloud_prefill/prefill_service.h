@@ -51,6 +51,8 @@
 #include "cloud_prefill/prefix_cache.h"
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
+#include "cloud_prefill/state/redis_client.h"
+#include "cloud_prefill/state/state_tier.h"
 #include "cloud_prefill/tenant_auth.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/model/model.h"
@@ -96,6 +98,10 @@ struct PrefillServiceOptions {
   // A Prefill or GetPrefix stream whose writes make no progress this long is
   // cancelled (a client that stopped reading), freeing its worker; 0: never.
   std::chrono::milliseconds write_stall_timeout{10'000};
+  // The shared state tier (--state redis://...): L2 of the prefix and
+  // session caches (StateTier); null: in-process only.
+  std::shared_ptr<RedisClient> state_redis;
+  std::chrono::seconds state_ttl{24 * 3600};  // of L2 prefix blocks and sessions; 0: none (Redis's LRU only)
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
@@ -129,6 +135,10 @@ class PrefillService final : public v1::Prefill::CallbackService {
   uint64_t write_stalls() const { return write_stall_.stalled_calls(); }
   PrefixCacheStats prefix_cache_stats() const;
   SessionCacheStats session_cache_stats() const;
+  // The state tier's counters and health (kind "memory" before Load()).
+  StateTierStats state_tier_stats() const;
+  // Waits until the state tier's queued writes are done (tests).
+  void flush_state_tier();
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
@@ -192,6 +202,7 @@ class PrefillService final : public v1::Prefill::CallbackService {
   std::vector<std::unique_ptr<PrefillBackend>> backends_;  // one per worker
   std::unique_ptr<PrefixCache> prefix_cache_;
   std::unique_ptr<SessionCache> session_cache_;
+  std::unique_ptr<StateTier> state_tier_;  // always set by Load(); disabled without state_redis
   std::unique_ptr<PrefixPackStore> packs_;
 
   mutable std::mutex mu_;

@@ -1,9 +1,12 @@
 #include "common/util/read_file.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace baton {
 
@@ -14,6 +17,17 @@ absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view
   text << in.rdbuf();
   if (in.bad() || text.bad()) return absl::DataLossError(absl::StrCat("reading ", what, " ", path, " failed"));
   return std::move(text).str();
+}
+
+absl::StatusOr<std::string> read_private_file(const std::string& path, absl::string_view what) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  if ((info.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s %s has mode %04o: group or others can read it; run `chmod 600 %s`", what, path,
+                        info.st_mode & 07777, path));
+  }
+  return read_file(path, what);
 }
 
 }  // namespace baton

@@ -15,4 +15,9 @@ namespace baton {
 // directory, an I/O error).
 absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view what);
 
+// read_file for a secret (a password file): FAILED_PRECONDITION, giving the
+// mode and `chmod 600`, when group or others may read it (mode & 077), like
+// an ssh key; NOT_FOUND when it cannot be stat'ed.
+absl::StatusOr<std::string> read_private_file(const std::string& path, absl::string_view what);
+
 }  // namespace baton
