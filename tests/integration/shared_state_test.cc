@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_service.h"
 #include "cloud_prefill/state/redis_client.h"
 #include "cloud_prefill/state/state_tier.h"
@@ -28,6 +29,7 @@
 #include "common/kv_stream/kv_stream_writer.h"
 #include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
+#include "common/util/metrics.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/redis_server.h"
@@ -194,6 +196,12 @@ TEST_F(SharedStateTest, APrefixPrefilledOnOneReplicaIsAnL2HitOnTheOtherWithTheOn
   Call again = call_prefill(*b->stub, request_for(tokens));
   EXPECT_EQ(again.cached(), 256u);
   EXPECT_EQ(b->service->state_tier_stats().prefix.hits, 4u) << "L1 first: no L2 read";
+  MetricsRegistry registry;
+  PrefillMetrics metrics(registry);
+  metrics.collect(*b->service);
+  const std::string scraped = registry.render();
+  EXPECT_NE(scraped.find("baton_prefill_state_tier_hits_total{kind=\"prefix\"} 4"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("baton_prefill_state_tier_up 1"), std::string::npos) << scraped;
   std::printf("[ shared state ] tiny model: %.1f bytes per cached token in Redis (%llu bytes, %llu tokens)\n",
               static_cast<double>(written.prefix.written_bytes) / static_cast<double>(written.prefix.written_tokens),
               static_cast<unsigned long long>(written.prefix.written_bytes),
