@@ -133,9 +133,10 @@ absl::Status PrefillService::Load(const std::string& model_path) {
     workers_.emplace_back([this, b = backend.get()] { worker_loop(b); });
   }
   state_ = v1::SERVING_STATE_READY;
-  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s", model_path.c_str(), backend_name_.c_str(),
+  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s%s", model_path.c_str(), backend_name_.c_str(),
              n_workers, static_cast<long long>(max_context_tokens_),
-             options_.auth.enabled() ? ", bearer tokens required" : "");
+             options_.auth.enabled() ? ", bearer tokens required" : "",
+             options_.state_redis != nullptr ? ", caches' L2 on Redis (--state)" : "");
   return absl::OkStatus();
 }
 
