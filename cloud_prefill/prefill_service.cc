@@ -45,7 +45,8 @@ uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const
   // same size while it copies from the session or prefix cache.
   const uint64_t cache_bytes = decoded_pack_bytes(plan.tokens.size());
   const bool candidate = (session_cache_ != nullptr && options_.session_cache_bytes > 0 && !plan.session_id.empty()) ||
-                         (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0);
+                         (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0) ||
+                         options_.state_redis != nullptr;
   // The stream's queue: up to 64 encoded blocks, each at most one slice of
   // one layer's K or V in the wire codec (and at most the 4 MiB block bound).
   const double raw_per_token_layer_kind = kv_raw_bytes_per_token(plan.codec, geometry_) / (2.0 * geometry_.n_layer);
@@ -132,9 +133,10 @@ absl::Status PrefillService::Load(const std::string& model_path) {
     workers_.emplace_back([this, b = backend.get()] { worker_loop(b); });
   }
   state_ = v1::SERVING_STATE_READY;
-  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s", model_path.c_str(), backend_name_.c_str(),
+  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s%s", model_path.c_str(), backend_name_.c_str(),
              n_workers, static_cast<long long>(max_context_tokens_),
-             options_.auth.enabled() ? ", bearer tokens required" : "");
+             options_.auth.enabled() ? ", bearer tokens required" : "",
+             options_.state_redis != nullptr ? ", caches' L2 on Redis (--state)" : "");
   return absl::OkStatus();
 }
 

@@ -198,10 +198,7 @@ void StateTier::count(Kind kind, uint64_t StateTierKindStats::*field, uint64_t n
 }
 
 std::optional<std::string> StateTier::fetch(Kind kind, const std::string& key, bool* exact) {
-  if (!redis_->healthy()) {  // in backoff: a miss at once, the tier is skipped
-    count(kind, &StateTierKindStats::errors);
-    return std::nullopt;
-  }
+  // A node in backoff fails at once (UNAVAILABLE): a dead tier costs a miss, not a wait.
   const std::string_view argv[] = {"GET", key};
   absl::StatusOr<RedisReply> reply = redis_->command(key, argv);
   if (!reply.ok()) {
@@ -415,10 +412,6 @@ void StateTier::write_session(const Write& write) {
 }
 
 void StateTier::put(Kind kind, const std::string& key, const std::string& value, int64_t tokens, bool replace) {
-  if (!redis_->healthy()) {
-    count(kind, &StateTierKindStats::errors);
-    return;
-  }
   const std::string ttl_ms = absl::StrCat(std::chrono::milliseconds(options_.ttl).count());
   std::vector<std::string_view> argv = {"SET", key, value};
   if (options_.ttl.count() > 0) argv.insert(argv.end(), {"PX", ttl_ms});

@@ -34,9 +34,9 @@
 //
 // Writes go through a bounded write-behind queue drained by one thread: the
 // job hands over a reference to its (immutable) KV cache and returns at once;
-// a full queue drops the write and counts it. Reads run the client's bounded
-// timeouts; while the client is unhealthy (a node in backoff) reads and
-// writes are skipped (counted as errors) so a dead tier costs nothing.
+// a full queue drops the write and counts it. Reads and writes run under the
+// client's bounded timeouts; a node in backoff fails them at once, so a dead
+// tier costs a miss (counted as an error), not a wait.
 // Thread-safe.
 #pragma once
 

@@ -402,7 +402,7 @@ TEST_F(PrefillJobStateTierTest, L2ContinuesBlockByBlockWhereL1Stops) {
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->reused_tokens, 192) << "block 0 from L1, blocks 1 and 2 from L2";
   EXPECT_EQ(b_.tier.stats().prefix.hits, 3u);
-  EXPECT_EQ(b_.prefix.stats().hit_tokens, 64u + 0u + 64u);
+  EXPECT_EQ(b_.prefix.stats().hit_tokens, 64u) << "block 0, on the second run";
 }
 
 TEST_F(PrefillJobStateTierTest, ASessionMovesToAnotherReplicaOnlyForItsOwner) {

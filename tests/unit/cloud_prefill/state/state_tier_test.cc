@@ -9,13 +9,19 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/engine/engine.h"
 #include "common/kv_stream/prefix_digest.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
 #include "tests/support/fake_redis_client.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
@@ -289,6 +295,49 @@ TEST(StateTierTest, WithoutAClientEverythingIsAMissAndHealthSaysMemory) {
   EXPECT_EQ(load_session(tier, "tenant", tokens(64, 1)), 0);
   EXPECT_EQ(tier.stats().kind, "memory");
   EXPECT_TRUE(tier.stats().healthy);
+}
+
+// Bytes Redis holds per cached token, on the bundled trained model's KV of
+// held-out text (real KV, unlike the synthetic models): the shuffle + zstd
+// envelope never grows a block past raw f32 plus its header, and prints the
+// figure. Lossless either way: a block reads back bit for bit.
+TEST(StateTierSizeTest, BytesPerCachedTokenOfTheBundledModel) {
+  auto model = Model::Load(testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto fp = model_fingerprint(**model);
+  ASSERT_TRUE(fp.ok());
+  std::vector<int32_t> ids;
+  std::ifstream in(testing::source_dir() + "/deploy/models/baton-tiny-kjv.heldout.ids");
+  for (int32_t id; in >> id && ids.size() < 512;) ids.push_back(id);
+  ASSERT_EQ(ids.size(), 512u);
+  const KvGeometry geometry = kv_geometry_for((*model)->spec());
+  auto kv = std::make_shared<F32KvCache>(geometry, 512);
+  Engine engine(**model, EngineOptions{.n_threads = 1});
+  ASSERT_TRUE(engine.prefill(ids, *kv, nullptr).ok());
+  const double raw_per_token = static_cast<double>(geometry.n_layer) * 2 * geometry.kv_dim() * sizeof(float);
+  for (bool compress : {false, true}) {
+    StateTierOptions options;
+    options.compress = compress;
+    auto redis = std::make_shared<FakeRedisClient>();
+    StateTier tier(redis, *fp, geometry, options);
+    tier.store_prefix_blocks("tenant", ids, kv, 0);
+    tier.flush();
+    const StateTierKindStats stats = tier.stats().prefix;
+    ASSERT_EQ(stats.written_tokens, 512u);
+    const double per_token = static_cast<double>(stats.written_bytes) / static_cast<double>(stats.written_tokens);
+    EXPECT_LE(per_token, raw_per_token * 1.01 + 4);
+    std::printf("[ state tier ] bundled model (%d layers, kv_dim %lld): raw f32 %.0f B/token, stored %s %.1f B/token "
+                "(%.1f%%)\n",
+                geometry.n_layer, static_cast<long long>(geometry.kv_dim()), raw_per_token,
+                compress ? "shuffle+zstd" : "plain", per_token, 100.0 * per_token / raw_per_token);
+    F32KvCache back(geometry, 512);
+    ASSERT_EQ(tier.load_prefix_blocks("tenant", ids, 512, back), 512);
+    for (int layer = 0; layer < geometry.n_layer; ++layer) {
+      const size_t bytes = static_cast<size_t>(512 * geometry.kv_dim()) * sizeof(float);
+      ASSERT_EQ(std::memcmp(back.k_row(layer, 0), kv->k_row(layer, 0), bytes), 0);
+      ASSERT_EQ(std::memcmp(back.v_row(layer, 0), kv->v_row(layer, 0), bytes), 0);
+    }
+  }
 }
 
 }  // namespace
