@@ -20,7 +20,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/ascii.h"
 #include "bench_harness.h"
 #include "cloud_prefill/state/redis_client.h"
 #include "common/kv_stream/prefix_digest.h"
@@ -73,13 +72,12 @@ absl::StatusOr<StreamTiming> timed_prefill(v1::Prefill::Stub& stub, const std::v
 absl::StatusOr<int64_t> redis_used_memory(RedisClient& redis) {
   const std::string_view argv[] = {"INFO", "memory"};
   BATON_ASSIGN_OR_RETURN(const RedisReply reply, redis.command("", argv));
-  const std::string_view field = "used_memory:";
+  const std::string field = "used_memory:";
   const size_t at = reply.str.find(field);
+  const size_t end = at == std::string::npos ? at : reply.str.find_first_of("\r\n", at);
   int64_t bytes = 0;
   if (at == std::string::npos ||
-      !absl::SimpleAtoi(absl::StripAsciiWhitespace(std::string_view(reply.str).substr(
-                            at + field.size(), reply.str.find('\n', at) - at - field.size())),
-                        &bytes)) {
+      !absl::SimpleAtoi(reply.str.substr(at + field.size(), end - at - field.size()), &bytes)) {
     return absl::InternalError("INFO memory has no used_memory field");
   }
   return bytes;
