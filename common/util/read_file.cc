@@ -1,6 +1,7 @@
 #include "common/util/read_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -22,10 +23,15 @@ absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view
 absl::StatusOr<std::string> read_private_file(const std::string& path, absl::string_view what) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
-  if ((info.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s %s has mode %04o: group or others can read it; run `chmod 600 %s`", what, path,
-                        info.st_mode & 07777, path));
+  // Others may do nothing with it; the group may read it only when it is
+  // our own group (a Kubernetes Secret is mounted root:fsGroup 0440, and the
+  // pod runs with that group: nobody else gains anything).
+  const bool others = (info.st_mode & 007) != 0;
+  const bool group = (info.st_mode & 070) != 0 && ((info.st_mode & 030) != 0 || info.st_gid != ::getegid());
+  if (others || group) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s %s has mode %04o: %s can read it; run `chmod 600 %s`", what, path, info.st_mode & 07777,
+        others ? "others" : "a group other than this process's", path));
   }
   return read_file(path, what);
 }
