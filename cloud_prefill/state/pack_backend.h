@@ -46,11 +46,10 @@ class PackBackend {
   // True when other processes change it too (Redis): a copy in memory must
   // be revalidated (digest_of) before it is served.
   virtual bool shared() const = 0;
-  // False while the backend is known to be unreachable (Redis in backoff).
-  virtual bool healthy() const { return true; }
-
   // OK when `charge` more bytes fit `tenant`'s quota now (an upload's early
-  // check at its header; put() checks again).
+  // check at its header; put() checks again). A shared backend asks the
+  // tier even without a quota, so that an upload fails at its header when
+  // the tier is down.
   virtual absl::Status check_quota(const std::string& tenant, uint64_t charge) = 0;
   // Stores `value` as `tenant`'s pack `pack_id` of prefix `digest`. True
   // (already present) when the id already held that digest: nothing changes.

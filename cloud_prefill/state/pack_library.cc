@@ -22,9 +22,8 @@ absl::Status PackLibrary::backend_failed(const absl::Status& status, std::string
 absl::StatusOr<PrefixPackStore::Reservation> PackLibrary::reserve(const std::string& tenant, uint64_t bytes) {
   BATON_ASSIGN_OR_RETURN(PrefixPackStore::Reservation reservation, memory_->reserve(tenant, bytes));
   if (backend_ != nullptr) {
-    // A tier known to be down fails the upload now, not after its last block.
-    absl::Status quota = backend_->healthy() ? backend_->check_quota(tenant, bytes)
-                                             : absl::UnavailableError("it is unreachable");
+    // A tier that is down fails the upload now, not after its last block.
+    absl::Status quota = backend_->check_quota(tenant, bytes);
     if (absl::IsResourceExhausted(quota)) return quota;
     if (!quota.ok()) return backend_failed(quota, "PutPrefix stores nothing");
   }
@@ -82,8 +81,10 @@ std::shared_ptr<const StoredPack> PackLibrary::load(const std::string& tenant, c
 
 absl::StatusOr<std::shared_ptr<const StoredPack>> PackLibrary::revalidate(const std::string& tenant,
                                                                           std::shared_ptr<const StoredPack> pack) {
-  // While the tier is down, the copy in memory is the best this replica has.
-  if (!backend_->shared() || !backend_->healthy()) return pack;
+  if (!backend_->shared()) return pack;
+  // The Redis client fails at once while a node is in backoff, so a tier
+  // that is down costs a call nothing; the copy in memory is then the best
+  // this replica has.
   absl::StatusOr<std::optional<Digest256>> digest = backend_->digest_of(tenant, pack->pack_id);
   if (!digest.ok()) {
     ++backend_errors_;

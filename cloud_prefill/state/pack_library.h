@@ -12,8 +12,9 @@
 //   (nullptr) plus a log line and a count (stats), never wrong KV;
 // - a memory hit of a shared backend (Redis) is revalidated first (one GET
 //   of the pack's claim): a pack deleted, or replaced by another prefix, on
-//   another replica is dropped here too. While the backend is down the
-//   memory copy is served; a pack only the backend holds is UNAVAILABLE;
+//   another replica is dropped here too. While the backend fails (the
+//   Redis client fails at once during its backoff) the memory copy is
+//   served; a pack only the backend holds is UNAVAILABLE;
 // - remove deletes from the backend, then from memory.
 // Calls block on the backend (bounded by the Redis client's timeouts).
 // Thread-safe.

@@ -65,10 +65,11 @@ absl::Status RedisPackBackend::over_quota(const std::string& tenant, uint64_t ch
 }
 
 absl::Status RedisPackBackend::check_quota(const std::string& tenant, uint64_t charge) {
-  if (quota_bytes_ == 0) return absl::OkStatus();
+  // Read also without a quota: an upload learns at its header that the tier is down.
   BATON_ASSIGN_OR_RETURN(std::optional<std::string> text, redis_->get(bytes_key(tenant)));
   int64_t used = 0;
   if (text.has_value() && !absl::SimpleAtoi(*text, &used)) used = 0;
+  if (quota_bytes_ == 0) return absl::OkStatus();
   if (charge > quota_bytes_ || used > static_cast<int64_t>(quota_bytes_ - charge)) {
     return over_quota(tenant, charge, used);
   }

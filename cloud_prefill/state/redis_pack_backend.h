@@ -55,7 +55,6 @@ class RedisPackBackend final : public PackBackend {
 
   std::string name() const override { return "redis"; }
   bool shared() const override { return true; }
-  bool healthy() const override { return redis_->healthy(); }
   absl::Status check_quota(const std::string& tenant, uint64_t charge) override;
   absl::StatusOr<bool> put(const std::string& tenant, const std::string& pack_id, const Digest256& digest,
                            uint32_t token_count, std::string_view value) override;
