@@ -92,7 +92,6 @@ struct PrefillServiceOptions {
   // --auth-tokens naming more than one tenant, else the whole store.
   uint64_t pack_quota_bytes = 0;
   int max_pack_calls = 4;             // GetPrefix calls at once; more get RESOURCE_EXHAUSTED
-  std::shared_ptr<RedisClient> state_redis;  // shared state tier; nullptr: in-process
   // Without state_redis: packs also kept in this directory (one file each),
   // so they survive a restart; empty: memory only. With state_redis, Redis
   // is where packs are durable and this is not used.
@@ -107,6 +106,9 @@ struct PrefillServiceOptions {
   // A Prefill or GetPrefix stream whose writes make no progress this long is
   // cancelled (a client that stopped reading), freeing its worker; 0: never.
   std::chrono::milliseconds write_stall_timeout{10'000};
+  // The shared state tier (--state redis://...): L2 of the prefix and
+  // session caches (StateTier); null: in-process only.
+  std::shared_ptr<RedisClient> state_redis;
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
