@@ -5,13 +5,15 @@
 // B's restart, comes back from B byte for byte, is gone on B once A deletes
 // it, and is never another tenant's; with the tier down PutPrefix answers
 // UNAVAILABLE while Prefill without packs keeps working. Without Redis,
-// --pack-dir keeps a replica's packs across a restart. Skipped (with the
+// --pack-dir keeps a replica's packs across a restart. The sharing runs on a
+// single server and on a 3-node Redis Cluster. Skipped (with the
 // fixture's message) only when redis-server cannot start here.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -117,7 +119,7 @@ void expect_same_stream(const std::vector<v1::KvStreamMessage>& got, const std::
 
 // A replica: a PrefillService on its own Redis client (as separate
 // processes would have) or its own --pack-dir.
-std::unique_ptr<edge_test::Cloud> start_replica(const testing::RedisServer* redis, const std::string& pack_dir = "") {
+std::unique_ptr<edge_test::Cloud> start_replica(std::optional<RedisOptions> redis, const std::string& pack_dir = "") {
   PrefillServiceOptions options;
   options.threads = 1;
   options.max_context_tokens = 512;
@@ -126,8 +128,8 @@ std::unique_ptr<edge_test::Cloud> start_replica(const testing::RedisServer* redi
   auto auth = TenantAuth::FromText(std::string(kTokenA) + " alpha\n" + kTokenB + " beta\n", "test");
   EXPECT_TRUE(auth.ok()) << auth.status();
   options.auth = *auth;
-  if (redis != nullptr) {
-    absl::StatusOr<std::unique_ptr<RedisClient>> client = make_redis_client(redis->client_options());
+  if (redis.has_value()) {
+    absl::StatusOr<std::unique_ptr<RedisClient>> client = make_redis_client(*redis);
     EXPECT_TRUE(client.ok()) << client.status();
     options.state_redis = std::move(*client);
   }
@@ -137,11 +139,10 @@ std::unique_ptr<edge_test::Cloud> start_replica(const testing::RedisServer* redi
   return cloud;
 }
 
-TEST(SharedPacksTest, APackUploadedToOneReplicaServesAnotherSurvivesRestartsAndDeletes) {
-  auto redis = testing::RedisServer::start();
-  BATON_REDIS_OR_SKIP(redis);
-  auto a = start_replica(redis->get());
-  auto b = start_replica(redis->get());
+// The whole story on `redis` (a server, or a cluster's seeds).
+void share_a_pack_between_replicas(const RedisOptions& redis) {
+  auto a = start_replica(redis);
+  auto b = start_replica(redis);
   ASSERT_TRUE(a->stub && b->stub);
   const std::vector<int32_t> system = prompt(100, 6);
   const std::vector<v1::KvStreamMessage> pack = testing::make_pack_stream(tiny(), system, "sys-1");
@@ -158,7 +159,7 @@ TEST(SharedPacksTest, APackUploadedToOneReplicaServesAnotherSurvivesRestartsAndD
 
   // B restarted (a new process would have a new client and an empty memory).
   b.reset();
-  b = start_replica(redis->get());
+  b = start_replica(redis);
   std::vector<v1::KvStreamMessage> got;
   status = read_stream(*b->stub, get_by_id("sys-1"), kTokenA, &got);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -188,10 +189,22 @@ TEST(SharedPacksTest, APackUploadedToOneReplicaServesAnotherSurvivesRestartsAndD
   EXPECT_EQ(delete_prefix(*b->stub, "sys-1", kTokenA).error_code(), grpc::NOT_FOUND);
 }
 
+TEST(SharedPacksTest, APackUploadedToOneReplicaServesAnotherSurvivesRestartsAndDeletes) {
+  auto redis = testing::RedisServer::start();
+  BATON_REDIS_OR_SKIP(redis);
+  share_a_pack_between_replicas((*redis)->client_options());
+}
+
+TEST(SharedPacksTest, TheSameOnAThreeNodeRedisCluster) {
+  auto cluster = testing::RedisTestCluster::start(3);
+  BATON_REDIS_OR_SKIP(cluster);
+  share_a_pack_between_replicas((*cluster)->client_options());
+}
+
 TEST(SharedPacksTest, WithTheTierDownPutPrefixIsUnavailableAndPrefillWithoutPacksWorks) {
   auto redis = testing::RedisServer::start();
   BATON_REDIS_OR_SKIP(redis);
-  auto a = start_replica(redis->get());
+  auto a = start_replica((*redis)->client_options());
   ASSERT_TRUE(a->stub);
   ASSERT_TRUE((*redis)->kill().ok());
   const std::vector<int32_t> system = prompt(64, 7);
@@ -222,12 +235,12 @@ TEST(SharedPacksTest, PackDirKeepsAReplicasPacksAcrossARestart) {
   const std::vector<int32_t> system = prompt(80, 8);
   const std::vector<v1::KvStreamMessage> pack = testing::make_pack_stream(tiny(), system, "sys-3");
   {
-    auto replica = start_replica(nullptr, dir);
+    auto replica = start_replica(std::nullopt, dir);
     v1::PutPrefixResponse put;
     grpc::Status status = put_prefix(*replica->stub, pack, kTokenA, &put);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
-  auto restarted = start_replica(nullptr, dir);
+  auto restarted = start_replica(std::nullopt, dir);
   std::vector<v1::KvStreamMessage> got;
   grpc::Status status = read_stream(*restarted->stub, get_by_id("sys-3"), kTokenA, &got);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -238,7 +251,7 @@ TEST(SharedPacksTest, PackDirKeepsAReplicasPacksAcrossARestart) {
   EXPECT_EQ(producer_of(messages).cached_tokens(), 80u);
   EXPECT_EQ(read_stream(*restarted->stub, get_by_id("sys-3"), kTokenB, &got).error_code(), grpc::NOT_FOUND);
   ASSERT_TRUE(delete_prefix(*restarted->stub, "sys-3", kTokenA).ok());
-  auto again = start_replica(nullptr, dir);
+  auto again = start_replica(std::nullopt, dir);
   EXPECT_EQ(read_stream(*again->stub, get_by_id("sys-3"), kTokenA, &got).error_code(), grpc::NOT_FOUND);
 }
 
