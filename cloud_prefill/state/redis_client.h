@@ -23,8 +23,6 @@
 // only that connection is dropped, the node stays up), PERMISSION_DENIED
 // (AUTH refused, or NOAUTH/NOPERM from the server), INTERNAL (an error reply
 // of the server, with its text), INVALID_ARGUMENT (bad options).
-// With TLS, make_redis_client() sets SIGPIPE to ignored if it was default
-// (OpenSSL writes with write(2); a reset peer must be an error, not a kill).
 #pragma once
 
 #include <chrono>
@@ -82,8 +80,8 @@ struct RedisReply {
 
 struct RedisClientStats {
   bool cluster = false;        // a cluster's slot map is in use
-  int nodes = 0;               // nodes known
-  int nodes_down = 0;          // nodes in backoff now
+  int nodes = 0;               // nodes in use: the server, or the cluster's slot owners (the seeds before first contact)
+  int nodes_down = 0;          // of those, nodes down now (see healthy())
   uint64_t commands = 0;       // sent, total
   uint64_t errors = 0;         // calls that failed (any cause), total
   uint64_t redirects = 0;      // MOVED + ASK followed, total
@@ -110,9 +108,10 @@ class RedisClient {
   absl::StatusOr<bool> del(std::string_view key);
   absl::StatusOr<int64_t> incr_by(std::string_view key, int64_t delta);
 
-  // True when no node is down: none whose last attempt failed without a
-  // success since (the tier is believed up). A node stays down past its
-  // backoff until a call to it succeeds.
+  // True when no node in use is down: none whose last attempt failed
+  // without a success since (the tier is believed up). A node stays down
+  // past its backoff until a call to it succeeds; a dead seed that the
+  // cluster's slot map does not use does not count.
   virtual bool healthy() const = 0;
   virtual RedisClientStats stats() const = 0;
 };

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/check.h"
 
 namespace baton {
 namespace {
@@ -34,6 +35,63 @@ std::string openssl_error_text() {
     text = buffer;
   }
   return text;
+}
+
+// OpenSSL's socket BIO writes with write(2), so a peer that reset the
+// connection would raise SIGPIPE and end the process. This BIO is the socket
+// BIO with send(MSG_NOSIGNAL) for writes: a reset is an error of the call.
+int send_without_sigpipe(BIO* bio, const char* data, int length) {
+  const int fd = static_cast<int>(BIO_get_fd(bio, nullptr));
+  const ssize_t sent = ::send(fd, data, static_cast<size_t>(length), MSG_NOSIGNAL);
+  BIO_clear_retry_flags(bio);
+  if (sent < 0 && BIO_sock_should_retry(static_cast<int>(sent))) BIO_set_retry_write(bio);
+  return static_cast<int>(sent);
+}
+
+const BIO_METHOD* socket_bio_without_sigpipe() {
+  static const BIO_METHOD* method = [] {
+    const BIO_METHOD* socket = BIO_s_socket();
+    BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                    "redis socket (MSG_NOSIGNAL)");
+    BIO_meth_set_write(made, send_without_sigpipe);
+    BIO_meth_set_read(made, BIO_meth_get_read(socket));
+    BIO_meth_set_puts(made, BIO_meth_get_puts(socket));
+    BIO_meth_set_ctrl(made, BIO_meth_get_ctrl(socket));
+    BIO_meth_set_create(made, BIO_meth_get_create(socket));
+    BIO_meth_set_destroy(made, BIO_meth_get_destroy(socket));
+    return made;  // never freed: one per process
+  }();
+  return method;
+}
+
+// hiredis's own reply functions, with createArray refusing a table larger
+// than the reply cap allows: every element takes at least 3 bytes on the
+// wire ("+\r\n"), so more than max_reply_bytes / 3 of them cannot be a reply
+// we would accept anyway.
+struct CappedReplyFunctions {
+  redisReplyObjectFunctions functions{};
+  void* (*default_create_array)(const redisReadTask*, int) = nullptr;
+};
+
+const CappedReplyFunctions& capped_reply_functions() {
+  static const CappedReplyFunctions* made = [] {
+    auto* capped = new CappedReplyFunctions;  // never freed: one per process
+    redisReader* reader = redisReaderCreate();
+    BATON_CHECK(reader != nullptr, "redisReaderCreate failed");
+    capped->functions = *reader->fn;
+    capped->default_create_array = reader->fn->createArray;
+    redisReaderFree(reader);
+    capped->functions.createArray = [](const redisReadTask* task, int elements) -> void* {
+      auto* limits = static_cast<RedisReaderLimits*>(task->privdata);
+      if (limits != nullptr && static_cast<uint64_t>(elements) > limits->max_elements) {
+        limits->refused = true;
+        return nullptr;  // the reader fails with "Out of memory"; refused says why
+      }
+      return capped_reply_functions().default_create_array(task, elements);
+    };
+    return capped;
+  }();
+  return *made;
 }
 
 bool is_ip_literal(const std::string& host) {
@@ -141,7 +199,14 @@ absl::StatusOr<std::shared_ptr<RedisTlsContext>> RedisTlsContext::create(const R
 RedisTlsContext::~RedisTlsContext() { SSL_CTX_free(ctx_); }
 
 RedisConnection::RedisConnection(int fd, std::string peer, uint64_t max_reply_bytes)
-    : fd_(fd), reader_(redisReaderCreate()), peer_(std::move(peer)), max_reply_bytes_(max_reply_bytes) {}
+    : fd_(fd),
+      reader_(redisReaderCreateWithFunctions(
+          const_cast<redisReplyObjectFunctions*>(&capped_reply_functions().functions))),
+      peer_(std::move(peer)),
+      max_reply_bytes_(max_reply_bytes) {
+  reader_limits_.max_elements = max_reply_bytes / 3;
+  if (reader_ != nullptr) reader_->privdata = &reader_limits_;
+}
 
 RedisConnection::~RedisConnection() {
   if (ssl_ != nullptr) SSL_free(ssl_);  // no close_notify: the socket closes under it anyway
@@ -183,9 +248,10 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::open(const Red
 
 absl::Status RedisConnection::handshake_tls(SSL_CTX* ctx, const std::string& host, RedisClock::time_point deadline) {
   ssl_ = SSL_new(ctx);
-  if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) {
-    return absl::InternalError("cannot set up TLS for redis " + peer_ + ": " + openssl_error_text());
-  }
+  BIO* bio = ssl_ != nullptr ? BIO_new(socket_bio_without_sigpipe()) : nullptr;
+  if (bio == nullptr) return absl::InternalError("cannot set up TLS for redis " + peer_ + ": " + openssl_error_text());
+  BIO_set_fd(bio, fd_, BIO_NOCLOSE);  // the connection closes fd_ itself
+  SSL_set_bio(ssl_, bio, bio);
   // The certificate must name the host we dialed: an IP in its SANs for an
   // IP, else the DNS name (also sent as SNI).
   if (is_ip_literal(host)) {
@@ -256,6 +322,11 @@ absl::StatusOr<RedisConnectionReply> RedisConnection::read_reply(RedisClock::tim
   while (true) {
     void* object = nullptr;
     if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
+      if (reader_limits_.refused) {
+        return fail(absl::ResourceExhaustedError(
+            absl::StrCat("reply from redis ", peer_, " announces an array of more elements than max_reply_bytes (",
+                         max_reply_bytes_, " bytes) can hold; connection dropped")));
+      }
       return fail(absl::InternalError(
           absl::StrCat("protocol error from redis ", peer_, ": ", redisReaderGetError(reader_))));
     }

@@ -53,6 +53,14 @@ class RedisTlsContext {
   SSL_CTX* ctx_;
 };
 
+// What the reader's array hook checks (the reader's privdata): an array
+// header alone ("*2000000000\r\n") would make hiredis allocate its element
+// table before a single element arrived.
+struct RedisReaderLimits {
+  uint64_t max_elements = 0;
+  bool refused = false;  // set by the hook: the reader's "Out of memory" was this
+};
+
 class RedisConnection {
  public:
   // Connects (TCP, then the TLS handshake with certificate and host name
@@ -94,6 +102,7 @@ class RedisConnection {
   int fd_;
   SSL* ssl_ = nullptr;
   redisReader* reader_ = nullptr;
+  RedisReaderLimits reader_limits_;
   std::string peer_;  // "host:port", for messages
   uint64_t max_reply_bytes_;
   bool broken_ = false;

@@ -3,8 +3,7 @@
 // each command to the node owning its key's slot, and follows MOVED / ASK
 // redirects; the connections, their pooling and each node's backoff are
 // RedisNode's.
-#include <signal.h>
-
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -20,6 +19,7 @@ namespace baton {
 namespace {
 
 constexpr int kSlots = 16384;
+constexpr auto kStaleMapRefreshInterval = std::chrono::seconds(1);
 
 struct Redirect {
   bool ask = false;
@@ -80,7 +80,7 @@ class RedisRoutingClient final : public RedisClient {
 
   bool healthy() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, node] : nodes_) {
+    for (const std::shared_ptr<RedisNode>& node : serving_nodes()) {
       if (node->down()) return false;
     }
     return true;
@@ -90,8 +90,9 @@ class RedisRoutingClient final : public RedisClient {
     RedisClientStats stats;
     std::lock_guard<std::mutex> lock(mu_);
     stats.cluster = cluster_;
-    stats.nodes = static_cast<int>(nodes_.size());
-    for (const auto& [name, node] : nodes_) stats.nodes_down += node->down() ? 1 : 0;
+    const std::vector<std::shared_ptr<RedisNode>> serving = serving_nodes();
+    stats.nodes = static_cast<int>(serving.size());
+    for (const std::shared_ptr<RedisNode>& node : serving) stats.nodes_down += node->down() ? 1 : 0;
     stats.commands = commands_.load(std::memory_order_relaxed);
     stats.errors = errors_.load(std::memory_order_relaxed);
     stats.redirects = redirects_.load(std::memory_order_relaxed);
@@ -107,6 +108,13 @@ class RedisRoutingClient final : public RedisClient {
   absl::Status refresh_slots(const std::shared_ptr<RedisNode>& first);
   absl::Status install_slots(const RedisNode& from, const RedisReply& reply);
   std::shared_ptr<RedisNode> node_for_key(std::string_view key);
+  // The nodes commands go to: the seeds before the first contact, the one
+  // server, or the cluster's slot owners (a dead seed or a node that owns no
+  // slot any more does not make the tier unhealthy). Needs mu_.
+  std::vector<std::shared_ptr<RedisNode>> serving_nodes() const;
+  // Cluster: after a node failed, reread the slot map (a replica may have
+  // taken over), at most once per kStaleMapRefreshInterval.
+  void refresh_if_stale();
   std::shared_ptr<RedisNode> node_for_endpoint(const RedisEndpoint& endpoint);
 
   const RedisOptions options_;
@@ -120,6 +128,9 @@ class RedisRoutingClient final : public RedisClient {
   bool cluster_ = false;                                      // guarded by mu_
   std::shared_ptr<RedisNode> single_;                         // guarded by mu_; not a cluster
   std::vector<std::shared_ptr<RedisNode>> slots_;             // guarded by mu_; cluster: [kSlots], null = unowned
+  std::vector<std::shared_ptr<RedisNode>> owners_;            // guarded by mu_; cluster: distinct slots_ entries
+  bool slots_stale_ = false;                                  // guarded by mu_; a node failed since the last map
+  RedisClock::time_point last_refresh_{};                     // guarded by mu_
   std::string last_error_;                                    // guarded by mu_
 
   std::atomic<uint64_t> commands_{0}, errors_{0}, redirects_{0}, reconnects_{0};
@@ -128,6 +139,7 @@ class RedisRoutingClient final : public RedisClient {
 absl::StatusOr<RedisReply> RedisRoutingClient::route_and_run(std::string_view key,
                                                              std::span<const std::string_view> argv) {
   if (absl::Status status = ensure_topology(); !status.ok()) return status;
+  refresh_if_stale();
   std::shared_ptr<RedisNode> node = node_for_key(key);
   if (node == nullptr) {
     // A slot nobody owns in our map: the cluster changed; ask again once.
@@ -140,7 +152,13 @@ absl::StatusOr<RedisReply> RedisRoutingClient::route_and_run(std::string_view ke
   bool asking = false;
   for (int redirects = 0;; ++redirects) {
     absl::StatusOr<RedisConnectionReply> reply = node->run(argv, asking);
-    if (!reply.ok()) return reply.status();
+    if (!reply.ok()) {
+      if (node->down()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        slots_stale_ = cluster_;
+      }
+      return reply.status();
+    }
     if (!reply->is_error) return std::move(reply->reply);
     const std::optional<Redirect> redirect = parse_redirect(reply->error);
     if (!redirect.has_value()) return error_reply_status(*node, argv[0], reply->error);
@@ -156,7 +174,10 @@ absl::StatusOr<RedisReply> RedisRoutingClient::route_and_run(std::string_view ke
       // resharding moves ranges), so reread the whole map.
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (cluster_) slots_[redirect->slot] = node;
+        if (cluster_) {
+          slots_[redirect->slot] = node;
+          if (std::find(owners_.begin(), owners_.end(), node) == owners_.end()) owners_.push_back(node);
+        }
       }
       (void)refresh_slots(node);
     }
@@ -247,11 +268,33 @@ absl::Status RedisRoutingClient::install_slots(const RedisNode& from, const Redi
     std::shared_ptr<RedisNode> node = node_for_endpoint(endpoint);
     for (int64_t slot = first; slot <= last; ++slot) slots[slot] = node;
   }
+  std::vector<std::shared_ptr<RedisNode>> owners;
+  for (const std::shared_ptr<RedisNode>& node : slots) {
+    if (node != nullptr && std::find(owners.begin(), owners.end(), node) == owners.end()) owners.push_back(node);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   slots_ = std::move(slots);
+  owners_ = std::move(owners);
   cluster_ = true;
   topology_known_ = true;
+  slots_stale_ = false;
   return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<RedisNode>> RedisRoutingClient::serving_nodes() const {
+  if (!topology_known_) return seeds_;
+  if (!cluster_) return {single_};
+  return owners_;
+}
+
+void RedisRoutingClient::refresh_if_stale() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const RedisClock::time_point now = RedisClock::now();
+    if (!slots_stale_ || now - last_refresh_ < kStaleMapRefreshInterval) return;
+    last_refresh_ = now;
+  }
+  (void)refresh_slots(nullptr);
 }
 
 std::shared_ptr<RedisNode> RedisRoutingClient::node_for_key(std::string_view key) {
@@ -290,10 +333,6 @@ absl::StatusOr<std::unique_ptr<RedisClient>> make_redis_client(RedisOptions opti
     absl::StatusOr<std::shared_ptr<RedisTlsContext>> context = RedisTlsContext::create(options);
     if (!context.ok()) return context.status();
     tls = *std::move(context);
-    // OpenSSL writes with write(2): a peer that reset the connection must be
-    // an error of the call, not a SIGPIPE that ends the process.
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   }
   return std::unique_ptr<RedisClient>(new RedisRoutingClient(std::move(options), std::move(tls)));
 }

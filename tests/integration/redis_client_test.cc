@@ -6,11 +6,14 @@
 #include "cloud_prefill/state/redis_client.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <chrono>
 #include <algorithm>
 #include <map>
@@ -24,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/test_certs.h"
+#include "tests/support/test_models.h"
 
 namespace baton {
 namespace {
@@ -91,6 +95,7 @@ TEST(RedisClientServer, RoundTripsAreBinarySafe) {
   EXPECT_FALSE(stats.cluster);
   EXPECT_EQ(stats.nodes, 1);
   EXPECT_EQ(stats.errors, 1u);  // the INCRBY on a non-integer
+  EXPECT_EQ(stats.reconnects, 0u);  // one pooled connection served every call, error reply included
   EXPECT_TRUE(client->healthy());
 }
 
@@ -109,6 +114,14 @@ TEST(RedisClientServer, ConcurrentCallersShareThePool) {
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(client->get("shared").value(), std::optional<std::string>("1600"));
+  // The pool keeps at most max_idle_connections_per_node (4) open once idle;
+  // the fifth client counted is redis-cli asking.
+  const std::string info = (*server)->cli({"INFO", "clients"}).value();
+  const size_t at = info.find("connected_clients:");
+  ASSERT_NE(at, std::string::npos) << info;
+  int connected = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(trimmed(info.substr(at + 18, info.find('\n', at) - at - 18)), &connected)) << info;
+  EXPECT_LE(connected, 5) << info;
 }
 
 TEST(RedisClientServer, AuthWithTheRightPasswordOnly) {
@@ -158,6 +171,52 @@ TEST(RedisClientServer, TlsRoundTripAndAWrongCaFails) {
   EXPECT_FALSE(client_for(plain)->get("tls-key").ok());
 }
 
+TEST(RedisClientServer, TlsChecksTheServerNameAgainstItsCertificate) {
+  // A certificate the client trusts, but for another name only.
+  const std::string dir = testing::make_temp_dir("redis-tls-name");
+  const std::string cert = dir + "/other-cert.pem", key = dir + "/other-key.pem";
+  ASSERT_EQ(std::system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other.example -addext "
+                         "subjectAltName=DNS:other.example -keyout " + key + " -out " + cert + " > /dev/null 2>&1")
+                            .c_str()),
+            0);
+  RedisServerOptions options;
+  options.tls = true;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  // redis-cli checks no name, so the fixture's PING works; our client must refuse.
+  auto server = RedisServer::start(options);
+  BATON_REDIS_OR_SKIP(server);
+  absl::Status mismatch = client_for((*server)->client_options())->get("k").status();
+  EXPECT_TRUE(absl::IsUnavailable(mismatch)) << mismatch;
+  EXPECT_NE(mismatch.message().find("mismatch"), std::string_view::npos) << mismatch;
+
+  // The default certificate names 127.0.0.1 and localhost: by name works too (SNI + DNS check).
+  RedisServerOptions default_options;
+  default_options.tls = true;
+  auto named = RedisServer::start(default_options);
+  BATON_REDIS_OR_SKIP(named);
+  RedisOptions by_name = (*named)->client_options();
+  by_name.seeds = {{"localhost", (*named)->port()}};
+  absl::Status by_name_status = client_for(by_name)->set("k", "v").status();
+  EXPECT_TRUE(by_name_status.ok()) << by_name_status;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RedisClientServer, AFullServerEvictsLeastRecentlyUsedKeys) {
+  RedisServerOptions options;
+  options.maxmemory_bytes = 4 << 20;
+  auto server = RedisServer::start(options);
+  BATON_REDIS_OR_SKIP(server);
+  std::unique_ptr<RedisClient> client = client_for((*server)->client_options());
+  ASSERT_NE(client, nullptr);
+  // 16 MiB into a 4 MiB server: every write succeeds, the oldest keys go.
+  const std::string value(64 << 10, 'v');
+  for (int i = 0; i < 256; ++i) ASSERT_TRUE(client->set(absl::StrCat("block:", i), value).ok()) << i;
+  EXPECT_EQ(client->get("block:0").value(), std::nullopt);
+  EXPECT_EQ(client->get("block:255").value(), std::optional<std::string>(value));
+  EXPECT_NE((*server)->cli({"CONFIG", "GET", "maxmemory-policy"}).value().find("allkeys-lru"), std::string::npos);
+}
+
 TEST(RedisClientServer, TlsWithAClientCertificate) {
   RedisServerOptions options;
   options.tls = true;
@@ -196,6 +255,26 @@ TEST(RedisClientServer, AReplyOverTheCapIsResourceExhaustedAndTheClientGoesOn) {
   EXPECT_TRUE(client->get("edge").ok());
 }
 
+// A server that hangs up while we are still writing (Redis drops a client
+// whose bulk exceeds proto-max-bulk-len): an error of the call, never a
+// SIGPIPE that kills the process; plain TCP and TLS alike.
+TEST(RedisClientServer, AHangUpMidWriteIsAnErrorNotASignal) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plain");
+    RedisServerOptions server_options;
+    server_options.tls = tls;
+    server_options.extra_config = {"proto-max-bulk-len 1mb"};
+    auto server = RedisServer::start(server_options);
+    BATON_REDIS_OR_SKIP(server);
+    std::unique_ptr<RedisClient> client = client_for((*server)->client_options());
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->set("before", "ok").ok());
+    EXPECT_FALSE(client->set("too-big", std::string(64 << 20, 'z')).ok());
+    std::this_thread::sleep_for(milliseconds(100));  // past the backoff, if the hang-up counted as a failure
+    EXPECT_EQ(client->get("before").value(), std::optional<std::string>("ok"));
+  }
+}
+
 // A listener that accepts (the kernel's backlog does) and never answers.
 class SilentListener {
  public:
@@ -212,11 +291,61 @@ class SilentListener {
   }
   ~SilentListener() { ::close(fd_); }
   int port() const { return port_; }
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
   int port_ = 0;
 };
+
+// A hostile "server": answers every connection's first command with
+// `reply` and then keeps the connection open.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::string reply) : reply_(std::move(reply)) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  int port() const { return listener_.port(); }
+
+ private:
+  void serve() {
+    std::vector<int> connections;
+    while (!stop_) {
+      pollfd entry{listener_.fd(), POLLIN, 0};
+      if (::poll(&entry, 1, 20) <= 0) continue;
+      const int fd = ::accept(listener_.fd(), nullptr, nullptr);
+      if (fd < 0) continue;
+      char request[4096];
+      (void)::recv(fd, request, sizeof request, 0);
+      (void)::send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      connections.push_back(fd);
+    }
+    for (int fd : connections) ::close(fd);
+  }
+
+  SilentListener listener_;
+  const std::string reply_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(RedisClientServer, AHostileArrayHeaderIsRefusedBeforeAllocation) {
+  // Two billion elements announced in 13 bytes: hiredis would allocate a
+  // 16 GB element table for it; the cap refuses it at the header.
+  ScriptedServer hostile("*2000000000\r\n");
+  RedisOptions options;
+  options.seeds = {{"127.0.0.1", hostile.port()}};
+  std::unique_ptr<RedisClient> client = client_for(options);
+  ASSERT_NE(client, nullptr);
+  const std::string_view argv[] = {"PING"};
+  absl::Status status = client->command("", argv).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_NE(status.message().find("array"), std::string_view::npos) << status;
+}
 
 TEST(RedisClientTimeouts, ASilentServerIsDeadlineExceededWithinIoTimeout) {
   SilentListener listener;
@@ -268,7 +397,7 @@ TEST(RedisClientServer, AKilledServerFailsFastAndARestartedOneServesAgain) {
   EXPECT_FALSE(client->healthy());
   const auto start = steady_clock::now();
   absl::Status during_backoff = client->get("durable").status();
-  EXPECT_LT(steady_clock::now() - start, milliseconds(20));
+  EXPECT_LT(steady_clock::now() - start, milliseconds(50));  // no connect attempt: at once
   EXPECT_TRUE(absl::IsUnavailable(during_backoff)) << during_backoff;
   EXPECT_NE(during_backoff.message().find("is down"), std::string_view::npos) << during_backoff;
   EXPECT_EQ(client->stats().nodes_down, 1);
@@ -419,6 +548,55 @@ TEST_F(RedisClusterTest, AMigratingSlotIsFollowedThroughAskThenMoved) {
   EXPECT_EQ(owner_port(slot), to.port());
   EXPECT_EQ(trimmed(cluster_->cli({"GET", new_key}).value()), "during");
   EXPECT_EQ(client->stats().errors, 0u);
+}
+
+TEST_F(RedisClusterTest, ADeadSeedIsSkipped) {
+  RedisOptions options = cluster_->client_options();
+  options.seeds.insert(options.seeds.begin(), RedisEndpoint{"127.0.0.1", 1});  // nothing listens there
+  std::unique_ptr<RedisClient> client = client_for(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->set("seeded", "yes").ok());
+  EXPECT_EQ(client->get("seeded").value(), std::optional<std::string>("yes"));
+  EXPECT_TRUE(client->healthy());  // the dead seed serves no slot
+  EXPECT_EQ(client->stats().nodes, 3);
+}
+
+// Last of the suite: it kills a node. Only that node's slots fail (fast,
+// in backoff), the others keep serving, and the restarted node (same port,
+// nodes.conf and appendonly file) serves its keys again.
+TEST_F(RedisClusterTest, AKilledNodeFailsOnlyItsSlotsUntilItIsBack) {
+  std::unique_ptr<RedisClient> client = client_for(cluster_->client_options());
+  ASSERT_NE(client, nullptr);
+  const std::vector<int> owners = slot_owner_ports();
+  RedisServer& victim = cluster_->node(2);
+  std::string victim_key, other_key;
+  for (int i = 0; victim_key.empty() || other_key.empty(); ++i) {
+    const std::string key = absl::StrCat("node-down:", i);
+    (owners[redis_key_slot(key)] == victim.port() ? victim_key : other_key) = key;
+  }
+  ASSERT_TRUE(client->set(victim_key, "v").ok());
+  ASSERT_TRUE(client->set(other_key, "o").ok());
+  ASSERT_TRUE(victim.kill().ok());
+
+  EXPECT_TRUE(absl::IsUnavailable(client->get(victim_key).status()));
+  EXPECT_FALSE(client->healthy());
+  EXPECT_EQ(client->stats().nodes_down, 1);
+  const auto start = steady_clock::now();
+  EXPECT_TRUE(absl::IsUnavailable(client->get(victim_key).status()));
+  EXPECT_LT(steady_clock::now() - start, milliseconds(50));
+  EXPECT_EQ(client->get(other_key).value(), std::optional<std::string>("o"));
+
+  ASSERT_TRUE(victim.restart().ok()) << victim.log_tail();
+  ASSERT_TRUE(cluster_->wait_until_ok().ok());
+  const auto deadline = steady_clock::now() + milliseconds(3000);
+  absl::StatusOr<std::optional<std::string>> value = client->get(victim_key);
+  while (!value.ok() && steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+    value = client->get(victim_key);
+  }
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, std::optional<std::string>("v"));
+  EXPECT_TRUE(client->healthy());
 }
 
 }  // namespace

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -131,8 +130,9 @@ absl::Status RedisServer::write_config() const {
   if (options_.tls) {
     const TestPki& pki = test_pki();
     // The CA file trusts the client certificate (used only with tls_auth_clients).
-    config << "port 0\ntls-port " << port_ << "\ntls-cert-file " << pki.server.cert << "\ntls-key-file "
-           << pki.server.key << "\ntls-ca-cert-file " << pki.client.cert << "\ntls-auth-clients "
+    const bool own = !options_.tls_cert_file.empty();
+    config << "port 0\ntls-port " << port_ << "\ntls-cert-file " << (own ? options_.tls_cert_file : pki.server.cert)
+           << "\ntls-key-file " << (own ? options_.tls_key_file : pki.server.key) << "\ntls-ca-cert-file " << pki.client.cert << "\ntls-auth-clients "
            << (options_.tls_auth_clients ? "yes" : "no") << "\n";
   } else {
     config << "port " << port_ << "\n";
@@ -209,7 +209,7 @@ RedisOptions RedisServer::client_options() const {
   options.password = options_.password;
   options.tls = options_.tls;
   if (options_.tls) {
-    options.tls_ca_file = test_pki().server.cert;
+    options.tls_ca_file = options_.tls_cert_file.empty() ? test_pki().server.cert : options_.tls_cert_file;
     if (options_.tls_auth_clients) {
       options.tls_cert_file = test_pki().client.cert;
       options.tls_key_file = test_pki().client.key;
@@ -225,7 +225,8 @@ RedisOptions RedisServer::client_options() const {
 std::vector<std::string> RedisServer::cli_connection_args() const {
   std::vector<std::string> args = {"-h", "127.0.0.1", "-p", std::to_string(port_)};
   if (options_.tls) {
-    args.insert(args.end(), {"--tls", "--cacert", test_pki().server.cert});
+    args.insert(args.end(), {"--tls", "--cacert",
+                             options_.tls_cert_file.empty() ? test_pki().server.cert : options_.tls_cert_file});
     if (options_.tls_auth_clients) {
       args.insert(args.end(), {"--cert", test_pki().client.cert, "--key", test_pki().client.key});
     }

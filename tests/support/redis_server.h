@@ -34,6 +34,9 @@ struct RedisServerOptions {
   std::string password;           // requirepass; empty: none
   bool tls = false;               // TLS only (no plain port), certificate test_pki().server
   bool tls_auth_clients = false;  // with tls: clients must present test_pki().client
+  // With tls: the server's certificate and key instead of test_pki().server
+  // (self-signed: client_options() then trusts it as the CA).
+  std::string tls_cert_file, tls_key_file;
   bool cluster = false;           // cluster-enabled yes (RedisTestCluster sets it)
   uint64_t maxmemory_bytes = 0;   // > 0: maxmemory, with maxmemory-policy allkeys-lru
   bool enable_debug_command = false;     // DEBUG (e.g. DEBUG SLEEP) from loopback clients
