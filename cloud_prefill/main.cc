@@ -60,6 +60,7 @@ struct PrefillConfig {
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
   uint64_t pack_quota_bytes = 0;              // per tenant; 0: a quarter of the store with 2+ tenants, else all
   int64_t max_pack_calls = 4;                 // GetPrefix calls at once
+  std::string pack_dir;                       // packs kept on disk too (no redis state); empty: memory only
   uint64_t memory_limit_bytes = 0;            // reserved by admitted Prefill requests; 0: half the machine's RAM
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
   std::string metrics_address;          // host:port of GET /metrics; empty: off
@@ -108,6 +109,10 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
   flags.add_size("pack-quota", &config.pack_quota_bytes,
                  "prefix pack bytes each tenant may store; 0: a quarter of --pack-store when --auth-tokens names "
                  "two or more tenants, else all of it");
+  flags.add_string("pack-dir", &config.pack_dir,
+                   "keep prefix packs in this directory too (one file each), so they survive a restart; not used "
+                   "with a redis --state, where redis keeps them",
+                   "DIR");
   flags.add_int64("max-pack-calls", &config.max_pack_calls,
                   "GetPrefix downloads at once; more are refused with a retry hint");
   flags.add_size("memory-limit", &config.memory_limit_bytes,
@@ -280,6 +285,7 @@ int run_prefill_service(const PrefillConfig& config) {
   options.write_stall_timeout = config.write_stall_timeout;
   options.pack_quota_bytes = config.pack_quota_bytes;
   options.max_pack_calls = static_cast<int>(config.max_pack_calls);
+  options.pack_dir = config.pack_dir;
   options.memory_limit_bytes = config.memory_limit_bytes > 0 ? config.memory_limit_bytes : physical_memory_bytes() / 2;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);

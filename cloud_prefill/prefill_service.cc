@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cpu_prefill_backend.h"
+#include "cloud_prefill/state/dir_pack_backend.h"
+#include "cloud_prefill/state/redis_pack_backend.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
 #include "common/kv_cache/f32_kv_cache.h"
@@ -37,6 +39,32 @@ uint64_t effective_pack_quota(const PrefillServiceOptions& options) {
 }
 
 }  // namespace
+
+absl::Status PrefillService::open_packs() {
+  pack_quota_bytes_ = effective_pack_quota(options_);
+  const std::string model_id = short_model_id(fingerprint_.digest);
+  // What a pack counts against its tenant's durable quota: what PutPrefix
+  // reserves for it (its stream, and its decoded f32 KV on each replica).
+  PackChargeFn charge = [this](uint32_t token_count, uint64_t value_bytes) {
+    return value_bytes + decoded_pack_bytes(token_count);
+  };
+  std::unique_ptr<PackBackend> backend;
+  if (options_.state_redis != nullptr) {
+    if (!options_.pack_dir.empty()) {
+      BATON_WARN("--pack-dir %s is not used: packs are durable in the redis state tier", options_.pack_dir.c_str());
+    }
+    backend = std::make_unique<RedisPackBackend>(options_.state_redis, model_id, pack_quota_bytes_, charge);
+  } else if (!options_.pack_dir.empty()) {
+    BATON_ASSIGN_OR_RETURN(backend, DirPackBackend::open(options_.pack_dir, model_id, pack_quota_bytes_, charge));
+  }
+  // With a backend the quota is the backend's (it holds across replicas and
+  // restarts) and memory is a cache that evicts.
+  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, backend ? 0 : pack_quota_bytes_,
+                                             backend != nullptr);
+  pack_library_ = std::make_unique<PackLibrary>(
+      packs_.get(), std::move(backend), [this](std::string_view value) { return decode_stored_pack(value); });
+  return absl::OkStatus();
+}
 
 uint64_t PrefillService::memory_in_use_bytes() const { return admission_ ? admission_->in_use_bytes() : 0; }
 
@@ -108,7 +136,7 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   StateTierOptions tier_options;
   tier_options.ttl = options_.state_ttl;
   state_tier_ = std::make_unique<StateTier>(options_.state_redis, fingerprint_, geometry_, tier_options);
-  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, effective_pack_quota(options_));
+  if (absl::Status packs = open_packs(); !packs.ok()) return packs;
   admission_ = std::make_unique<MemoryAdmission>(options_.memory_limit_bytes);
 
   state_ = v1::SERVING_STATE_WARMING;
@@ -366,7 +394,7 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
     plan.session_id = request.session_id();
   }
   if (!request.prefix_pack_id().empty()) {
-    plan.pack = packs_->find_by_id(tenant, request.prefix_pack_id());
+    BATON_ASSIGN_OR_RETURN(plan.pack, pack_library_->find_by_id(tenant, request.prefix_pack_id()));
     if (plan.pack == nullptr) {
       return absl::NotFoundError(absl::StrCat("prefix_pack_id '", request.prefix_pack_id(), "' is unknown"));
     }
