@@ -8,15 +8,18 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "common/util/metrics_http.h"
+#include "common/util/read_file.h"
 #include "common/util/shutdown.h"
 #include "common/util/version.h"
 #include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_server.h"
+#include "cloud_prefill/state/redis_client.h"
 #ifdef BATON_HAVE_CUDA
 #include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_arch_support.h"
@@ -57,10 +60,19 @@ struct PrefillConfig {
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
   uint64_t pack_quota_bytes = 0;              // per tenant; 0: a quarter of the store with 2+ tenants, else all
   int64_t max_pack_calls = 4;                 // GetPrefix calls at once
+  std::string pack_dir;                       // packs kept on disk too (no redis state); empty: memory only
   uint64_t memory_limit_bytes = 0;            // reserved by admitted Prefill requests; 0: half the machine's RAM
   std::chrono::milliseconds drain_timeout{30'000};  // DRAINING: wait for running requests
   std::string metrics_address;          // host:port of GET /metrics; empty: off
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
+  std::string state = "memory";         // memory | redis://HOST:PORT[,...] | rediss://...
+  std::string state_password_file;      // the Redis password (AUTH); mode 600
+  std::string state_tls_ca;             // PEM roots the Redis server's certificate chains to (rediss://)
+  std::string state_tls_cert;           // PEM client certificate, when Redis asks for one
+  std::string state_tls_key;            // PEM
+  std::chrono::milliseconds state_connect_timeout{250};
+  std::chrono::milliseconds state_timeout{1000};          // one Redis command
+  std::chrono::milliseconds state_ttl{24 * 3600 * 1000};  // of L2 prefix blocks and sessions
 };
 
 void register_flags(FlagSet& flags, PrefillConfig& config) {
@@ -97,6 +109,10 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
   flags.add_size("pack-quota", &config.pack_quota_bytes,
                  "prefix pack bytes each tenant may store; 0: a quarter of --pack-store when --auth-tokens names "
                  "two or more tenants, else all of it");
+  flags.add_string("pack-dir", &config.pack_dir,
+                   "keep prefix packs in this directory too (one file each), so they survive a restart; not used "
+                   "with a redis --state, where redis keeps them",
+                   "DIR");
   flags.add_int64("max-pack-calls", &config.max_pack_calls,
                   "GetPrefix downloads at once; more are refused with a retry hint");
   flags.add_size("memory-limit", &config.memory_limit_bytes,
@@ -109,8 +125,58 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
   flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
                      "cancel a Prefill or GetPrefix stream whose writes make no progress for this long (a client "
                      "that stopped reading), freeing its slot; 0: never");
+  flags.add_string("state", &config.state,
+                   "where the caches' shared L2 lives: memory (in-process only), redis://HOST:PORT[,HOST:PORT...] "
+                   "(one server or a cluster's seeds) or rediss://... (TLS)", "URL");
+  flags.add_string("state-password-file", &config.state_password_file,
+                   "file holding the Redis password (AUTH); must not be group/world-readable", "FILE");
+  flags.add_string("state-tls-ca", &config.state_tls_ca, "CA roots (PEM) of the Redis server's certificate (rediss://)",
+                   "FILE");
+  flags.add_string("state-tls-cert", &config.state_tls_cert,
+                   "client certificate (PEM) for a Redis with tls-auth-clients; needs --state-tls-key", "FILE");
+  flags.add_string("state-tls-key", &config.state_tls_key, "client private key (PEM)", "FILE");
+  flags.add_duration("state-connect-timeout", &config.state_connect_timeout, "bound on connecting to a Redis node");
+  flags.add_duration("state-timeout", &config.state_timeout,
+                     "bound on one Redis command (send it, read the whole reply); past it the read is a miss");
+  flags.add_duration("state-ttl", &config.state_ttl,
+                     "lifetime of the prefix blocks and sessions kept in Redis; 0: until Redis's LRU evicts them");
   flags.require("model");
   flags.require("listen");
+}
+
+// --state and its companions: null for memory (in-process only), else a
+// Redis client (connected on first use: Redis may start after the cloud).
+absl::StatusOr<std::shared_ptr<RedisClient>> make_state_redis(const PrefillConfig& config) {
+  if (config.state == "memory") {
+    if (!config.state_password_file.empty() || !config.state_tls_ca.empty() || !config.state_tls_cert.empty()) {
+      return absl::InvalidArgumentError("--state-password-file and --state-tls-* need --state redis://...");
+    }
+    return std::shared_ptr<RedisClient>();
+  }
+  absl::StatusOr<RedisOptions> options = parse_redis_url(config.state);
+  if (!options.ok()) return absl::InvalidArgumentError(absl::StrCat("--state: ", options.status().message()));
+  if (!config.state_password_file.empty()) {
+    absl::StatusOr<std::string> password = read_private_file(config.state_password_file, "--state-password-file");
+    if (!password.ok()) return password.status();
+    options->password = std::string(absl::StripTrailingAsciiWhitespace(*password));
+    if (options->password.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--state-password-file ", config.state_password_file, " is empty"));
+    }
+  }
+  if (!options->tls && (!config.state_tls_ca.empty() || !config.state_tls_cert.empty())) {
+    return absl::InvalidArgumentError("--state-tls-ca and --state-tls-cert need a rediss:// URL");
+  }
+  if (config.state_tls_cert.empty() != config.state_tls_key.empty()) {
+    return absl::InvalidArgumentError("--state-tls-cert and --state-tls-key go together; give both");
+  }
+  options->tls_ca_file = config.state_tls_ca;
+  options->tls_cert_file = config.state_tls_cert;
+  options->tls_key_file = config.state_tls_key;
+  options->connect_timeout = config.state_connect_timeout;
+  options->io_timeout = config.state_timeout;
+  absl::StatusOr<std::unique_ptr<RedisClient>> client = make_redis_client(std::move(*options));
+  if (!client.ok()) return absl::InvalidArgumentError(absl::StrCat("--state: ", client.status().message()));
+  return std::shared_ptr<RedisClient>(std::move(*client));
 }
 
 absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
@@ -143,10 +209,13 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
   }
   if (config.threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
       config.max_context_tokens < 0 || config.chunk_tokens < 1 || config.write_stall_timeout.count() < 0 ||
-      config.max_pack_calls < 1) {
+      config.max_pack_calls < 1 || config.state_ttl.count() < 0) {
     return absl::InvalidArgumentError(
-        "--threads, --max-queued, --max-context and --write-stall-timeout must be >= 0; "
+        "--threads, --max-queued, --max-context, --write-stall-timeout and --state-ttl must be >= 0; "
         "--max-running, --chunk-tokens and --max-pack-calls >= 1");
+  }
+  if (config.state_timeout.count() <= 0 || config.state_connect_timeout.count() <= 0) {
+    return absl::InvalidArgumentError("--state-timeout and --state-connect-timeout must be > 0");
   }
   if (config.zstd_level < -7 || config.zstd_level > 19) {
     return absl::InvalidArgumentError(
@@ -216,6 +285,7 @@ int run_prefill_service(const PrefillConfig& config) {
   options.write_stall_timeout = config.write_stall_timeout;
   options.pack_quota_bytes = config.pack_quota_bytes;
   options.max_pack_calls = static_cast<int>(config.max_pack_calls);
+  options.pack_dir = config.pack_dir;
   options.memory_limit_bytes = config.memory_limit_bytes > 0 ? config.memory_limit_bytes : physical_memory_bytes() / 2;
   if (!config.auth_tokens_path.empty()) {
     absl::StatusOr<TenantAuth> auth = TenantAuth::FromFile(config.auth_tokens_path);
@@ -225,6 +295,13 @@ int run_prefill_service(const PrefillConfig& config) {
     }
     options.auth = std::move(*auth);
   }
+  absl::StatusOr<std::shared_ptr<RedisClient>> state_redis = make_state_redis(config);
+  if (!state_redis.ok()) {
+    std::fprintf(stderr, "baton-prefill: %s\n", std::string(state_redis.status().message()).c_str());
+    return 2;
+  }
+  options.state_redis = std::move(*state_redis);
+  options.state_ttl = std::chrono::duration_cast<std::chrono::seconds>(config.state_ttl);
   // Mapped and its shapes checked (the weights are read later): a bad file
   // ends the start before anything listens.
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(config.model_path);

@@ -145,6 +145,88 @@ void copy_prefix(const F32KvCache& source, int64_t n, F32KvCache& target) {
   target.set_size(n);
 }
 
+// What step 1 found.
+struct HeldKv {
+  int64_t reused = 0;          // positions copied into the request cache
+  bool exact = true;           // false: built on a prefix pack's decoded (quantized) KV
+  bool session_owned = false;  // the request extended its session's stored history (L1 or L2)
+};
+
+// Copies `candidate` [0, n) into `cache` when it beats what `held` has.
+void take_if_longer(const F32KvCache& candidate, int64_t n, bool exact, F32KvCache& cache, HeldKv& held) {
+  if (n <= held.reused) return;
+  cache.set_size(0);
+  copy_prefix(candidate, n, cache);
+  held.reused = n;
+  held.exact = exact;
+}
+
+// Step 1: the longest KV held for the prompt — its pack, its session (L1,
+// else L2), or its leading blocks (L1, then L2 from where L1 stopped) — goes
+// into `cache` (empty, capacity = the prompt).
+HeldKv reuse_held_kv(const PrefillJobInput& input, const PrefillJobEnv& env, const std::string& partition,
+                     F32KvCache& cache) {
+  const KvGeometry& geometry = cache.geometry();
+  const int64_t end = static_cast<int64_t>(input.tokens.size());
+  const std::span<const int32_t> tokens(input.tokens);
+  StateTier* tier = env.state_tier != nullptr && env.state_tier->enabled() ? env.state_tier : nullptr;
+  HeldKv held;
+  if (input.pack != nullptr) {
+    held.reused = static_cast<int64_t>(input.pack->tokens.size());
+    held.exact = false;  // quantized pack KV underneath
+    copy_prefix(*input.pack->kv, held.reused, cache);
+  }
+  if (!input.session_id.empty() && (env.session_cache != nullptr || tier != nullptr)) {
+    F32KvCache candidate(geometry, end);
+    bool session_exact = true;
+    int64_t from_session = env.session_cache != nullptr
+                               ? env.session_cache->load(input.tenant, input.session_id, tokens, end, candidate,
+                                                         &session_exact)
+                               : 0;
+    if (from_session == 0 && tier != nullptr) {
+      from_session = tier->load_session(input.tenant, input.session_id, tokens, end, candidate, &session_exact);
+    }
+    held.session_owned = from_session > 0;
+    take_if_longer(candidate, from_session, session_exact, cache, held);
+  }
+  const int64_t full_blocks_end = end / kPrefixDigestBlockTokens * kPrefixDigestBlockTokens;
+  if ((env.prefix_cache != nullptr || tier != nullptr) && held.reused < full_blocks_end) {
+    F32KvCache candidate(geometry, end);
+    int64_t from_prefix =
+        env.prefix_cache != nullptr ? env.prefix_cache->load_longest(partition, tokens, end, candidate) : 0;
+    // L2 only where it could beat what is held: the blocks L1 did not have.
+    if (tier != nullptr && std::max(from_prefix, held.reused) < full_blocks_end) {
+      from_prefix = tier->load_prefix_blocks(partition, tokens, end, candidate);
+    }
+    take_if_longer(candidate, from_prefix, /*exact=*/true, cache, held);
+  }
+  return held;
+}
+
+// Step 4: the prompt's exact full blocks go to the prefix cache (and those
+// this job computed to L2); the whole KV to the session cache (and L2,
+// replacing the stored state only when the request owned it).
+void keep_for_later(const PrefillJobInput& input, const PrefillJobEnv& env, const std::string& partition,
+                    const HeldKv& held, std::shared_ptr<F32KvCache> cache) {
+  const std::span<const int32_t> tokens(input.tokens);
+  StateTier* tier = env.state_tier != nullptr && env.state_tier->enabled() ? env.state_tier : nullptr;
+  // Only exact KV goes into the prefix caches: with a pack underneath, every
+  // position depends on the pack's decoded (quantized) KV, which a request
+  // without the pack must not be handed.
+  if (held.exact) {
+    if (env.prefix_cache != nullptr) env.prefix_cache->insert(partition, tokens, *cache);
+    if (tier != nullptr) tier->store_prefix_blocks(partition, tokens, cache, held.reused / kPrefixDigestBlockTokens);
+  }
+  if (input.session_id.empty()) return;
+  if (tier != nullptr) {
+    tier->store_session(input.tenant, input.session_id, input.tokens, cache, held.exact,
+                        /*replace=*/held.session_owned);
+  }
+  if (env.session_cache != nullptr) {
+    env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache), held.exact);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, const PrefillJobEnv& env,
@@ -163,35 +245,9 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   // 1. Reuse what is held. The cache is shared so the session cache can keep it.
   auto cache = std::make_shared<F32KvCache>(geometry, end);
   const std::span<const int32_t> tokens(input.tokens);
-  int64_t reused = 0;
-  bool exact = input.pack == nullptr;  // no quantized pack KV underneath
-  if (input.pack != nullptr) {
-    reused = static_cast<int64_t>(input.pack->tokens.size());
-    copy_prefix(*input.pack->kv, reused, *cache);
-  }
-  if (env.session_cache != nullptr && !input.session_id.empty()) {
-    F32KvCache candidate(geometry, end);
-    bool session_exact = true;
-    const int64_t from_session =
-        env.session_cache->load(input.tenant, input.session_id, tokens, end, candidate, &session_exact);
-    if (from_session > reused) {
-      cache->set_size(0);
-      copy_prefix(candidate, from_session, *cache);
-      reused = from_session;
-      exact = session_exact;
-    }
-  }
   const std::string partition = prefix_cache_partition(input.tenant, input.cache_salt);
-  if (env.prefix_cache != nullptr && reused < end) {
-    F32KvCache candidate(geometry, end);
-    const int64_t from_prefix = env.prefix_cache->load_longest(partition, tokens, end, candidate);
-    if (from_prefix > reused) {
-      cache->set_size(0);
-      copy_prefix(candidate, from_prefix, *cache);
-      reused = from_prefix;
-      exact = true;
-    }
-  }
+  const HeldKv held = reuse_held_kv(input, env, partition, *cache);
+  const int64_t reused = held.reused;
   result.reused_tokens = reused;
   result.computed_tokens = end - reused;
 
@@ -267,13 +323,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   BATON_RETURN_IF_ERROR(writer.write_trailer(&producer));
 
   // 4. Keep what was computed for later requests.
-  // Only exact KV goes into the prefix cache: with a pack underneath, every
-  // position depends on the pack's decoded (quantized) KV, which a request
-  // without the pack must not be handed.
-  if (env.prefix_cache != nullptr && exact) env.prefix_cache->insert(partition, tokens, *cache);
-  if (env.session_cache != nullptr && !input.session_id.empty()) {
-    env.session_cache->store(input.tenant, input.session_id, input.tokens, std::move(cache), exact);
-  }
+  keep_for_later(input, env, partition, held, std::move(cache));
   return result;
 }
 

@@ -2,8 +2,9 @@
 //
 //   1. Reuse: copy the longest KV already held for the prompt into a fresh
 //      host cache — the prefix pack the request names, its session's previous
-//      turn (SessionCache), or the prefix cache (by block digest) — whichever
-//      covers most.
+//      turn (SessionCache, else the state tier's copy), or the prefix cache
+//      (by block digest: L1, then block by block from the state tier's L2) —
+//      whichever covers most.
 //   2. Compute the rest in chunks of chunk_tokens on the backend, layer by
 //      layer over each chunk.
 //   3. Stream [first_position, end) as a KV stream: the header at once, then
@@ -14,7 +15,9 @@
 //      to the codec's key alignment) measured from first_position, so block
 //      boundaries do not depend on what was reused.
 //   4. After the trailer: keep the prompt's full 64-token blocks in the prefix
-//      cache and, with a session id, the whole KV in the session cache.
+//      cache and, with a session id, the whole KV in the session cache; the
+//      state tier gets the blocks this job computed and the session, through
+//      its write-behind queue (the job never waits on it).
 //
 // Cancellation (the sink fails, or `cancelled` turns true) stops the compute
 // at the next layer and the job frees everything it held.
@@ -32,6 +35,7 @@
 #include "cloud_prefill/prefix_cache.h"
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
+#include "cloud_prefill/state/state_tier.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_stream/kv_stream.h"
 #include "common/model/model_fingerprint.h"
@@ -59,6 +63,7 @@ struct PrefillJobEnv {
   const ModelFingerprint* fingerprint = nullptr;
   PrefixCache* prefix_cache = nullptr;
   SessionCache* session_cache = nullptr;
+  StateTier* state_tier = nullptr;  // L2 of both caches; null or !enabled(): in-process only
 };
 
 struct PrefillJobResult {

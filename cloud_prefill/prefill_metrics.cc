@@ -30,7 +30,9 @@ PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
                                         "Tokens served from the prefix cache.")),
       session_cache_bytes(r.gauge("baton_prefill_session_cache_bytes", "KV held by the session cache, bytes.")),
       session_cache_hit_tokens(r.counter("baton_prefill_session_cache_hit_tokens_total",
-                                         "Tokens served from the session cache.")) {
+                                         "Tokens served from the session cache.")),
+      state_tier_up(r.gauge("baton_prefill_state_tier_up",
+                            "1 while the state tier (--state) is healthy (always with in-process state), else 0.")) {
   // The family exists from the first scrape.
   registry.counter("baton_prefill_requests_total", "Prefill calls by outcome.", {{"outcome", "ok"}}).inc(0);
 }
@@ -60,6 +62,36 @@ void PrefillMetrics::collect(const PrefillService& service) {
   const SessionCacheStats session = service.session_cache_stats();
   session_cache_bytes.set(static_cast<double>(session.bytes));
   session_cache_hit_tokens.advance_to(static_cast<double>(session.hit_tokens));
+  collect_state_tier(service.state_tier_stats());
+}
+
+void PrefillMetrics::collect_state_tier(const StateTierStats& stats) {
+  state_tier_up.set(stats.healthy ? 1 : 0);
+  struct Field {
+    const char* name;
+    const char* help;
+    uint64_t StateTierKindStats::*value;
+  };
+  static constexpr Field kFields[] = {
+      {"baton_prefill_state_tier_hits_total", "State tier values read and verified.", &StateTierKindStats::hits},
+      {"baton_prefill_state_tier_misses_total", "State tier reads that found nothing usable (absent, or a session "
+       "the request does not own).", &StateTierKindStats::misses},
+      {"baton_prefill_state_tier_errors_total", "State tier reads and writes that failed or were skipped while the "
+       "tier was down.", &StateTierKindStats::errors},
+      {"baton_prefill_state_tier_corrupt_total", "State tier values refused by verification (a miss, never used).",
+       &StateTierKindStats::corrupt},
+      {"baton_prefill_state_tier_dropped_writes_total", "State tier writes dropped (write queue full, or a session "
+       "over the size cap).", &StateTierKindStats::dropped_writes},
+      {"baton_prefill_state_tier_writes_total", "State tier values written.", &StateTierKindStats::writes},
+      {"baton_prefill_state_tier_written_bytes_total", "Bytes of the state tier values written (what Redis holds).",
+       &StateTierKindStats::written_bytes},
+  };
+  for (const Field& field : kFields) {
+    registry.counter(field.name, field.help, {{"kind", "prefix"}})
+        .advance_to(static_cast<double>(stats.prefix.*field.value));
+    registry.counter(field.name, field.help, {{"kind", "session"}})
+        .advance_to(static_cast<double>(stats.session.*field.value));
+  }
 }
 
 void PrefillMetrics::collect_at_scrape(const PrefillService& service) {

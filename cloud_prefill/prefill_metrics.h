@@ -13,6 +13,10 @@
 //   baton_prefill_prefix_cache_bytes, baton_prefill_prefix_cache_entries,
 //   baton_prefill_prefix_cache_hit_tokens_total, baton_prefill_session_cache_bytes,
 //   baton_prefill_session_cache_hit_tokens_total
+//   baton_prefill_state_tier_up                  1 while the state tier is healthy (always, in memory)
+//   baton_prefill_state_tier_{hits,misses,errors,corrupt,dropped_writes,writes,written_bytes}_total{kind}
+//                                                the L2 (--state) per kind of value: "prefix" blocks
+//                                                and "session"s (StateTierKindStats)
 #pragma once
 
 #include <cstdint>
@@ -66,6 +70,10 @@ struct PrefillMetrics final : PrefillJobObserver {
   Counter& prefix_cache_hit_tokens;
   Gauge& session_cache_bytes;
   Counter& session_cache_hit_tokens;
+  Gauge& state_tier_up;
+
+ private:
+  void collect_state_tier(const StateTierStats& stats);
 };
 
 }  // namespace baton

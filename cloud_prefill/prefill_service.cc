@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cpu_prefill_backend.h"
+#include "cloud_prefill/state/dir_pack_backend.h"
+#include "cloud_prefill/state/redis_pack_backend.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
 #include "common/kv_cache/f32_kv_cache.h"
@@ -38,6 +40,32 @@ uint64_t effective_pack_quota(const PrefillServiceOptions& options) {
 
 }  // namespace
 
+absl::Status PrefillService::open_packs() {
+  pack_quota_bytes_ = effective_pack_quota(options_);
+  const std::string model_id = short_model_id(fingerprint_.digest);
+  // What a pack counts against its tenant's durable quota: what PutPrefix
+  // reserves for it (its stream, and its decoded f32 KV on each replica).
+  PackChargeFn charge = [this](uint32_t token_count, uint64_t value_bytes) {
+    return value_bytes + decoded_pack_bytes(token_count);
+  };
+  std::unique_ptr<PackBackend> backend;
+  if (options_.state_redis != nullptr) {
+    if (!options_.pack_dir.empty()) {
+      BATON_WARN("--pack-dir %s is not used: packs are durable in the redis state tier", options_.pack_dir.c_str());
+    }
+    backend = std::make_unique<RedisPackBackend>(options_.state_redis, model_id, pack_quota_bytes_, charge);
+  } else if (!options_.pack_dir.empty()) {
+    BATON_ASSIGN_OR_RETURN(backend, DirPackBackend::open(options_.pack_dir, model_id, pack_quota_bytes_, charge));
+  }
+  // With a backend the quota is the backend's (it holds across replicas and
+  // restarts) and memory is a cache that evicts.
+  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, backend ? 0 : pack_quota_bytes_,
+                                             backend != nullptr);
+  pack_library_ = std::make_unique<PackLibrary>(
+      packs_.get(), std::move(backend), [this](std::string_view value) { return decode_stored_pack(value); });
+  return absl::OkStatus();
+}
+
 uint64_t PrefillService::memory_in_use_bytes() const { return admission_ ? admission_->in_use_bytes() : 0; }
 
 uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const {
@@ -45,13 +73,17 @@ uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const
   // same size while it copies from the session or prefix cache.
   const uint64_t cache_bytes = decoded_pack_bytes(plan.tokens.size());
   const bool candidate = (session_cache_ != nullptr && options_.session_cache_bytes > 0 && !plan.session_id.empty()) ||
-                         (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0);
+                         (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0) ||
+                         options_.state_redis != nullptr;
   // The stream's queue: up to 64 encoded blocks, each at most one slice of
   // one layer's K or V in the wire codec (and at most the 4 MiB block bound).
   const double raw_per_token_layer_kind = kv_raw_bytes_per_token(plan.codec, geometry_) / (2.0 * geometry_.n_layer);
   const uint64_t block_bytes = std::min<uint64_t>(
       uint64_t{4} << 20, static_cast<uint64_t>(raw_per_token_layer_kind * plan.chunk_tokens) + 4096);
-  return cache_bytes * (candidate ? 2 : 1) + 64 * block_bytes;
+  // An L2 session read holds its reply and the decoded value (about the
+  // prompt's KV each: an owned history is a prefix of the prompt).
+  const bool l2_session = options_.state_redis != nullptr && !plan.session_id.empty();
+  return cache_bytes * ((candidate ? 2 : 1) + (l2_session ? 2 : 0)) + 64 * block_bytes;
 }
 
 PrefillService::PrefillService(PrefillServiceOptions options)
@@ -101,7 +133,10 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   if (max_context_tokens_ <= 0) max_context_tokens_ = int64_t{1} << 20;
   prefix_cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes, geometry_);
   session_cache_ = std::make_unique<SessionCache>(options_.session_cache_bytes);
-  packs_ = std::make_unique<PrefixPackStore>(options_.pack_store_bytes, effective_pack_quota(options_));
+  StateTierOptions tier_options;
+  tier_options.ttl = options_.state_ttl;
+  state_tier_ = std::make_unique<StateTier>(options_.state_redis, fingerprint_, geometry_, tier_options);
+  if (absl::Status packs = open_packs(); !packs.ok()) return packs;
   admission_ = std::make_unique<MemoryAdmission>(options_.memory_limit_bytes);
 
   state_ = v1::SERVING_STATE_WARMING;
@@ -126,9 +161,10 @@ absl::Status PrefillService::Load(const std::string& model_path) {
     workers_.emplace_back([this, b = backend.get()] { worker_loop(b); });
   }
   state_ = v1::SERVING_STATE_READY;
-  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s", model_path.c_str(), backend_name_.c_str(),
+  BATON_INFO("serving %s (%s, %d workers), max context %lld tokens%s%s", model_path.c_str(), backend_name_.c_str(),
              n_workers, static_cast<long long>(max_context_tokens_),
-             options_.auth.enabled() ? ", bearer tokens required" : "");
+             options_.auth.enabled() ? ", bearer tokens required" : "",
+             options_.state_redis != nullptr ? ", caches' L2 on Redis (--state)" : "");
   return absl::OkStatus();
 }
 
@@ -150,6 +186,19 @@ PrefixCacheStats PrefillService::prefix_cache_stats() const {
 
 SessionCacheStats PrefillService::session_cache_stats() const {
   return session_cache_ ? session_cache_->stats() : SessionCacheStats{};
+}
+
+StateTierStats PrefillService::state_tier_stats() const {
+  // Load() sets state_tier_ before LOADING ends; Health may ask earlier.
+  if (state_.load() != v1::SERVING_STATE_LOADING && state_tier_) return state_tier_->stats();
+  StateTierStats stats;
+  stats.kind = options_.state_redis != nullptr ? "redis" : "memory";
+  stats.detail = "the model is not loaded yet";
+  return stats;
+}
+
+void PrefillService::flush_state_tier() {
+  if (state_tier_) state_tier_->flush();
 }
 
 void PrefillService::worker_loop(PrefillBackend* backend) {
@@ -223,6 +272,11 @@ grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* co
     std::lock_guard<std::mutex> lock(mu_);
     response->set_prefill_tokens_per_s(prefill_tokens_per_s_);
   }
+  const StateTierStats tier = state_tier_stats();
+  v1::StateTier* state_tier = response->mutable_state_tier();
+  state_tier->set_kind(tier.kind);
+  state_tier->set_healthy(tier.healthy);
+  state_tier->set_detail(tier.detail);
   response->set_version(kBatonVersion);
   response->set_uptime_ms(static_cast<uint64_t>(ms_since(start_time_)));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -340,7 +394,7 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
     plan.session_id = request.session_id();
   }
   if (!request.prefix_pack_id().empty()) {
-    plan.pack = packs_->find_by_id(tenant, request.prefix_pack_id());
+    BATON_ASSIGN_OR_RETURN(plan.pack, pack_library_->find_by_id(tenant, request.prefix_pack_id()));
     if (plan.pack == nullptr) {
       return absl::NotFoundError(absl::StrCat("prefix_pack_id '", request.prefix_pack_id(), "' is unknown"));
     }
@@ -404,7 +458,8 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
       return;
     }
     ++running_;
-    const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get()};
+    const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get(),
+                            state_tier_.get()};
     absl::StatusOr<PrefillJobResult> result = run_prefill_job(
         *shared_plan, env, *backend,
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },

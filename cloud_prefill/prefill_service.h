@@ -25,7 +25,9 @@
 // PutPrefix / GetPrefix / DeletePrefix store, hand out and delete prefix
 // packs per tenant (PrefixPackStore: store cap and per-tenant quota, upload
 // bytes reserved at the stream header). GetPrefix writes the stored
-// messages without copying them, at most max_pack_calls at once.
+// messages without copying them, at most max_pack_calls at once. With
+// state_redis (or pack_dir) the packs are durable there and memory is their
+// cache (PackLibrary, cloud_prefill/state/pack_library.h).
 #pragma once
 
 #include <atomic>
@@ -37,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,8 +54,12 @@
 #include "cloud_prefill/prefix_cache.h"
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
+#include "cloud_prefill/state/pack_library.h"
+#include "cloud_prefill/state/redis_client.h"
+#include "cloud_prefill/state/state_tier.h"
 #include "cloud_prefill/tenant_auth.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_stream_reader.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/grpc_status.h"  // kRetryAfterMetadataKey
@@ -86,6 +93,10 @@ struct PrefillServiceOptions {
   // --auth-tokens naming more than one tenant, else the whole store.
   uint64_t pack_quota_bytes = 0;
   int max_pack_calls = 4;             // GetPrefix calls at once; more get RESOURCE_EXHAUSTED
+  // Without state_redis: packs also kept in this directory (one file each),
+  // so they survive a restart; empty: memory only. With state_redis, Redis
+  // is where packs are durable and this is not used.
+  std::string pack_dir;
   // Memory that running and queued Prefill requests may reserve (their
   // caches, estimated before they run); more get RESOURCE_EXHAUSTED with the
   // numbers. 0: no limit (main.cc sets the default).
@@ -96,6 +107,11 @@ struct PrefillServiceOptions {
   // A Prefill or GetPrefix stream whose writes make no progress this long is
   // cancelled (a client that stopped reading), freeing its worker; 0: never.
   std::chrono::milliseconds write_stall_timeout{10'000};
+  // The shared state tier (--state redis://...): L2 of the prefix and
+  // session caches (StateTier) and where packs are durable (PackLibrary);
+  // null: in-process only.
+  std::shared_ptr<RedisClient> state_redis;
+  std::chrono::seconds state_ttl{24 * 3600};  // of L2 prefix blocks and sessions; 0: none (Redis's LRU only)
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
@@ -129,6 +145,10 @@ class PrefillService final : public v1::Prefill::CallbackService {
   uint64_t write_stalls() const { return write_stall_.stalled_calls(); }
   PrefixCacheStats prefix_cache_stats() const;
   SessionCacheStats session_cache_stats() const;
+  // The state tier's counters and health (kind "memory" before Load()).
+  StateTierStats state_tier_stats() const;
+  // Waits until the state tier's queued writes are done (tests).
+  void flush_state_tier();
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
@@ -145,7 +165,9 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // packs stored, and the effective per-tenant pack quota.
   uint64_t memory_in_use_bytes() const;
   uint64_t pack_bytes() const { return packs_ ? packs_->bytes() + packs_->reserved_bytes() : 0; }
-  uint64_t pack_quota_bytes() const { return packs_ ? packs_->tenant_quota_bytes() : 0; }
+  uint64_t pack_quota_bytes() const { return pack_quota_bytes_; }
+  // Loads from, and failures of, the durable pack store (zeros without one).
+  PackLibraryStats pack_library_stats() const { return pack_library_ ? pack_library_->stats() : PackLibraryStats{}; }
   // What admission reserves for a request (its KV caches and stream queue).
   uint64_t prefill_memory_bytes(const PrefillJobInput& plan) const;
 
@@ -163,11 +185,20 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // the upload's reservation.
   absl::StatusOr<PutPackResult> store_pack(const std::string& tenant, KvSegment segment,
                                            PrefixPackStore::Reservation* reservation);
+  // A verified segment from position 0 as a pack: its stream and decoded KV.
+  absl::StatusOr<std::shared_ptr<StoredPack>> make_stored_pack(KvSegment segment) const;
+  // A pack read back from the durable store (a pack file's bytes), verified
+  // as an upload is: the served model's fingerprint, every block, the trailer.
+  absl::StatusOr<std::shared_ptr<StoredPack>> decode_stored_pack(std::string_view value) const;
+  // What PutPrefix's KvStreamReader enforces (and decode_stored_pack's).
+  KvStreamReaderOptions pack_reader_options() const;
+  // The memory store and its durable backend (state_redis, pack_dir, or none).
+  absl::Status open_packs();
   // f32 bytes of `tokens` tokens of decoded KV (K and V, every layer).
   uint64_t decoded_pack_bytes(uint64_t tokens) const;
   // DeletePrefix's work: the deleted pack.
-  absl::StatusOr<std::shared_ptr<const StoredPack>> delete_prefix(grpc::CallbackServerContext& context,
-                                                                  const v1::DeletePrefixRequest& request);
+  absl::StatusOr<RemovedPack> delete_prefix(grpc::CallbackServerContext& context,
+                                            const v1::DeletePrefixRequest& request);
   // UNAVAILABLE (with the retry hint added to `context`) unless READY.
   absl::Status check_serving(grpc::CallbackServerContext* context) const;
 
@@ -192,7 +223,10 @@ class PrefillService final : public v1::Prefill::CallbackService {
   std::vector<std::unique_ptr<PrefillBackend>> backends_;  // one per worker
   std::unique_ptr<PrefixCache> prefix_cache_;
   std::unique_ptr<SessionCache> session_cache_;
-  std::unique_ptr<PrefixPackStore> packs_;
+  std::unique_ptr<StateTier> state_tier_;  // always set by Load(); disabled without state_redis
+  std::unique_ptr<PrefixPackStore> packs_;        // in memory: all packs, or a cache of pack_library_'s backend
+  std::unique_ptr<PackLibrary> pack_library_;    // packs_ over the durable backend; every pack call goes here
+  uint64_t pack_quota_bytes_ = 0;                // effective per-tenant quota
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;

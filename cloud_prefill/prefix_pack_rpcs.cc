@@ -12,6 +12,7 @@
 #include "cloud_prefill/prefill_service.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_pack_file.h"
 #include "common/kv_stream/kv_stream_reader.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
@@ -38,14 +39,11 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     KvStreamExpectation expected;
     expected.model = service_->fingerprint_;
     expected.first_position = 0;
-    KvStreamReaderOptions options;
-    options.max_segment_tokens = static_cast<uint32_t>(service_->max_context_tokens_);
-    options.max_segment_encoded_bytes = service_->options_.pack_store_bytes;
+    KvStreamReaderOptions options = service_->pack_reader_options();
     // The bytes the header declares are reserved (store cap, tenant quota)
     // before any block is read.
     options.check_header = [this](const v1::KvHeader& header) { return reserve_for(header); };
-    reader_ = std::make_unique<KvStreamReader>(std::move(expected),
-                                               kv_reader_options_with_codec(service_->geometry_, options));
+    reader_ = std::make_unique<KvStreamReader>(std::move(expected), std::move(options));
     start_read();
   }
 
@@ -101,7 +99,7 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     header_tokens_ = header.token_count();
     encoded_allowance_ = raw_bytes + raw_bytes / 32 + 4096;
     const uint64_t bytes = service_->decoded_pack_bytes(header.token_count()) + encoded_allowance_;
-    BATON_ASSIGN_OR_RETURN(reservation_, service_->packs_->reserve(tenant_, bytes));
+    BATON_ASSIGN_OR_RETURN(reservation_, service_->pack_library_->reserve(tenant_, bytes));
     return absl::OkStatus();
   }
 
@@ -192,8 +190,14 @@ uint64_t PrefillService::decoded_pack_bytes(uint64_t tokens) const {
          sizeof(float);
 }
 
-absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tenant, KvSegment segment,
-                                                         PrefixPackStore::Reservation* reservation) {
+KvStreamReaderOptions PrefillService::pack_reader_options() const {
+  KvStreamReaderOptions options;
+  options.max_segment_tokens = static_cast<uint32_t>(max_context_tokens_);
+  options.max_segment_encoded_bytes = options_.pack_store_bytes;
+  return kv_reader_options_with_codec(geometry_, options);
+}
+
+absl::StatusOr<std::shared_ptr<StoredPack>> PrefillService::make_stored_pack(KvSegment segment) const {
   auto pack = std::make_shared<StoredPack>();
   const v1::KvHeader& header = segment.header;
   pack->tokens.assign(header.token_ids().begin(), header.token_ids().end());
@@ -210,7 +214,22 @@ absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tena
   pack->stored_bytes = segment.encoded_bytes + decoded_pack_bytes(pack->tokens.size());
   pack->kv = std::move(kv);
   pack->messages = kv_stream_messages(std::move(segment));
-  return packs_->put(tenant, std::move(pack), reservation);
+  return pack;
+}
+
+absl::StatusOr<std::shared_ptr<StoredPack>> PrefillService::decode_stored_pack(std::string_view value) const {
+  KvStreamExpectation expected;
+  expected.model = fingerprint_;
+  expected.first_position = 0;
+  KvStreamReader reader(std::move(expected), pack_reader_options());
+  BATON_ASSIGN_OR_RETURN(KvSegment segment, read_kv_pack(value, &reader));
+  return make_stored_pack(std::move(segment));
+}
+
+absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tenant, KvSegment segment,
+                                                         PrefixPackStore::Reservation* reservation) {
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<StoredPack> pack, make_stored_pack(std::move(segment)));
+  return pack_library_->put(tenant, std::move(pack), reservation);
 }
 
 grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::CallbackServerContext* context,
@@ -236,13 +255,16 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
   }
   std::shared_ptr<const StoredPack> pack;
   switch (request->key_case()) {
-    case v1::GetPrefixRequest::kPackId:
-      pack = packs_->find_by_id(*tenant, request->pack_id());
+    case v1::GetPrefixRequest::kPackId: {
+      absl::StatusOr<std::shared_ptr<const StoredPack>> found = pack_library_->find_by_id(*tenant, request->pack_id());
+      if (!found.ok()) return refused_stream(context, found.status());
+      pack = std::move(*found);
       if (pack == nullptr) {
         return refused_stream(context,
                               absl::NotFoundError(absl::StrCat("prefix pack '", request->pack_id(), "' is unknown")));
       }
       break;
+    }
     case v1::GetPrefixRequest::kPrefixDigest: {
       Digest256 digest{};
       if (request->prefix_digest().size() != digest.size()) {
@@ -251,7 +273,9 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
                                            request->prefix_digest().size())));
       }
       std::copy(request->prefix_digest().begin(), request->prefix_digest().end(), digest.begin());
-      pack = packs_->find_by_digest(*tenant, digest);
+      absl::StatusOr<std::shared_ptr<const StoredPack>> found = pack_library_->find_by_digest(*tenant, digest);
+      if (!found.ok()) return refused_stream(context, found.status());
+      pack = std::move(*found);
       if (pack == nullptr) {
         return refused_stream(context, absl::NotFoundError(
             absl::StrCat("no prefix pack has the prefix digest ", to_hex(digest))));
@@ -280,23 +304,23 @@ grpc::ServerUnaryReactor* PrefillService::DeletePrefix(grpc::CallbackServerConte
                                                        const v1::DeletePrefixRequest* request,
                                                        v1::DeletePrefixResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::shared_ptr<const StoredPack>> removed = delete_prefix(*context, *request);
+  absl::StatusOr<RemovedPack> removed = delete_prefix(*context, *request);
   if (removed.ok()) {
-    response->set_pack_id((*removed)->pack_id);
-    response->set_freed_bytes((*removed)->stored_bytes);
+    response->set_pack_id(removed->pack_id);
+    response->set_freed_bytes(removed->freed_bytes);
   }
   reactor->Finish(to_grpc_status(removed.status()));
   return reactor;
 }
 
-absl::StatusOr<std::shared_ptr<const StoredPack>> PrefillService::delete_prefix(
-    grpc::CallbackServerContext& context, const v1::DeletePrefixRequest& request) {
+absl::StatusOr<RemovedPack> PrefillService::delete_prefix(grpc::CallbackServerContext& context,
+                                                          const v1::DeletePrefixRequest& request) {
   BATON_RETURN_IF_ERROR(check_serving(&context));
   BATON_ASSIGN_OR_RETURN(const std::string tenant, options_.auth.authenticate(context));
-  absl::StatusOr<std::shared_ptr<const StoredPack>> removed;
+  absl::StatusOr<RemovedPack> removed;
   switch (request.key_case()) {
     case v1::DeletePrefixRequest::kPackId:
-      removed = packs_->remove(tenant, request.pack_id());
+      removed = pack_library_->remove(tenant, request.pack_id());
       break;
     case v1::DeletePrefixRequest::kPrefixDigest: {
       Digest256 digest{};
@@ -305,15 +329,15 @@ absl::StatusOr<std::shared_ptr<const StoredPack>> PrefillService::delete_prefix(
                                                           request.prefix_digest().size()));
       }
       std::copy(request.prefix_digest().begin(), request.prefix_digest().end(), digest.begin());
-      removed = packs_->remove_by_digest(tenant, digest);
+      removed = pack_library_->remove_by_digest(tenant, digest);
       break;
     }
     default:
       return absl::InvalidArgumentError("DeletePrefix needs a pack_id or a prefix_digest");
   }
   if (removed.ok()) {
-    BATON_INFO("tenant %s: pack '%s' deleted (%llu bytes freed)", tenant.c_str(), (*removed)->pack_id.c_str(),
-               static_cast<unsigned long long>((*removed)->stored_bytes));
+    BATON_INFO("tenant %s: pack '%s' deleted (%llu bytes freed)", tenant.c_str(), removed->pack_id.c_str(),
+               static_cast<unsigned long long>(removed->freed_bytes));
   }
   return removed;
 }

@@ -46,8 +46,26 @@ void PrefixPackStore::Reservation::release() {
   bytes_ = 0;
 }
 
-PrefixPackStore::PrefixPackStore(uint64_t max_bytes, uint64_t tenant_quota_bytes)
-    : max_bytes_(max_bytes), tenant_quota_bytes_(tenant_quota_bytes) {}
+PrefixPackStore::PrefixPackStore(uint64_t max_bytes, uint64_t tenant_quota_bytes, bool evictable)
+    : max_bytes_(max_bytes), tenant_quota_bytes_(tenant_quota_bytes), evictable_(evictable) {}
+
+absl::Status PrefixPackStore::make_room_locked(const std::string& tenant, uint64_t bytes) {
+  // Reservations are never evicted: only stored packs can make room.
+  while (evictable_ && !packs_.empty() && bytes <= max_bytes_ && bytes_ + reserved_ > max_bytes_ - bytes) {
+    auto oldest = packs_.begin();
+    for (auto it = packs_.begin(); it != packs_.end(); ++it) {
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    erase_locked(oldest);
+    ++evictions_;
+  }
+  return check_room_locked(tenant, bytes);
+}
+
+std::shared_ptr<const StoredPack> PrefixPackStore::use_locked(const Entry& entry) const {
+  entry.last_used = ++use_clock_;
+  return entry.pack;
+}
 
 absl::Status PrefixPackStore::check_room_locked(const std::string& tenant, uint64_t bytes) const {
   const uint64_t used = bytes_ + reserved_;
@@ -72,7 +90,7 @@ absl::Status PrefixPackStore::check_room_locked(const std::string& tenant, uint6
 
 absl::StatusOr<PrefixPackStore::Reservation> PrefixPackStore::reserve(const std::string& tenant, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status room = check_room_locked(tenant, bytes); !room.ok()) return room;
+  if (absl::Status room = make_room_locked(tenant, bytes); !room.ok()) return room;
   reserved_ += bytes;
   tenant_bytes_[tenant] += bytes;
   Reservation reservation;
@@ -94,22 +112,24 @@ absl::StatusOr<PutPackResult> PrefixPackStore::put(const std::string& tenant, st
   }
   auto key = std::make_pair(tenant, pack->pack_id);
   if (auto it = packs_.find(key); it != packs_.end()) {
-    if (it->second->prefix_digest == pack->prefix_digest) return PutPackResult{it->second, true};
-    return absl::AlreadyExistsError(absl::StrFormat(
-        "pack '%s' already holds a different prefix (%d tokens); choose another pack_id", pack->pack_id,
-        it->second->tokens.size()));
+    if (it->second.pack->prefix_digest == pack->prefix_digest) return PutPackResult{use_locked(it->second), true};
+    if (!evictable_) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "pack '%s' already holds a different prefix (%d tokens); choose another pack_id", pack->pack_id,
+          it->second.pack->tokens.size()));
+    }
+    erase_locked(it);  // a stale copy: the durable backend took the new prefix
   }
-  if (absl::Status room = check_room_locked(tenant, pack->stored_bytes); !room.ok()) return room;
+  if (absl::Status room = make_room_locked(tenant, pack->stored_bytes); !room.ok()) return room;
   bytes_ += pack->stored_bytes;
   tenant_bytes_[tenant] += pack->stored_bytes;
   std::shared_ptr<const StoredPack> stored = std::move(pack);
-  packs_.emplace(std::move(key), stored);
+  packs_.emplace(std::move(key), Entry{stored, ++use_clock_});
   return PutPackResult{std::move(stored), false};
 }
 
-std::shared_ptr<const StoredPack> PrefixPackStore::erase_locked(
-    std::map<Key, std::shared_ptr<const StoredPack>>::iterator it) {
-  std::shared_ptr<const StoredPack> pack = std::move(it->second);
+std::shared_ptr<const StoredPack> PrefixPackStore::erase_locked(Packs::iterator it) {
+  std::shared_ptr<const StoredPack> pack = std::move(it->second.pack);
   bytes_ -= pack->stored_bytes;
   uint64_t& tenant_used = tenant_bytes_[it->first.first];
   tenant_used -= pack->stored_bytes;
@@ -131,7 +151,7 @@ absl::StatusOr<std::shared_ptr<const StoredPack>> PrefixPackStore::remove_by_dig
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = packs_.lower_bound(std::make_pair(tenant, std::string())); it != packs_.end(); ++it) {
     if (it->first.first != tenant) break;
-    if (it->second->prefix_digest == digest) return erase_locked(it);
+    if (it->second.pack->prefix_digest == digest) return erase_locked(it);
   }
   return absl::NotFoundError(absl::StrFormat("no prefix pack has the prefix digest %s", to_hex(digest)));
 }
@@ -140,7 +160,7 @@ std::shared_ptr<const StoredPack> PrefixPackStore::find_by_id(const std::string&
                                                               const std::string& pack_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = packs_.find(std::make_pair(tenant, pack_id));
-  return it == packs_.end() ? nullptr : it->second;
+  return it == packs_.end() ? nullptr : use_locked(it->second);
 }
 
 std::shared_ptr<const StoredPack> PrefixPackStore::find_by_digest(const std::string& tenant,
@@ -148,7 +168,7 @@ std::shared_ptr<const StoredPack> PrefixPackStore::find_by_digest(const std::str
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = packs_.lower_bound(std::make_pair(tenant, std::string())); it != packs_.end(); ++it) {
     if (it->first.first != tenant) break;
-    if (it->second->prefix_digest == digest) return it->second;
+    if (it->second.pack->prefix_digest == digest) return use_locked(it->second);
   }
   return nullptr;
 }
@@ -167,6 +187,11 @@ uint64_t PrefixPackStore::tenant_bytes(const std::string& tenant) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenant_bytes_.find(tenant);
   return it == tenant_bytes_.end() ? 0 : it->second;
+}
+
+uint64_t PrefixPackStore::evictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evictions_;
 }
 
 size_t PrefixPackStore::size() const {

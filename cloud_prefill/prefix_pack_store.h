@@ -9,11 +9,16 @@
 // Memory is claimed before it is used: an upload reserves the bytes its
 // header declares (reserve) before any block is read; put() turns the
 // reservation into the stored pack's bytes, and a reservation that is
-// dropped (a failed upload) frees them. No eviction: a full store or quota
-// refuses new packs (RESOURCE_EXHAUSTED with the numbers) until the tenant
-// deletes one (remove), because a pack is something a tenant uploaded on
-// purpose and edges name it by id; dropping it behind their back would turn
-// every later request into a silent recompute. Thread-safe.
+// dropped (a failed upload) frees them. Without a durable backend there is
+// no eviction: a full store or quota refuses new packs (RESOURCE_EXHAUSTED
+// with the numbers) until the tenant deletes one (remove), because a pack is
+// something a tenant uploaded on purpose and edges name it by id; dropping it
+// behind their back would turn every later request into a silent recompute.
+// With one (`evictable`: PackLibrary, --pack-dir or --state redis) this store
+// is a cache of the durable set: room is made by dropping the least recently
+// used packs (reloaded from the backend when named again), and an id stored
+// again with another prefix replaces the copy (the backend decided).
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +59,7 @@ struct PutPackResult {
 class PrefixPackStore {
  public:
   // `tenant_quota_bytes` 0: each tenant may fill the whole store.
-  PrefixPackStore(uint64_t max_bytes, uint64_t tenant_quota_bytes);
+  PrefixPackStore(uint64_t max_bytes, uint64_t tenant_quota_bytes, bool evictable = false);
 
   // Bytes set aside for one upload of `tenant`; released when destroyed
   // unless put() took them over. Move-only.
@@ -94,7 +99,7 @@ class PrefixPackStore {
   absl::StatusOr<std::shared_ptr<const StoredPack>> remove_by_digest(const std::string& tenant,
                                                                      const Digest256& digest);
 
-  // nullptr when unknown for that tenant.
+  // nullptr when unknown for that tenant. A hit counts as a use (LRU).
   std::shared_ptr<const StoredPack> find_by_id(const std::string& tenant, const std::string& pack_id) const;
   std::shared_ptr<const StoredPack> find_by_digest(const std::string& tenant, const Digest256& digest) const;
 
@@ -102,19 +107,31 @@ class PrefixPackStore {
   uint64_t reserved_bytes() const;                       // reserved by uploads in progress
   uint64_t tenant_bytes(const std::string& tenant) const;  // stored + reserved
   size_t size() const;
+  uint64_t evictions() const;                            // packs dropped for room (evictable only)
   uint64_t max_bytes() const { return max_bytes_; }
   uint64_t tenant_quota_bytes() const { return tenant_quota_bytes_; }
 
  private:
   using Key = std::pair<std::string, std::string>;  // (tenant, pack id)
-  // OK when `bytes` more fit the cap and the quota (mu_ held).
+  struct Entry {
+    std::shared_ptr<const StoredPack> pack;
+    mutable uint64_t last_used = 0;  // use_clock_ at the last hit
+  };
+  using Packs = std::map<Key, Entry>;
+  // OK when `bytes` more fit the cap and the quota (mu_ held); evictable:
+  // drops least recently used packs until they do.
+  absl::Status make_room_locked(const std::string& tenant, uint64_t bytes);
   absl::Status check_room_locked(const std::string& tenant, uint64_t bytes) const;
-  std::shared_ptr<const StoredPack> erase_locked(std::map<Key, std::shared_ptr<const StoredPack>>::iterator it);
+  std::shared_ptr<const StoredPack> erase_locked(Packs::iterator it);
+  std::shared_ptr<const StoredPack> use_locked(const Entry& entry) const;
 
   const uint64_t max_bytes_;
   const uint64_t tenant_quota_bytes_;
+  const bool evictable_;
   mutable std::mutex mu_;
-  std::map<Key, std::shared_ptr<const StoredPack>> packs_;  // guarded by mu_
+  Packs packs_;                                             // guarded by mu_
+  mutable uint64_t use_clock_ = 0;                          // guarded by mu_
+  uint64_t evictions_ = 0;                                  // guarded by mu_
   uint64_t bytes_ = 0;                                      // stored, guarded by mu_
   uint64_t reserved_ = 0;                                   // reserved, guarded by mu_
   std::map<std::string, uint64_t> tenant_bytes_;            // stored + reserved per tenant, guarded by mu_

@@ -8,13 +8,14 @@
 #
 # Profiles (combine with commas or repeat --profile; default: run):
 #   run    build and run the three programs: toolchain, gRPC/protobuf, Abseil,
-#          zstd, OpenSSL, xxHash, ICU, nlohmann-json, cpp-httplib, and GoogleTest
-#          / Google Benchmark (the one build configuration of deploy/build.sh
+#          zstd, OpenSSL, xxHash, ICU, nlohmann-json, cpp-httplib, hiredis, and
+#          GoogleTest / Google Benchmark (the one build configuration of deploy/build.sh
 #          configures the test targets too). What deploy/main-job.sh installs.
 #   test   run, plus what the test suite uses: Python 3 with NumPy and YAML (the
-#          NumPy reference, deploy lint), shellcheck, curl, openssl (test
-#          certificates), iproute2 and nftables (WAN emulation), gnuplot-nox
-#          (the split benchmark's plot), Debian's chromium, Node.js and npm, and
+#          NumPy reference, deploy lint), shellcheck, curl, redis-server and
+#          redis-tools (the state tier's tests), openssl (test certificates),
+#          iproute2 and nftables (WAN emulation), gnuplot-nox (the split
+#          benchmark's plot), Debian's chromium, Node.js and npm, and
 #          `npm ci` in tests/js (the official openai client, playwright-core).
 #          What tests/run-all.sh installs.
 #   train  the tiny-model trainer (train_tiny_model.py): python3-torch,
@@ -37,6 +38,8 @@ readonly RUN_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # libraries
   libabsl-dev libzstd-dev libssl-dev libxxhash-dev libicu-dev nlohmann-json3-dev libcpp-httplib-dev
+  # the shared state tier's Redis client (RESP parsing only)
+  libhiredis-dev
   # the test targets' libraries: tests/CMakeLists.txt finds them at configure
   # time, and both set-up commands configure the same build
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -48,6 +51,8 @@ readonly TEST_PACKAGES=(
   # e2e scripts, TLS test certificates, WAN emulation (ip netns, tc; packet
   # loss from nftables where the kernel lacks netem)
   curl openssl iproute2 nftables
+  # the state tier's tests start real Redis servers and clusters
+  redis-server redis-tools
   # the split benchmark's plot
   gnuplot-nox
   # the web page's browser test; nodejs/npm are added below only when no node

@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh --profile test
+# install-deps.sh installed redis-server: the shared-state tests must run
+# here, never skip (tests/support/redis_server.h, tests/e2e/shared_state_test.sh).
+export BATON_REQUIRE_REDIS=1
 bash deploy/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
 # Then the unit and integration tests again under AddressSanitizer +

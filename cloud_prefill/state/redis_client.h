@@ -18,9 +18,11 @@
 // "down" for a backoff (backoff_initial doubling to backoff_max), during which
 // calls routed to it fail at once with UNAVAILABLE instead of waiting again,
 // so a dead tier costs callers nothing but a miss. Errors: UNAVAILABLE
-// (connect/IO failure, node in backoff), DEADLINE_EXCEEDED (a timeout),
-// RESOURCE_EXHAUSTED (a reply over max_reply_bytes), INTERNAL (an error
-// reply of the server, with its text), INVALID_ARGUMENT (bad options).
+// (connect/IO/TLS failure, node in backoff), DEADLINE_EXCEEDED (a timeout),
+// RESOURCE_EXHAUSTED (a reply over max_reply_bytes, counted in wire bytes;
+// only that connection is dropped, the node stays up), PERMISSION_DENIED
+// (AUTH refused, or NOAUTH/NOPERM from the server), INTERNAL (an error reply
+// of the server, with its text), INVALID_ARGUMENT (bad options).
 #pragma once
 
 #include <chrono>
@@ -78,12 +80,12 @@ struct RedisReply {
 
 struct RedisClientStats {
   bool cluster = false;        // a cluster's slot map is in use
-  int nodes = 0;               // nodes known
-  int nodes_down = 0;          // nodes in backoff now
+  int nodes = 0;               // nodes in use: the server, or the cluster's slot owners (the seeds before first contact)
+  int nodes_down = 0;          // of those, nodes down now (see healthy())
   uint64_t commands = 0;       // sent, total
   uint64_t errors = 0;         // calls that failed (any cause), total
   uint64_t redirects = 0;      // MOVED + ASK followed, total
-  uint64_t reconnects = 0;     // connections opened after the first one of a node
+  uint64_t reconnects = 0;     // connections opened after the first one of a node (pool growth too)
   std::string last_error;      // empty when none yet
 };
 
@@ -106,7 +108,10 @@ class RedisClient {
   absl::StatusOr<bool> del(std::string_view key);
   absl::StatusOr<int64_t> incr_by(std::string_view key, int64_t delta);
 
-  // True when no node is in backoff (the tier is believed up).
+  // True when no node in use is down: none whose last attempt failed
+  // without a success since (the tier is believed up). A node stays down
+  // past its backoff until a call to it succeeds; a dead seed that the
+  // cluster's slot map does not use does not count.
   virtual bool healthy() const = 0;
   virtual RedisClientStats stats() const = 0;
 };

@@ -42,10 +42,30 @@ bool at_end(pbio::ZeroCopyInputStream* input) {
   return true;
 }
 
+// Appends `message` to `out` as one pack record: its size as a varint, then its bytes.
+absl::Status append_kv_pack_record(const v1::KvStreamMessage& message, std::string* out) {
+  const size_t size = message.ByteSizeLong();
+  if (size > static_cast<size_t>(INT_MAX)) {
+    return absl::ResourceExhaustedError(absl::StrFormat("KV stream message of %u bytes is too large for a pack", size));
+  }
+  pbio::StringOutputStream string_output(out);
+  pbio::CodedOutputStream coded(&string_output);
+  coded.WriteVarint32(static_cast<uint32_t>(size));
+  message.SerializeWithCachedSizes(&coded);
+  if (coded.HadError()) return absl::InternalError("serializing a KV stream message failed");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Writing
+
+absl::StatusOr<std::string> kv_pack_bytes(std::span<const v1::KvStreamMessage> messages) {
+  std::string bytes(kKvPackMagic);
+  for (const v1::KvStreamMessage& message : messages) BATON_RETURN_IF_ERROR(append_kv_pack_record(message, &bytes));
+  return bytes;
+}
 
 KvPackFileWriter::KvPackFileWriter(std::string path, std::unique_ptr<AtomicFile> file)
     : path_(std::move(path)), file_(std::move(file)) {}
@@ -61,20 +81,8 @@ KvPackFileWriter::~KvPackFileWriter() = default;
 
 absl::Status KvPackFileWriter::append(const v1::KvStreamMessage& message) {
   if (committed_) return absl::FailedPreconditionError("pack file " + path_ + " is already committed");
-  const size_t size = message.ByteSizeLong();
-  if (size > static_cast<size_t>(INT_MAX)) {
-    return absl::ResourceExhaustedError(absl::StrFormat("KV stream message of %u bytes is too large for a pack", size));
-  }
   std::string record;
-  {
-    pbio::StringOutputStream string_output(&record);
-    pbio::CodedOutputStream coded(&string_output);
-    coded.WriteVarint32(static_cast<uint32_t>(size));
-    message.SerializeWithCachedSizes(&coded);
-    if (coded.HadError()) {
-      return absl::InternalError("serializing a KV stream message failed");
-    }
-  }
+  BATON_RETURN_IF_ERROR(append_kv_pack_record(message, &record));
   return file_->write(record);
 }
 

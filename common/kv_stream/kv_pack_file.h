@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,11 @@ class KvPackFileWriter {
   std::unique_ptr<AtomicFile> file_;
   bool committed_ = false;
 };
+
+// A whole pack in memory (the magic, then the messages), as a pack file
+// holds it: what a store that keeps packs as values (Redis) writes.
+// RESOURCE_EXHAUSTED for a message over 2 GiB.
+absl::StatusOr<std::string> kv_pack_bytes(std::span<const v1::KvStreamMessage> messages);
 
 // Reads the messages of a pack from `input` into `reader`: magic, then each
 // message (size checked against reader->options().max_message_bytes first),

@@ -15,4 +15,12 @@ namespace baton {
 // directory, an I/O error).
 absl::StatusOr<std::string> read_file(const std::string& path, absl::string_view what);
 
+// read_file for a secret (a password file): FAILED_PRECONDITION, giving the
+// mode and `chmod 600`, when others have any access (mode & 007), or its
+// group does and that group is not this process's effective group (or may
+// write or run it): like an ssh key, except that 0440 root:OURGROUP, how
+// Kubernetes mounts a Secret for a pod's fsGroup, is accepted. NOT_FOUND
+// when it cannot be stat'ed.
+absl::StatusOr<std::string> read_private_file(const std::string& path, absl::string_view what);
+
 }  // namespace baton

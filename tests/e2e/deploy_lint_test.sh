@@ -111,6 +111,24 @@ for d in by_kind("Deployment"):
     secrets = [v["secret"]["secretName"] for v in d["spec"]["template"]["spec"].get("volumes", []) if "secret" in v]
     need(len(secrets) >= 2, "prefill-deployment: TLS and tokens do not come from Secrets")
 
+# The shared state tier (issue 19): one authenticated TLS Redis that keeps
+# packs (no eviction of keys without a TTL), and every replica pointed at it.
+redis = [d for d in by_kind("StatefulSet") if d["metadata"]["name"] == "baton-redis"]
+need(len(redis) == 1, "no StatefulSet baton-redis (the shared state tier)")
+if redis:
+    rargs = " ".join(a for c in redis[0]["spec"]["template"]["spec"]["containers"]
+                     for a in c.get("command", []) + c.get("args", []))
+    for word in ("--requirepass", "--tls-port", "--port 0", "--maxmemory-policy volatile-lru", "--appendonly yes"):
+        need(word in rargs, f"redis.yaml: redis-server without {word}")
+    need(redis[0]["spec"].get("volumeClaimTemplates"), "redis.yaml: no persistent volume for the packs")
+need(any(d["metadata"]["name"] == "baton-redis" for d in by_kind("Service")), "no Service baton-redis")
+for d in by_kind("Deployment"):
+    if d["metadata"]["name"] != "baton-prefill":
+        continue
+    args = [a for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", [])]
+    need(any(a.startswith("--state=rediss://") for a in args), "prefill-deployment: replicas not on the TLS Redis tier")
+    need(any(a.startswith("--state-password-file=") for a in args), "prefill-deployment: Redis without a password file")
+
 for p in problems:
     print("  " + p, file=sys.stderr)
 sys.exit(1 if problems else 0)

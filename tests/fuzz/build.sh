@@ -104,7 +104,7 @@ if [[ "${group}" == kv ]]; then exit 0; fi
 protoc --proto_path="${root}" --grpc_out="${out}/gen" --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
   "${root}/proto/baton.proto"
 cd "${root}"
-service_sources=(common/*/*.cc common/model/arch/*.cc cloud_prefill/*.cc edge_decode/*.cc edge_decode/*/*.cc)
+service_sources=(common/*/*.cc common/model/arch/*.cc cloud_prefill/*.cc cloud_prefill/state/*.cc edge_decode/*.cc edge_decode/*/*.cc)
 service_objects=()
 service_jobs=()
 for src in "${service_sources[@]}"; do
@@ -130,7 +130,7 @@ printf '%s\n' "${service_jobs[@]}" | xargs -P "${jobs}" -L 1 bash -c \
   "$(declare -p cxxflags service_cflags); "'src="$0"; obj="$1"; shift; ${launcher} "${cxx}" "${cxxflags[@]}" "${service_cflags[@]}" "$@" -c "${src}" -o "${obj}"'
 ${launcher} "${cxx}" "${cxxflags[@]}" -c "${out}/gen/proto/baton.grpc.pb.cc" -o "${out}/obj/baton.grpc.pb.o"
 # shellcheck disable=SC2207
-service_libs=($(pkg-config --libs grpc++ cpp-httplib libxxhash libzstd libcrypto icu-uc icu-i18n protobuf)
+service_libs=($(pkg-config --libs grpc++ cpp-httplib libxxhash libzstd hiredis libssl libcrypto icu-uc icu-i18n protobuf)
               $(pkg-config --libs absl_statusor absl_str_format absl_strings) -lpthread)
 for target in prefill_request edge_request; do
   "${cxx}" "${cxxflags[@]}" "${service_cflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/${target}_fuzz.cc" \

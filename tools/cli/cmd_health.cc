@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli_defaults.h"
 #include "commands.h"
@@ -95,6 +96,14 @@ void print_cloud_health(const RpcTarget& target, const v1::HealthResponse& h) {
   r.add_text("load", "running / queued", absl::StrFormat("%d / %d", h.running(), h.queued()));
   r.add_measured("prefill_tok_per_s", "prefill", h.prefill_tokens_per_s(), "tok/s");
   r.add_int("max_context_tokens", "max context", h.max_context_tokens(), "tokens");
+  if (h.has_state_tier()) {
+    // "memory", or "redis, healthy (single node, ...)" / "redis, degraded (...)".
+    const v1::StateTier& tier = h.state_tier();
+    std::string text = tier.kind();
+    if (tier.kind() != "memory") absl::StrAppend(&text, tier.healthy() ? ", healthy" : ", degraded");
+    if (!tier.detail().empty()) absl::StrAppend(&text, " (", tier.detail(), ")");
+    r.add_text("state_tier", "state tier", text);
+  }
   r.add("uptime_s", "uptime", h.uptime_ms() / 1e3, "s", 1);
   r.add_text("version", "version", h.version());
   r.print_table(stdout);

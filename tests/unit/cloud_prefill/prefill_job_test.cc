@@ -1,7 +1,8 @@
 // run_prefill_job (cloud_prefill/prefill_job.h) over a fake PrefillBackend
 // whose KV is a known function of (layer, position, token): what is reused
-// (pack, session cache, prefix cache) is copied, not computed, and streams
-// the same KV as computing it; tenants and salts never share reuse;
+// (pack, session cache, prefix cache, their state tier L2 filled by another
+// replica) is copied, not computed, and streams the same KV as computing it;
+// tenants and salts never share reuse;
 // cancellation, backend and sink errors end the job with their codes and
 // leave the caches as they were.
 #include "cloud_prefill/prefill_job.h"
@@ -22,6 +23,7 @@
 #include "common/kv_stream/kv_handoff.h"
 #include "common/kv_stream/prefix_digest.h"
 #include "common/util/check.h"
+#include "tests/support/fake_redis_client.h"
 #include "tests/support/tiny_model.h"
 
 namespace baton {
@@ -331,6 +333,119 @@ TEST_F(PrefillJobTest, ASinkThatFailsEndsTheJobWithTheSinksStatus) {
     EXPECT_FALSE(has_trailer(r.messages));
     EXPECT_EQ(prefix_cache_.stats().entries, 0u);
   }
+}
+
+// Two replicas' in-process caches over one state tier (a fake Redis): what
+// one computed, the other reuses from L2 — the same KV, not computed again.
+class PrefillJobStateTierTest : public PrefillJobTest {
+ protected:
+  struct Replica {
+    Replica(const testing::TinyModel& tiny, std::shared_ptr<FakeRedisClient> redis)
+        : prefix(uint64_t{1} << 26, tiny.geometry), session(uint64_t{1} << 26),
+          tier(std::move(redis), tiny.fingerprint, tiny.geometry) {}
+    PrefixCache prefix;
+    SessionCache session;
+    StateTier tier;
+  };
+
+  Run run_on(Replica& replica, const PrefillJobInput& in) {
+    PrefillJobEnv e = env(/*caches=*/false);
+    e.prefix_cache = &replica.prefix;
+    e.session_cache = &replica.session;
+    e.state_tier = &replica.tier;
+    Run r;
+    r.result = run_prefill_job(in, e, backend_, [&](const v1::KvStreamMessage& m) {
+      r.messages.push_back(m);
+      return absl::OkStatus();
+    }, {});
+    replica.tier.flush();
+    return r;
+  }
+
+  std::shared_ptr<FakeRedisClient> redis_ = std::make_shared<FakeRedisClient>();
+  Replica a_{tiny_, redis_};
+  Replica b_{tiny_, redis_};
+};
+
+TEST_F(PrefillJobStateTierTest, BlocksComputedOnOneReplicaAreAnL2HitOnAnotherWithTheSameKv) {
+  const std::vector<int32_t> tokens = prompt(150, 2);
+  Run first = run_on(a_, input(tokens));
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+  EXPECT_EQ(a_.tier.stats().prefix.writes, 2u) << "the two full blocks A computed";
+  backend_.chunks.clear();
+  Run second = run_on(b_, input(tokens));
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.result->reused_tokens, 128);
+  ASSERT_FALSE(backend_.chunks.empty());
+  EXPECT_EQ(backend_.chunks.front().begin, 128) << "nothing from L2 is computed again";
+  EXPECT_EQ(b_.tier.stats().prefix.hits, 2u);
+  EXPECT_EQ(b_.prefix.stats().inserted_tokens, 128u) << "the L2 blocks are in B's L1 now";
+  EXPECT_EQ(b_.tier.stats().prefix.writes, 0u) << "B computed no full block";
+  F32KvCache computed(tiny_.geometry, 150), reused(tiny_.geometry, 150);
+  ASSERT_NO_FATAL_FAILURE(decode(first.messages, tokens, 0, computed));
+  ASSERT_NO_FATAL_FAILURE(decode(second.messages, tokens, 0, reused));
+  const size_t bytes = static_cast<size_t>(150 * tiny_.geometry.kv_dim()) * sizeof(float);
+  for (int layer = 0; layer < tiny_.geometry.n_layer; ++layer) {
+    EXPECT_EQ(std::memcmp(computed.k_row(layer, 0), reused.k_row(layer, 0), bytes), 0) << "K of layer " << layer;
+    EXPECT_EQ(std::memcmp(computed.v_row(layer, 0), reused.v_row(layer, 0), bytes), 0) << "V of layer " << layer;
+  }
+}
+
+TEST_F(PrefillJobStateTierTest, L2ContinuesBlockByBlockWhereL1Stops) {
+  const std::vector<int32_t> tokens = prompt(200, 5);
+  ASSERT_TRUE(run_on(a_, input(tokens)).result.ok());
+  // B's L1 learns block 0 only (an L2 hit of a 70-token prompt).
+  auto head = run_on(b_, input(std::vector<int32_t>(tokens.begin(), tokens.begin() + 70))).result;
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->reused_tokens, 64);
+  auto whole = run_on(b_, input(tokens)).result;
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->reused_tokens, 192) << "block 0 from L1, blocks 1 and 2 from L2";
+  EXPECT_EQ(b_.tier.stats().prefix.hits, 3u);
+  EXPECT_EQ(b_.prefix.stats().hit_tokens, 64u) << "block 0, on the second run";
+}
+
+TEST_F(PrefillJobStateTierTest, ASessionMovesToAnotherReplicaOnlyForItsOwner) {
+  const std::vector<int32_t> turn2 = prompt(60, 4);
+  PrefillJobInput first = input(std::vector<int32_t>(turn2.begin(), turn2.begin() + 40));
+  first.session_id = kSession;
+  ASSERT_TRUE(run_on(a_, first).result.ok());
+  // Someone with the id but another history, on B: nothing reused, nothing replaced.
+  std::vector<int32_t> other = turn2;
+  other[5] += 1;
+  PrefillJobInput intruder = input(other);
+  intruder.session_id = kSession;
+  auto stolen = run_on(b_, intruder).result;
+  ASSERT_TRUE(stolen.ok());
+  EXPECT_EQ(stolen->reused_tokens, 0);
+  // The owner's turn 2, on a third replica (B's L1 holds the intruder's entry).
+  Replica c(tiny_, redis_);
+  PrefillJobInput next = input(turn2);
+  next.session_id = kSession;
+  next.first_position = 40;
+  backend_.chunks.clear();
+  Run r = run_on(c, next);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->reused_tokens, 40) << "turn 1's whole history, from L2";
+  EXPECT_EQ(backend_.chunks.front().begin, 40);
+  expect_fake_kv(r.messages, turn2, 40);
+  EXPECT_EQ(c.tier.stats().session.hits, 1u);
+}
+
+TEST_F(PrefillJobStateTierTest, ATierThatIsDownCostsOnlyMisses) {
+  const std::vector<int32_t> tokens = prompt(150, 6);
+  ASSERT_TRUE(run_on(a_, input(tokens)).result.ok());
+  redis_->set_down(true);
+  PrefillJobInput in = input(tokens);
+  in.session_id = kSession;
+  Run r = run_on(b_, in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->reused_tokens, 0);
+  expect_fake_kv(r.messages, tokens, 0);
+  EXPECT_GE(b_.tier.stats().prefix.errors, 1u);
+  redis_->set_down(false);
+  auto again = run_on(PrefillJobStateTierTest::a_, input(prompt(150, 7))).result;
+  ASSERT_TRUE(again.ok());
 }
 
 }  // namespace

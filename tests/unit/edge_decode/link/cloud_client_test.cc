@@ -74,6 +74,9 @@ class CloudClientTest : public ::testing::Test {
   std::unique_ptr<CloudClient> client(CloudClientOptions options = {}) {
     options.address = server_->address();
     options.prefill_timeout = std::chrono::seconds(20);
+    // The first Health call also connects: a loaded machine under TSan took
+    // over the 2 s default for it. No test here is about that deadline.
+    options.health_timeout = std::chrono::seconds(20);
     auto made = CloudClient::Create(options);
     EXPECT_TRUE(made.ok()) << made.status();
     return made.ok() ? std::move(*made) : nullptr;
