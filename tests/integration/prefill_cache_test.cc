@@ -36,6 +36,7 @@
 #include "proto/baton.grpc.pb.h"
 #include "common/util/check.h"
 #include "tests/support/edge_test_env.h"
+#include "tests/support/kv_streams.h"
 #include "tests/support/test_models.h"
 #include "tests/support/tiny_model.h"
 #include "tests/support/test_certs.h"
@@ -98,45 +99,14 @@ grpc::Status call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& req
 // own KV of tokens [0, first): F32 rows of [0, end).
 std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t first,
                                     const std::vector<v1::KvStreamMessage>& messages) {
-  const testing::TinyModel& ref = reference();
-  Engine engine(*ref.model, EngineOptions{.n_threads = 1});
-  auto cache = std::make_unique<F32KvCache>(ref.geometry, kMaxContext);
-  if (first > 0) {
-    EXPECT_TRUE(engine.prefill(std::span<const int32_t>(tokens).first(first), *cache, nullptr).ok());
-  }
-  KvStreamExpectation expected;
-  expected.model = ref.fingerprint;
-  expected.first_position = first;
-  expected.token_ids = std::vector<int32_t>(tokens.begin() + first, tokens.end());
-  const KvRope rope = kv_rope_of(*ref.model);
-  auto load = read_kv_segment(messages, expected, &rope, *cache);
-  EXPECT_TRUE(load.ok()) << load.status();
-  if (!load.ok()) return nullptr;
-  return cache;
+  return testing::receive_stream(reference(), tokens, first, messages, kMaxContext);
 }
 
 // The stream a perfect server sends: the engine's one-shot KV of `tokens`
 // through write_kv_segment with `codec`.
 std::vector<v1::KvStreamMessage> one_shot_stream(const std::vector<int32_t>& tokens, uint32_t first,
                                                  const KvCodecConfig& codec) {
-  const testing::TinyModel& ref = reference();
-  Engine engine(*ref.model, EngineOptions{.n_threads = 1});
-  F32KvCache cache(ref.geometry, kMaxContext);
-  EXPECT_TRUE(engine.prefill(tokens, cache, nullptr).ok());
-  KvStreamHeaderInfo info;
-  info.model = ref.fingerprint;
-  info.codec = codec;
-  info.first_position = first;
-  info.token_ids.assign(tokens.begin() + first, tokens.end());
-  info.prefix_digest = prefix_digest(tokens);
-  std::vector<v1::KvStreamMessage> messages;
-  KvStreamWriter writer([&](const v1::KvStreamMessage& m) {
-    messages.push_back(m);
-    return absl::OkStatus();
-  });
-  const KvRope rope = kv_rope_of(*ref.model);
-  EXPECT_TRUE(write_kv_segment(cache, info, &rope, writer).ok());
-  return messages;
+  return testing::one_shot_stream(reference(), tokens, first, codec, kMaxContext);
 }
 
 // Rows [first, end) of every layer are bit-identical.

@@ -35,6 +35,7 @@
 #include "common/util/metrics.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
+#include "tests/support/kv_streams.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/tiny_model.h"
 
@@ -97,50 +98,17 @@ v1::StateTier health_of(v1::Prefill::Stub& stub) {
   return health.state_tier();
 }
 
-// The edge's view of `messages` on top of the engine's own KV of [0, first).
-std::unique_ptr<F32KvCache> receive(const std::vector<int32_t>& tokens, uint32_t first,
-                                    const std::vector<v1::KvStreamMessage>& messages) {
-  const testing::TinyModel& ref = reference();
-  Engine engine(*ref.model, EngineOptions{.n_threads = 1});
-  auto cache = std::make_unique<F32KvCache>(ref.geometry, kMaxContext);
-  if (first > 0) {
-    EXPECT_TRUE(engine.prefill(std::span<const int32_t>(tokens).first(first), *cache, nullptr).ok());
-  }
-  KvStreamExpectation expected;
-  expected.model = ref.fingerprint;
-  expected.first_position = first;
-  expected.token_ids = std::vector<int32_t>(tokens.begin() + first, tokens.end());
-  const KvRope rope = kv_rope_of(*ref.model);
-  auto load = read_kv_segment(messages, expected, &rope, *cache);
-  EXPECT_TRUE(load.ok()) << load.status();
-  return load.ok() ? std::move(cache) : nullptr;
-}
-
 // `messages` carry bit for bit what a fresh one-shot prefill of `tokens`
 // streams through the same codec.
 void expect_equals_one_shot(const std::vector<int32_t>& tokens, uint32_t first,
                             const std::vector<v1::KvStreamMessage>& messages) {
   const testing::TinyModel& ref = reference();
-  Engine engine(*ref.model, EngineOptions{.n_threads = 1});
-  F32KvCache one_shot(ref.geometry, kMaxContext);
-  ASSERT_TRUE(engine.prefill(tokens, one_shot, nullptr).ok());
-  KvStreamHeaderInfo info;
-  info.model = ref.fingerprint;
   auto codec = parse_kv_codec_config("f16");
   ASSERT_TRUE(codec.ok());
-  info.codec = *codec;
-  info.first_position = first;
-  info.token_ids.assign(tokens.begin() + first, tokens.end());
-  info.prefix_digest = prefix_digest(tokens);
-  std::vector<v1::KvStreamMessage> exact_messages;
-  KvStreamWriter writer([&](const v1::KvStreamMessage& m) {
-    exact_messages.push_back(m);
-    return absl::OkStatus();
-  });
-  const KvRope rope = kv_rope_of(*ref.model);
-  ASSERT_TRUE(write_kv_segment(one_shot, info, &rope, writer).ok());
-  auto got = receive(tokens, first, messages);
-  auto exact = receive(tokens, first, exact_messages);
+  const std::vector<v1::KvStreamMessage> exact_messages =
+      testing::one_shot_stream(ref, tokens, first, *codec, kMaxContext);
+  auto got = testing::receive_stream(ref, tokens, first, messages, kMaxContext);
+  auto exact = testing::receive_stream(ref, tokens, first, exact_messages, kMaxContext);
   ASSERT_NE(got, nullptr);
   ASSERT_NE(exact, nullptr);
   const size_t row_bytes = static_cast<size_t>(ref.geometry.kv_dim()) * sizeof(float);

@@ -67,6 +67,18 @@ absl::StatusOr<StreamTiming> timed_prefill(v1::Prefill::Stub& stub, const std::v
   return timing;
 }
 
+// One replica of the bench: one worker, a prompt-sized context, a prefix
+// cache large enough for every prompt.
+PrefillServiceOptions bench_service_options(const ModelBenchFlags& c, int64_t prompt_len, int64_t chunk_tokens) {
+  PrefillServiceOptions options;
+  options.threads = static_cast<int>(c.threads);
+  options.max_running = 1;
+  options.chunk_tokens = static_cast<int>(chunk_tokens);
+  options.max_context_tokens = prompt_len + 1;
+  options.prefix_cache_bytes = uint64_t{16} << 30;
+  return options;
+}
+
 // Redis's used_memory, bytes, summed over every node the client knows
 // (one node: that server).
 absl::StatusOr<int64_t> redis_used_memory(RedisClient& redis) {
@@ -92,12 +104,7 @@ absl::Status bench_shared_state(const ModelBenchFlags& c, const std::string& sta
   BATON_ASSIGN_OR_RETURN(const RedisOptions redis_options, parse_redis_url(state_url));
   std::vector<std::unique_ptr<InProcessCloud>> replicas;
   for (int i = 0; i < 2; ++i) {
-    PrefillServiceOptions options;
-    options.threads = static_cast<int>(c.threads);
-    options.max_running = 1;
-    options.chunk_tokens = static_cast<int>(chunk_tokens);
-    options.max_context_tokens = prompt_len + 1;
-    options.prefix_cache_bytes = uint64_t{16} << 30;
+    PrefillServiceOptions options = bench_service_options(c, prompt_len, chunk_tokens);
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> client, make_redis_client(redis_options));
     options.state_redis = std::move(client);
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, InProcessCloud::Start(options));
@@ -187,12 +194,7 @@ absl::Status bench_prefill_service(const Args& args) {
   if (codec == v1::KV_CODEC_UNSPECIFIED) return absl::InvalidArgumentError("--codec must be f16, int8 or int4");
   if (!state_url.empty()) return bench_shared_state(c, state_url, prompt_len, chunk_tokens, codec, codec_name);
 
-  PrefillServiceOptions options;
-  options.threads = static_cast<int>(c.threads);
-  options.max_running = 1;
-  options.chunk_tokens = static_cast<int>(chunk_tokens);
-  options.max_context_tokens = prompt_len + 1;
-  options.prefix_cache_bytes = uint64_t{16} << 30;
+  const PrefillServiceOptions options = bench_service_options(c, prompt_len, chunk_tokens);
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, InProcessCloud::Start(options));
   BATON_RETURN_IF_ERROR(cloud->Load(c.model));
   BATON_ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, Model::Load(c.model));
