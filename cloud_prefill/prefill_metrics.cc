@@ -63,6 +63,22 @@ void PrefillMetrics::collect(const PrefillService& service) {
   session_cache_bytes.set(static_cast<double>(session.bytes));
   session_cache_hit_tokens.advance_to(static_cast<double>(session.hit_tokens));
   collect_state_tier(service.state_tier_stats());
+  collect_pack_tier(service.pack_library_stats());
+}
+
+void PrefillMetrics::collect_pack_tier(const PackLibraryStats& stats) {
+  registry.counter("baton_prefill_pack_tier_loads_total", "Packs fetched from the durable tier into memory.")
+      .advance_to(static_cast<double>(stats.loads));
+  registry
+      .counter("baton_prefill_pack_tier_rejected_total",
+               "Pack values from the durable tier refused by verification (a miss, never used).")
+      .advance_to(static_cast<double>(stats.rejected_values));
+  registry
+      .counter("baton_prefill_pack_tier_stale_dropped_total",
+               "Packs dropped from memory because another replica deleted or replaced them.")
+      .advance_to(static_cast<double>(stats.stale_dropped));
+  registry.counter("baton_prefill_pack_tier_errors_total", "Durable pack tier calls that failed.")
+      .advance_to(static_cast<double>(stats.backend_errors));
 }
 
 void PrefillMetrics::collect_state_tier(const StateTierStats& stats) {

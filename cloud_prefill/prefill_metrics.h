@@ -17,6 +17,11 @@
 //   baton_prefill_state_tier_{hits,misses,errors,corrupt,dropped_writes,writes,written_bytes}_total{kind}
 //                                                the L2 (--state) per kind of value: "prefix" blocks
 //                                                and "session"s (StateTierKindStats)
+//   baton_prefill_pack_tier_{loads,rejected,stale_dropped,errors}_total
+//                                                durable packs (--state or --pack-dir, PackLibraryStats):
+//                                                fetched into memory, refused by verification (a
+//                                                miss), memory copies dropped as deleted elsewhere,
+//                                                backend calls that failed
 #pragma once
 
 #include <cstdint>
@@ -74,6 +79,7 @@ struct PrefillMetrics final : PrefillJobObserver {
 
  private:
   void collect_state_tier(const StateTierStats& stats);
+  void collect_pack_tier(const PackLibraryStats& stats);
 };
 
 }  // namespace baton

@@ -19,9 +19,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "cloud_prefill/prefill_metrics.h"
 #include "cloud_prefill/prefill_service.h"
 #include "cloud_prefill/state/redis_client.h"
 #include "cloud_prefill/tenant_auth.h"
+#include "common/util/metrics.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/pack_streams.h"
@@ -187,6 +189,20 @@ void share_a_pack_between_replicas(const RedisOptions& redis) {
   EXPECT_EQ(read_stream(*b->stub, get_by_id("sys-1"), kTokenA, &got).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(read_stream(*b->stub, prefill_with_pack(system, "sys-1"), kTokenA, &got).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(delete_prefix(*b->stub, "sys-1", kTokenA).error_code(), grpc::NOT_FOUND);
+
+  // The restarted B loaded the pack from Redis once and dropped its memory
+  // copy when A deleted it; its metrics say so.
+  const PackLibraryStats stats = b->service->pack_library_stats();
+  EXPECT_EQ(stats.loads, 1u);
+  EXPECT_EQ(stats.stale_dropped, 1u);
+  EXPECT_EQ(stats.rejected_values, 0u);
+  MetricsRegistry registry;
+  PrefillMetrics metrics(registry);
+  metrics.collect(*b->service);
+  const std::string scraped = registry.render();
+  EXPECT_NE(scraped.find("baton_prefill_pack_tier_loads_total 1\n"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("baton_prefill_pack_tier_stale_dropped_total 1\n"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("baton_prefill_pack_tier_rejected_total 0\n"), std::string::npos) << scraped;
 }
 
 TEST(SharedPacksTest, APackUploadedToOneReplicaServesAnotherSurvivesRestartsAndDeletes) {
