@@ -124,6 +124,11 @@ cd - > /dev/null
 cmake -DOUT="${out}/gen/web_assets.cc" -DDIR="${root}/edge_decode/http/web" -P "${root}/edge_decode/http/web/embed.cmake"
 service_objects+=("${out}/obj/svc_web_assets.o")
 service_jobs+=("${out}/gen/web_assets.cc ${out}/obj/svc_web_assets.o")
+# baton::build_info() (Health's version), generated as the top CMakeLists.txt does.
+cmake -DSOURCE_DIR="${root}" -DOUT="${out}/gen/build_info.cc" -DBUILD_TYPE=fuzz -DCUDA=OFF \
+  -P "${root}/cmake/build_info.cmake"
+service_objects+=("${out}/obj/svc_build_info.o")
+service_jobs+=("${out}/gen/build_info.cc ${out}/obj/svc_build_info.o")
 # shellcheck disable=SC2207
 service_cflags=($(pkg-config --cflags cpp-httplib))
 printf '%s\n' "${service_jobs[@]}" | xargs -P "${jobs}" -L 1 bash -c \
