@@ -126,10 +126,11 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                      "cancel a Prefill or GetPrefix stream whose writes make no progress for this long (a client "
                      "that stopped reading), freeing its slot; 0: never");
   flags.add_string("state", &config.state,
-                   "where the caches' shared L2 lives: memory (in-process only), redis://HOST:PORT[,HOST:PORT...] "
-                   "(one server or a cluster's seeds) or rediss://... (TLS)", "URL");
+                   "where the state replicas share lives (durable packs, the caches' L2): memory (in-process "
+                   "only), redis://HOST:PORT[,HOST:PORT...] (one server or a cluster's seeds) or rediss://... (TLS)", "URL");
   flags.add_string("state-password-file", &config.state_password_file,
-                   "file holding the Redis password (AUTH); must not be group/world-readable", "FILE");
+                   "file holding the Redis password (AUTH); others, or a group not the process's own, must not "
+                   "read it", "FILE");
   flags.add_string("state-tls-ca", &config.state_tls_ca, "CA roots (PEM) of the Redis server's certificate (rediss://)",
                    "FILE");
   flags.add_string("state-tls-cert", &config.state_tls_cert,
