@@ -53,12 +53,7 @@ constexpr char kTokenB[] = "tenant-b-token-0123456789";
 // The tiny model (F32), loaded once: the service's model and the source of reference KV.
 const testing::TinyModel& reference() { return testing::shared_tiny_model(GgmlType::kF32); }
 
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> tokens;
-  const int n_vocab = reference().model->spec().n_vocab;
-  for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + seed * 131 + 3) % n_vocab);
-  return tokens;
-}
+std::vector<int32_t> prompt(int n, int seed) { return testing::seeded_prompt(reference(), n, seed); }
 
 v1::PrefillRequest request_for(const std::vector<int32_t>& tokens, v1::KvCodec codec = v1::KV_CODEC_F16) {
   v1::PrefillRequest request;

@@ -39,12 +39,7 @@ constexpr char kTokenB[] = "tenant-b-token-0123456789";
 
 const testing::TinyModel& tiny() { return testing::shared_tiny_model(GgmlType::kF32); }
 
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> tokens;
-  const int n_vocab = tiny().model->spec().n_vocab;
-  for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + seed * 131 + 3) % n_vocab);
-  return tokens;
-}
+std::vector<int32_t> prompt(int n, int seed) { return testing::seeded_prompt(tiny(), n, seed); }
 
 void set_call(grpc::ClientContext& context, const std::string& token) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

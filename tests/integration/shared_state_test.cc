@@ -52,12 +52,7 @@ constexpr char kTokenB[] = "tenant-b-token-0123456789";
 
 const testing::TinyModel& reference() { return testing::shared_tiny_model(GgmlType::kF32); }
 
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> tokens;
-  const int n_vocab = reference().model->spec().n_vocab;
-  for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + seed * 131 + 3) % n_vocab);
-  return tokens;
-}
+std::vector<int32_t> prompt(int n, int seed) { return testing::seeded_prompt(reference(), n, seed); }
 
 v1::PrefillRequest request_for(const std::vector<int32_t>& tokens, uint32_t first = 0,
                                const std::string& session = "") {

@@ -37,6 +37,13 @@ const TinyModel& shared_tiny_model(GgmlType type) {
   return models->emplace(type, *std::move(tiny)).first->second;
 }
 
+std::vector<int32_t> seeded_prompt(const TinyModel& model, int n, int seed) {
+  std::vector<int32_t> tokens;
+  const int n_vocab = model.model->spec().n_vocab;
+  for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + seed * 131 + 3) % n_vocab);
+  return tokens;
+}
+
 void TinyModelTest::SetUp() {
   absl::StatusOr<TinyModel> tiny = load_tiny_model();
   ASSERT_TRUE(tiny.ok()) << tiny.status();

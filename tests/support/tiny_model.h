@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,10 @@ absl::StatusOr<TinyModel> load_tiny_model(GgmlType type = GgmlType::kF16, uint64
 // The tiny model stored as `type`, loaded once per test binary and shared
 // read-only; aborts the binary when it cannot be loaded.
 const TinyModel& shared_tiny_model(GgmlType type = GgmlType::kF16);
+
+// `n` deterministic token ids of `model`'s vocabulary; prompts of different
+// seeds differ from their first token.
+std::vector<int32_t> seeded_prompt(const TinyModel& model, int n, int seed);
 
 // A test with its own tiny model (F16, seed 1) and an engine over it of
 // `engine_threads` threads and 16-token micro-batches.

@@ -31,12 +31,7 @@ using ::testing::HasSubstr;
 
 const testing::TinyModel& tiny() { return testing::shared_tiny_model(GgmlType::kF32); }
 
-std::vector<int32_t> tokens_of(int n, int seed) {
-  std::vector<int32_t> tokens;
-  const int n_vocab = tiny().model->spec().n_vocab;
-  for (int i = 0; i < n; ++i) tokens.push_back((i * 7 + seed * 131 + 3) % n_vocab);
-  return tokens;
-}
+std::vector<int32_t> tokens_of(int n, int seed) { return testing::seeded_prompt(tiny(), n, seed); }
 
 // A verified pack as PutPrefix stores it.
 std::shared_ptr<StoredPack> pack_named(const std::string& id, int seed, int n_tokens = 40) {
