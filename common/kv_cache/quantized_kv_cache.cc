@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<QuantizedKvCache>> QuantizedKvCache::Create(const
 
 KvCodecConfig QuantizedKvCache::store_config_for(const KvCodecConfig& wire) {
   KvCodecConfig c;
+  // The transform codec: INT8 with groups of 32 (its INT8 rows' form).
   c.bits = wire.bits;
   c.key_bits = wire.key_bits;
   c.group_size = wire.group_size;
@@ -302,6 +303,7 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
 }
 
 bool QuantizedKvCache::can_ingest(const KvCodecConfig& wire, bool is_key) const {
+  if (wire.transform) return false;  // transform-coded blocks are decoded (kv_transform_codec.h)
   const Plane& plane = is_key ? k_ : v_;
   const Bits bits = wire.bits_for(is_key);
   if (bits != plane.bits) return false;

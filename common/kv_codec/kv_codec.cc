@@ -1,7 +1,5 @@
 #include "common/kv_codec/kv_codec.h"
 
-#include <zstd.h>
-
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -9,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/cpu/ops.h"
 #include "common/kv_codec/kv_quant.h"
+#include "common/kv_codec/kv_zstd.h"
 
 namespace baton {
 namespace {
@@ -56,6 +55,11 @@ BlockShape block_shape(const KvCodecConfig& c, const KvGeometry& g, bool is_key,
 
 absl::Status check_block_args(const KvCodecConfig& config, const KvGeometry& geometry, int64_t n_tokens) {
   if (absl::Status st = config.validate(geometry); !st.ok()) return st;
+  if (config.transform) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s is the transform codec: it codes blocks with its calibration (kv_transform_codec.h)",
+        config.to_string()));
+  }
   if (n_tokens < 1 || n_tokens > kMaxKvBlockTokens) {
     return absl::InvalidArgumentError(
         absl::StrFormat("KV block of %d tokens; a block holds 1..%d tokens", n_tokens, kMaxKvBlockTokens));
@@ -214,62 +218,6 @@ absl::StatusOr<BlockView> read_raw(const KvCodecConfig& c, const BlockShape& s, 
   return view;
 }
 
-// --- zstd -----------------------------------------------------------------
-
-struct CctxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-struct DctxDeleter {
-  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-};
-
-absl::StatusOr<std::string> zstd_compress(const std::string& raw, int level) {
-  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> ctx(ZSTD_createCCtx());
-  std::string out(ZSTD_compressBound(raw.size()), '\0');
-  const size_t n = ZSTD_compressCCtx(ctx.get(), out.data(), out.size(), raw.data(), raw.size(), level);
-  if (ZSTD_isError(n)) {
-    return absl::InternalError(absl::StrFormat("zstd compression failed: %s", ZSTD_getErrorName(n)));
-  }
-  out.resize(n);
-  return out;
-}
-
-// Decompresses a frame that must hold exactly raw_size bytes into out [raw_size].
-absl::Status zstd_decompress_exact(std::string_view payload, uint64_t raw_size, uint8_t* out) {
-  const unsigned long long declared = ZSTD_getFrameContentSize(payload.data(), payload.size());
-  if (declared == ZSTD_CONTENTSIZE_ERROR) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV block payload (%d bytes) is not a zstd frame", payload.size()));
-  }
-  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) {
-    return absl::InvalidArgumentError("KV block zstd frame does not declare its content size");
-  }
-  if (declared != raw_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "KV block zstd frame declares %d bytes of content; raw_size is %d", declared, raw_size));
-  }
-  const size_t frame_size = ZSTD_findFrameCompressedSize(payload.data(), payload.size());
-  if (ZSTD_isError(frame_size)) {
-    return absl::InvalidArgumentError(absl::StrFormat("KV block payload (%d bytes): bad zstd frame: %s",
-                                                      payload.size(), ZSTD_getErrorName(frame_size)));
-  }
-  if (frame_size != payload.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "KV block payload is %d bytes but its zstd frame is %d bytes", payload.size(), frame_size));
-  }
-  thread_local std::unique_ptr<ZSTD_DCtx, DctxDeleter> ctx(ZSTD_createDCtx());
-  const size_t n = ZSTD_decompressDCtx(ctx.get(), out, raw_size, payload.data(), payload.size());
-  if (ZSTD_isError(n)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV block zstd decompression failed: %s", ZSTD_getErrorName(n)));
-  }
-  if (n != raw_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV block decompressed to %d bytes; raw_size is %d", n, raw_size));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status check_values(const float* data, int64_t n) {
   bool bad = false;
   for (int64_t i = 0; i < n; ++i) bad |= !(std::fabs(data[i]) <= kv_quant::kMaxAbsValue);
@@ -328,11 +276,14 @@ absl::Status check_block_shape(const BlockShape& s, const QuantizedKvBlock& b) {
 
 uint64_t kv_block_raw_size(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key,
                            int64_t n_tokens) {
+  // The transform codec's raw size is the F16 size of what it carries.
+  if (config.transform) return static_cast<uint64_t>(2 * n_tokens * geometry.kv_dim());
   return static_cast<uint64_t>(block_shape(config, geometry, is_key, n_tokens).raw_bytes());
 }
 
 double kv_raw_bytes_per_token(const KvCodecConfig& config, const KvGeometry& geometry) {
   const double elements = static_cast<double>(geometry.kv_dim());
+  if (config.transform) return 4.0 * elements * geometry.n_layer;  // F16 K and V (kv_block_raw_size)
   double per_token = 0;
   for (bool is_key : {true, false}) {
     double code = 0, scale_bytes = 0;

@@ -76,7 +76,9 @@ struct KvRopeParams {
   int64_t first_position = 0;
 };
 
-// Raw payload bytes for n_tokens of one K (is_key) or V block under `config`.
+// Raw payload bytes for n_tokens of one K (is_key) or V block under `config`
+// (the transform codec: the F16 size, 2 * n_tokens * kv_dim; its blocks are
+// coded by kv_transform_codec.h, and the functions below refuse it).
 uint64_t kv_block_raw_size(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key,
                            int64_t n_tokens);
 // Raw bytes per token of K and V together over all layers (per-channel key

@@ -42,7 +42,59 @@ const char* kv_bits_name(KvCodecConfig::Bits bits) {
   return "?";
 }
 
+bool KvTransformParams::bound() const {
+  for (uint8_t b : calibration) {
+    if (b != 0) return true;
+  }
+  return false;
+}
+
+KvCodecConfig transform_kv_codec_config(const KvTransformParams& params, int zstd_level) {
+  KvCodecConfig config;
+  config.bits = KvCodecConfig::Bits::kInt8;
+  config.pre_rope_keys = true;
+  config.zstd_level = zstd_level;
+  config.transform = params;
+  return config;
+}
+
+namespace {
+
+std::string transform_name(const KvCodecConfig& c) {
+  const KvTransformParams& t = *c.transform;
+  std::string name = absl::StrFormat("tc-b%d.%d", t.budget_tenths / 10, t.budget_tenths % 10);
+  if (t.sink_tokens != KvTransformParams::kDefaultSinkTokens) absl::StrAppend(&name, "-s", t.sink_tokens);
+  if (t.recent_tokens != KvTransformParams::kDefaultRecentTokens) absl::StrAppend(&name, "-w", t.recent_tokens);
+  if (c.zstd_level > 0) absl::StrAppend(&name, "-z", c.zstd_level);
+  if (c.zstd_level < 0) absl::StrAppend(&name, "-zf", -c.zstd_level);
+  return name;
+}
+
+// The transform codec's own checks.
+absl::Status validate_transform(const KvCodecConfig& c) {
+  const KvTransformParams& t = *c.transform;
+  const std::string name = transform_name(c);
+  if (t.budget_tenths < 1 || t.budget_tenths > 80) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV codec %s: budget %d tenths of a bit is outside [1, 80]", name, t.budget_tenths));
+  }
+  if (t.sink_tokens < 0 || t.sink_tokens > 4096 || t.recent_tokens < 0 || t.recent_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s: sink %d and recent %d tokens must be in [0, 4096]", name, t.sink_tokens, t.recent_tokens));
+  }
+  if (c.bits != KvCodecConfig::Bits::kInt8 || c.key_bits || c.key_group_size != 0 ||
+      c.key_axis != KvCodecConfig::KeyAxis::kPerToken || !c.pre_rope_keys || c.hadamard_keys ||
+      c.hadamard_values || c.layout != KvCodecConfig::Layout::kPlanes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec %s: the transform codec takes no bits, group, key, rotation or layout options", name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::string KvCodecConfig::to_string() const {
+  if (transform) return transform_name(*this);
   std::string name = kv_bits_name(bits);
   // A key_bits or key_group_size equal to the default prints nothing; a
   // non-quantized config prints them only when set (so an invalid one names
@@ -68,6 +120,11 @@ std::string KvCodecConfig::to_string() const {
 }
 
 absl::Status KvCodecConfig::validate() const {
+  if (zstd_level != 0 && (zstd_level < ZSTD_minCLevel() || zstd_level > ZSTD_maxCLevel())) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV codec: zstd level %d is outside [%d, %d]",
+                                                      zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel()));
+  }
+  if (transform) return validate_transform(*this);
   if (quantized() && (group_size < 1 || group_size > kMaxGroupSize)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV codec %s: group size %d is outside [1, %d]", to_string(), group_size, kMaxGroupSize));
@@ -104,10 +161,6 @@ absl::Status KvCodecConfig::validate() const {
           "KV codec %s: int4 keys need an even key group size, not %d", to_string(), key_group_size));
     }
   }
-  if (zstd_level != 0 && (zstd_level < ZSTD_minCLevel() || zstd_level > ZSTD_maxCLevel())) {
-    return absl::InvalidArgumentError(absl::StrFormat("KV codec: zstd level %d is outside [%d, %d]",
-                                                      zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel()));
-  }
   return absl::OkStatus();
 }
 
@@ -117,6 +170,7 @@ absl::Status KvCodecConfig::validate(const KvGeometry& g) const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV codec %s: bad KV geometry (n_head_kv %d, head_dim %d)", to_string(), g.n_head_kv, g.head_dim));
   }
+  if (transform) return absl::OkStatus();  // its INT8 rows group by min(32, head_dim) (kv_transform_codec.h)
   const bool keys_per_token = key_axis == KeyAxis::kPerToken;
   if (quantized() && g.head_dim % group_size != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -136,9 +190,55 @@ absl::Status KvCodecConfig::validate(const KvGeometry& g) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// "tc-b2.5-s4-w16-z3" (see the grammar in the header).
+absl::StatusOr<KvCodecConfig> parse_transform_config(const std::string& text,
+                                                     const std::vector<std::string>& tokens) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad KV codec name '%s': %s (expected e.g. tc-b2.5; options bB.B sN wN zN zfN)", text, why));
+  };
+  KvTransformParams params;
+  int zstd_level = 0;
+  bool budget_given = false;
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    int value = 0;
+    if (t.size() > 1 && t[0] == 'b') {
+      // B or B.D: one decimal place at most.
+      const std::vector<std::string> parts = absl::StrSplit(t.substr(1), '.');
+      int whole = 0, tenth = 0;
+      if (parts.size() > 2 || !parse_suffix_int(parts[0], 0, &whole) ||
+          (parts.size() == 2 && (parts[1].size() != 1 || !parse_suffix_int(parts[1], 0, &tenth)))) {
+        return bad(absl::StrCat("budget '", t, "' is not B or B.D bits"));
+      }
+      params.budget_tenths = whole * 10 + tenth;
+      budget_given = true;
+    } else if (t.size() > 1 && t[0] == 's' && parse_suffix_int(t, 1, &value)) {
+      params.sink_tokens = value;
+    } else if (t.size() > 1 && t[0] == 'w' && parse_suffix_int(t, 1, &value)) {
+      params.recent_tokens = value;
+    } else if (t.size() > 2 && t.rfind("zf", 0) == 0 && parse_suffix_int(t, 2, &value)) {
+      zstd_level = -value;
+    } else if (t.size() > 1 && t[0] == 'z' && parse_suffix_int(t, 1, &value)) {
+      zstd_level = value;
+    } else {
+      return bad(absl::StrCat("unknown option '", t, "'"));
+    }
+  }
+  if (!budget_given) return bad("the budget bB.B is missing");
+  KvCodecConfig config = transform_kv_codec_config(params, zstd_level);
+  if (absl::Status st = config.validate(); !st.ok()) return bad(std::string(st.message()));
+  return config;
+}
+
+}  // namespace
+
 absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
   const std::string text(name);
   std::vector<std::string> tokens = absl::StrSplit(text, '-');
+  if (tokens[0] == "tc") return parse_transform_config(text, tokens);
   KvCodecConfig config;
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -207,6 +307,7 @@ absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name) {
 }
 
 int key_group_tokens(const KvCodecConfig& config) {
+  if (config.transform) return 1;
   if (!config.quantized() || config.key_axis != KvCodecConfig::KeyAxis::kPerChannel) return 1;
   return config.group_size_for(/*is_key=*/true);
 }

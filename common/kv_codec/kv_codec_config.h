@@ -22,6 +22,13 @@
 //                         array split into low-byte and high-byte planes (default)
 //            | "z" L      zstd level L >= 1 (absent or z0: not compressed)
 //            | "zf" L     zstd fast level -L
+//
+// The transform codec (kv_transform_codec.h) has names of its own:
+//   tc      := "tc-b" B [ "-s" S ] [ "-w" W ] [ "-z" L ]
+//   B: bits per element of the transform-coded tokens, one decimal place
+//   (tc-b2.5); S: sink tokens (positions [0, S)) and W: recent tokens (the
+//   stream's last W), both sent as INT8; zL: the zstd back end at level L
+//   instead of rANS (the baseline). Defaults s4 and w16 print nothing.
 // Canonical: bits [-k8] [-pc] [-kgN] [-gN] [-pre] [-had|-hk|-hv] [-rows]
 // [-zL|-zfL], e.g. "int4-pc-g32-had-z3", "int4-k8-g32-z3",
 // "int4-pc-kg128-g32-z3", "int8-g32", "f16-z1". F16 prints no group; k8 and
@@ -36,8 +43,28 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv_codec/kv_geometry.h"
+#include "common/util/sha256.h"
 
 namespace baton {
+
+// The transform codec's parameters (kv_transform_codec.h).
+struct KvTransformParams {
+  static constexpr int kDefaultSinkTokens = 4;
+  static constexpr int kDefaultRecentTokens = 16;
+  // Bits per element of the transform-coded tokens, in tenths (25: 2.5 bits),
+  // in [1, 80]: the budget the bit allocation spends per (layer, K|V).
+  int budget_tenths = 25;
+  // Positions [0, sink_tokens) and the stream's last recent_tokens positions
+  // travel as INT8 (attention sinks and the tokens the next query leans on).
+  int sink_tokens = kDefaultSinkTokens;
+  int recent_tokens = kDefaultRecentTokens;
+  // SHA-256 of the calibration (kv_calibration.h) both ends must hold; all
+  // zero until bound (bind_kv_calibration). Not part of the name.
+  Digest256 calibration{};
+
+  bool bound() const;
+  friend bool operator==(const KvTransformParams&, const KvTransformParams&) = default;
+};
 
 struct KvCodecConfig {
   enum class Bits { kF16, kInt8, kInt4 };
@@ -71,9 +98,15 @@ struct KvCodecConfig {
   bool hadamard_values = false;
   Layout layout = Layout::kPlanes;
   // 0: payload not compressed; 1..22 zstd levels; negative: zstd fast levels.
+  // Transform codec: 0 = rANS back end, else zstd at that level.
   int zstd_level = 0;
+  // Set: the transform codec. Its sink and recent rows are INT8 with groups
+  // of min(32, head_dim) (bits kInt8, the store form: store_config_for),
+  // keys are pre-RoPE (pre_rope_keys true), no Hadamard, planes.
+  std::optional<KvTransformParams> transform;
 
   bool quantized() const { return bits != Bits::kF16; }
+  bool transform_coded() const { return transform.has_value(); }
   // Bits and group size of keys (is_key) or values, defaults resolved.
   Bits bits_for(bool is_key) const { return is_key && key_bits ? *key_bits : bits; }
   int group_size_for(bool is_key) const { return is_key && key_group_size > 0 ? key_group_size : group_size; }
@@ -92,6 +125,9 @@ struct KvCodecConfig {
 
 // Parses a name of the grammar above and validates it (without a geometry).
 absl::StatusOr<KvCodecConfig> parse_kv_codec_config(std::string_view name);
+
+// The transform codec with `params` (bits kInt8, pre-RoPE keys).
+KvCodecConfig transform_kv_codec_config(const KvTransformParams& params, int zstd_level = 0);
 
 const char* kv_bits_name(KvCodecConfig::Bits bits);  // "f16", "int8", "int4"
 

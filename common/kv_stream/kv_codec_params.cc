@@ -1,6 +1,7 @@
 #include "common/kv_stream/kv_codec_params.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -24,8 +25,62 @@ absl::StatusOr<KvCodecConfig> block_config(const v1::CodecParams& params, const 
 
 }  // namespace
 
+namespace {
+
+v1::CodecParams transform_params(const KvCodecConfig& config) {
+  const KvTransformParams& t = *config.transform;
+  v1::CodecParams params;
+  params.set_codec(v1::KV_CODEC_TC);
+  params.set_pre_rope_keys(true);
+  params.set_zstd_level(config.zstd_level);
+  v1::TransformCodecParams* p = params.mutable_transform();
+  p->set_budget_tenths(static_cast<uint32_t>(t.budget_tenths));
+  p->set_sink_tokens(static_cast<uint32_t>(t.sink_tokens));
+  p->set_recent_tokens(static_cast<uint32_t>(t.recent_tokens));
+  p->set_calibration_sha256(std::string(reinterpret_cast<const char*>(t.calibration.data()), t.calibration.size()));
+  return params;
+}
+
+absl::StatusOr<KvCodecConfig> transform_config_from_params(const v1::CodecParams& params) {
+  const v1::TransformCodecParams& p = params.transform();
+  if (p.calibration_sha256().size() != 32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec params: tc calibration_sha256 is %d bytes; expected 32", p.calibration_sha256().size()));
+  }
+  if (p.budget_tenths() > 80 || p.sink_tokens() > 4096 || p.recent_tokens() > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV codec params: tc budget_tenths %u, sink_tokens %u or recent_tokens %u out of range", p.budget_tenths(),
+        p.sink_tokens(), p.recent_tokens()));
+  }
+  if (!params.has_zstd_level()) {
+    return absl::InvalidArgumentError("KV codec params: zstd_level is unset (0 means rANS for tc; say so)");
+  }
+  KvTransformParams t;
+  t.budget_tenths = static_cast<int>(p.budget_tenths());
+  t.sink_tokens = static_cast<int>(p.sink_tokens());
+  t.recent_tokens = static_cast<int>(p.recent_tokens());
+  std::memcpy(t.calibration.data(), p.calibration_sha256().data(), t.calibration.size());
+  if (!params.pre_rope_keys() || params.hadamard_keys() || params.hadamard_values() ||
+      params.key_codec() != v1::KV_CODEC_UNSPECIFIED || params.group_size() != 0 || params.key_group_size() != 0) {
+    return absl::InvalidArgumentError(
+        "KV codec params: tc takes pre_rope_keys and nothing of the quantized codecs' fields");
+  }
+  KvCodecConfig config = transform_kv_codec_config(t, params.zstd_level());
+  BATON_RETURN_IF_ERROR(config.validate());
+  return config;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config) {
   BATON_RETURN_IF_ERROR(config.validate());
+  if (config.transform) {
+    if (!config.transform->bound()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "KV codec %s is not bound to a calibration (KvTransformCodec::Create binds it)", config.to_string()));
+    }
+    return transform_params(config);
+  }
   if (config.layout != KvCodecConfig::Layout::kPlanes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV codec %s: the rows layout is for measurements only; KV streams carry the planes layout "
@@ -65,6 +120,7 @@ absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config) {
 }
 
 absl::StatusOr<KvCodecConfig> kv_codec_config_from_params(const v1::CodecParams& params) {
+  if (params.codec() == v1::KV_CODEC_TC) return transform_config_from_params(params);
   KvCodecConfig config;
   switch (params.codec()) {
     case v1::KV_CODEC_F16:
@@ -77,7 +133,7 @@ absl::StatusOr<KvCodecConfig> kv_codec_config_from_params(const v1::CodecParams&
       config.bits = Bits::kInt4;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrFormat("KV codec params: codec is %s; expected f16, int8 or int4",
+      return absl::InvalidArgumentError(absl::StrFormat("KV codec params: codec is %s; expected f16, int8, int4 or tc",
                                                         kv_codec_name(params.codec())));
   }
   if (config.quantized()) {
@@ -149,6 +205,7 @@ KvExpectedRawSizeFn kv_expected_raw_size_fn(const KvGeometry& geometry) {
 KvPayloadCheckFn kv_trial_decode_fn(const KvGeometry& geometry) {
   return [geometry](const v1::CodecParams& codec, const v1::KvBlock& block) -> absl::Status {
     BATON_ASSIGN_OR_RETURN(const KvCodecConfig config, block_config(codec, geometry));
+    if (config.transform) return absl::OkStatus();  // decoded by load_kv_segment (kv_handoff.h)
     absl::StatusOr<QuantizedKvBlock> decoded = decode_kv_block_quantized(
         config, geometry, block.kind() == v1::KV_KIND_K, block.payload(), block.raw_size(), block.token_count());
     if (!decoded.ok()) {

@@ -128,6 +128,7 @@ std::string kv_codec_name(int codec) {
     case v1::KV_CODEC_F16: return "f16";
     case v1::KV_CODEC_INT8: return "int8";
     case v1::KV_CODEC_INT4: return "int4";
+    case v1::KV_CODEC_TC: return "tc";
     default: return absl::StrFormat("unknown(%d)", codec);
   }
 }
@@ -161,15 +162,26 @@ FingerprintFields KvFingerprint::codec_fields() const {
   // unset field and its explicit default fingerprint the same.
   const int key_codec = codec.key_codec() == v1::KV_CODEC_UNSPECIFIED ? codec.codec() : codec.key_codec();
   const uint32_t key_group = f16 ? 0u : (codec.key_group_size() != 0 ? codec.key_group_size() : codec.group_size());
-  return {{"codec", kv_codec_name(codec.codec())},
-          {"key_codec", kv_codec_name(key_codec)},
-          {"group_size", absl::StrFormat("%u", f16 ? 0u : codec.group_size())},
-          {"key_group_size", absl::StrFormat("%u", key_group)},
-          {"key_axis", key_axis_name(f16 ? v1::KEY_AXIS_UNSPECIFIED : codec.key_axis())},
-          {"pre_rope_keys", bool_text(codec.pre_rope_keys())},
-          {"hadamard_keys", bool_text(codec.hadamard_keys())},
-          {"hadamard_values", bool_text(codec.hadamard_values())},
-          {"zstd_level", codec.has_zstd_level() ? absl::StrFormat("%d", codec.zstd_level()) : "unset"}};
+  FingerprintFields fields = {
+      {"codec", kv_codec_name(codec.codec())},
+      {"key_codec", kv_codec_name(key_codec)},
+      {"group_size", absl::StrFormat("%u", f16 ? 0u : codec.group_size())},
+      {"key_group_size", absl::StrFormat("%u", key_group)},
+      {"key_axis", key_axis_name(f16 ? v1::KEY_AXIS_UNSPECIFIED : codec.key_axis())},
+      {"pre_rope_keys", bool_text(codec.pre_rope_keys())},
+      {"hadamard_keys", bool_text(codec.hadamard_keys())},
+      {"hadamard_values", bool_text(codec.hadamard_values())},
+      {"zstd_level", codec.has_zstd_level() ? absl::StrFormat("%d", codec.zstd_level()) : "unset"}};
+  if (codec.codec() == v1::KV_CODEC_TC) {
+    // Only the transform codec has these, so every other codec's digest is
+    // what it was before it existed.
+    const v1::TransformCodecParams& t = codec.transform();
+    fields.emplace_back("tc_budget_tenths", absl::StrFormat("%u", t.budget_tenths()));
+    fields.emplace_back("tc_sink_tokens", absl::StrFormat("%u", t.sink_tokens()));
+    fields.emplace_back("tc_recent_tokens", absl::StrFormat("%u", t.recent_tokens()));
+    fields.emplace_back("tc_calibration", bytes_hex(t.calibration_sha256()));
+  }
+  return fields;
 }
 
 Digest256 KvFingerprint::model_digest() const { return sha256(canonical_fields(model.fields)); }

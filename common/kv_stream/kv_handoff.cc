@@ -11,6 +11,7 @@
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_codec/kv_quant.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/layer_window.h"
 #include "common/model/model.h"
@@ -37,6 +38,25 @@ absl::Status check_rope(const KvCodecConfig& codec, const KvGeometry& geometry, 
 
 bool hadamard_for(const KvCodecConfig& codec, bool is_key) {
   return is_key ? codec.hadamard_keys : codec.hadamard_values;
+}
+
+// A transform codec needs its calibrated coder, for exactly that codec (the
+// calibration digest included) and this geometry.
+absl::Status check_transform(const KvCodecConfig& codec, const KvGeometry& geometry,
+                             const KvTransformCodec* transform, const char* side) {
+  if (!codec.transform) return absl::OkStatus();
+  if (transform == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "KV codec %s is the transform codec: the %s holds no calibration for it (tc_calibration %s)",
+        codec.to_string(), side, to_hex(codec.transform->calibration)));
+  }
+  if (!(transform->config() == codec)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "KV codec %s (tc_calibration %s) is not the %s's transform codec %s (tc_calibration %s)", codec.to_string(),
+        to_hex(codec.transform->calibration), side, transform->config().to_string(),
+        to_hex(transform->config().transform->calibration)));
+  }
+  return transform->calibration().check_geometry(geometry);
 }
 
 std::string block_text(const KvStagedBlock& block) {
@@ -171,10 +191,11 @@ absl::Status check_segment_in_source(const KvStreamHeaderInfo& info, int64_t siz
 // range: [token_begin, token_begin + n_tokens), or the whole segment when unset.
 absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
                                  const KvRope* rope, int layer, const std::optional<KvTokenRange>& range,
-                                 KvStreamWriter& writer) {
+                                 KvStreamWriter& writer, const KvTransformCodec* transform) {
   BATON_RETURN_IF_ERROR(codec.validate(geometry));
   BATON_RETURN_IF_ERROR(kv_codec_params(codec).status());  // rejects what a stream cannot carry
   BATON_RETURN_IF_ERROR(check_rope(codec, geometry, rope, "sender"));
+  BATON_RETURN_IF_ERROR(check_transform(codec, geometry, transform, "sender"));
   const int64_t kv_dim = geometry.kv_dim();
   // RoPE at the negated angle undoes the engine's rotation (pre-RoPE keys).
   std::vector<float> unrotate_freq;
@@ -192,9 +213,12 @@ absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometr
         rope_rows(buffer.data(), n_tokens, geometry.n_head_kv, geometry.head_dim, rope->n_rot, rope->neox,
                   token_begin, unrotate_freq.data());
       }
-      BATON_ASSIGN_OR_RETURN(EncodedKvBlock encoded,
-                             encode_kv_block(codec, geometry, is_key, buffer.data(), n_tokens));
-      return KvEncodedPayload{std::move(encoded.payload), encoded.raw_size};
+      absl::StatusOr<EncodedKvBlock> encoded =
+          codec.transform ? transform->encode(layer, is_key, token_begin, static_cast<int64_t>(writer.segment_end()),
+                                              buffer.data(), n_tokens)
+                          : encode_kv_block(codec, geometry, is_key, buffer.data(), n_tokens);
+      if (!encoded.ok()) return encoded.status();
+      return KvEncodedPayload{std::move(encoded->payload), encoded->raw_size};
     };
     BATON_RETURN_IF_ERROR(write_kv_kind(codec, geometry, layer, is_key, range, encode, writer));
   }
@@ -204,20 +228,21 @@ absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometr
 }  // namespace
 
 absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
-                            const KvRope* rope, int layer, KvStreamWriter& writer) {
-  return write_kv_layer_impl(rows, geometry, codec, rope, layer, std::nullopt, writer);
+                            const KvRope* rope, int layer, KvStreamWriter& writer, const KvTransformCodec* transform) {
+  return write_kv_layer_impl(rows, geometry, codec, rope, layer, std::nullopt, writer, transform);
 }
 
 absl::Status write_kv_layer_range(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
                                   const KvRope* rope, int layer, uint32_t token_begin, uint32_t n_tokens,
-                                  KvStreamWriter& writer) {
-  return write_kv_layer_impl(rows, geometry, codec, rope, layer, KvTokenRange{token_begin, n_tokens}, writer);
+                                  KvStreamWriter& writer, const KvTransformCodec* transform) {
+  return write_kv_layer_impl(rows, geometry, codec, rope, layer, KvTokenRange{token_begin, n_tokens}, writer,
+                             transform);
 }
 
 absl::Status write_kv_segment(const KvRowsFn& rows, const KvGeometry& geometry, const KvStreamHeaderInfo& info,
                               const KvRope* rope, KvStreamWriter& writer, const v1::ProducerStats* producer) {
   const auto write_layer = [&](int layer) {
-    return write_kv_layer(rows, geometry, info.codec, rope, layer, writer);
+    return write_kv_layer(rows, geometry, info.codec, rope, layer, writer, info.transform);
   };
   return write_kv_segment_with(geometry, info, rope, write_layer, writer, producer);
 }
@@ -254,7 +279,37 @@ absl::Status write_kv_segment(const QuantizedKvCache& source, const KvStreamHead
   return write_kv_segment_with(geometry, info, /*rope=*/nullptr, write_layer, writer, producer);
 }
 
-absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target) {
+namespace {
+
+// A block of the segment decoded to its quantized form (phase 1 of
+// load_kv_segment); a transform-coded block is decoded to f32 and, where the
+// store ingests it, requantized to the store's form here.
+struct DecodedKvBlock {
+  bool is_key = false;
+  int64_t token_begin = 0;  // absolute position
+  QuantizedKvBlock block;   // empty for a transform block the store does not ingest
+  const KvStagedBlock* staged = nullptr;
+};
+
+// f32 rows of a transform-coded block, keys rotated to their positions.
+absl::Status decode_transform_rows(const KvTransformCodec& transform, const KvSegment& segment,
+                                   const KvStagedBlock& staged, const KvRope* rope, float* out) {
+  const KvGeometry& g = transform.geometry();
+  const int64_t stream_end = int64_t{segment.header.first_position()} + segment.header.token_count();
+  const bool is_key = staged.kind == v1::KV_KIND_K;
+  BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(staged.layer), is_key, staged.token_begin, stream_end,
+                                         staged.payload, staged.raw_size, staged.token_count, out));
+  if (is_key) {
+    rope_rows(out, staged.token_count, g.n_head_kv, g.head_dim, rope->n_rot, rope->neox, staged.token_begin,
+              rope->inv_freq.data());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target,
+                                              const KvTransformCodec* transform) {
   const KvGeometry& g = target.geometry();
   const v1::KvHeader& header = segment.header;
   BATON_ASSIGN_OR_RETURN(const KvCodecConfig codec, kv_codec_config_from_params(header.codec()));
@@ -262,6 +317,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   BATON_RETURN_IF_ERROR(check_geometry(segment.fingerprint.model, g));
   BATON_RETURN_IF_ERROR(check_windows(segment.fingerprint.model, g));
   BATON_RETURN_IF_ERROR(check_rope(codec, g, rope, "receiver"));
+  BATON_RETURN_IF_ERROR(check_transform(codec, g, transform, "receiver"));
   const int64_t first = header.first_position();
   const int64_t n = header.token_count();
   const int64_t end = first + n;
@@ -274,19 +330,19 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
         "KV segment [%d, %d) does not fit: the target cache holds at most %d tokens", first, end, target.capacity()));
   }
 
+  // Blocks are ingested in `form`: the wire's own, or for the transform
+  // codec the store's INT8 form they are requantized to.
+  const KvCodecConfig form = codec.transform ? QuantizedKvCache::store_config_for(codec) : codec;
   KvBlockIngest* store = target.block_ingest();
-  const bool ingest_k = store != nullptr && store->can_ingest(codec, /*is_key=*/true);
-  const bool ingest_v = store != nullptr && store->can_ingest(codec, /*is_key=*/false);
+  const bool ingest_k = store != nullptr && store->can_ingest(form, /*is_key=*/true);
+  const bool ingest_v = store != nullptr && store->can_ingest(form, /*is_key=*/false);
+  const int64_t kv_dim = g.kv_dim();
 
   // Phase 1: decode every block to its quantized form; this checks every
   // payload before the target is touched.
-  struct Decoded {
-    bool is_key;
-    int64_t token_begin;  // absolute position
-    QuantizedKvBlock block;
-  };
-  std::vector<std::vector<Decoded>> by_layer(static_cast<size_t>(g.n_layer));
+  std::vector<std::vector<DecodedKvBlock>> by_layer(static_cast<size_t>(g.n_layer));
   std::vector<int64_t> covered(static_cast<size_t>(2 * g.n_layer), 0);  // tokens per (layer, kind)
+  std::vector<float> scratch;  // f32 rows of one transform block
   for (const KvStagedBlock& staged : segment.blocks) {
     const bool is_key = staged.kind == v1::KV_KIND_K;
     if (staged.layer >= static_cast<uint32_t>(g.n_layer) || (!is_key && staged.kind != v1::KV_KIND_V) ||
@@ -294,14 +350,24 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
       return absl::InvalidArgumentError(absl::StrFormat("%s is outside the segment [%d, %d) of %d layers",
                                                         block_text(staged), first, end, g.n_layer));
     }
-    absl::StatusOr<QuantizedKvBlock> block =
-        decode_kv_block_quantized(codec, g, is_key, staged.payload, staged.raw_size, staged.token_count);
+    absl::StatusOr<QuantizedKvBlock> block;
+    if (codec.transform) {
+      scratch.resize(static_cast<size_t>(int64_t{staged.token_count} * kv_dim));
+      absl::Status st = decode_transform_rows(*transform, segment, staged, rope, scratch.data());
+      if (st.ok() && (is_key ? ingest_k : ingest_v)) {
+        block = quantize_kv_block(form, g, is_key, scratch.data(), staged.token_count);
+      } else {
+        block = st.ok() ? absl::StatusOr<QuantizedKvBlock>(QuantizedKvBlock{}) : absl::StatusOr<QuantizedKvBlock>(st);
+      }
+    } else {
+      block = decode_kv_block_quantized(codec, g, is_key, staged.payload, staged.raw_size, staged.token_count);
+    }
     if (!block.ok()) {
       return absl::Status(block.status().code(),
                           absl::StrFormat("%s: %s", block_text(staged), std::string(block.status().message())));
     }
     covered[2 * staged.layer + (is_key ? 0 : 1)] += staged.token_count;
-    by_layer[staged.layer].push_back({is_key, staged.token_begin, std::move(*block)});
+    by_layer[staged.layer].push_back({is_key, staged.token_begin, std::move(*block), &staged});
   }
   // A windowed layer holds only its tail [layer_first(layer), end).
   const std::vector<int32_t> windows = has_sliding_window(g.layer_window) ? g.layer_window : std::vector<int32_t>{};
@@ -318,30 +384,34 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
 
   // Phase 2: write layer by layer. Kinds the store cannot ingest are decoded
   // to f32 (dequantized, Hadamard undone, RoPE applied to pre-RoPE keys:
-  // decode_kv_block's steps) and stored; the rest is copied in as it is.
+  // decode_kv_block's steps; transform blocks decoded again) and stored; the
+  // rest is copied in as it is.
   KvSegmentLoad load;
   load.first_position = static_cast<uint32_t>(first);
   load.token_count = static_cast<uint32_t>(n);
   load.codec = codec;
   load.encoded_bytes = segment.encoded_bytes;
   load.raw_bytes = segment.raw_bytes;
-  const int64_t kv_dim = g.kv_dim();
   const bool need_store = !ingest_k || !ingest_v;
   std::vector<float> k_rows(need_store && !ingest_k ? static_cast<size_t>(n * kv_dim) : 0);  // f32 [n, kv_dim]
   std::vector<float> v_rows(need_store && !ingest_v ? static_cast<size_t>(n * kv_dim) : 0);  // f32 [n, kv_dim]
   for (int layer = 0; layer < g.n_layer; ++layer) {
-    std::vector<Decoded>& blocks = by_layer[static_cast<size_t>(layer)];
+    std::vector<DecodedKvBlock>& blocks = by_layer[static_cast<size_t>(layer)];
     if (need_store) {
-      for (const Decoded& d : blocks) {
+      for (const DecodedKvBlock& d : blocks) {
         if (d.is_key ? ingest_k : ingest_v) continue;
         float* out = (d.is_key ? k_rows : v_rows).data() + (d.token_begin - first) * kv_dim;
+        ++load.decoded_blocks;
+        if (codec.transform) {
+          BATON_RETURN_IF_ERROR(decode_transform_rows(*transform, segment, *d.staged, rope, out));
+          continue;
+        }
         BATON_RETURN_IF_ERROR(dequantize_kv_block(codec, g, d.is_key, d.block, out));
         if (hadamard_for(codec, d.is_key)) kv_quant::hadamard_rows(out, d.block.n_tokens * g.n_head_kv, g.head_dim);
         if (d.is_key && codec.pre_rope_keys) {
           rope_rows(out, d.block.n_tokens, g.n_head_kv, g.head_dim, rope->n_rot, rope->neox, d.token_begin,
                     rope->inv_freq.data());
         }
-        ++load.decoded_blocks;
       }
       // A kind that is ingested below gets the other kind's rows as a
       // placeholder here; ingest_block overwrites them.
@@ -350,7 +420,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
       const float* v = (ingest_v ? k_rows.data() : v_rows.data()) + (from - first) * kv_dim;
       if (from < end) BATON_RETURN_IF_ERROR(target.store(layer, from, end - from, k, v));
     }
-    for (Decoded& d : blocks) {
+    for (DecodedKvBlock& d : blocks) {
       if (!(d.is_key ? ingest_k : ingest_v)) continue;
       BATON_RETURN_IF_ERROR(store->ingest_block(layer, d.is_key, d.token_begin, d.block));
       ++load.ingested_blocks;
@@ -380,7 +450,7 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
     BATON_RETURN_IF_ERROR(reader.consume(std::move(**message)));
   }
   BATON_ASSIGN_OR_RETURN(const KvSegment segment, reader.commit());
-  return load_kv_segment(segment, rope, target);
+  return load_kv_segment(segment, rope, target, options.transform);
 }
 
 absl::StatusOr<KvSegmentLoad> read_kv_segment(std::span<const v1::KvStreamMessage> messages,

@@ -46,6 +46,7 @@ namespace baton {
 
 class Model;
 class QuantizedKvCache;
+class KvTransformCodec;
 
 // The model's RoPE, for codecs with pre-RoPE keys (unused otherwise).
 struct KvRope {
@@ -65,6 +66,8 @@ struct KvStreamHeaderInfo {
   Digest256 prefix_digest{};        // prefix_digest() of all tokens [0, end)
   std::string pack_id;              // prefix packs only
   std::string description;          // prefix packs only
+  // The transform codec's coder when `codec` is one (its config() == codec).
+  const KvTransformCodec* transform = nullptr;
 };
 
 // The complete header (fingerprint, codec, positions, token ids); the writer
@@ -83,14 +86,17 @@ KvRowsFn f32_kv_rows(const F32KvCache& cache);
 // Encodes and sends one layer's K then V for the whole segment of the
 // writer's header, in blocks under the writer's payload bound (the header
 // must have been written with the same codec).
+// A transform codec (codec.transform) needs `transform`, the coder of exactly
+// that codec (FAILED_PRECONDITION otherwise).
 absl::Status write_kv_layer(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
-                            const KvRope* rope, int layer, KvStreamWriter& writer);
+                            const KvRope* rope, int layer, KvStreamWriter& writer,
+                            const KvTransformCodec* transform = nullptr);
 // The same for positions [token_begin, token_begin + n_tokens) of the
 // segment only (KvStreamWriter::write_layer_range's alignment rule applies:
 // kv_block_token_alignment of the codec's keys).
 absl::Status write_kv_layer_range(const KvRowsFn& rows, const KvGeometry& geometry, const KvCodecConfig& codec,
                                   const KvRope* rope, int layer, uint32_t token_begin, uint32_t n_tokens,
-                                  KvStreamWriter& writer);
+                                  KvStreamWriter& writer, const KvTransformCodec* transform = nullptr);
 
 // Header, every layer's K and V, trailer. `rope` is needed for pre-RoPE
 // codecs only (INVALID_ARGUMENT without it). `producer` (optional) goes into
@@ -127,7 +133,11 @@ struct KvSegmentLoad {
 // written; then each layer is written and the segment committed
 // (set_size(end)). On error `target` is unchanged. `rope` is needed for
 // pre-RoPE keys only.
-absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target);
+// A transform-coded segment needs `transform`, the coder of exactly its codec
+// (FAILED_PRECONDITION naming tc_calibration otherwise); its blocks are
+// decoded to f32, keys rotated, and requantized to the store's form.
+absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target,
+                                              const KvTransformCodec* transform = nullptr);
 
 // Next message of a stream; nullopt at its end.
 using KvMessageSource = std::function<absl::StatusOr<std::optional<v1::KvStreamMessage>>()>;
@@ -137,8 +147,11 @@ struct KvReadOptions {
   // (kv_reader_options_with_codec).
   KvStreamReaderOptions reader;
   // Trial-decode each block as it arrives (rejects a bad block before the
-  // trailer; load_kv_segment decodes everything again either way).
+  // trailer; load_kv_segment decodes everything again either way). Transform
+  // blocks are not trial-decoded (their coder needs the stream's end).
   bool trial_decode = true;
+  // The transform codec's coder, for segments coded with it.
+  const KvTransformCodec* transform = nullptr;
 };
 
 // Reads a whole stream into `target`: every message through a KvStreamReader

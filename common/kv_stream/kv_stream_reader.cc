@@ -38,11 +38,21 @@ absl::StatusOr<uint32_t> model_u32(const ModelFingerprint& model, const char* na
 
 absl::Status check_codec_complete(const v1::CodecParams& codec) {
   const int c = codec.codec();
-  if (c != v1::KV_CODEC_F16 && c != v1::KV_CODEC_INT8 && c != v1::KV_CODEC_INT4) {
+  if (c != v1::KV_CODEC_F16 && c != v1::KV_CODEC_INT8 && c != v1::KV_CODEC_INT4 && c != v1::KV_CODEC_TC) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("KV header codec is %s; expected f16, int8 or int4", kv_codec_name(c)));
+        absl::StrFormat("KV header codec is %s; expected f16, int8, int4 or tc", kv_codec_name(c)));
   }
-  if (c != v1::KV_CODEC_F16) {
+  if (c == v1::KV_CODEC_TC) {
+    const v1::TransformCodecParams& t = codec.transform();
+    if (t.calibration_sha256().size() != 32) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "KV header codec tc: calibration_sha256 is %d bytes; expected 32", t.calibration_sha256().size()));
+    }
+    if (t.budget_tenths() < 1 || t.budget_tenths() > 80) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("KV header codec tc: budget_tenths %u is outside [1, 80]", t.budget_tenths()));
+    }
+  } else if (c != v1::KV_CODEC_F16) {
     if (codec.group_size() == 0) return absl::InvalidArgumentError("KV header codec group_size is 0");
     const int axis = codec.key_axis();
     if (axis != v1::KEY_AXIS_PER_TOKEN && axis != v1::KEY_AXIS_PER_CHANNEL) {

@@ -85,6 +85,8 @@ class KvStreamWriter {
   absl::Status write_trailer(const v1::ProducerStats* producer = nullptr);
 
   uint32_t block_count() const { return block_count_; }
+  // One past the segment's last position (after write_header).
+  uint64_t segment_end() const { return segment_end_; }
   uint64_t encoded_bytes() const { return encoded_bytes_; }
   uint64_t raw_bytes() const { return raw_bytes_; }
 
