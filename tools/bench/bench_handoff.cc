@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<QuantizedKvCache>> hand_off(const InMemoryHandoff
   info.first_position = 0;
   info.token_ids.assign(tokens.begin(), tokens.end());
   info.prefix_digest = prefix_digest(tokens);
+  info.transform = handoff.transform;
   std::vector<v1::KvStreamMessage> messages;
   KvStreamWriter writer([&](const v1::KvStreamMessage& m) {
     messages.push_back(m);
@@ -31,7 +32,9 @@ absl::StatusOr<std::unique_ptr<QuantizedKvCache>> hand_off(const InMemoryHandoff
   expected.token_ids = info.token_ids;
   expected.prefix_digest = info.prefix_digest;
   expected.codec = messages.front().header().codec();
-  BATON_ASSIGN_OR_RETURN(*load, read_kv_segment(messages, expected, handoff.edge.rope, *edge));
+  KvReadOptions options;
+  options.transform = handoff.transform;
+  BATON_ASSIGN_OR_RETURN(*load, read_kv_segment(messages, expected, handoff.edge.rope, *edge, options));
   return edge;
 }
 

@@ -14,6 +14,7 @@
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_stream/kv_handoff.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model_fingerprint.h"
 
@@ -30,6 +31,9 @@ struct InMemoryHandoff {
   KvGeometry geometry;  // the edge store's
   KvCodecConfig wire;   // the codec on the wire
   KvCodecConfig store;  // the edge store's (QuantizedKvCache::store_config_for(wire))
+  // The transform codec's coder when `wire` is one (both ends share it here;
+  // in a deployment each end builds its own from the same calibration file).
+  const KvTransformCodec* transform = nullptr;
 };
 
 // The KV of `tokens` (positions [0, n), held by `cloud`) handed over into an

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@
 #include "bench_kv_codec.h"
 #include "common/cpu/ops.h"
 #include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_calibration.h"
 #include "common/kv_codec/kv_codec.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "kv_codec_list.h"
@@ -70,7 +73,7 @@ struct ErrorSums {
 };
 
 // Encodes every tensor in blocks of block_tokens into `encoded`.
-absl::Status encode_all(const KvCodecConfig& c, const CodecInput& in,
+absl::Status encode_all(const KvCodecConfig& c, const KvTransformCodec* coder, const CodecInput& in,
                         std::vector<std::vector<EncodedKvBlock>>& encoded) {
   const int64_t kv_dim = in.geometry.kv_dim();
   for (size_t i = 0; i < in.tensors.size(); ++i) {
@@ -79,9 +82,11 @@ absl::Status encode_all(const KvCodecConfig& c, const CodecInput& in,
     encoded[i].clear();
     for (int64_t b = 0; b < in.n_tokens; b += in.block_tokens) {
       const int64_t n = std::min(in.block_tokens, in.n_tokens - b);
-      BATON_ASSIGN_OR_RETURN(EncodedKvBlock block,
-                             encode_kv_block(c, in.geometry, t.is_key, input.data() + b * kv_dim, n));
-      encoded[i].push_back(std::move(block));
+      absl::StatusOr<EncodedKvBlock> block =
+          coder != nullptr ? coder->encode(t.layer, t.is_key, b, in.n_tokens, input.data() + b * kv_dim, n)
+                           : encode_kv_block(c, in.geometry, t.is_key, input.data() + b * kv_dim, n);
+      if (!block.ok()) return block.status();
+      encoded[i].push_back(std::move(*block));
     }
   }
   return absl::OkStatus();
@@ -89,7 +94,7 @@ absl::Status encode_all(const KvCodecConfig& c, const CodecInput& in,
 
 // Decodes every block of `encoded`; with `sums`, adds the error against the
 // post-RoPE F32 K/V and the byte counts.
-absl::Status decode_all(const KvCodecConfig& c, const CodecInput& in,
+absl::Status decode_all(const KvCodecConfig& c, const KvTransformCodec* coder, const CodecInput& in,
                         const std::vector<std::vector<EncodedKvBlock>>& encoded, std::vector<float>& out,
                         ErrorSums* sums) {
   const int64_t kv_dim = in.geometry.kv_dim();
@@ -99,8 +104,17 @@ absl::Status decode_all(const KvCodecConfig& c, const CodecInput& in,
       const int64_t b = static_cast<int64_t>(bi) * in.block_tokens;
       const int64_t n = std::min(in.block_tokens, in.n_tokens - b);
       const KvRopeParams rope{in.inv_freq.data(), in.spec->rope.n_rot, in.spec->rope.type == RopeType::kNeox, b};
-      BATON_RETURN_IF_ERROR(decode_kv_block(c, in.geometry, t.is_key, encoded[i][bi].payload,
-                                            encoded[i][bi].raw_size, n, out.data(), &rope));
+      if (coder != nullptr) {  // the transform codec, keys rotated as decode_kv_block does for "pre"
+        BATON_RETURN_IF_ERROR(coder->decode(t.layer, t.is_key, b, in.n_tokens, encoded[i][bi].payload,
+                                            encoded[i][bi].raw_size, n, out.data()));
+        if (t.is_key) {
+          rope_rows(out.data(), n, in.geometry.n_head_kv, in.geometry.head_dim, rope.n_rot, rope.neox, b,
+                    rope.inv_freq);
+        }
+      } else {
+        BATON_RETURN_IF_ERROR(decode_kv_block(c, in.geometry, t.is_key, encoded[i][bi].payload,
+                                              encoded[i][bi].raw_size, n, out.data(), &rope));
+      }
       if (sums == nullptr) continue;
       const float* ref = t.post_rope.data() + b * kv_dim;
       double block_err_sq = 0, block_ref_sq = 0;
@@ -122,9 +136,26 @@ absl::Status decode_all(const KvCodecConfig& c, const CodecInput& in,
 
 // Encodes and decodes every tensor in blocks of block_tokens; best of the
 // timed repetitions (at least 3 and at least ~0.2 s of each).
-VariantResult run_variant(const KvCodecConfig& c, const CodecInput& in) {
+VariantResult run_variant(const KvCodecConfig& c, const CodecInput& in,
+                          const std::shared_ptr<const KvCalibration>& calibration) {
   VariantResult r;
   r.codec = c.to_string();
+  std::unique_ptr<KvTransformCodec> coder;
+  if (c.transform) {
+    if (calibration == nullptr) {
+      r.error = "the transform codec needs --calibration FILE (baton model calibrate)";
+      return r;
+    }
+    absl::StatusOr<std::unique_ptr<KvTransformCodec>> made = KvTransformCodec::Create(calibration, c);
+    if (made.ok()) {
+      if (absl::Status st = calibration->check_geometry(in.geometry); !st.ok()) made = st;
+    }
+    if (!made.ok()) {
+      r.error = std::string(made.status().message());
+      return r;
+    }
+    coder = std::move(*made);
+  }
   std::vector<std::vector<EncodedKvBlock>> encoded(in.tensors.size());
   double best_encode = 1e30, best_decode = 1e30, total_encode = 0, total_decode = 0;
   ErrorSums sums;
@@ -132,10 +163,10 @@ VariantResult run_variant(const KvCodecConfig& c, const CodecInput& in) {
   absl::Status st = c.validate(in.geometry);
   for (int rep = 0; st.ok() && (rep < 3 || (rep < 1000 && (total_encode < 0.2 || total_decode < 0.2))); ++rep) {
     const double encode_start = thread_cpu_seconds();
-    st = encode_all(c, in, encoded);
+    st = encode_all(c, coder.get(), in, encoded);
     const double encode_s = thread_cpu_seconds() - encode_start;
     const double decode_start = thread_cpu_seconds();
-    if (st.ok()) st = decode_all(c, in, encoded, out, rep == 0 ? &sums : nullptr);
+    if (st.ok()) st = decode_all(c, coder.get(), in, encoded, out, rep == 0 ? &sums : nullptr);
     const double decode_s = thread_cpu_seconds() - decode_start;
     best_encode = std::min(best_encode, encode_s);
     best_decode = std::min(best_decode, decode_s);
@@ -206,7 +237,7 @@ absl::StatusOr<std::vector<int32_t>> codec_prompt(const std::string& token_ids, 
 
 absl::Status bench_kv_codec(const Args& args) {
   ModelBenchFlags c;
-  std::string codecs, token_ids;
+  std::string codecs, token_ids, calibration_path;
   int64_t tokens = 512, block_tokens = 256;
   FlagSet flags("baton bench kv-codec", "--model FILE [--tokens N] [--codecs LIST] [--json]",
                 "KV codec on the model's own K/V: prefills N tokens (synthetic ids unless --token-ids), "
@@ -222,6 +253,8 @@ absl::Status bench_kv_codec(const Args& args) {
                    "f16/int8/int4 variants with groups of min(32, head_dim)",
                    "LIST");
   flags.add_int64("block", &block_tokens, "tokens per encoded block");
+  flags.add_string("calibration", &calibration_path,
+                   "the model's KV calibration (baton model calibrate) for transform codecs (tc-bB.B)", "FILE");
   flags.add_int64("threads", &c.threads, "prefill threads (the codec runs on one)");
   flags.add_bool("json", &c.json, "print one JSON object instead of the table");
   flags.require("model");
@@ -252,7 +285,12 @@ absl::Status bench_kv_codec(const Args& args) {
 
   KvCodecRun result{s.name, n_tokens, block_tokens, simd_level_name(active_simd_level()),
                     2.0 * static_cast<double>(s.kv_elements_per_token()), {}};
-  for (const KvCodecConfig& config : configs) result.variants.push_back(run_variant(config, input));
+  std::shared_ptr<const KvCalibration> calibration;
+  if (!calibration_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(KvCalibration loaded, load_kv_calibration(calibration_path));
+    calibration = std::make_shared<const KvCalibration>(std::move(loaded));
+  }
+  for (const KvCodecConfig& config : configs) result.variants.push_back(run_variant(config, input, calibration));
   if (c.json) {
     print_json_line(kv_codec_json(result));
   } else {

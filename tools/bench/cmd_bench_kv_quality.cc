@@ -27,7 +27,10 @@
 #include "bench_handoff.h"
 #include "bench_harness.h"
 #include "bench_kv_quality.h"
+#include "absl/strings/str_format.h"
 #include "common/engine/perplexity.h"
+#include "common/kv_codec/kv_calibration.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/read_file.h"
@@ -47,7 +50,8 @@ constexpr char kBaselineCodec[] = "f16";
 constexpr char kDefaultCodecs[] =
     "f16-z3,int8-gG-z3,int8-pc-gG-z3,int8-gG-had-z3,int8-gG-pre-z3,"
     "int4-gG-z3,int4-pc-gG-z3,int4-gG-pre-z3,int4-pc-gG-pre-z3,int4-gG-had-z3,int4-pc-gG-had-z3,"
-    "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3";
+    "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3,"
+    "tc-b1,tc-b1.5,tc-b2,tc-b2.5,tc-b3,tc-b4";
 
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -55,6 +59,7 @@ int32_t argmax(std::span<const float> logits) {
 
 struct Variant {
   InMemoryHandoff handoff;  // wire and store codecs, both ends the same model
+  std::shared_ptr<const KvTransformCodec> transform;  // a transform codec's coder
   std::string error;        // non-empty: not valid for this model
   // Sums over chunks.
   double nll = 0.0;
@@ -262,7 +267,8 @@ KvQualityRun summarize(const std::vector<Variant>& variants, double f32_nll, con
 
 // The variants, the baseline first; one of a name the model does not fit
 // carries its error.
-absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, const InMemoryHandoff& base) {
+absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, const InMemoryHandoff& base,
+                                                   const std::shared_ptr<const KvCalibration>& calibration) {
   std::vector<Variant> variants;
   std::vector<std::string> names = {kBaselineCodec};
   const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, base.geometry.head_dim) : codecs;
@@ -277,6 +283,18 @@ absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, co
     v.handoff.wire = c;
     v.handoff.store = QuantizedKvCache::store_config_for(c);
     if (absl::Status st = c.validate(base.geometry); !st.ok()) v.error = std::string(st.message());
+    if (c.transform && v.error.empty()) {
+      if (calibration == nullptr) {
+        v.error = "the transform codec needs --calibration FILE (baton model calibrate)";
+      } else if (absl::StatusOr<std::unique_ptr<KvTransformCodec>> coder = KvTransformCodec::Create(calibration, c);
+                 !coder.ok()) {
+        v.error = std::string(coder.status().message());
+      } else {
+        v.transform = std::move(*coder);
+        v.handoff.wire = v.transform->config();
+        v.handoff.transform = v.transform.get();
+      }
+    }
     variants.push_back(std::move(v));
   }
   return variants;
@@ -286,7 +304,7 @@ absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, co
 
 absl::Status bench_kv_quality(const Args& args) {
   ModelBenchFlags c;
-  std::string text_path, codecs;
+  std::string text_path, codecs, calibration_path;
   int64_t chunk = 256, max_tokens = 0, prompts = 4, greedy_tokens = 128;
   bool per_line = true;
   FlagSet flags("baton bench kv-quality",
@@ -305,6 +323,10 @@ absl::Status bench_kv_quality(const Args& args) {
                    "comma-separated wire codecs (common/kv_codec/kv_codec_config.h); default: f16/int8/int4 "
                    "variants with groups of min(32, head_dim); the f16 baseline always runs",
                    "LIST");
+  flags.add_string("calibration", &calibration_path,
+                   "the model's KV calibration (baton model calibrate) for the transform codecs (tc-bB.B); without "
+                   "it their rows say so",
+                   "FILE");
   flags.add_int64("prompts", &prompts, "chunks whose first half prompts the greedy comparison");
   flags.add_int64("greedy-tokens", &greedy_tokens, "greedy tokens per prompt");
   flags.add_int64("threads", &c.threads, "engine threads");
@@ -337,7 +359,17 @@ absl::Status bench_kv_quality(const Args& args) {
   InMemoryHandoff base;
   base.cloud = base.edge = HandoffEnd{&fingerprint, &rope};
   base.geometry = m.engine->kv_geometry();
-  BATON_ASSIGN_OR_RETURN(std::vector<Variant> variants, make_variants(codecs, base));
+  std::shared_ptr<const KvCalibration> calibration;
+  if (!calibration_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(KvCalibration loaded, load_kv_calibration(calibration_path));
+    if (loaded.model_digest != fingerprint.digest) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--calibration %s is for model %s; --model %s is %s", calibration_path, loaded.model_digest, c.model,
+          fingerprint.digest));
+    }
+    calibration = std::make_shared<const KvCalibration>(std::move(loaded));
+  }
+  BATON_ASSIGN_OR_RETURN(std::vector<Variant> variants, make_variants(codecs, base, calibration));
   const QualitySetup setup{m.engine.get(), spec.n_vocab, prompts, greedy_tokens};
   double f32_nll = 0.0;
   BATON_RETURN_IF_ERROR(run_chunks(setup, chunks, variants, &f32_nll));
