@@ -207,40 +207,36 @@ struct DecColumn {
 };
 
 // The active columns' decode tables, built per call (a few hundred entries).
+// cols is cyclic and kRansLanes longer than the active columns: the group of
+// symbols starting at active column j reads cols[j .. j + kRansLanes - 1].
 struct DecTables {
   std::vector<uint32_t> freq_cum;
   std::vector<DecColumn> cols;
+  int n_active = 0;
 };
 
 DecTables dec_tables(const std::vector<ActiveColumn>& active) {
   DecTables t;
+  t.n_active = static_cast<int>(active.size());
   std::vector<size_t> first;
   for (const ActiveColumn& a : active) {
     first.push_back(t.freq_cum.size());
     for (int s = 0; s < a.model->n_symbols(); ++s) t.freq_cum.push_back(a.model->freq[s] | uint32_t{a.model->cum[s]} << 16);
   }
-  for (size_t j = 0; j < active.size(); ++j) {
+  for (int k = 0; t.n_active > 0 && k < t.n_active + kRansLanes; ++k) {
+    const int j = k % t.n_active;
     t.cols.push_back({active[j].model->slot_symbol.data(), t.freq_cum.data() + first[j]});
   }
   return t;
 }
 
-// Walks the active symbols in stream order, writing them contiguously.
-struct DecCursor {
-  const DecColumn* col;
-  const DecColumn* cols_begin;
-  const DecColumn* cols_end;
-  uint8_t* dst;
-
-  inline void decode(uint32_t& x) {
-    const uint32_t slot = x & kSlotMask;
-    const uint32_t s = col->slot_symbol[slot];
-    const uint32_t fc = col->freq_cum[s];
-    x = (fc & 0xffff) * (x >> kRansProbBits) + slot - (fc >> 16);
-    *dst++ = static_cast<uint8_t>(s);
-    if (++col == cols_end) col = cols_begin;
-  }
-};
+inline uint8_t decode_symbol(uint32_t& x, const DecColumn& col) {
+  const uint32_t slot = x & kSlotMask;
+  const uint32_t s = col.slot_symbol[slot];
+  const uint32_t fc = col.freq_cum[s];
+  x = (fc & 0xffff) * (x >> kRansProbBits) + slot - (fc >> 16);
+  return static_cast<uint8_t>(s);
+}
 
 // Spreads n_rows rows of the active columns, decoded contiguously at the front
 // of `out`, to their columns; constant columns get 0. Backwards, so no row is
@@ -389,25 +385,38 @@ absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std
     }
   }
   const DecTables t = dec_tables(*active);
-  const int64_t n_symbols = n_rows * static_cast<int64_t>(t.cols.size());
-  DecCursor cur{t.cols.data(), t.cols.data(), t.cols.data() + t.cols.size(), out};
+  const int64_t n_symbols = n_rows * t.n_active;
+  // Active symbols go to out contiguously; j is the active column of the next.
+  uint8_t* dst = out;
+  int j = 0;
   int64_t i = 0;
-  // Whole groups while 16 bytes remain: no per-byte check.
-  uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
-  for (; i + kRansLanes <= n_symbols && end - p >= kGroupMaxBytes; i += kRansLanes) {
-    cur.decode(x0), renorm_fast(x0, p);
-    cur.decode(x1), renorm_fast(x1, p);
-    cur.decode(x2), renorm_fast(x2, p);
-    cur.decode(x3), renorm_fast(x3, p);
-    cur.decode(x4), renorm_fast(x4, p);
-    cur.decode(x5), renorm_fast(x5, p);
-    cur.decode(x6), renorm_fast(x6, p);
-    cur.decode(x7), renorm_fast(x7, p);
+  // Whole groups while 16 bytes remain: no per-byte check. Few live values
+  // (one column pointer per group) so the eight states stay in registers.
+  if (n_symbols >= kRansLanes) {
+    const int group_step = kRansLanes % t.n_active;
+    const uint8_t* const fast_end = end - kGroupMaxBytes;
+    uint8_t* const dst_fast_end = out + (n_symbols - kRansLanes);
+    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
+    for (; dst <= dst_fast_end && p <= fast_end; dst += kRansLanes) {
+      const DecColumn* cols = t.cols.data() + j;
+      dst[0] = decode_symbol(x0, cols[0]), renorm_fast(x0, p);
+      dst[1] = decode_symbol(x1, cols[1]), renorm_fast(x1, p);
+      dst[2] = decode_symbol(x2, cols[2]), renorm_fast(x2, p);
+      dst[3] = decode_symbol(x3, cols[3]), renorm_fast(x3, p);
+      dst[4] = decode_symbol(x4, cols[4]), renorm_fast(x4, p);
+      dst[5] = decode_symbol(x5, cols[5]), renorm_fast(x5, p);
+      dst[6] = decode_symbol(x6, cols[6]), renorm_fast(x6, p);
+      dst[7] = decode_symbol(x7, cols[7]), renorm_fast(x7, p);
+      j += group_step;
+      if (j >= t.n_active) j -= t.n_active;
+    }
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
+    i = dst - out;
   }
-  x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
   for (; i < n_symbols; ++i) {
     uint32_t& xs = x[i & (kRansLanes - 1)];
-    cur.decode(xs);
+    *dst++ = decode_symbol(xs, t.cols[j]);
+    if (++j == t.n_active) j = 0;
     if (!renorm_checked(xs, p, end)) return truncated(i + 1, n_symbols, bytes.size());
   }
   if (p != end) {
@@ -420,7 +429,7 @@ absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std
           kStateLow));
     }
   }
-  if (static_cast<int64_t>(t.cols.size()) != n_cols) expand_rows(*active, n_rows, n_cols, out);
+  if (t.n_active != n_cols) expand_rows(*active, n_rows, n_cols, out);
   return absl::OkStatus();
 }
 
