@@ -48,8 +48,8 @@ double gain_of_increment(double p, uint32_t f) { return p * std::log2(double(f +
 
 // Moves single slots from the symbol where losing one costs least to the one
 // where gaining one helps most, first to reach the sum, then while a move
-// still pays. The cost is convex per symbol, so this ends at the optimum of
-// the rounded problem (ties aside).
+// still pays. The cost is separable and convex per symbol, so when no single
+// move pays the frequencies are the cheapest ones >= 1 that sum to 4096.
 void fix_frequencies(std::span<const double> p, std::vector<uint32_t>& f) {
   const int n = static_cast<int>(f.size());
   int64_t sum = 0;
@@ -94,7 +94,7 @@ RansModel model_from_frequencies(const std::vector<uint32_t>& f) {
 
 // ---- shared checks ------------------------------------------------------------
 
-// The active (non-constant) columns in row order, and how many there are.
+// An active (non-constant) column: the ones coded, in row order.
 struct ActiveColumn {
   int col;
   const RansModel* model;
