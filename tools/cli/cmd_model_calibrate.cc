@@ -43,7 +43,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> text_chunks(const Model& model
 }
 
 void print_summary(const KvCalibration& c, const CalibrateFlags& f, size_t chunks, double seconds) {
-  std::printf("wrote %s in %.1f s: %lld tokens of %s (%zu chunk%s of at most %lld), %d layers x %d KV heads x %d dims\n",
+  std::printf("wrote %s in %.1f s: %lld tokens of %s (%zu chunk%s of at most %lld), %d layers x %d KV heads x %d "
+              "dims\n",
               f.output.c_str(), seconds, static_cast<long long>(c.tokens), c.source.c_str(), chunks,
               chunks == 1 ? "" : "s", static_cast<long long>(f.chunk), c.n_layer, c.n_head_kv, c.head_dim);
   for (const bool is_key : {true, false}) {
