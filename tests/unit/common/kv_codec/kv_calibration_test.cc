@@ -494,6 +494,29 @@ TEST(KvCalibrationFile, RefusesAShapeThatDoesNotSumToOneOrIsNegative) {
   EXPECT_THAT(parse_status(negative).message(), HasSubstr("shape[0]"));
 }
 
+// Hostile bytes: random corruptions of a real file give a calibration that
+// passes every check or InvalidArgument, never a crash (the ASan build runs
+// this too).
+TEST(KvCalibrationFile, RandomCorruptionsAreRefusedOrStillValid) {
+  const std::string bytes = serialize_kv_calibration(small_calibration());
+  std::mt19937 rng(3);
+  int refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bad = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] = static_cast<char>(rng());
+    if (round % 3 == 0) bad.resize(rng() % bad.size());
+    const absl::StatusOr<KvCalibration> parsed = parse_kv_calibration(bad);
+    if (parsed.ok()) {
+      EXPECT_EQ(serialize_kv_calibration(*parsed), bad);
+    } else {
+      ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);
+}
+
 TEST(KvCalibrationFile, SaveAndLoadRoundTripAtomically) {
   const std::string dir = testing::make_temp_dir("kv-calibration");
   const std::string path = dir + "/m.batoncal";
