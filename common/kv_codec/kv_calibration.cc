@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -222,11 +223,11 @@ absl::Status check_head(const KvCalibrationHead& h, int d, const std::string& wh
           absl::StrFormat("KV calibration: %s %s[%d] is %g", where, name, bad, (*values)[static_cast<size_t>(bad)]));
     }
   }
-  for (int i = 0; i < d; ++i) {
-    if (h.variance[static_cast<size_t>(i)] < 0 || (i > 0 && h.variance[static_cast<size_t>(i)] > h.variance[static_cast<size_t>(i - 1)])) {
+  for (size_t i = 0; i < static_cast<size_t>(d); ++i) {
+    const float v = h.variance[i];
+    if (v < 0 || (i > 0 && v > h.variance[i - 1])) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "KV calibration: %s variance[%d] = %g: variances must be >= 0 and descending", where, i,
-          h.variance[static_cast<size_t>(i)]));
+          "KV calibration: %s variance[%d] = %g: variances must be >= 0 and descending", where, i, v));
     }
   }
   return check_orthonormal(h.basis, d, where);
@@ -256,8 +257,9 @@ std::string head_name(int layer, bool is_key, int head) {
 absl::Status parse_arrays(ByteReader& in, KvCalibration& c) {
   const uint64_t floats = array_floats(c.n_layer, c.n_head_kv, c.head_dim);
   if (floats * sizeof(float) > kMaxArrayBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat("KV calibration: the arrays of %d layers x %d heads x %d dims take %d bytes (at most %d)",
-                                                      c.n_layer, c.n_head_kv, c.head_dim, floats * sizeof(float), kMaxArrayBytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV calibration: the arrays of %d layers x %d heads x %d dims take %d bytes (at most %d)",
+                        c.n_layer, c.n_head_kv, c.head_dim, floats * sizeof(float), kMaxArrayBytes));
   }
   if (floats * sizeof(float) != in.left()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -344,7 +346,9 @@ absl::StatusOr<KvCalibration> parse_kv_calibration(std::string_view bytes) {
 
 absl::StatusOr<KvCalibration> load_kv_calibration(const std::string& path) {
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) return absl::NotFoundError(absl::StrCat("cannot read the KV calibration ", path));
+  if (::stat(path.c_str(), &info) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read the KV calibration ", path));
+  }
   if (static_cast<uint64_t>(info.st_size) > kMaxFileBytes) {
     return absl::InvalidArgumentError(absl::StrFormat("KV calibration %s has %d bytes (at most %d)", path,
                                                       static_cast<int64_t>(info.st_size), kMaxFileBytes));
@@ -477,7 +481,8 @@ absl::Status KvCalibrationBuilder::add(int layer, bool is_key, const float* rows
 
 absl::StatusOr<KvCalibration> KvCalibrationBuilder::finish(std::string source) const {
   BATON_RETURN_IF_ERROR(check_caps(geometry_.n_layer, geometry_.n_head_kv, geometry_.head_dim));
-  for (const auto& [name, value] : {std::pair{"model_digest", &model_digest_}, std::pair{"source", static_cast<const std::string*>(&source)}}) {
+  const std::string* source_field = &source;
+  for (const auto& [name, value] : {std::pair{"model_digest", &model_digest_}, std::pair{"source", source_field}}) {
     if (value->size() > kMaxStringBytes) {
       return absl::InvalidArgumentError(
           absl::StrFormat("KV calibration: %s has %d bytes (at most %d)", name, value->size(), kMaxStringBytes));
@@ -487,7 +492,8 @@ absl::StatusOr<KvCalibration> KvCalibrationBuilder::finish(std::string source) c
   const int64_t n = static_cast<int64_t>(rows_[0].size()) / kv_dim;
   for (int layer = 0; layer < geometry_.n_layer; ++layer) {
     for (const bool is_key : {true, false}) {
-      const int64_t rows = static_cast<int64_t>(rows_[static_cast<size_t>(layer * 2 + (is_key ? 0 : 1))].size()) / kv_dim;
+      const size_t kind_index = static_cast<size_t>(layer * 2 + (is_key ? 0 : 1));
+      const int64_t rows = static_cast<int64_t>(rows_[kind_index].size()) / kv_dim;
       if (rows < geometry_.head_dim || rows != n) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "KV calibration: layer %d %s has %d tokens; every layer and kind needs the same count, at least "

@@ -4,7 +4,8 @@
 // The encoder runs the symbols backwards and writes bytes backwards, so the
 // decoder reads everything forwards. Encoding divides by the symbol's
 // frequency through a precomputed reciprocal (Alverson's method, as in
-// ryg_rans): exact for every state the encoder can hold (< 2^31).
+// ryg_rans): exact for every state the encoder can hold (< 2^31); its
+// renormalization is branch-free too.
 //
 // Decoding one symbol: slot = x & 4095, s = slot_symbol[slot], then
 // x = freq[s] * (x >> 12) + slot - cum[s] and the state takes 0, 1 or 2 bytes.
@@ -15,8 +16,8 @@
 #include "common/kv_codec/rans.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "common/util/check.h"
@@ -47,8 +48,8 @@ double gain_of_increment(double p, uint32_t f) { return p * std::log2(double(f +
 
 // Moves single slots from the symbol where losing one costs least to the one
 // where gaining one helps most, first to reach the sum, then while a move
-// still pays. The cost is convex per symbol, so this ends at the optimum of
-// the rounded problem (ties aside).
+// still pays. The cost is separable and convex per symbol, so when no single
+// move pays the frequencies are the cheapest ones >= 1 that sum to 4096.
 void fix_frequencies(std::span<const double> p, std::vector<uint32_t>& f) {
   const int n = static_cast<int>(f.size());
   int64_t sum = 0;
@@ -93,7 +94,7 @@ RansModel model_from_frequencies(const std::vector<uint32_t>& f) {
 
 // ---- shared checks ------------------------------------------------------------
 
-// The active (non-constant) columns in row order, and how many there are.
+// An active (non-constant) column: the ones coded, in row order.
 struct ActiveColumn {
   int col;
   const RansModel* model;
@@ -198,45 +199,73 @@ uint32_t get_state(const uint8_t* p) {
 
 // ---- decoder --------------------------------------------------------------------
 
+// One active column as the decoder reads it: the model's slot table and, per
+// symbol, freq | cum << 16 (one load instead of two).
 struct DecColumn {
   const uint8_t* slot_symbol;
-  const uint16_t* freq;
-  const uint16_t* cum;
-  int64_t col;
+  const uint32_t* freq_cum;
 };
 
-// Walks the active symbols in stream order: column index j within the row,
-// the row's output.
-struct DecCursor {
-  const DecColumn* cols;
-  int n_active;
-  int64_t n_cols;
-  int j = 0;
-  uint8_t* row_out;
+// The active columns' decode tables, built per call (a few hundred entries).
+// cols is cyclic and kRansLanes longer than the active columns: the group of
+// symbols starting at active column j reads cols[j .. j + kRansLanes - 1].
+struct DecTables {
+  std::vector<uint32_t> freq_cum;
+  std::vector<DecColumn> cols;
+  int n_active = 0;
+};
 
-  inline uint32_t decode(uint32_t& x) {
-    const DecColumn& c = cols[j];
-    const uint32_t slot = x & kSlotMask;
-    const uint32_t s = c.slot_symbol[slot];
-    x = c.freq[s] * (x >> kRansProbBits) + slot - c.cum[s];
-    row_out[c.col] = static_cast<uint8_t>(s);
-    if (++j == n_active) {
-      j = 0;
-      row_out += n_cols;
-    }
-    return s;
+DecTables dec_tables(const std::vector<ActiveColumn>& active) {
+  DecTables t;
+  t.n_active = static_cast<int>(active.size());
+  std::vector<size_t> first;
+  for (const ActiveColumn& a : active) {
+    first.push_back(t.freq_cum.size());
+    for (int s = 0; s < a.model->n_symbols(); ++s) t.freq_cum.push_back(a.model->freq[s] | uint32_t{a.model->cum[s]} << 16);
   }
-};
+  for (int k = 0; t.n_active > 0 && k < t.n_active + kRansLanes; ++k) {
+    const int j = k % t.n_active;
+    t.cols.push_back({active[j].model->slot_symbol.data(), t.freq_cum.data() + first[j]});
+  }
+  return t;
+}
 
-// Bytes the state takes after a decode step: a state >= kStateLow / 2^12
-// (always true, see rans_decode) reaches kStateLow with at most two.
-inline uint32_t renorm_bytes(uint32_t x) { return (x < kStateLow) + (x < (kStateLow >> 8)); }
+inline uint8_t decode_symbol(uint32_t& x, const DecColumn& col) {
+  const uint32_t slot = x & kSlotMask;
+  const uint32_t s = col.slot_symbol[slot];
+  const uint32_t fc = col.freq_cum[s];
+  x = (fc & 0xffff) * (x >> kRansProbBits) + slot - (fc >> 16);
+  return static_cast<uint8_t>(s);
+}
 
-// Unchecked: the caller guarantees 2 readable bytes at p.
+// Spreads n_rows rows of the active columns, decoded contiguously at the front
+// of `out`, to their columns; constant columns get 0. Backwards, so no row is
+// overwritten before it moved (row r's destination starts at or after its
+// source).
+void expand_rows(const std::vector<ActiveColumn>& active, int64_t n_rows, int n_cols, uint8_t* out) {
+  const int64_t n_active = static_cast<int64_t>(active.size());
+  for (int64_t r = n_rows - 1; r >= 0; --r) {
+    const uint8_t* src = out + r * n_active;
+    uint8_t* row = out + r * n_cols;
+    for (int64_t j = n_active - 1, c = n_cols - 1; c >= 0; --c) {
+      row[c] = j >= 0 && active[j].col == c ? src[j--] : 0;
+    }
+  }
+}
+
+// Bytes the state takes after a decode step. The step maps a state in
+// [kStateLow, kStateHigh) into [2^11, 2^31) (freq * (x >> 12) with x >> 12 >=
+// 2^11), so it has 1..20 leading zero bits: up to 8 (x >= 2^23) it takes
+// none, up to 16 one, else two, and kStateLow <= result < kStateHigh again.
+// (x | 1: the compiler then knows x != 0 and needs no branch for it.)
+inline uint32_t renorm_bytes(uint32_t x) { return static_cast<uint32_t>(std::countl_zero(x | 1) - 1) >> 3; }
+
+// Unchecked: the caller guarantees 2 readable bytes at p. One variable shift
+// takes the state's 0, 1 or 2 new low bytes from the next two.
 inline void renorm_fast(uint32_t& x, const uint8_t*& p) {
   const uint32_t n = renorm_bytes(x);
-  const uint32_t v = uint32_t{p[0]} << 8 | p[1];
-  x = (x << (8 * n)) | (v >> (16 - 8 * n));
+  const uint64_t next = uint64_t{x} << 16 | uint32_t{p[0]} << 8 | p[1];
+  x = static_cast<uint32_t>(next >> (16 - 8 * n));
   p += n;
 }
 
@@ -314,10 +343,15 @@ absl::StatusOr<std::string> rans_encode(const uint8_t* symbols, int64_t n_rows, 
       if (s >= t.n_symbols[j]) return bad_symbol(r, (*active)[j].col, static_cast<int>(s), t.n_symbols[j]);
       const EncSymbol& e = t.symbols[t.first[j] + s];
       uint32_t& xs = x[i & (kRansLanes - 1)];
-      while (xs >= e.x_max) {
-        *--p = static_cast<uint8_t>(xs);
-        xs >>= 8;
-      }
+      // Branch-free "while (xs >= x_max) emit the low byte": 0..2 bytes (the
+      // state is < 2^31 and x_max >= 2^19). Both are stored; the second is
+      // overwritten later when not used (p never comes within 2 bytes of the
+      // buffer's start: the header's 32 bytes are still ahead of it).
+      const uint32_t n = (xs >= e.x_max) + (uint64_t{xs} >= uint64_t{e.x_max} << 8);
+      p[-1] = static_cast<uint8_t>(xs);
+      p[-2] = static_cast<uint8_t>(xs >> 8);
+      p -= n;
+      xs = static_cast<uint32_t>(uint64_t{xs} >> (8 * n));
       const uint32_t q = static_cast<uint32_t>((uint64_t{xs} * e.rcp_freq) >> e.rcp_shift);
       xs += e.bias + q * e.cmpl_freq;
     }
@@ -326,7 +360,8 @@ absl::StatusOr<std::string> rans_encode(const uint8_t* symbols, int64_t n_rows, 
     p -= 4;
     put_state(x[lane], p);
   }
-  return buf.substr(static_cast<size_t>(p - begin));
+  buf.erase(0, static_cast<size_t>(p - begin));
+  return buf;
 }
 
 absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std::span<const RansModel* const> models,
@@ -349,34 +384,39 @@ absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std
                                                         x[lane], kStateLow, kStateHigh));
     }
   }
-  for (int c = 0; c < n_cols; ++c) {
-    if (!models[c]->constant()) continue;
-    for (int64_t r = 0; r < n_rows; ++r) out[r * n_cols + c] = 0;
-  }
-  std::vector<DecColumn> cols;
-  cols.reserve(active->size());
-  for (const ActiveColumn& a : *active) {
-    cols.push_back({a.model->slot_symbol.data(), a.model->freq.data(), a.model->cum.data(), a.col});
-  }
-  const int64_t n_symbols = n_rows * static_cast<int64_t>(cols.size());
-  DecCursor cur{cols.data(), static_cast<int>(cols.size()), n_cols, 0, out};
+  const DecTables t = dec_tables(*active);
+  const int64_t n_symbols = n_rows * t.n_active;
+  // Active symbols go to out contiguously; j is the active column of the next.
+  uint8_t* dst = out;
+  int j = 0;
   int64_t i = 0;
-  // Whole groups while 16 bytes remain: no per-byte check.
-  uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
-  for (; i + kRansLanes <= n_symbols && end - p >= kGroupMaxBytes; i += kRansLanes) {
-    cur.decode(x0), renorm_fast(x0, p);
-    cur.decode(x1), renorm_fast(x1, p);
-    cur.decode(x2), renorm_fast(x2, p);
-    cur.decode(x3), renorm_fast(x3, p);
-    cur.decode(x4), renorm_fast(x4, p);
-    cur.decode(x5), renorm_fast(x5, p);
-    cur.decode(x6), renorm_fast(x6, p);
-    cur.decode(x7), renorm_fast(x7, p);
+  // Whole groups while 16 bytes remain: no per-byte check. Few live values
+  // (one column pointer per group) so the eight states stay in registers.
+  if (n_symbols >= kRansLanes) {
+    const int group_step = kRansLanes % t.n_active;
+    const uint8_t* const fast_end = end - kGroupMaxBytes;
+    uint8_t* const dst_fast_end = out + (n_symbols - kRansLanes);
+    uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
+    for (; dst <= dst_fast_end && p <= fast_end; dst += kRansLanes) {
+      const DecColumn* cols = t.cols.data() + j;
+      dst[0] = decode_symbol(x0, cols[0]), renorm_fast(x0, p);
+      dst[1] = decode_symbol(x1, cols[1]), renorm_fast(x1, p);
+      dst[2] = decode_symbol(x2, cols[2]), renorm_fast(x2, p);
+      dst[3] = decode_symbol(x3, cols[3]), renorm_fast(x3, p);
+      dst[4] = decode_symbol(x4, cols[4]), renorm_fast(x4, p);
+      dst[5] = decode_symbol(x5, cols[5]), renorm_fast(x5, p);
+      dst[6] = decode_symbol(x6, cols[6]), renorm_fast(x6, p);
+      dst[7] = decode_symbol(x7, cols[7]), renorm_fast(x7, p);
+      j += group_step;
+      if (j >= t.n_active) j -= t.n_active;
+    }
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
+    i = dst - out;
   }
-  x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, x[4] = x4, x[5] = x5, x[6] = x6, x[7] = x7;
   for (; i < n_symbols; ++i) {
     uint32_t& xs = x[i & (kRansLanes - 1)];
-    cur.decode(xs);
+    *dst++ = decode_symbol(xs, t.cols[j]);
+    if (++j == t.n_active) j = 0;
     if (!renorm_checked(xs, p, end)) return truncated(i + 1, n_symbols, bytes.size());
   }
   if (p != end) {
@@ -389,6 +429,7 @@ absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std
           kStateLow));
     }
   }
+  if (t.n_active != n_cols) expand_rows(*active, n_rows, n_cols, out);
   return absl::OkStatus();
 }
 

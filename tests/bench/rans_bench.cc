@@ -2,7 +2,7 @@
 // shaped like one KV head's transform components, 64 columns coded with
 // discretized-Gaussian models of 3..40 symbols, n_rows tokens drawn from the
 // models themselves. items/s counts symbols; the counter bits_per_symbol is
-// the coded size.
+// the coded size, size_to_ideal that size over the models' ideal cost.
 //
 //   build/bin/baton_microbench --benchmark_filter=Rans --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -59,6 +59,8 @@ void BM_RansEncode(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(t.symbols.size()));
   state.counters["bits_per_symbol"] = 8.0 * static_cast<double>(encoded) / static_cast<double>(t.symbols.size());
+  state.counters["size_to_ideal"] =
+      8.0 * static_cast<double>(encoded) / rans_ideal_bits(t.symbols.data(), n_rows, kCols, t.models);
 }
 
 void BM_RansDecode(benchmark::State& state) {

@@ -3,9 +3,9 @@
 # UndefinedBehaviorSanitizer, from the sources they need and the system
 # libraries (no CMake build needed):
 #
-#   tests/fuzz/build.sh             -> build-fuzz/{kv_stream,gguf,tokenizer}_fuzz, build-fuzz/kv_stream_seed_gen,
+#   tests/fuzz/build.sh             -> build-fuzz/{kv_stream,gguf,tokenizer,rans}_fuzz, build-fuzz/kv_stream_seed_gen,
 #                                      build-fuzz/{prefill_request,edge_request}_fuzz
-#   tests/fuzz/build.sh kv          -> only the first group (kv_stream, gguf, tokenizer, seed generator)
+#   tests/fuzz/build.sh kv          -> only the first group (kv_stream, gguf, tokenizer, rans, seed generator)
 #   tests/fuzz/build.sh services    -> only prefill_request_fuzz and edge_request_fuzz
 #   BATON_FUZZ_BUILD=DIR tests/fuzz/build.sh
 #
@@ -94,7 +94,10 @@ if [[ "${group}" != services ]]; then
     "${model_objects[@]}" "${libs[@]}" "${model_libs[@]}" -o "${out}/kv_stream_fuzz"
   "${cxx}" "${cxxflags[@]}" "${root}/tests/fuzz/kv_stream_seed_gen.cc" "${objects[@]}" "${model_objects[@]}" \
     "${libs[@]}" "${model_libs[@]}" -o "${out}/kv_stream_seed_gen"
-  echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer}_fuzz and ${out}/kv_stream_seed_gen"
+  # The rANS coder stands alone (abseil only).
+  "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/rans_fuzz.cc" "${root}/common/kv_codec/rans.cc" \
+    "${libs[@]}" -o "${out}/rans_fuzz"
+  echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer,rans}_fuzz and ${out}/kv_stream_seed_gen"
 fi
 
 if [[ "${group}" == kv ]]; then exit 0; fi

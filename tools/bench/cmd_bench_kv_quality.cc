@@ -19,7 +19,6 @@
 #include <cmath>
 #include <memory>
 #include <span>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +35,7 @@
 #include "common/util/read_file.h"
 #include "kv_codec_list.h"
 #include "logit_math.h"
+#include "text_chunks.h"
 
 namespace baton::cli {
 namespace {
@@ -106,39 +106,6 @@ absl::StatusOr<std::vector<int32_t>> greedy_after_handoff(const QualitySetup& s,
     if (i + 1 < s.greedy_tokens) BATON_RETURN_IF_ERROR(s.engine->decode_step(tokens.back(), *edge, &logits));
   }
   return tokens;
-}
-
-// Tokens of the text: each non-empty line on its own, concatenated (no
-// newline tokens), or the whole text at once.
-std::vector<int32_t> tokenize_text(const Tokenizer& tokenizer, const std::string& text, bool per_line) {
-  EncodeOptions options;
-  options.add_bos = false;
-  options.add_eos = false;
-  if (!per_line) return tokenizer.encode(text, options);
-  std::vector<int32_t> tokens;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const std::vector<int32_t> ids = tokenizer.encode(line, options);
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-  }
-  return tokens;
-}
-
-// Chunks of [BOS] + chunk - 1 text tokens; a short last chunk is kept when
-// it has at least 8 tokens.
-std::vector<std::vector<int32_t>> cut_chunks(const std::vector<int32_t>& text_tokens, int64_t chunk, int32_t bos_id) {
-  const int64_t text_per_chunk = chunk - (bos_id >= 0 ? 1 : 0);
-  std::vector<std::vector<int32_t>> chunks;
-  for (size_t at = 0; at < text_tokens.size(); at += text_per_chunk) {
-    std::vector<int32_t> c;
-    if (bos_id >= 0) c.push_back(bos_id);
-    const size_t end = std::min(text_tokens.size(), at + static_cast<size_t>(text_per_chunk));
-    c.insert(c.end(), text_tokens.begin() + at, text_tokens.begin() + end);
-    if (c.size() >= 8 || (chunks.empty() && c.size() >= 4)) chunks.push_back(std::move(c));
-  }
-  return chunks;
 }
 
 // The greedy comparison of variant `vi` after chunk `ci`'s first half.

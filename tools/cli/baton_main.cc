@@ -25,7 +25,7 @@ constexpr char kUsage[] =
     "  sessions   sessions an edge agent holds: ls, rm\n"
     "  pack       prefix packs: build, push (cloud), pull and ls (edge), info\n"
     "  plan       edge memory plan: max context per KV codec on a memory budget\n"
-    "  model      model tools: synth, quantize, info\n"
+    "  model      model tools: synth, quantize, info, verify, calibrate\n"
     "  bench      benchmarks ('baton bench --help' lists every one; --json for scripts)\n"
     "\n"
     "Run 'baton COMMAND --help' for the flags of a command; 'baton --version' for the build.\n";

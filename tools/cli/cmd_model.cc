@@ -1,4 +1,4 @@
-// baton model synth | quantize | info
+// baton model synth | quantize | info (verify, calibrate: their own files)
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -183,17 +183,19 @@ absl::Status info(const Args& args) {
 
 absl::Status model_command(const Args& args) {
   const char* usage =
-      "usage: baton model synth|quantize|info|verify ...\n"
+      "usage: baton model synth|quantize|info|verify|calibrate ...\n"
       "  synth     write a seeded synthetic model of a real shape\n"
       "  quantize  IN OUT --type q4_0|q8_0|f16|bf16|f32: re-store a model's matrices, stamping its source digest\n"
       "  info      shapes, sizes, KV bytes per token and fingerprint of a model\n"
-      "  verify    the fast engine's logits against the golden reference engine on a model\n";
+      "  verify    the fast engine's logits against the golden reference engine on a model\n"
+      "  calibrate --model F --text-file T -o OUT.batoncal: the transform KV codec's calibration (PCA per KV head)\n";
   if (std::optional<absl::Status> help = subcommand_help(args, usage, /*help_word=*/false)) return *help;
   const Args rest(args.begin() + 1, args.end());
   if (args[0] == "synth") return synth(rest);
   if (args[0] == "quantize") return quantize(rest);
   if (args[0] == "info") return info(rest);
   if (args[0] == "verify") return model_verify(rest);
+  if (args[0] == "calibrate") return model_calibrate(rest);
   return exit_status(2, absl::StrCat("baton model: unknown subcommand '", args[0], "'\n", usage));
 }
 

@@ -8,8 +8,9 @@
 
 namespace baton::cli {
 
-absl::Status model_command(const Args& args);     // baton model synth|quantize|info|verify
+absl::Status model_command(const Args& args);     // baton model synth|quantize|info|verify|calibrate
 absl::Status model_verify(const Args& args);      // baton model verify (cmd_model_verify.cc)
+absl::Status model_calibrate(const Args& args);   // baton model calibrate (cmd_model_calibrate.cc)
 absl::Status generate_command(const Args& args);  // baton generate
 absl::Status generate_on_edge(const Args& args);  // baton generate --edge ADDR (cmd_generate_edge.cc)
 absl::Status chat_command(const Args& args);      // baton chat (cmd_chat.cc)

@@ -172,7 +172,8 @@ std::vector<float> synthetic_rows(const std::vector<SyntheticHead>& heads, int d
         const double g = normal(rng) * std::sqrt(heads[h].variance[static_cast<size_t>(i)]);
         for (int k = 0; k < d; ++k) x[static_cast<size_t>(k)] += g * heads[h].basis[static_cast<size_t>(i) * d + k];
       }
-      for (int k = 0; k < d; ++k) rows[static_cast<size_t>(t) * kv_dim + h * d + static_cast<size_t>(k)] = static_cast<float>(x[static_cast<size_t>(k)]);
+      float* out = rows.data() + static_cast<size_t>(t) * kv_dim + h * d;
+      for (size_t k = 0; k < static_cast<size_t>(d); ++k) out[k] = static_cast<float>(x[k]);
     }
   }
   return rows;
@@ -230,7 +231,7 @@ TEST_F(KvCalibrationBuilderTest, RecoversTheKnownMeanVariancesAndDirections) {
   for (int layer = 0; layer < geometry_.n_layer; ++layer) {
     for (const bool is_key : {true, false}) {
       for (int head = 0; head < geometry_.n_head_kv; ++head) {
-        const SyntheticHead& want = truth_[static_cast<size_t>(layer * 2 + (is_key ? 0 : 1))][static_cast<size_t>(head)];
+        const SyntheticHead& want = truth_[static_cast<size_t>(layer * 2 + (is_key ? 0 : 1))][head];
         const KvCalibrationHead& got = c->head(layer, is_key, head);
         for (int i = 0; i < kD; ++i) {
           EXPECT_NEAR(got.mean[i], want.mean[i], 0.05) << "mean " << i;
@@ -397,7 +398,8 @@ TEST(KvCalibrationFile, CheckGeometryNamesTheFieldThatDiffers) {
   EXPECT_TRUE(c.check_geometry(KvGeometry{1, 8, 1, 4, {}}).ok());
   EXPECT_THAT(c.check_geometry(KvGeometry{2, 8, 1, 4, {}}).message(), HasSubstr("n_layer"));
   EXPECT_THAT(c.check_geometry(KvGeometry{1, 8, 2, 4, {}}).message(), HasSubstr("n_head_kv"));
-  EXPECT_THAT(c.check_geometry(KvGeometry{1, 8, 1, 8, {}}).message(), HasSubstr("head_dim 4 but the model has head_dim 8"));
+  EXPECT_THAT(c.check_geometry(KvGeometry{1, 8, 1, 8, {}}).message(),
+              HasSubstr("head_dim 4 but the model has head_dim 8"));
 }
 
 TEST(KvCalibrationFile, RefusesAWrongMagicAndVersion) {
@@ -490,6 +492,29 @@ TEST(KvCalibrationFile, RefusesAShapeThatDoesNotSumToOneOrIsNegative) {
   std::string negative = bytes;
   put_f32(negative, kShapeAt, -1.0f / kKvShapeBins);
   EXPECT_THAT(parse_status(negative).message(), HasSubstr("shape[0]"));
+}
+
+// Hostile bytes: random corruptions of a real file give a calibration that
+// passes every check or InvalidArgument, never a crash (the ASan build runs
+// this too).
+TEST(KvCalibrationFile, RandomCorruptionsAreRefusedOrStillValid) {
+  const std::string bytes = serialize_kv_calibration(small_calibration());
+  std::mt19937 rng(3);
+  int refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bad = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] = static_cast<char>(rng());
+    if (round % 3 == 0) bad.resize(rng() % bad.size());
+    const absl::StatusOr<KvCalibration> parsed = parse_kv_calibration(bad);
+    if (parsed.ok()) {
+      EXPECT_EQ(serialize_kv_calibration(*parsed), bad);
+    } else {
+      ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);
 }
 
 TEST(KvCalibrationFile, SaveAndLoadRoundTripAtomically) {

@@ -235,6 +235,43 @@ TEST(Rans, RandomModelsAndUniformSymbolsRoundTrip) {
   }
 }
 
+// Every subset of 5 columns constant (the decoder writes the coded columns
+// contiguously and spreads them in place afterwards).
+TEST(Rans, ConstantColumnsAnywhere) {
+  std::mt19937 rng(4);
+  const RansModel constant = *make_rans_model(std::vector<double>{1.0});
+  const RansModel coded = *make_rans_model(gaussian_weights(11, 2.0));
+  for (unsigned mask = 0; mask < 32; ++mask) {
+    Table t;
+    t.n_rows = 37;
+    for (int c = 0; c < 5; ++c) t.models.push_back(mask >> c & 1 ? &constant : &coded);
+    t.symbols = sample_table(t.n_rows, t.models, rng);
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(decode(t, encode(t), &out).ok()) << "mask " << mask;
+    ASSERT_EQ(out, t.symbols) << "mask " << mask;
+  }
+}
+
+// The extremes of the frequency range: 4095 (the largest reciprocal) and 1
+// (12 bits, two renormalization bytes; the reciprocal's special case).
+TEST(Rans, ExtremeFrequenciesRoundTrip) {
+  const RansModel m = *make_rans_model(std::vector<double>{1e9, 1.0});
+  ASSERT_EQ(m.freq[0], kScale - 1);
+  ASSERT_EQ(m.freq[1], 1);
+  for (int pattern = 0; pattern < 3; ++pattern) {
+    Table t;
+    t.n_rows = 1001;
+    t.models = {&m, &m, &m};
+    t.symbols.resize(3 * 1001);
+    for (size_t i = 0; i < t.symbols.size(); ++i) {
+      t.symbols[i] = pattern == 0 ? 1 : pattern == 1 ? 0 : static_cast<uint8_t>(i % 7 == 0);
+    }
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(decode(t, encode(t), &out).ok()) << "pattern " << pattern;
+    ASSERT_EQ(out, t.symbols) << "pattern " << pattern;
+  }
+}
+
 TEST(Rans, AllConstantOrNoRowsIsTheHeaderOnly) {
   const RansModel constant = *make_rans_model(std::vector<double>{1.0});
   const std::vector<const RansModel*> models(5, &constant);
