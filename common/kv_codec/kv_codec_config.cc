@@ -62,7 +62,8 @@ namespace {
 
 std::string transform_name(const KvCodecConfig& c) {
   const KvTransformParams& t = *c.transform;
-  std::string name = absl::StrFormat("tc-b%d.%d", t.budget_tenths / 10, t.budget_tenths % 10);
+  std::string name = t.budget_tenths % 10 == 0 ? absl::StrFormat("tc-b%d", t.budget_tenths / 10)
+                                               : absl::StrFormat("tc-b%d.%d", t.budget_tenths / 10, t.budget_tenths % 10);
   if (t.sink_tokens != KvTransformParams::kDefaultSinkTokens) absl::StrAppend(&name, "-s", t.sink_tokens);
   if (t.recent_tokens != KvTransformParams::kDefaultRecentTokens) absl::StrAppend(&name, "-w", t.recent_tokens);
   if (c.zstd_level > 0) absl::StrAppend(&name, "-z", c.zstd_level);

@@ -90,6 +90,9 @@ class KvTransformCodec {
   const KvTransformPlan& plan(int layer, bool is_key) const {
     return plans_[static_cast<size_t>(layer * 2 + (is_key ? 0 : 1))];
   }
+  // The INT8 codec of its sink and recent rows (int8-gG): also the edge
+  // store form transform blocks are requantized to (kv_handoff.h).
+  const KvCodecConfig& int8_config() const { return int8_; }
   // n_layer, n_head_kv (as n_head too) and head_dim of the calibration.
   const KvGeometry& geometry() const { return geometry_; }
 

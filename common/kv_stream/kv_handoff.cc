@@ -331,8 +331,8 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   }
 
   // Blocks are ingested in `form`: the wire's own, or for the transform
-  // codec the store's INT8 form they are requantized to.
-  const KvCodecConfig form = codec.transform ? QuantizedKvCache::store_config_for(codec) : codec;
+  // codec the INT8 form they are requantized to.
+  const KvCodecConfig form = codec.transform ? transform->int8_config() : codec;
   KvBlockIngest* store = target.block_ingest();
   const bool ingest_k = store != nullptr && store->can_ingest(form, /*is_key=*/true);
   const bool ingest_v = store != nullptr && store->can_ingest(form, /*is_key=*/false);

@@ -68,6 +68,9 @@ absl::Status check_codec_complete(const v1::CodecParams& codec) {
   return absl::OkStatus();
 }
 
+// What a transform-coded block may take beyond its raw (F16) size.
+constexpr uint64_t kTransformBlockSlackBytes = 64;
+
 bool pack_id_char_ok(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
          c == '-';
@@ -300,7 +303,15 @@ absl::Status KvStreamReader::consume_block(v1::KvBlock& block) {
                                                       block_name(block), block.raw_size(),
                                                       options_.max_block_raw_bytes));
   }
-  if (codec.zstd_level() == 0) {
+  if (codec.codec() == v1::KV_CODEC_TC) {
+    // raw_size is the F16 size of what the block carries; its symbols take
+    // at most 8 bits of the 16 (plus the rANS states or the zstd frame).
+    if (block.encoded_size() > block.raw_size() + kTransformBlockSlackBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: encoded_size %u exceeds the transform codec's bound raw_size %u + %u", block_name(block),
+          block.encoded_size(), block.raw_size(), kTransformBlockSlackBytes));
+    }
+  } else if (codec.zstd_level() == 0) {
     if (block.raw_size() != block.encoded_size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: raw_size %u differs from encoded_size %u although payloads are not compressed",

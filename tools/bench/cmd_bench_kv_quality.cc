@@ -259,6 +259,7 @@ absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, co
       } else {
         v.transform = std::move(*coder);
         v.handoff.wire = v.transform->config();
+        v.handoff.store = v.transform->int8_config();
         v.handoff.transform = v.transform.get();
       }
     }

@@ -85,7 +85,9 @@ TEST(KvTransformCodecTest, AllocationSpendsTheBudgetOnTheLeadingComponents) {
         if (comp.head != h) continue;
         EXPECT_EQ(comp.index, expected++);
       }
-      EXPECT_LT(expected, kGeometry.head_dim) << "trailing components get 0 bits";
+      if (tenths <= 25) {
+        EXPECT_LT(expected, kGeometry.head_dim) << "trailing components get 0 bits";
+      }
     }
   }
 }
@@ -163,7 +165,7 @@ TEST(KvTransformCodecTest, SinkAndRecentRowsAreInt8) {
 
 TEST(KvTransformCodecTest, HostilePayloadsFailCleanly) {
   auto cal = calibration();
-  auto c = coder("tc-b2", cal);
+  auto c = coder("tc-b2-s0-w0", cal);  // all rows transform-coded: every byte is rANS
   const int64_t n = 64;
   const std::vector<float> rows = synthetic_kv_rows(*cal, 1, true, n, 9);
   absl::StatusOr<EncodedKvBlock> e = c->encode(1, true, 0, 64, rows.data(), n);
@@ -182,7 +184,7 @@ TEST(KvTransformCodecTest, HostilePayloadsFailCleanly) {
     bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
     failed += c->decode(1, true, 0, 64, bad, e->raw_size, n, out.data()).ok() ? 0 : 1;
   }
-  EXPECT_GT(failed, 100);  // INT8 sink bytes decode to other values; the rANS part mostly fails its state check
+  EXPECT_GT(failed, 190);  // the rANS states end elsewhere
   EXPECT_FALSE(c->decode(2, true, 0, 64, e->payload, e->raw_size, n, out.data()).ok());  // no layer 2
   EXPECT_FALSE(c->decode(1, true, 10, 64, e->payload, e->raw_size, n, out.data()).ok());  // past the stream
   std::vector<float> inf = rows;
