@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/util/check.h"
+
 namespace baton {
 
 void rmsnorm_rows(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, float eps) {
@@ -32,6 +34,45 @@ void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, b
       cos_t[i] = static_cast<float>(std::cos(theta) * attn_factor);
       sin_t[i] = static_cast<float>(std::sin(theta) * attn_factor);
     }
+    float* row = x + r * int64_t{n_heads} * head_dim;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = row + int64_t{h} * head_dim;
+      for (int i = 0; i < n_pairs; ++i) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + n_pairs : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq) {
+  RopeTable t;
+  t.pos0 = pos0;
+  t.n = n;
+  t.n_pairs = n_rot / 2;
+  t.cos.resize(static_cast<size_t>(n * t.n_pairs));
+  t.sin.resize(t.cos.size());
+  for (int64_t r = 0; r < n; ++r) {
+    const double pos = static_cast<double>(pos0 + r);
+    for (int i = 0; i < t.n_pairs; ++i) {
+      const double theta = pos * inv_freq[i];
+      t.cos[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::cos(theta) * 1.0f);
+      t.sin[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::sin(theta) * 1.0f);
+    }
+  }
+  return t;
+}
+
+void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool neox, int64_t pos0,
+                     const RopeTable& table) {
+  BATON_CHECK(pos0 >= table.pos0 && pos0 + n_rows <= table.pos0 + table.n, "rope_rows_table: rows outside the table");
+  const int n_pairs = table.n_pairs;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* cos_t = table.cos.data() + (pos0 - table.pos0 + r) * n_pairs;
+    const float* sin_t = table.sin.data() + (pos0 - table.pos0 + r) * n_pairs;
     float* row = x + r * int64_t{n_heads} * head_dim;
     for (int h = 0; h < n_heads; ++h) {
       float* v = row + int64_t{h} * head_dim;

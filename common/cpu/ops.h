@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace baton {
 
@@ -23,6 +24,21 @@ void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const fl
 // dims past n_rot are not scaled). 1 everywhere else.
 void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
                int64_t pos0, const float* inv_freq, float attn_factor = 1.0f);
+
+// The cos and sin rope_rows computes, for positions [pos0, pos0 + n) once:
+// a receiver that rotates the keys of every layer for the same positions
+// (the KV handoff's pre-RoPE codecs) computes them once per segment.
+struct RopeTable {
+  int64_t pos0 = 0;
+  int64_t n = 0;
+  int n_pairs = 0;
+  std::vector<float> cos, sin;  // [n, n_pairs]
+};
+RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq);
+// rope_rows for rows at positions [pos0, pos0 + n_rows), which the table
+// must cover (checked); bit-identical to rope_rows with attn_factor 1.
+void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool neox, int64_t pos0,
+                     const RopeTable& table);
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int64_t n);

@@ -175,10 +175,24 @@ void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* 
   }
 }
 
+void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
+                        float* c, int64_t ldc) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* ct = c + t * ldc;
+    for (int j = 0; j < m; ++j) ct[j] = bias[j];
+    for (int i = 0; i < k; ++i) {
+      const float ai = a[t * lda + i];
+      const float* bi = b + static_cast<int64_t>(i) * m;
+      for (int j = 0; j < m; ++j) ct[j] += ai * bi[j];
+    }
+  }
+}
+
 KvKernels kv_kernels_scalar() {
   return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
                    axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
-                   hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar};
+                   hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar,
+                   affine_rows_scalar};
 }
 
 const KvKernels& kv_kernels() {

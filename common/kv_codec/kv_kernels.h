@@ -58,6 +58,11 @@ struct KvKernels {
   // Conversions, n elements.
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
   void (*f16_to_f32)(const uint16_t* x, float* out, int64_t n);
+  // c[t, j] = bias[j] + sum_i a[t, i] * b[i, j] for t < n, j < m: rows of a
+  // at a + t * lda (k floats), b [k, m] row-major, rows of c at c + t * ldc.
+  // The transform codec's projection and reconstruction (kv_transform_codec.cc).
+  void (*affine_rows)(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
+                      float* c, int64_t ldc);
 };
 
 // The set for active_simd_level(), chosen once.
@@ -78,6 +83,8 @@ void dequantize_int8_scalar(const int8_t* codes, const uint16_t* scales, int64_t
 void dequantize_int4_scalar(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, int group,
                             float* out);
 void hadamard_rows_scalar(float* x, int64_t n_vectors, int n);
+void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
+                        float* c, int64_t ldc);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
                          int64_t n_ctx, float* scratch, float* out);
 

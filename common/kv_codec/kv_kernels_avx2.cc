@@ -400,12 +400,55 @@ void attend_heads_avx2(const KvHeadRows& k, const KvHeadRows& v, const float* q,
   }
 }
 
+// Lanes [0, width) of a vector of 8 (width may be <= 0 or > 8).
+__m256i lane_mask(int width) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(width), lanes);
+}
+
+// R rows of c, columns [j0, j0 + 32): 4R accumulators over the k terms.
+template <int R>
+void affine_tile(const float* a, int64_t lda, int k, const float* b, int m, const float* bias, float* c,
+                 int64_t ldc, int j0) {
+  __m256i mask[4];
+  for (int v = 0; v < 4; ++v) mask[v] = lane_mask(m - j0 - 8 * v);
+  __m256 acc[R][4];
+  for (int v = 0; v < 4; ++v) {
+    const __m256 init = _mm256_maskload_ps(bias + j0 + 8 * v, mask[v]);
+    for (int r = 0; r < R; ++r) acc[r][v] = init;
+  }
+  for (int i = 0; i < k; ++i) {
+    const float* bi = b + static_cast<int64_t>(i) * m + j0;
+    __m256 w[4];
+    for (int v = 0; v < 4; ++v) w[v] = _mm256_maskload_ps(bi + 8 * v, mask[v]);
+    for (int r = 0; r < R; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(a + r * lda + i);
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_fmadd_ps(ar, w[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < 4; ++v) _mm256_maskstore_ps(c + r * ldc + j0 + 8 * v, mask[v], acc[r][v]);
+  }
+}
+
+void affine_rows_avx2(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
+                      float* c, int64_t ldc) {
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int j0 = 0; j0 < m; j0 += 32) affine_tile<4>(a + t * lda, lda, k, b, m, bias, c + t * ldc, ldc, j0);
+  }
+  for (; t < n; ++t) {
+    for (int j0 = 0; j0 < m; j0 += 32) affine_tile<1>(a + t * lda, lda, k, b, m, bias, c + t * ldc, ldc, j0);
+  }
+}
+
 }  // namespace
 
 KvKernels kv_kernels_avx2() {
   return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
                    axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
-                   hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2};
+                   hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2,
+                   affine_rows_avx2};
 }
 
 }  // namespace baton::kv_kernels_impl

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/kv_codec/kv_kernels.h"
 #include "common/kv_codec/kv_zstd.h"
 #include "common/util/check.h"
 
@@ -121,6 +122,38 @@ Allocation allocate(const KvCalibration& cal, int layer, bool is_key, const std:
   return best;
 }
 
+// Per head: the matrices the kernels multiply by (kv_kernels.h affine_rows).
+void build_head_plans(const KvCalibration& cal, int layer, bool is_key, KvTransformPlan& plan) {
+  const int d = cal.head_dim;
+  plan.heads.assign(static_cast<size_t>(cal.n_head_kv), KvTransformHeadPlan{});
+  for (size_t c = 0; c < plan.active.size(); ++c) {
+    KvTransformHeadPlan& h = plan.heads[static_cast<size_t>(plan.active[c].head)];
+    if (h.count == 0) h.first = static_cast<int>(c);
+    ++h.count;
+  }
+  for (int hi = 0; hi < cal.n_head_kv; ++hi) {
+    KvTransformHeadPlan& h = plan.heads[static_cast<size_t>(hi)];
+    const KvCalibrationHead& head = cal.head(layer, is_key, hi);
+    const size_t k = static_cast<size_t>(h.count);
+    h.project.assign(static_cast<size_t>(d) * k, 0.0f);
+    h.project_bias.assign(k, 0.0f);
+    h.reconstruct.assign(k * static_cast<size_t>(d), 0.0f);
+    for (size_t i = 0; i < k; ++i) {
+      const KvTransformComponent& comp = plan.active[static_cast<size_t>(h.first) + i];
+      const float* row = head.basis.data() + static_cast<size_t>(comp.index) * d;
+      double bias = 0.0;
+      for (int j = 0; j < d; ++j) {
+        h.project[static_cast<size_t>(j) * k + i] = row[j];
+        h.reconstruct[i * d + static_cast<size_t>(j)] = comp.step * row[j];
+        bias -= static_cast<double>(head.mean[static_cast<size_t>(j)]) * row[j];
+      }
+      h.project_bias[i] = static_cast<float>(bias);
+      h.inv_step.push_back(comp.inv_step);
+      h.half.push_back(static_cast<float>(comp.half));
+    }
+  }
+}
+
 // The INT8 rows' group: 32 where it divides head_dim.
 int int8_group(int head_dim) { return head_dim % 32 == 0 ? 32 : head_dim; }
 
@@ -184,6 +217,7 @@ absl::StatusOr<std::unique_ptr<KvTransformCodec>> KvTransformCodec::Create(
           plan.models.push_back(plan.owned[static_cast<size_t>(j)].get());
         }
       }
+      build_head_plans(cal, layer, is_key, plan);
     }
   }
   return codec;
@@ -231,35 +265,32 @@ absl::StatusOr<EncodedKvBlock> KvTransformCodec::encode(int layer, bool is_key, 
   }
   const int64_t n_rows = s.b - s.a;
   if (n_rows == 0) return out;
+  for (int64_t e = s.a * kv_dim; e < s.b * kv_dim; ++e) {
+    if (!std::isfinite(rows[e]) || std::fabs(rows[e]) > 65504.0f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "transform KV block: value %g at token %d, element %d is not finite or beyond f16", rows[e], e / kv_dim,
+          e % kv_dim));
+    }
+  }
   const KvTransformPlan& p = plan(layer, is_key);
   const int64_t n_cols = static_cast<int64_t>(p.active.size());
   std::vector<uint8_t> symbols(static_cast<size_t>(n_rows * n_cols));
-  std::vector<float> centred(static_cast<size_t>(d));
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* x = rows + (s.a + t) * kv_dim;
-    uint8_t* sym = symbols.data() + t * n_cols;
-    int last_head = -1;
-    for (int64_t c = 0; c < n_cols; ++c) {
-      const KvTransformComponent& comp = p.active[static_cast<size_t>(c)];
-      const KvCalibrationHead& head = calibration_->head(layer, is_key, comp.head);
-      if (comp.head != last_head) {
-        for (int j = 0; j < d; ++j) {
-          const float v = x[comp.head * d + j];
-          if (!std::isfinite(v) || std::fabs(v) > 65504.0f) {
-            return absl::InvalidArgumentError(absl::StrFormat(
-                "transform KV block: value %g at token %d, element %d is not finite or beyond f16", v, s.a + t,
-                comp.head * d + j));
-          }
-          centred[static_cast<size_t>(j)] = v - head.mean[static_cast<size_t>(j)];
-        }
-        last_head = comp.head;
+  thread_local std::vector<float> coefficients;
+  const kv_kernels_impl::KvKernels& kernels = kv_kernels_impl::kv_kernels();
+  for (int h = 0; h < geometry_.n_head_kv; ++h) {
+    const KvTransformHeadPlan& hp = p.heads[static_cast<size_t>(h)];
+    if (hp.count == 0) continue;
+    coefficients.resize(static_cast<size_t>(n_rows * hp.count));
+    kernels.affine_rows(rows + s.a * kv_dim + h * d, kv_dim, n_rows, d, hp.project.data(), hp.count,
+                        hp.project_bias.data(), coefficients.data(), hp.count);
+    for (int64_t t = 0; t < n_rows; ++t) {
+      const float* y = coefficients.data() + t * hp.count;
+      uint8_t* sym = symbols.data() + t * n_cols + hp.first;
+      for (int i = 0; i < hp.count; ++i) {
+        const float half = hp.half[static_cast<size_t>(i)];
+        const float q = std::clamp(std::nearbyint(y[i] * hp.inv_step[static_cast<size_t>(i)]), -half, half);
+        sym[i] = static_cast<uint8_t>(static_cast<int>(q + half));
       }
-      const float* basis = head.basis.data() + static_cast<size_t>(comp.index) * d;
-      float y = 0.0f;
-      for (int j = 0; j < d; ++j) y += basis[j] * centred[static_cast<size_t>(j)];
-      const float q = std::nearbyint(y * comp.inv_step);
-      const int k = static_cast<int>(std::clamp(q, static_cast<float>(-comp.half), static_cast<float>(comp.half)));
-      sym[c] = static_cast<uint8_t>(k + comp.half);
     }
   }
   if (config_.zstd_level != 0) {
@@ -318,21 +349,23 @@ absl::Status KvTransformCodec::decode(int layer, bool is_key, int64_t token_begi
   } else {
     BATON_RETURN_IF_ERROR(rans_decode(coded, n_rows, static_cast<int>(n_cols), p.models, symbols.data()));
   }
-  for (int64_t t = 0; t < n_rows; ++t) {
-    float* x = out + (s.a + t) * kv_dim;
-    for (int h = 0; h < geometry_.n_head_kv; ++h) {
-      const std::vector<float>& mean = calibration_->head(layer, is_key, h).mean;
-      std::memcpy(x + h * d, mean.data(), sizeof(float) * static_cast<size_t>(d));
+  thread_local std::vector<float> values;
+  const kv_kernels_impl::KvKernels& kernels = kv_kernels_impl::kv_kernels();
+  for (int h = 0; h < geometry_.n_head_kv; ++h) {
+    const KvTransformHeadPlan& hp = p.heads[static_cast<size_t>(h)];
+    float* x = out + s.a * kv_dim + h * d;
+    const std::vector<float>& mean = calibration_->head(layer, is_key, h).mean;
+    if (hp.count == 0) {
+      for (int64_t t = 0; t < n_rows; ++t) std::memcpy(x + t * kv_dim, mean.data(), sizeof(float) * static_cast<size_t>(d));
+      continue;
     }
-    const uint8_t* sym = symbols.data() + t * n_cols;
-    for (int64_t c = 0; c < n_cols; ++c) {
-      const KvTransformComponent& comp = p.active[static_cast<size_t>(c)];
-      const float y = static_cast<float>(static_cast<int>(sym[c]) - comp.half) * comp.step;
-      if (y == 0.0f) continue;
-      const float* basis = calibration_->head(layer, is_key, comp.head).basis.data() + static_cast<size_t>(comp.index) * d;
-      float* xh = x + comp.head * d;
-      for (int j = 0; j < d; ++j) xh[j] += y * basis[j];
+    values.resize(static_cast<size_t>(n_rows * hp.count));
+    for (int64_t t = 0; t < n_rows; ++t) {
+      const uint8_t* sym = symbols.data() + t * n_cols + hp.first;
+      float* q = values.data() + t * hp.count;
+      for (int i = 0; i < hp.count; ++i) q[i] = static_cast<float>(sym[i]) - hp.half[static_cast<size_t>(i)];
     }
+    kernels.affine_rows(values.data(), hp.count, n_rows, hp.count, hp.reconstruct.data(), d, mean.data(), x, kv_dim);
   }
   return absl::OkStatus();
 }

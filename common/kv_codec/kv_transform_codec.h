@@ -67,11 +67,23 @@ struct KvTransformComponent {
   int ladder = 0;      // index into kKvTransformLadder
 };
 
+// One head's coded components as matrices for the kernels.
+struct KvTransformHeadPlan {
+  int first = 0;                     // its first column among the active components
+  int count = 0;                     // its active components, k
+  std::vector<float> project;        // [D, k]: basis rows transposed (encode)
+  std::vector<float> project_bias;   // [k]: -mean . basis row
+  std::vector<float> inv_step;       // [k]
+  std::vector<float> half;           // [k]: K as a float
+  std::vector<float> reconstruct;    // [k, D]: step * basis row (decode)
+};
+
 // The allocation of one (layer, K|V).
 struct KvTransformPlan {
   std::vector<KvTransformComponent> active;       // (head, index) order
   std::vector<const RansModel*> models;           // per active component
   std::vector<std::unique_ptr<RansModel>> owned;  // per ladder entry used (null where unused)
+  std::vector<KvTransformHeadPlan> heads;         // [n_head_kv]
   double predicted_bits = 0.0;  // per token over the heads (entropy of the models)
   double predicted_mse = 0.0;   // per token over the heads, calibration units
 };

@@ -293,16 +293,13 @@ struct DecodedKvBlock {
 
 // f32 rows of a transform-coded block, keys rotated to their positions.
 absl::Status decode_transform_rows(const KvTransformCodec& transform, const KvSegment& segment,
-                                   const KvStagedBlock& staged, const KvRope* rope, float* out) {
+                                   const KvStagedBlock& staged, const RopeTable& rope_table, bool neox, float* out) {
   const KvGeometry& g = transform.geometry();
   const int64_t stream_end = int64_t{segment.header.first_position()} + segment.header.token_count();
   const bool is_key = staged.kind == v1::KV_KIND_K;
   BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(staged.layer), is_key, staged.token_begin, stream_end,
                                          staged.payload, staged.raw_size, staged.token_count, out));
-  if (is_key) {
-    rope_rows(out, staged.token_count, g.n_head_kv, g.head_dim, rope->n_rot, rope->neox, staged.token_begin,
-              rope->inv_freq.data());
-  }
+  if (is_key) rope_rows_table(out, staged.token_count, g.n_head_kv, g.head_dim, neox, staged.token_begin, rope_table);
   return absl::OkStatus();
 }
 
@@ -343,6 +340,9 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   std::vector<std::vector<DecodedKvBlock>> by_layer(static_cast<size_t>(g.n_layer));
   std::vector<int64_t> covered(static_cast<size_t>(2 * g.n_layer), 0);  // tokens per (layer, kind)
   std::vector<float> scratch;  // f32 rows of one transform block
+  // Every layer's keys rotate for the same positions: cos and sin once.
+  const RopeTable rope_table =
+      codec.transform ? make_rope_table(first, n, rope->n_rot, rope->inv_freq.data()) : RopeTable{};
   for (const KvStagedBlock& staged : segment.blocks) {
     const bool is_key = staged.kind == v1::KV_KIND_K;
     if (staged.layer >= static_cast<uint32_t>(g.n_layer) || (!is_key && staged.kind != v1::KV_KIND_V) ||
@@ -353,7 +353,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
     absl::StatusOr<QuantizedKvBlock> block;
     if (codec.transform) {
       scratch.resize(static_cast<size_t>(int64_t{staged.token_count} * kv_dim));
-      absl::Status st = decode_transform_rows(*transform, segment, staged, rope, scratch.data());
+      absl::Status st = decode_transform_rows(*transform, segment, staged, rope_table, rope->neox, scratch.data());
       if (st.ok() && (is_key ? ingest_k : ingest_v)) {
         block = quantize_kv_block(form, g, is_key, scratch.data(), staged.token_count);
       } else {
@@ -403,7 +403,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
         float* out = (d.is_key ? k_rows : v_rows).data() + (d.token_begin - first) * kv_dim;
         ++load.decoded_blocks;
         if (codec.transform) {
-          BATON_RETURN_IF_ERROR(decode_transform_rows(*transform, segment, *d.staged, rope, out));
+          BATON_RETURN_IF_ERROR(decode_transform_rows(*transform, segment, *d.staged, rope_table, rope->neox, out));
           continue;
         }
         BATON_RETURN_IF_ERROR(dequantize_kv_block(codec, g, d.is_key, d.block, out));

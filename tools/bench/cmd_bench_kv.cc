@@ -98,6 +98,10 @@ absl::Status decode_all(const KvCodecConfig& c, const KvTransformCodec* coder, c
                         const std::vector<std::vector<EncodedKvBlock>>& encoded, std::vector<float>& out,
                         ErrorSums* sums) {
   const int64_t kv_dim = in.geometry.kv_dim();
+  // The transform codec's receiver rotates every layer's keys with one table
+  // per segment (kv_handoff.cc); it is part of the decode time.
+  const RopeTable rope_table =
+      coder != nullptr ? make_rope_table(0, in.n_tokens, in.spec->rope.n_rot, in.inv_freq.data()) : RopeTable{};
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     const KvTensor& t = in.tensors[i];
     for (size_t bi = 0; bi < encoded[i].size(); ++bi) {
@@ -107,10 +111,7 @@ absl::Status decode_all(const KvCodecConfig& c, const KvTransformCodec* coder, c
       if (coder != nullptr) {  // the transform codec, keys rotated as decode_kv_block does for "pre"
         BATON_RETURN_IF_ERROR(coder->decode(t.layer, t.is_key, b, in.n_tokens, encoded[i][bi].payload,
                                             encoded[i][bi].raw_size, n, out.data()));
-        if (t.is_key) {
-          rope_rows(out.data(), n, in.geometry.n_head_kv, in.geometry.head_dim, rope.n_rot, rope.neox, b,
-                    rope.inv_freq);
-        }
+        if (t.is_key) rope_rows_table(out.data(), n, in.geometry.n_head_kv, in.geometry.head_dim, rope.neox, b, rope_table);
       } else {
         BATON_RETURN_IF_ERROR(decode_kv_block(c, in.geometry, t.is_key, encoded[i][bi].payload,
                                               encoded[i][bi].raw_size, n, out.data(), &rope));
