@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <span>
 
 #include "absl/strings/str_format.h"
 #include "common/util/check.h"
@@ -75,6 +76,8 @@ void fix_frequencies(std::span<const double> p, std::vector<uint32_t>& f) {
   }
 }
 
+RansEncSymbol enc_symbol(uint32_t cum, uint32_t freq);
+
 RansModel model_from_frequencies(const std::vector<uint32_t>& f) {
   RansModel m;
   const int n = static_cast<int>(f.size());
@@ -89,6 +92,10 @@ RansModel model_from_frequencies(const std::vector<uint32_t>& f) {
     start += f[s];
   }
   m.cum[n] = static_cast<uint16_t>(start);
+  for (int s = 0; s < n; ++s) {
+    m.freq_cum.push_back(m.freq[s] | uint32_t{m.cum[s]} << 16);
+    m.enc.push_back(enc_symbol(m.cum[s], m.freq[s]));
+  }
   return m;
 }
 
@@ -103,7 +110,7 @@ struct ActiveColumn {
 absl::Status check_model(const RansModel* m, int col) {
   if (m == nullptr) return absl::InvalidArgumentError(absl::StrFormat("rANS: model of column %d is null", col));
   const size_t n = m->freq.size();
-  if (n < 1 || n > kRansMaxSymbols || m->cum.size() != n + 1 ||
+  if (n < 1 || n > kRansMaxSymbols || m->cum.size() != n + 1 || m->freq_cum.size() != n || m->enc.size() != n ||
       (n > 1 && (m->slot_symbol.size() != kProbScale || m->cum[n] != kProbScale))) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "rANS: model of column %d is malformed (%d symbols, %d cum entries, %d slots; want 1..%d symbols, "
@@ -140,16 +147,8 @@ absl::StatusOr<std::vector<ActiveColumn>> check_table(int64_t n_rows, int n_cols
 
 // One symbol's encoding constants: x -> (x / freq) * 4096 + x % freq + cum
 // computed as x + bias + q * cmpl_freq with q = (x * rcp_freq) >> rcp_shift.
-struct EncSymbol {
-  uint32_t x_max;      // renormalize while x >= x_max
-  uint32_t rcp_freq;   // ceil(2^(shift + 31) / freq), or ~0 for freq 1
-  uint32_t bias;       // cum, or cum + 4095 for freq 1
-  uint16_t cmpl_freq;  // 4096 - freq
-  uint16_t rcp_shift;  // 32 + shift - 1 (0 + 32 for freq 1)
-};
-
-EncSymbol enc_symbol(uint32_t cum, uint32_t freq) {
-  EncSymbol e;
+RansEncSymbol enc_symbol(uint32_t cum, uint32_t freq) {
+  RansEncSymbol e;
   e.x_max = ((kStateLow >> kRansProbBits) << 8) * freq;
   e.cmpl_freq = static_cast<uint16_t>(kProbScale - freq);
   if (freq < 2) {
@@ -167,19 +166,17 @@ EncSymbol enc_symbol(uint32_t cum, uint32_t freq) {
   return e;
 }
 
-// Per active column, its symbols' constants (offsets into one table).
+// Per active column, its model's symbol constants.
 struct EncTables {
-  std::vector<EncSymbol> symbols;
-  std::vector<uint32_t> first;      // [n_active]: index of the column's symbol 0
-  std::vector<uint16_t> n_symbols;  // [n_active]
+  std::vector<const RansEncSymbol*> symbols;  // [n_active]
+  std::vector<uint16_t> n_symbols;            // [n_active]
 };
 
 EncTables enc_tables(const std::vector<ActiveColumn>& active) {
   EncTables t;
   for (const ActiveColumn& a : active) {
-    t.first.push_back(static_cast<uint32_t>(t.symbols.size()));
+    t.symbols.push_back(a.model->enc.data());
     t.n_symbols.push_back(static_cast<uint16_t>(a.model->n_symbols()));
-    for (int s = 0; s < a.model->n_symbols(); ++s) t.symbols.push_back(enc_symbol(a.model->cum[s], a.model->freq[s]));
   }
   return t;
 }
@@ -206,11 +203,10 @@ struct DecColumn {
   const uint32_t* freq_cum;
 };
 
-// The active columns' decode tables, built per call (a few hundred entries).
-// cols is cyclic and kRansLanes longer than the active columns: the group of
-// symbols starting at active column j reads cols[j .. j + kRansLanes - 1].
+// The active columns' decode tables (pointers into the models). cols is
+// cyclic and kRansLanes longer than the active columns: the group of symbols
+// starting at active column j reads cols[j .. j + kRansLanes - 1].
 struct DecTables {
-  std::vector<uint32_t> freq_cum;
   std::vector<DecColumn> cols;
   int n_active = 0;
 };
@@ -218,14 +214,9 @@ struct DecTables {
 DecTables dec_tables(const std::vector<ActiveColumn>& active) {
   DecTables t;
   t.n_active = static_cast<int>(active.size());
-  std::vector<size_t> first;
-  for (const ActiveColumn& a : active) {
-    first.push_back(t.freq_cum.size());
-    for (int s = 0; s < a.model->n_symbols(); ++s) t.freq_cum.push_back(a.model->freq[s] | uint32_t{a.model->cum[s]} << 16);
-  }
   for (int k = 0; t.n_active > 0 && k < t.n_active + kRansLanes; ++k) {
     const int j = k % t.n_active;
-    t.cols.push_back({active[j].model->slot_symbol.data(), t.freq_cum.data() + first[j]});
+    t.cols.push_back({active[j].model->slot_symbol.data(), active[j].model->freq_cum.data()});
   }
   return t;
 }
@@ -328,8 +319,12 @@ absl::StatusOr<std::string> rans_encode(const uint8_t* symbols, int64_t n_rows, 
   const EncTables t = enc_tables(*active);
   const int n_active = static_cast<int>(active->size());
   const int64_t n_symbols = n_rows * n_active;
-  std::string buf(static_cast<size_t>(kHeaderBytes + 2 * n_symbols), '\0');
-  uint8_t* const begin = reinterpret_cast<uint8_t*>(buf.data());
+  // Written backwards into a scratch buffer the thread keeps (no fresh pages
+  // per call), then copied out.
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(static_cast<size_t>(kHeaderBytes + 2 * n_symbols));
+  std::span<uint8_t> buf(scratch);
+  uint8_t* const begin = buf.data();
   uint8_t* p = begin + buf.size();
   uint32_t x[kRansLanes];
   std::fill_n(x, kRansLanes, kStateLow);
@@ -341,7 +336,7 @@ absl::StatusOr<std::string> rans_encode(const uint8_t* symbols, int64_t n_rows, 
       --i;
       const uint32_t s = row[(*active)[j].col];
       if (s >= t.n_symbols[j]) return bad_symbol(r, (*active)[j].col, static_cast<int>(s), t.n_symbols[j]);
-      const EncSymbol& e = t.symbols[t.first[j] + s];
+      const RansEncSymbol& e = t.symbols[j][s];
       uint32_t& xs = x[i & (kRansLanes - 1)];
       // Branch-free "while (xs >= x_max) emit the low byte": 0..2 bytes (the
       // state is < 2^31 and x_max >= 2^19). Both are stored; the second is
@@ -360,8 +355,7 @@ absl::StatusOr<std::string> rans_encode(const uint8_t* symbols, int64_t n_rows, 
     p -= 4;
     put_state(x[lane], p);
   }
-  buf.erase(0, static_cast<size_t>(p - begin));
-  return buf;
+  return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(buf.data() + buf.size() - p));
 }
 
 absl::Status rans_decode(std::string_view bytes, int64_t n_rows, int n_cols, std::span<const RansModel* const> models,

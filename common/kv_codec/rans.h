@@ -32,11 +32,23 @@ inline constexpr int kRansProbBits = 12;  // frequencies sum to 4096
 inline constexpr int kRansMaxSymbols = 256;
 inline constexpr int kRansLanes = 8;
 
-// A static symbol model (one column's distribution).
+// The encoder's constants for one symbol (division by a reciprocal).
+struct RansEncSymbol {
+  uint32_t x_max;      // renormalize while x >= x_max
+  uint32_t rcp_freq;   // ceil(2^(shift + 31) / freq), or ~0 for freq 1
+  uint32_t bias;       // cum, or cum + 4095 for freq 1
+  uint16_t cmpl_freq;  // 4096 - freq
+  uint16_t rcp_shift;  // 32 + shift - 1 (0 + 32 for freq 1)
+};
+
+// A static symbol model (one column's distribution), with the tables both
+// coders read precomputed (a model serves many calls).
 struct RansModel {
   std::vector<uint16_t> freq;       // [n_symbols], each >= 1, sum == 1 << kRansProbBits
   std::vector<uint16_t> cum;        // [n_symbols + 1], cum[0] = 0, cum[n] = 1 << kRansProbBits
   std::vector<uint8_t> slot_symbol;  // [1 << kRansProbBits]: the symbol owning each slot
+  std::vector<uint32_t> freq_cum;    // [n_symbols]: freq | cum << 16 (the decoder's)
+  std::vector<RansEncSymbol> enc;    // [n_symbols] (the encoder's)
   int n_symbols() const { return static_cast<int>(freq.size()); }
   bool constant() const { return freq.size() <= 1; }
 };
