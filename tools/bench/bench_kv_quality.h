@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "bench_report.h"
 
 namespace baton::cli {
@@ -33,9 +34,14 @@ struct KvQualityRun {
   double baseline_perplexity = 0;
   double f32_local_perplexity = 0;
   std::vector<KvQualityRow> rows;
+  std::string plot_path;  // --plot: where the rate-distortion figure goes
 };
 
 Json kv_quality_json(const KvQualityRun& run);
 void print_kv_quality_table(const KvQualityRun& run);
+// The rate-distortion figure (gnuplot PNG at run.plot_path): mean KL and the
+// perplexity change against wire bytes / F16, the transform codecs (tc-*) as
+// a curve per sink/recent setting, the other codecs as labelled points.
+absl::Status write_kv_quality_plot(const KvQualityRun& run);
 
 }  // namespace baton::cli

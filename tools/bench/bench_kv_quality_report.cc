@@ -1,3 +1,13 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "bench_kv_quality.h"
 #include "report.h"
@@ -56,6 +66,80 @@ void print_kv_quality_table(const KvQualityRun& run) {
     print_line("  %-22s %-14s %9.1f %8.4f %9.0f %10.4f %+8.3f %10.3e %7.3f %7.1f\n", r.codec, r.store_codec,
                r.wire_bpt, r.ratio, r.store_bpt, r.ppl, r.ppl_change_pct, r.mean_kl, r.agreement, r.first_divergence);
   }
+}
+
+}  // namespace baton::cli
+
+namespace baton::cli {
+namespace {
+
+// "tc-b2.5-w0" -> its curve "tc-w0"; "tc-b1" -> "tc"; "" for other codecs.
+std::string transform_family(const std::string& codec) {
+  if (codec.rfind("tc-", 0) != 0) return "";
+  std::string family = "tc";
+  size_t at = codec.find('-', 3);
+  if (at != std::string::npos) family += codec.substr(at);
+  return family;
+}
+
+}  // namespace
+
+absl::Status write_kv_quality_plot(const KvQualityRun& run) {
+  char dir_template[] = "/tmp/baton-bench-kvq-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  // One data block per tc family (sorted by ratio), then the other codecs.
+  std::map<std::string, std::vector<const KvQualityRow*>> families;
+  std::vector<const KvQualityRow*> others;
+  for (const KvQualityRow& r : run.rows) {
+    if (!r.error.empty() || r.codec == run.baseline_codec) continue;
+    const std::string family = transform_family(r.codec);
+    (family.empty() ? others : families[family]).push_back(&r);
+  }
+  std::ofstream data(dir + "/rd.dat");
+  auto write_row = [&](const KvQualityRow& r) {
+    data << r.ratio << ' ' << std::max(r.mean_kl, 1e-9) << ' ' << r.ppl_change_pct << ' ' << r.codec << '\n';
+  };
+  std::vector<std::string> names;
+  for (auto& [family, rows] : families) {
+    std::sort(rows.begin(), rows.end(), [](const KvQualityRow* a, const KvQualityRow* b) { return a->ratio < b->ratio; });
+    for (const KvQualityRow* r : rows) write_row(*r);
+    data << "\n\n";
+    names.push_back(family);
+  }
+  for (const KvQualityRow* r : others) write_row(*r);
+  data.close();
+  const size_t n_families = names.size();
+  const std::string title =
+      absl::StrFormat("baton bench kv-quality: %s, chunks of %d tokens (first half over the wire)", run.model,
+                      run.chunk_tokens);
+  std::ofstream script(dir + "/plot.gp");
+  script << "set terminal pngcairo size 1000,1000 noenhanced\n"
+         << "set output '" << run.plot_path << "'\n"
+         << "set multiplot layout 2,1 title '" << title << "'\n"
+         << "set grid\nset key top right\nset xlabel 'wire bytes / F16'\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    const int column = panel == 0 ? 2 : 3;
+    script << (panel == 0 ? "set logscale y\nset ylabel 'mean KL(f16 || codec)'\n"
+                          : "unset logscale y\nset ylabel 'perplexity change (%)'\n")
+           << "plot ";
+    for (size_t i = 0; i < n_families; ++i) {
+      script << "'" << dir << "/rd.dat' index " << i << " using 1:" << column << " with linespoints lw 2 pt 7 title '"
+             << names[i] << " (bits per element rising)', ";
+    }
+    script << "'" << dir << "/rd.dat' index " << n_families << " using 1:" << column
+           << " with points pt 5 ps 1.5 lc rgb 'black' title 'int8 / int4 codecs', '' index " << n_families
+           << " using 1:" << column << ":4 with labels offset 0,1 font ',8' notitle\n";
+  }
+  script << "unset multiplot\n";
+  script.close();
+  const std::string command = "gnuplot '" + dir + "/plot.gp' 2>&1";
+  const int rc = std::system(command.c_str());
+  std::remove((dir + "/rd.dat").c_str());
+  std::remove((dir + "/plot.gp").c_str());
+  rmdir(dir.c_str());
+  if (rc != 0) return absl::InternalError(absl::StrFormat("gnuplot failed (exit %d) writing %s", rc, run.plot_path));
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -272,7 +272,7 @@ absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, co
 
 absl::Status bench_kv_quality(const Args& args) {
   ModelBenchFlags c;
-  std::string text_path, codecs, calibration_path;
+  std::string text_path, codecs, calibration_path, plot_path;
   int64_t chunk = 256, max_tokens = 0, prompts = 4, greedy_tokens = 128;
   bool per_line = true;
   FlagSet flags("baton bench kv-quality",
@@ -295,6 +295,8 @@ absl::Status bench_kv_quality(const Args& args) {
                    "the model's KV calibration (baton model calibrate) for the transform codecs (tc-bB.B); without "
                    "it their rows say so",
                    "FILE");
+  flags.add_string("plot", &plot_path, "write the rate-distortion figure (mean KL and perplexity change vs wire "
+                   "bytes / F16) as a PNG (gnuplot)", "FILE.png");
   flags.add_int64("prompts", &prompts, "chunks whose first half prompts the greedy comparison");
   flags.add_int64("greedy-tokens", &greedy_tokens, "greedy tokens per prompt");
   flags.add_int64("threads", &c.threads, "engine threads");
@@ -345,6 +347,11 @@ absl::Status bench_kv_quality(const Args& args) {
   const KvQualityRun result = summarize(variants, f32_nll, spec, text_path, chunk, chunks.size(), bos,
                                         std::min<int64_t>(prompts, static_cast<int64_t>(chunks.size())),
                                         greedy_tokens);
+  if (!plot_path.empty()) {
+    KvQualityRun plotted = result;
+    plotted.plot_path = plot_path;
+    BATON_RETURN_IF_ERROR(write_kv_quality_plot(plotted));
+  }
   if (c.json) {
     print_json_line(kv_quality_json(result));
   } else {
