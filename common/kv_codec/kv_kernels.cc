@@ -199,6 +199,7 @@ const KvKernels& kv_kernels() {
   static const KvKernels kernels = [] {
     switch (active_simd_level()) {
       case SimdLevel::kAvx512:
+        return kv_kernels_avx512();
       case SimdLevel::kAvx2:
         return kv_kernels_avx2();
       case SimdLevel::kScalar:

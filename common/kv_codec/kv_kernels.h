@@ -72,6 +72,8 @@ const KvKernels& kv_kernels();
 // not a multiple of 8 (Hadamard: n < 8), so every set handles every valid input.
 KvKernels kv_kernels_scalar();
 KvKernels kv_kernels_avx2();
+// The AVX2 set with affine_rows at 16 lanes (kv_kernels_avx512.cc).
+KvKernels kv_kernels_avx512();
 
 float dot_int8_scalar(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group);
 float dot_int4_scalar(const float* q, const uint8_t* codes, const uint16_t* scales, const uint16_t* mins,

@@ -182,10 +182,12 @@ namespace {
 TEST(AffineRows, EveryKernelSetMatchesTheReference) {
   std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}};
   if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  if (best_simd_level() >= SimdLevel::kAvx512) sets.emplace_back("avx512", kv_kernels_avx512());
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   for (const auto& [n, k, m] : {std::tuple{1, 1, 1}, std::tuple{5, 7, 33}, std::tuple{8, 64, 40},
-                                std::tuple{13, 20, 64}, std::tuple{4, 3, 100}, std::tuple{0, 4, 8}}) {
+                                std::tuple{13, 20, 64}, std::tuple{4, 3, 100}, std::tuple{0, 4, 8},
+                                std::tuple{9, 33, 129}}) {
     const int64_t lda = k + 3, ldc = m + 5;
     std::vector<float> a(static_cast<size_t>(std::max(1, n) * lda)), b(static_cast<size_t>(k * m)), bias(m);
     for (float& v : a) v = normal(rng);
