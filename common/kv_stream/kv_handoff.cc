@@ -1,6 +1,8 @@
 #include "common/kv_stream/kv_handoff.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cmath>
 #include <utility>
 
@@ -303,10 +305,54 @@ absl::Status decode_transform_rows(const KvTransformCodec& transform, const KvSe
   return absl::OkStatus();
 }
 
+// Transform blocks decoded as they arrive (read_kv_segment), so decoding
+// overlaps the transfer: in the store's INT8 form where the target ingests
+// it, else as f32 rows. Keyed by (layer, kind, token_begin).
+struct TransformPredecode {
+  int64_t first = 0, end = 0;  // the verified header's segment
+  RopeTable rope_table;
+  bool ingest_k = false, ingest_v = false;
+  std::map<std::tuple<uint32_t, int, uint32_t>, QuantizedKvBlock> blocks;
+  std::map<std::tuple<uint32_t, int, uint32_t>, std::vector<float>> rows;
+};
+
+absl::Status predecode_transform_block(const KvTransformCodec& transform, const KvRope& rope,
+                                       const v1::KvBlock& block, TransformPredecode& pre) {
+  const KvGeometry& g = transform.geometry();
+  const bool is_key = block.kind() == v1::KV_KIND_K;
+  if (block.layer() >= static_cast<uint32_t>(g.n_layer) || block.token_begin() < pre.first ||
+      int64_t{block.token_begin()} + block.token_count() > pre.end) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV block layer %u at %u (%u tokens) is outside the segment",
+                                                      block.layer(), block.token_begin(), block.token_count()));
+  }
+  std::vector<float> out(static_cast<size_t>(int64_t{block.token_count()} * g.kv_dim()));
+  BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(block.layer()), is_key, block.token_begin(), pre.end,
+                                         block.payload(), block.raw_size(), block.token_count(), out.data()));
+  if (is_key) rope_rows_table(out.data(), block.token_count(), g.n_head_kv, g.head_dim, rope.neox, block.token_begin(), pre.rope_table);
+  const auto key = std::make_tuple(block.layer(), is_key ? 0 : 1, block.token_begin());
+  if (is_key ? pre.ingest_k : pre.ingest_v) {
+    BATON_ASSIGN_OR_RETURN(pre.blocks[key],
+                           quantize_kv_block(transform.int8_config(), g, is_key, out.data(), block.token_count()));
+  } else {
+    pre.rows[key] = std::move(out);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, const KvRope* rope, KvCache& target,
+                                                   const KvTransformCodec* transform, TransformPredecode* pre);
+
 }  // namespace
 
 absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const KvRope* rope, KvCache& target,
                                               const KvTransformCodec* transform) {
+  return load_kv_segment_impl(segment, rope, target, transform, nullptr);
+}
+
+namespace {
+
+absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, const KvRope* rope, KvCache& target,
+                                                   const KvTransformCodec* transform, TransformPredecode* pre) {
   const KvGeometry& g = target.geometry();
   const v1::KvHeader& header = segment.header;
   BATON_ASSIGN_OR_RETURN(const KvCodecConfig codec, kv_codec_config_from_params(header.codec()));
@@ -340,6 +386,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   std::vector<std::vector<DecodedKvBlock>> by_layer(static_cast<size_t>(g.n_layer));
   std::vector<int64_t> covered(static_cast<size_t>(2 * g.n_layer), 0);  // tokens per (layer, kind)
   std::vector<float> scratch;  // f32 rows of one transform block
+  uint32_t arrived = 0;        // blocks the reader decoded on arrival
   // Every layer's keys rotate for the same positions: cos and sin once.
   const RopeTable rope_table =
       codec.transform ? make_rope_table(first, n, rope->n_rot, rope->inv_freq.data()) : RopeTable{};
@@ -351,7 +398,16 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
                                                         block_text(staged), first, end, g.n_layer));
     }
     absl::StatusOr<QuantizedKvBlock> block;
-    if (codec.transform) {
+    const auto key = std::make_tuple(staged.layer, is_key ? 0 : 1, staged.token_begin);
+    if (codec.transform && pre != nullptr && pre->blocks.count(key) > 0 &&
+        pre->blocks[key].n_tokens == staged.token_count) {
+      block = std::move(pre->blocks[key]);  // decoded as it arrived
+      ++arrived;
+    } else if (codec.transform && pre != nullptr && pre->rows.count(key) > 0 &&
+               pre->rows[key].size() == static_cast<size_t>(int64_t{staged.token_count} * kv_dim)) {
+      block = QuantizedKvBlock{};  // its f32 rows wait in pre->rows for phase 2
+      ++arrived;
+    } else if (codec.transform) {
       scratch.resize(static_cast<size_t>(int64_t{staged.token_count} * kv_dim));
       absl::Status st = decode_transform_rows(*transform, segment, staged, rope_table, rope->neox, scratch.data());
       if (st.ok() && (is_key ? ingest_k : ingest_v)) {
@@ -392,6 +448,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   load.codec = codec;
   load.encoded_bytes = segment.encoded_bytes;
   load.raw_bytes = segment.raw_bytes;
+  load.decoded_on_arrival = arrived;
   const bool need_store = !ingest_k || !ingest_v;
   std::vector<float> k_rows(need_store && !ingest_k ? static_cast<size_t>(n * kv_dim) : 0);  // f32 [n, kv_dim]
   std::vector<float> v_rows(need_store && !ingest_v ? static_cast<size_t>(n * kv_dim) : 0);  // f32 [n, kv_dim]
@@ -403,6 +460,13 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
         float* out = (d.is_key ? k_rows : v_rows).data() + (d.token_begin - first) * kv_dim;
         ++load.decoded_blocks;
         if (codec.transform) {
+          const auto key = std::make_tuple(d.staged->layer, d.is_key ? 0 : 1, d.staged->token_begin);
+          if (pre != nullptr && pre->rows.count(key) > 0 &&
+              pre->rows[key].size() == static_cast<size_t>(d.staged->token_count * kv_dim)) {
+            std::copy(pre->rows[key].begin(), pre->rows[key].end(), out);
+            pre->rows.erase(key);
+            continue;
+          }
           BATON_RETURN_IF_ERROR(decode_transform_rows(*transform, segment, *d.staged, rope_table, rope->neox, out));
           continue;
         }
@@ -431,6 +495,8 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment(const KvSegment& segment, const Kv
   return load;
 }
 
+}  // namespace
+
 absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, const KvStreamExpectation& expected,
                                               const KvRope* rope, KvCache& target, const KvReadOptions& options) {
   KvStreamExpectation pinned = expected;
@@ -441,8 +507,38 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
         "KV segment is expected at position %u but the target cache holds %d tokens", *pinned.first_position,
         target.size()));
   }
-  KvStreamReader reader(std::move(pinned),
-                        kv_reader_options_with_codec(target.geometry(), options.reader, options.trial_decode));
+  KvStreamReaderOptions reader_options =
+      kv_reader_options_with_codec(target.geometry(), options.reader, options.trial_decode);
+  // A transform-coded stream is decoded block by block as it arrives (after
+  // its header verified), so decoding overlaps the transfer; load uses it.
+  TransformPredecode pre;
+  if (options.transform != nullptr && rope != nullptr) {
+    const KvTransformCodec* transform = options.transform;
+    KvBlockIngest* store = target.block_ingest();
+    pre.ingest_k = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/true);
+    pre.ingest_v = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/false);
+    bool transform_stream = false;
+    const KvHeaderCheckFn outer_header = reader_options.check_header;
+    reader_options.check_header = [&, outer_header](const v1::KvHeader& header) -> absl::Status {
+      if (outer_header) BATON_RETURN_IF_ERROR(outer_header(header));
+      transform_stream = header.codec().codec() == v1::KV_CODEC_TC;
+      if (!transform_stream) return absl::OkStatus();
+      BATON_ASSIGN_OR_RETURN(const KvCodecConfig codec, kv_codec_config_from_params(header.codec()));
+      BATON_RETURN_IF_ERROR(check_transform(codec, target.geometry(), transform, "receiver"));
+      pre.first = header.first_position();
+      pre.end = pre.first + header.token_count();
+      pre.rope_table = make_rope_table(pre.first, pre.end - pre.first, rope->n_rot, rope->inv_freq.data());
+      return absl::OkStatus();
+    };
+    const KvPayloadCheckFn outer_payload = reader_options.check_payload;
+    reader_options.check_payload = [&, outer_payload](const v1::CodecParams& codec,
+                                                      const v1::KvBlock& block) -> absl::Status {
+      if (outer_payload) BATON_RETURN_IF_ERROR(outer_payload(codec, block));
+      if (!transform_stream) return absl::OkStatus();
+      return predecode_transform_block(*transform, *rope, block, pre);
+    };
+  }
+  KvStreamReader reader(std::move(pinned), std::move(reader_options));
   for (;;) {
     absl::StatusOr<std::optional<v1::KvStreamMessage>> message = source();
     if (!message.ok()) return reader.abandon(message.status());
@@ -450,7 +546,7 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
     BATON_RETURN_IF_ERROR(reader.consume(std::move(**message)));
   }
   BATON_ASSIGN_OR_RETURN(const KvSegment segment, reader.commit());
-  return load_kv_segment(segment, rope, target, options.transform);
+  return load_kv_segment_impl(segment, rope, target, options.transform, options.transform ? &pre : nullptr);
 }
 
 absl::StatusOr<KvSegmentLoad> read_kv_segment(std::span<const v1::KvStreamMessage> messages,

@@ -124,6 +124,7 @@ struct KvSegmentLoad {
   uint64_t raw_bytes = 0;            // payload bytes before zstd
   uint32_t ingested_blocks = 0;      // copied into a QuantizedKvCache as they were
   uint32_t decoded_blocks = 0;       // decoded to f32 and stored (requantized by a quantized store)
+  uint32_t decoded_on_arrival = 0;   // transform blocks decoded while the stream was still arriving
 };
 
 // Puts a verified segment (KvStreamReader::commit) into `target`, which must

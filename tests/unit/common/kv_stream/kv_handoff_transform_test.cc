@@ -23,6 +23,7 @@
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_stream/kv_handoff.h"
+#include "common/kv_stream/kv_stream_reader.h"
 #include "common/kv_stream/prefix_digest.h"
 #include "tests/support/tiny_model.h"
 
@@ -123,6 +124,7 @@ TEST_F(KvHandoffTransform, F32TargetHoldsTheDecodedRowsWithKeysRotated) {
   ASSERT_TRUE(load.ok()) << load.status();
   EXPECT_EQ(edge.size(), kPromptTokens - 1);
   EXPECT_GT(load->decoded_blocks, 0u);
+  EXPECT_EQ(load->decoded_on_arrival, load->decoded_blocks);
   // Close to the cloud's rows, not equal (3 bits per element), and the keys
   // are post-RoPE again (un-rotated keys would be far off).
   const int64_t kv_dim = geometry_.kv_dim();
@@ -159,6 +161,26 @@ TEST_F(KvHandoffTransform, Int8StoreGetsTheSameRowsRequantized) {
   ASSERT_TRUE(load.ok()) << load.status();
   EXPECT_GT(load->ingested_blocks, 0u);
   EXPECT_EQ(load->decoded_blocks, 0u);
+  // Every block was decoded while the stream arrived, none again at load.
+  EXPECT_EQ(load->decoded_on_arrival, load->ingested_blocks);
+  // load_kv_segment alone (no reader) decodes them itself, to the same store.
+  KvStreamReader reader(expectation(), kv_reader_options_with_codec(geometry_));
+  for (const v1::KvStreamMessage& m : messages) ASSERT_TRUE(reader.consume(v1::KvStreamMessage(m)).ok());
+  absl::StatusOr<KvSegment> segment = reader.commit();
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto again = QuantizedKvCache::Create(geometry_, kCapacity, transform->int8_config());
+  absl::StatusOr<KvSegmentLoad> direct = load_kv_segment(*segment, &rope_, **again, transform.get());
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->decoded_on_arrival, 0u);
+  for (int layer = 0; layer < geometry_.n_layer; ++layer) {
+    for (const bool is_key : {true, false}) {
+      absl::StatusOr<QuantizedKvBlock> a = (*store)->export_block(layer, is_key, 0, kPromptTokens - 1);
+      absl::StatusOr<QuantizedKvBlock> b = (*again)->export_block(layer, is_key, 0, kPromptTokens - 1);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(a->codes, b->codes);
+      EXPECT_EQ(a->scales, b->scales);
+    }
+  }
   // The store's rows are the F32 target's rows within INT8 rounding.
   std::vector<float> row(static_cast<size_t>(geometry_.kv_dim()));
   const KvCodecConfig& form = (*store)->config();
