@@ -61,6 +61,18 @@ absl::Status check_transform(const KvCodecConfig& codec, const KvGeometry& geome
   return transform->calibration().check_geometry(geometry);
 }
 
+// The calibration is bound to one model: the KV's must be it.
+absl::Status check_calibration_model(const KvCodecConfig& codec, const KvTransformCodec* transform,
+                                     const ModelFingerprint& model) {
+  if (!codec.transform || transform == nullptr) return absl::OkStatus();
+  if (transform->calibration().model_digest != model.digest) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "KV codec %s: the calibration is for model %s; the KV's model is %s", codec.to_string(),
+        transform->calibration().model_digest, model.digest));
+  }
+  return absl::OkStatus();
+}
+
 std::string block_text(const KvStagedBlock& block) {
   return absl::StrFormat("KV block layer %u %s [%u, %u)", block.layer, kv_kind_name(block.kind), block.token_begin,
                          uint64_t{block.token_begin} + block.token_count);
@@ -173,6 +185,7 @@ absl::Status write_kv_segment_with(const KvGeometry& geometry, const KvStreamHea
                                    const v1::ProducerStats* producer) {
   BATON_RETURN_IF_ERROR(info.codec.validate(geometry));
   BATON_RETURN_IF_ERROR(check_rope(info.codec, geometry, rope, "sender"));
+  BATON_RETURN_IF_ERROR(check_calibration_model(info.codec, info.transform, info.model));
   BATON_RETURN_IF_ERROR(check_windows(info.model, geometry));
   BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
   BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
@@ -361,6 +374,7 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, con
   BATON_RETURN_IF_ERROR(check_windows(segment.fingerprint.model, g));
   BATON_RETURN_IF_ERROR(check_rope(codec, g, rope, "receiver"));
   BATON_RETURN_IF_ERROR(check_transform(codec, g, transform, "receiver"));
+  BATON_RETURN_IF_ERROR(check_calibration_model(codec, transform, segment.fingerprint.model));
   const int64_t first = header.first_position();
   const int64_t n = header.token_count();
   const int64_t end = first + n;

@@ -223,6 +223,30 @@ TEST_F(KvHandoffTransform, ReceiverWithoutOrWithAnotherCalibrationRefusesAndKeep
   EXPECT_EQ(edge.size(), 0);
 }
 
+TEST_F(KvHandoffTransform, CalibrationOfAnotherModelIsRefusedOnBothEnds) {
+  KvCalibration other = *calibration_;
+  other.model_digest = std::string(64, 'a');
+  auto transform = coder("tc-b2", std::make_shared<const KvCalibration>(std::move(other)));
+  F32KvCache cloud(geometry_, kCapacity);
+  const std::vector<int32_t> prefix(prompt_.begin(), prompt_.end() - 1);
+  ASSERT_TRUE(engine_->prefill(prefix, cloud, nullptr).ok());
+  KvStreamHeaderInfo info;
+  info.model = fingerprint_;
+  info.codec = transform->config();
+  info.token_ids = prefix;
+  info.prefix_digest = prefix_digest(prefix);
+  info.transform = transform.get();
+  int sent = 0;
+  KvStreamWriter writer([&](const v1::KvStreamMessage&) {
+    ++sent;
+    return absl::OkStatus();
+  });
+  const absl::Status st = write_kv_segment(cloud, info, &rope_, writer);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("calibration is for model"));
+  EXPECT_EQ(sent, 0);
+}
+
 TEST_F(KvHandoffTransform, CodecParamsRoundTripAndFingerprintNamesTheCalibration) {
   auto transform = coder("tc-b2.5-s2-w8-z3", calibration_);
   absl::StatusOr<v1::CodecParams> params = kv_codec_params(transform->config());
