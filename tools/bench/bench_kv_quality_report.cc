@@ -92,13 +92,14 @@ absl::Status write_kv_quality_plot(const KvQualityRun& run) {
   std::map<std::string, std::vector<const KvQualityRow*>> families;
   std::vector<const KvQualityRow*> others;
   for (const KvQualityRow& r : run.rows) {
-    if (!r.error.empty() || r.codec == run.baseline_codec) continue;
+    // Lossless codecs (KL 0) have no place on a log scale.
+    if (!r.error.empty() || r.codec == run.baseline_codec || r.mean_kl <= 0) continue;
     const std::string family = transform_family(r.codec);
     (family.empty() ? others : families[family]).push_back(&r);
   }
   std::ofstream data(dir + "/rd.dat");
   auto write_row = [&](const KvQualityRow& r) {
-    data << r.ratio << ' ' << std::max(r.mean_kl, 1e-9) << ' ' << r.ppl_change_pct << ' ' << r.codec << '\n';
+    data << r.ratio << ' ' << r.mean_kl << ' ' << r.ppl_change_pct << ' ' << r.codec << '\n';
   };
   std::vector<std::string> names;
   for (auto& [family, rows] : families) {
