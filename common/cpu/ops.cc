@@ -23,6 +23,25 @@ void rmsnorm_heads(float* x, int64_t n_rows, int n_heads, int head_dim, const fl
   rmsnorm_rows(x, weight, x, n_rows * n_heads, head_dim, eps);
 }
 
+namespace {
+
+// One row of n_heads head vectors rotated by the angles whose cos and sin are given.
+void rotate_row(float* row, int n_heads, int head_dim, int n_pairs, bool neox, const float* cos_t,
+                const float* sin_t) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = row + int64_t{h} * head_dim;
+    for (int i = 0; i < n_pairs; ++i) {
+      const int a = neox ? i : 2 * i;
+      const int b = neox ? i + n_pairs : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+      v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+  }
+}
+
+}  // namespace
+
 void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, bool neox,
                int64_t pos0, const float* inv_freq, float attn_factor) {
   const int n_pairs = n_rot / 2;
@@ -34,17 +53,7 @@ void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, b
       cos_t[i] = static_cast<float>(std::cos(theta) * attn_factor);
       sin_t[i] = static_cast<float>(std::sin(theta) * attn_factor);
     }
-    float* row = x + r * int64_t{n_heads} * head_dim;
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = row + int64_t{h} * head_dim;
-      for (int i = 0; i < n_pairs; ++i) {
-        const int a = neox ? i : 2 * i;
-        const int b = neox ? i + n_pairs : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
-      }
-    }
+    rotate_row(x + r * int64_t{n_heads} * head_dim, n_heads, head_dim, n_pairs, neox, cos_t.data(), sin_t.data());
   }
 }
 
@@ -73,17 +82,7 @@ void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool n
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* cos_t = table.cos.data() + (pos0 - table.pos0 + r) * n_pairs;
     const float* sin_t = table.sin.data() + (pos0 - table.pos0 + r) * n_pairs;
-    float* row = x + r * int64_t{n_heads} * head_dim;
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = row + int64_t{h} * head_dim;
-      for (int i = 0; i < n_pairs; ++i) {
-        const int a = neox ? i : 2 * i;
-        const int b = neox ? i + n_pairs : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
-      }
-    }
+    rotate_row(x + r * int64_t{n_heads} * head_dim, n_heads, head_dim, n_pairs, neox, cos_t, sin_t);
   }
 }
 

@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +8,8 @@
 
 #include "absl/strings/str_format.h"
 #include "bench_kv_quality.h"
+#include "common/util/check.h"
+#include "gnuplot_run.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -85,9 +85,8 @@ std::string transform_family(const std::string& codec) {
 }  // namespace
 
 absl::Status write_kv_quality_plot(const KvQualityRun& run) {
-  char dir_template[] = "/tmp/baton-bench-kvq-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-  const std::string dir = dir_template;
+  BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-kv-quality"));
+  const std::string data_path = gnuplot.path("rd.dat");
   // One data block per tc family (sorted by ratio), then the other codecs.
   std::map<std::string, std::vector<const KvQualityRow*>> families;
   std::vector<const KvQualityRow*> others;
@@ -97,7 +96,7 @@ absl::Status write_kv_quality_plot(const KvQualityRun& run) {
     const std::string family = transform_family(r.codec);
     (family.empty() ? others : families[family]).push_back(&r);
   }
-  std::ofstream data(dir + "/rd.dat");
+  std::ofstream data(data_path);
   auto write_row = [&](const KvQualityRow& r) {
     data << r.ratio << ' ' << r.mean_kl << ' ' << r.ppl_change_pct << ' ' << r.codec << '\n';
   };
@@ -114,7 +113,7 @@ absl::Status write_kv_quality_plot(const KvQualityRun& run) {
   const std::string title =
       absl::StrFormat("baton bench kv-quality: %s, chunks of %d tokens (first half over the wire)", run.model,
                       run.chunk_tokens);
-  std::ofstream script(dir + "/plot.gp");
+  std::ofstream script(gnuplot.path("plot.gp"));
   script << "set terminal pngcairo size 1000,1000 noenhanced\n"
          << "set output '" << run.plot_path << "'\n"
          << "set multiplot layout 2,1 title '" << title << "'\n"
@@ -125,22 +124,16 @@ absl::Status write_kv_quality_plot(const KvQualityRun& run) {
                           : "unset logscale y\nset ylabel 'perplexity change (%)'\n")
            << "plot ";
     for (size_t i = 0; i < n_families; ++i) {
-      script << "'" << dir << "/rd.dat' index " << i << " using 1:" << column << " with linespoints lw 2 pt 7 title '"
+      script << "'" << data_path << "' index " << i << " using 1:" << column << " with linespoints lw 2 pt 7 title '"
              << names[i] << " (bits per element rising)', ";
     }
-    script << "'" << dir << "/rd.dat' index " << n_families << " using 1:" << column
+    script << "'" << data_path << "' index " << n_families << " using 1:" << column
            << " with points pt 5 ps 1.5 lc rgb 'black' title 'int8 / int4 codecs', '' index " << n_families
            << " using 1:" << column << ":4 with labels offset 0,1 font ',8' notitle\n";
   }
   script << "unset multiplot\n";
   script.close();
-  const std::string command = "gnuplot '" + dir + "/plot.gp' 2>&1";
-  const int rc = std::system(command.c_str());
-  std::remove((dir + "/rd.dat").c_str());
-  std::remove((dir + "/plot.gp").c_str());
-  rmdir(dir.c_str());
-  if (rc != 0) return absl::InternalError(absl::StrFormat("gnuplot failed (exit %d) writing %s", rc, run.plot_path));
-  return absl::OkStatus();
+  return gnuplot.run(run.plot_path);
 }
 
 }  // namespace baton::cli

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench_split.h"
+#include "gnuplot_run.h"
 #include "common/util/check.h"
 #include "report.h"
 
@@ -183,10 +184,9 @@ absl::Status write_split_plot(const SplitRun& run) {
   const std::string gpu_label = run.gpu_source.rfind("ASSUMED", 0) == 0
                                     ? absl::StrFormat("ASSUMED GPU %.0f tok/s", run.gpu_rates.back())
                                     : absl::StrFormat("GPU %.0f tok/s", run.gpu_rates.back());
-  char dir_template[] = "/tmp/baton-bench-split-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-  const std::string dir = dir_template;
-  std::ofstream data(dir + "/ttft.dat");
+  BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
+  const std::string data_path = gnuplot.path("ttft.dat");
+  std::ofstream data(data_path);
   BATON_CHECK(run.gpu_rates.size() == run.results.size());
   for (size_t i = 0; i < run.results.size(); ++i) {
     data << run.results[i].prompt_len << ' ' << run.results[i].local_ttft_ms;
@@ -195,13 +195,13 @@ absl::Status write_split_plot(const SplitRun& run) {
     data << '\n';
   }
   data.close();
-  std::ofstream script(dir + "/plot.gp");
+  std::ofstream script(gnuplot.path("plot.gp"));
   script << "set terminal pngcairo size 1000,750 noenhanced\n"
          << "set output '" << run.plot_path << "'\n"
          << "set title '" << title << "'\n"
          << "set xlabel 'prompt tokens'\nset ylabel 'time to first token (ms)'\n"
          << "set logscale x 2\nset logscale y\nset grid\nset key below\n"
-         << "plot '" << dir << "/ttft.dat' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local (edge prefill)'";
+         << "plot '" << data_path << "' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local (edge prefill)'";
   const char* colors[] = {"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e"};
   const size_t k = run.profiles.size();
   for (size_t i = 0; i < k; ++i) {
@@ -214,13 +214,7 @@ absl::Status write_split_plot(const SplitRun& run) {
   }
   script << "\n";
   script.close();
-  const std::string command = "gnuplot '" + dir + "/plot.gp' 2>&1";
-  const int rc = std::system(command.c_str());
-  std::remove((dir + "/ttft.dat").c_str());
-  std::remove((dir + "/plot.gp").c_str());
-  rmdir(dir.c_str());
-  if (rc != 0) return absl::InternalError(absl::StrFormat("gnuplot failed (exit %d) writing %s", rc, run.plot_path));
-  return absl::OkStatus();
+  return gnuplot.run(run.plot_path);
 }
 
 }  // namespace baton::cli
