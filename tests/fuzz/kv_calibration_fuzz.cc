@@ -1,7 +1,8 @@
 // libFuzzer target: the .batoncal parser (common/kv_codec/kv_calibration.h)
 // on hostile bytes. Must never crash, hang or allocate beyond what the input
 // size and the declared-size caps allow (run.sh runs it with
-// -rss_limit_mb=2048 and -malloc_limit_mb at the same value); every error must
+// -rss_limit_mb=2048; libFuzzer's -malloc_limit_mb defaults to the same, so
+// a single allocation above 2 GiB is a finding too); every error must
 // be InvalidArgument. A calibration that parses must serialize to the same
 // bytes, and since a calibration can arrive from a prefix pack or the cloud,
 // it must also give a transform codec (tc-b2.5) that either refuses it with
