@@ -274,6 +274,7 @@ absl::StatusOr<EncodedKvBlock> KvTransformCodec::encode(int layer, bool is_key, 
   }
   const KvTransformPlan& p = plan(layer, is_key);
   const int64_t n_cols = static_cast<int64_t>(p.active.size());
+  if (n_cols == 0) return out;  // nothing coded (e.g. every variance 0): no symbol section
   std::vector<uint8_t> symbols(static_cast<size_t>(n_rows * n_cols));
   thread_local std::vector<float> coefficients;
   const kv_kernels_impl::KvKernels& kernels = kv_kernels_impl::kv_kernels();
@@ -333,18 +334,20 @@ absl::Status KvTransformCodec::decode(int layer, bool is_key, int64_t token_begi
   }
   const std::string_view coded = payload.substr(at);
   const int64_t n_rows = s.b - s.a;
-  if (n_rows == 0) {
+  const KvTransformPlan& p = plan(layer, is_key);
+  const int64_t n_cols = static_cast<int64_t>(p.active.size());
+  if (n_rows == 0 || n_cols == 0) {  // no symbol section (encode)
     if (!coded.empty()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("transform KV block: %d bytes after its INT8 rows, none expected", coded.size()));
     }
-    return absl::OkStatus();
+    if (n_rows == 0) return absl::OkStatus();
   }
-  const KvTransformPlan& p = plan(layer, is_key);
-  const int64_t n_cols = static_cast<int64_t>(p.active.size());
   thread_local std::vector<uint8_t> symbols;
   symbols.resize(static_cast<size_t>(n_rows * n_cols));  // <= raw_size / 2: the caller holds 8x that in `out`
-  if (config_.zstd_level != 0) {
+  if (n_cols == 0) {
+    // Every head reconstructs at its mean below.
+  } else if (config_.zstd_level != 0) {
     BATON_RETURN_IF_ERROR(zstd_decompress_exact(coded, symbols.size(), symbols.data()));
   } else {
     BATON_RETURN_IF_ERROR(rans_decode(coded, n_rows, static_cast<int>(n_cols), p.models, symbols.data()));

@@ -28,7 +28,9 @@
 //   [0, a), then those of rows [b, T); then the transform rows [a, b): the
 //   rANS stream (rans.h) of their symbols [b - a, n_active] row-major, active
 //   components in (head, component) order; with the zstd back end
-//   (zstd_level != 0) one zstd frame of those symbol bytes instead.
+//   (zstd_level != 0) one zstd frame of those symbol bytes instead. With no
+//   active component (every variance 0, or a budget too small for any)
+//   nothing follows the INT8 rows: the transform rows decode to the means.
 // raw_size is the F16 size 2 * T * kv_dim (kv_block_raw_size). Keys come out
 // pre-RoPE: the receiver applies RoPE (kv_handoff.cc), as for "pre" codecs.
 //

@@ -3,9 +3,11 @@
 # UndefinedBehaviorSanitizer, from the sources they need and the system
 # libraries (no CMake build needed):
 #
-#   tests/fuzz/build.sh             -> build-fuzz/{kv_stream,gguf,tokenizer,rans}_fuzz, build-fuzz/kv_stream_seed_gen,
+#   tests/fuzz/build.sh             -> build-fuzz/{kv_stream,gguf,tokenizer,rans,kv_transform,kv_calibration}_fuzz,
+#                                      build-fuzz/kv_stream_seed_gen,
 #                                      build-fuzz/{prefill_request,edge_request}_fuzz
-#   tests/fuzz/build.sh kv          -> only the first group (kv_stream, gguf, tokenizer, rans, seed generator)
+#   tests/fuzz/build.sh kv          -> only the first group (kv_stream, gguf, tokenizer, rans, kv_transform,
+#                                      kv_calibration, seed generator)
 #   tests/fuzz/build.sh services    -> only prefill_request_fuzz and edge_request_fuzz
 #   BATON_FUZZ_BUILD=DIR tests/fuzz/build.sh
 #
@@ -97,7 +99,35 @@ if [[ "${group}" != services ]]; then
   # The rANS coder stands alone (abseil only).
   "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/rans_fuzz.cc" "${root}/common/kv_codec/rans.cc" \
     "${libs[@]}" -o "${out}/rans_fuzz"
-  echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer,rans}_fuzz and ${out}/kv_stream_seed_gen"
+  # The KV codec closure for the transform codec and calibration targets, with
+  # common/CMakeLists.txt's per-file flags (ISA files; no fused multiply-adds
+  # where both ends must compute the same models).
+  codec_sources=(common/kv_codec/*.cc common/cpu/ops.cc common/util/cpu_features.cc common/util/log.cc
+                 common/util/read_file.cc tests/support/synthetic_calibration.cc)
+  codec_objects=()
+  codec_jobs=()
+  cd "${root}"
+  for src in "${codec_sources[@]}"; do
+    obj="${out}/obj/codec_$(echo "${src}" | tr '/' '_').o"
+    codec_objects+=("${obj}")
+    flags=""
+    case "${src}" in
+      *_avx2.cc) flags="-mavx2 -mfma -mf16c" ;;
+      */kv_transform_codec.cc|*/rans.cc|*/kv_calibration.cc) flags="-ffp-contract=off" ;;
+    esac
+    codec_jobs+=("${root}/${src} ${obj}${flags:+ ${flags}}")  # no trailing blank: xargs -L would join lines
+  done
+  cd - > /dev/null
+  printf '%s\n' "${codec_jobs[@]}" | xargs -P "${jobs}" -L 1 bash -c \
+    "$(declare -p cxxflags); "'src="$0"; obj="$1"; shift; ${launcher} "${cxx}" "${cxxflags[@]}" "$@" -c "${src}" -o "${obj}"'
+  for src in common/util/atomic_file.cc common/util/errno_status.cc common/util/sha256.cc; do
+    codec_objects+=("${out}/obj/$(echo "${src}" | tr '/' '_').o")  # built with the stream closure
+  done
+  for target in kv_transform kv_calibration; do
+    "${cxx}" "${cxxflags[@]}" -fsanitize=fuzzer "${root}/tests/fuzz/${target}_fuzz.cc" "${codec_objects[@]}" \
+      "${libs[@]}" -o "${out}/${target}_fuzz"
+  done
+  echo "build.sh: built ${out}/{kv_stream,gguf,tokenizer,rans,kv_transform,kv_calibration}_fuzz and ${out}/kv_stream_seed_gen"
 fi
 
 if [[ "${group}" == kv ]]; then exit 0; fi

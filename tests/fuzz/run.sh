@@ -3,8 +3,9 @@
 #
 #   tests/fuzz/run.sh TARGET SECONDS [libFuzzer flags...]     e.g. run.sh kv_stream 600
 #
-# Targets: kv_stream, gguf, tokenizer, rans, prefill_request, edge_request (the
-# last two start a real server on 127.0.0.1:0 inside the fuzzer).
+# Targets: kv_stream, gguf, tokenizer, rans, kv_transform, kv_calibration,
+# prefill_request, edge_request (the last two start a real server on
+# 127.0.0.1:0 inside the fuzzer).
 #
 # Builds it first when missing (tests/fuzz/build.sh). The checked-in seeds in
 # tests/fuzz/corpus/TARGET/ are read, never written; new inputs go to
