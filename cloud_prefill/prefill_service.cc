@@ -360,6 +360,7 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_transform_codec(const v1::
         to_hex(theirs), to_hex(calibration_digest_)));
   }
   v1::CodecParams params = requested;
+  params.set_pre_rope_keys(true);  // tc's keys are always pre-RoPE
   v1::TransformCodecParams* p = params.mutable_transform();
   if (!requested.has_transform()) {
     p->set_budget_tenths(static_cast<uint32_t>(defaults.budget_tenths));
