@@ -138,7 +138,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   BATON_ASSIGN_OR_RETURN(KvCodecConfig default_codec, default_codec_from_name(options_.codec, geometry));
 
   // Memory plan: the default codec first, then the other widths.
-  std::vector<KvCodecConfig> codecs = {default_codec};
+  std::vector<KvCodecConfig> codecs = {edge_store_config(default_codec, geometry)};
   for (KvCodecConfig::Bits bits : {KvCodecConfig::Bits::kF16, KvCodecConfig::Bits::kInt8, KvCodecConfig::Bits::kInt4}) {
     const KvCodecConfig config = default_kv_codec_config(bits, geometry);
     bool seen = false;
@@ -246,7 +246,7 @@ absl::Status EdgeService::warm_up() {
   for (int pass = 0; pass < 2; ++pass) {
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
                            QuantizedKvCache::Create(runtime_.geometry, n,
-                                                    QuantizedKvCache::store_config_for(runtime_.default_codec)));
+                                                    edge_store_config(runtime_.default_codec, runtime_.geometry)));
     std::vector<float> logits;
     const Clock::time_point start = Clock::now();
     BATON_RETURN_IF_ERROR(engine_->prefill(tokens, *kv, &logits));

@@ -59,15 +59,6 @@ KvCodecConfig::Bits bits_of(v1::KvCodec codec) {
   }
 }
 
-// The store a wire codec's KV lands in. The transform codec's is the form of
-// its INT8 rows (KvTransformCodec::int8_config): groups of 32, or of
-// head_dim when 32 does not divide it.
-KvCodecConfig store_for_wire(const KvCodecConfig& wire, const KvGeometry& geometry) {
-  KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
-  if (wire.transform && geometry.head_dim % store.group_size != 0) store.group_size = geometry.head_dim;
-  return store;
-}
-
 // An f32 staging cache with room for `capacity_tokens` holding an F16
 // store's tokens [0, n) (f16 -> f32 is exact).
 absl::StatusOr<std::unique_ptr<F32KvCache>> f32_staging_of(const QuantizedKvCache& store, int64_t n,
@@ -285,7 +276,7 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
                                       ? rt_.assumed_local_prefill_tokens_per_s
                                       : rt_.local_prefill_tokens_per_s->value();
   const double quantized_per_token =
-      static_cast<double>(QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(wire), rt_.geometry));
+      static_cast<double>(QuantizedKvCache::bytes_per_token(edge_store_config(wire, rt_.geometry), rt_.geometry));
   double wire_ratio = wire.zstd_level != 0 ? 0.85 : 1.0;  // zstd on quantized KV: assumed until measured
   // The transform codec spends about its budget per element of the INT8 store's 8 bits.
   if (wire.transform) wire_ratio = std::min(1.0, wire.transform->budget_tenths / 80.0);
@@ -429,7 +420,7 @@ absl::Status GenerateTurn::take_session() {
   session_.emplace(rt_.sessions, std::move(taken), is_new_, one_shot);
   SessionLease& session = *session_;
 
-  store_ = store_for_wire(wire_, rt_.geometry);
+  store_ = edge_store_config(wire_, rt_.geometry);
   if (!is_new_) {
     const KvCodecConfig session_store = QuantizedKvCache::store_config_for(session->codec);
     if (codec_requested_ && store_ != session_store) {
@@ -446,7 +437,7 @@ absl::Status GenerateTurn::take_session() {
     // the request names one, ask the cloud for the agent's default variant
     // when it lands in the same store, else for the store's own form.
     if (!codec_requested_) {
-      wire_ = store_for_wire(rt_.default_codec, rt_.geometry) == store_ ? rt_.default_codec : store_;
+      wire_ = edge_store_config(rt_.default_codec, rt_.geometry) == store_ ? rt_.default_codec : store_;
     }
   }
   session->codec = store_;

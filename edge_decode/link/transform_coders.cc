@@ -2,11 +2,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/util/check.h"
 #include "common/util/sha256.h"
 #include "edge_decode/link/cloud_client.h"
 
 namespace baton {
+
+KvCodecConfig edge_store_config(const KvCodecConfig& wire, const KvGeometry& geometry) {
+  KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
+  if (wire.transform && geometry.head_dim % store.group_size != 0) store.group_size = geometry.head_dim;
+  return store;
+}
 
 std::shared_ptr<const KvCalibration> TransformCoders::calibration() const {
   std::lock_guard<std::mutex> lock(mu_);

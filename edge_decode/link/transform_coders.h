@@ -27,6 +27,12 @@ class CloudClient;
 // calibration is under 100 MiB).
 inline constexpr uint64_t kMaxFetchedKvCalibrationBytes = uint64_t{256} << 20;
 
+// The store a wire codec's KV lands in on the edge (QuantizedKvCache::
+// store_config_for); the transform codec's is the form of its INT8 rows
+// (KvTransformCodec::int8_config): groups of 32, or of head_dim when 32 does
+// not divide it.
+KvCodecConfig edge_store_config(const KvCodecConfig& wire, const KvGeometry& geometry);
+
 class TransformCoders {
  public:
   // `calibration` (optional: --kv-calibration, already checked against the
