@@ -10,7 +10,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/kv_codec/kv_calibration.h"
+#include "common/kv_codec/kv_geometry.h"
+#include "common/kv_stream/kv_calibration_check.h"
 #include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
 #include "common/util/listen_address.h"
 #include "common/util/log.h"
 #include "common/util/metrics_http.h"
@@ -55,6 +59,7 @@ struct PrefillConfig {
   int64_t chunk_tokens = 256;           // default tokens per KV block
   std::string default_codec = "int8";   // f16 | int8 | int4, when a request leaves it unset
   int64_t zstd_level = 3;               // default zstd level; 0: no compression
+  std::string kv_calibration_path;      // .batoncal of this model: enables the transform codec (tc-*)
   uint64_t prefix_cache_bytes = 8ull << 30;   // prefix cache (KV kept by prefix digest)
   uint64_t session_cache_bytes = 4ull << 30;  // session cache (KV kept per session id)
   uint64_t pack_store_bytes = 2ull << 30;     // prefix packs uploaded with PutPrefix
@@ -100,6 +105,10 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                    "KV codec when a request leaves it unset: f16, int8 or int4", "NAME");
   flags.add_int64("zstd-level", &config.zstd_level,
                   "zstd level when a request leaves it unset; 0: no compression");
+  flags.add_string("kv-calibration", &config.kv_calibration_path,
+                   "KV calibration of the served model (`baton model calibrate`): enables the transform codec "
+                   "(tc-*) and is handed to edges that ask (GetKvCalibration)",
+                   "FILE");
   flags.add_size("prefix-cache", &config.prefix_cache_bytes,
                  "memory for KV kept by prefix digest");
   flags.add_size("session-cache", &config.session_cache_bytes,
@@ -325,6 +334,22 @@ int run_prefill_service(const PrefillConfig& config) {
     }
   }
 #endif
+  if (!config.kv_calibration_path.empty()) {
+    // Checked against the model before anything listens: a calibration of
+    // another model would code every block against the wrong basis.
+    absl::StatusOr<KvCalibration> calibration = load_kv_calibration(config.kv_calibration_path);
+    absl::StatusOr<ModelFingerprint> fingerprint = model_fingerprint(**model);
+    absl::Status fits = !calibration.ok()   ? calibration.status()
+                        : !fingerprint.ok() ? fingerprint.status()
+                                            : check_kv_calibration_model(*calibration, fingerprint->digest,
+                                                                         kv_geometry_for((*model)->spec()),
+                                                                         "--kv-calibration " + config.kv_calibration_path);
+    if (!fits.ok()) {
+      std::fprintf(stderr, "baton-prefill: --kv-calibration: %s\n", std::string(fits.message()).c_str());
+      return 1;
+    }
+    options.kv_calibration = std::make_shared<const KvCalibration>(std::move(*calibration));
+  }
   model->reset();  // only checked here; service.Load maps it again
   MetricsRegistry metrics;
   PrefillMetrics prefill_metrics(metrics);

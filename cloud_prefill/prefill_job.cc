@@ -37,8 +37,9 @@ class StreamEncoder {
     uint32_t count = 0;
   };
 
-  StreamEncoder(const F32KvCache& cache, const KvCodecConfig& codec, const KvRope& rope, KvStreamWriter& writer)
-      : cache_(cache), codec_(codec), rope_(rope), writer_(writer), thread_([this] { loop(); }) {}
+  StreamEncoder(const F32KvCache& cache, const KvCodecConfig& codec, const KvTransformCodec* transform,
+                const KvRope& rope, KvStreamWriter& writer)
+      : cache_(cache), codec_(codec), transform_(transform), rope_(rope), writer_(writer), thread_([this] { loop(); }) {}
 
   ~StreamEncoder() { stop(); }
 
@@ -110,7 +111,7 @@ class StreamEncoder {
         }
       }
       absl::Status status =
-          write_kv_layer_range(rows, g, codec_, &rope_, task.layer, task.begin, task.count, writer_);
+          write_kv_layer_range(rows, g, codec_, &rope_, task.layer, task.begin, task.count, writer_, transform_);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!first_block_.has_value() && status.ok()) first_block_ = Clock::now();
@@ -123,6 +124,7 @@ class StreamEncoder {
 
   const F32KvCache& cache_;
   const KvCodecConfig& codec_;
+  const KvTransformCodec* transform_;  // null unless codec_ is a transform codec
   const KvRope& rope_;
   KvStreamWriter& writer_;
   mutable std::mutex mu_;
@@ -256,6 +258,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   KvStreamHeaderInfo info;
   info.model = *env.fingerprint;
   info.codec = input.codec;
+  info.transform = input.transform.get();
   info.first_position = input.first_position;
   info.token_ids.assign(input.tokens.begin() + first, input.tokens.end());
   info.prefix_digest = prefix_digest(tokens);
@@ -267,7 +270,7 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   const int64_t chunk = std::max<int64_t>(1, input.chunk_tokens);
   const int64_t slice = (chunk + align - 1) / align * align;  // stream slice, tokens
   const KvRope rope = kv_rope_of(model);
-  StreamEncoder encoder(*cache, input.codec, rope, writer);
+  StreamEncoder encoder(*cache, input.codec, input.transform.get(), rope, writer);
   std::vector<int64_t> emitted(static_cast<size_t>(spec.n_layer), first);  // per layer: sent up to
   // Sends layer `layer` up to the last slice boundary at or below `available`
   // (or to the end once everything is there).

@@ -37,6 +37,7 @@
 #include "cloud_prefill/session_cache.h"
 #include "cloud_prefill/state/state_tier.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_stream/kv_stream.h"
 #include "common/model/model_fingerprint.h"
 
@@ -51,6 +52,7 @@ struct PrefillJobInput {
   uint32_t first_position = 0;                 // KV of [first_position, end) is streamed
   uint32_t chunk_tokens = 256;                 // tokens per compute chunk and stream slice
   KvCodecConfig codec;                         // wire codec, validated against the geometry
+  std::shared_ptr<const KvTransformCodec> transform;  // the coder of `codec` when it is a transform codec
   std::string session_id;                      // optional; >= kMinSessionIdChars (a secret)
   std::string cache_salt;                      // optional; partitions the prefix cache (prefix_cache_partition)
   std::shared_ptr<const StoredPack> pack;      // optional; its tokens start `tokens`

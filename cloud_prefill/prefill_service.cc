@@ -1,6 +1,7 @@
 #include "cloud_prefill/prefill_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_stream/cache_salt.h"
+#include "common/kv_stream/kv_calibration_check.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_stream/kv_handoff.h"
@@ -20,6 +22,7 @@
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
+#include "common/util/sha256.h"
 #include "common/util/version.h"
 
 namespace baton {
@@ -136,6 +139,11 @@ absl::Status PrefillService::Load(const std::string& model_path) {
   StateTierOptions tier_options;
   tier_options.ttl = options_.state_ttl;
   state_tier_ = std::make_unique<StateTier>(options_.state_redis, fingerprint_, geometry_, tier_options);
+  if (options_.kv_calibration != nullptr) {
+    BATON_RETURN_IF_ERROR(check_kv_calibration_model(*options_.kv_calibration, fingerprint_.digest, geometry_, "--kv-calibration"));
+    calibration_bytes_ = std::make_shared<const std::string>(serialize_kv_calibration(*options_.kv_calibration));
+    calibration_digest_ = sha256(*calibration_bytes_);
+  }
   if (absl::Status packs = open_packs(); !packs.ok()) return packs;
   admission_ = std::make_unique<MemoryAdmission>(options_.memory_limit_bytes);
 
@@ -266,6 +274,10 @@ grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* co
   response->add_codecs(v1::KV_CODEC_F16);
   response->add_codecs(v1::KV_CODEC_INT8);
   response->add_codecs(v1::KV_CODEC_INT4);
+  if (calibration_bytes_ != nullptr) {
+    response->add_codecs(v1::KV_CODEC_TC);
+    response->set_kv_calibration_sha256(to_hex(calibration_digest_));
+  }
   response->set_running(running_.load());
   response->set_queued(queued_.load());
   {
@@ -292,6 +304,7 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_codec(const v1::CodecParam
     case v1::KV_CODEC_F16: bits = KvCodecConfig::Bits::kF16; break;
     case v1::KV_CODEC_INT8: bits = KvCodecConfig::Bits::kInt8; break;
     case v1::KV_CODEC_INT4: bits = KvCodecConfig::Bits::kInt4; break;
+    case v1::KV_CODEC_TC: return resolve_transform_codec(requested);
     default:
       return absl::InvalidArgumentError(
           absl::StrFormat("codec.codec: %d is not a known KV codec", static_cast<int>(requested.codec())));
@@ -325,6 +338,61 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_codec(const v1::CodecParam
     return absl::InvalidArgumentError(status.message());
   }
   return config;
+}
+
+absl::StatusOr<KvCodecConfig> PrefillService::resolve_transform_codec(const v1::CodecParams& requested) const {
+  if (options_.kv_calibration == nullptr) {
+    return absl::FailedPreconditionError("this cloud holds no KV calibration (--kv-calibration)");
+  }
+  // Unset fields take KvTransformParams' defaults, the calibration the cloud's own.
+  const KvTransformParams defaults;
+  const v1::TransformCodecParams& t = requested.transform();
+  if (!t.calibration_sha256().empty() && t.calibration_sha256().size() != calibration_digest_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("transform.calibration_sha256 has %d bytes; a SHA-256 has %d",
+                                                      t.calibration_sha256().size(), calibration_digest_.size()));
+  }
+  if (!t.calibration_sha256().empty() &&
+      std::memcmp(t.calibration_sha256().data(), calibration_digest_.data(), calibration_digest_.size()) != 0) {
+    Digest256 theirs{};
+    std::memcpy(theirs.data(), t.calibration_sha256().data(), theirs.size());
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "transform.calibration_sha256: the request's tc_calibration is %s, this cloud's (--kv-calibration) is %s",
+        to_hex(theirs), to_hex(calibration_digest_)));
+  }
+  v1::CodecParams params = requested;
+  params.set_pre_rope_keys(true);  // tc's keys are always pre-RoPE
+  v1::TransformCodecParams* p = params.mutable_transform();
+  if (!requested.has_transform()) {
+    p->set_budget_tenths(static_cast<uint32_t>(defaults.budget_tenths));
+    p->set_sink_tokens(static_cast<uint32_t>(defaults.sink_tokens));
+    p->set_recent_tokens(static_cast<uint32_t>(defaults.recent_tokens));
+  }
+  if (p->budget_tenths() == 0) p->set_budget_tenths(static_cast<uint32_t>(defaults.budget_tenths));
+  p->set_calibration_sha256(std::string(reinterpret_cast<const char*>(calibration_digest_.data()),
+                                        calibration_digest_.size()));
+  if (!requested.has_zstd_level()) params.set_zstd_level(0);  // the rANS back end
+  absl::StatusOr<KvCodecConfig> config = kv_codec_config_from_params(params);
+  if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
+  if (absl::Status status = config->validate(geometry_); !status.ok()) {
+    return absl::InvalidArgumentError(status.message());
+  }
+  return config;
+}
+
+absl::StatusOr<std::shared_ptr<const KvTransformCodec>> PrefillService::transform_coder(
+    const KvCodecConfig& config) const {
+  const std::string key = absl::StrCat(config.to_string(), "/", to_hex(config.transform->calibration));
+  std::lock_guard<std::mutex> lock(coders_mu_);
+  auto it = coders_.find(key);
+  if (it != coders_.end()) return it->second;
+  // Few distinct configs are ever asked for; the cap bounds what a hostile caller can make the map hold.
+  constexpr size_t kMaxCoders = 64;
+  if (coders_.size() >= kMaxCoders) coders_.erase(coders_.begin());
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvTransformCodec> coder,
+                         KvTransformCodec::Create(options_.kv_calibration, config));
+  std::shared_ptr<const KvTransformCodec> shared = std::move(coder);
+  coders_.emplace(key, shared);
+  return shared;
 }
 
 absl::Status PrefillService::check_expected_model(const v1::ModelFingerprint& expected_proto) const {
@@ -412,8 +480,17 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
   }
   plan.cache_salt = request.cache_salt();
   absl::StatusOr<KvCodecConfig> codec = resolve_codec(request.codec());
-  if (!codec.ok()) return absl::InvalidArgumentError(absl::StrCat("codec: ", codec.status().message()));
+  if (!codec.ok()) {
+    // A calibration the cloud lacks or does not share is a precondition, not a malformed request.
+    const absl::StatusCode code = codec.status().code() == absl::StatusCode::kFailedPrecondition
+                                      ? absl::StatusCode::kFailedPrecondition
+                                      : absl::StatusCode::kInvalidArgument;
+    return absl::Status(code, absl::StrCat("codec: ", codec.status().message()));
+  }
   plan.codec = *codec;
+  if (plan.codec.transform) {
+    BATON_ASSIGN_OR_RETURN(plan.transform, transform_coder(plan.codec));
+  }
   plan.chunk_tokens = request.chunk_tokens() > 0 ? request.chunk_tokens()
                                                  : static_cast<uint32_t>(std::max(1, options_.chunk_tokens));
   plan.chunk_tokens = std::min<uint32_t>(plan.chunk_tokens, 8192);  // bounds the compute scratch
@@ -480,6 +557,68 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
                         options_.max_queued, options_.retry_after_ms)));
   }
   return reactor;
+}
+
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// GetKvCalibration's stream: the file's bytes in chunks of at most
+// kKvCalibrationChunkBytes, one write at a time straight from the shared
+// bytes (no copy of the whole file per call, no worker thread held by a
+// slow reader: flow control just delays OnWriteDone).
+class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibrationChunk> {
+ public:
+  KvCalibrationReactor(std::shared_ptr<const std::string> bytes, const Digest256& digest, std::string model_digest)
+      : bytes_(std::move(bytes)) {
+    chunk_.set_total_bytes(bytes_->size());
+    chunk_.set_sha256(std::string(reinterpret_cast<const char*>(digest.data()), digest.size()));
+    chunk_.set_model_digest(std::move(model_digest));
+    next();
+  }
+  explicit KvCalibrationReactor(const absl::Status& refusal) { Finish(to_grpc_status(refusal)); }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetKvCalibration: the client went away"));
+      return;
+    }
+    chunk_.Clear();
+    next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void next() {
+    if (started_ && offset_ >= bytes_->size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const size_t n = std::min(kKvCalibrationChunkBytes, bytes_->size() - offset_);
+    chunk_.set_data(bytes_->data() + offset_, n);
+    offset_ += n;
+    started_ = true;
+    StartWrite(&chunk_);
+  }
+
+  std::shared_ptr<const std::string> bytes_;
+  size_t offset_ = 0;
+  bool started_ = false;  // the first chunk (with the sizes and digests) went out
+  v1::KvCalibrationChunk chunk_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::KvCalibrationChunk>* PrefillService::GetKvCalibration(
+    grpc::CallbackServerContext* context, const v1::GetKvCalibrationRequest* /*request*/) {
+  if (absl::Status serving = check_serving(context); !serving.ok()) return new KvCalibrationReactor(serving);
+  absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
+  if (!tenant.ok()) return new KvCalibrationReactor(tenant.status());
+  if (calibration_bytes_ == nullptr) {
+    return new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)"));
+  }
+  return new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest);
 }
 
 }  // namespace baton

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,7 +59,9 @@
 #include "cloud_prefill/state/redis_client.h"
 #include "cloud_prefill/state/state_tier.h"
 #include "cloud_prefill/tenant_auth.h"
+#include "common/kv_codec/kv_calibration.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_stream/kv_stream_reader.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
@@ -73,6 +76,10 @@ namespace baton {
 // The server side of the KV streams (Prefill, GetPrefix): messages come from
 // a job's encoder thread or a pack sender thread.
 using KvStreamReactor = QueuedWriteReactor<v1::KvStreamMessage>;
+
+// GetKvCalibration sends the file in chunks of at most this many bytes (a
+// large model's calibration passes gRPC's 4 MB default message limit).
+inline constexpr size_t kKvCalibrationChunkBytes = size_t{1} << 20;
 
 // A stream refused before any work: finishes at once with `status`.
 KvStreamReactor* refused_stream(grpc::CallbackServerContext* context, const absl::Status& status);
@@ -112,6 +119,10 @@ struct PrefillServiceOptions {
   // null: in-process only.
   std::shared_ptr<RedisClient> state_redis;
   std::chrono::seconds state_ttl{24 * 3600};  // of L2 prefix blocks and sessions; 0: none (Redis's LRU only)
+  // The KV calibration (--kv-calibration) the transform codec (KV_CODEC_TC)
+  // codes with and GetKvCalibration hands out; its model_digest must be the
+  // served model's (Load fails otherwise). Null: KV_CODEC_TC is refused.
+  std::shared_ptr<const KvCalibration> kv_calibration;
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {
@@ -160,6 +171,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
                                                            const v1::GetPrefixRequest* request) override;
   grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context, const v1::DeletePrefixRequest* request,
                                          v1::DeletePrefixResponse* response) override;
+  grpc::ServerWriteReactor<v1::KvCalibrationChunk>* GetKvCalibration(
+      grpc::CallbackServerContext* context, const v1::GetKvCalibrationRequest* request) override;
 
   // Bytes reserved by admitted Prefill requests (memory admission), the
   // packs stored, and the effective per-tenant pack quota.
@@ -179,6 +192,12 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // RESOURCE_EXHAUSTED, FAILED_PRECONDITION, NOT_FOUND).
   absl::StatusOr<PrefillJobInput> plan_request(const v1::PrefillRequest& request, const std::string& tenant) const;
   absl::StatusOr<KvCodecConfig> resolve_codec(const v1::CodecParams& params) const;
+  // KV_CODEC_TC: the request's transform parameters (defaults where unset)
+  // bound to the held calibration; FAILED_PRECONDITION without one or when
+  // the request names another calibration.
+  absl::StatusOr<KvCodecConfig> resolve_transform_codec(const v1::CodecParams& params) const;
+  // The coder of a bound transform config, made once per distinct config.
+  absl::StatusOr<std::shared_ptr<const KvTransformCodec>> transform_coder(const KvCodecConfig& config) const;
   // FAILED_PRECONDITION naming the field when `expected` differs from the served model.
   absl::Status check_expected_model(const v1::ModelFingerprint& expected) const;
   // Verifies an uploaded pack and stores it (PutPrefix's work), taking over
@@ -239,6 +258,13 @@ class PrefillService final : public v1::Prefill::CallbackService {
   std::unique_ptr<MemoryAdmission> admission_;  // set by Load()
   double prefill_tokens_per_s_ = 0;   // guarded by mu_: moving average over requests
   std::vector<std::thread> workers_;
+
+  // Set once by Load() when options_.kv_calibration is set.
+  std::shared_ptr<const std::string> calibration_bytes_;  // the serialized file GetKvCalibration streams
+  Digest256 calibration_digest_{};
+  mutable std::mutex coders_mu_;
+  // One coder per distinct bound transform config (name + digest), guarded by coders_mu_.
+  mutable std::map<std::string, std::shared_ptr<const KvTransformCodec>> coders_;
 };
 
 }  // namespace baton

@@ -12,6 +12,7 @@
 #include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "edge_decode/link/cloud_client.h"
+#include "edge_decode/link/transform_coders.h"
 #include "edge_decode/plan/memory_plan.h"
 #include "edge_decode/store/pack_store.h"
 #include "edge_decode/store/session_store.h"
@@ -35,6 +36,8 @@ struct EdgeRuntime {
   SessionStore* sessions = nullptr;
   PackStore* packs = nullptr;
   CloudClient* cloud = nullptr;           // nullptr: no cloud configured
+  // The transform codec's calibration and coders (tc-* wire codecs).
+  TransformCoders* transform = nullptr;
   // Local prefill speed for the split policy: measured at warm-up and after
   // each local prefill; `assumed_local_prefill_tokens_per_s` > 0 replaces it.
   MovingAverage* local_prefill_tokens_per_s = nullptr;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/gguf/ggml_types.h"
+#include "common/kv_stream/kv_calibration_check.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_cache/quantized_kv_cache.h"
@@ -137,7 +138,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   BATON_ASSIGN_OR_RETURN(KvCodecConfig default_codec, default_codec_from_name(options_.codec, geometry));
 
   // Memory plan: the default codec first, then the other widths.
-  std::vector<KvCodecConfig> codecs = {default_codec};
+  std::vector<KvCodecConfig> codecs = {edge_store_config(default_codec, geometry)};
   for (KvCodecConfig::Bits bits : {KvCodecConfig::Bits::kF16, KvCodecConfig::Bits::kInt8, KvCodecConfig::Bits::kInt4}) {
     const KvCodecConfig config = default_kv_codec_config(bits, geometry);
     bool seen = false;
@@ -186,6 +187,20 @@ absl::Status EdgeService::load(const std::string& model_path) {
     cloud->start_health_polling();
   }
 
+  std::shared_ptr<const KvCalibration> calibration;
+  if (!options_.kv_calibration_path.empty()) {
+    absl::StatusOr<KvCalibration> loaded = load_kv_calibration(options_.kv_calibration_path);
+    if (!loaded.ok()) return absl::Status(loaded.status().code(), absl::StrCat("--kv-calibration: ", loaded.status().message()));
+    BATON_RETURN_IF_ERROR(check_kv_calibration_model(*loaded, fingerprint.digest, geometry,
+                                                     "--kv-calibration " + options_.kv_calibration_path));
+    calibration = std::make_shared<const KvCalibration>(std::move(*loaded));
+  } else if (default_codec.transform && cloud == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--codec ", options_.codec,
+                                                   ": the transform codec needs --kv-calibration or a --cloud to "
+                                                   "fetch the calibration from"));
+  }
+  auto transform = std::make_unique<TransformCoders>(std::move(calibration), cloud.get(), fingerprint.digest, geometry);
+
   backend_name_ = absl::StrFormat("cpu:%s x%d", simd_level_name(active_simd_level()), engine->pool().size());
   fingerprint_proto_ = model_fingerprint_to_proto(fingerprint);
   // [info] field: the stored type of the weight matrices ("Q4_0").
@@ -208,6 +223,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
   runtime_.cloud = cloud.get();
+  runtime_.transform = transform.get();
   runtime_.local_prefill_tokens_per_s = &local_prefill_tokens_per_s_;
   runtime_.assumed_local_prefill_tokens_per_s = options_.assumed_local_prefill_tokens_per_s;
   runtime_.decode_tokens_per_s = &decode_tokens_per_s_;
@@ -217,6 +233,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   sessions_ = std::move(sessions);
   packs_ = std::move(packs);
   cloud_ = std::move(cloud);
+  transform_ = std::move(transform);
   return absl::OkStatus();
 }
 
@@ -229,7 +246,7 @@ absl::Status EdgeService::warm_up() {
   for (int pass = 0; pass < 2; ++pass) {
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
                            QuantizedKvCache::Create(runtime_.geometry, n,
-                                                    QuantizedKvCache::store_config_for(runtime_.default_codec)));
+                                                    edge_store_config(runtime_.default_codec, runtime_.geometry)));
     std::vector<float> logits;
     const Clock::time_point start = Clock::now();
     BATON_RETURN_IF_ERROR(engine_->prefill(tokens, *kv, &logits));

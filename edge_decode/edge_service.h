@@ -64,6 +64,9 @@ struct EdgeServiceOptions {
   // stream header before any block; 0: none.
   uint64_t max_pulled_pack_bytes = 0;
   std::optional<CloudClientOptions> cloud;  // unset: no cloud (always local)
+  // The transform codec's calibration (.batoncal of this model); empty:
+  // fetched from the cloud the first time a turn asks for tc.
+  std::string kv_calibration_path;
   int max_queued = 16;                    // Generate calls waiting; more get RESOURCE_EXHAUSTED
   uint32_t retry_after_ms = 1000;         // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED
   int warmup_tokens = 32;                 // tokens of the warm-up forward pass
@@ -138,6 +141,7 @@ class EdgeService final : public v1::Edge::CallbackService {
   std::unique_ptr<SessionStore> sessions_;
   std::unique_ptr<PackStore> packs_;
   std::unique_ptr<CloudClient> cloud_;
+  std::unique_ptr<TransformCoders> transform_;  // after cloud_: it borrows it
   v1::ModelFingerprint fingerprint_proto_;
   std::string backend_name_;
   EdgeRuntime runtime_;

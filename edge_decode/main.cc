@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/kv_codec/kv_codec_config.h"
 #include "common/model/model.h"
 #include "common/rpc/loopback.h"
 #include "common/util/check.h"
@@ -62,7 +63,8 @@ struct EdgeConfig {
   std::string packs_dir;                // prefix packs; empty: none
   std::string sessions_dir;             // persisted sessions; empty: memory only
   std::string policy = "auto";          // auto | local | cloud
-  std::string codec = "int4";           // f16 | int8 | int4, KV held on the device
+  std::string codec = "int4";           // f16 | int8 | int4 or a codec name (tc-b2), when a request leaves it unset
+  std::string kv_calibration_path;      // .batoncal for tc-*; empty: fetched from the cloud when needed
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_sessions = 16;            // sessions kept in memory
   int64_t max_session_files = 256;      // session files kept under --sessions (LRU); 0: no cap
@@ -123,8 +125,14 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_string("policy", &config.policy,
                    "where to prefill when a request leaves it unset: auto, local or cloud",
                    "NAME");
-  flags.add_string("codec", &config.codec, "KV codec held on the device: f16, int8 or int4",
+  flags.add_string("codec", &config.codec,
+                   "KV codec when a request leaves it unset: f16, int8, int4 or a codec name such as tc-b2 (the "
+                   "transform codec)",
                    "NAME");
+  flags.add_string("kv-calibration", &config.kv_calibration_path,
+                   "KV calibration of the model for the transform codec (tc-*); empty: fetched from the --cloud "
+                   "when a turn needs it",
+                   "FILE");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
   flags.add_int64("max-sessions", &config.max_sessions, "sessions kept in memory");
   flags.add_int64("max-session-files", &config.max_session_files,
@@ -218,8 +226,11 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError("--policy=cloud needs --cloud ADDR");
   }
   if (config.codec != "f16" && config.codec != "int8" && config.codec != "int4") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--codec: '", config.codec, "' is not one of f16, int8, int4"));
+    if (absl::StatusOr<KvCodecConfig> parsed = parse_kv_codec_config(config.codec); !parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--codec: '", config.codec,
+                                                     "' is not one of f16, int8, int4 nor a codec name: ",
+                                                     parsed.status().message()));
+    }
   }
   if (config.max_session_files < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max-session-files: ", config.max_session_files, " is below 0"));
@@ -244,6 +255,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.threads = static_cast<int>(config.threads);
   options.memory_budget_bytes = config.memory_budget_bytes;
   options.codec = config.codec;
+  options.kv_calibration_path = config.kv_calibration_path;
   BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));
   options.max_tokens = static_cast<int>(config.max_tokens);
   options.max_tokens_cap = static_cast<uint32_t>(config.max_tokens_cap);

@@ -72,6 +72,14 @@ absl::StatusOr<KvCodecConfig> transform_config_from_params(const v1::CodecParams
 
 }  // namespace
 
+absl::StatusOr<v1::CodecParams> kv_codec_request_params(const KvCodecConfig& config) {
+  if (!config.transform || config.transform->bound()) return kv_codec_params(config);
+  BATON_RETURN_IF_ERROR(config.validate());
+  v1::CodecParams params = transform_params(config);
+  params.mutable_transform()->clear_calibration_sha256();
+  return params;
+}
+
 absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config) {
   BATON_RETURN_IF_ERROR(config.validate());
   if (config.transform) {

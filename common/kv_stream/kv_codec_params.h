@@ -27,6 +27,11 @@ namespace baton {
 // the rows layout, or differs between K and V in bits or group size.
 absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config);
 
+// The same for a request (GenerateRequest.codec): a transform config need
+// not be bound yet, and an unbound one goes without calibration_sha256 (the
+// receiver binds it to its own calibration).
+absl::StatusOr<v1::CodecParams> kv_codec_request_params(const KvCodecConfig& config);
+
 // The config a complete CodecParams (a KvHeader's) describes, validated on
 // its own (validate(); check the geometry with validate(geometry)).
 // INVALID_ARGUMENT naming the field for an unspecified or unknown codec, a

@@ -133,6 +133,9 @@ class GenerateTurn {
   // The cloud part of step 6: true when the cloud prefilled, false when the
   // turn falls back to local prefill (policy AUTO).
   absl::StatusOr<bool> cloud_prefill();
+  // A transform wire codec's coder, bound to the edge's calibration (null
+  // coder for other codecs); FAILED_PRECONDITION naming tc_calibration.
+  absl::Status bind_transform(std::shared_ptr<const KvTransformCodec>& coder) const;
   // 7. The last prompt token, then decode (text pieces streamed).
   absl::Status start_decoding();
   absl::Status decode();
@@ -273,8 +276,10 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
                                       ? rt_.assumed_local_prefill_tokens_per_s
                                       : rt_.local_prefill_tokens_per_s->value();
   const double quantized_per_token =
-      static_cast<double>(QuantizedKvCache::bytes_per_token(QuantizedKvCache::store_config_for(wire), rt_.geometry));
+      static_cast<double>(QuantizedKvCache::bytes_per_token(edge_store_config(wire, rt_.geometry), rt_.geometry));
   double wire_ratio = wire.zstd_level != 0 ? 0.85 : 1.0;  // zstd on quantized KV: assumed until measured
+  // The transform codec spends about its budget per element of the INT8 store's 8 bits.
+  if (wire.transform) wire_ratio = std::min(1.0, wire.transform->budget_tenths / 80.0);
   if (rt_.cloud != nullptr) {
     const CloudLinkStatus link = rt_.cloud->link();
     in.cloud_reachable = link.reachable && link.state == v1::SERVING_STATE_READY;
@@ -415,7 +420,7 @@ absl::Status GenerateTurn::take_session() {
   session_.emplace(rt_.sessions, std::move(taken), is_new_, one_shot);
   SessionLease& session = *session_;
 
-  store_ = QuantizedKvCache::store_config_for(wire_);
+  store_ = edge_store_config(wire_, rt_.geometry);
   if (!is_new_) {
     const KvCodecConfig session_store = QuantizedKvCache::store_config_for(session->codec);
     if (codec_requested_ && store_ != session_store) {
@@ -432,7 +437,7 @@ absl::Status GenerateTurn::take_session() {
     // the request names one, ask the cloud for the agent's default variant
     // when it lands in the same store, else for the store's own form.
     if (!codec_requested_) {
-      wire_ = QuantizedKvCache::store_config_for(rt_.default_codec) == store_ ? rt_.default_codec : store_;
+      wire_ = edge_store_config(rt_.default_codec, rt_.geometry) == store_ ? rt_.default_codec : store_;
     }
   }
   session->codec = store_;
@@ -552,6 +557,15 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
   QuantizedKvCache& kv = *kv_;
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
   CloudPrefillRequest cloud_request;
+  // The transform codec is bound to the edge's calibration here, when the
+  // cloud is asked (a turn prefilled locally needs none); failing to bind is
+  // a failed cloud prefill (falls back to local under policy auto).
+  std::shared_ptr<const KvTransformCodec> transform;
+  absl::Status bound = bind_transform(transform);
+  if (bound.ok() && transform != nullptr) {
+    wire_ = transform->config();
+    cloud_request.transform = transform.get();
+  }
   cloud_request.tokens.assign(all_.begin(), all_.end() - 1);
   cloud_request.first_position = static_cast<uint32_t>(have_);
   cloud_request.codec = wire_;
@@ -575,7 +589,9 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
   cloud_request.prefix_pack_id = cloud_pack_id_;
   cloud_request.max_staging_bytes = staging_budget_bytes(session_id(), kv);
   absl::StatusOr<CloudPrefillResult> result =
-      rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
+      bound.ok() ? rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled,
+                                      io_.cancel_slot)
+                 : absl::StatusOr<CloudPrefillResult>(bound);
   if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id_.empty()) {
     // The cloud no longer holds the pack: it recomputes those tokens instead.
     cloud_request.prefix_pack_id.clear();
@@ -591,6 +607,7 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
     stats_.set_kv_quantized_bytes(result->quantized_bytes);
     stats_.set_kv_wire_bytes(result->wire_bytes);
     stats_.set_cloud_reused_tokens(result->producer.cached_tokens());
+    stats_.set_kv_codec(wire_.to_string());
     return true;
   }
   BATON_CHECK(kv.size() == have_, "a failed KV stream changed the session");
@@ -605,6 +622,20 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
   BATON_WARN("session %s: %s; prefilling locally", session_id().c_str(), why.c_str());
   stats_.set_fallback_reason(why);
   return false;
+}
+
+absl::Status GenerateTurn::bind_transform(std::shared_ptr<const KvTransformCodec>& coder) const {
+  if (!wire_.transform) return absl::OkStatus();
+  if (rt_.transform == nullptr) {
+    return absl::FailedPreconditionError("the transform codec (tc_calibration) is not available on this edge");
+  }
+  BATON_ASSIGN_OR_RETURN(coder, rt_.transform->coder_for(wire_));
+  if (!(coder->int8_config() == store_)) {
+    return absl::InternalError(absl::StrFormat("codec %s lands in %s, but the session's store is %s",
+                                               wire_.to_string(), coder->int8_config().to_string(),
+                                               store_.to_string()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GenerateTurn::start_decoding() {
@@ -788,12 +819,35 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
   return out;
 }
 
+absl::StatusOr<KvCodecConfig> resolve_transform_wire_codec(const v1::CodecParams& params,
+                                                          const KvGeometry& geometry) {
+  KvTransformParams t;  // unset fields: the defaults
+  const v1::TransformCodecParams& p = params.transform();
+  if (p.budget_tenths() > 0) t.budget_tenths = static_cast<int>(std::min<uint32_t>(p.budget_tenths(), 1000));
+  if (params.has_transform()) {
+    t.sink_tokens = static_cast<int>(std::min<uint32_t>(p.sink_tokens(), 1u << 20));
+    t.recent_tokens = static_cast<int>(std::min<uint32_t>(p.recent_tokens(), 1u << 20));
+  }
+  if (!p.calibration_sha256().empty()) {
+    if (p.calibration_sha256().size() != t.calibration.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat("codec.transform.calibration_sha256 has %d bytes; a SHA-256 has %d",
+                                                        p.calibration_sha256().size(), t.calibration.size()));
+    }
+    std::memcpy(t.calibration.data(), p.calibration_sha256().data(), t.calibration.size());
+  }
+  KvCodecConfig config = transform_kv_codec_config(t, params.has_zstd_level() ? params.zstd_level() : 0);
+  absl::Status valid = config.validate(geometry);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("codec: ", valid.message()));
+  return config;
+}
+
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry) {
   if (params.codec() == v1::KV_CODEC_UNSPECIFIED) return fallback;
   if (!v1::KvCodec_IsValid(params.codec())) {
     return absl::InvalidArgumentError(absl::StrFormat("codec.codec = %d is not a known codec", params.codec()));
   }
+  if (params.codec() == v1::KV_CODEC_TC) return resolve_transform_wire_codec(params, geometry);
   KvCodecConfig config = default_kv_codec_config(bits_of(params.codec()), geometry);
   if (params.group_size() > 0) config.group_size = static_cast<int>(params.group_size());
   if (params.key_axis() == v1::KEY_AXIS_PER_TOKEN) config.key_axis = KvCodecConfig::KeyAxis::kPerToken;

@@ -61,6 +61,10 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
 // The wire codec of a request: unset (UNSPECIFIED) -> `fallback`; else the
 // default variant of that width (default_kv_codec_config) with every set
 // field applied, validated against `geometry` (INVALID_ARGUMENT).
+// KV_CODEC_TC: the transform config the params describe (defaults where
+// unset: KvTransformParams', zstd_level 0 = rANS), bound when they name a
+// calibration (TransformCoders::coder_for checks it is the edge's).
+absl::StatusOr<KvCodecConfig> resolve_transform_wire_codec(const v1::CodecParams& params, const KvGeometry& geometry);
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry);
 

@@ -315,7 +315,7 @@ absl::StatusOr<v1::CodecParams> codec_params_from_name(const std::string& name) 
   } else {
     absl::StatusOr<KvCodecConfig> config = parse_kv_codec_config(name);
     if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat("'baton.codec': ", config.status().message()));
-    absl::StatusOr<v1::CodecParams> full = kv_codec_params(*config);
+    absl::StatusOr<v1::CodecParams> full = kv_codec_request_params(*config);  // tc: the agent binds it
     if (!full.ok()) return absl::InvalidArgumentError(absl::StrCat("'baton.codec': ", full.status().message()));
     params = *full;
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/kv_stream/kv_calibration_check.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/rpc/channel_options.h"
 #include "common/rpc/grpc_status.h"
@@ -13,6 +14,7 @@
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
+#include "common/util/sha256.h"
 #include "edge_decode/link/stream_watchdog.h"
 
 namespace baton {
@@ -192,7 +194,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   *rpc.mutable_codec() = wanted_codec;
   // In a request an unset key_group_size means "the server's default", not
   // "group_size" as in a header: say it.
-  if (request.codec.quantized() && rpc.codec().key_group_size() == 0) {
+  if (request.codec.quantized() && !request.codec.transform && rpc.codec().key_group_size() == 0) {
     rpc.mutable_codec()->set_key_group_size(rpc.codec().group_size());
   }
   rpc.set_first_position(request.first_position);
@@ -276,6 +278,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   expected.first_position = request.first_position;
   expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
   KvReadOptions read_options;
+  read_options.transform = request.transform;
   if (request.max_staging_bytes > 0) {
     read_options.reader.check_header = [&request, &target](const v1::KvHeader& header) -> absl::Status {
       const uint64_t staging = kv_stream_staging_bytes(header, target);
@@ -335,6 +338,68 @@ uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& targ
   const uint64_t per_token = store != nullptr ? static_cast<uint64_t>(store->bytes_per_token())
                                               : static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
   return uint64_t{header.token_count()} * per_token;
+}
+
+absl::StatusOr<std::shared_ptr<const KvCalibration>> CloudClient::fetch_kv_calibration(const std::string& model_digest,
+                                                                                       const KvGeometry& geometry,
+                                                                                       uint64_t max_bytes) {
+  grpc::ClientContext context;
+  prepare(context, std::chrono::system_clock::now() + options_.prefill_timeout);
+  std::unique_ptr<grpc::ClientReader<v1::KvCalibrationChunk>> reader =
+      stub_->GetKvCalibration(&context, v1::GetKvCalibrationRequest());
+  // Ends the call instead of draining it when we stop early.
+  struct Cancel {
+    grpc::ClientContext& context;
+    bool finished = false;
+    ~Cancel() {
+      if (!finished) context.TryCancel();
+    }
+  } cancel{context};
+  v1::KvCalibrationChunk chunk;
+  std::string bytes;
+  uint64_t declared = 0;
+  std::string declared_sha256, declared_model;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      declared = chunk.total_bytes();
+      declared_sha256 = chunk.sha256();
+      declared_model = chunk.model_digest();
+      if (declared == 0 || declared > max_bytes) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "the cloud's KV calibration declares %u bytes; this edge accepts 1..%u", declared, max_bytes));
+      }
+      if (declared_model != model_digest) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the cloud's KV calibration is of model %s, this edge's model is %s", declared_model, model_digest));
+      }
+      bytes.reserve(static_cast<size_t>(declared));
+      first = false;
+    }
+    if (chunk.data().size() > declared - bytes.size()) {
+      return absl::DataLossError(
+          absl::StrFormat("the cloud's KV calibration stream passes the %u bytes it declared", declared));
+    }
+    bytes += chunk.data();
+  }
+  cancel.finished = true;
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return from_grpc_status(status, "cloud GetKvCalibration: ");
+  if (first || bytes.size() != declared) {
+    return absl::DataLossError(absl::StrFormat("the cloud's KV calibration stream ended at %u of %u bytes",
+                                               bytes.size(), declared));
+  }
+  const Digest256 digest = sha256(bytes);
+  if (declared_sha256 != std::string(reinterpret_cast<const char*>(digest.data()), digest.size())) {
+    return absl::DataLossError("the cloud's KV calibration does not match the SHA-256 it declared");
+  }
+  absl::StatusOr<KvCalibration> parsed = parse_kv_calibration(bytes);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the cloud's KV calibration: ", parsed.status().message()));
+  }
+  BATON_RETURN_IF_ERROR(check_kv_calibration_model(*parsed, model_digest, geometry, "the cloud's KV calibration"));
+  record_served();
+  return std::make_shared<const KvCalibration>(std::move(*parsed));
 }
 
 std::unique_ptr<CloudKvStream> CloudClient::get_prefix(const std::string& pack_id, const ModelFingerprint& model) {

@@ -35,7 +35,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv_cache/kv_cache.h"
+#include "common/kv_codec/kv_calibration.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_stream/kv_handoff.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/cancel_slot.h"
@@ -87,6 +89,9 @@ struct CloudPrefillRequest {
   std::vector<int32_t> tokens;            // positions [0, end): the prompt without its last token
   uint32_t first_position = 0;            // positions the edge already holds
   KvCodecConfig codec;                    // wire codec wanted
+  // The coder of `codec` when it is a transform codec (its config() == codec,
+  // bound to the calibration both ends hold); null otherwise.
+  const KvTransformCodec* transform = nullptr;
   // The edge's session id (empty: one-shot) and when it was created; the
   // cloud gets only their keyed digest (CloudSessionKeys::key_for).
   std::string session_id;
@@ -180,6 +185,15 @@ class CloudClient {
   absl::StatusOr<CloudPrefillResult> prefill(const CloudPrefillRequest& request, const ModelFingerprint& model,
                                              const KvRope& rope, KvCache& target, const CloudProgressFn& progress = {},
                                              const CancelledFn& cancelled = {}, CancelSlot* cancel_slot = nullptr);
+
+  // The cloud's KV calibration (GetKvCalibration), for the transform codec:
+  // refused before anything is allocated when the first chunk declares more
+  // than `max_bytes`, and after reading when the bytes are not what it
+  // declared (size, SHA-256), do not parse, or belong to another model than
+  // `model_digest` (FAILED_PRECONDITION naming both) or `geometry`.
+  absl::StatusOr<std::shared_ptr<const KvCalibration>> fetch_kv_calibration(const std::string& model_digest,
+                                                                            const KvGeometry& geometry,
+                                                                            uint64_t max_bytes);
 
   // Opens GetPrefix for `pack_id` (checked against `model` by the cloud).
   std::unique_ptr<CloudKvStream> get_prefix(const std::string& pack_id, const ModelFingerprint& model);

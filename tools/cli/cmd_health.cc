@@ -93,6 +93,8 @@ void print_cloud_health(const RpcTarget& target, const v1::HealthResponse& h) {
     codecs += (codecs.empty() ? "" : ", ") + codec_params_name(params);
   }
   r.add_text("codecs", "codecs", codecs);
+  r.add_text("kv_calibration_sha256", "KV calibration (tc)",
+             h.kv_calibration_sha256().empty() ? "none" : h.kv_calibration_sha256());
   r.add_text("load", "running / queued", absl::StrFormat("%d / %d", h.running(), h.queued()));
   r.add_measured("prefill_tok_per_s", "prefill", h.prefill_tokens_per_s(), "tok/s");
   r.add_int("max_context_tokens", "max context", h.max_context_tokens(), "tokens");

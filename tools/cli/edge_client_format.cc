@@ -24,6 +24,7 @@ std::string codec_params_name(const v1::CodecParams& params) {
     case v1::KV_CODEC_F16: return "f16";
     case v1::KV_CODEC_INT8: return "int8";
     case v1::KV_CODEC_INT4: return "int4";
+    case v1::KV_CODEC_TC: return "tc";
     default: return "default";
   }
 }

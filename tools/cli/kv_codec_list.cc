@@ -57,7 +57,7 @@ absl::Status set_requested_codec(const std::string& name, v1::CodecParams* codec
     return absl::OkStatus();
   }
   BATON_ASSIGN_OR_RETURN(KvCodecConfig config, parse_kv_codec_config(name));
-  BATON_ASSIGN_OR_RETURN(*codec, kv_codec_params(config));
+  BATON_ASSIGN_OR_RETURN(*codec, kv_codec_request_params(config));  // tc: the edge binds its calibration
   return absl::OkStatus();
 }
 

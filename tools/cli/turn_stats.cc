@@ -38,6 +38,7 @@ void print_turn_stats(const std::string& address, const v1::Stats& stats, std::F
     r.add_text("kv_raw", "KV raw (f16)", format_bytes(stats.kv_raw_bytes()));
     r.add_text("kv_quantized", "KV quantized", format_bytes(stats.kv_quantized_bytes()));
     r.add_text("kv_wire", "KV on the wire", format_bytes(stats.kv_wire_bytes()));
+    if (!stats.kv_codec().empty()) r.add_text("kv_codec", "KV codec (wire)", stats.kv_codec());
   }
   if (stats.decode_tokens_per_s() > 0) {
     r.add("decode_tok_per_s", "decode (mean)", stats.decode_tokens_per_s(), "tok/s", 1);

@@ -318,5 +318,28 @@ TEST(KvCodecDefaults, DefaultsAreTheMeasuredChoicesAndTravel) {
   }
 }
 
+// A request may carry an unbound tc config (the receiving edge binds it);
+// a header never does. Bound configs travel the same either way.
+TEST(KvCodecParams, RequestParamsCarryAnUnboundTransformConfigWithoutADigest) {
+  absl::StatusOr<KvCodecConfig> tc = parse_kv_codec_config("tc-b2-s2-w8");
+  ASSERT_TRUE(tc.ok()) << tc.status();
+  EXPECT_FALSE(kv_codec_params(*tc).ok());
+  absl::StatusOr<v1::CodecParams> request = kv_codec_request_params(*tc);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->codec(), v1::KV_CODEC_TC);
+  EXPECT_EQ(request->transform().budget_tenths(), 20u);
+  EXPECT_EQ(request->transform().sink_tokens(), 2u);
+  EXPECT_EQ(request->transform().recent_tokens(), 8u);
+  EXPECT_TRUE(request->transform().calibration_sha256().empty());
+
+  tc->transform->calibration.fill(3);
+  absl::StatusOr<v1::CodecParams> bound = kv_codec_request_params(*tc);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(bound->transform().calibration_sha256(), std::string(32, '\x03'));
+  absl::StatusOr<KvCodecConfig> int8 = parse_kv_codec_config("int8-g32-z3");
+  ASSERT_TRUE(int8.ok());
+  EXPECT_EQ(kv_codec_request_params(*int8)->SerializeAsString(), kv_codec_params(*int8)->SerializeAsString());
+}
+
 }  // namespace
 }  // namespace baton

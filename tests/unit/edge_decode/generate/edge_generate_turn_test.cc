@@ -86,6 +86,36 @@ TEST(EdgeGenerateTurnTest, WireCodecFromRequestFields) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// KV_CODEC_TC: unset fields take KvTransformParams' defaults and the rANS
+// back end; the edge binds the calibration later (TransformCoders), so a
+// request without calibration_sha256 stays unbound and one with it keeps it.
+TEST(EdgeGenerateTurnTest, TransformCodecRequestsTakeTheDefaultsAndKeepANamedCalibration) {
+  const KvGeometry geometry{16, 32, 8, 64, {}};
+  const KvCodecConfig fallback = default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry);
+  v1::CodecParams tc;
+  tc.set_codec(v1::KV_CODEC_TC);
+  absl::StatusOr<KvCodecConfig> out = resolve_wire_codec(tc, fallback, geometry);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->transform.has_value());
+  EXPECT_EQ(*out->transform, KvTransformParams{});
+  EXPECT_EQ(out->zstd_level, 0);
+  EXPECT_FALSE(out->transform->bound());
+
+  tc.mutable_transform()->set_budget_tenths(20);
+  tc.mutable_transform()->set_sink_tokens(2);
+  tc.mutable_transform()->set_recent_tokens(8);
+  tc.mutable_transform()->set_calibration_sha256(std::string(32, '\x07'));
+  out = resolve_wire_codec(tc, fallback, geometry);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->to_string(), "tc-b2-s2-w8");
+  EXPECT_TRUE(out->transform->bound());
+  EXPECT_EQ(out->transform->calibration[31], 7);
+
+  tc.mutable_transform()->set_calibration_sha256("short");
+  out = resolve_wire_codec(tc, fallback, geometry);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton
 

@@ -1,0 +1,72 @@
+#include "edge_decode/link/transform_coders.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/kv_cache/quantized_kv_cache.h"
+#include "common/util/check.h"
+#include "common/util/sha256.h"
+#include "edge_decode/link/cloud_client.h"
+
+namespace baton {
+
+KvCodecConfig edge_store_config(const KvCodecConfig& wire, const KvGeometry& geometry) {
+  KvCodecConfig store = QuantizedKvCache::store_config_for(wire);
+  if (wire.transform && geometry.head_dim % store.group_size != 0) store.group_size = geometry.head_dim;
+  return store;
+}
+
+std::shared_ptr<const KvCalibration> TransformCoders::calibration() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calibration_;
+}
+
+absl::StatusOr<std::shared_ptr<const KvCalibration>> TransformCoders::calibration_or_fetch() {
+  if (std::shared_ptr<const KvCalibration> held = calibration()) return held;
+  if (cloud_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the transform codec needs a KV calibration (tc_calibration): give --kv-calibration or a --cloud that holds "
+        "one");
+  }
+  // Turns that ask at once share one fetch.
+  std::lock_guard<std::mutex> fetch_lock(fetch_mu_);
+  if (std::shared_ptr<const KvCalibration> held = calibration()) return held;
+  absl::StatusOr<std::shared_ptr<const KvCalibration>> fetched =
+      cloud_->fetch_kv_calibration(model_digest_, geometry_, kMaxFetchedKvCalibrationBytes);
+  if (!fetched.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the transform codec needs a KV calibration (tc_calibration) and this edge has none (--kv-calibration); "
+        "fetching the cloud's failed: ",
+        fetched.status().message()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  calibration_ = *fetched;
+  return calibration_;
+}
+
+absl::StatusOr<std::shared_ptr<const KvTransformCodec>> TransformCoders::coder_for(const KvCodecConfig& config) {
+  BATON_CHECK(config.transform.has_value());
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<const KvCalibration> calibration, calibration_or_fetch());
+  const std::string key =
+      absl::StrCat(config.to_string(), "/", config.transform->bound() ? to_hex(config.transform->calibration) : "");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = coders_.find(key); it != coders_.end()) return it->second;
+  }
+  absl::StatusOr<std::unique_ptr<KvTransformCodec>> made = KvTransformCodec::Create(calibration, config);
+  if (!made.ok()) {
+    if (absl::IsFailedPrecondition(made.status())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "codec %s: tc_calibration %s is not this edge's calibration %s", config.to_string(),
+          to_hex(config.transform->calibration), to_hex(kv_calibration_digest(*calibration))));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("codec ", config.to_string(), ": ", made.status().message()));
+  }
+  std::shared_ptr<const KvTransformCodec> coder = std::move(*made);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Few distinct configs are ever asked for; the cap bounds what requests can make the map hold.
+  if (coders_.size() >= 64) coders_.erase(coders_.begin());
+  coders_.emplace(key, coder);
+  return coder;
+}
+
+}  // namespace baton

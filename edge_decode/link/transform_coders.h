@@ -1,0 +1,66 @@
+// TransformCoders: the edge's side of the transform KV codec (tc-*,
+// kv_transform_codec.h). Both ends must code with the same calibration; the
+// edge takes it from --kv-calibration or, without one, fetches the cloud's
+// (CloudClient::fetch_kv_calibration) the first time a turn asks for tc, and
+// keeps it in memory. A config is bound to the calibration (its digest goes
+// into the CodecParams the cloud receives and the stream's header must
+// carry), and one coder is kept per distinct config.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/kv_codec/kv_calibration.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_geometry.h"
+#include "common/kv_codec/kv_transform_codec.h"
+
+namespace baton {
+
+class CloudClient;
+
+// The most calibration bytes the edge accepts from the cloud (a 70B model's
+// calibration is under 100 MiB).
+inline constexpr uint64_t kMaxFetchedKvCalibrationBytes = uint64_t{256} << 20;
+
+// The store a wire codec's KV lands in on the edge (QuantizedKvCache::
+// store_config_for); the transform codec's is the form of its INT8 rows
+// (KvTransformCodec::int8_config): groups of 32, or of head_dim when 32 does
+// not divide it.
+KvCodecConfig edge_store_config(const KvCodecConfig& wire, const KvGeometry& geometry);
+
+class TransformCoders {
+ public:
+  // `calibration` (optional: --kv-calibration, already checked against the
+  // model); `cloud` (optional) is where one is fetched from without it.
+  TransformCoders(std::shared_ptr<const KvCalibration> calibration, CloudClient* cloud, std::string model_digest,
+                  KvGeometry geometry)
+      : calibration_(std::move(calibration)), cloud_(cloud), model_digest_(std::move(model_digest)),
+        geometry_(geometry) {}
+
+  // The coder of transform config `config`, bound to the edge's calibration.
+  // FAILED_PRECONDITION naming tc_calibration when `config` is bound to
+  // another calibration, or when there is none (no file, no cloud, or the
+  // fetch failed: the reason is in the message; the next call retries).
+  absl::StatusOr<std::shared_ptr<const KvTransformCodec>> coder_for(const KvCodecConfig& config);
+
+  // The calibration held now (null until loaded or fetched).
+  std::shared_ptr<const KvCalibration> calibration() const;
+
+ private:
+  absl::StatusOr<std::shared_ptr<const KvCalibration>> calibration_or_fetch();
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const KvCalibration> calibration_;  // guarded by mu_
+  std::mutex fetch_mu_;                               // one fetch at a time
+  CloudClient* cloud_;
+  const std::string model_digest_;
+  const KvGeometry geometry_;
+  std::map<std::string, std::shared_ptr<const KvTransformCodec>> coders_;  // guarded by mu_
+};
+
+}  // namespace baton
