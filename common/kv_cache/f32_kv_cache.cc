@@ -32,6 +32,7 @@ absl::Status F32KvCache::store(int layer, int64_t pos, int64_t n, const float* k
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV cache holds %d tokens; positions [%d, %d) do not fit", capacity_, pos, pos + n));
   }
+  if (n == 0) return absl::OkStatus();  // k and v may be null then (memcpy from null is undefined)
   const int64_t kv_dim = geometry_.kv_dim();
   const size_t offset = static_cast<size_t>((layer * capacity_ + pos) * kv_dim);
   std::memcpy(k_.data() + offset, k, sizeof(float) * n * kv_dim);
