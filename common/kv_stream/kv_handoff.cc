@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <tuple>
 #include <cmath>
 #include <utility>
@@ -306,16 +307,32 @@ struct DecodedKvBlock {
   const KvStagedBlock* staged = nullptr;
 };
 
-// f32 rows of a transform-coded block, keys rotated to their positions.
+// f32 rows of a transform-coded block of the stream [.., stream_end), keys
+// rotated to their positions (the rope table covers the stream's positions).
+absl::Status decode_transform_rows(const KvTransformCodec& transform, uint32_t layer, bool is_key,
+                                   uint32_t token_begin, uint32_t token_count, int64_t stream_end,
+                                   std::string_view payload, uint64_t raw_size, const RopeTable& rope_table,
+                                   bool neox, float* out) {
+  const KvGeometry& g = transform.geometry();
+  BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(layer), is_key, token_begin, stream_end, payload, raw_size,
+                                         token_count, out));
+  if (is_key) rope_rows_table(out, token_count, g.n_head_kv, g.head_dim, neox, token_begin, rope_table);
+  return absl::OkStatus();
+}
+
 absl::Status decode_transform_rows(const KvTransformCodec& transform, const KvSegment& segment,
                                    const KvStagedBlock& staged, const RopeTable& rope_table, bool neox, float* out) {
-  const KvGeometry& g = transform.geometry();
   const int64_t stream_end = int64_t{segment.header.first_position()} + segment.header.token_count();
-  const bool is_key = staged.kind == v1::KV_KIND_K;
-  BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(staged.layer), is_key, staged.token_begin, stream_end,
-                                         staged.payload, staged.raw_size, staged.token_count, out));
-  if (is_key) rope_rows_table(out, staged.token_count, g.n_head_kv, g.head_dim, neox, staged.token_begin, rope_table);
-  return absl::OkStatus();
+  return decode_transform_rows(transform, staged.layer, staged.kind == v1::KV_KIND_K, staged.token_begin,
+                               staged.token_count, stream_end, staged.payload, staged.raw_size, rope_table, neox,
+                               out);
+}
+
+// The value at `key`, or null.
+template <typename Map>
+typename Map::mapped_type* find_or_null(Map& map, const typename Map::key_type& key) {
+  const auto it = map.find(key);
+  return it == map.end() ? nullptr : &it->second;
 }
 
 // Transform blocks decoded as they arrive (read_kv_segment), so decoding
@@ -339,9 +356,9 @@ absl::Status predecode_transform_block(const KvTransformCodec& transform, const 
                                                       block.layer(), block.token_begin(), block.token_count()));
   }
   std::vector<float> out(static_cast<size_t>(int64_t{block.token_count()} * g.kv_dim()));
-  BATON_RETURN_IF_ERROR(transform.decode(static_cast<int>(block.layer()), is_key, block.token_begin(), pre.end,
-                                         block.payload(), block.raw_size(), block.token_count(), out.data()));
-  if (is_key) rope_rows_table(out.data(), block.token_count(), g.n_head_kv, g.head_dim, rope.neox, block.token_begin(), pre.rope_table);
+  BATON_RETURN_IF_ERROR(decode_transform_rows(transform, block.layer(), is_key, block.token_begin(),
+                                              block.token_count(), pre.end, block.payload(), block.raw_size(),
+                                              pre.rope_table, rope.neox, out.data()));
   const auto key = std::make_tuple(block.layer(), is_key ? 0 : 1, block.token_begin());
   if (is_key ? pre.ingest_k : pre.ingest_v) {
     BATON_ASSIGN_OR_RETURN(pre.blocks[key],
@@ -401,9 +418,15 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, con
   std::vector<int64_t> covered(static_cast<size_t>(2 * g.n_layer), 0);  // tokens per (layer, kind)
   std::vector<float> scratch;  // f32 rows of one transform block
   uint32_t arrived = 0;        // blocks the reader decoded on arrival
-  // Every layer's keys rotate for the same positions: cos and sin once.
-  const RopeTable rope_table =
-      codec.transform ? make_rope_table(first, n, rope->n_rot, rope->inv_freq.data()) : RopeTable{};
+  // Every layer's keys rotate for the same positions: cos and sin once (the
+  // reader's predecode already made them for this segment).
+  RopeTable made_rope_table;
+  if (codec.transform && (pre == nullptr || pre->first != first || pre->end != end)) {
+    made_rope_table = make_rope_table(first, n, rope->n_rot, rope->inv_freq.data());
+  }
+  const RopeTable& rope_table = codec.transform && pre != nullptr && pre->first == first && pre->end == end
+                                    ? pre->rope_table
+                                    : made_rope_table;
   for (const KvStagedBlock& staged : segment.blocks) {
     const bool is_key = staged.kind == v1::KV_KIND_K;
     if (staged.layer >= static_cast<uint32_t>(g.n_layer) || (!is_key && staged.kind != v1::KV_KIND_V) ||
@@ -413,12 +436,13 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, con
     }
     absl::StatusOr<QuantizedKvBlock> block;
     const auto key = std::make_tuple(staged.layer, is_key ? 0 : 1, staged.token_begin);
-    if (codec.transform && pre != nullptr && pre->blocks.count(key) > 0 &&
-        pre->blocks[key].n_tokens == staged.token_count) {
-      block = std::move(pre->blocks[key]);  // decoded as it arrived
+    QuantizedKvBlock* pre_block = pre != nullptr ? find_or_null(pre->blocks, key) : nullptr;
+    const std::vector<float>* pre_rows = pre != nullptr ? find_or_null(pre->rows, key) : nullptr;
+    if (codec.transform && pre_block != nullptr && pre_block->n_tokens == staged.token_count) {
+      block = std::move(*pre_block);  // decoded as it arrived
       ++arrived;
-    } else if (codec.transform && pre != nullptr && pre->rows.count(key) > 0 &&
-               pre->rows[key].size() == static_cast<size_t>(int64_t{staged.token_count} * kv_dim)) {
+    } else if (codec.transform && pre_rows != nullptr &&
+               pre_rows->size() == static_cast<size_t>(int64_t{staged.token_count} * kv_dim)) {
       block = QuantizedKvBlock{};  // its f32 rows wait in pre->rows for phase 2
       ++arrived;
     } else if (codec.transform) {
@@ -475,11 +499,13 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, con
         ++load.decoded_blocks;
         if (codec.transform) {
           const auto key = std::make_tuple(d.staged->layer, d.is_key ? 0 : 1, d.staged->token_begin);
-          if (pre != nullptr && pre->rows.count(key) > 0 &&
-              pre->rows[key].size() == static_cast<size_t>(d.staged->token_count * kv_dim)) {
-            std::copy(pre->rows[key].begin(), pre->rows[key].end(), out);
-            pre->rows.erase(key);
-            continue;
+          if (pre != nullptr) {
+            const auto rows = pre->rows.find(key);
+            if (rows != pre->rows.end() && rows->second.size() == static_cast<size_t>(d.staged->token_count * kv_dim)) {
+              std::copy(rows->second.begin(), rows->second.end(), out);
+              pre->rows.erase(rows);
+              continue;
+            }
           }
           BATON_RETURN_IF_ERROR(decode_transform_rows(*transform, segment, *d.staged, rope_table, rope->neox, out));
           continue;

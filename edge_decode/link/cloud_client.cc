@@ -335,8 +335,14 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
 uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target) {
   const KvGeometry& g = target.geometry();
   const auto* store = dynamic_cast<const QuantizedKvCache*>(&target);
-  const uint64_t per_token = store != nullptr ? static_cast<uint64_t>(store->bytes_per_token())
-                                              : static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
+  const uint64_t f32_per_token = static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
+  // A transform stream is decoded as it arrives: to the store's form when the
+  // store is INT8, else to f32 rows that wait for the trailer.
+  const bool transform_rows = header.codec().codec() == v1::KV_CODEC_TC && store != nullptr &&
+                              (store->config().bits_for(true) != KvCodecConfig::Bits::kInt8 ||
+                               store->config().bits_for(false) != KvCodecConfig::Bits::kInt8);
+  const uint64_t per_token =
+      store != nullptr && !transform_rows ? static_cast<uint64_t>(store->bytes_per_token()) : f32_per_token;
   return uint64_t{header.token_count()} * per_token;
 }
 

@@ -112,7 +112,9 @@ struct CloudPrefillRequest {
 // Memory a received KV stream is counted for before it is committed: its
 // token_count x the bytes per token of the target's store (the blocks
 // decoded to the store's form; the encoded payloads staged meanwhile are
-// about as large again, which the headroom of the memory plan covers).
+// about as large again, which the headroom of the memory plan covers), or of
+// f32 rows where they wait instead (an F32 target; a transform stream into a
+// store that is not INT8).
 uint64_t kv_stream_staging_bytes(const v1::KvHeader& header, const KvCache& target);
 
 // Called after every KV block and after the trailer.

@@ -16,10 +16,9 @@
 # usage: cli_chat_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 baton="${bin}/baton"
 export HOME="${work}/home" BATON_HOME=""  # /save writes under ${work}
 unset BATON_EDGE BATON_CLOUD

@@ -13,12 +13,10 @@
 set -euo pipefail
 bin=$1
 src=$2
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 baton="${bin}/baton"
-heldout="${src}/deploy/models/baton-tiny-kjv.heldout.txt"
 head -n 80 "${heldout}" > "${work}/long.txt"      # ~2500 tokens: past 1024
 head -n 30 "${heldout}" > "${work}/near.txt"      # ~960 tokens: fits, little room left
 

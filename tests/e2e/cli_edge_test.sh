@@ -14,10 +14,9 @@
 set -euo pipefail
 bin=$1
 src=$2
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 baton="${bin}/baton"
 
 # Plan: KV bytes per token agree with `baton model info`; on a budget that
@@ -70,7 +69,7 @@ grep -q "max context" "${work}/edge-health.txt" || fail "edge health lacks the m
 [[ $(json_get "${work}/edge-health.json" 'd["cloud"]["address"]') == "${cloud}" ]] || fail "edge health: cloud address"
 
 # A long prompt (~600 tokens of the held-out KJV text) with the defaults.
-head -c 2400 "${src}/deploy/models/baton-tiny-kjv.heldout.txt" > "${work}/prompt.txt"
+head -c 2400 "${heldout}" > "${work}/prompt.txt"
 "${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 24 --seed 7 \
   > "${work}/auto.txt" 2> "${work}/auto.err" || fail "generate (auto): $(cat "${work}/auto.err")"
 [[ -n "$(tr -d '[:space:]' < "${work}/auto.txt")" ]] || fail "generate (auto) printed no text"

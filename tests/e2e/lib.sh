@@ -27,6 +27,11 @@
 #       ctest reports the test as skipped, not passed. Only for a test that
 #       cannot run here at all (no root, no network namespaces, a missing
 #       tool); a check left out of a test that otherwise ran is a NOTE line.
+#   bundled_models
+#       sets model (the bundled Q4_0 GGUF the build makes in BIN_DIR/../models),
+#       cloud_model (its F16 source under deploy/models) and heldout (the
+#       text it was not trained on) from ${bin} and ${src}; fails when the
+#       Q4_0 GGUF is not built.
 #   json_get FILE EXPR
 #       prints the Python expression EXPR evaluated over the JSON document
 #       in FILE (bound to `d`), e.g. json_get x.json 'd["stats"]["place"]'.
@@ -130,4 +135,13 @@ stop_server() {
   stop_status=0
   { wait "$1" || stop_status=$?; } 2> /dev/null
   forget "$1"
+}
+
+# The sourcing script sets bin and src and reads what this sets.
+# shellcheck disable=SC2034,SC2154
+bundled_models() {
+  model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
+  cloud_model="${src}/deploy/models/baton-tiny-kjv-f16.gguf"
+  heldout="${src}/deploy/models/baton-tiny-kjv.heldout.txt"
+  [[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
 }

@@ -16,10 +16,9 @@
 set -euo pipefail
 bin=$1
 src=$2
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 baton="${bin}/baton"
 
 # --- model info and plan ---------------------------------------------------
@@ -50,7 +49,7 @@ done
 
 # --- servers ---------------------------------------------------------------
 start_server prefill '.*listening on port \([0-9]*\).*' \
-  "${bin}/baton-prefill" --model "${src}/deploy/models/baton-tiny-kjv-f16.gguf" --listen 127.0.0.1:0 --threads 1
+  "${bin}/baton-prefill" --model "${cloud_model}" --listen 127.0.0.1:0 --threads 1
 cloud="127.0.0.1:${server_port}"
 mkdir -p "${work}/sessions" "${work}/packs"
 start_server edge '.*HTTP API on [^:]*:\([0-9]*\).*' \
@@ -83,7 +82,7 @@ assert re.fullmatch(r"[0-9a-f]{64}", h["model"]["digest"]), h["model"]["digest"]
 PY
 
 # --- turns -----------------------------------------------------------------
-head -c 1200 "${src}/deploy/models/baton-tiny-kjv.heldout.txt" > "${work}/prompt.txt"
+head -c 1200 "${heldout}" > "${work}/prompt.txt"
 "${baton}" generate --edge "${edge}" -p "And God said" --session local1 --policy local --max-tokens 6 \
   > /dev/null 2> "${work}/local.err" || fail "local turn: $(cat "${work}/local.err")"
 grep -q "prefill place *local" "${work}/local.err" || fail "local turn: $(cat "${work}/local.err")"

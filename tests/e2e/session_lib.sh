@@ -4,10 +4,9 @@
 # (the bundled tiny model, checked to exist), baton (the CLI) and held_out
 # (held-out text for prompts); defines start_edge, kill_edge, session_state
 # and kv_of below.
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 baton="${bin}/baton"
-held_out="${src}/deploy/models/baton-tiny-kjv.heldout.txt"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
+held_out="${heldout}"
 
 # Starts baton-edge and waits until it is READY.
 # start_edge LOG_NAME FLAGS...; sets edge_addr and edge_pid.

@@ -20,11 +20,9 @@
 set -euo pipefail
 bin=$1
 src=$2
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-cloud_model="${src}/deploy/models/baton-tiny-kjv-f16.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 # Skips (exit 77) only when Redis is not installed, and never under
 # BATON_REQUIRE_REDIS=1 (tests/run-all.sh, after installing it).
 for tool in redis-server redis-cli; do
@@ -100,7 +98,6 @@ reused() { json_get "${work}/$1.json" 'd["stats"]["cloud_reused_tokens"]'; }
 text() { json_get "${work}/$1.json" 'd["text"]'; }
 prompt_tokens() { json_get "${work}/$1.json" 'd["stats"]["prompt_tokens"]'; }
 
-heldout="${src}/deploy/models/baton-tiny-kjv.heldout.txt"
 # cut_text OFFSET LENGTH: bytes of the held-out text (no pipe: pipefail and SIGPIPE).
 cut_text() { dd if="${heldout}" bs=1 skip="$1" count="$2" status=none; }
 cut_text 0 1500 > "${work}/p1.txt"     # the shared prompt

@@ -14,11 +14,9 @@
 set -euo pipefail
 bin=$1
 src=$2
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-cloud_model="${src}/deploy/models/baton-tiny-kjv-f16.gguf"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 baton="${bin}/baton"
 chapter="${src}/deploy/examples/chapter.txt"
 

@@ -26,7 +26,6 @@ set -euo pipefail
 bin=$1
 src=$2
 wan="${src}/deploy/wan"
-model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
 baton="${bin}/baton"
 export BATON_WAN_PREFIX="bwf$$"
 export BATON_WAN_SUBNET=10.81.0
@@ -35,7 +34,7 @@ cloud_ip="${BATON_WAN_SUBNET}.1"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cleanup_signal=KILL
 cleanup_hook() { "${wan}/wan-down.sh" > /dev/null 2>&1 || true; }
-[[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
+bundled_models
 
 set +e
 check=$("${wan}/wan-up.sh" --check --allow-no-delay 2>&1); rc=$?
@@ -84,7 +83,7 @@ wait_cloud_ready() {
 }
 wait_cloud_ready
 
-head -c 2400 "${src}/deploy/models/baton-tiny-kjv.heldout.txt" > "${work}/prompt.txt"
+head -c 2400 "${heldout}" > "${work}/prompt.txt"
 echo "And the LORD spake unto Moses, saying" > "${work}/followup.txt"
 # gen NAME ARGS...: one turn through the CLI in the edge namespace; JSON to
 # NAME.json, stderr to NAME.err; returns the CLI's exit code.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_cache/quantized_kv_cache.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_stream/kv_stream_writer.h"
 #include "common/kv_stream/prefix_digest.h"
@@ -331,6 +332,26 @@ TEST_F(CloudClientTest, ACancelEndsTheCallWithCancelled) {
   EXPECT_EQ(polled.status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(polled.status().message(), "the Generate call was cancelled during the cloud prefill");
   EXPECT_EQ(target.size(), 0);
+}
+
+// The staging a stream is counted for: the store's bytes per token, except a
+// transform stream into a store that is not INT8, whose blocks wait as f32
+// rows until the trailer (decoded on arrival).
+TEST(KvStreamStagingBytes, ATransformStreamIntoANonInt8StoreCountsF32Rows) {
+  const KvGeometry& g = testing::shared_tiny_model(GgmlType::kF16).geometry;
+  const uint64_t f32_per_token = static_cast<uint64_t>(g.kv_dim()) * 2 * g.n_layer * sizeof(float);
+  v1::KvHeader header;
+  header.set_token_count(10);
+  header.mutable_codec()->set_codec(v1::KV_CODEC_TC);
+  auto int8 = QuantizedKvCache::Create(g, 16, *parse_kv_codec_config("int8-g32"));
+  auto f16_store = QuantizedKvCache::Create(g, 16, f16());
+  ASSERT_TRUE(int8.ok() && f16_store.ok());
+  EXPECT_EQ(kv_stream_staging_bytes(header, **int8), 10 * static_cast<uint64_t>((*int8)->bytes_per_token()));
+  EXPECT_EQ(kv_stream_staging_bytes(header, **f16_store), 10 * f32_per_token);
+  header.mutable_codec()->set_codec(v1::KV_CODEC_F16);
+  EXPECT_EQ(kv_stream_staging_bytes(header, **f16_store), 10 * static_cast<uint64_t>((*f16_store)->bytes_per_token()));
+  F32KvCache f32(g, 16);
+  EXPECT_EQ(kv_stream_staging_bytes(header, f32), 10 * f32_per_token);
 }
 
 }  // namespace
