@@ -188,11 +188,23 @@ void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const flo
   }
 }
 
+void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
+                           const float* scale, const float* bias, float* c, int64_t ldc) {
+  for (int64_t t = 0; t < n; ++t) {
+    const uint8_t* at = a + t * lda;
+    for (int j = 0; j < m; ++j) {
+      int32_t sum = 0;
+      for (int i = 0; i < k; ++i) sum += int32_t{at[i]} * b[(int64_t{i >> 2} * m + j) * 4 + (i & 3)];
+      c[t * ldc + j] = std::fma(scale[j], static_cast<float>(sum), bias[j]);
+    }
+  }
+}
+
 KvKernels kv_kernels_scalar() {
   return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
                    axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
                    hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar,
-                   affine_rows_scalar};
+                   affine_rows_scalar,     affine_u8_rows_scalar};
 }
 
 const KvKernels& kv_kernels() {

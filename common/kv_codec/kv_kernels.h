@@ -63,7 +63,19 @@ struct KvKernels {
   // The transform codec's projection and reconstruction (kv_transform_codec.cc).
   void (*affine_rows)(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
                       float* c, int64_t ldc);
+  // The transform codec's reconstruction in integers:
+  //   c[t, j] = fma(scale[j], float(sum_i a[t, i] * b[i, j]), bias[j])
+  // for t < n, j < m, i < k: a rows of bytes at a + t * lda (the symbols), b
+  // INT8 packed four components per column, [ceil(k / 4), m, 4] (zeros past
+  // k: KvTransformHeadPlan::reconstruct_i8). Reads up to 3 bytes past each row's k (the caller
+  // pads the last row). The integer sum is exact (k * 255 * 127 < 2^24, so
+  // also as a float), so every set gives the same bits.
+  void (*affine_u8_rows)(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
+                         const float* scale, const float* bias, float* c, int64_t ldc);
 };
+
+// The most components affine_u8_rows sums (its sums stay below 2^24).
+inline constexpr int kAffineU8MaxK = 512;
 
 // The set for active_simd_level(), chosen once.
 const KvKernels& kv_kernels();
@@ -87,6 +99,8 @@ void dequantize_int4_scalar(const uint8_t* codes, const uint16_t* scales, const 
 void hadamard_rows_scalar(float* x, int64_t n_vectors, int n);
 void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
                         float* c, int64_t ldc);
+void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
+                           const float* scale, const float* bias, float* c, int64_t ldc);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
                          int64_t n_ctx, float* scratch, float* out);
 

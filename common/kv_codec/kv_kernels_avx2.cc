@@ -2,6 +2,8 @@
 // through kv_kernels() when best_simd_level() >= kAvx2.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
@@ -442,13 +444,62 @@ void affine_rows_avx2(const float* a, int64_t lda, int64_t n, int k, const float
   }
 }
 
+// The four bytes a[4g .. 4g + 3] as u16 in every 64-bit lane.
+inline __m256i broadcast_u8x4(const uint8_t* a) {
+  uint32_t word;
+  std::memcpy(&word, a, sizeof(word));
+  return _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(static_cast<int>(word))));
+}
+
+// R rows of c, columns [j0, j0 + 8). No u8 x s8 instruction of AVX2 sums
+// without saturating, so both sides widen to 16 bits: madd_epi16 sums pairs
+// of components per column half, and one hadd at the end joins the halves.
+template <int R>
+void affine_u8_tile(const uint8_t* a, int64_t lda, int k, const int8_t* b, int m, const float* scale,
+                    const float* bias, float* c, int64_t ldc, int j0) {
+  const __m256i mask = lane_mask(m - j0);
+  __m256i lo_acc[R], hi_acc[R];
+  for (int r = 0; r < R; ++r) lo_acc[r] = hi_acc[r] = _mm256_setzero_si256();
+  const int groups = (k + 3) / 4;
+  for (int g = 0; g < groups; ++g) {
+    // Columns j0..j0+7, four components each: 32 bytes.
+    const __m256i w = _mm256_maskload_epi32(reinterpret_cast<const int*>(b + (int64_t{g} * m + j0) * 4), mask);
+    const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));       // columns 0-3
+    const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1));  // columns 4-7
+    for (int r = 0; r < R; ++r) {
+      const __m256i ar = broadcast_u8x4(a + r * lda + 4 * g);
+      lo_acc[r] = _mm256_add_epi32(lo_acc[r], _mm256_madd_epi16(ar, lo));
+      hi_acc[r] = _mm256_add_epi32(hi_acc[r], _mm256_madd_epi16(ar, hi));
+    }
+  }
+  const __m256 s = _mm256_maskload_ps(scale + j0, mask);
+  const __m256 z = _mm256_maskload_ps(bias + j0, mask);
+  for (int r = 0; r < R; ++r) {
+    // hadd: lane 0 = columns 0, 1, 4, 5; lane 1 = 2, 3, 6, 7; the permute
+    // puts them in order.
+    const __m256i sum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo_acc[r], hi_acc[r]), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm256_maskstore_ps(c + r * ldc + j0, mask, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sum), z));
+  }
+}
+
+void affine_u8_rows_avx2(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
+                         const float* scale, const float* bias, float* c, int64_t ldc) {
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int j0 = 0; j0 < m; j0 += 8) affine_u8_tile<4>(a + t * lda, lda, k, b, m, scale, bias, c + t * ldc, ldc, j0);
+  }
+  for (; t < n; ++t) {
+    for (int j0 = 0; j0 < m; j0 += 8) affine_u8_tile<1>(a + t * lda, lda, k, b, m, scale, bias, c + t * ldc, ldc, j0);
+  }
+}
+
 }  // namespace
 
 KvKernels kv_kernels_avx2() {
   return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
                    axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
                    hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2,
-                   affine_rows_avx2};
+                   affine_rows_avx2,    affine_u8_rows_avx2};
 }
 
 }  // namespace baton::kv_kernels_impl

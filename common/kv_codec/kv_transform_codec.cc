@@ -122,7 +122,33 @@ Allocation allocate(const KvCalibration& cal, int layer, bool is_key, const std:
   return best;
 }
 
-// Per head: the matrices the kernels multiply by (kv_kernels.h affine_rows).
+// The INT8 reconstruction of one head (KvTransformHeadPlan::reconstruct_i8)
+// from `reconstruct` [k, D] (step * basis rows), its mean and h.half.
+void pack_reconstruction(const std::vector<float>& reconstruct, const std::vector<float>& mean,
+                         KvTransformHeadPlan& h) {
+  const int k = h.count;
+  const int d = static_cast<int>(mean.size());
+  h.reconstruct_i8.assign(static_cast<size_t>((k + 3) / 4) * d * 4, 0);
+  h.reconstruct_scale.assign(static_cast<size_t>(d), 0.0f);
+  h.reconstruct_bias.assign(static_cast<size_t>(d), 0.0f);
+  for (int j = 0; j < d; ++j) {
+    float peak = 0.0f;
+    for (int i = 0; i < k; ++i) peak = std::max(peak, std::fabs(reconstruct[static_cast<size_t>(i) * d + j]));
+    const float scale = peak / 127.0f;
+    int64_t offset = 0;  // sum_i half_i * w_i: the symbols are q + half
+    for (int i = 0; i < k && scale > 0.0f; ++i) {
+      const int w = static_cast<int>(std::nearbyint(reconstruct[static_cast<size_t>(i) * d + j] / scale));
+      h.reconstruct_i8[(static_cast<size_t>(i / 4) * d + j) * 4 + i % 4] = static_cast<int8_t>(std::clamp(w, -127, 127));
+      offset += static_cast<int64_t>(h.half[static_cast<size_t>(i)]) * std::clamp(w, -127, 127);
+    }
+    h.reconstruct_scale[static_cast<size_t>(j)] = scale;
+    h.reconstruct_bias[static_cast<size_t>(j)] =
+        static_cast<float>(double{mean[static_cast<size_t>(j)]} - double{scale} * static_cast<double>(offset));
+  }
+}
+
+// Per head: the matrices the kernels multiply by (kv_kernels.h affine_rows,
+// affine_u8_rows).
 void build_head_plans(const KvCalibration& cal, int layer, bool is_key, KvTransformPlan& plan) {
   const int d = cal.head_dim;
   plan.heads.assign(static_cast<size_t>(cal.n_head_kv), KvTransformHeadPlan{});
@@ -137,20 +163,21 @@ void build_head_plans(const KvCalibration& cal, int layer, bool is_key, KvTransf
     const size_t k = static_cast<size_t>(h.count);
     h.project.assign(static_cast<size_t>(d) * k, 0.0f);
     h.project_bias.assign(k, 0.0f);
-    h.reconstruct.assign(k * static_cast<size_t>(d), 0.0f);
+    std::vector<float> reconstruct(k * static_cast<size_t>(d), 0.0f);  // [k, D]: step * basis row
     for (size_t i = 0; i < k; ++i) {
       const KvTransformComponent& comp = plan.active[static_cast<size_t>(h.first) + i];
       const float* row = head.basis.data() + static_cast<size_t>(comp.index) * d;
       double bias = 0.0;
       for (int j = 0; j < d; ++j) {
         h.project[static_cast<size_t>(j) * k + i] = row[j];
-        h.reconstruct[i * d + static_cast<size_t>(j)] = comp.step * row[j];
+        reconstruct[i * d + static_cast<size_t>(j)] = comp.step * row[j];
         bias -= static_cast<double>(head.mean[static_cast<size_t>(j)]) * row[j];
       }
       h.project_bias[i] = static_cast<float>(bias);
       h.inv_step.push_back(comp.inv_step);
       h.half.push_back(static_cast<float>(comp.half));
     }
+    pack_reconstruction(reconstruct, head.mean, h);
   }
 }
 
@@ -175,6 +202,10 @@ absl::StatusOr<std::unique_ptr<KvTransformCodec>> KvTransformCodec::Create(
   }
   if (!calibration->pre_rope_keys) {
     return absl::InvalidArgumentError("transform codec: the calibration's keys are post-RoPE; it codes pre-RoPE keys");
+  }
+  if (calibration->head_dim > kv_kernels_impl::kAffineU8MaxK) {
+    return absl::InvalidArgumentError(absl::StrFormat("transform codec: head_dim %d exceeds the decoder's %d",
+                                                      calibration->head_dim, kv_kernels_impl::kAffineU8MaxK));
   }
   std::unique_ptr<KvTransformCodec> codec(new KvTransformCodec());
   codec->calibration_ = std::move(calibration);
@@ -344,15 +375,16 @@ absl::Status KvTransformCodec::decode(int layer, bool is_key, int64_t token_begi
     if (n_rows == 0) return absl::OkStatus();
   }
   thread_local std::vector<uint8_t> symbols;
-  symbols.resize(static_cast<size_t>(n_rows * n_cols));  // <= raw_size / 2: the caller holds 8x that in `out`
+  // <= raw_size / 2 (the caller holds 8x that in `out`); + 4: affine_u8_rows
+  // reads up to 3 bytes past a row's components.
+  symbols.resize(static_cast<size_t>(n_rows * n_cols) + 4);
   if (n_cols == 0) {
     // Every head reconstructs at its mean below.
   } else if (config_.zstd_level != 0) {
-    BATON_RETURN_IF_ERROR(zstd_decompress_exact(coded, symbols.size(), symbols.data()));
+    BATON_RETURN_IF_ERROR(zstd_decompress_exact(coded, static_cast<size_t>(n_rows * n_cols), symbols.data()));
   } else {
     BATON_RETURN_IF_ERROR(rans_decode(coded, n_rows, static_cast<int>(n_cols), p.models, symbols.data()));
   }
-  thread_local std::vector<float> values;
   const kv_kernels_impl::KvKernels& kernels = kv_kernels_impl::kv_kernels();
   for (int h = 0; h < geometry_.n_head_kv; ++h) {
     const KvTransformHeadPlan& hp = p.heads[static_cast<size_t>(h)];
@@ -362,13 +394,8 @@ absl::Status KvTransformCodec::decode(int layer, bool is_key, int64_t token_begi
       for (int64_t t = 0; t < n_rows; ++t) std::memcpy(x + t * kv_dim, mean.data(), sizeof(float) * static_cast<size_t>(d));
       continue;
     }
-    values.resize(static_cast<size_t>(n_rows * hp.count));
-    for (int64_t t = 0; t < n_rows; ++t) {
-      const uint8_t* sym = symbols.data() + t * n_cols + hp.first;
-      float* q = values.data() + t * hp.count;
-      for (int i = 0; i < hp.count; ++i) q[i] = static_cast<float>(sym[i]) - hp.half[static_cast<size_t>(i)];
-    }
-    kernels.affine_rows(values.data(), hp.count, n_rows, hp.count, hp.reconstruct.data(), d, mean.data(), x, kv_dim);
+    kernels.affine_u8_rows(symbols.data() + hp.first, n_cols, n_rows, hp.count, hp.reconstruct_i8.data(), d,
+                           hp.reconstruct_scale.data(), hp.reconstruct_bias.data(), x, kv_dim);
   }
   return absl::OkStatus();
 }

@@ -77,7 +77,16 @@ struct KvTransformHeadPlan {
   std::vector<float> project_bias;   // [k]: -mean . basis row
   std::vector<float> inv_step;       // [k]
   std::vector<float> half;           // [k]: K as a float
-  std::vector<float> reconstruct;    // [k, D]: step * basis row (decode)
+  // Decode (kv_kernels.h affine_u8_rows): x[j] = bias[j] + scale[j] *
+  // sum_i symbol_i * reconstruct_i8[i, j], where step_i * basis row i =
+  // scale * reconstruct_i8 (per column j, max |.| = 127) and the bias folds in
+  // the mean and the symbols' offset -half_i. The INT8 weights add about
+  // 0.2% of the signal's RMS to the reconstruction, far below the
+  // quantization noise of any budget, and let VNNI sum four components per
+  // instruction.
+  std::vector<int8_t> reconstruct_i8;  // [ceil(k / 4), D, 4], zeros past k
+  std::vector<float> reconstruct_scale;  // [D]
+  std::vector<float> reconstruct_bias;   // [D]
 };
 
 // The allocation of one (layer, K|V).

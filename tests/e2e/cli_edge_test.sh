@@ -50,6 +50,21 @@ mkdir -p "${work}/sessions" "${work}/packs"
 genesis="In the beginning God created the heaven and the earth."
 "${baton}" pack build --model "${model}" -p "${genesis}" --id genesis --description "Genesis 1:1" \
   --out "${work}/packs/genesis.batonkv" > /dev/null || fail "pack build --model"
+# A pack is read by edges without a calibration: the transform codec is
+# refused, with a usage error (exit 2), on both build paths, writing nothing.
+for where in "--model ${model}" "--cloud ${cloud}"; do
+  # shellcheck disable=SC2086  # ${where} is a flag and its value
+  if "${baton}" pack build ${where} -p "${genesis}" --id tc --codec tc-b2 --out "${work}/tc.batonkv" \
+    > /dev/null 2> "${work}/tc-pack.err"; then
+    fail "pack build ${where} --codec tc-b2 succeeded"
+  else
+    rc=$?
+  fi
+  (( rc == 2 )) || fail "pack build ${where} --codec tc-b2: exit ${rc}, not 2: $(cat "${work}/tc-pack.err")"
+  grep -q "packs cannot use the transform codec" "${work}/tc-pack.err" ||
+    fail "pack build --codec tc-b2: $(cat "${work}/tc-pack.err")"
+  [[ ! -e "${work}/tc.batonkv" ]] || fail "pack build --codec tc-b2 wrote a file"
+done
 start_edge() {
   start_server edge '.*listening on [^:]*:\([0-9]*\).*' \
     "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud}" --threads 2 \

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "cloud_prefill/prefill_service.h"
+#include "cloud_prefill/tenant_auth.h"
 #include "common/kv_codec/kv_calibration.h"
 #include "common/kv_codec/kv_geometry.h"
 #include "common/model/model.h"
@@ -199,6 +200,37 @@ TEST_F(CloudWithCalibration, GetKvCalibrationStreamsTheFileInChunks) {
   EXPECT_EQ(sha, digest_bytes(sha256(bytes)));
   EXPECT_EQ(model, facts_.digest);
   EXPECT_EQ(chunks, static_cast<int>((bytes.size() + kKvCalibrationChunkBytes - 1) / kKvCalibrationChunkBytes));
+}
+
+// GetKvCalibration sits behind the Prefill service's tokens like every
+// other RPC: without a token (or with a wrong one) nothing is streamed.
+TEST(TransformCodecServiceTest, GetKvCalibrationNeedsAToken) {
+  constexpr char kToken[] = "calibration-token-0123456789";
+  const ModelFacts facts = facts_of(edge_model_path("tiny"));
+  PrefillServiceOptions options;
+  options.kv_calibration = calibration_for(facts, 1);
+  absl::StatusOr<TenantAuth> auth = TenantAuth::FromText(std::string(kToken) + " edge\n", "test");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  options.auth = *auth;
+  std::unique_ptr<Cloud> cloud = start_cloud(edge_model_path("tiny"), options);
+  ASSERT_NE(cloud->stub, nullptr);
+  for (const std::string token : {"", "wrong-token-000000000000", kToken}) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline_in(30));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    auto reader = cloud->stub->GetKvCalibration(&context, v1::GetKvCalibrationRequest());
+    v1::KvCalibrationChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) ++chunks;
+    const grpc::Status status = reader->Finish();
+    if (token == kToken) {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      EXPECT_GT(chunks, 0);
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "token '" << token << "'";
+      EXPECT_EQ(chunks, 0) << "token '" << token << "'";
+    }
+  }
 }
 
 TEST_F(CloudWithCalibration, EdgeFetchesTheCalibrationAndPrefillsThroughTheCloudWithTc) {

@@ -22,6 +22,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli_defaults.h"
@@ -294,6 +295,12 @@ absl::Status pack_build(const Args& args) {
   }
   if (!valid_pack_id(input.pack_id)) {
     return pack_usage_error("build", "--id: '" + input.pack_id + "' is not 1..128 characters of [A-Za-z0-9._-]");
+  }
+  // A pack is read by any edge of the model, with or without a calibration.
+  if (absl::StartsWith(input.codec_name, "tc-")) {
+    return pack_usage_error("build", "--codec " + input.codec_name +
+                                         ": packs cannot use the transform codec (it needs the calibration on both "
+                                         "ends); use f16, int8, int4 or another full name");
   }
   BATON_ASSIGN_OR_RETURN(PromptInput prompt, read_prompt(f.prompt, "pack build", /*required=*/true));
   input.text = std::move(prompt.text);

@@ -211,5 +211,53 @@ TEST(AffineRows, EveryKernelSetMatchesTheReference) {
   }
 }
 
+// affine_u8_rows (the transform codec's INT8 reconstruction): the scalar set
+// against an independent int64 sum, and every ISA set bit for bit against
+// the scalar one, over tile edges (rows not a multiple of 4, components not a
+// multiple of 4, widths not a multiple of 8 or 16, more than 64 columns),
+// row strides, the extreme symbols (0, 255) and weights (-127, 127).
+TEST(AffineU8Rows, EveryKernelSetGivesTheScalarBits) {
+  std::vector<std::pair<std::string, KvKernels>> sets;
+  if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  if (best_simd_level() >= SimdLevel::kAvx512) sets.emplace_back("avx512", kv_kernels_avx512());
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> symbol(0, 255), weight(-127, 127);
+  std::normal_distribution<float> normal;
+  for (const auto& [n, k, m] : {std::tuple{1, 1, 1}, std::tuple{5, 7, 33}, std::tuple{8, 64, 64},
+                                std::tuple{13, 22, 32}, std::tuple{4, 3, 100}, std::tuple{0, 4, 8},
+                                std::tuple{9, 128, 129}, std::tuple{6, 256, 16}}) {
+    const int64_t lda = k + 5, ldc = m + 3;
+    // The last row's k bytes end the buffer but for the 3 the kernels may read.
+    std::vector<uint8_t> a(static_cast<size_t>(std::max(1, n) * lda) + 3);
+    std::vector<int8_t> b(static_cast<size_t>((k + 3) / 4) * m * 4, 0);
+    std::vector<float> scale(m), bias(m);
+    for (uint8_t& v : a) v = static_cast<uint8_t>(symbol(rng));
+    if (n > 0) a[0] = 255;
+    for (int i = 0; i < k; ++i) {
+      for (int j = 0; j < m; ++j) b[(static_cast<size_t>(i / 4) * m + j) * 4 + i % 4] = static_cast<int8_t>(weight(rng));
+    }
+    b[0] = -127;
+    for (float& v : scale) v = std::fabs(normal(rng)) * 1e-3f;
+    for (float& v : bias) v = normal(rng);
+    std::vector<float> want(static_cast<size_t>(std::max(1, n) * ldc), 1234.5f);
+    kv_kernels_scalar().affine_u8_rows(a.data(), lda, n, k, b.data(), m, scale.data(), bias.data(), want.data(), ldc);
+    for (int t = 0; t < n; ++t) {
+      for (int j = 0; j < m; ++j) {
+        int64_t sum = 0;
+        for (int i = 0; i < k; ++i) sum += int64_t{a[t * lda + i]} * b[(static_cast<size_t>(i / 4) * m + j) * 4 + i % 4];
+        ASSERT_EQ(want[t * ldc + j], std::fma(scale[j], static_cast<float>(sum), bias[j])) << n << "x" << k << "x" << m;
+      }
+    }
+    for (const auto& [name, set] : sets) {
+      std::vector<float> c(want.size(), 1234.5f);
+      set.affine_u8_rows(a.data(), lda, n, k, b.data(), m, scale.data(), bias.data(), c.data(), ldc);
+      for (size_t x = 0; x < c.size(); ++x) {
+        ASSERT_EQ(c[x], want[x]) << name << " " << n << "x" << k << "x" << m << " at row " << x / ldc << " column "
+                                 << x % ldc;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace baton::kv_kernels_impl
