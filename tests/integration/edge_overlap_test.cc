@@ -207,9 +207,11 @@ INSTANTIATE_TEST_SUITE_P(
         OverlapFault{"TruncatedStream", FaultyPrefill::Fault::kTruncate, false, grpc::StatusCode::DATA_LOSS,
                      "trailer"},
         OverlapFault{"ShiftedFirstPosition", FaultyPrefill::Fault::kShiftFirstPosition, false,
-                     grpc::StatusCode::FAILED_PRECONDITION, "first_position"},
+                     grpc::StatusCode::FAILED_PRECONDITION, "context mismatch: first_position"},
+        // The segment's token ids come with the digest of the whole prefix: a
+        // changed id shows there first.
         OverlapFault{"ChangedTokenId", FaultyPrefill::Fault::kChangeToken, false,
-                     grpc::StatusCode::FAILED_PRECONDITION, "token"}),
+                     grpc::StatusCode::FAILED_PRECONDITION, "context mismatch: prefix_digest"}),
     [](const ::testing::TestParamInfo<OverlapFault>& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
