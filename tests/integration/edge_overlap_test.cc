@@ -146,6 +146,15 @@ TEST(EdgeOverlapRequestTest, AutoOverlapsWhenTheLinesSaySo) {
   EXPECT_EQ(result.stats.plan().place(), v1::PREFILL_PLACE_OVERLAP) << result.stats.plan().reason();
   EXPECT_EQ(result.stats.plan().split_position(), 20u);
   EXPECT_EQ(result.stats.fallback_reason(), "");
+  // A quantized store takes the cloud's part as it takes a whole segment.
+  v1::GenerateRequest int8 = split_request(prompt(40, 4), "q", v1::SPLIT_POLICY_CLOUD, 25);
+  int8.mutable_codec()->set_codec(v1::KV_CODEC_INT8);
+  const GenerateResult quantized = generate(*edge->stub, int8);
+  ASSERT_TRUE(quantized.status.ok()) << quantized.status.error_message();
+  EXPECT_EQ(quantized.stats.plan().place(), v1::PREFILL_PLACE_OVERLAP) << quantized.stats.plan().reason();
+  EXPECT_EQ(quantized.stats.plan().cloud_tokens(), 14u);
+  EXPECT_GT(quantized.stats.kv_wire_bytes(), 0u);
+  EXPECT_EQ(session_tokens(*edge->stub, "q"), 39 + static_cast<int64_t>(quantized.tokens.size()));
 }
 
 // A fault of the cloud's part of an overlapped turn.
