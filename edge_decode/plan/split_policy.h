@@ -40,7 +40,7 @@ const char* prefill_policy_name(PrefillPolicy policy);
 absl::StatusOr<PrefillPolicy> parse_prefill_policy(const std::string& name);
 // UNSPECIFIED -> `fallback` (the agent's --policy).
 PrefillPolicy prefill_policy_from_proto(v1::SplitPolicy policy, PrefillPolicy fallback);
-// Where a prefill ran: "local", "cloud", "reused" ("unknown" otherwise); the
+// Where a prefill ran: "local", "cloud", "overlap", "reused" ("unknown" otherwise); the
 // name in stats, JSON and metric labels.
 const char* prefill_place_name(v1::PrefillPlace place);
 
