@@ -57,7 +57,7 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
         .inc(stats.cloud_reused_tokens());
   }
   registry
-      .counter("baton_edge_prefills_total", "Prompts prefilled, by where: local, cloud or reused (nothing to do).",
+      .counter("baton_edge_prefills_total", "Prompts prefilled, by where: local, cloud, overlap (both at once) or reused (nothing to do).",
                {{"place", prefill_place_name(stats.plan().place())}})
       .inc();
   if (!stats.save_error().empty()) {

@@ -542,7 +542,7 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
   KvStreamExpectation pinned = expected;
   if (!pinned.first_position) {
     pinned.first_position = static_cast<uint32_t>(target.size());
-  } else if (static_cast<int64_t>(*pinned.first_position) != target.size()) {
+  } else if (!options.before_load && static_cast<int64_t>(*pinned.first_position) != target.size()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "KV segment is expected at position %u but the target cache holds %d tokens", *pinned.first_position,
         target.size()));
@@ -586,6 +586,7 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
     BATON_RETURN_IF_ERROR(reader.consume(std::move(**message)));
   }
   BATON_ASSIGN_OR_RETURN(const KvSegment segment, reader.commit());
+  if (options.before_load) BATON_RETURN_IF_ERROR(options.before_load());
   return load_kv_segment_impl(segment, rope, target, options.transform, options.transform ? &pre : nullptr);
 }
 

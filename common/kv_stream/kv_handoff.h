@@ -153,12 +153,19 @@ struct KvReadOptions {
   bool trial_decode = true;
   // The transform codec's coder, for segments coded with it.
   const KvTransformCodec* transform = nullptr;
+  // Set: called once the trailer verified, before the segment is loaded; a
+  // non-OK status ends the read with it, `target` unchanged. Until it
+  // returns, `target` may still grow towards the expected first position
+  // (an edge prefilling the front of the prompt while the back streams in),
+  // so the position is checked at load instead of before reading.
+  std::function<absl::Status()> before_load;
 };
 
 // Reads a whole stream into `target`: every message through a KvStreamReader
 // that checks `expected` (model, and the context / codec the caller pins),
 // then load_kv_segment. When expected.first_position is unset the segment
-// must still start at target.size(). On any error (the reader's codes, a
+// must still start at target.size() (at load time with
+// options.before_load). On any error (the reader's codes, a
 // source error, a load error) `target` is unchanged.
 absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, const KvStreamExpectation& expected,
                                               const KvRope* rope, KvCache& target, const KvReadOptions& options = {});

@@ -1,12 +1,16 @@
 #include "edge_decode/generate/generate_turn.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -130,9 +134,20 @@ class GenerateTurn {
   // 6. Prefill [have, n-1): through the cloud when the plan says so, else
   // (or after a fallback) locally.
   absl::Status prefill();
-  // The cloud part of step 6: true when the cloud prefilled, false when the
-  // turn falls back to local prefill (policy AUTO).
-  absl::StatusOr<bool> cloud_prefill();
+  // The cloud part of step 6: [first, n-1) from the cloud; true when the
+  // cloud prefilled, false when the turn falls back to local prefill (policy
+  // AUTO). `before_commit` and `stop` are set for an overlapped turn (see
+  // CloudPrefillRequest::before_commit; stop: true ends the stream).
+  absl::StatusOr<bool> cloud_prefill(int64_t first, std::function<absl::Status()> before_commit = {},
+                                     const std::function<bool()>& stop = {});
+  // An OVERLAP plan: the edge prefills [have, a) on this thread while the
+  // cloud streams [a, n-1) on another; true when both succeeded, false when
+  // the cloud failed under policy AUTO (the store then holds [0, a), the
+  // rest is the caller's local prefill).
+  absl::StatusOr<bool> overlapped_prefill();
+  // split_position of the request: within [have, n-1], and below n-1 only
+  // where the cloud may be asked.
+  absl::Status check_split_position() const;
   // A transform wire codec's coder, bound to the edge's calibration (null
   // coder for other codecs); FAILED_PRECONDITION naming tc_calibration.
   absl::Status bind_transform(std::shared_ptr<const KvTransformCodec>& coder) const;
@@ -153,7 +168,11 @@ class GenerateTurn {
     return absl::OkStatus();
   }
   double elapsed_ms() const { return ms_between(io_.arrival, Clock::now()); }
-  absl::Status emit(v1::GenerateResponse response) { return io_.emit(std::move(response)); }
+  // Locked: an overlapped turn's cloud stream reports from its own thread.
+  absl::Status emit(v1::GenerateResponse response) {
+    std::lock_guard<std::mutex> lock(emit_mu_);
+    return io_.emit(std::move(response));
+  }
   absl::Status progress(v1::Phase phase, const std::function<void(v1::Progress*)>& fill = {}) {
     if (!request_.progress()) return absl::OkStatus();
     v1::GenerateResponse response;
@@ -195,6 +214,7 @@ class GenerateTurn {
   const EdgeRuntime& rt_;
   const v1::GenerateRequest& request_;
   const TurnIo& io_;
+  std::mutex emit_mu_;
 
   // Step 1.
   SamplingParams sampling_;
@@ -226,6 +246,7 @@ class GenerateTurn {
   SplitPlan plan_;
   // Steps 6 to 8.
   v1::Stats stats_;
+  double overlap_local_prefill_ms_ = 0;  // OVERLAP: the edge's part
   std::optional<Sampler> sampler_;
   std::vector<float> logits_;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
@@ -272,6 +293,7 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
   in.cloud_configured = rt_.cloud != nullptr;
   in.reused_tokens = reused;
   in.prefill_tokens = to_prefill;
+  if (request_.has_split_position()) in.forced_split_position = request_.split_position();
   in.local_prefill_tokens_per_s = rt_.assumed_local_prefill_tokens_per_s > 0
                                       ? rt_.assumed_local_prefill_tokens_per_s
                                       : rt_.local_prefill_tokens_per_s->value();
@@ -524,6 +546,7 @@ absl::Status GenerateTurn::plan_prefill() {
   }
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_PLANNING));
   to_prefill_ = static_cast<uint32_t>(n_ - 1 - have_);
+  BATON_RETURN_IF_ERROR(check_split_position());
   const int64_t local_from = stages_in_f32(store_, n_ - 1) ? std::min<int64_t>(pack_tokens_, have_) : have_;
   plan_ = decide_split(
       split_inputs(wire_, static_cast<uint32_t>(have_), to_prefill_, static_cast<uint32_t>(n_ - 1 - local_from)));
@@ -544,7 +567,10 @@ absl::Status GenerateTurn::prefill() {
   }
   bool prefilled = plan_.place == v1::PREFILL_PLACE_REUSED;
   if (plan_.place == v1::PREFILL_PLACE_CLOUD) {
-    BATON_ASSIGN_OR_RETURN(prefilled, cloud_prefill());
+    BATON_ASSIGN_OR_RETURN(prefilled, cloud_prefill(have_));
+  }
+  if (plan_.place == v1::PREFILL_PLACE_OVERLAP) {
+    BATON_ASSIGN_OR_RETURN(prefilled, overlapped_prefill());
   }
   if (!prefilled) {
     BATON_RETURN_IF_ERROR(local_prefill(all_, n_ - 1, pack_tokens_, *kv_));
@@ -552,7 +578,67 @@ absl::Status GenerateTurn::prefill() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
+absl::Status GenerateTurn::check_split_position() const {
+  if (!request_.has_split_position()) return absl::OkStatus();
+  const uint32_t a = request_.split_position();
+  if (a < have_ || a > n_ - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "split_position = %u is outside [%d, %d]: the session holds %d positions and the prompt ends at %d (n-1)", a,
+        have_, n_ - 1, have_, n_ - 1));
+  }
+  if (a == n_ - 1) return absl::OkStatus();
+  if (policy_ == PrefillPolicy::kLocal) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "split_position = %u asks the cloud for [%u, %d), but policy local never contacts the cloud", a, a, n_ - 1));
+  }
+  if (rt_.cloud == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("split_position = %u asks the cloud for [%u, %d), and this agent has none (--cloud)", a, a,
+                        n_ - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> GenerateTurn::overlapped_prefill() {
+  const int64_t a = plan_.split_position;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<absl::Status> local_done;  // guarded by mu
+  std::atomic<bool> stop_cloud{false};
+  // The cloud's segment enters the store only once the edge's part is in.
+  auto wait_for_local = [&]() -> absl::Status {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return local_done.has_value(); });
+    if (local_done->ok()) return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat("the edge's prefill of [", have_, ", ", a, ") failed"));
+  };
+  absl::StatusOr<bool> cloud = false;
+  std::thread cloud_thread([&] { cloud = cloud_prefill(a, wait_for_local, [&] { return stop_cloud.load(); }); });
+  const Clock::time_point start = Clock::now();
+  absl::Status local = local_prefill(all_, a, pack_tokens_, *kv_);
+  overlap_local_prefill_ms_ = ms_between(start, Clock::now());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    local_done = local;
+  }
+  cv.notify_all();
+  // A failed edge part drops the cloud's: stop its stream at the next message.
+  if (!local.ok()) stop_cloud = true;
+  cloud_thread.join();
+  BATON_RETURN_IF_ERROR(local);
+  if (!cloud.ok()) return cloud.status();
+  if (*cloud) {
+    BATON_CHECK(kv_->size() == n_ - 1, "an overlapped prefill left the store short of n-1");
+    return true;
+  }
+  BATON_CHECK(kv_->size() == a, "a failed KV stream changed the session");
+  stats_.set_fallback_reason(absl::StrFormat("%s; the edge had prefilled [%d, %d) and prefills [%d, %d) too",
+                                             stats_.fallback_reason(), have_, a, a, n_ - 1));
+  return false;
+}
+
+absl::StatusOr<bool> GenerateTurn::cloud_prefill(int64_t first, std::function<absl::Status()> before_commit,
+                                                 const std::function<bool()>& stop) {
   SessionLease& session = *session_;
   QuantizedKvCache& kv = *kv_;
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_CLOUD_PREFILL));
@@ -567,7 +653,8 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
     cloud_request.transform = transform.get();
   }
   cloud_request.tokens.assign(all_.begin(), all_.end() - 1);
-  cloud_request.first_position = static_cast<uint32_t>(have_);
+  cloud_request.first_position = static_cast<uint32_t>(first);
+  cloud_request.before_commit = std::move(before_commit);
   cloud_request.codec = wire_;
   cloud_request.session_id = session_id();
   cloud_request.session_created_unix_ms = session->created_unix_ms;
@@ -585,7 +672,7 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
       p->set_kv_bytes_received(seen.kv_bytes_received);
     });
   };
-  auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok(); };
+  auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok() || (stop && stop()); };
   cloud_request.prefix_pack_id = cloud_pack_id_;
   cloud_request.max_staging_bytes = staging_budget_bytes(session_id(), kv);
   absl::StatusOr<CloudPrefillResult> result =
@@ -602,7 +689,7 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
     stats_.set_transfer_ms(result->transfer_ms);
     stats_.set_ingest_ms(result->ingest_ms);
     // F16-equivalent: 2 bytes per K/V element of the segment.
-    stats_.set_kv_raw_bytes(uint64_t{to_prefill_} *
+    stats_.set_kv_raw_bytes(static_cast<uint64_t>(n_ - 1 - first) *
                             static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) * 2);
     stats_.set_kv_quantized_bytes(result->quantized_bytes);
     stats_.set_kv_wire_bytes(result->wire_bytes);
@@ -610,7 +697,8 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill() {
     stats_.set_kv_codec(wire_.to_string());
     return true;
   }
-  BATON_CHECK(kv.size() == have_, "a failed KV stream changed the session");
+  // (An overlapped turn's store is the edge's prefill's; overlapped_prefill checks it.)
+  if (!cloud_request.before_commit) BATON_CHECK(kv.size() == have_, "a failed KV stream changed the session");
   BATON_RETURN_IF_ERROR(check_alive());
   // Our client is still here (check_alive), so a cancelled cloud call
   // means the cloud went away.
@@ -759,9 +847,14 @@ absl::Status GenerateTurn::commit_and_report() {
   stats_.set_context_tokens(context_tokens);
   to_proto(plan_, stats_.mutable_plan());
   if (!stats_.fallback_reason().empty()) {
-    stats_.mutable_plan()->set_place(v1::PREFILL_PLACE_LOCAL);
-    stats_.mutable_plan()->set_reason(absl::StrCat(plan_.reason, "; fell back to local prefill"));
+    v1::Plan* plan = stats_.mutable_plan();
+    plan->set_place(v1::PREFILL_PLACE_LOCAL);
+    plan->set_reason(absl::StrCat(plan_.reason, "; fell back to local prefill"));
+    plan->set_split_position(static_cast<uint32_t>(n_ - 1));
+    plan->set_local_tokens(to_prefill_);
+    plan->set_cloud_tokens(0);
   }
+  if (plan_.place == v1::PREFILL_PLACE_OVERLAP) stats_.set_overlap_local_prefill_ms(overlap_local_prefill_ms_);
   stats_.set_finish_reason(finish_);
   stats_.set_total_ms(ms_between(io_.arrival, end));
   stats_.set_session_id(session_id());

@@ -245,6 +245,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
     if (!reader->Read(&message)) {
       finished = true;
       last_message_time = Clock::now();
+      watchdog.stop();  // all arrived: waiting in before_commit is no stall
       grpc::Status status = reader->Finish();
       if (!status.ok()) return from_grpc_status(status, "cloud: ");
       return std::optional<v1::KvStreamMessage>();
@@ -279,6 +280,15 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   expected.token_ids = std::vector<int32_t>(request.tokens.begin() + request.first_position, request.tokens.end());
   KvReadOptions read_options;
   read_options.transform = request.transform;
+  Clock::time_point wait_start{}, wait_end{};
+  if (request.before_commit) {
+    read_options.before_load = [&]() -> absl::Status {
+      wait_start = Clock::now();
+      absl::Status ready = request.before_commit();
+      wait_end = Clock::now();
+      return ready;
+    };
+  }
   if (request.max_staging_bytes > 0) {
     read_options.reader.check_header = [&request, &target](const v1::KvHeader& header) -> absl::Status {
       const uint64_t staging = kv_stream_staging_bytes(header, target);
@@ -317,7 +327,8 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   record_served();
 
   result.load = *load;
-  result.total_ms = ms_between(start, end);
+  result.commit_wait_ms = ms_between(wait_start, wait_end);
+  result.total_ms = ms_between(start, end) - result.commit_wait_ms;
   const double receive_ms = ms_between(start, last_message_time);
   result.first_block_ms = have_first_block ? ms_between(start, first_block_time) : receive_ms;
   const v1::ProducerStats& producer = result.producer;

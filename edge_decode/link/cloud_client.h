@@ -107,6 +107,12 @@ struct CloudPrefillRequest {
   // of its header); a header declaring more is refused (RESOURCE_EXHAUSTED,
   // with the numbers) before any block is read, the target unchanged.
   uint64_t max_staging_bytes = 0;
+  // Set (an overlapped prefill, first_position past target.size()): called
+  // once the stream verified, before its segment enters `target`; it waits
+  // until the edge's own prefill brought `target` to first_position (which
+  // it may do meanwhile, on another thread) and says whether it did. A
+  // non-OK status drops the stream, `target` as the edge's prefill left it.
+  std::function<absl::Status()> before_commit;
 };
 
 // Memory a received KV stream is counted for before it is committed: its
@@ -136,6 +142,9 @@ struct CloudPrefillResult {
   double transfer_ms = 0;                 // receiving, minus what hid behind cloud compute
   double ingest_ms = 0;                   // after the last byte: verify, decode, commit
   double total_ms = 0;
+  // In before_commit (waiting for the edge's prefill): counted in none of
+  // the times above, which then add up to total_ms + commit_wait_ms.
+  double commit_wait_ms = 0;
   double first_block_ms = 0;              // request sent -> first block
   uint64_t wire_bytes = 0;                // encoded payload bytes (after zstd)
   uint64_t quantized_bytes = 0;           // payload bytes before zstd
@@ -176,7 +185,8 @@ class CloudClient {
   CloudLinkStatus link() const;
 
   // Streams the KV of [request.first_position, end) into `target` (which
-  // must hold exactly [0, first_position)); `model` is ours (the stream must
+  // must hold exactly [0, first_position), by the time
+  // request.before_commit returns when it is set); `model` is ours (the stream must
   // match it), `rope` our model's RoPE. Errors: the cloud's status code with
   // "cloud: " before its message (UNAVAILABLE when unreachable), or the
   // reader's (FAILED_PRECONDITION for a fingerprint mismatch naming the

@@ -5,7 +5,15 @@
 //   local_ms = prefill_tokens / local prefill tok/s
 //   cloud_ms = per-call cost + prefill_tokens / cloud prefill tok/s
 //            + prefill_tokens * wire bytes per token / link bandwidth
-// and auto takes the smaller. The per-call cost is what a cloud call costs
+// and auto takes the smallest of local, cloud and the overlapped plan: the
+// edge prefills the front x of the tokens while the cloud computes them all
+// and streams only the rest (the split position a = have + x):
+//   overlap_ms(x) = max(local x tokens, per-call + compute + (tokens - x) x wire / bandwidth)
+// minimized where the rising local line crosses the falling cloud line
+// (overlap_split_tokens), x rounded to the better neighbour and kept inside
+// (0, tokens); it is chosen only when it beats both pure plans by
+// kMinOverlapGain (it costs two moving parts and edge CPU beside the
+// stream's ingest). The per-call cost is what a cloud call costs
 // whatever its length (round trip, stream set-up, header and trailer,
 // verification and commit): measured over earlier cloud calls, else the
 // Health round trip + kAssumedCloudCallSetupMs. So a turn shorter than about
@@ -17,6 +25,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,7 +40,7 @@ const char* prefill_policy_name(PrefillPolicy policy);
 absl::StatusOr<PrefillPolicy> parse_prefill_policy(const std::string& name);
 // UNSPECIFIED -> `fallback` (the agent's --policy).
 PrefillPolicy prefill_policy_from_proto(v1::SplitPolicy policy, PrefillPolicy fallback);
-// Where a prefill ran: "local", "cloud", "reused" ("unknown" otherwise); the
+// Where a prefill ran: "local", "cloud", "overlap", "reused" ("unknown" otherwise); the
 // name in stats, JSON and metric labels.
 const char* prefill_place_name(v1::PrefillPlace place);
 
@@ -43,6 +52,10 @@ inline constexpr double kAssumedLocalPrefillTokensPerS = 50.0;    // a laptop CP
 // A cloud call's fixed cost beyond the round trip until one is measured:
 // stream set-up, the header, the trailer's verification and the commit.
 inline constexpr double kAssumedCloudCallSetupMs = 50.0;
+// The overlapped plan must predict at least this fraction less time than the
+// better pure plan: its edge prefill shares the CPU with the stream's
+// verification and decoding, which the lines do not model.
+inline constexpr double kMinOverlapGain = 0.05;
 
 struct SplitInputs {
   PrefillPolicy policy = PrefillPolicy::kAuto;
@@ -65,6 +78,10 @@ struct SplitInputs {
   // transfer); 0: unknown (RTT + kAssumedCloudCallSetupMs).
   double cloud_call_overhead_ms = 0;
   double wire_bytes_per_token = 0;       // the codec's expected wire size per token (all layers, K+V)
+  // Set (GenerateRequest.split_position): the split position a in
+  // [reused_tokens, reused_tokens + prefill_tokens] to use instead of the
+  // policy's choice, under policies auto (with a usable cloud) and cloud.
+  std::optional<uint32_t> forced_split_position;
 };
 
 struct SplitPlan {
@@ -74,9 +91,32 @@ struct SplitPlan {
   uint32_t prefill_tokens = 0;
   double estimated_local_ms = 0;
   double estimated_cloud_ms = 0;         // per-call cost + prefill + transfer; 0 if not estimated
+  // The split position a: [reused, a) local, [a, reused + prefill) from the
+  // cloud (LOCAL: reused + prefill; CLOUD and REUSED: reused).
+  uint32_t split_position = 0;
+  // The chosen plan's predicted time (estimated_local_ms, estimated_cloud_ms
+  // or the overlap's max of its two parts): what to compare across codecs.
+  double estimated_ms = 0;
+  // The best overlapped plan, chosen or not (0 when the cloud was not
+  // estimated or no split inside (reused, reused + prefill) exists): its
+  // split position and the predicted times of its edge and cloud parts.
+  uint32_t overlap_split_position = 0;
+  double estimated_overlap_local_ms = 0;
+  double estimated_overlap_cloud_ms = 0;
+  uint32_t local_tokens() const { return split_position - reused_tokens; }
+  uint32_t cloud_tokens() const { return reused_tokens + prefill_tokens - split_position; }
 };
 
 SplitPlan decide_split(const SplitInputs& inputs);
+
+// The crossing of the overlapped plan's two lines, in tokens the edge
+// prefills (unclamped, may be outside [0, tokens]): local_ms_per_token x
+// (local_extra_tokens + x) = cloud_ms_at_zero - transfer_ms_per_token x x,
+// where cloud_ms_at_zero is the cloud-only estimate and local_extra_tokens
+// what a local prefill recomputes before the new positions (a lossless
+// store's earlier turns).
+double overlap_split_tokens(double local_ms_per_token, double local_extra_tokens, double cloud_ms_at_zero,
+                            double transfer_ms_per_token);
 
 void to_proto(const SplitPlan& plan, v1::Plan* out);
 

@@ -191,6 +191,7 @@ inline void wait_for_cloud(v1::Edge::Stub& stub) {
 struct GenerateResult {
   grpc::Status status;
   std::vector<uint32_t> tokens;
+  std::vector<float> logprobs;  // per token, when the request set `logprobs`
   std::string text;
   bool has_stats = false;
   v1::Stats stats;
@@ -212,6 +213,7 @@ inline GenerateResult generate(v1::Edge::Stub& stub, const v1::GenerateRequest& 
       case v1::GenerateResponse::kText:
         result.text += response.text().text();
         for (uint32_t id : response.text().token_ids()) result.tokens.push_back(id);
+        for (const v1::TokenLogprob& logprob : response.text().logprobs()) result.logprobs.push_back(logprob.logprob());
         break;
       case v1::GenerateResponse::kStats:
         result.has_stats = true;

@@ -53,11 +53,33 @@ double modeled_split_ttft_ms(const LengthResult& r, const WanProfile& profile, d
 // block comes after the same fraction of it as measured on the CPU cloud.
 void projected_cloud(const LengthResult& r, double gpu_tok_s, double* cloud_ms, double* first_block_ms);
 
+// The overlapped plan of one length over one profile: the split position a
+// the edge's split policy picks (decide_split, policy auto, from this
+// length's measured figures: the edge prefills [0, a), the cloud streams
+// [a, n-1)), the place that makes (local, cloud or overlap) and its modeled
+// TTFT, with the gain over the better of local and cloud-only (a ratio:
+// > 1 is faster).
+struct OverlapRow {
+  int64_t split_position = 0;
+  std::string place;
+  double ttft_ms = 0;
+  double gain = 0;
+};
+
+// The overlapped plan's modeled TTFT for split position a: the edge's part
+// (a / (n-1) of the measured local prefill) runs beside the cloud's, whose
+// transfer and ingest scale with the streamed share (n-1-a) / (n-1):
+//   max(local part, RTT + max(cloud, first block + transfer of the share))
+//     + ingest of the share + last token
+// (a = 0: modeled_split_ttft_ms; a = n-1: the local TTFT).
+OverlapRow modeled_overlap(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms);
+
 // Per profile: the modeled split TTFT of every length, measured cloud and
-// projected, and whether it beats local.
+// projected, and whether it beats local; the overlapped plan of each.
 struct ProfileRows {
   std::vector<double> split_ms, projection_ms;
   std::vector<bool> split_wins, projection_wins;
+  std::vector<OverlapRow> overlap, projection_overlap;
 };
 
 struct SplitRun {

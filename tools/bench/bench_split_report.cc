@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench_split.h"
+#include "edge_decode/plan/split_policy.h"
 #include "gnuplot_run.h"
 #include "common/util/check.h"
 #include "report.h"
@@ -19,6 +20,11 @@ constexpr char kLinkNote[] =
     "a crude TCP loss penalty; split TTFT = RTT + max(cloud, first block + transfer) + ingest + last token; "
     "cloud = trailer ProducerStats queue + prefill + encode tail (CPU backend on this machine: the same cores "
     "and CPU engine as the edge, so the CPU rows show the split's overheads, not a faster cloud)";
+constexpr char kOverlapNote[] =
+    "OVERLAP: the edge prefills [0, a) while the cloud streams [a, n-1); a is the edge's split policy's choice "
+    "(decide_split, policy auto, from this length's local tok/s, cloud tok/s, wire bytes/token and the profile: "
+    "a = 0 is cloud-only, a = n-1 local); TTFT = max(local part, RTT + max(cloud, first block + transfer of the "
+    "streamed share)) + ingest of the share + last token; gain = min(local, cloud-only) TTFT / overlap TTFT";
 constexpr char kProjectionNote[] =
     "PROJECTION: the same formula with cloud = (prompt - 1) / GPU prefill tok/s, first block at the same "
     "fraction of it as measured on the CPU cloud";
@@ -73,7 +79,15 @@ Json profile_json(const SplitRun& run, size_t p) {
                    {"decode_tok_per_s_p99", fixed(r.decode_p99_tok_s, 3)},
                    {"winner", winner(rows.split_wins[i])},
                    {"projection_split_ttft_ms", fixed(rows.projection_ms[i], 3)},
-                   {"projection_winner", winner(rows.projection_wins[i])}});
+                   {"projection_winner", winner(rows.projection_wins[i])},
+                   {"overlap_split_position", rows.overlap[i].split_position},
+                   {"overlap_place", rows.overlap[i].place},
+                   {"overlap_ttft_ms", fixed(rows.overlap[i].ttft_ms, 3)},
+                   {"overlap_gain", fixed(rows.overlap[i].gain, 3)},
+                   {"projection_overlap_split_position", rows.projection_overlap[i].split_position},
+                   {"projection_overlap_place", rows.projection_overlap[i].place},
+                   {"projection_overlap_ttft_ms", fixed(rows.projection_overlap[i].ttft_ms, 3)},
+                   {"projection_overlap_gain", fixed(rows.projection_overlap[i].gain, 3)}});
   }
   return {{"name", profile.name},
           {"bandwidth_bytes_per_s", whole(profile.bandwidth_bytes_per_s)},
@@ -89,19 +103,51 @@ void print_profile_table(const SplitRun& run, size_t p) {
   const ProfileRows& rows = run.per_profile[p];
   print_line("\nprofile %s: %.1f Mbit/s, RTT %.0f ms, loss %.2f%%\n", profile.name,
              profile.bandwidth_bytes_per_s * 8 / 1e6, profile.rtt_ms, profile.loss * 100);
-  print_line("  %7s %11s %11s %11s %10s %9s %7s | %15s %10s %9s\n", "prompt", "local TTFT", "split TTFT", "wire bytes",
-             "dec tok/s", "dec p99", "winner", "PROJ split TTFT", "PROJ win", "GPU tok/s");
+  print_line("  %7s %11s %11s %11s %10s %9s %7s %7s %11s %6s | %15s %10s %9s %7s %11s %6s\n", "prompt",
+             "local TTFT", "split TTFT", "wire bytes", "dec tok/s", "dec p99", "winner", "ovl a", "ovl TTFT", "gain",
+             "PROJ split TTFT", "PROJ win", "GPU tok/s", "PROJ a", "PROJ ovl", "gain");
   for (size_t i = 0; i < run.results.size(); ++i) {
     const LengthResult& r = run.results[i];
-    print_line("  %7d %11.1f %11.1f %11d %10.2f %9.2f %7s | %15.1f %10s %9.0f\n", r.prompt_len, r.local_ttft_ms,
-               rows.split_ms[i], r.wire_bytes, r.decode_mean_tok_s, r.decode_p99_tok_s, winner(rows.split_wins[i]),
-               rows.projection_ms[i], winner(rows.projection_wins[i]), run.gpu_rates[i]);
+    const OverlapRow& o = rows.overlap[i];
+    const OverlapRow& po = rows.projection_overlap[i];
+    print_line("  %7d %11.1f %11.1f %11d %10.2f %9.2f %7s %7d %11.1f %5.2fx | %15.1f %10s %9.0f %7d %11.1f %5.2fx\n",
+               r.prompt_len, r.local_ttft_ms, rows.split_ms[i], r.wire_bytes, r.decode_mean_tok_s, r.decode_p99_tok_s,
+               winner(rows.split_wins[i]), o.split_position, o.ttft_ms, o.gain, rows.projection_ms[i],
+               winner(rows.projection_wins[i]), run.gpu_rates[i], po.split_position, po.ttft_ms, po.gain);
   }
   print_line("  crossover (CPU cloud): %s\n", crossover(run.lengths, rows.split_wins));
   print_line("  crossover (PROJECTION, GPU cloud): %s\n", crossover(run.lengths, rows.projection_wins));
 }
 
 }  // namespace
+
+OverlapRow modeled_overlap(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms) {
+  const double tokens = static_cast<double>(r.prompt_len - 1);
+  SplitInputs in;
+  in.policy = PrefillPolicy::kAuto;
+  in.cloud_configured = in.cloud_reachable = true;
+  in.prefill_tokens = static_cast<uint32_t>(r.prompt_len - 1);
+  in.local_prefill_tokens_per_s = tokens / std::max(r.local_prefill_ms, 1e-3) * 1000.0;
+  in.cloud_prefill_tokens_per_s = tokens / std::max(cloud_ms, 1e-3) * 1000.0;
+  in.link_bytes_per_s = profile.bandwidth_bytes_per_s * (1.0 - profile.loss);
+  in.link_rtt_ms = std::max(profile.rtt_ms, 1e-3);  // 0 would read "unknown"
+  in.cloud_call_overhead_ms = in.link_rtt_ms + r.ingest_ms;
+  in.wire_bytes_per_token = static_cast<double>(r.wire_bytes) / tokens;
+  const SplitPlan plan = decide_split(in);
+  OverlapRow row;
+  row.split_position = plan.split_position;
+  row.place = prefill_place_name(plan.place);
+  const double streamed = (tokens - static_cast<double>(plan.split_position)) / tokens;  // share of [0, n-1)
+  const double local_part = r.local_prefill_ms * (1.0 - streamed);
+  const double transfer_ms =
+      streamed * static_cast<double>(r.wire_bytes) / (profile.bandwidth_bytes_per_s * (1.0 - profile.loss)) * 1000.0;
+  const double cloud_part = streamed > 0 ? profile.rtt_ms + std::max(cloud_ms, first_block_ms + transfer_ms) : 0.0;
+  row.ttft_ms = streamed > 0 ? std::max(local_part, cloud_part) + streamed * r.ingest_ms + r.split_last_token_ms
+                             : r.local_ttft_ms;
+  const double best_single = std::min(r.local_ttft_ms, modeled_split_ttft_ms(r, profile, cloud_ms, first_block_ms));
+  row.gain = row.ttft_ms > 0 ? best_single / row.ttft_ms : 0.0;
+  return row;
+}
 
 double modeled_split_ttft_ms(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms) {
   const double transfer_ms =
@@ -129,6 +175,8 @@ void model_profiles(SplitRun& run) {
       rows.projection_ms.push_back(projection);
       rows.split_wins.push_back(split < r.local_ttft_ms);
       rows.projection_wins.push_back(projection < r.local_ttft_ms);
+      rows.overlap.push_back(modeled_overlap(r, run.profiles[p], r.cloud_ms, r.first_block_ms));
+      rows.projection_overlap.push_back(modeled_overlap(r, run.profiles[p], cloud_ms, first_block_ms));
     }
   }
 }
@@ -149,6 +197,7 @@ Json split_json(const SplitRun& run) {
               {"cloud_backend", "cpu"},
               {"link_model", kLinkNote},
               {"projection_note", kProjectionNote},
+              {"overlap_note", kOverlapNote},
               {"gpu_prefill_source", run.gpu_source},
               {"lengths", std::move(lengths)},
               {"profiles", std::move(profiles)}};
@@ -174,13 +223,14 @@ void print_split_tables(const SplitRun& run) {
   }
   print_line("  (local/s = prefill tok/s; dec tok/s = mean over the decode tokens, dec p99 = 1 / p99 step time; "
              "same = split's first token equals local's, greedy)\n");
-  print_line("\n%s\n%s; GPU prefill tok/s: %s\n", kLinkNote, kProjectionNote, run.gpu_source);
+  print_line("\n%s\n%s; GPU prefill tok/s: %s\n%s\n", kLinkNote, kProjectionNote, run.gpu_source, kOverlapNote);
   for (size_t p = 0; p < run.profiles.size(); ++p) print_profile_table(run, p);
 }
 
 absl::Status write_split_plot(const SplitRun& run) {
-  const std::string title = absl::StrFormat("baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed)",
-                                            run.model_name, run.codec, run.threads);
+  const std::string title = absl::StrFormat(
+      "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted)", run.model_name,
+      run.codec, run.threads);
   const std::string gpu_label = run.gpu_source.rfind("ASSUMED", 0) == 0
                                     ? absl::StrFormat("ASSUMED GPU %.0f tok/s", run.gpu_rates.back())
                                     : absl::StrFormat("GPU %.0f tok/s", run.gpu_rates.back());
@@ -192,6 +242,8 @@ absl::Status write_split_plot(const SplitRun& run) {
     data << run.results[i].prompt_len << ' ' << run.results[i].local_ttft_ms;
     for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.split_ms[i];
     for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.projection_ms[i];
+    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.overlap[i].ttft_ms;
+    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.projection_overlap[i].ttft_ms;
     data << '\n';
   }
   data.close();
@@ -211,6 +263,14 @@ absl::Status write_split_plot(const SplitRun& run) {
   for (size_t i = 0; i < k; ++i) {
     script << ", '' using 1:" << 3 + k + i << " with lines dt 2 lw 2 lc rgb '" << colors[i % 5]
            << "' title 'PROJECTION split " << run.profiles[i].name << " (" << gpu_label << ")'";
+  }
+  for (size_t i = 0; i < k; ++i) {
+    script << ", '' using 1:" << 3 + 2 * k + i << " with linespoints dt 3 pt 6 lw 2 lc rgb '" << colors[i % 5]
+           << "' title 'overlap " << run.profiles[i].name << " (CPU cloud)'";
+  }
+  for (size_t i = 0; i < k; ++i) {
+    script << ", '' using 1:" << 3 + 3 * k + i << " with lines dt 4 lw 1 lc rgb '" << colors[i % 5]
+           << "' title 'PROJECTION overlap " << run.profiles[i].name << "'";
   }
   script << "\n";
   script.close();

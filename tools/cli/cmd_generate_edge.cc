@@ -138,6 +138,12 @@ absl::Status fill_request(const GenerateFlags& f, const FlagSet& flags, const st
   request->set_policy(*policy);
   request->set_session_id(f.session_id);
   request->set_pack_id(f.pack_id);
+  if (flags.is_set("split-position")) {
+    if (f.split_position < 0 || f.split_position > UINT32_MAX) {
+      return usage_error("generate", absl::StrFormat("--split-position %d is not a position", f.split_position));
+    }
+    request->set_split_position(static_cast<uint32_t>(f.split_position));
+  }
   fill_edge_request(f.generation, flags, request);
   for (const std::string& stop : stops) request->add_stop(stop);
   if (!f.codec_name.empty()) {

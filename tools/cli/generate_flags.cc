@@ -8,8 +8,8 @@
 namespace baton::cli {
 namespace {
 
-constexpr const char* kEdgeOnly[] = {"edge",   "session", "pack", "policy",       "codec",
-                                     "stop",   "no-progress", "timeout", "ca", "api-key-file"};
+constexpr const char* kEdgeOnly[] = {"edge",   "session",     "pack",    "policy", "codec",       "split-position",
+                                     "stop",   "no-progress", "timeout", "ca",     "api-key-file"};
 constexpr const char* kLocalOnly[] = {"model", "prompt-len", "threads", "ignore-eos"};
 
 }  // namespace
@@ -59,6 +59,9 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
                    "KV codec (f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3); unset: the agent's "
                    "--codec",
                    "NAME");
+  flags.add_int64("split-position", &out->split_position,
+                  "force the split: the edge prefills [have, A) while the cloud streams [A, n-1) (A = have: cloud, "
+                  "n-1: local; tests and benchmarks)");
   flags.add_string("stop", &out->stop_help, "stop when the text ends with S (repeatable)", "S");
   flags.add_bool("no-progress", &out->no_progress, "no progress line, even on a terminal");
   flags.add_duration("timeout", &out->timeout, "deadline of the whole request, warm-up retries included");

@@ -28,6 +28,7 @@ struct GenerateFlags {
   bool json = false;
   // --edge only
   std::string session_id, pack_id, policy_name, codec_name;
+  int64_t split_position = 0;  // --split-position: GenerateRequest.split_position when set
   std::string stop_help;  // --stop is repeatable: collected before parsing; listed for --help
   bool no_progress = false;
   std::chrono::milliseconds timeout{300'000};

@@ -21,6 +21,10 @@ void print_turn_stats(const std::string& address, const v1::Stats& stats, std::F
   Report r(absl::StrFormat(interrupted ? "stats (edge %s; interrupted: as seen by this client)" : "stats (edge %s)",
                            address));
   r.add_text("place", "prefill place", std::string(prefill_place_name(stats.plan().place())));
+  if (stats.plan().place() == v1::PREFILL_PLACE_OVERLAP) {
+    r.add_int("split_position", "  split position", stats.plan().split_position());
+    r.add("overlap_local_prefill_ms", "  edge part (beside the cloud)", stats.overlap_local_prefill_ms(), "ms", 1);
+  }
   if (!stats.plan().reason().empty()) r.add_text("reason", "plan reason", stats.plan().reason());
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
   if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());

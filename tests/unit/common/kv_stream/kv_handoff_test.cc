@@ -266,6 +266,50 @@ TEST_F(KvHandoff, SegmentAfterLocalTokensContinuesTheEdgeCache) {
   EXPECT_LE(relative_max_diff(got, reference), 2e-2);
 }
 
+TEST_F(KvHandoff, BeforeLoadLetsTheEdgeReachTheSegmentWhileTheStreamIsRead) {
+  // An overlapped prefill: the stream of [8, n-1) is read while the edge
+  // still holds [0, 0); before_load brings it to 8, then the segment loads.
+  const KvCodecConfig wire = parse("int8-g16-z3");
+  auto edge = edge_store(wire);
+  KvReadOptions options;
+  int calls = 0;
+  options.before_load = [&]() -> absl::Status {
+    ++calls;
+    return engine_->prefill(prompt_prefix(8), *edge, nullptr);
+  };
+  auto load = read_kv_segment(cloud_stream(wire, 8), expectation(8), &rope_, *edge, options);
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(edge->size(), kPromptTokens - 1);
+
+  // A refusal from before_load ends the read with it; the cache is as the hook left it.
+  auto refused_edge = edge_store(wire);
+  options.before_load = [] { return absl::AbortedError("the edge's prefill failed"); };
+  auto refused = read_kv_segment(cloud_stream(wire, 8), expectation(8), &rope_, *refused_edge, options);
+  EXPECT_TRUE(absl::IsAborted(refused.status())) << refused.status();
+  EXPECT_EQ(refused_edge->size(), 0);
+  // A hook that leaves the cache short of the segment: refused at load, unchanged.
+  options.before_load = [] { return absl::OkStatus(); };
+  auto short_of = read_kv_segment(cloud_stream(wire, 8), expectation(8), &rope_, *refused_edge, options);
+  EXPECT_EQ(short_of.status().code(), absl::StatusCode::kFailedPrecondition) << short_of.status();
+  EXPECT_EQ(refused_edge->size(), 0);
+  // A corrupt stream never reaches the hook.
+  std::vector<v1::KvStreamMessage> corrupt = cloud_stream(wire, 8);
+  for (v1::KvStreamMessage& message : corrupt) {
+    if (message.has_block()) {
+      (*message.mutable_block()->mutable_payload())[0] ^= 0x5a;
+      break;
+    }
+  }
+  calls = 0;
+  options.before_load = [&] {
+    ++calls;
+    return absl::OkStatus();
+  };
+  EXPECT_FALSE(read_kv_segment(corrupt, expectation(8), &rope_, *refused_edge, options).ok());
+  EXPECT_EQ(calls, 0);
+}
+
 // ------------------------------------------------------------ rejects -----
 
 // Everything the edge cache holds, including positions past its size.

@@ -51,8 +51,12 @@ TEST(SplitPolicyTest, AutoKeepsAShortPromptLocal) {
 
 TEST(SplitPolicyTest, SlowLinkMakesLocalWin) {
   SplitInputs in = long_prompt();
-  in.link_bytes_per_s = 1e6;  // 8000 * 30 KiB = 245 s over 1 MB/s
+  in.link_bytes_per_s = 1e4;  // 8000 * 30 KiB = 6.8 h over 10 kB/s
   EXPECT_EQ(decide_split(in).place, v1::PREFILL_PLACE_LOCAL);
+  // Over 1 MB/s (245 s) the cloud alone loses too, but the edge prefilling
+  // the front while it streams the back beats both (split_policy_overlap_test).
+  in.link_bytes_per_s = 1e6;
+  EXPECT_EQ(decide_split(in).place, v1::PREFILL_PLACE_OVERLAP);
 }
 
 TEST(SplitPolicyTest, PolicyLocalNeverPicksTheCloud) {
