@@ -83,9 +83,11 @@ void affine_u8_tile(const uint8_t* a, int64_t lda, int k, const int8_t* b, int m
   for (int v = 0; v < V; ++v) {
     const __m512 sv = _mm512_maskz_loadu_ps(mask[v], scale + j0 + 16 * v);
     const __m512 zv = _mm512_maskz_loadu_ps(mask[v], bias + j0 + 16 * v);
+    // (maskz_cvt: GCC 12 takes the plain form's undefined source for an
+    // uninitialized read.)
     for (int r = 0; r < R; ++r) {
       _mm512_mask_storeu_ps(c + r * ldc + j0 + 16 * v, mask[v],
-                            _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(acc[r][v]), zv));
+                            _mm512_fmadd_ps(sv, _mm512_maskz_cvtepi32_ps(mask[v], acc[r][v]), zv));
     }
   }
 }

@@ -343,7 +343,7 @@ TEST(KvStreamStagingBytes, ATransformStreamIntoANonInt8StoreCountsF32Rows) {
   v1::KvHeader header;
   header.set_token_count(10);
   header.mutable_codec()->set_codec(v1::KV_CODEC_TC);
-  auto int8 = QuantizedKvCache::Create(g, 16, *parse_kv_codec_config("int8-g32"));
+  auto int8 = QuantizedKvCache::Create(g, 16, default_kv_codec_config(KvCodecConfig::Bits::kInt8, g));
   auto f16_store = QuantizedKvCache::Create(g, 16, f16());
   ASSERT_TRUE(int8.ok() && f16_store.ok());
   EXPECT_EQ(kv_stream_staging_bytes(header, **int8), 10 * static_cast<uint64_t>((*int8)->bytes_per_token()));
