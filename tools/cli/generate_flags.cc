@@ -56,8 +56,8 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   flags.add_string("policy", &out->policy_name,
                    "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
   flags.add_string("codec", &out->codec_name,
-                   "KV codec (f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3); unset: the agent's "
-                   "--codec",
+                   "KV codec (auto: the agent picks per request; f16, int8, int4 or a full name such as "
+                   "int4-pc-kg128-g32-z3); unset: the agent's --codec",
                    "NAME");
   flags.add_string("stop", &out->stop_help, "stop when the text ends with S (repeatable)", "S");
   flags.add_bool("no-progress", &out->no_progress, "no progress line, even on a terminal");
