@@ -357,7 +357,7 @@ absl::Status parse_quality(ByteReader& in, KvCalibration& c) {
   return absl::OkStatus();
 }
 
-// The file without the quality table (version 1): what the digest covers.
+// The file without the quality table (version 1).
 std::string serialize_without_quality(const KvCalibration& c) {
   const size_t d = static_cast<size_t>(c.head_dim);
   BATON_CHECK(c.heads.size() == static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv, "heads do not match the geometry");
@@ -420,7 +420,7 @@ std::string serialize_kv_calibration(const KvCalibration& c) {
 }
 
 Digest256 kv_calibration_digest(const KvCalibration& calibration) {
-  return sha256(serialize_without_quality(calibration));
+  return sha256(serialize_kv_calibration(calibration));
 }
 
 absl::StatusOr<KvCalibration> parse_kv_calibration(std::string_view bytes) {

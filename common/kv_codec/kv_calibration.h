@@ -14,9 +14,9 @@
 //
 // Format 2 adds an optional quality table (KvCodecQuality: what each codec
 // cost on held-out text, measured by `baton model calibrate`), which the
-// edge's `--codec auto` chooses from. The table is advice, not part of the
-// codec: it stays out of the digest, so re-measuring it never breaks a
-// handoff between ends that hold the same basis.
+// edge's `--codec auto` chooses from. Like the rest of the file it is in
+// the digest: both ends hold the same file (the edge usually fetches the
+// cloud's).
 #pragma once
 
 #include <cstdint>
@@ -88,9 +88,8 @@ struct KvCalibration {
 // The file bytes (deterministic: the same calibration gives the same bytes):
 // format 1 without a quality table, format 2 with one.
 std::string serialize_kv_calibration(const KvCalibration& calibration);
-// SHA-256 of the calibration without its quality table (the format 1 bytes;
-// for a file without a table, the file's SHA-256): what the KV fingerprint
-// carries.
+// SHA-256 of serialize_kv_calibration() (the file's SHA-256): what the KV
+// fingerprint carries.
 Digest256 kv_calibration_digest(const KvCalibration& calibration);
 // Parses and checks a file of format 1 or 2 (magic, version, sizes against
 // the declared geometry and caps, finite values, orthonormal basis within

@@ -86,7 +86,8 @@ size_t pick_candidate(const std::vector<Candidate>& candidates, const KvCodecCon
     const double limit = candidates.front().predicted_ms * (1.0 + kEqualTimeFraction);
     for (size_t i = 1; i < candidates.size(); ++i) {
       const Candidate& c = candidates[i];
-      if (c.plan.place == v1::PREFILL_PLACE_CLOUD && c.predicted_ms <= limit && less_loss(*c.row, *candidates[best].row)) {
+      const bool equally_fast = c.plan.place == v1::PREFILL_PLACE_CLOUD && c.predicted_ms <= limit;
+      if (equally_fast && less_loss(*c.row, *candidates[best].row)) {
         best = i;
       }
     }

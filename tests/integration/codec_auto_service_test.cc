@@ -30,7 +30,8 @@ using ::testing::HasSubstr;
 
 // A calibration of the tiny model's shape (synthetic numbers: the codec works
 // with any calibration both ends share) with a quality table whose figures
-// decide the choice: tc-b1 the smallest, INT8 the least lossy, int4-g32-z3
+// decide the choice (the tiny test model has head_dim 16: groups of 16):
+// tc-b1 the smallest, INT8 the least lossy, int4-g16-z3
 // over the 1% floor.
 std::shared_ptr<const KvCalibration> calibration_with_table(const std::string& model_path) {
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(model_path);
@@ -39,9 +40,9 @@ std::shared_ptr<const KvCalibration> calibration_with_table(const std::string& m
   EXPECT_TRUE(fingerprint.ok()) << fingerprint.status();
   KvCalibration calibration = testing::synthetic_kv_calibration(kv_geometry_for((*model)->spec()), 1);
   calibration.model_digest = fingerprint->digest;
-  calibration.quality = {{"int8-g32-z3", 0.50, 0.01, 8.5e-6},
-                         {"int4-g32-z3", 0.30, 2.00, 1.8e-3},
-                         {"int4-pc-kg128-g32-z3", 0.27, 0.07, 1.8e-3},
+  calibration.quality = {{"int8-g16-z3", 0.50, 0.01, 8.5e-6},
+                         {"int4-g16-z3", 0.30, 2.00, 1.8e-3},
+                         {"int4-pc-kg128-g16-z3", 0.27, 0.07, 1.8e-3},
                          {"tc-b1", 0.14, 0.01, 1.4e-3},
                          {"tc-b2", 0.20, 0.03, 3.4e-4}};
   return std::make_shared<const KvCalibration>(std::move(calibration));
@@ -91,7 +92,7 @@ TEST_F(CodecAutoTest, ASlowLinkStreamsTheSmallestTransformCodecAndThePlanSaysWhy
   const std::string& reason = result.stats.plan().reason();
   EXPECT_THAT(reason, HasSubstr("codec auto: tc-b1 (cloud "));
   EXPECT_THAT(reason, HasSubstr("over tc-b2 (cloud "));
-  EXPECT_THAT(reason, HasSubstr("over the loss floor +1.00%: int4-g32-z3 (+2.00%)"));
+  EXPECT_THAT(reason, HasSubstr("over the loss floor +1.00%: int4-g16-z3 (+2.00%)"));
   EXPECT_FALSE(result.tokens.empty());
 
   // The next turn continues in the session's INT8 store (where tc lands):
@@ -100,7 +101,8 @@ TEST_F(CodecAutoTest, ASlowLinkStreamsTheSmallestTransformCodecAndThePlanSaysWhy
   GenerateResult second = generate(*edge->stub, next);
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(second.stats.kv_codec(), "tc-b1");
-  EXPECT_THAT(second.stats.plan().reason(), HasSubstr("not usable: int4-pc-kg128-g32-z3 (lands in int4-pc-kg128-g32"));
+  EXPECT_THAT(second.stats.plan().reason(),
+              HasSubstr("not usable: int4-pc-kg128-g16-z3 (lands in int4-g16; the session holds int8-g16)"));
 }
 
 TEST_F(CodecAutoTest, AFastLinkTakesTheLeastLossyCodec) {
@@ -109,8 +111,8 @@ TEST_F(CodecAutoTest, AFastLinkTakesTheLeastLossyCodec) {
   GenerateResult result = generate(*edge->stub, auto_request(200, "", 3));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_EQ(result.stats.plan().place(), v1::PREFILL_PLACE_CLOUD) << result.stats.plan().reason();
-  EXPECT_EQ(result.stats.kv_codec(), "int8-g32-z3");
-  EXPECT_THAT(result.stats.plan().reason(), HasSubstr("codec auto: int8-g32-z3 (cloud "));
+  EXPECT_EQ(result.stats.kv_codec(), "int8-g16-z3");
+  EXPECT_THAT(result.stats.plan().reason(), HasSubstr("codec auto: int8-g16-z3 (cloud "));
   EXPECT_THAT(result.stats.plan().reason(), HasSubstr("with less loss"));
 }
 
@@ -119,7 +121,7 @@ TEST_F(CodecAutoTest, ARequestMaySayAutoToAnAgentWithAnotherDefault) {
   ASSERT_NE(edge->stub, nullptr);
   GenerateResult plain = generate(*edge->stub, auto_request(200, "", 4));
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
-  EXPECT_EQ(plain.stats.kv_codec(), "int4-pc-kg128-g32-z3");  // exactly as before auto
+  EXPECT_EQ(plain.stats.kv_codec(), "int4-pc-kg128-g16-z3");  // exactly as before auto
   EXPECT_THAT(plain.stats.plan().reason(), ::testing::Not(HasSubstr("codec auto")));
   v1::GenerateRequest asked = auto_request(200, "", 4);
   asked.mutable_codec()->set_codec(v1::KV_CODEC_AUTO);
@@ -140,8 +142,9 @@ TEST(CodecAutoWithoutTable, FallsBackToTheInt4DefaultAndSaysWhy) {
   wait_for_cloud(*edge->stub);
   GenerateResult result = generate(*edge->stub, auto_request(200, "", 5));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
-  EXPECT_EQ(result.stats.kv_codec(), "int4-pc-kg128-g32-z3");
-  EXPECT_THAT(result.stats.plan().reason(), HasSubstr("codec auto: int4-pc-kg128-g32-z3, the default (no quality table: "));
+  EXPECT_EQ(result.stats.kv_codec(), "int4-pc-kg128-g16-z3");
+  EXPECT_THAT(result.stats.plan().reason(),
+              HasSubstr("codec auto: int4-pc-kg128-g16-z3, the default (no quality table: "));
   EXPECT_THAT(result.stats.plan().reason(), HasSubstr("GetKvCalibration"));
 }
 

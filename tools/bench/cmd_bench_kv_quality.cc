@@ -120,7 +120,8 @@ absl::Status bench_kv_quality(const Args& args) {
     }
     calibration = std::make_shared<const KvCalibration>(std::move(loaded));
   }
-  const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, m.engine->kv_geometry().head_dim) : codecs;
+  const int head_dim = m.engine->kv_geometry().head_dim;
+  const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, head_dim) : codecs;
   BATON_ASSIGN_OR_RETURN(KvQualityMeasurement measured,
                          measure_kv_quality(*m.model, *m.engine, chunks,
                                             std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty())),

@@ -68,8 +68,8 @@ absl::StatusOr<CalibrationText> calibration_text(const Model& model, const Calib
   const int32_t bos = tokenizer->add_bos() && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : -1;
   out.basis = cut_chunks(tokens, f.chunk, bos);
   if (out.basis.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--text-file %s has %d tokens for the basis: too few for one chunk", f.text_file, tokens.size()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--text-file %s has %d tokens for the basis: too few for one chunk", f.text_file, tokens.size()));
   }
   out.holdout = cut_chunks(holdout, f.chunk, bos);
   if (with_table && out.holdout.empty()) {
@@ -85,10 +85,10 @@ absl::StatusOr<std::vector<KvCodecQuality>> measure_table(const Model& model, En
                                                           const KvCalibration& calibration, const CalibrateFlags& f,
                                                           const CalibrationText& text) {
   const std::string list = expand_codec_list(f.quality_codecs, engine.kv_geometry().head_dim);
-  BATON_ASSIGN_OR_RETURN(
-      const KvQualityMeasurement measured,
-      measure_kv_quality(model, engine, text.holdout, std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty())),
-                         std::make_shared<const KvCalibration>(calibration), KvQualityOptions{}));
+  const std::vector<std::string> codecs = absl::StrSplit(list, ',', absl::SkipEmpty());
+  BATON_ASSIGN_OR_RETURN(const KvQualityMeasurement measured,
+                         measure_kv_quality(model, engine, text.holdout, codecs,
+                                            std::make_shared<const KvCalibration>(calibration), KvQualityOptions{}));
   std::printf("quality on %s (%lld scored tokens; wire bytes / F16, perplexity change, mean KL):\n",
               text.holdout_source.c_str(), static_cast<long long>(measured.scored_tokens));
   for (size_t i = 1; i < measured.rows.size(); ++i) {
@@ -149,7 +149,8 @@ absl::Status model_calibrate(const Args& args) {
                    "FILE");
   flags.add_int64("holdout-percent", &f.holdout_percent,
                   "percent of --text-file's tokens held out for the quality table when --holdout-text is unset");
-  flags.add_int64("holdout-tokens", &f.holdout_tokens, "measure the table on at most this many held-out tokens (0: all)");
+  flags.add_int64("holdout-tokens", &f.holdout_tokens,
+                  "measure the table on at most this many held-out tokens (0: all)");
   flags.add_string("quality-codecs", &f.quality_codecs,
                    "comma-separated codecs of the quality table (G: min(32, head_dim)); 'none': no table (a format 1 "
                    "file)",
@@ -174,8 +175,8 @@ absl::Status model_calibrate(const Args& args) {
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(f.model));
   BATON_ASSIGN_OR_RETURN(const CalibrationText text, calibration_text(*model, f, with_table));
   Engine engine(*model, EngineOptions{static_cast<int>(f.threads), 64});
-  BATON_ASSIGN_OR_RETURN(KvCalibration calibration,
-                         calibrate_kv(*model, engine, text.basis, std::filesystem::path(f.text_file).filename().string()));
+  const std::string source = std::filesystem::path(f.text_file).filename().string();
+  BATON_ASSIGN_OR_RETURN(KvCalibration calibration, calibrate_kv(*model, engine, text.basis, source));
   if (with_table) {
     BATON_ASSIGN_OR_RETURN(calibration.quality, measure_table(*model, engine, calibration, f, text));
   }

@@ -219,8 +219,8 @@ absl::StatusOr<KvQualityMeasurement> measure_kv_quality(const Model& model, Engi
                                                         const KvQualityOptions& options) {
   for (const std::vector<int32_t>& chunk : chunks) {
     if (chunk.size() < 4) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a chunk of ", chunk.size(), " tokens: each needs at least 4 (a prompt half and a scored half)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a chunk of ", chunk.size(), " tokens: each needs at least 4 (a prompt half and a scored half)"));
     }
   }
   if (chunks.empty()) return absl::InvalidArgumentError("no chunks to measure the KV codecs on");

@@ -551,7 +551,7 @@ constexpr size_t kFirstRowRatioAt = kFirstRowNameAt + 5;  // after "tc-b2"
 
 void put_f64(std::string& bytes, size_t at, double v) { std::memcpy(bytes.data() + at, &v, 8); }
 
-TEST(KvCalibrationQuality, RoundTripsAsVersionTwoAndKeepsTheDigestOfTheBasis) {
+TEST(KvCalibrationQuality, RoundTripsAsVersionTwoAppendedToTheVersionOneBytes) {
   const KvCalibration c = with_quality_table();
   const std::string bytes = serialize_kv_calibration(c);
   uint32_t version = 0;
@@ -561,13 +561,16 @@ TEST(KvCalibrationQuality, RoundTripsAsVersionTwoAndKeepsTheDigestOfTheBasis) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->quality, c.quality);
   EXPECT_EQ(serialize_kv_calibration(*back), bytes);
-  // The table is advice for the edge: the digest is the basis's, the same as
-  // the file without a table (whose bytes are the version 1 file).
+  // The table follows the version 1 file's bytes (but the version field).
   const KvCalibration without = small_calibration();
-  EXPECT_EQ(kv_calibration_digest(*back), kv_calibration_digest(without));
-  EXPECT_EQ(bytes.substr(0, kQualityAt).substr(12), serialize_kv_calibration(without).substr(12));
-  EXPECT_EQ(serialize_kv_calibration(without).size(), kQualityAt);
-  EXPECT_EQ(bytes.substr(0, 8), "BATONCAL");
+  const std::string v1 = serialize_kv_calibration(without);
+  EXPECT_EQ(v1.size(), kQualityAt);
+  EXPECT_EQ(bytes.substr(0, kVersionAt), v1.substr(0, kVersionAt));
+  EXPECT_EQ(bytes.substr(kVersionAt + 4, kQualityAt - kVersionAt - 4), v1.substr(kVersionAt + 4));
+  // The digest is the file's: the table is part of what both ends must share.
+  EXPECT_EQ(kv_calibration_digest(*back), sha256(bytes));
+  EXPECT_NE(kv_calibration_digest(*back), kv_calibration_digest(without));
+  EXPECT_EQ(kv_calibration_digest(without), sha256(v1));
 }
 
 TEST(KvCalibrationQuality, AVersionOneFileStillParsesWithoutATable) {
@@ -591,7 +594,8 @@ TEST(KvCalibrationQuality, RefusesEveryTruncationAndTrailingBytes) {
 
 TEST(KvCalibrationQuality, RefusesRowCountsAndNameLengthsOverTheirCapsBeforeAllocating) {
   const std::string bytes = serialize_kv_calibration(with_quality_table());
-  for (const auto& [rows, expected] : {std::pair{0u, "has 0 rows"}, std::pair{65u, "has 65 rows (version 2 holds 1..64)"},
+  for (const auto& [rows, expected] : {std::pair{0u, "has 0 rows"},
+                                       std::pair{65u, "has 65 rows (version 2 holds 1..64)"},
                                        std::pair{0xFFFFFFFFu, "has 4294967295 rows"}}) {
     std::string bad = bytes;
     put_u32(bad, kQualityAt, rows);

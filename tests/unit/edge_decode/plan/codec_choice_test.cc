@@ -103,7 +103,7 @@ TEST(CodecChoice, TheFloorExcludesLossyCodecs) {
 
 TEST(CodecChoice, AContinuingSessionChoosesAmongTheCodecsOfItsStore) {
   const KvGeometry geometry{16, 128, 8, 64, {}};
-  for (const std::string& held : {"int4-pc-kg128-g32-z3", "tc-b2"}) {
+  for (const std::string held : {"int4-pc-kg128-g32-z3", "tc-b2"}) {
     CodecChoiceInputs in = inputs(2.5e6);
     const KvCodecConfig store = edge_store_config(codec(held), geometry);
     in.usable = [&](const KvCodecConfig& c) {
