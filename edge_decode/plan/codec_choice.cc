@@ -28,10 +28,14 @@ struct Candidate {
   double predicted_ms = 0;
 };
 
-// "tc-b2 (cloud 412 ms est., 1.2 MiB, ppl +0.03%)".
+// "tc-b2 (cloud 412 ms est., 1.2 MiB, ppl +0.03%)"; a plan that sends
+// nothing: "int4-... (local 150 ms est., ppl +0.31%)".
 std::string describe(const Candidate& c) {
-  const char* place = c.plan.place == v1::PREFILL_PLACE_CLOUD ? "cloud" : prefill_place_name(c.plan.place);
-  return absl::StrFormat("%s (%s %.0f ms est., %s, ppl %+.2f%%)", c.row->codec, place, c.predicted_ms,
+  if (c.plan.place != v1::PREFILL_PLACE_CLOUD) {
+    return absl::StrFormat("%s (%s %.0f ms est., ppl %+.2f%%)", c.row->codec, prefill_place_name(c.plan.place),
+                           c.predicted_ms, c.row->ppl_delta_pct);
+  }
+  return absl::StrFormat("%s (cloud %.0f ms est., %s, ppl %+.2f%%)", c.row->codec, c.predicted_ms,
                          format_bytes(static_cast<uint64_t>(c.wire_bytes_per_token * c.plan.prefill_tokens)),
                          c.row->ppl_delta_pct);
 }
