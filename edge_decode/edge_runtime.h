@@ -13,6 +13,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "edge_decode/link/cloud_client.h"
 #include "edge_decode/link/transform_coders.h"
+#include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/plan/memory_plan.h"
 #include "edge_decode/store/pack_store.h"
 #include "edge_decode/store/session_store.h"
@@ -28,7 +29,9 @@ struct EdgeRuntime {
   KvGeometry geometry;
   KvRope rope;
   EdgeMemoryPlan memory;
-  KvCodecConfig default_codec;            // wire codec when a request leaves it unset
+  KvCodecConfig default_codec;            // wire codec when a request leaves it unset (auto's fallback)
+  bool auto_codec = false;                // a request that leaves it unset gets --codec auto
+  double max_kv_loss_pct = kDefaultMaxKvLossPct;  // --codec auto's floor: perplexity change in percent
   PrefillPolicy default_policy = PrefillPolicy::kAuto;
   int default_max_tokens = 256;
   uint32_t max_tokens_cap = 4096;         // a request asking for more is INVALID_ARGUMENT
@@ -42,6 +45,7 @@ struct EdgeRuntime {
   // each local prefill; `assumed_local_prefill_tokens_per_s` > 0 replaces it.
   MovingAverage* local_prefill_tokens_per_s = nullptr;
   double assumed_local_prefill_tokens_per_s = 0;
+  double assumed_link_bytes_per_s = 0;     // > 0 replaces the measured link bandwidth (tests)
   MovingAverage* decode_tokens_per_s = nullptr;
 };
 

@@ -34,13 +34,15 @@ std::string digest_bytes(const Digest256& digest) {
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
 }
 
+// "auto" gives its fallback, the INT4 default (the agent's default before
+// auto).
 absl::StatusOr<KvCodecConfig> default_codec_from_name(const std::string& name, const KvGeometry& geometry) {
   KvCodecConfig config;
   if (name == "f16") {
     config = default_kv_codec_config(KvCodecConfig::Bits::kF16, geometry);
   } else if (name == "int8") {
     config = default_kv_codec_config(KvCodecConfig::Bits::kInt8, geometry);
-  } else if (name == "int4") {
+  } else if (name == "int4" || name == "auto") {
     config = default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry);
   } else {
     BATON_ASSIGN_OR_RETURN(config, parse_kv_codec_config(name));
@@ -216,6 +218,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.rope = kv_rope_of(*model);
   runtime_.memory = plan;
   runtime_.default_codec = default_codec;
+  runtime_.auto_codec = options_.codec == "auto";
+  runtime_.max_kv_loss_pct = options_.max_kv_loss_pct;
   runtime_.default_policy = options_.policy;
   runtime_.default_max_tokens = options_.max_tokens;
   runtime_.max_tokens_cap = options_.max_tokens_cap;
@@ -226,6 +230,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.transform = transform.get();
   runtime_.local_prefill_tokens_per_s = &local_prefill_tokens_per_s_;
   runtime_.assumed_local_prefill_tokens_per_s = options_.assumed_local_prefill_tokens_per_s;
+  runtime_.assumed_link_bytes_per_s = options_.assumed_link_bytes_per_s;
   runtime_.decode_tokens_per_s = &decode_tokens_per_s_;
   model_ = std::move(model);
   tokenizer_ = std::move(tokenizer);

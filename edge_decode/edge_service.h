@@ -35,6 +35,7 @@
 #include "edge_decode/edge_runtime.h"
 #include "edge_decode/store/pack_store.h"
 #include "edge_decode/store/session_store.h"
+#include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/plan/split_policy.h"
 #include "edge_decode/work_queue.h"
 #include "proto/baton.grpc.pb.h"
@@ -44,7 +45,10 @@ namespace baton {
 struct EdgeServiceOptions {
   int threads = 0;                        // CPU threads of the engine; 0: one per core
   uint64_t memory_budget_bytes = 0;       // device memory for Baton; 0: detect_device_memory_bytes()
-  std::string codec = "int4";             // default KV codec: f16 | int8 | int4 (the default variant) or a full name
+  // Default KV codec: f16 | int8 | int4 (the default variant), a full name,
+  // or "auto" (chosen per request: codec_choice.h; int4 without a table).
+  std::string codec = "int4";
+  double max_kv_loss_pct = kDefaultMaxKvLossPct;  // --codec auto's quality floor (perplexity change, %)
   PrefillPolicy policy = PrefillPolicy::kAuto;  // when a request leaves it unset
   int max_tokens = 256;                   // generated tokens when a request leaves it unset
   // A request's max_tokens above this is INVALID_ARGUMENT. It also bounds a
@@ -73,6 +77,9 @@ struct EdgeServiceOptions {
   // > 0: replaces the measured local prefill tok/s in the split policy
   // (tests and tuning; the measured figure is still reported by Health).
   double assumed_local_prefill_tokens_per_s = 0;
+  // > 0: replaces the measured link bandwidth (bytes/s) in the split policy
+  // and codec auto (tests: a modeled slow or fast link over loopback).
+  double assumed_link_bytes_per_s = 0;
   // Set: every Generate's outcome and Stats are recorded here (the HTTP front
   // end's own recording should then be off). Must outlive the service.
   EdgeMetrics* metrics = nullptr;

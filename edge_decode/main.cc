@@ -1,6 +1,7 @@
 // baton-edge: the edge agent. This file only parses flags and hands the
 // configuration to the agent.
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -63,7 +64,10 @@ struct EdgeConfig {
   std::string packs_dir;                // prefix packs; empty: none
   std::string sessions_dir;             // persisted sessions; empty: memory only
   std::string policy = "auto";          // auto | local | cloud
-  std::string codec = "int4";           // f16 | int8 | int4 or a codec name (tc-b2), when a request leaves it unset
+  // f16 | int8 | int4 | auto or a codec name (tc-b2), when a request leaves
+  // it unset; empty: auto under --policy auto, else int4.
+  std::string codec;
+  double max_kv_loss = kDefaultMaxKvLossPct;  // --codec auto's floor: perplexity change in percent
   std::string kv_calibration_path;      // .batoncal for tc-*; empty: fetched from the cloud when needed
   int64_t threads = 0;                  // CPU threads; 0: one per core
   int64_t max_sessions = 16;            // sessions kept in memory
@@ -126,9 +130,13 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                    "where to prefill when a request leaves it unset: auto, local or cloud",
                    "NAME");
   flags.add_string("codec", &config.codec,
-                   "KV codec when a request leaves it unset: f16, int8, int4 or a codec name such as tc-b2 (the "
-                   "transform codec)",
+                   "KV codec when a request leaves it unset: auto (chosen per request from the KV calibration's "
+                   "quality table and the measured link; without a table int4), f16, int8, int4 or a codec name "
+                   "such as tc-b2 (the transform codec); unset: auto under --policy auto, else int4",
                    "NAME");
+  flags.add_double("max-kv-loss", &config.max_kv_loss,
+                   "--codec auto's quality floor: the most perplexity change in percent a codec may have in the "
+                   "calibration's table");
   flags.add_string("kv-calibration", &config.kv_calibration_path,
                    "KV calibration of the model for the transform codec (tc-*); empty: fetched from the --cloud "
                    "when a turn needs it",
@@ -225,10 +233,14 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
   if (config.policy == "cloud" && config.cloud_address.empty()) {
     return absl::InvalidArgumentError("--policy=cloud needs --cloud ADDR");
   }
-  if (config.codec != "f16" && config.codec != "int8" && config.codec != "int4") {
+  if (!std::isfinite(config.max_kv_loss)) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-kv-loss: ", config.max_kv_loss, " is not a number"));
+  }
+  if (!config.codec.empty() && config.codec != "f16" && config.codec != "int8" && config.codec != "int4" &&
+      config.codec != "auto") {
     if (absl::StatusOr<KvCodecConfig> parsed = parse_kv_codec_config(config.codec); !parsed.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--codec: '", config.codec,
-                                                     "' is not one of f16, int8, int4 nor a codec name: ",
+                                                     "' is not one of auto, f16, int8, int4 nor a codec name: ",
                                                      parsed.status().message()));
     }
   }
@@ -254,7 +266,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   EdgeServiceOptions options;
   options.threads = static_cast<int>(config.threads);
   options.memory_budget_bytes = config.memory_budget_bytes;
-  options.codec = config.codec;
+  options.codec = !config.codec.empty() ? config.codec : config.policy == "auto" ? "auto" : "int4";
+  options.max_kv_loss_pct = config.max_kv_loss;
   options.kv_calibration_path = config.kv_calibration_path;
   BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));
   options.max_tokens = static_cast<int>(config.max_tokens);

@@ -3,7 +3,7 @@
 // File layout (little-endian, no padding; the same calibration gives the
 // same bytes):
 //   "BATONCAL"                     8 bytes
-//   u32 version                    1
+//   u32 version                    1, or 2 with the quality table
 //   u32 length + model_digest      at most kMaxStringBytes
 //   u32 n_layer, n_head_kv, head_dim
 //   u8  pre_rope_keys              0 | 1
@@ -13,7 +13,12 @@
 //   per (layer, kind K then V, head), in KvCalibration::heads order:
 //     f32 mean[head_dim], f32 variance[head_dim], f32 basis[head_dim * head_dim]
 //   per (layer, kind): f32 shape[kKvShapeBins]
-// and nothing after.
+//   version 2 only, the quality table:
+//     u32 rows                     1..kMaxKvQualityRows
+//     per row: u32 length + codec name (at most kMaxKvQualityCodecBytes,
+//              canonical), f64 wire_ratio, f64 ppl_delta_pct, f64 mean_kl
+// and nothing after. Version 1 is the file without the table, so a
+// calibration without one keeps its old bytes and digest.
 #include "common/kv_codec/kv_calibration.h"
 
 #include <sys/stat.h>
@@ -28,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_codec/symmetric_eigen.h"
 #include "common/util/atomic_file.h"
 #include "common/util/check.h"
@@ -39,15 +45,20 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the .batoncal format assumes a little-endian host");
 
 constexpr char kMagic[8] = {'B', 'A', 'T', 'O', 'N', 'C', 'A', 'L'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;               // without the quality table
+constexpr uint32_t kVersionWithQuality = 2;    // with it
 // Caps checked before anything is allocated.
 constexpr int kMaxLayers = 512;
 constexpr int kMaxKvHeads = 256;
 constexpr int kMaxHeadDim = 1024;
 constexpr uint64_t kMaxArrayBytes = uint64_t{1} << 30;
 constexpr uint32_t kMaxStringBytes = 4096;
-// The file around the arrays: magic, version, two strings and the scalars.
-constexpr uint64_t kMaxFileBytes = kMaxArrayBytes + 2 * kMaxStringBytes + 64;
+// One quality row at most: name length, name, three f64.
+constexpr uint64_t kMaxQualityRowBytes = 4 + kMaxKvQualityCodecBytes + 3 * 8;
+// The file around the arrays: magic, version, two strings and the scalars,
+// and the quality table.
+constexpr uint64_t kMaxFileBytes =
+    kMaxArrayBytes + 2 * kMaxStringBytes + 64 + 4 + kMaxKvQualityRows * kMaxQualityRowBytes;
 // Tolerances of parse(): |B B^T - I| per entry, |sum(shape) - 1|.
 constexpr float kOrthonormalTolerance = 1e-3f;
 constexpr double kShapeSumTolerance = 1e-3;
@@ -88,6 +99,7 @@ void put_string(std::string& out, const std::string& s) {
 void put_floats(std::string& out, const std::vector<float>& v) {
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
+void put_f64(std::string& out, double v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
 // ---- parsing ----
 
@@ -143,16 +155,18 @@ absl::StatusOr<int> read_dim(ByteReader& in, const char* field) {
 }
 
 // Magic, version and the scalars; `heads` and `shape` stay empty.
-absl::StatusOr<KvCalibration> parse_header(ByteReader& in) {
+// `*with_quality`: the file is version 2 (a quality table follows the arrays).
+absl::StatusOr<KvCalibration> parse_header(ByteReader& in, bool* with_quality) {
   BATON_ASSIGN_OR_RETURN(const std::string_view magic, in.take(sizeof kMagic, "magic"));
   if (magic != std::string_view(kMagic, sizeof kMagic)) {
     return absl::InvalidArgumentError("KV calibration: not a .batoncal file (magic is not BATONCAL)");
   }
   BATON_ASSIGN_OR_RETURN(const uint32_t version, in.scalar<uint32_t>("version"));
-  if (version != kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV calibration: version %d is not the supported version %d", version, kVersion));
+  if (version != kVersion && version != kVersionWithQuality) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV calibration: version %d is not a supported version (%d or %d)", version, kVersion, kVersionWithQuality));
   }
+  *with_quality = version == kVersionWithQuality;
   KvCalibration c;
   BATON_ASSIGN_OR_RETURN(c.model_digest, in.string("model_digest"));
   BATON_ASSIGN_OR_RETURN(c.n_layer, read_dim(in, "n_layer"));
@@ -253,15 +267,16 @@ std::string head_name(int layer, bool is_key, int head) {
   return absl::StrFormat("layer %d %s head %d", layer, kind_name(is_key), head);
 }
 
-// The arrays after the header, sizes checked against what is left first.
-absl::Status parse_arrays(ByteReader& in, KvCalibration& c) {
+// The arrays after the header, sizes checked against what is left first
+// (exactly what is left unless a quality table follows).
+absl::Status parse_arrays(ByteReader& in, bool with_quality, KvCalibration& c) {
   const uint64_t floats = array_floats(c.n_layer, c.n_head_kv, c.head_dim);
   if (floats * sizeof(float) > kMaxArrayBytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("KV calibration: the arrays of %d layers x %d heads x %d dims take %d bytes (at most %d)",
                         c.n_layer, c.n_head_kv, c.head_dim, floats * sizeof(float), kMaxArrayBytes));
   }
-  if (floats * sizeof(float) != in.left()) {
+  if (with_quality ? floats * sizeof(float) > in.left() : floats * sizeof(float) != in.left()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV calibration: the arrays need %d bytes for n_layer %d, n_head_kv %d, head_dim %d; the file has %d",
         floats * sizeof(float), c.n_layer, c.n_head_kv, c.head_dim, in.left()));
@@ -290,26 +305,66 @@ absl::Status parse_arrays(ByteReader& in, KvCalibration& c) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status KvCalibration::check_geometry(const KvGeometry& geometry) const {
-  for (const auto& [name, ours, theirs] : {std::tuple{"n_layer", n_layer, geometry.n_layer},
-                                           std::tuple{"n_head_kv", n_head_kv, geometry.n_head_kv},
-                                           std::tuple{"head_dim", head_dim, geometry.head_dim}}) {
-    if (ours != theirs) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("KV calibration is for %s %d but the model has %s %d", name, ours, name, theirs));
-    }
+// One quality row's checks: a canonical codec name and finite figures.
+absl::Status check_quality_row(const KvCodecQuality& row, size_t index) {
+  absl::StatusOr<KvCodecConfig> parsed = parse_kv_codec_config(row.codec);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV calibration: quality row %d: codec '%s': %s", index, row.codec, parsed.status().message()));
+  }
+  if (parsed->to_string() != row.codec) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV calibration: quality row %d: codec '%s' is not canonical ('%s')", index, row.codec, parsed->to_string()));
+  }
+  if (!std::isfinite(row.wire_ratio) || !(row.wire_ratio > 0) || !std::isfinite(row.ppl_delta_pct) ||
+      !std::isfinite(row.mean_kl) || !(row.mean_kl >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV calibration: quality row %d (%s): wire_ratio %g, ppl_delta_pct %g, mean_kl %g (the ratio must be finite "
+        "and > 0, the rest finite, the KL >= 0)",
+        index, row.codec, row.wire_ratio, row.ppl_delta_pct, row.mean_kl));
   }
   return absl::OkStatus();
 }
 
-std::string serialize_kv_calibration(const KvCalibration& c) {
+// The quality table of a version 2 file; nothing may follow it.
+absl::Status parse_quality(ByteReader& in, KvCalibration& c) {
+  BATON_ASSIGN_OR_RETURN(const uint32_t rows, in.scalar<uint32_t>("quality rows"));
+  if (rows < 1 || rows > kMaxKvQualityRows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV calibration: the quality table has %d rows (version 2 holds 1..%d)", rows, kMaxKvQualityRows));
+  }
+  c.quality.reserve(rows);
+  for (uint32_t i = 0; i < rows; ++i) {
+    const std::string field = absl::StrFormat("quality row %d", i);
+    KvCodecQuality row;
+    BATON_ASSIGN_OR_RETURN(const uint32_t length, in.scalar<uint32_t>(field + " codec length"));
+    if (length > kMaxKvQualityCodecBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV calibration: %s codec name has %d bytes (at most %d)",
+                                                        field, length, kMaxKvQualityCodecBytes));
+    }
+    BATON_ASSIGN_OR_RETURN(const std::string_view name, in.take(length, field + " codec"));
+    row.codec = std::string(name);
+    BATON_ASSIGN_OR_RETURN(row.wire_ratio, in.scalar<double>(field + " wire_ratio"));
+    BATON_ASSIGN_OR_RETURN(row.ppl_delta_pct, in.scalar<double>(field + " ppl_delta_pct"));
+    BATON_ASSIGN_OR_RETURN(row.mean_kl, in.scalar<double>(field + " mean_kl"));
+    BATON_RETURN_IF_ERROR(check_quality_row(row, i));
+    c.quality.push_back(std::move(row));
+  }
+  if (in.left() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV calibration: %d bytes after the quality table (the file has nothing after it)", in.left()));
+  }
+  return absl::OkStatus();
+}
+
+// The file without the quality table (version 1).
+std::string serialize_without_quality(const KvCalibration& c) {
   const size_t d = static_cast<size_t>(c.head_dim);
   BATON_CHECK(c.heads.size() == static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv, "heads do not match the geometry");
   BATON_CHECK(c.shape.size() == static_cast<size_t>(c.n_layer) * 2, "shapes do not match the geometry");
   std::string out;
-  out.reserve(128 + c.model_digest.size() + c.source.size() + array_floats(c.n_layer, c.n_head_kv, c.head_dim) * 4);
+  out.reserve(128 + c.model_digest.size() + c.source.size() + array_floats(c.n_layer, c.n_head_kv, c.head_dim) * 4 +
+              c.quality.size() * kMaxQualityRowBytes);
   out.append(kMagic, sizeof kMagic);
   put_u32(out, kVersion);
   put_string(out, c.model_digest);
@@ -333,14 +388,47 @@ std::string serialize_kv_calibration(const KvCalibration& c) {
   return out;
 }
 
+}  // namespace
+
+absl::Status KvCalibration::check_geometry(const KvGeometry& geometry) const {
+  for (const auto& [name, ours, theirs] : {std::tuple{"n_layer", n_layer, geometry.n_layer},
+                                           std::tuple{"n_head_kv", n_head_kv, geometry.n_head_kv},
+                                           std::tuple{"head_dim", head_dim, geometry.head_dim}}) {
+    if (ours != theirs) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("KV calibration is for %s %d but the model has %s %d", name, ours, name, theirs));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string serialize_kv_calibration(const KvCalibration& c) {
+  std::string out = serialize_without_quality(c);
+  if (c.quality.empty()) return out;
+  BATON_CHECK(c.quality.size() <= kMaxKvQualityRows, "quality table over its cap");
+  const uint32_t version = kVersionWithQuality;
+  std::memcpy(out.data() + sizeof kMagic, &version, sizeof version);
+  put_u32(out, static_cast<uint32_t>(c.quality.size()));
+  for (const KvCodecQuality& row : c.quality) {
+    BATON_CHECK(row.codec.size() <= kMaxKvQualityCodecBytes, "quality codec name over its cap");
+    put_string(out, row.codec);
+    put_f64(out, row.wire_ratio);
+    put_f64(out, row.ppl_delta_pct);
+    put_f64(out, row.mean_kl);
+  }
+  return out;
+}
+
 Digest256 kv_calibration_digest(const KvCalibration& calibration) {
   return sha256(serialize_kv_calibration(calibration));
 }
 
 absl::StatusOr<KvCalibration> parse_kv_calibration(std::string_view bytes) {
   ByteReader in(bytes);
-  BATON_ASSIGN_OR_RETURN(KvCalibration c, parse_header(in));
-  BATON_RETURN_IF_ERROR(parse_arrays(in, c));
+  bool with_quality = false;
+  BATON_ASSIGN_OR_RETURN(KvCalibration c, parse_header(in, &with_quality));
+  BATON_RETURN_IF_ERROR(parse_arrays(in, with_quality, c));
+  if (with_quality) BATON_RETURN_IF_ERROR(parse_quality(in, c));
   return c;
 }
 

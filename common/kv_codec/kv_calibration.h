@@ -11,6 +11,12 @@
 // codec part of the KV fingerprint, so both ends must hold the same file.
 // parse_kv_calibration() checks every length against the geometry it
 // declares and caps it before allocating; hostile bytes give InvalidArgument.
+//
+// Format 2 adds an optional quality table (KvCodecQuality: what each codec
+// cost on held-out text, measured by `baton model calibrate`), which the
+// edge's `--codec auto` chooses from. Like the rest of the file it is in
+// the digest: both ends hold the same file (the edge usually fetches the
+// cloud's).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +42,21 @@ struct KvCalibrationHead {
 inline constexpr int kKvShapeBins = 512;
 inline constexpr float kKvShapeRange = 16.0f;
 
+// One measured codec: the KV of held-out text handed over with it against
+// the F16 handoff (tools/cli/kv_quality.h).
+struct KvCodecQuality {
+  std::string codec;           // canonical KvCodecConfig::to_string(), e.g. "tc-b2", "int4-pc-kg128-g32-z3"
+  double wire_ratio = 0;       // wire bytes / F16 bytes of the same tokens, > 0
+  double ppl_delta_pct = 0;    // perplexity change in percent (negative: lower than F16's)
+  double mean_kl = 0;          // mean KL(p_f16 || p_codec) of the next-token distributions, >= 0
+
+  bool operator==(const KvCodecQuality&) const = default;
+};
+
+// Caps of the quality table, checked before allocating.
+inline constexpr uint32_t kMaxKvQualityRows = 64;
+inline constexpr uint32_t kMaxKvQualityCodecBytes = 128;
+
 struct KvCalibration {
   std::string model_digest;  // ModelFingerprint::digest of the calibrated model (hex)
   int n_layer = 0;
@@ -51,6 +72,8 @@ struct KvCalibration {
   // with variance > 0 of that layer and kind; sums to 1. Values beyond the
   // range count in the end bins.
   std::vector<std::vector<float>> shape;
+  // The measured quality table (format 2); empty: none (a format 1 file).
+  std::vector<KvCodecQuality> quality;
 
   const KvCalibrationHead& head(int layer, bool is_key, int kv_head) const {
     return heads[static_cast<size_t>((layer * 2 + (is_key ? 0 : 1)) * n_head_kv + kv_head)];
@@ -62,13 +85,17 @@ struct KvCalibration {
   absl::Status check_geometry(const KvGeometry& geometry) const;
 };
 
-// The file bytes (deterministic: the same calibration gives the same bytes).
+// The file bytes (deterministic: the same calibration gives the same bytes):
+// format 1 without a quality table, format 2 with one.
 std::string serialize_kv_calibration(const KvCalibration& calibration);
-// SHA-256 of serialize_kv_calibration(): what the KV fingerprint carries.
+// SHA-256 of serialize_kv_calibration() (the file's SHA-256): what the KV
+// fingerprint carries.
 Digest256 kv_calibration_digest(const KvCalibration& calibration);
-// Parses and checks a file (magic, version, sizes against the declared
-// geometry and caps, finite values, orthonormal basis within 1e-3, shapes
-// summing to 1). InvalidArgument naming what is wrong.
+// Parses and checks a file of format 1 or 2 (magic, version, sizes against
+// the declared geometry and caps, finite values, orthonormal basis within
+// 1e-3, shapes summing to 1; the quality table's row count and name lengths
+// against their caps, names that parse as codecs, finite ratios > 0 and
+// KL >= 0). InvalidArgument naming what is wrong.
 absl::StatusOr<KvCalibration> parse_kv_calibration(std::string_view bytes);
 absl::StatusOr<KvCalibration> load_kv_calibration(const std::string& path);
 // Atomic write (temp file, fsync, rename).

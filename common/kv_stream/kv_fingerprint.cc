@@ -129,6 +129,7 @@ std::string kv_codec_name(int codec) {
     case v1::KV_CODEC_INT8: return "int8";
     case v1::KV_CODEC_INT4: return "int4";
     case v1::KV_CODEC_TC: return "tc";
+    case v1::KV_CODEC_AUTO: return "auto";
     default: return absl::StrFormat("unknown(%d)", codec);
   }
 }

@@ -25,6 +25,7 @@
 #include "common/util/fp16.h"
 #include "common/util/log.h"
 #include "edge_decode/generate/chat_turn.h"
+#include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/store/session_lease.h"
 #include "edge_decode/generate/stop_matcher.h"
 
@@ -122,8 +123,13 @@ class GenerateTurn {
   // 2. The session: continue it, or create it (one-shot sessions live for
   // this call only); the store codec and the wire codec.
   absl::Status take_session();
-  // 3. Tokens of the conversation after this turn's prompt.
+  // 3. Tokens of the conversation after this turn's prompt; under codec
+  // auto, the codec for them (a new session's store follows it).
   absl::Status conversation_tokens();
+  absl::Status choose_auto_codec();
+  absl::Status check_codec_usable(const KvCodecConfig& wire) const;
+  // What the trained context and `store`'s share of the KV budget allow.
+  ContextLimit context_limit_of(const KvCodecConfig& store) const;
   // 4. Context: the conversation must fit; the session's KV store sized for
   // it, with the prefix pack loaded into a new session.
   absl::Status fit_context();
@@ -222,6 +228,7 @@ class GenerateTurn {
   std::vector<std::string> stops_;
   PrefillPolicy policy_ = PrefillPolicy::kAuto;
   bool codec_requested_ = false;
+  bool auto_codec_ = false;  // codec auto (the request's, or the agent's --codec auto)
   KvCodecConfig wire_;
   // Step 2.
   std::optional<SessionLease> session_;
@@ -232,6 +239,10 @@ class GenerateTurn {
   std::optional<PackSummary> pack_;
   int64_t n_ = 0;
   uint32_t prompt_token_count_ = 0;
+  // Codec auto's choice: the table's wire bytes per token of wire_ (0: not
+  // from the table) and the reason the plan carries.
+  double auto_wire_bytes_per_token_ = 0;
+  std::string codec_reason_;
   // Step 4.
   int64_t max_context_ = 0;
   std::string context_warning_;
@@ -307,12 +318,15 @@ SplitInputs GenerateTurn::split_inputs(const KvCodecConfig& wire, uint32_t reuse
     in.cloud_reachable = link.reachable && link.state == v1::SERVING_STATE_READY;
     if (!in.cloud_reachable) in.cloud_unusable_why = cloud_unusable_why(link);
     in.cloud_prefill_tokens_per_s = link.prefill_tokens_per_s;
-    in.link_bytes_per_s = link.bandwidth_bytes_per_s;
+    in.link_bytes_per_s =
+        rt_.assumed_link_bytes_per_s > 0 ? rt_.assumed_link_bytes_per_s : link.bandwidth_bytes_per_s;
     in.link_rtt_ms = link.rtt_ms;
     in.cloud_call_overhead_ms = link.call_overhead_ms;
     if (wire.zstd_level != 0 && link.wire_bytes_per_quantized_byte > 0) wire_ratio = link.wire_bytes_per_quantized_byte;
   }
   in.wire_bytes_per_token = quantized_per_token * wire_ratio;
+  // Codec auto chose wire_ from the table: its measured figure.
+  if (auto_wire_bytes_per_token_ > 0 && wire == wire_) in.wire_bytes_per_token = auto_wire_bytes_per_token_;
   return in;
 }
 
@@ -382,6 +396,7 @@ absl::Status GenerateTurn::run() {
   BATON_RETURN_IF_ERROR(validate());             // 1
   BATON_RETURN_IF_ERROR(take_session());         // 2
   BATON_RETURN_IF_ERROR(conversation_tokens());  // 3
+  BATON_RETURN_IF_ERROR(choose_auto_codec());
   BATON_RETURN_IF_ERROR(fit_context());          // 4
   BATON_RETURN_IF_ERROR(load_pack());
   BATON_RETURN_IF_ERROR(plan_prefill());         // 5
@@ -421,7 +436,9 @@ absl::Status GenerateTurn::validate() {
   if (policy_ == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
     return absl::FailedPreconditionError("policy cloud needs a cloud, and this agent has none (--cloud)");
   }
-  codec_requested_ = request_.codec().codec() != v1::KV_CODEC_UNSPECIFIED;
+  const v1::KvCodec asked = request_.codec().codec();
+  auto_codec_ = asked == v1::KV_CODEC_AUTO || (asked == v1::KV_CODEC_UNSPECIFIED && rt_.auto_codec);
+  codec_requested_ = asked != v1::KV_CODEC_UNSPECIFIED && asked != v1::KV_CODEC_AUTO;
   BATON_ASSIGN_OR_RETURN(wire_, resolve_wire_codec(request_.codec(), rt_.default_codec, rt_.geometry));
   return absl::OkStatus();
 }
@@ -487,19 +504,84 @@ absl::Status GenerateTurn::conversation_tokens() {
   return absl::OkStatus();
 }
 
+// Codec auto (codec_choice.h): the calibration's quality table, the link
+// figures and the positions this turn prefills give the wire codec; a new
+// session's store follows it (before fit_context creates the store). The
+// calibration comes from --kv-calibration or the cloud (never asked under
+// policy local).
+absl::Status GenerateTurn::choose_auto_codec() {
+  if (!auto_codec_) return absl::OkStatus();
+  SessionLease& session = *session_;
+  const int64_t held = is_new_ ? (pack_.has_value() ? static_cast<int64_t>(pack_->tokens.size()) : 0)
+                               : (session->kv != nullptr ? session->kv->size() : 0);
+  const int64_t have = std::min(held, n_ - 1);
+  const uint32_t to_prefill = static_cast<uint32_t>(n_ - 1 - have);
+  CodecChoiceInputs in;
+  // The cloud is asked only when this turn could use it, and it is up.
+  bool may_fetch = policy_ != PrefillPolicy::kLocal && rt_.cloud != nullptr && to_prefill > 0;
+  if (may_fetch) {
+    const CloudLinkStatus link = rt_.cloud->link();
+    may_fetch = link.reachable && link.state == v1::SERVING_STATE_READY;
+  }
+  std::string why;
+  std::shared_ptr<const KvCalibration> calibration =
+      rt_.transform != nullptr ? rt_.transform->calibration_for_choice(may_fetch, &why) : nullptr;
+  if (calibration != nullptr) {
+    in.table = calibration->quality;
+    if (in.table.empty()) why = "the KV calibration has none (a format 1 file: rerun baton model calibrate)";
+  }
+  in.no_table_why = why.empty() ? "no KV calibration" : why;
+  in.max_loss_pct = rt_.max_kv_loss_pct;
+  in.f16_bytes_per_token = 2.0 * static_cast<double>(rt_.model->spec().kv_elements_per_token());
+  in.fallback = wire_;  // the agent's default, or the form of a continuing session's store
+  in.usable = [this](const KvCodecConfig& wire) { return check_codec_usable(wire); };
+  in.split_inputs = [&](const KvCodecConfig& wire) {
+    return split_inputs(wire, static_cast<uint32_t>(have), to_prefill, to_prefill);
+  };
+  const CodecChoice choice = choose_codec(in);
+  wire_ = choice.codec;
+  auto_wire_bytes_per_token_ = choice.wire_bytes_per_token;
+  codec_reason_ = choice.reason;
+  if (is_new_) {
+    store_ = edge_store_config(wire_, rt_.geometry);
+    session->codec = store_;
+  }
+  return absl::OkStatus();
+}
+
+// Whether codec auto may pick `wire` for this turn (codec_choice.h's usable).
+absl::Status GenerateTurn::check_codec_usable(const KvCodecConfig& wire) const {
+  BATON_RETURN_IF_ERROR(wire.validate(rt_.geometry));
+  const KvCodecConfig store = edge_store_config(wire, rt_.geometry);
+  if (!is_new_) {
+    if (store == store_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("lands in ", store.to_string(), "; the session holds ", store_.to_string()));
+  }
+  const int64_t held = static_cast<int64_t>(session_->tokens_before());
+  if (absl::Status fits = check_context_fits(context_limit_of(store), held, n_ - held); !fits.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the conversation does not fit its store ", store.to_string()));
+  }
+  return absl::OkStatus();
+}
+
+ContextLimit GenerateTurn::context_limit_of(const KvCodecConfig& store) const {
+  const CodecCapacityPlan* capacity = rt_.memory.find(store);
+  CodecCapacityPlan computed;
+  if (capacity == nullptr) {
+    computed.codec = store;
+    computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store, rt_.geometry));
+    capacity = &computed;
+  }
+  return context_limit(rt_.memory, *capacity, rt_.model->spec().n_ctx_train);
+}
+
 // The conversation must fit the trained context and this codec's share of
 // the KV budget (whichever is smaller); max_tokens is clamped to the room
 // left, with a warning before the first token.
 absl::Status GenerateTurn::fit_context() {
   SessionLease& session = *session_;
-  const CodecCapacityPlan* capacity = rt_.memory.find(store_);
-  CodecCapacityPlan computed;
-  if (capacity == nullptr) {
-    computed.codec = store_;
-    computed.kv_bytes_per_token = static_cast<uint64_t>(QuantizedKvCache::bytes_per_token(store_, rt_.geometry));
-    capacity = &computed;
-  }
-  const ContextLimit limit = context_limit(rt_.memory, *capacity, rt_.model->spec().n_ctx_train);
+  const ContextLimit limit = context_limit_of(store_);
   max_context_ = limit.max_tokens();
   const int64_t held_tokens = static_cast<int64_t>(session.tokens_before());
   BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens, n_ - held_tokens));
@@ -550,6 +632,7 @@ absl::Status GenerateTurn::plan_prefill() {
   const int64_t local_from = stages_in_f32(store_, n_ - 1) ? std::min<int64_t>(pack_tokens_, have_) : have_;
   plan_ = decide_split(
       split_inputs(wire_, static_cast<uint32_t>(have_), to_prefill_, static_cast<uint32_t>(n_ - 1 - local_from)));
+  if (!codec_reason_.empty()) plan_.reason = absl::StrCat(plan_.reason, "; ", codec_reason_);
   if (request_.progress()) {
     v1::GenerateResponse response;
     to_proto(plan_, response.mutable_plan());
@@ -936,7 +1019,8 @@ absl::StatusOr<KvCodecConfig> resolve_transform_wire_codec(const v1::CodecParams
 
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry) {
-  if (params.codec() == v1::KV_CODEC_UNSPECIFIED) return fallback;
+  // Auto is resolved per turn (codec_choice.h); until then, the fallback.
+  if (params.codec() == v1::KV_CODEC_UNSPECIFIED || params.codec() == v1::KV_CODEC_AUTO) return fallback;
   if (!v1::KvCodec_IsValid(params.codec())) {
     return absl::InvalidArgumentError(absl::StrFormat("codec.codec = %d is not a known codec", params.codec()));
   }

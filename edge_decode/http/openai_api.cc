@@ -312,6 +312,8 @@ absl::StatusOr<v1::CodecParams> codec_params_from_name(const std::string& name) 
     params.set_codec(v1::KV_CODEC_INT8);
   } else if (name == "int4") {
     params.set_codec(v1::KV_CODEC_INT4);
+  } else if (name == "auto") {
+    params.set_codec(v1::KV_CODEC_AUTO);  // the agent picks per request (--codec auto)
   } else {
     absl::StatusOr<KvCodecConfig> config = parse_kv_codec_config(name);
     if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat("'baton.codec': ", config.status().message()));

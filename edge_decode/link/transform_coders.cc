@@ -43,6 +43,30 @@ absl::StatusOr<std::shared_ptr<const KvCalibration>> TransformCoders::calibratio
   return calibration_;
 }
 
+std::shared_ptr<const KvCalibration> TransformCoders::calibration_for_choice(bool may_fetch, std::string* why) {
+  if (std::shared_ptr<const KvCalibration> held = calibration()) return held;
+  if (cloud_ == nullptr || !may_fetch) {
+    *why = cloud_ == nullptr ? "no KV calibration on this edge (--kv-calibration) and no cloud to fetch one from"
+                             : "no KV calibration on this edge (--kv-calibration), and this turn may not ask the cloud";
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (choice_fetch_failed_at_.has_value() &&
+        std::chrono::steady_clock::now() - *choice_fetch_failed_at_ < kChoiceFetchRetry) {
+      *why = choice_fetch_error_;
+      return nullptr;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const KvCalibration>> fetched = calibration_or_fetch();
+  if (fetched.ok()) return *fetched;
+  std::lock_guard<std::mutex> lock(mu_);
+  choice_fetch_failed_at_ = std::chrono::steady_clock::now();
+  choice_fetch_error_ = std::string(fetched.status().message());
+  *why = choice_fetch_error_;
+  return nullptr;
+}
+
 absl::StatusOr<std::shared_ptr<const KvTransformCodec>> TransformCoders::coder_for(const KvCodecConfig& config) {
   BATON_CHECK(config.transform.has_value());
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<const KvCalibration> calibration, calibration_or_fetch());

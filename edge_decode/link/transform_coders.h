@@ -7,10 +7,12 @@
 // carry), and one coder is kept per distinct config.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -51,6 +53,13 @@ class TransformCoders {
   // The calibration held now (null until loaded or fetched).
   std::shared_ptr<const KvCalibration> calibration() const;
 
+  // The calibration for --codec auto's quality table: the one held, else
+  // (when `may_fetch`: the turn may contact the cloud) the cloud's, asked
+  // again at most every kChoiceFetchRetry after a failed fetch (so a cloud
+  // without one is not asked every turn). Null, with `*why`, when none.
+  std::shared_ptr<const KvCalibration> calibration_for_choice(bool may_fetch, std::string* why);
+  static constexpr std::chrono::seconds kChoiceFetchRetry{60};
+
  private:
   absl::StatusOr<std::shared_ptr<const KvCalibration>> calibration_or_fetch();
 
@@ -61,6 +70,9 @@ class TransformCoders {
   const std::string model_digest_;
   const KvGeometry geometry_;
   std::map<std::string, std::shared_ptr<const KvTransformCodec>> coders_;  // guarded by mu_
+  // When calibration_for_choice's last fetch failed, and why; guarded by mu_.
+  std::optional<std::chrono::steady_clock::time_point> choice_fetch_failed_at_;
+  std::string choice_fetch_error_;
 };
 
 }  // namespace baton

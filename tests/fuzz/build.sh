@@ -112,6 +112,7 @@ if [[ "${group}" != services ]]; then
     codec_objects+=("${obj}")
     flags=""
     case "${src}" in
+      *_avx512.cc) flags="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c" ;;
       *_avx2.cc) flags="-mavx2 -mfma -mf16c" ;;
       */kv_transform_codec.cc|*/rans.cc|*/kv_calibration.cc) flags="-ffp-contract=off" ;;
     esac

@@ -10,7 +10,8 @@
 // recent rows and transform rows, both back ends) to finite values.
 //
 // Seeds: BATON_FUZZ_WRITE_SEEDS=DIR kv_calibration_fuzz writes small valid
-// files (1 layer, 1 head, head_dim 4 and 8) to DIR and exits; the checked-in
+// files (1 layer, 1 head, head_dim 4 and 8; format 1, and format 2 with a
+// quality table) to DIR and exits; the checked-in
 // ones are tests/fuzz/corpus/kv_calibration/.
 // Build and run: tests/fuzz/build.sh kv && tests/fuzz/run.sh kv_calibration 600
 #include <algorithm>
@@ -89,6 +90,8 @@ void write_seeds(const std::string& dir) {
       KvCalibration c = baton::testing::synthetic_kv_calibration(baton::KvGeometry{1, 1, 1, d, {}}, seed);
       c.pre_rope_keys = seed == 1;
       c.source = seed == 1 ? "seed" : "";
+      // Seed 2 carries a quality table (format 2).
+      if (seed == 2) c.quality = {{"tc-b2", 0.2, 0.03, 3e-4}, {"int4-pc-kg128-g32-z3", 0.27, -0.07, 1.8e-3}};
       std::ofstream(dir + "/cal_d" + std::to_string(d) + "_" + std::to_string(seed), std::ios::binary)
           << baton::serialize_kv_calibration(c);
       ++written;

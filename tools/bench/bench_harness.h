@@ -1,8 +1,8 @@
 // What the benches share: flag parsing and the common flags, loading a model
 // with its CPU engine, the KV cache a codec name implies, synthetic prompts,
 // the matrix work of a model, and percentiles. The in-process cloud is
-// in_process_cloud.h, the in-memory KV handoff bench_handoff.h, the output
-// bench_report.h.
+// in_process_cloud.h, the in-memory KV handoff tools/cli/in_memory_handoff.h,
+// the output bench_report.h.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
-// baton bench kv-quality: what one run measures (cmd_bench_kv_quality.cc)
-// and its output (bench_kv_quality_report.cc).
+// baton bench kv-quality: what one run measures (cmd_bench_kv_quality.cc,
+// through kv_quality.h) and its output (bench_kv_quality_report.cc).
 #pragma once
 
 #include <cstdint>
@@ -8,17 +8,9 @@
 
 #include "absl/status/status.h"
 #include "bench_report.h"
+#include "kv_quality.h"
 
 namespace baton::cli {
-
-// One codec's figures against the F16 handoff.
-struct KvQualityRow {
-  std::string codec;        // the wire codec
-  std::string store_codec;  // the edge store's
-  std::string error;        // non-empty: not valid for this model, or it failed
-  double wire_bpt = 0, raw_bpt = 0, ratio = 0, store_bpt = 0;
-  double ppl = 0, ppl_change_pct = 0, mean_kl = 0, agreement = 0, first_divergence = 0;
-};
 
 struct KvQualityRun {
   std::string model;  // the model's name

@@ -35,7 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench_fidelity.h"
-#include "bench_handoff.h"
+#include "in_memory_handoff.h"
 #include "bench_harness.h"
 #include "common/engine/perplexity.h"
 #include "common/model/model_quantize.h"

@@ -1,48 +1,28 @@
 // baton bench kv-quality: what a KV codec costs in model quality, measured
-// through the real handoff. The held-out text is tokenized and cut into
-// chunks (BOS first when the tokenizer adds one); for each chunk of n tokens
-// the "cloud" prefills [0, n/2 - 1) with F32 KV and writes that segment with
-// the wire codec (kv_handoff.h: encode, stream writer); the "edge" reads it
-// into a fresh store configured by QuantizedKvCache::store_config_for(wire)
-// and runs tokens [n/2 - 1, n) teacher-forced on top of it (the n-1 rule:
-// the last prompt token is the edge's own), their KV appended to the same
-// store. Per codec variant, against the F16 handoff:
-//   - perplexity of the second halves (tokens [n/2, n)) and its change;
-//   - mean KL(p_f16 || p_codec) of the next-token distributions there;
-//   - greedy agreement: after the first `--prompts` chunks' first halves, the
-//     fraction of `--greedy-tokens` greedy tokens equal to the F16 run's,
-//     position by position (and the mean position of the first difference);
-//   - wire bytes per token (payloads after zstd) and the ratio to raw F16,
-//     and the edge store's bytes per token.
+// through the real handoff (tools/cli/kv_quality.h says how; `baton model
+// calibrate` measures its quality table the same way). The held-out text is
+// tokenized and cut into chunks (BOS first when the tokenizer adds one).
 // Output: bench_kv_quality_report.cc.
 #include <algorithm>
-#include <cmath>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench_handoff.h"
 #include "bench_harness.h"
 #include "bench_kv_quality.h"
-#include "absl/strings/str_format.h"
-#include "common/engine/perplexity.h"
 #include "common/kv_codec/kv_calibration.h"
-#include "common/kv_codec/kv_transform_codec.h"
+#include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/read_file.h"
 #include "kv_codec_list.h"
-#include "logit_math.h"
+#include "kv_quality.h"
 #include "text_chunks.h"
 
 namespace baton::cli {
 namespace {
-
-// The reference every variant is compared with: lossless F16 on the wire and
-// in the store.
-constexpr char kBaselineCodec[] = "f16";
 
 // Default variants; "G" stands for the group size min(32, head_dim), "G2"
 // for twice that (variants whose group does not fit the model are reported
@@ -53,219 +33,24 @@ constexpr char kDefaultCodecs[] =
     "int4-gG2-z3,int4-gG2-had-z3,int4-k8-gG-z3,int4-pc-kg64-gG-z3,int4-pc-kg128-gG-z3,"
     "tc-b1,tc-b1.5,tc-b2,tc-b2.5,tc-b3,tc-b4";
 
-int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-struct Variant {
-  InMemoryHandoff handoff;  // wire and store codecs, both ends the same model
-  std::shared_ptr<const KvTransformCodec> transform;  // a transform codec's coder
-  std::string error;        // non-empty: not valid for this model
-  // Sums over chunks.
-  double nll = 0.0;
-  double kl = 0.0;
-  int64_t scored_tokens = 0;
-  uint64_t wire_bytes = 0;  // block payloads after zstd
-  uint64_t raw_bytes = 0;   // before zstd
-  int64_t wire_tokens = 0;
-  int64_t greedy_equal = 0;
-  int64_t greedy_total = 0;
-  int64_t first_divergence_sum = 0;  // greedy_tokens when no difference
-  int64_t prompts = 0;
-};
-
-// What every chunk of the run shares.
-struct QualitySetup {
-  Engine* engine = nullptr;
-  int n_vocab = 0;
-  int64_t prompts = 0;        // chunks whose first half prompts the greedy comparison
-  int64_t greedy_tokens = 0;  // per prompt
-};
-
-// Per-chunk state shared by the variants: the baseline's logits and greedy
-// tokens (the baseline runs first).
-struct ChunkState {
-  std::vector<float> logits, base_logits;  // [scored, n_vocab]
-  std::vector<double> log_p, log_q;
-  std::vector<std::vector<int32_t>> base_greedy;  // per greedy prompt
-};
-
-// Greedy tokens after the handoff of prompt [0, P - 1): the edge runs token
-// P - 1, then decodes.
-absl::StatusOr<std::vector<int32_t>> greedy_after_handoff(const QualitySetup& s, const F32KvCache& cloud,
-                                                          std::span<const int32_t> prompt, const Variant& v) {
-  const int64_t p = static_cast<int64_t>(prompt.size());
-  KvSegmentLoad load;
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
-                         hand_off(v.handoff, cloud, prompt.first(p - 1), p + s.greedy_tokens, &load));
-  std::vector<float> logits;
-  BATON_RETURN_IF_ERROR(s.engine->prefill(prompt.subspan(p - 1), *edge, &logits));
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < s.greedy_tokens; ++i) {
-    tokens.push_back(argmax(logits));
-    if (i + 1 < s.greedy_tokens) BATON_RETURN_IF_ERROR(s.engine->decode_step(tokens.back(), *edge, &logits));
-  }
-  return tokens;
-}
-
-// The greedy comparison of variant `vi` after chunk `ci`'s first half.
-absl::Status compare_greedy(const QualitySetup& s, const F32KvCache& cloud, std::span<const int32_t> prompt,
-                            size_t ci, size_t vi, Variant& v, ChunkState& state) {
-  BATON_ASSIGN_OR_RETURN(const std::vector<int32_t> greedy, greedy_after_handoff(s, cloud, prompt, v));
-  if (vi == 0) state.base_greedy[ci] = greedy;
-  const std::vector<int32_t>& base = state.base_greedy[ci];
-  int64_t first_difference = s.greedy_tokens;
-  for (int64_t i = 0; i < s.greedy_tokens; ++i) {
-    if (greedy[i] == base[i]) {
-      ++v.greedy_equal;
-    } else if (first_difference == s.greedy_tokens) {
-      first_difference = i;
-    }
-  }
-  v.greedy_total += s.greedy_tokens;
-  v.first_divergence_sum += first_difference;
-  ++v.prompts;
-  return absl::OkStatus();
-}
-
-// Variant `vi` on chunk `ci`: the first half handed over, the second half
-// scored on top of it (and the greedy comparison on the first prompts).
-absl::Status run_variant(const QualitySetup& s, const F32KvCache& cloud, const std::vector<int32_t>& t, size_t ci,
-                         size_t vi, Variant& v, ChunkState& state) {
-  const int64_t n = static_cast<int64_t>(t.size());
-  const int64_t half = n / 2, scored = n - half;
-  const std::span<const int32_t> tokens(t);
-  KvSegmentLoad load;
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> edge,
-                         hand_off(v.handoff, cloud, tokens.first(half - 1), n, &load));
-  BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.subspan(half - 1, scored), *edge, nullptr, &state.logits));
-  v.wire_bytes += load.encoded_bytes;
-  v.raw_bytes += load.raw_bytes;
-  v.wire_tokens += load.token_count;
-  for (int64_t i = 0; i < scored; ++i) {
-    const std::span<const float> row(state.logits.data() + i * s.n_vocab, s.n_vocab);
-    v.nll += negative_log_likelihood(row, t[half + i]);
-    if (vi == 0) continue;
-    log_softmax(std::span<const float>(state.base_logits.data() + i * s.n_vocab, s.n_vocab), state.log_p);
-    log_softmax(row, state.log_q);
-    v.kl += kl_divergence(state.log_p, state.log_q);
-  }
-  v.scored_tokens += scored;
-  if (vi == 0) state.base_logits = state.logits;
-  if (static_cast<int64_t>(ci) >= s.prompts) return absl::OkStatus();
-  return compare_greedy(s, cloud, tokens.first(half), ci, vi, v, state);
-}
-
-// Every chunk through every variant; the NLL of the engine's own F32 KV (no
-// handoff) goes to `f32_nll`.
-absl::Status run_chunks(const QualitySetup& s, const std::vector<std::vector<int32_t>>& chunks,
-                        std::vector<Variant>& variants, double* f32_nll) {
-  ChunkState state;
-  state.base_greedy.resize(static_cast<size_t>(s.prompts));
-  const KvGeometry geometry = s.engine->kv_geometry();
-  for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    const std::vector<int32_t>& t = chunks[ci];
-    const int64_t n = static_cast<int64_t>(t.size());
-    const int64_t half = n / 2;  // prompt [0, half); the cloud sends [0, half - 1)
-    const std::span<const int32_t> tokens(t);
-    F32KvCache cloud(geometry, half);
-    BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.first(half - 1), cloud, nullptr));
-    {  // Local F32 KV, no handoff: the engine's own reference.
-      F32KvCache local(geometry, n);
-      BATON_RETURN_IF_ERROR(s.engine->prefill(tokens.first(n - 1), local, nullptr, &state.logits));
-      for (int64_t i = 0; i < n - half; ++i) {
-        *f32_nll += negative_log_likelihood(
-            std::span<const float>(state.logits.data() + (half - 1 + i) * s.n_vocab, s.n_vocab), t[half + i]);
-      }
-    }
-    for (size_t vi = 0; vi < variants.size(); ++vi) {
-      Variant& v = variants[vi];
-      if (!v.error.empty()) continue;
-      if (absl::Status st = run_variant(s, cloud, t, ci, vi, v, state); !st.ok()) {
-        if (vi == 0) return with_context("the f16 baseline failed: ", st);
-        v.error = std::string(st.message());
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The figures of one variant against the baseline's perplexity.
-KvQualityRow figures(const Variant& v, double base_ppl, double f16_bytes_per_token) {
-  KvQualityRow r;
-  r.codec = v.handoff.wire.to_string();
-  r.store_codec = v.handoff.store.to_string();
-  r.error = v.error;
-  if (!v.error.empty() || v.scored_tokens == 0) return r;
-  r.wire_bpt = static_cast<double>(v.wire_bytes) / static_cast<double>(v.wire_tokens);
-  r.raw_bpt = static_cast<double>(v.raw_bytes) / static_cast<double>(v.wire_tokens);
-  r.ratio = r.wire_bpt / f16_bytes_per_token;
-  r.store_bpt = static_cast<double>(QuantizedKvCache::bytes_per_token(v.handoff.store, v.handoff.geometry));
-  r.ppl = std::exp(v.nll / v.scored_tokens);
-  r.ppl_change_pct = 100.0 * (r.ppl / base_ppl - 1.0);
-  r.mean_kl = v.kl / v.scored_tokens;
-  r.agreement = v.greedy_total > 0 ? static_cast<double>(v.greedy_equal) / v.greedy_total : 0.0;
-  r.first_divergence = v.prompts > 0 ? static_cast<double>(v.first_divergence_sum) / v.prompts : 0.0;
-  return r;
-}
-
-// The run's figures; the baseline is variants[0].
-KvQualityRun summarize(const std::vector<Variant>& variants, double f32_nll, const ModelSpec& spec,
-                       const std::string& text_path, int64_t chunk, size_t chunks, bool bos, int64_t prompts,
-                       int64_t greedy_tokens) {
+// The run's report: the measurement with what it was run on.
+KvQualityRun run_of(KvQualityMeasurement m, const ModelSpec& spec, const std::string& text_path, int64_t chunk,
+                    size_t chunks, bool bos, int64_t greedy_tokens) {
   KvQualityRun result;
   result.model = spec.name;
   result.text_file = text_path;
   result.chunk_tokens = chunk;
   result.chunks = static_cast<int64_t>(chunks);
-  result.scored_tokens = variants.front().scored_tokens;
+  result.scored_tokens = m.scored_tokens;
   result.bos = bos;
-  result.prompts = prompts;
+  result.prompts = m.prompts;
   result.greedy_tokens = greedy_tokens;
-  result.f16_bytes_per_token = 2.0 * static_cast<double>(spec.kv_elements_per_token());
-  result.baseline_codec = kBaselineCodec;
-  result.baseline_perplexity = std::exp(variants.front().nll / result.scored_tokens);
-  result.f32_local_perplexity = std::exp(f32_nll / result.scored_tokens);
-  for (const Variant& v : variants) {
-    result.rows.push_back(figures(v, result.baseline_perplexity, result.f16_bytes_per_token));
-  }
+  result.f16_bytes_per_token = m.f16_bytes_per_token;
+  result.baseline_codec = kKvQualityBaselineCodec;
+  result.baseline_perplexity = m.baseline_perplexity;
+  result.f32_local_perplexity = m.f32_local_perplexity;
+  result.rows = std::move(m.rows);
   return result;
-}
-
-// The variants, the baseline first; one of a name the model does not fit
-// carries its error.
-absl::StatusOr<std::vector<Variant>> make_variants(const std::string& codecs, const InMemoryHandoff& base,
-                                                   const std::shared_ptr<const KvCalibration>& calibration) {
-  std::vector<Variant> variants;
-  std::vector<std::string> names = {kBaselineCodec};
-  const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, base.geometry.head_dim) : codecs;
-  for (const std::string& name : std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty()))) {
-    names.push_back(name);
-  }
-  for (const std::string& name : names) {
-    BATON_ASSIGN_OR_RETURN(const KvCodecConfig c, parse_kv_codec_config(name));
-    if (!variants.empty() && c == variants.front().handoff.wire) continue;  // the baseline again
-    Variant v;
-    v.handoff = base;
-    v.handoff.wire = c;
-    v.handoff.store = QuantizedKvCache::store_config_for(c);
-    if (absl::Status st = c.validate(base.geometry); !st.ok()) v.error = std::string(st.message());
-    if (c.transform && v.error.empty()) {
-      if (calibration == nullptr) {
-        v.error = "the transform codec needs --calibration FILE (baton model calibrate)";
-      } else if (absl::StatusOr<std::unique_ptr<KvTransformCodec>> coder = KvTransformCodec::Create(calibration, c);
-                 !coder.ok()) {
-        v.error = std::string(coder.status().message());
-      } else {
-        v.transform = std::move(*coder);
-        v.handoff.wire = v.transform->config();
-        v.handoff.store = v.transform->int8_config();
-        v.handoff.transform = v.transform.get();
-      }
-    }
-    variants.push_back(std::move(v));
-  }
-  return variants;
 }
 
 }  // namespace
@@ -324,13 +109,9 @@ absl::Status bench_kv_quality(const Args& args) {
   const std::vector<std::vector<int32_t>> chunks = cut_chunks(text_tokens, chunk, bos ? tokenizer->bos_id() : -1);
   if (chunks.empty()) return absl::InvalidArgumentError("the text has too few tokens for one chunk");
 
-  BATON_ASSIGN_OR_RETURN(const ModelFingerprint fingerprint, model_fingerprint(*m.model));
-  const KvRope rope = kv_rope_of(*m.model);
-  InMemoryHandoff base;
-  base.cloud = base.edge = HandoffEnd{&fingerprint, &rope};
-  base.geometry = m.engine->kv_geometry();
   std::shared_ptr<const KvCalibration> calibration;
   if (!calibration_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(const ModelFingerprint fingerprint, model_fingerprint(*m.model));
     BATON_ASSIGN_OR_RETURN(KvCalibration loaded, load_kv_calibration(calibration_path));
     if (loaded.model_digest != fingerprint.digest) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -339,14 +120,13 @@ absl::Status bench_kv_quality(const Args& args) {
     }
     calibration = std::make_shared<const KvCalibration>(std::move(loaded));
   }
-  BATON_ASSIGN_OR_RETURN(std::vector<Variant> variants, make_variants(codecs, base, calibration));
-  const QualitySetup setup{m.engine.get(), spec.n_vocab, prompts, greedy_tokens};
-  double f32_nll = 0.0;
-  BATON_RETURN_IF_ERROR(run_chunks(setup, chunks, variants, &f32_nll));
-
-  const KvQualityRun result = summarize(variants, f32_nll, spec, text_path, chunk, chunks.size(), bos,
-                                        std::min<int64_t>(prompts, static_cast<int64_t>(chunks.size())),
-                                        greedy_tokens);
+  const int head_dim = m.engine->kv_geometry().head_dim;
+  const std::string list = codecs.empty() ? expand_codec_list(kDefaultCodecs, head_dim) : codecs;
+  BATON_ASSIGN_OR_RETURN(KvQualityMeasurement measured,
+                         measure_kv_quality(*m.model, *m.engine, chunks,
+                                            std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty())),
+                                            calibration, KvQualityOptions{prompts, greedy_tokens}));
+  const KvQualityRun result = run_of(std::move(measured), spec, text_path, chunk, chunks.size(), bos, greedy_tokens);
   if (!plot_path.empty()) {
     KvQualityRun plotted = result;
     plotted.plot_path = plot_path;

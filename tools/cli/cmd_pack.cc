@@ -211,6 +211,9 @@ absl::StatusOr<uint64_t> build_on_cloud(const BuildInput& input, const RpcTarget
     request.set_text(input.text);
   }
   request.set_first_position(0);
+  if (input.codec_name == "auto") {
+    return absl::InvalidArgumentError("--codec auto is the edge's choice per request; a pack needs a codec name");
+  }
   if (!input.codec_name.empty()) BATON_RETURN_IF_ERROR(set_requested_codec(input.codec_name, request.mutable_codec()));
   auto stub = v1::Prefill::NewStub(open_channel(target));
   std::vector<v1::KvStreamMessage> messages;

@@ -25,6 +25,7 @@ std::string codec_params_name(const v1::CodecParams& params) {
     case v1::KV_CODEC_INT8: return "int8";
     case v1::KV_CODEC_INT4: return "int4";
     case v1::KV_CODEC_TC: return "tc";
+    case v1::KV_CODEC_AUTO: return "auto";
     default: return "default";
   }
 }

@@ -56,8 +56,8 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   flags.add_string("policy", &out->policy_name,
                    "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
   flags.add_string("codec", &out->codec_name,
-                   "KV codec (f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3); unset: the agent's "
-                   "--codec",
+                   "KV codec (auto: the agent picks per request; f16, int8, int4 or a full name such as "
+                   "int4-pc-kg128-g32-z3); unset: the agent's --codec",
                    "NAME");
   flags.add_int64("split-position", &out->split_position,
                   "force the split: the edge prefills [have, A) while the cloud streams [A, n-1) (A = have: cloud, "

@@ -56,6 +56,10 @@ absl::Status set_requested_codec(const std::string& name, v1::CodecParams* codec
     codec->set_codec(name == "f16" ? v1::KV_CODEC_F16 : name == "int8" ? v1::KV_CODEC_INT8 : v1::KV_CODEC_INT4);
     return absl::OkStatus();
   }
+  if (name == "auto") {  // the edge picks per request (baton-edge --codec auto)
+    codec->set_codec(v1::KV_CODEC_AUTO);
+    return absl::OkStatus();
+  }
   BATON_ASSIGN_OR_RETURN(KvCodecConfig config, parse_kv_codec_config(name));
   BATON_ASSIGN_OR_RETURN(*codec, kv_codec_request_params(config));  // tc: the edge binds its calibration
   return absl::OkStatus();

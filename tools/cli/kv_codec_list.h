@@ -21,7 +21,8 @@ std::string describe_codec(const KvCodecConfig& codec);
 
 // The codec a request asks for with --codec NAME (generate --edge, pack build
 // --cloud): a bare width (f16, int8, int4) asks for the server's default
-// variant of it, a full name for exactly that variant. Call it only for a
+// variant of it, "auto" lets the edge pick per request, a full name asks for
+// exactly that variant. Call it only for a
 // name given: a request without a codec leaves it to the server's --codec.
 absl::Status set_requested_codec(const std::string& name, v1::CodecParams* codec);
 

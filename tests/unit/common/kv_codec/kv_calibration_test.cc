@@ -408,8 +408,12 @@ TEST(KvCalibrationFile, RefusesAWrongMagicAndVersion) {
   magic[0] = 'X';
   EXPECT_THAT(parse_status(magic).message(), HasSubstr("magic"));
   std::string version = bytes;
-  put_u32(version, kVersionAt, 2);
-  EXPECT_THAT(parse_status(version).message(), HasSubstr("version 2"));
+  put_u32(version, kVersionAt, 3);
+  EXPECT_THAT(parse_status(version).message(), HasSubstr("version 3"));
+  // Version 2 promises a quality table after the arrays: a file without one is truncated.
+  std::string no_table = bytes;
+  put_u32(no_table, kVersionAt, 2);
+  EXPECT_THAT(parse_status(no_table).message(), HasSubstr("truncated at quality rows"));
 }
 
 TEST(KvCalibrationFile, RefusesEveryTruncationAndTrailingBytes) {
@@ -530,6 +534,123 @@ TEST(KvCalibrationFile, SaveAndLoadRoundTripAtomically) {
   absl::Status bad = load_kv_calibration(dir + "/bad.batoncal").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.message(), HasSubstr("bad.batoncal: KV calibration: truncated at version"));
+}
+
+// ---- the quality table (format 2) ----
+
+KvCalibration with_quality_table() {
+  KvCalibration c = small_calibration();
+  c.quality = {{"tc-b2", 0.199, 0.025, 3.4e-4}, {"int4-pc-kg128-g32-z3", 0.269, -0.068, 1.8e-3}};
+  return c;
+}
+
+// Where the quality table starts in with_quality_table()'s file.
+constexpr size_t kQualityAt = kShapeAt + 2 * kKvShapeBins * 4;
+constexpr size_t kFirstRowNameAt = kQualityAt + 4 + 4;
+constexpr size_t kFirstRowRatioAt = kFirstRowNameAt + 5;  // after "tc-b2"
+
+void put_f64(std::string& bytes, size_t at, double v) { std::memcpy(bytes.data() + at, &v, 8); }
+
+TEST(KvCalibrationQuality, RoundTripsAsVersionTwoAppendedToTheVersionOneBytes) {
+  const KvCalibration c = with_quality_table();
+  const std::string bytes = serialize_kv_calibration(c);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + kVersionAt, 4);
+  EXPECT_EQ(version, 2u);
+  absl::StatusOr<KvCalibration> back = parse_kv_calibration(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->quality, c.quality);
+  EXPECT_EQ(serialize_kv_calibration(*back), bytes);
+  // The table follows the version 1 file's bytes (but the version field).
+  const KvCalibration without = small_calibration();
+  const std::string v1 = serialize_kv_calibration(without);
+  EXPECT_EQ(v1.size(), kQualityAt);
+  EXPECT_EQ(bytes.substr(0, kVersionAt), v1.substr(0, kVersionAt));
+  EXPECT_EQ(bytes.substr(kVersionAt + 4, kQualityAt - kVersionAt - 4), v1.substr(kVersionAt + 4));
+  // The digest is the file's: the table is part of what both ends must share.
+  EXPECT_EQ(kv_calibration_digest(*back), sha256(bytes));
+  EXPECT_NE(kv_calibration_digest(*back), kv_calibration_digest(without));
+  EXPECT_EQ(kv_calibration_digest(without), sha256(v1));
+}
+
+TEST(KvCalibrationQuality, AVersionOneFileStillParsesWithoutATable) {
+  const std::string v1 = serialize_kv_calibration(small_calibration());
+  uint32_t version = 0;
+  std::memcpy(&version, v1.data() + kVersionAt, 4);
+  EXPECT_EQ(version, 1u);
+  absl::StatusOr<KvCalibration> back = parse_kv_calibration(v1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->quality.empty());
+}
+
+TEST(KvCalibrationQuality, RefusesEveryTruncationAndTrailingBytes) {
+  const std::string bytes = serialize_kv_calibration(with_quality_table());
+  for (size_t n = kQualityAt; n < bytes.size(); ++n) {
+    const absl::Status st = parse_status(bytes.substr(0, n));
+    ASSERT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << "prefix of " << n << " bytes: " << st;
+  }
+  EXPECT_THAT(parse_status(bytes + "x").message(), HasSubstr("1 bytes after the quality table"));
+}
+
+TEST(KvCalibrationQuality, RefusesRowCountsAndNameLengthsOverTheirCapsBeforeAllocating) {
+  const std::string bytes = serialize_kv_calibration(with_quality_table());
+  for (const auto& [rows, expected] : {std::pair{0u, "has 0 rows"},
+                                       std::pair{65u, "has 65 rows (version 2 holds 1..64)"},
+                                       std::pair{0xFFFFFFFFu, "has 4294967295 rows"}}) {
+    std::string bad = bytes;
+    put_u32(bad, kQualityAt, rows);
+    EXPECT_THAT(parse_status(bad).message(), HasSubstr(expected));
+  }
+  std::string long_name = bytes;
+  put_u32(long_name, kQualityAt + 4, 129);
+  EXPECT_THAT(parse_status(long_name).message(), HasSubstr("quality row 0 codec name has 129 bytes (at most 128)"));
+  std::string huge_name = bytes;
+  put_u32(huge_name, kQualityAt + 4, 0x80000000u);
+  EXPECT_THAT(parse_status(huge_name).message(), HasSubstr("at most 128"));
+}
+
+TEST(KvCalibrationQuality, RefusesNonCanonicalOrUnknownCodecsAndBadFigures) {
+  const std::string bytes = serialize_kv_calibration(with_quality_table());
+  std::string unknown = bytes;
+  unknown[kFirstRowNameAt] = 'x';  // "xc-b2"
+  EXPECT_THAT(parse_status(unknown).message(), HasSubstr("quality row 0: codec 'xc-b2'"));
+  KvCalibration aliased = with_quality_table();
+  aliased.quality[1].codec = "int4-kg128-pc-g32-z3";  // the same codec, options in another order
+  EXPECT_THAT(parse_status(serialize_kv_calibration(aliased)).message(), HasSubstr("is not canonical"));
+  for (const auto& [at, value] : {std::pair{kFirstRowRatioAt, std::nan("")},
+                                  std::pair{kFirstRowRatioAt, 0.0},
+                                  std::pair{kFirstRowRatioAt, -0.5},
+                                  std::pair{kFirstRowRatioAt + 8, std::numeric_limits<double>::infinity()},
+                                  std::pair{kFirstRowRatioAt + 16, -1e-9},
+                                  std::pair{kFirstRowRatioAt + 16, std::nan("")}}) {
+    std::string bad = bytes;
+    put_f64(bad, at, value);
+    const absl::Status st = parse_status(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_THAT(st.message(), HasSubstr("quality row 0 (tc-b2)")) << value;
+  }
+  std::string negative_delta = bytes;  // a codec may score better than F16 on a small text
+  put_f64(negative_delta, kFirstRowRatioAt + 8, -0.3);
+  EXPECT_TRUE(parse_kv_calibration(negative_delta).ok());
+}
+
+TEST(KvCalibrationQuality, RandomCorruptionsOfTheTableAreRefusedOrStillValid) {
+  const std::string bytes = serialize_kv_calibration(with_quality_table());
+  std::mt19937 rng(5);
+  int refused = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::string bad = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) bad[kQualityAt + rng() % (bad.size() - kQualityAt)] = static_cast<char>(rng());
+    const absl::StatusOr<KvCalibration> parsed = parse_kv_calibration(bad);
+    if (parsed.ok()) {
+      EXPECT_EQ(serialize_kv_calibration(*parsed), bad);
+    } else {
+      ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 500);
 }
 
 }  // namespace

@@ -62,6 +62,14 @@ TEST(EdgeGenerateTurnTest, WireCodecFromRequestFields) {
   absl::StatusOr<KvCodecConfig> out = resolve_wire_codec(unset, fallback, geometry);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, fallback);
+  // Auto is resolved per turn (codec_choice.h): until then, the fallback,
+  // whatever else the request sets.
+  v1::CodecParams automatic;
+  automatic.set_codec(v1::KV_CODEC_AUTO);
+  automatic.set_group_size(48);
+  out = resolve_wire_codec(automatic, fallback, geometry);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, fallback);
 
   v1::CodecParams f16;
   f16.set_codec(v1::KV_CODEC_F16);

@@ -101,6 +101,11 @@ TEST(OpenAiRequestTest, PromptFormsAndStopAsString) {
   EXPECT_EQ(with_codec->codec().codec(), v1::KV_CODEC_INT4);
   EXPECT_EQ(with_codec->codec().key_axis(), v1::KEY_AXIS_PER_CHANNEL);
   EXPECT_EQ(with_codec->codec().zstd_level(), 3);
+  // "auto": the agent picks per request (baton-edge --codec auto).
+  absl::StatusOr<v1::GenerateRequest> automatic = to_generate_request(
+      parse_ok(OpenAiEndpoint::kCompletions, R"({"prompt": "p", "baton": {"codec": "auto"}})"));
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->codec().codec(), v1::KV_CODEC_AUTO);
 }
 
 TEST(OpenAiRequestTest, ChatMessagesAcceptTextPartsAndDeveloperRole) {

@@ -2,11 +2,13 @@
 // deploy/examples/chapter.txt: the file it writes loads back bound to the
 // model (fingerprint digest, geometry), the keys it calibrates are pre-RoPE,
 // and the real model's KV is compressible (the top half of the components
-// holds most of the variance). Also the text chunking it shares with
+// holds most of the variance); the quality table it measures on held-out
+// text (kv_quality.h, the core `baton bench kv-quality` shares). Also the text chunking it shares with
 // `baton bench kv-quality` (text_chunks.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -42,13 +44,53 @@ TEST(ModelCalibrateCommand, WritesACalibrationBoundToTheBundledModel) {
   EXPECT_TRUE(c->check_geometry(kv_geometry_for((*model)->spec())).ok());
   EXPECT_TRUE(c->pre_rope_keys);
   EXPECT_EQ(c->source, "chapter.txt");
-  EXPECT_GT(c->tokens, 256);  // two chunks of the chapter's ~500 tokens
+  EXPECT_GT(c->tokens, 256);  // two chunks of the first 75% of the chapter's ~500 tokens
+  // The quality table, measured on the held-out last 25%: every default codec
+  // under its canonical name.
+  std::vector<std::string> names;
+  for (const KvCodecQuality& row : c->quality) names.push_back(row.codec);
+  EXPECT_THAT(names, ::testing::ElementsAre("tc-b1", "tc-b1.5", "tc-b2", "tc-b2.5", "tc-b3", "tc-b4", "int8-g32-z3",
+                                            "int4-g32-z3", "int4-pc-kg128-g32-z3", "int4-k8-g32-z3"));
   for (const bool is_key : {true, false}) {
     const double top_half = variance_share(*c, is_key, 0.5);
     EXPECT_GT(top_half, 0.5) << (is_key ? "K" : "V");
     EXPECT_LE(top_half, 1.0);
     EXPECT_GE(top_half, variance_share(*c, is_key, 0.25));
   }
+}
+
+TEST(ModelCalibrateCommand, MeasuresTheQualityTableOnHoldoutTextOrSkipsIt) {
+  const std::string dir = testing::make_temp_dir("calibrate-table");
+  const std::string heldout = testing::source_dir() + "/deploy/models/baton-tiny-kjv.heldout.txt";
+  ASSERT_TRUE(model_calibrate({"--model", bundled_model_path(), "--text-file", chapter_path(), "-o",
+                               dir + "/t.batoncal", "--chunk", "256", "--threads", "1", "--holdout-text", heldout,
+                               "--holdout-tokens", "600", "--quality-codecs", "tc-b2,int4-pc-kg128-gG-z3"})
+                  .ok());
+  absl::StatusOr<KvCalibration> c = load_kv_calibration(dir + "/t.batoncal");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_GT(c->tokens, 384);  // with --holdout-text the whole chapter makes the basis
+  ASSERT_EQ(c->quality.size(), 2u);
+  const KvCodecQuality& tc = c->quality[0];
+  const KvCodecQuality& int4 = c->quality[1];
+  EXPECT_EQ(tc.codec, "tc-b2");
+  EXPECT_EQ(int4.codec, "int4-pc-kg128-g32-z3");
+  // What the README's table says of these codecs: tc-b2 is smaller than the
+  // INT4 default, both far below F16, both within a few percent of its
+  // perplexity, both lossy.
+  EXPECT_LT(tc.wire_ratio, int4.wire_ratio);
+  EXPECT_LT(int4.wire_ratio, 0.4);
+  EXPECT_GT(tc.wire_ratio, 0.05);
+  for (const KvCodecQuality& row : c->quality) {
+    EXPECT_LT(std::abs(row.ppl_delta_pct), 5.0) << row.codec;
+    EXPECT_GT(row.mean_kl, 0.0) << row.codec;
+  }
+  ASSERT_TRUE(model_calibrate({"--model", bundled_model_path(), "--text-file", chapter_path(), "-o",
+                               dir + "/none.batoncal", "--chunk", "256", "--threads", "1", "--quality-codecs", "none"})
+                  .ok());
+  absl::StatusOr<KvCalibration> none = load_kv_calibration(dir + "/none.batoncal");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->quality.empty());
+  EXPECT_GT(none->tokens, 384);  // no table: nothing held out
 }
 
 TEST(ModelCalibrateCommand, RefusesMissingFlagsAndATextTooShort) {

@@ -2,8 +2,8 @@
 // segment with the wire codec exactly as it streams one (kv_handoff.h:
 // encode, stream writer, zstd), the edge side reads the messages back
 // (verifying fingerprint, positions, prefix digest, every block and the
-// trailer) into a fresh QuantizedKvCache. The quality benches (fidelity,
-// kv-quality) score what comes out.
+// trailer) into a fresh QuantizedKvCache. The quality measurements (bench
+// fidelity, kv_quality.h) score what comes out.
 #pragma once
 
 #include <cstdint>

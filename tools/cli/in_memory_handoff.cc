@@ -1,4 +1,4 @@
-#include "bench_handoff.h"
+#include "in_memory_handoff.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
-// Distribution figures over logit rows, shared by the quality benchmarks
-// (bench fidelity, bench kv-quality).
+// Distribution figures over logit rows, shared by the quality measurements
+// (bench fidelity, kv_quality.h: bench kv-quality and model calibrate).
 #pragma once
 
 #include <algorithm>
