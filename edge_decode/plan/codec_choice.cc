@@ -28,15 +28,21 @@ struct Candidate {
   double predicted_ms = 0;
 };
 
+// Whether the plan streams KV from the cloud (all of it, or the back part of
+// an overlapped plan).
+bool sends_kv(const SplitPlan& plan) {
+  return plan.place == v1::PREFILL_PLACE_CLOUD || plan.place == v1::PREFILL_PLACE_OVERLAP;
+}
+
 // "tc-b2 (cloud 412 ms est., 1.2 MiB, ppl +0.03%)"; a plan that sends
 // nothing: "int4-... (local 150 ms est., ppl +0.31%)".
 std::string describe(const Candidate& c) {
-  if (c.plan.place != v1::PREFILL_PLACE_CLOUD) {
+  if (!sends_kv(c.plan)) {
     return absl::StrFormat("%s (%s %.0f ms est., ppl %+.2f%%)", c.row->codec, prefill_place_name(c.plan.place),
                            c.predicted_ms, c.row->ppl_delta_pct);
   }
-  return absl::StrFormat("%s (cloud %.0f ms est., %s, ppl %+.2f%%)", c.row->codec, c.predicted_ms,
-                         format_bytes(static_cast<uint64_t>(c.wire_bytes_per_token * c.plan.prefill_tokens)),
+  return absl::StrFormat("%s (%s %.0f ms est., %s, ppl %+.2f%%)", c.row->codec, prefill_place_name(c.plan.place),
+                         c.predicted_ms, format_bytes(static_cast<uint64_t>(c.wire_bytes_per_token * c.plan.cloud_tokens())),
                          c.row->ppl_delta_pct);
 }
 
@@ -86,11 +92,11 @@ Sorted sort_table(const CodecChoiceInputs& in) {
 // sets the store: the fallback when it qualifies, else the least loss.
 size_t pick_candidate(const std::vector<Candidate>& candidates, const KvCodecConfig& fallback) {
   size_t best = 0;
-  if (candidates.front().plan.place == v1::PREFILL_PLACE_CLOUD) {
+  if (sends_kv(candidates.front().plan)) {
     const double limit = candidates.front().predicted_ms * (1.0 + kEqualTimeFraction);
     for (size_t i = 1; i < candidates.size(); ++i) {
       const Candidate& c = candidates[i];
-      const bool equally_fast = c.plan.place == v1::PREFILL_PLACE_CLOUD && c.predicted_ms <= limit;
+      const bool equally_fast = sends_kv(c.plan) && c.predicted_ms <= limit;
       if (equally_fast && less_loss(*c.row, *candidates[best].row)) {
         best = i;
       }
@@ -120,6 +126,7 @@ std::string exclusions(const Sorted& sorted, double max_loss_pct) {
 }  // namespace
 
 double predicted_ttft_ms(const SplitPlan& plan) {
+  if (plan.estimated_ms > 0) return plan.estimated_ms;  // the chosen plan's, overlap included
   switch (plan.place) {
     case v1::PREFILL_PLACE_CLOUD: return plan.estimated_cloud_ms;
     case v1::PREFILL_PLACE_LOCAL: return plan.estimated_local_ms;
@@ -142,7 +149,7 @@ CodecChoice choose_codec(const CodecChoiceInputs& in) {
                                  exclusions(sorted, in.max_loss_pct), ")");
     return choice;
   }
-  const bool cloud_pays = sorted.candidates.front().plan.place == v1::PREFILL_PLACE_CLOUD;
+  const bool cloud_pays = sends_kv(sorted.candidates.front().plan);
   const size_t pick = pick_candidate(sorted.candidates, in.fallback);
   const Candidate& chosen = sorted.candidates[pick];
   choice.codec = chosen.codec;

@@ -30,7 +30,8 @@
 #   bundled_models
 #       sets model (the bundled Q4_0 GGUF the build makes in BIN_DIR/../models),
 #       cloud_model (its F16 source under deploy/models) and heldout (the
-#       text it was not trained on) from ${bin} and ${src}; fails when the
+#       text it was not trained on) from ${bin} and ${src} (or the tree this
+#       file is in); fails when the
 #       Q4_0 GGUF is not built.
 #   json_get FILE EXPR
 #       prints the Python expression EXPR evaluated over the JSON document
@@ -140,8 +141,10 @@ stop_server() {
 # The sourcing script sets bin and src and reads what this sets.
 # shellcheck disable=SC2034,SC2154
 bundled_models() {
+  # A script without ${src} is in the source tree's tests/e2e, like this file.
+  local root=${src:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
   model="${bin}/../models/baton-tiny-kjv-q4_0.gguf"
-  cloud_model="${src}/deploy/models/baton-tiny-kjv-f16.gguf"
-  heldout="${src}/deploy/models/baton-tiny-kjv.heldout.txt"
+  cloud_model="${root}/deploy/models/baton-tiny-kjv-f16.gguf"
+  heldout="${root}/deploy/models/baton-tiny-kjv.heldout.txt"
   [[ -f "${model}" ]] || fail "bundled model ${model} not built (target baton_bundled_models)"
 }

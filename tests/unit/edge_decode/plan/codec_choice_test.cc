@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/util/format_bytes.h"
 #include "edge_decode/link/transform_coders.h"
 
 namespace baton {
@@ -63,13 +64,25 @@ TEST(CodecChoice, ASlowLinkTakesTheSmallestCodecWithinTheFloor) {
   EXPECT_EQ(choice.codec.to_string(), "tc-b1");
   EXPECT_TRUE(choice.from_table);
   EXPECT_DOUBLE_EQ(choice.wire_bytes_per_token, kF16BytesPerToken * 0.142);
-  // Call cost (RTT 20 + set-up) + 100 ms of compute + the transfer.
-  const double expected = 20 + kAssumedCloudCallSetupMs + 100 + 2000 * kF16BytesPerToken * 0.142 / 2.5e6 * 1000;
-  EXPECT_NEAR(choice.predicted_ms, expected, 1e-6);
-  // The reason names the choice with its time and bytes, the runners-up with
-  // theirs, and the codec over the floor.
-  EXPECT_THAT(choice.reason, HasSubstr(absl::StrFormat("codec auto: tc-b1 (cloud %.0f ms est., 8.9 MiB", expected)));
-  EXPECT_THAT(choice.reason, HasSubstr("over tc-b2 (cloud"));
+  // The split policy's plan for tc-b1 on this link: cloud-only costs the
+  // call (RTT 20 + set-up) + 100 ms of compute + 9.3 s of transfer, so the
+  // edge prefills the front itself (overlap) and the cloud sends the rest.
+  CodecChoiceInputs in = inputs(2.5e6);
+  SplitInputs split = in.split_inputs(codec("tc-b1"));
+  split.wire_bytes_per_token = kF16BytesPerToken * 0.142;
+  const SplitPlan plan = decide_split(split);
+  const double cloud_only = 20 + kAssumedCloudCallSetupMs + 100 + 2000 * kF16BytesPerToken * 0.142 / 2.5e6 * 1000;
+  EXPECT_NEAR(plan.estimated_cloud_ms, cloud_only, 1e-6);
+  ASSERT_EQ(plan.place, v1::PREFILL_PLACE_OVERLAP);
+  EXPECT_LT(plan.estimated_ms, cloud_only);
+  EXPECT_NEAR(choice.predicted_ms, plan.estimated_ms, 1e-6);
+  // The reason names the choice with its time and the bytes it streams, the
+  // runners-up with theirs, and the codec over the floor.
+  EXPECT_THAT(choice.reason,
+              HasSubstr(absl::StrFormat(
+                  "codec auto: tc-b1 (overlap %.0f ms est., %s", plan.estimated_ms,
+                  format_bytes(static_cast<uint64_t>(split.wire_bytes_per_token * plan.cloud_tokens())))));
+  EXPECT_THAT(choice.reason, HasSubstr("over tc-b2 (overlap"));
   EXPECT_THAT(choice.reason, HasSubstr("over the loss floor +1.00%: int4-g32-z3 (+1.30%)"));
 }
 

@@ -5,25 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/edge_decode/plan/long_prompt_inputs.h"
+
 namespace baton {
 namespace {
 
-// 8000 tokens; a laptop at 80 tok/s (100 s) vs a GPU at 10k tok/s over a
-// 100 MB/s link with 30 KiB per token (~2.5 s).
-SplitInputs long_prompt() {
-  SplitInputs in;
-  in.policy = PrefillPolicy::kAuto;
-  in.cloud_configured = true;
-  in.cloud_reachable = true;
-  in.reused_tokens = 100;
-  in.prefill_tokens = 8000;
-  in.local_prefill_tokens_per_s = 80;
-  in.cloud_prefill_tokens_per_s = 10000;
-  in.link_bytes_per_s = 100e6;
-  in.link_rtt_ms = 20;
-  in.wire_bytes_per_token = 30 * 1024;
-  return in;
-}
+SplitInputs long_prompt() { return testing::long_prompt_inputs(); }
 
 TEST(SplitPolicyTest, AutoOffloadsALongPromptWhenTheCloudIsFaster) {
   const SplitPlan plan = decide_split(long_prompt());

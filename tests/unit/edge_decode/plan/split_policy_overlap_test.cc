@@ -10,26 +10,13 @@
 #include <gtest/gtest.h>
 
 #include "edge_decode/plan/split_policy.h"
+#include "tests/unit/edge_decode/plan/long_prompt_inputs.h"
 
 namespace baton {
 namespace {
 
-// 8000 new tokens after 100 held; the edge at 80 tok/s (12.5 ms/token), the
-// cloud at 10k tok/s, 30 KiB per token, RTT 20 ms, over `link_bytes_per_s`.
-SplitInputs prompt_over(double link_bytes_per_s) {
-  SplitInputs in;
-  in.policy = PrefillPolicy::kAuto;
-  in.cloud_configured = true;
-  in.cloud_reachable = true;
-  in.reused_tokens = 100;
-  in.prefill_tokens = 8000;
-  in.local_prefill_tokens_per_s = 80;
-  in.cloud_prefill_tokens_per_s = 10000;
-  in.link_bytes_per_s = link_bytes_per_s;
-  in.link_rtt_ms = 20;
-  in.wire_bytes_per_token = 30 * 1024;
-  return in;
-}
+// The common long prompt (long_prompt_inputs.h) over `link_bytes_per_s`.
+SplitInputs prompt_over(double link_bytes_per_s) { return testing::long_prompt_inputs(link_bytes_per_s); }
 
 // The two lines of prompt_over at x tokens prefilled by the edge.
 double local_ms(const SplitInputs& in, double x) { return x / in.local_prefill_tokens_per_s * 1000.0; }
