@@ -137,9 +137,10 @@ void pack_reconstruction(const std::vector<float>& reconstruct, const std::vecto
     const float scale = peak / 127.0f;
     int64_t offset = 0;  // sum_i half_i * w_i: the symbols are q + half
     for (int i = 0; i < k && scale > 0.0f; ++i) {
-      const int w = static_cast<int>(std::nearbyint(reconstruct[static_cast<size_t>(i) * d + j] / scale));
-      h.reconstruct_i8[(static_cast<size_t>(i / 4) * d + j) * 4 + i % 4] = static_cast<int8_t>(std::clamp(w, -127, 127));
-      offset += static_cast<int64_t>(h.half[static_cast<size_t>(i)]) * std::clamp(w, -127, 127);
+      const int w =
+          std::clamp(static_cast<int>(std::nearbyint(reconstruct[static_cast<size_t>(i) * d + j] / scale)), -127, 127);
+      h.reconstruct_i8[(static_cast<size_t>(i / 4) * d + j) * 4 + i % 4] = static_cast<int8_t>(w);
+      offset += static_cast<int64_t>(h.half[static_cast<size_t>(i)]) * w;
     }
     h.reconstruct_scale[static_cast<size_t>(j)] = scale;
     h.reconstruct_bias[static_cast<size_t>(j)] =

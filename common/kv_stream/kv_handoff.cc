@@ -420,13 +420,12 @@ absl::StatusOr<KvSegmentLoad> load_kv_segment_impl(const KvSegment& segment, con
   uint32_t arrived = 0;        // blocks the reader decoded on arrival
   // Every layer's keys rotate for the same positions: cos and sin once (the
   // reader's predecode already made them for this segment).
+  const bool predecoded_table = codec.transform && pre != nullptr && pre->first == first && pre->end == end;
   RopeTable made_rope_table;
-  if (codec.transform && (pre == nullptr || pre->first != first || pre->end != end)) {
+  if (codec.transform && !predecoded_table) {
     made_rope_table = make_rope_table(first, n, rope->n_rot, rope->inv_freq.data());
   }
-  const RopeTable& rope_table = codec.transform && pre != nullptr && pre->first == first && pre->end == end
-                                    ? pre->rope_table
-                                    : made_rope_table;
+  const RopeTable& rope_table = predecoded_table ? pre->rope_table : made_rope_table;
   for (const KvStagedBlock& staged : segment.blocks) {
     const bool is_key = staged.kind == v1::KV_KIND_K;
     if (staged.layer >= static_cast<uint32_t>(g.n_layer) || (!is_key && staged.kind != v1::KV_KIND_V) ||
