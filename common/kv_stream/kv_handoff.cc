@@ -551,12 +551,12 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
   // A transform-coded stream is decoded block by block as it arrives (after
   // its header verified), so decoding overlaps the transfer; load uses it.
   TransformPredecode pre;
+  bool transform_stream = false;  // outlives the reader's checks below (they capture it)
   if (options.transform != nullptr && rope != nullptr) {
     const KvTransformCodec* transform = options.transform;
     KvBlockIngest* store = target.block_ingest();
     pre.ingest_k = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/true);
     pre.ingest_v = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/false);
-    bool transform_stream = false;
     const KvHeaderCheckFn outer_header = reader_options.check_header;
     reader_options.check_header = [&, outer_header](const v1::KvHeader& header) -> absl::Status {
       if (outer_header) BATON_RETURN_IF_ERROR(outer_header(header));
