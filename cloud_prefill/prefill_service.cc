@@ -326,6 +326,11 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_codec(const v1::CodecParam
   params.set_codec(requested.codec() == v1::KV_CODEC_UNSPECIFIED ? filled->codec() : requested.codec());
   if (requested.group_size() != 0) params.set_group_size(requested.group_size());
   if (requested.key_axis() != v1::KEY_AXIS_UNSPECIFIED) params.set_key_axis(requested.key_axis());
+  // Per-token keys group along head_dim like the values: key_group_size 0
+  // then means "the group size" (kv_codec_params writes it so), never the
+  // per-channel default's token span (an INT4 request for int4-g32 would
+  // otherwise become int4-kg128-g32, a codec the edge did not ask for).
+  if (requested.key_axis() == v1::KEY_AXIS_PER_TOKEN) params.set_key_group_size(0);
   if (requested.key_group_size() != 0) params.set_key_group_size(requested.key_group_size());
   if (requested.key_codec() != v1::KV_CODEC_UNSPECIFIED) params.set_key_codec(requested.key_codec());
   params.set_pre_rope_keys(requested.pre_rope_keys());

@@ -365,6 +365,13 @@ void EdgeService::fill_health(v1::EdgeHealthResponse* response) const {
   response->set_decode_tokens_per_s(decode_tokens_per_s_.value());
   response->set_sessions(static_cast<uint32_t>(sessions_->size()));
   response->set_packs(static_cast<uint32_t>(packs_->list().size()));
+  response->set_default_codec(runtime_.auto_codec ? "auto" : runtime_.default_codec.to_string());
+  if (transform_ != nullptr) {
+    if (std::shared_ptr<const KvCalibration> calibration = transform_->calibration()) {
+      response->set_kv_calibration_sha256(transform_->calibration_sha256());
+      response->set_kv_quality_rows(static_cast<uint32_t>(calibration->quality.size()));
+    }
+  }
 }
 
 grpc::ServerUnaryReactor* EdgeService::Health(grpc::CallbackServerContext* context, const v1::HealthRequest*,

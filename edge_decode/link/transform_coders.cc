@@ -15,9 +15,21 @@ KvCodecConfig edge_store_config(const KvCodecConfig& wire, const KvGeometry& geo
   return store;
 }
 
+TransformCoders::TransformCoders(std::shared_ptr<const KvCalibration> calibration, CloudClient* cloud,
+                                 std::string model_digest, KvGeometry geometry)
+    : calibration_(std::move(calibration)), cloud_(cloud), model_digest_(std::move(model_digest)),
+      geometry_(geometry) {
+  if (calibration_ != nullptr) calibration_sha256_ = to_hex(kv_calibration_digest(*calibration_));
+}
+
 std::shared_ptr<const KvCalibration> TransformCoders::calibration() const {
   std::lock_guard<std::mutex> lock(mu_);
   return calibration_;
+}
+
+std::string TransformCoders::calibration_sha256() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calibration_sha256_;
 }
 
 absl::StatusOr<std::shared_ptr<const KvCalibration>> TransformCoders::calibration_or_fetch() {
@@ -38,8 +50,10 @@ absl::StatusOr<std::shared_ptr<const KvCalibration>> TransformCoders::calibratio
         "fetching the cloud's failed: ",
         fetched.status().message()));
   }
+  const std::string sha256 = to_hex(kv_calibration_digest(**fetched));  // serializes: outside the lock
   std::lock_guard<std::mutex> lock(mu_);
   calibration_ = *fetched;
+  calibration_sha256_ = sha256;
   return calibration_;
 }
 
@@ -81,7 +95,7 @@ absl::StatusOr<std::shared_ptr<const KvTransformCodec>> TransformCoders::coder_f
     if (absl::IsFailedPrecondition(made.status())) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "codec %s: tc_calibration %s is not this edge's calibration %s", config.to_string(),
-          to_hex(config.transform->calibration), to_hex(kv_calibration_digest(*calibration))));
+          to_hex(config.transform->calibration), calibration_sha256()));
     }
     return absl::InvalidArgumentError(absl::StrCat("codec ", config.to_string(), ": ", made.status().message()));
   }

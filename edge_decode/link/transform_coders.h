@@ -40,9 +40,7 @@ class TransformCoders {
   // `calibration` (optional: --kv-calibration, already checked against the
   // model); `cloud` (optional) is where one is fetched from without it.
   TransformCoders(std::shared_ptr<const KvCalibration> calibration, CloudClient* cloud, std::string model_digest,
-                  KvGeometry geometry)
-      : calibration_(std::move(calibration)), cloud_(cloud), model_digest_(std::move(model_digest)),
-        geometry_(geometry) {}
+                  KvGeometry geometry);
 
   // The coder of transform config `config`, bound to the edge's calibration.
   // FAILED_PRECONDITION naming tc_calibration when `config` is bound to
@@ -52,6 +50,8 @@ class TransformCoders {
 
   // The calibration held now (null until loaded or fetched).
   std::shared_ptr<const KvCalibration> calibration() const;
+  // Its SHA-256 (kv_calibration_digest) in hex; empty while none is held.
+  std::string calibration_sha256() const;
 
   // The calibration for --codec auto's quality table: the one held, else
   // (when `may_fetch`: the turn may contact the cloud) the cloud's, asked
@@ -65,6 +65,7 @@ class TransformCoders {
 
   mutable std::mutex mu_;
   std::shared_ptr<const KvCalibration> calibration_;  // guarded by mu_
+  std::string calibration_sha256_;                    // of calibration_ (hex); guarded by mu_
   std::mutex fetch_mu_;                               // one fetch at a time
   CloudClient* cloud_;
   const std::string model_digest_;

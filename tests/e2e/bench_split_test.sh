@@ -4,7 +4,11 @@
 # tables need (present, positive, two lengths x three profiles), the modeled
 # split TTFT recomputed from the measured parts, wire bytes growing with the
 # prompt; a bad profile name fails with one line; --plot writes a PNG when
-# gnuplot is installed (skipped with a message otherwise).
+# gnuplot is installed (skipped with a message otherwise). Then --codec auto
+# with a calibration of the cloud model (quality table of int8, int4 and
+# tc-b2): every codec measured cloud-only, the auto rows name a measured
+# codec within the floor, their TTFT is the overlapped plan of that codec and
+# the gains are the stated ratios.
 # usage: bench_split_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -94,4 +98,60 @@ if command -v gnuplot > /dev/null; then
 else
   echo "bench_split_test: gnuplot not installed (deploy/install-deps.sh --profile test installs gnuplot-nox): plot check skipped"
 fi
+# --- --codec auto -------------------------------------------------------------
+"${baton}" model calibrate --model "${work}/tiny-f16.gguf" --text-file "${src}/deploy/examples/chapter.txt" \
+  --quality-codecs int8-gG-z3,int4-gG-z3,tc-b2 --holdout-tokens 256 -o "${work}/tiny.batoncal" \
+  > "${work}/calibrate.out" 2>&1 || fail "model calibrate: $(tail -5 "${work}/calibrate.out")"
+"${baton}" "${common[@]}" --calibration "${work}/tiny.batoncal" --json > "${work}/auto.json" 2> "${work}/auto.err" \
+  || fail "bench split --codec auto failed: $(tail -5 "${work}/auto.err")"
+"${python}" - "${work}/auto.json" << 'EOF' || fail "bench split --codec auto checks (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+def check(cond, what):
+    if not cond:
+        print("check failed:", what, file=sys.stderr)
+        sys.exit(1)
+codecs = [c["codec"] for c in d["codecs"]]
+a = d["auto"]
+table = {r["codec"]: r for r in a["quality_table"]}
+int8 = next((c for c in table if c.startswith("int8-g")), None)
+int4 = next((c for c in table if c.startswith("int4-g")), None)
+check(len(table) == 3 and int8 and int4 and "tc-b2" in table, f"quality table {sorted(table)}")
+check(codecs[0] == a["baseline"] and set(table) <= set(codecs), f"measured codecs {codecs}")
+check(d["codec"] == codecs[0], "the top-level fields are the baseline's")
+wire = {c["codec"]: c["lengths"][-1]["wire_bytes"] for c in d["codecs"]}
+check(wire["tc-b2"] < wire[int4] < wire[int8], f"wire bytes by codec {wire}")
+for p in a["profiles"]:
+    check(len(p["rows"]) == 2, "two lengths")
+    for row in p["rows"]:
+        for key in ["auto", "projection_auto"]:
+            r = row[key]
+            check(r["codec"] in codecs, f"auto codec {r['codec']} was measured")
+            check(r["codec"] not in table or table[r["codec"]]["ppl_delta_pct"] <= a["max_kv_loss_pct"],
+                  f"{r['codec']} within the floor")
+            check(r["reason"].startswith("codec auto:"), "reason")
+            check(abs(r["gain"] - r["baseline_ttft_ms"] / r["overlap_ttft_ms"]) < 2e-3 * r["gain"] + 2e-3, "gain")
+            check(abs(r["gain_vs_best"] - r["best_fixed_ttft_ms"] / r["overlap_ttft_ms"]) <
+                  2e-3 * r["gain_vs_best"] + 2e-3, "gain vs best")
+            check(r["best_fixed_ttft_ms"] <= r["baseline_ttft_ms"] + 1e-3, "the best fixed is no slower than the baseline")
+        # The CPU-cloud auto row is the overlapped plan of its codec's own rows.
+        c = next(c for c in d["codecs"] if c["codec"] == row["auto"]["codec"])
+        prof = next(x for x in c["profiles"] if x["name"] == p["name"])
+        own = next(x for x in prof["rows"] if x["prompt_len"] == row["prompt_len"])
+        check(abs(own["overlap_ttft_ms"] - row["auto"]["overlap_ttft_ms"]) < 1e-3, "auto TTFT = its codec's overlap")
+        check(row["local_ttft_ms"] >= row["auto"]["overlap_ttft_ms"] - 1e-3, "auto is never slower than local")
+EOF
+if command -v gnuplot > /dev/null; then
+  "${baton}" "${common[@]}" --calibration "${work}/tiny.batoncal" --plot "${work}/auto.png" > "${work}/auto.txt" \
+    2> "${work}/auto-plot.err" || fail "bench split --codec auto --plot failed: $(tail -5 "${work}/auto-plot.err")"
+  [[ -s "${work}/auto.png" ]] || fail "--codec auto --plot wrote no PNG"
+  grep -q "ovl+auto" "${work}/auto.txt" || fail "the auto table lacks its column"
+fi
+# auto without a calibration: one line, exit 1.
+set +e
+"${baton}" "${common[@]}" --codec auto > /dev/null 2> "${work}/noauto.err"
+rc=$?
+set -e
+[[ ${rc} -eq 1 ]] || fail "--codec auto without --calibration: exit code ${rc}"
+grep -q "needs --calibration" "${work}/noauto.err" || fail "auto without calibration: $(cat "${work}/noauto.err")"
 echo "bench_split_test: ok"

@@ -18,6 +18,7 @@
 #include "common/kv_codec/kv_calibration.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
+#include "common/util/sha256.h"
 #include "proto/baton.grpc.pb.h"
 #include "tests/support/edge_test_env.h"
 #include "tests/support/synthetic_calibration.h"
@@ -82,11 +83,27 @@ class CodecAutoTest : public ::testing::Test {
   std::unique_ptr<Cloud> cloud_;
 };
 
+// The edge's Health: its codec and the calibration it holds.
+v1::EdgeHealthResponse edge_health(v1::Edge::Stub& stub) {
+  grpc::ClientContext context;
+  v1::EdgeHealthResponse response;
+  grpc::Status status = stub.Health(&context, v1::HealthRequest(), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response;
+}
+
 TEST_F(CodecAutoTest, ASlowLinkStreamsTheSmallestTransformCodecAndThePlanSaysWhy) {
   std::unique_ptr<Edge> edge = edge_on_link(20e3);  // 20 kB/s
   ASSERT_NE(edge->stub, nullptr);
+  const v1::EdgeHealthResponse before = edge_health(*edge->stub);
+  EXPECT_EQ(before.default_codec(), "auto");
+  EXPECT_EQ(before.kv_calibration_sha256(), "");  // not fetched until a turn needs it
+  EXPECT_EQ(before.kv_quality_rows(), 0u);
   GenerateResult result = generate(*edge->stub, auto_request(200, "slow", 1));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  const v1::EdgeHealthResponse after = edge_health(*edge->stub);
+  EXPECT_EQ(after.kv_calibration_sha256(), to_hex(kv_calibration_digest(*calibration_)));
+  EXPECT_EQ(after.kv_quality_rows(), 5u);
   EXPECT_EQ(result.stats.plan().place(), v1::PREFILL_PLACE_CLOUD) << result.stats.plan().reason();
   EXPECT_EQ(result.stats.kv_codec(), "tc-b1");
   const std::string& reason = result.stats.plan().reason();
@@ -119,6 +136,7 @@ TEST_F(CodecAutoTest, AFastLinkTakesTheLeastLossyCodec) {
 TEST_F(CodecAutoTest, ARequestMaySayAutoToAnAgentWithAnotherDefault) {
   std::unique_ptr<Edge> edge = edge_on_link(20e3, "int4");
   ASSERT_NE(edge->stub, nullptr);
+  EXPECT_EQ(edge_health(*edge->stub).default_codec(), "int4-pc-kg128-g16-z3");
   GenerateResult plain = generate(*edge->stub, auto_request(200, "", 4));
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
   EXPECT_EQ(plain.stats.kv_codec(), "int4-pc-kg128-g16-z3");  // exactly as before auto

@@ -2,6 +2,7 @@
 // serving the synthetic tiny model, called through a real gRPC channel with
 // deadlines. The KV that comes back must equal the engine's own KV for the
 // same tokens (within the codec's rounding).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -12,10 +13,13 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
 #include "cloud_prefill/prefill_server.h"
 #include "cloud_prefill/prefill_service.h"
 #include "common/engine/engine.h"
 #include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_stream/kv_handoff.h"
 #include "common/model/model.h"
@@ -175,6 +179,32 @@ TEST_F(PrefillServiceTest, DefaultInt8CodecStreamsASegmentFromFirstPosition) {
   EXPECT_EQ(load->first_position, 5u);
   EXPECT_EQ(load->token_count, 25u);
   EXPECT_EQ(edge->size(), 30);
+}
+
+// The codec a fully specified request names (kv_codec_params, as the edge
+// and bench split send it) is the codec of the stream, whatever the server's
+// defaults: per-token INT4 keys stay per-token with the value group.
+TEST_F(PrefillServiceTest, AFullySpecifiedCodecIsStreamedAsAsked) {
+  const int g = std::min(32, model_->spec().head_dim);
+  for (const std::string& name : {absl::StrFormat("int4-g%d-z3", g), absl::StrFormat("int4-pc-kg128-g%d-z3", g),
+                                  absl::StrFormat("int4-k8-g%d-z3", g), absl::StrFormat("int8-g%d-z3", g),
+                                  std::string("f16-z3")}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<KvCodecConfig> config = parse_kv_codec_config(name);
+    ASSERT_TRUE(config.ok()) << config.status();
+    v1::PrefillRequest request = request_for(prompt(8));
+    absl::StatusOr<v1::CodecParams> params = kv_codec_params(*config);
+    ASSERT_TRUE(params.ok()) << params.status();
+    *request.mutable_codec() = *params;
+    std::vector<v1::KvStreamMessage> messages;
+    grpc::Status status = call_prefill(request, &messages);
+    ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+    ASSERT_FALSE(messages.empty());
+    ASSERT_TRUE(messages.front().has_header());
+    absl::StatusOr<KvCodecConfig> streamed = kv_codec_config_from_params(messages.front().header().codec());
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(streamed->to_string(), config->to_string());
+  }
 }
 
 TEST_F(PrefillServiceTest, OutOfVocabularyTokenIsInvalidArgument) {

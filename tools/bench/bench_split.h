@@ -8,6 +8,9 @@
 
 #include "absl/status/status.h"
 #include "bench_report.h"
+#include "common/kv_codec/kv_calibration.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "edge_decode/plan/split_policy.h"
 
 namespace baton::cli {
 
@@ -66,6 +69,11 @@ struct OverlapRow {
   double gain = 0;
 };
 
+// The split policy's inputs (decide_split, policy auto) for one length over
+// one profile: the measured local and cloud speeds, the link, the measured
+// wire bytes per token.
+SplitInputs split_inputs_of(const LengthResult& r, const WanProfile& profile, double cloud_ms);
+
 // The overlapped plan's modeled TTFT for split position a: the edge's part
 // (a / (n-1) of the measured local prefill) runs beside the cloud's, whose
 // transfer and ingest scale with the streamed share (n-1-a) / (n-1):
@@ -82,21 +90,61 @@ struct ProfileRows {
   std::vector<OverlapRow> overlap, projection_overlap;
 };
 
+// One wire codec: its measurements per length (the local fields are the
+// length's one local measurement, the same in every codec) and its model per
+// profile.
+struct CodecRun {
+  KvCodecConfig config;      // the wire codec
+  std::string codec, store;  // its name, the edge store config
+  double store_bytes_per_token = 0;
+  std::vector<LengthResult> results;  // per length
+  std::vector<ProfileRows> per_profile;
+};
+
+// `--codec auto`'s row of one length over one profile: the codec the edge's
+// choose_codec (codec_choice.h) picks from the calibration's quality table
+// and this length's measured figures, and the overlapped plan with it.
+struct AutoRow {
+  size_t codec = 0;          // index into SplitRun::codecs
+  OverlapRow overlap;        // its gain: over the better of local and cloud-only with this codec
+  double baseline_ms = 0;    // min(local, cloud-only with the baseline codec, SplitRun::codecs[0])
+  double best_fixed_ms = 0;  // min(local, cloud-only with any measured codec within the loss floor)
+  double gain = 0;           // baseline_ms / overlap.ttft_ms
+  double gain_vs_best = 0;   // best_fixed_ms / overlap.ttft_ms
+  std::string reason;        // choose_codec's
+};
+
+struct AutoProfileRows {
+  std::vector<AutoRow> rows, projection;  // per length
+};
+
 struct SplitRun {
   std::string model_name, edge_model, cloud_model;
-  std::string codec, store;  // wire codec, edge store config
-  double store_bytes_per_token = 0;
   int64_t threads = 0, decode_tokens = 0, repeat = 0;
   std::string gpu_source;  // where the projection's GPU tok/s come from
   std::vector<int64_t> lengths;
-  std::vector<LengthResult> results;  // per length
-  std::vector<double> gpu_rates;      // per length: GPU prefill tok/s of the projection
+  std::vector<double> gpu_rates;  // per length: GPU prefill tok/s of the projection
   std::vector<WanProfile> profiles;
-  std::vector<ProfileRows> per_profile;
+  std::vector<CodecRun> codecs;  // codecs[0]: the baseline (the local rows' store)
+  // --codec auto: the calibration's quality table, the floor and the rows.
+  bool auto_codec = false;
+  std::string calibration;  // --calibration
+  std::vector<KvCodecQuality> table;
+  double max_kv_loss_pct = 0;
+  double f16_bytes_per_token = 0;
+  std::vector<AutoProfileRows> auto_rows;  // per profile
   std::string plot_path;  // --plot, or empty
 };
 
-// Fills run.per_profile from the results, profiles and GPU rates.
+// The auto row of length i over profile p (projection: with the projected
+// GPU cloud): choose_codec with the run's table, floor and the baseline as
+// its fallback, each candidate's split inputs from its own measurement (a
+// codec the run did not measure is not usable), then modeled_overlap with
+// the chosen codec's measurement.
+AutoRow modeled_auto(const SplitRun& run, size_t p, size_t i, bool projection);
+
+// Fills each codec's per_profile from its results, the profiles and the GPU
+// rates, and with auto_codec the auto rows.
 void model_profiles(SplitRun& run);
 
 Json split_json(const SplitRun& run);

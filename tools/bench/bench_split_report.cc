@@ -2,11 +2,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench_split.h"
+#include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/plan/split_policy.h"
 #include "gnuplot_run.h"
 #include "common/util/check.h"
@@ -25,6 +28,12 @@ constexpr char kOverlapNote[] =
     "(decide_split, policy auto, from this length's local tok/s, cloud tok/s, wire bytes/token and the profile: "
     "a = 0 is cloud-only, a = n-1 local); TTFT = max(local part, RTT + max(cloud, first block + transfer of the "
     "streamed share)) + ingest of the share + last token; gain = min(local, cloud-only) TTFT / overlap TTFT";
+constexpr char kAutoNote[] =
+    "AUTO: per profile and length, the codec the edge's --codec auto picks (choose_codec: the calibration's "
+    "quality table less the codecs over the loss floor, each candidate's plan from its own measured figures, the "
+    "smallest predicted TTFT, among equally fast cloud plans the least loss) and the overlapped plan with it; "
+    "gain = min(local, cloud-only with the baseline codec) / overlap+auto TTFT; vs best = min(local, the fastest "
+    "cloud-only codec within the floor) / overlap+auto TTFT";
 constexpr char kProjectionNote[] =
     "PROJECTION: the same formula with cloud = (prompt - 1) / GPU prefill tok/s, first block at the same "
     "fraction of it as measured on the CPU cloud";
@@ -65,12 +74,12 @@ Json length_json(const LengthResult& r, double gpu_rate) {
           {"projection_gpu_prefill_tok_per_s", fixed(gpu_rate, 1)}};
 }
 
-Json profile_json(const SplitRun& run, size_t p) {
+Json profile_json(const SplitRun& run, const CodecRun& codec, size_t p) {
   const WanProfile& profile = run.profiles[p];
-  const ProfileRows& rows = run.per_profile[p];
+  const ProfileRows& rows = codec.per_profile[p];
   Json out = Json::array();
-  for (size_t i = 0; i < run.results.size(); ++i) {
-    const LengthResult& r = run.results[i];
+  for (size_t i = 0; i < codec.results.size(); ++i) {
+    const LengthResult& r = codec.results[i];
     out.push_back({{"prompt_len", r.prompt_len},
                    {"local_ttft_ms", fixed(r.local_ttft_ms, 3)},
                    {"split_ttft_ms", fixed(rows.split_ms[i], 3)},
@@ -98,16 +107,16 @@ Json profile_json(const SplitRun& run, size_t p) {
           {"projection_crossover", crossover(run.lengths, rows.projection_wins)}};
 }
 
-void print_profile_table(const SplitRun& run, size_t p) {
+void print_profile_table(const SplitRun& run, const CodecRun& codec, size_t p) {
   const WanProfile& profile = run.profiles[p];
-  const ProfileRows& rows = run.per_profile[p];
+  const ProfileRows& rows = codec.per_profile[p];
   print_line("\nprofile %s: %.1f Mbit/s, RTT %.0f ms, loss %.2f%%\n", profile.name,
              profile.bandwidth_bytes_per_s * 8 / 1e6, profile.rtt_ms, profile.loss * 100);
   print_line("  %7s %11s %11s %11s %10s %9s %7s %7s %11s %6s | %15s %10s %9s %7s %11s %6s\n", "prompt",
              "local TTFT", "split TTFT", "wire bytes", "dec tok/s", "dec p99", "winner", "ovl a", "ovl TTFT", "gain",
              "PROJ split TTFT", "PROJ win", "GPU tok/s", "PROJ a", "PROJ ovl", "gain");
-  for (size_t i = 0; i < run.results.size(); ++i) {
-    const LengthResult& r = run.results[i];
+  for (size_t i = 0; i < codec.results.size(); ++i) {
+    const LengthResult& r = codec.results[i];
     const OverlapRow& o = rows.overlap[i];
     const OverlapRow& po = rows.projection_overlap[i];
     print_line("  %7d %11.1f %11.1f %11d %10.2f %9.2f %7s %7d %11.1f %5.2fx | %15.1f %10s %9.0f %7d %11.1f %5.2fx\n",
@@ -119,9 +128,163 @@ void print_profile_table(const SplitRun& run, size_t p) {
   print_line("  crossover (PROJECTION, GPU cloud): %s\n", crossover(run.lengths, rows.projection_wins));
 }
 
+Json codec_json(const SplitRun& run, const CodecRun& codec) {
+  Json lengths = Json::array(), profiles = Json::array();
+  for (size_t i = 0; i < codec.results.size(); ++i) lengths.push_back(length_json(codec.results[i], run.gpu_rates[i]));
+  for (size_t p = 0; p < run.profiles.size(); ++p) profiles.push_back(profile_json(run, codec, p));
+  return {{"codec", codec.codec},
+          {"store", codec.store},
+          {"store_bytes_per_token", whole(codec.store_bytes_per_token)},
+          {"lengths", std::move(lengths)},
+          {"profiles", std::move(profiles)}};
+}
+
+Json auto_row_json(const SplitRun& run, const AutoRow& row) {
+  return {{"codec", run.codecs[row.codec].codec},
+          {"overlap_split_position", row.overlap.split_position},
+          {"overlap_place", row.overlap.place},
+          {"overlap_ttft_ms", fixed(row.overlap.ttft_ms, 3)},
+          {"baseline_ttft_ms", fixed(row.baseline_ms, 3)},
+          {"best_fixed_ttft_ms", fixed(row.best_fixed_ms, 3)},
+          {"gain", fixed(row.gain, 3)},
+          {"gain_vs_best", fixed(row.gain_vs_best, 3)},
+          {"reason", row.reason}};
+}
+
+Json auto_json(const SplitRun& run) {
+  Json table = Json::array(), profiles = Json::array();
+  for (const KvCodecQuality& q : run.table) {
+    table.push_back({{"codec", q.codec},
+                     {"wire_ratio", fixed(q.wire_ratio, 4)},
+                     {"ppl_delta_pct", fixed(q.ppl_delta_pct, 4)},
+                     {"mean_kl", fixed(q.mean_kl, 6)}});
+  }
+  for (size_t p = 0; p < run.profiles.size(); ++p) {
+    Json rows = Json::array();
+    for (size_t i = 0; i < run.lengths.size(); ++i) {
+      Json cloud_only = Json::object(), projection_cloud_only = Json::object();
+      for (const CodecRun& codec : run.codecs) {
+        cloud_only[codec.codec] = fixed(codec.per_profile[p].split_ms[i], 3);
+        projection_cloud_only[codec.codec] = fixed(codec.per_profile[p].projection_ms[i], 3);
+      }
+      rows.push_back({{"prompt_len", run.lengths[i]},
+                      {"local_ttft_ms", fixed(run.codecs[0].results[i].local_ttft_ms, 3)},
+                      {"cloud_only_ttft_ms", std::move(cloud_only)},
+                      {"auto", auto_row_json(run, run.auto_rows[p].rows[i])},
+                      {"projection_cloud_only_ttft_ms", std::move(projection_cloud_only)},
+                      {"projection_auto", auto_row_json(run, run.auto_rows[p].projection[i])}});
+    }
+    profiles.push_back({{"name", run.profiles[p].name}, {"rows", std::move(rows)}});
+  }
+  return {{"note", kAutoNote},
+          {"calibration", run.calibration},
+          {"max_kv_loss_pct", fixed(run.max_kv_loss_pct, 3)},
+          {"baseline", run.codecs[0].codec},
+          {"quality_table", std::move(table)},
+          {"profiles", std::move(profiles)}};
+}
+
+// Per profile, CPU cloud or PROJECTION: TTFT of local, cloud-only with each
+// codec, and (with auto) overlap+auto with its codec, split and gains.
+void print_codecs_table(const SplitRun& run, size_t p, bool projection) {
+  const WanProfile& profile = run.profiles[p];
+  print_line("\nprofile %s: %.1f Mbit/s, RTT %.0f ms, loss %.2f%%, %s: TTFT in ms\n", profile.name,
+             profile.bandwidth_bytes_per_s * 8 / 1e6, profile.rtt_ms, profile.loss * 100,
+             projection ? "PROJECTION (GPU cloud)" : "CPU cloud");
+  std::string header = absl::StrFormat("  %7s %10s", "prompt", "local");
+  for (const CodecRun& codec : run.codecs) absl::StrAppend(&header, absl::StrFormat(" %*s", std::max<int>(9, codec.codec.size()), codec.codec));
+  if (run.auto_codec) {
+    absl::StrAppend(&header, absl::StrFormat(" | %-20s %7s %8s %7s %7s", "auto codec", "ovl a", "ovl+auto", "gain",
+                                             "vs best"));
+  }
+  print_line("%s\n", header);
+  for (size_t i = 0; i < run.lengths.size(); ++i) {
+    std::string line = absl::StrFormat("  %7d %10.1f", run.lengths[i], run.codecs[0].results[i].local_ttft_ms);
+    for (const CodecRun& codec : run.codecs) {
+      const ProfileRows& rows = codec.per_profile[p];
+      absl::StrAppend(&line, absl::StrFormat(" %*.1f", std::max<int>(9, codec.codec.size()),
+                                             projection ? rows.projection_ms[i] : rows.split_ms[i]));
+    }
+    if (run.auto_codec) {
+      const AutoRow& row = projection ? run.auto_rows[p].projection[i] : run.auto_rows[p].rows[i];
+      absl::StrAppend(&line, absl::StrFormat(" | %-20s %7d %8.1f %6.2fx %6.2fx", run.codecs[row.codec].codec,
+                                             row.overlap.split_position, row.overlap.ttft_ms, row.gain,
+                                             row.gain_vs_best));
+    }
+    print_line("%s\n", line);
+  }
+  for (const CodecRun& codec : run.codecs) {
+    const ProfileRows& rows = codec.per_profile[p];
+    print_line("  crossover (%s, %s): %s\n", projection ? "PROJECTION, GPU cloud" : "CPU cloud", codec.codec,
+               crossover(run.lengths, projection ? rows.projection_wins : rows.split_wins));
+  }
+}
+
+// Whether codec `name` is within the run's loss floor per the quality table
+// (a codec the table lacks: only the baseline counts, as the edge's default).
+bool within_floor(const SplitRun& run, const std::string& name, bool baseline) {
+  for (const KvCodecQuality& q : run.table) {
+    if (q.codec == name) return q.ppl_delta_pct <= run.max_kv_loss_pct;
+  }
+  return baseline;
+}
+
 }  // namespace
 
-OverlapRow modeled_overlap(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms) {
+AutoRow modeled_auto(const SplitRun& run, size_t p, size_t i, bool projection) {
+  const WanProfile& profile = run.profiles[p];
+  // The cloud's work and first block of codec k at length i.
+  auto cloud_of = [&](size_t k, double* cloud_ms, double* first_block_ms) {
+    const LengthResult& r = run.codecs[k].results[i];
+    if (projection) {
+      projected_cloud(r, run.gpu_rates[i], cloud_ms, first_block_ms);
+    } else {
+      *cloud_ms = r.cloud_ms;
+      *first_block_ms = r.first_block_ms;
+    }
+  };
+  auto index_of = [&](const KvCodecConfig& codec) -> std::optional<size_t> {
+    const std::string name = codec.to_string();
+    for (size_t k = 0; k < run.codecs.size(); ++k) {
+      if (run.codecs[k].codec == name) return k;
+    }
+    return std::nullopt;
+  };
+  CodecChoiceInputs in;
+  in.table = run.table;
+  in.max_loss_pct = run.max_kv_loss_pct;
+  in.f16_bytes_per_token = run.f16_bytes_per_token;
+  in.fallback = run.codecs[0].config;
+  in.usable = [&](const KvCodecConfig& codec) {
+    return index_of(codec).has_value() ? absl::OkStatus() : absl::NotFoundError("not measured in this run");
+  };
+  in.split_inputs = [&](const KvCodecConfig& codec) {
+    const size_t k = *index_of(codec);
+    double cloud_ms = 0, first_block_ms = 0;
+    cloud_of(k, &cloud_ms, &first_block_ms);
+    return split_inputs_of(run.codecs[k].results[i], profile, cloud_ms);
+  };
+  const CodecChoice choice = choose_codec(in);
+  AutoRow row;
+  row.codec = index_of(choice.codec).value_or(0);
+  row.reason = choice.reason;
+  double cloud_ms = 0, first_block_ms = 0;
+  cloud_of(row.codec, &cloud_ms, &first_block_ms);
+  row.overlap = modeled_overlap(run.codecs[row.codec].results[i], profile, cloud_ms, first_block_ms);
+  const double local_ms = run.codecs[0].results[i].local_ttft_ms;
+  row.baseline_ms = row.best_fixed_ms = local_ms;
+  for (size_t k = 0; k < run.codecs.size(); ++k) {
+    cloud_of(k, &cloud_ms, &first_block_ms);
+    const double split_ms = modeled_split_ttft_ms(run.codecs[k].results[i], profile, cloud_ms, first_block_ms);
+    if (k == 0) row.baseline_ms = std::min(row.baseline_ms, split_ms);
+    if (within_floor(run, run.codecs[k].codec, k == 0)) row.best_fixed_ms = std::min(row.best_fixed_ms, split_ms);
+  }
+  row.gain = row.overlap.ttft_ms > 0 ? row.baseline_ms / row.overlap.ttft_ms : 0.0;
+  row.gain_vs_best = row.overlap.ttft_ms > 0 ? row.best_fixed_ms / row.overlap.ttft_ms : 0.0;
+  return row;
+}
+
+SplitInputs split_inputs_of(const LengthResult& r, const WanProfile& profile, double cloud_ms) {
   const double tokens = static_cast<double>(r.prompt_len - 1);
   SplitInputs in;
   in.policy = PrefillPolicy::kAuto;
@@ -133,7 +296,12 @@ OverlapRow modeled_overlap(const LengthResult& r, const WanProfile& profile, dou
   in.link_rtt_ms = std::max(profile.rtt_ms, 1e-3);  // 0 would read "unknown"
   in.cloud_call_overhead_ms = in.link_rtt_ms + r.ingest_ms;
   in.wire_bytes_per_token = static_cast<double>(r.wire_bytes) / tokens;
-  const SplitPlan plan = decide_split(in);
+  return in;
+}
+
+OverlapRow modeled_overlap(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms) {
+  const double tokens = static_cast<double>(r.prompt_len - 1);
+  const SplitPlan plan = decide_split(split_inputs_of(r, profile, cloud_ms));
   OverlapRow row;
   row.split_position = plan.split_position;
   row.place = prefill_place_name(plan.place);
@@ -162,88 +330,174 @@ void projected_cloud(const LengthResult& r, double gpu_tok_s, double* cloud_ms, 
 }
 
 void model_profiles(SplitRun& run) {
-  run.per_profile.assign(run.profiles.size(), {});
-  for (size_t p = 0; p < run.profiles.size(); ++p) {
-    for (size_t i = 0; i < run.results.size(); ++i) {
-      const LengthResult& r = run.results[i];
-      const double split = modeled_split_ttft_ms(r, run.profiles[p], r.cloud_ms, r.first_block_ms);
-      double cloud_ms = 0, first_block_ms = 0;
-      projected_cloud(r, run.gpu_rates[i], &cloud_ms, &first_block_ms);
-      const double projection = modeled_split_ttft_ms(r, run.profiles[p], cloud_ms, first_block_ms);
-      ProfileRows& rows = run.per_profile[p];
-      rows.split_ms.push_back(split);
-      rows.projection_ms.push_back(projection);
-      rows.split_wins.push_back(split < r.local_ttft_ms);
-      rows.projection_wins.push_back(projection < r.local_ttft_ms);
-      rows.overlap.push_back(modeled_overlap(r, run.profiles[p], r.cloud_ms, r.first_block_ms));
-      rows.projection_overlap.push_back(modeled_overlap(r, run.profiles[p], cloud_ms, first_block_ms));
+  for (CodecRun& codec : run.codecs) {
+    codec.per_profile.assign(run.profiles.size(), {});
+    for (size_t p = 0; p < run.profiles.size(); ++p) {
+      ProfileRows& rows = codec.per_profile[p];
+      for (size_t i = 0; i < codec.results.size(); ++i) {
+        const LengthResult& r = codec.results[i];
+        const double split = modeled_split_ttft_ms(r, run.profiles[p], r.cloud_ms, r.first_block_ms);
+        double cloud_ms = 0, first_block_ms = 0;
+        projected_cloud(r, run.gpu_rates[i], &cloud_ms, &first_block_ms);
+        const double projection = modeled_split_ttft_ms(r, run.profiles[p], cloud_ms, first_block_ms);
+        rows.split_ms.push_back(split);
+        rows.projection_ms.push_back(projection);
+        rows.split_wins.push_back(split < r.local_ttft_ms);
+        rows.projection_wins.push_back(projection < r.local_ttft_ms);
+        rows.overlap.push_back(modeled_overlap(r, run.profiles[p], r.cloud_ms, r.first_block_ms));
+        rows.projection_overlap.push_back(modeled_overlap(r, run.profiles[p], cloud_ms, first_block_ms));
+      }
+    }
+  }
+  run.auto_rows.assign(run.auto_codec ? run.profiles.size() : 0, {});
+  for (size_t p = 0; p < run.auto_rows.size(); ++p) {
+    for (size_t i = 0; i < run.lengths.size(); ++i) {
+      run.auto_rows[p].rows.push_back(modeled_auto(run, p, i, /*projection=*/false));
+      run.auto_rows[p].projection.push_back(modeled_auto(run, p, i, /*projection=*/true));
     }
   }
 }
 
 Json split_json(const SplitRun& run) {
-  Json lengths = Json::array(), profiles = Json::array();
-  for (size_t i = 0; i < run.results.size(); ++i) lengths.push_back(length_json(run.results[i], run.gpu_rates[i]));
-  for (size_t p = 0; p < run.profiles.size(); ++p) profiles.push_back(profile_json(run, p));
-  Json out = {{"model", run.model_name},
-              {"edge_model", run.edge_model},
-              {"cloud_model", run.cloud_model},
-              {"codec", run.codec},
-              {"store", run.store},
-              {"store_bytes_per_token", whole(run.store_bytes_per_token)},
-              {"threads", run.threads},
-              {"decode_tokens", run.decode_tokens},
-              {"repeat", run.repeat},
-              {"cloud_backend", "cpu"},
-              {"link_model", kLinkNote},
-              {"projection_note", kProjectionNote},
-              {"overlap_note", kOverlapNote},
-              {"gpu_prefill_source", run.gpu_source},
-              {"lengths", std::move(lengths)},
-              {"profiles", std::move(profiles)}};
+  // The baseline's fields at the top (as a one-codec run has them), every
+  // codec under "codecs", the auto rows under "auto".
+  Json out = codec_json(run, run.codecs[0]);
+  out.update(Json{{"model", run.model_name},
+                  {"edge_model", run.edge_model},
+                  {"cloud_model", run.cloud_model},
+                  {"threads", run.threads},
+                  {"decode_tokens", run.decode_tokens},
+                  {"repeat", run.repeat},
+                  {"cloud_backend", "cpu"},
+                  {"link_model", kLinkNote},
+                  {"projection_note", kProjectionNote},
+                  {"overlap_note", kOverlapNote},
+                  {"gpu_prefill_source", run.gpu_source}});
+  Json codecs = Json::array();
+  for (const CodecRun& codec : run.codecs) codecs.push_back(codec_json(run, codec));
+  out["codecs"] = std::move(codecs);
+  if (run.auto_codec) out["auto"] = auto_json(run);
   if (!run.plot_path.empty()) out["plot"] = run.plot_path;
   return out;
 }
 
 void print_split_tables(const SplitRun& run) {
-  print_line("split benchmark: %s (edge %s, cloud %s), codec %s -> store %s (%.0f B/token), %d threads, CPU cloud on "
-             "loopback, %d decode tokens, median of %d runs per length\n",
-             run.model_name, run.edge_model, run.cloud_model, run.codec, run.store, run.store_bytes_per_token,
-             run.threads, run.decode_tokens, run.repeat);
-  print_line("\nmeasured on this machine (ms; cloud = queue + prefill + encode tail from the trailer):\n");
-  print_line("  %7s %10s %8s %10s %10s %10s %8s %8s %12s %11s %9s %9s %5s\n", "prompt", "local pre", "local/s",
-             "local TTFT", "cloud", "1st block", "ingest", "last tok", "loopback TTFT", "wire bytes", "dec tok/s",
-             "dec p99", "same");
-  for (const LengthResult& r : run.results) {
-    print_line("  %7d %10.1f %8.1f %10.1f %10.1f %10.1f %8.2f %8.2f %12.1f %11d %9.2f %9.2f %5s\n", r.prompt_len,
-               r.local_prefill_ms, static_cast<double>(r.prompt_len - 1) * 1000.0 / r.local_prefill_ms,
-               r.local_ttft_ms, r.cloud_ms, r.first_block_ms, r.ingest_ms, r.split_last_token_ms,
-               r.loopback_split_ttft_ms, r.wire_bytes, r.decode_mean_tok_s, r.decode_p99_tok_s,
-               r.first_tokens_match ? "yes" : "no");
+  const CodecRun& base = run.codecs[0];
+  print_line("split benchmark: %s (edge %s, cloud %s), %d codec(s), baseline %s -> store %s (%.0f B/token), %d "
+             "threads, CPU cloud on loopback, %d decode tokens, median of %d runs per length\n",
+             run.model_name, run.edge_model, run.cloud_model, run.codecs.size(), base.codec, base.store,
+             base.store_bytes_per_token, run.threads, run.decode_tokens, run.repeat);
+  print_line("\nmeasured on this machine (ms; cloud = queue + prefill + encode tail from the trailer; local into the "
+             "baseline's store):\n");
+  print_line("  %-22s %7s %10s %8s %10s %10s %10s %8s %8s %12s %11s %9s %9s %5s\n", "codec", "prompt", "local pre",
+             "local/s", "local TTFT", "cloud", "1st block", "ingest", "last tok", "loopback TTFT", "wire bytes",
+             "dec tok/s", "dec p99", "same");
+  for (const CodecRun& codec : run.codecs) {
+    for (const LengthResult& r : codec.results) {
+      print_line("  %-22s %7d %10.1f %8.1f %10.1f %10.1f %10.1f %8.2f %8.2f %12.1f %11d %9.2f %9.2f %5s\n",
+                 codec.codec, r.prompt_len, r.local_prefill_ms,
+                 static_cast<double>(r.prompt_len - 1) * 1000.0 / r.local_prefill_ms, r.local_ttft_ms, r.cloud_ms,
+                 r.first_block_ms, r.ingest_ms, r.split_last_token_ms, r.loopback_split_ttft_ms, r.wire_bytes,
+                 r.decode_mean_tok_s, r.decode_p99_tok_s, r.first_tokens_match ? "yes" : "no");
+    }
   }
   print_line("  (local/s = prefill tok/s; dec tok/s = mean over the decode tokens, dec p99 = 1 / p99 step time; "
              "same = split's first token equals local's, greedy)\n");
   print_line("\n%s\n%s; GPU prefill tok/s: %s\n%s\n", kLinkNote, kProjectionNote, run.gpu_source, kOverlapNote);
-  for (size_t p = 0; p < run.profiles.size(); ++p) print_profile_table(run, p);
+  if (run.codecs.size() == 1 && !run.auto_codec) {
+    for (size_t p = 0; p < run.profiles.size(); ++p) print_profile_table(run, base, p);
+    return;
+  }
+  if (run.auto_codec) {
+    print_line("%s\nquality table (%s), floor %+.2f%%:", kAutoNote, run.calibration, run.max_kv_loss_pct);
+    for (const KvCodecQuality& q : run.table) {
+      print_line(" %s %.3f/F16 %+.2f%%;", q.codec, q.wire_ratio, q.ppl_delta_pct);
+    }
+    print_line("\n");
+  }
+  for (size_t p = 0; p < run.profiles.size(); ++p) {
+    print_codecs_table(run, p, /*projection=*/false);
+    print_codecs_table(run, p, /*projection=*/true);
+  }
+  if (run.auto_codec) {
+    print_line("\nauto's reason at the longest prompt (CPU cloud):\n");
+    for (size_t p = 0; p < run.profiles.size(); ++p) {
+      print_line("  %s: %s\n", run.profiles[p].name, run.auto_rows[p].rows.back().reason);
+    }
+  }
 }
 
+namespace {
+
+// One panel per profile: local, cloud-only with each codec, overlap+auto
+// (CPU cloud) and its PROJECTION.
+absl::Status write_codecs_plot(const SplitRun& run) {
+  BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
+  const std::string data_path = gnuplot.path("ttft.dat");
+  std::ofstream data(data_path);
+  for (size_t i = 0; i < run.lengths.size(); ++i) {
+    data << run.lengths[i] << ' ' << run.codecs[0].results[i].local_ttft_ms;
+    for (size_t p = 0; p < run.profiles.size(); ++p) {
+      for (const CodecRun& codec : run.codecs) data << ' ' << codec.per_profile[p].split_ms[i];
+      if (run.auto_codec) {
+        data << ' ' << run.auto_rows[p].rows[i].overlap.ttft_ms << ' ' << run.auto_rows[p].projection[i].overlap.ttft_ms;
+      }
+    }
+    data << '\n';
+  }
+  data.close();
+  const size_t per_profile = run.codecs.size() + (run.auto_codec ? 2 : 0);
+  std::ofstream script(gnuplot.path("plot.gp"));
+  script << "set terminal pngcairo size " << 600 * run.profiles.size() << ",800 noenhanced\n"
+         << "set output '" << run.plot_path << "'\n"
+         << "set multiplot layout 1," << run.profiles.size() << " title 'baton bench split: " << run.model_name
+         << ", " << run.threads << " edge threads, CPU cloud (auto PROJECTION dashed)'\n"
+         << "set xlabel 'prompt tokens'\nset ylabel 'time to first token (ms)'\n"
+         << "set logscale x 2\nset logscale y\nset grid\nset key below\n";
+  const char* colors[] = {"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
+                          "#bcbd22", "#17becf"};
+  for (size_t p = 0; p < run.profiles.size(); ++p) {
+    const size_t first = 3 + p * per_profile;
+    script << "set title '" << run.profiles[p].name << "'\n"
+           << "plot '" << data_path << "' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local'";
+    for (size_t c = 0; c < run.codecs.size(); ++c) {
+      script << ", '' using 1:" << first + c << " with linespoints lw 1 lc rgb '" << colors[c % 10]
+             << "' title 'cloud-only " << run.codecs[c].codec << "'";
+    }
+    if (run.auto_codec) {
+      script << ", '' using 1:" << first + run.codecs.size()
+             << " with linespoints lw 3 pt 7 lc rgb 'black' dt 3 title 'overlap + auto'"
+             << ", '' using 1:" << first + run.codecs.size() + 1
+             << " with lines lw 2 lc rgb 'black' dt 2 title 'PROJECTION overlap + auto'";
+    }
+    script << "\n";
+  }
+  script << "unset multiplot\n";
+  script.close();
+  return gnuplot.run(run.plot_path);
+}
+
+}  // namespace
+
 absl::Status write_split_plot(const SplitRun& run) {
+  if (run.codecs.size() > 1 || run.auto_codec) return write_codecs_plot(run);
+  const CodecRun& codec = run.codecs[0];
   const std::string title = absl::StrFormat(
       "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted)", run.model_name,
-      run.codec, run.threads);
+      codec.codec, run.threads);
   const std::string gpu_label = run.gpu_source.rfind("ASSUMED", 0) == 0
                                     ? absl::StrFormat("ASSUMED GPU %.0f tok/s", run.gpu_rates.back())
                                     : absl::StrFormat("GPU %.0f tok/s", run.gpu_rates.back());
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
   std::ofstream data(data_path);
-  BATON_CHECK(run.gpu_rates.size() == run.results.size());
-  for (size_t i = 0; i < run.results.size(); ++i) {
-    data << run.results[i].prompt_len << ' ' << run.results[i].local_ttft_ms;
-    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.split_ms[i];
-    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.projection_ms[i];
-    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.overlap[i].ttft_ms;
-    for (const ProfileRows& rows : run.per_profile) data << ' ' << rows.projection_overlap[i].ttft_ms;
+  BATON_CHECK(run.gpu_rates.size() == codec.results.size());
+  for (size_t i = 0; i < codec.results.size(); ++i) {
+    data << codec.results[i].prompt_len << ' ' << codec.results[i].local_ttft_ms;
+    for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.split_ms[i];
+    for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.projection_ms[i];
+    for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.overlap[i].ttft_ms;
+    for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.projection_overlap[i].ttft_ms;
     data << '\n';
   }
   data.close();

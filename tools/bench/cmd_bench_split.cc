@@ -40,10 +40,14 @@
 #include "common/kv_stream/kv_fingerprint.h"
 #include "common/kv_stream/kv_handoff.h"
 #include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_codec/kv_calibration.h"
+#include "common/kv_codec/kv_transform_codec.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/channel_options.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
+#include "edge_decode/link/transform_coders.h"
+#include "edge_decode/plan/codec_choice.h"
 #include "in_process_cloud.h"
 #include "kv_codec_list.h"
 
@@ -136,14 +140,20 @@ LengthResult median_of(const std::vector<LengthResult>& runs) {
   return out;
 }
 
+// One wire codec of the run and the edge store it lands in.
+struct CodecSetup {
+  KvCodecConfig wire;   // bound to the calibration for a transform codec
+  KvCodecConfig store;  // edge_store_config(wire)
+  std::unique_ptr<KvTransformCodec> transform;  // the transform codec's coder; else null
+};
+
 // Everything the measurement needs, set up once.
 struct SplitSetup {
   Engine* engine = nullptr;
   const Model* edge_model = nullptr;
   ModelFingerprint edge_fingerprint;
   KvRope rope;
-  KvCodecConfig wire;
-  KvCodecConfig store;
+  std::vector<CodecSetup> codecs;  // codecs[0]: the baseline, whose store the local rows use
   v1::Prefill::Stub* stub = nullptr;
   int64_t chunk_tokens = 256;
   int64_t decode_tokens = 32;
@@ -156,13 +166,14 @@ struct StreamClock {
   v1::ProducerStats producer;
 };
 
-// Streams the KV of `tokens` from the cloud into `target` and times it.
-absl::Status cloud_prefill(const SplitSetup& setup, const std::vector<int32_t>& tokens, KvCache& target,
-                           LengthResult& r) {
+// Streams the KV of `tokens` from the cloud with `codec` into `target` and
+// times it.
+absl::Status cloud_prefill(const SplitSetup& setup, const CodecSetup& codec, const std::vector<int32_t>& tokens,
+                           KvCache& target, LengthResult& r) {
   v1::PrefillRequest request;
   for (int32_t t : tokens) request.mutable_tokens()->add_ids(static_cast<uint32_t>(t));
   *request.mutable_expected_model() = model_fingerprint_to_proto(setup.edge_fingerprint);
-  BATON_ASSIGN_OR_RETURN(*request.mutable_codec(), kv_codec_params(setup.wire));
+  BATON_ASSIGN_OR_RETURN(*request.mutable_codec(), kv_codec_params(codec.wire));
   request.set_first_position(0);
   request.set_chunk_tokens(static_cast<uint32_t>(setup.chunk_tokens));
   grpc::ClientContext context;
@@ -195,7 +206,9 @@ absl::Status cloud_prefill(const SplitSetup& setup, const std::vector<int32_t>& 
   expected.model = setup.edge_fingerprint;
   expected.first_position = 0;
   expected.token_ids = tokens;
-  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &setup.rope, target);
+  KvReadOptions options;
+  options.transform = codec.transform.get();
+  absl::StatusOr<KvSegmentLoad> load = read_kv_segment(source, expected, &setup.rope, target, options);
   if (!clock.finished) {
     context.TryCancel();
     v1::KvStreamMessage ignored;
@@ -221,7 +234,7 @@ absl::StatusOr<int32_t> measure_local(const SplitSetup& setup, const std::vector
   Engine& engine = *setup.engine;
   const std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
-                         QuantizedKvCache::Create(engine.kv_geometry(), capacity, setup.store));
+                         QuantizedKvCache::Create(engine.kv_geometry(), capacity, setup.codecs[0].store));
   Sampler sampler(SamplingParams{});
   std::vector<float> logits;  // [n_vocab]
   const Clock::time_point start = Clock::now();
@@ -236,23 +249,19 @@ absl::StatusOr<int32_t> measure_local(const SplitSetup& setup, const std::vector
   return first;
 }
 
-absl::StatusOr<LengthResult> measure_length(const SplitSetup& setup, int64_t n) {
-  LengthResult r;
-  r.prompt_len = n;
+// Split with `codec`: the cloud prefills [0, n-1), the edge ingests it and
+// runs token n-1 (its first token compared with the local one), then decodes
+// over the ingested KV. Fills the split and decode fields of `r`.
+absl::Status measure_split(const SplitSetup& setup, const CodecSetup& codec, const std::vector<int32_t>& prompt,
+                           int64_t capacity, int32_t local_first, LengthResult& r) {
   Engine& engine = *setup.engine;
-  const std::vector<int32_t> prompt =
-      synthetic_tokens(n, setup.edge_model->spec().n_vocab, 1000 + static_cast<uint64_t>(n));
   const std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);  // [0, n-1)
-  const int64_t capacity = n + setup.decode_tokens + 1;
-  BATON_ASSIGN_OR_RETURN(const int32_t local_first, measure_local(setup, prompt, capacity, r));
-
-  // Split: the cloud prefills [0, n-1), the edge ingests it and runs token n-1.
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
-                         QuantizedKvCache::Create(engine.kv_geometry(), capacity, setup.store));
+                         QuantizedKvCache::Create(engine.kv_geometry(), capacity, codec.store));
   Sampler sampler(SamplingParams{});
   std::vector<float> logits;  // [n_vocab]
   const Clock::time_point start = Clock::now();
-  BATON_RETURN_IF_ERROR(cloud_prefill(setup, head, *kv, r));
+  BATON_RETURN_IF_ERROR(cloud_prefill(setup, codec, head, *kv, r));
   const Clock::time_point ingested = Clock::now();
   BATON_RETURN_IF_ERROR(engine.decode_step(prompt.back(), *kv, &logits));
   int32_t token = sampler.sample(logits);
@@ -274,7 +283,25 @@ absl::StatusOr<LengthResult> measure_length(const SplitSetup& setup, int64_t n) 
   r.decode_mean_tok_s = static_cast<double>(step_ms.size()) * 1000.0 / total_ms;
   r.decode_p99_ms = percentile(step_ms, 0.99);
   r.decode_p99_tok_s = 1000.0 / r.decode_p99_ms;
-  return r;
+  return absl::OkStatus();
+}
+
+// One length: local once, then the split with every codec (per codec).
+absl::StatusOr<std::vector<LengthResult>> measure_length(const SplitSetup& setup, int64_t n) {
+  LengthResult local;
+  local.prompt_len = n;
+  const std::vector<int32_t> prompt =
+      synthetic_tokens(n, setup.edge_model->spec().n_vocab, 1000 + static_cast<uint64_t>(n));
+  const int64_t capacity = n + setup.decode_tokens + 1;
+  BATON_ASSIGN_OR_RETURN(const int32_t local_first, measure_local(setup, prompt, capacity, local));
+  std::vector<LengthResult> out;
+  for (const CodecSetup& codec : setup.codecs) {
+    LengthResult r = local;
+    BATON_RETURN_IF_ERROR(with_context(absl::StrCat(codec.wire.to_string(), ": "),
+                                       measure_split(setup, codec, prompt, capacity, local_first, r)));
+    out.push_back(r);
+  }
+  return out;
 }
 
 // The GPU prefill speed in a device check's bench.jsonl (rows of `baton bench
@@ -306,9 +333,9 @@ double gpu_tok_s_from_report(const std::string& path, const std::string& shape, 
 
 struct SplitFlags {
   std::string model_path, cloud_model_path, lengths_text, profile_names = "fiber,wifi,4g", profiles_path;
-  std::string codec_pattern = "int8-gG-z3", plot_path, device_report;
+  std::string codec_list, calibration_path, plot_path, device_report;
   int64_t threads = 2, decode_tokens = 32, max_len = 0, chunk_tokens = 256, repeat = 1;
-  double gpu_tok_s = 0, loss_pct = 0;
+  double gpu_tok_s = 0, loss_pct = 0, max_kv_loss_pct = kDefaultMaxKvLossPct;
   bool json = false;
 };
 
@@ -316,13 +343,15 @@ struct SplitFlags {
 absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
   FlagSet flags("baton bench split",
                 "--model EDGE_Q4_0 [--cloud-model FILE] [--prompt-lens 128,256,...] [--profiles fiber,wifi,4g] "
-                "[--codec C] [--gpu-prefill-tok-s N | --device-report bench.jsonl] [--plot F.png] [--json]",
+                "[--codec LIST|auto] [--calibration F.batoncal] [--max-kv-loss PCT] [--gpu-prefill-tok-s N | --device-report bench.jsonl] [--plot F.png] [--json]",
                 "When does the split pay: per prompt length, time to first token local-only (the edge's own "
                 "prefill) vs split (a real baton-prefill on loopback, CPU backend, streaming the KV through "
                 "read_kv_segment into the edge store), bytes on the wire and decode tok/s, all measured here; "
                 "the WAN is modeled per profile from deploy/wan/profiles (transfer = wire bytes / (rate x (1 - "
                 "loss)); split TTFT = RTT + max(cloud, first block + transfer) + ingest + last token), not "
-                "emulated. PROJECTION rows replace the CPU cloud by a GPU prefill speed.");
+                "emulated. PROJECTION rows replace the CPU cloud by a GPU prefill speed. Each codec of --codec is "
+                "measured cloud-only; auto adds the rows of the codec the edge's --codec auto picks per profile "
+                "and length (from the calibration's quality table) with the overlapped plan.");
   flags.add_string("model", &f.model_path, "the edge's GGUF model (Q4_0)", "FILE");
   flags.add_string("cloud-model", &f.cloud_model_path, "the cloud's GGUF model (default: --model)", "FILE");
   flags.add_string("prompt-lens", &f.lengths_text, "comma-separated prompt lengths (default 128, 256, ... up to the "
@@ -331,7 +360,16 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
   flags.add_string("profiles", &f.profile_names, "WAN profiles to model (names in the profiles file)", "LIST");
   flags.add_string("profiles-file", &f.profiles_path, "WAN profiles file (default deploy/wan/profiles)", "FILE");
   flags.add_double("loss", &f.loss_pct, "packet loss percent applied to every profile (as wan-up.sh --loss)");
-  flags.add_string("codec", &f.codec_pattern, "wire codec; G stands for min(32, head_dim)", "NAME");
+  flags.add_string("codec", &f.codec_list,
+                   "wire codecs, comma-separated, each measured cloud-only (G stands for min(32, head_dim)); auto: "
+                   "the edge's default int4 and every codec of the calibration's quality table, and the auto rows; "
+                   "the first is the baseline of the gains (default: auto with --calibration, else int8-gG-z3)",
+                   "LIST");
+  flags.add_string("calibration", &f.calibration_path,
+                   "the model's KV calibration (baton model calibrate): the transform codecs' basis (the cloud "
+                   "holds it too) and auto's quality table", "FILE");
+  flags.add_double("max-kv-loss", &f.max_kv_loss_pct,
+                   "auto's quality floor, as baton-edge --max-kv-loss: the most perplexity change in percent");
   flags.add_int64("threads", &f.threads, "CPU threads of the edge engine and of the cloud backend");
   flags.add_int64("decode-tokens", &f.decode_tokens, "tokens decoded and timed per length");
   flags.add_int64("repeat", &f.repeat, "measurements per length; each time is the median over them (a busy machine)");
@@ -351,6 +389,7 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
     return absl::InvalidArgumentError(absl::StrFormat("--loss %g is not in [0, 100)", f.loss_pct));
   }
   if (f.cloud_model_path.empty()) f.cloud_model_path = f.model_path;
+  if (f.codec_list.empty()) f.codec_list = f.calibration_path.empty() ? "int8-gG-z3" : "auto";
   return true;
 }
 
@@ -409,33 +448,91 @@ absl::Status gpu_projection(const SplitFlags& f, const Model& model, SplitRun& r
 // Warm-up: page the edge weights in and open the channel (untimed).
 absl::Status warm_up(const SplitSetup& setup) {
   LengthResult ignored;
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
-                         QuantizedKvCache::Create(setup.engine->kv_geometry(), 16, setup.store));
   const std::vector<int32_t> warm = synthetic_tokens(8, setup.edge_model->spec().n_vocab, 1);
-  BATON_RETURN_IF_ERROR(with_context("warm-up cloud prefill: ", cloud_prefill(setup, warm, *kv, ignored)));
+  std::unique_ptr<QuantizedKvCache> kv;
+  for (const CodecSetup& codec : setup.codecs) {
+    BATON_ASSIGN_OR_RETURN(kv, QuantizedKvCache::Create(setup.engine->kv_geometry(), 16, codec.store));
+    BATON_RETURN_IF_ERROR(with_context(absl::StrCat("warm-up cloud prefill (", codec.wire.to_string(), "): "),
+                                       cloud_prefill(setup, codec, warm, *kv, ignored)));
+  }
   std::vector<float> logits;
   return setup.engine->decode_step(warm[0], *kv, &logits);
 }
 
-// Every length, each the median of --repeat measurements.
+// Every length, each the median of --repeat measurements (per codec).
 absl::Status measure_lengths(const SplitSetup& setup, const SplitFlags& f, SplitRun& run) {
   for (int64_t n : run.lengths) {
     if (!f.json) std::fprintf(stderr, "baton bench split: prompt %lld tokens ...\n", static_cast<long long>(n));
-    std::vector<LengthResult> runs;
+    std::vector<std::vector<LengthResult>> runs(setup.codecs.size());  // per codec
     for (int64_t i = 0; i < f.repeat; ++i) {
-      absl::StatusOr<LengthResult> r = measure_length(setup, n);
+      absl::StatusOr<std::vector<LengthResult>> r = measure_length(setup, n);
       if (!r.ok()) return absl::Status(r.status().code(), absl::StrFormat("prompt %d: %s", n, r.status().message()));
-      runs.push_back(*r);
+      for (size_t c = 0; c < r->size(); ++c) runs[c].push_back((*r)[c]);
     }
-    run.results.push_back(median_of(runs));
+    for (size_t c = 0; c < runs.size(); ++c) run.codecs[c].results.push_back(median_of(runs[c]));
+  }
+  return absl::OkStatus();
+}
+
+// The codecs of --codec, the baseline first, each once: a name or pattern as
+// such, auto as the edge's default (int4) and the quality table's codecs.
+absl::StatusOr<std::vector<KvCodecConfig>> listed_codecs(const SplitFlags& f, const KvGeometry& geometry,
+                                                         const KvCalibration* calibration, SplitRun& run) {
+  std::vector<KvCodecConfig> out;
+  auto add = [&](const KvCodecConfig& config) -> absl::Status {
+    BATON_RETURN_IF_ERROR(with_context(absl::StrCat("--codec ", config.to_string(), ": "), config.validate(geometry)));
+    if (std::find(out.begin(), out.end(), config) == out.end()) out.push_back(config);
+    return absl::OkStatus();
+  };
+  for (const std::string& name : std::vector<std::string>(absl::StrSplit(f.codec_list, ',', absl::SkipEmpty()))) {
+    if (name != "auto") {
+      BATON_ASSIGN_OR_RETURN(const KvCodecConfig config,
+                             parse_kv_codec_config(expand_codec_list(name, geometry.head_dim)));
+      BATON_RETURN_IF_ERROR(add(config));
+      continue;
+    }
+    if (calibration == nullptr || calibration->quality.empty()) {
+      return absl::InvalidArgumentError(
+          "--codec auto needs --calibration with a quality table (baton model calibrate measures one)");
+    }
+    run.auto_codec = true;
+    run.table = calibration->quality;
+    BATON_RETURN_IF_ERROR(add(default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry)));
+    for (const KvCodecQuality& row : calibration->quality) {
+      BATON_ASSIGN_OR_RETURN(const KvCodecConfig config, parse_kv_codec_config(row.codec));
+      BATON_RETURN_IF_ERROR(add(config));
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--codec names no codec");
+  return out;
+}
+
+// Each codec's coder (a transform codec binds the calibration) and store.
+absl::Status make_codec_setups(const std::vector<KvCodecConfig>& configs, const KvGeometry& geometry,
+                               const std::shared_ptr<const KvCalibration>& calibration, SplitSetup& setup) {
+  for (const KvCodecConfig& config : configs) {
+    CodecSetup codec;
+    codec.wire = config;
+    if (config.transform_coded()) {
+      if (calibration == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("--codec ", config.to_string(),
+                                                       ": the transform codec needs --calibration FILE"));
+      }
+      BATON_ASSIGN_OR_RETURN(codec.transform, KvTransformCodec::Create(calibration, config));
+      codec.wire = codec.transform->config();
+    }
+    codec.store = edge_store_config(codec.wire, geometry);
+    setup.codecs.push_back(std::move(codec));
   }
   return absl::OkStatus();
 }
 
 // The cloud: a real service and server on loopback, no caches (each request
 // computes everything).
-absl::StatusOr<std::unique_ptr<InProcessCloud>> start_cloud(const SplitFlags& f, int64_t longest) {
+absl::StatusOr<std::unique_ptr<InProcessCloud>> start_cloud(const SplitFlags& f, int64_t longest,
+                                                             std::shared_ptr<const KvCalibration> calibration) {
   PrefillServiceOptions options;
+  options.kv_calibration = std::move(calibration);
   options.threads = static_cast<int>(f.threads);
   options.max_running = 1;
   options.chunk_tokens = static_cast<int>(f.chunk_tokens);
@@ -460,19 +557,34 @@ absl::Status bench_split(const Args& args) {
   if (f.profiles_path.empty()) f.profiles_path = default_profiles_path();
   BATON_ASSIGN_OR_RETURN(run.profiles, read_profiles(f.profiles_path, absl::StrSplit(f.profile_names, ',', absl::SkipEmpty()),
                                                       f.loss_pct / 100));
+  std::shared_ptr<const KvCalibration> calibration;
+  if (!f.calibration_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(KvCalibration loaded, load_kv_calibration(f.calibration_path));
+    BATON_RETURN_IF_ERROR(with_context(absl::StrCat("--calibration ", f.calibration_path, ": "),
+                                       loaded.check_geometry(edge.engine->kv_geometry())));
+    calibration = std::make_shared<const KvCalibration>(std::move(loaded));
+  }
+  const KvGeometry geometry = edge.engine->kv_geometry();
   SplitSetup setup;
-  BATON_ASSIGN_OR_RETURN(setup.wire, parse_kv_codec_config(expand_codec_list(f.codec_pattern, spec.head_dim)));
-  BATON_RETURN_IF_ERROR(setup.wire.validate(edge.engine->kv_geometry()));
+  BATON_ASSIGN_OR_RETURN(const std::vector<KvCodecConfig> configs,
+                         listed_codecs(f, geometry, calibration.get(), run));
+  BATON_RETURN_IF_ERROR(make_codec_setups(configs, geometry, calibration, setup));
   BATON_ASSIGN_OR_RETURN(setup.edge_fingerprint, model_fingerprint(*edge.model));
   BATON_RETURN_IF_ERROR(gpu_projection(f, *edge.model, run));
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, start_cloud(f, run.lengths.back()));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, start_cloud(f, run.lengths.back(), calibration));
   setup.engine = edge.engine.get();
   setup.edge_model = edge.model.get();
   setup.rope = kv_rope_of(*edge.model);
-  setup.store = QuantizedKvCache::store_config_for(setup.wire);
   setup.stub = &cloud->stub();
   setup.chunk_tokens = f.chunk_tokens;
   setup.decode_tokens = f.decode_tokens;
+  for (const CodecSetup& codec : setup.codecs) {
+    CodecRun& c = run.codecs.emplace_back();
+    c.config = codec.wire;
+    c.codec = codec.wire.to_string();
+    c.store = codec.store.to_string();
+    c.store_bytes_per_token = static_cast<double>(QuantizedKvCache::bytes_per_token(codec.store, geometry));
+  }
   BATON_RETURN_IF_ERROR(warm_up(setup));
   BATON_RETURN_IF_ERROR(measure_lengths(setup, f, run));
   cloud->Shutdown();
@@ -480,10 +592,9 @@ absl::Status bench_split(const Args& args) {
   run.model_name = spec.name;
   run.edge_model = f.model_path;
   run.cloud_model = f.cloud_model_path;
-  run.codec = setup.wire.to_string();
-  run.store = setup.store.to_string();
-  run.store_bytes_per_token =
-      static_cast<double>(QuantizedKvCache::bytes_per_token(setup.store, edge.engine->kv_geometry()));
+  run.calibration = f.calibration_path;
+  run.max_kv_loss_pct = f.max_kv_loss_pct;
+  run.f16_bytes_per_token = 2.0 * static_cast<double>(spec.kv_elements_per_token());
   run.threads = f.threads;
   run.decode_tokens = f.decode_tokens;
   run.repeat = f.repeat;

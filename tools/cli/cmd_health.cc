@@ -61,6 +61,14 @@ void print_edge_health(const RpcTarget& target, const v1::EdgeHealthResponse& h)
     r.add_text("capacity", "  max context " + codec_params_name(c.codec()) + (i == 0 ? " (default)" : ""),
                absl::StrFormat("%d tokens (%s/token)", c.max_context_tokens(), format_bytes(c.kv_bytes_per_token())));
   }
+  if (!h.default_codec().empty()) r.add_text("default_codec", "codec", h.default_codec());
+  if (h.state() != v1::SERVING_STATE_LOADING) {
+    r.add_text("kv_calibration", "KV calibration",
+               h.kv_calibration_sha256().empty()
+                   ? std::string("none held (--kv-calibration, or the cloud's when a turn needs it)")
+                   : absl::StrFormat("sha256 %s, quality table of %d codecs", h.kv_calibration_sha256(),
+                                     h.kv_quality_rows()));
+  }
   const v1::CloudLink& cloud = h.cloud();
   if (cloud.address().empty()) {
     r.add_text("cloud", "cloud", "none (local prefill only)");

@@ -95,7 +95,9 @@ void print_codec_table(const ModelSpec& spec, const EdgeMemoryPlan& plan, const 
     std::printf("\n  max context: %d tokens with every codec: the model's trained context is the limit, not memory\n",
                 spec.n_ctx_train);
   }
-  std::printf("\n  * the agent's default codec (baton-edge --codec int4)\n");
+  std::printf("\n  * the agent's default codec without a quality table (int4: baton-edge --codec int4, and --codec auto's "
+              "fallback; --codec auto, the default under --policy auto, picks per request from the KV "
+              "calibration's quality table and the measured link)\n");
   for (const KvCodecConfig& codec : codecs) {
     std::printf("  %-26s %s\n", codec.to_string().c_str(), describe_codec(codec).c_str());
   }
@@ -220,7 +222,8 @@ absl::Status plan_command(const Args& args) {
   }
   BATON_ASSIGN_OR_RETURN(PlanModel m, load_plan_model(model_path, shape_name, weights_type));
   BATON_ASSIGN_OR_RETURN(std::vector<KvCodecConfig> codecs, plan_codecs(codec_list, m.spec));
-  // What baton-edge keeps when --codec is left at its default (int4).
+  // What baton-edge keeps with --codec int4, and under --codec auto (the
+  // default under --policy auto) without a quality table.
   const KvCodecConfig agent_default = default_kv_codec_config(KvCodecConfig::Bits::kInt4, kv_geometry_for(m.spec));
   const bool detected = memory_bytes == 0;
   if (detected) {
