@@ -349,38 +349,16 @@ absl::StatusOr<KvCodecConfig> PrefillService::resolve_transform_codec(const v1::
   if (options_.kv_calibration == nullptr) {
     return absl::FailedPreconditionError("this cloud holds no KV calibration (--kv-calibration)");
   }
-  // Unset fields take KvTransformParams' defaults, the calibration the cloud's own.
-  const KvTransformParams defaults;
-  const v1::TransformCodecParams& t = requested.transform();
-  if (!t.calibration_sha256().empty() && t.calibration_sha256().size() != calibration_digest_.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat("transform.calibration_sha256 has %d bytes; a SHA-256 has %d",
-                                                      t.calibration_sha256().size(), calibration_digest_.size()));
-  }
-  if (!t.calibration_sha256().empty() &&
-      std::memcmp(t.calibration_sha256().data(), calibration_digest_.data(), calibration_digest_.size()) != 0) {
-    Digest256 theirs{};
-    std::memcpy(theirs.data(), t.calibration_sha256().data(), theirs.size());
+  // Unset fields take the defaults (the same reading as the edge's); the
+  // calibration is the cloud's own, and one the request names must be it.
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig config, kv_transform_request_config(requested, geometry_));
+  KvTransformParams& t = *config.transform;
+  if (t.bound() && t.calibration != calibration_digest_) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "transform.calibration_sha256: the request's tc_calibration is %s, this cloud's (--kv-calibration) is %s",
-        to_hex(theirs), to_hex(calibration_digest_)));
+        to_hex(t.calibration), to_hex(calibration_digest_)));
   }
-  v1::CodecParams params = requested;
-  params.set_pre_rope_keys(true);  // tc's keys are always pre-RoPE
-  v1::TransformCodecParams* p = params.mutable_transform();
-  if (!requested.has_transform()) {
-    p->set_budget_tenths(static_cast<uint32_t>(defaults.budget_tenths));
-    p->set_sink_tokens(static_cast<uint32_t>(defaults.sink_tokens));
-    p->set_recent_tokens(static_cast<uint32_t>(defaults.recent_tokens));
-  }
-  if (p->budget_tenths() == 0) p->set_budget_tenths(static_cast<uint32_t>(defaults.budget_tenths));
-  p->set_calibration_sha256(std::string(reinterpret_cast<const char*>(calibration_digest_.data()),
-                                        calibration_digest_.size()));
-  if (!requested.has_zstd_level()) params.set_zstd_level(0);  // the rANS back end
-  absl::StatusOr<KvCodecConfig> config = kv_codec_config_from_params(params);
-  if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
-  if (absl::Status status = config->validate(geometry_); !status.ok()) {
-    return absl::InvalidArgumentError(status.message());
-  }
+  t.calibration = calibration_digest_;
   return config;
 }
 

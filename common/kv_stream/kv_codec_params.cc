@@ -1,10 +1,12 @@
 #include "common/kv_stream/kv_codec_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_stream/kv_fingerprint.h"
@@ -125,6 +127,29 @@ absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config) {
   params.set_hadamard_values(config.hadamard_values);
   params.set_zstd_level(config.zstd_level);
   return params;
+}
+
+absl::StatusOr<KvCodecConfig> kv_transform_request_config(const v1::CodecParams& params, const KvGeometry& geometry) {
+  KvTransformParams t;  // unset fields: the defaults
+  const v1::TransformCodecParams& p = params.transform();
+  // Out-of-range values are clamped so that validate() names them.
+  if (p.budget_tenths() > 0) t.budget_tenths = static_cast<int>(std::min<uint32_t>(p.budget_tenths(), 1000));
+  if (params.has_transform()) {
+    t.sink_tokens = static_cast<int>(std::min<uint32_t>(p.sink_tokens(), 1u << 20));
+    t.recent_tokens = static_cast<int>(std::min<uint32_t>(p.recent_tokens(), 1u << 20));
+  }
+  if (!p.calibration_sha256().empty()) {
+    if (p.calibration_sha256().size() != t.calibration.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat("codec.transform.calibration_sha256 has %d bytes; a SHA-256 has %d",
+                                                        p.calibration_sha256().size(), t.calibration.size()));
+    }
+    std::memcpy(t.calibration.data(), p.calibration_sha256().data(), t.calibration.size());
+  }
+  KvCodecConfig config = transform_kv_codec_config(t, params.has_zstd_level() ? params.zstd_level() : 0);
+  if (absl::Status valid = config.validate(geometry); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("codec: ", valid.message()));
+  }
+  return config;
 }
 
 absl::StatusOr<KvCodecConfig> kv_codec_config_from_params(const v1::CodecParams& params) {

@@ -32,6 +32,15 @@ absl::StatusOr<v1::CodecParams> kv_codec_params(const KvCodecConfig& config);
 // receiver binds it to its own calibration).
 absl::StatusOr<v1::CodecParams> kv_codec_request_params(const KvCodecConfig& config);
 
+// A request's transform codec (KV_CODEC_TC), as both ends read it: unset
+// fields take KvTransformParams' defaults (no transform message: all of
+// them; budget_tenths 0: the default budget), the keys are pre-RoPE, the
+// back end rANS unless zstd_level is set. Bound to the request's
+// calibration_sha256 when it names one, else unbound (the receiver binds its
+// own). INVALID_ARGUMENT for a calibration_sha256 that is not 32 bytes or a
+// config that fails validate(geometry).
+absl::StatusOr<KvCodecConfig> kv_transform_request_config(const v1::CodecParams& params, const KvGeometry& geometry);
+
 // The config a complete CodecParams (a KvHeader's) describes, validated on
 // its own (validate(); check the geometry with validate(geometry)).
 // INVALID_ARGUMENT naming the field for an unspecified or unknown codec, a

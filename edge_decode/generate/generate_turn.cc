@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_stream/cache_salt.h"
+#include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/layer_window.h"
 #include "common/tokenizer/streaming_decoder.h"
@@ -995,28 +996,6 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
   return out;
 }
 
-absl::StatusOr<KvCodecConfig> resolve_transform_wire_codec(const v1::CodecParams& params,
-                                                          const KvGeometry& geometry) {
-  KvTransformParams t;  // unset fields: the defaults
-  const v1::TransformCodecParams& p = params.transform();
-  if (p.budget_tenths() > 0) t.budget_tenths = static_cast<int>(std::min<uint32_t>(p.budget_tenths(), 1000));
-  if (params.has_transform()) {
-    t.sink_tokens = static_cast<int>(std::min<uint32_t>(p.sink_tokens(), 1u << 20));
-    t.recent_tokens = static_cast<int>(std::min<uint32_t>(p.recent_tokens(), 1u << 20));
-  }
-  if (!p.calibration_sha256().empty()) {
-    if (p.calibration_sha256().size() != t.calibration.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat("codec.transform.calibration_sha256 has %d bytes; a SHA-256 has %d",
-                                                        p.calibration_sha256().size(), t.calibration.size()));
-    }
-    std::memcpy(t.calibration.data(), p.calibration_sha256().data(), t.calibration.size());
-  }
-  KvCodecConfig config = transform_kv_codec_config(t, params.has_zstd_level() ? params.zstd_level() : 0);
-  absl::Status valid = config.validate(geometry);
-  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("codec: ", valid.message()));
-  return config;
-}
-
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry) {
   // Auto is resolved per turn (codec_choice.h); until then, the fallback.
@@ -1024,7 +1003,7 @@ absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, 
   if (!v1::KvCodec_IsValid(params.codec())) {
     return absl::InvalidArgumentError(absl::StrFormat("codec.codec = %d is not a known codec", params.codec()));
   }
-  if (params.codec() == v1::KV_CODEC_TC) return resolve_transform_wire_codec(params, geometry);
+  if (params.codec() == v1::KV_CODEC_TC) return kv_transform_request_config(params, geometry);
   KvCodecConfig config = default_kv_codec_config(bits_of(params.codec()), geometry);
   if (params.group_size() > 0) config.group_size = static_cast<int>(params.group_size());
   if (params.key_axis() == v1::KEY_AXIS_PER_TOKEN) config.key_axis = KvCodecConfig::KeyAxis::kPerToken;

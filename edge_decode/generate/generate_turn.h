@@ -61,10 +61,9 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
 // The wire codec of a request: unset (UNSPECIFIED) -> `fallback`; else the
 // default variant of that width (default_kv_codec_config) with every set
 // field applied, validated against `geometry` (INVALID_ARGUMENT).
-// KV_CODEC_TC: the transform config the params describe (defaults where
-// unset: KvTransformParams', zstd_level 0 = rANS), bound when they name a
-// calibration (TransformCoders::coder_for checks it is the edge's).
-absl::StatusOr<KvCodecConfig> resolve_transform_wire_codec(const v1::CodecParams& params, const KvGeometry& geometry);
+// KV_CODEC_TC: kv_transform_request_config (the cloud reads a request the
+// same way), bound when the params name a calibration
+// (TransformCoders::coder_for checks it is the edge's).
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry);
 

@@ -429,48 +429,61 @@ void print_split_tables(const SplitRun& run) {
 
 namespace {
 
-// One panel per profile: local, cloud-only with each codec, overlap+auto
-// (CPU cloud) and its PROJECTION.
+// "GPU 52000 tok/s", or "ASSUMED GPU ..." when no device report gave it.
+std::string gpu_label(const SplitRun& run) {
+  return absl::StrFormat("%sGPU %.0f tok/s", run.gpu_source.rfind("ASSUMED", 0) == 0 ? "ASSUMED " : "",
+                         run.gpu_rates.back());
+}
+
+// Two rows of panels, CPU cloud above and PROJECTION (GPU cloud) below, one
+// panel per profile: local, cloud-only with each codec and overlap+auto.
 absl::Status write_codecs_plot(const SplitRun& run) {
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
   std::ofstream data(data_path);
+  // Columns: prompt, local, then per (row, profile): each codec, then auto.
   for (size_t i = 0; i < run.lengths.size(); ++i) {
     data << run.lengths[i] << ' ' << run.codecs[0].results[i].local_ttft_ms;
-    for (size_t p = 0; p < run.profiles.size(); ++p) {
-      for (const CodecRun& codec : run.codecs) data << ' ' << codec.per_profile[p].split_ms[i];
-      if (run.auto_codec) {
-        data << ' ' << run.auto_rows[p].rows[i].overlap.ttft_ms << ' ' << run.auto_rows[p].projection[i].overlap.ttft_ms;
+    for (const bool projection : {false, true}) {
+      for (size_t p = 0; p < run.profiles.size(); ++p) {
+        for (const CodecRun& codec : run.codecs) {
+          data << ' ' << (projection ? codec.per_profile[p].projection_ms[i] : codec.per_profile[p].split_ms[i]);
+        }
+        if (run.auto_codec) {
+          const AutoProfileRows& rows = run.auto_rows[p];
+          data << ' ' << (projection ? rows.projection[i] : rows.rows[i]).overlap.ttft_ms;
+        }
       }
     }
     data << '\n';
   }
   data.close();
-  const size_t per_profile = run.codecs.size() + (run.auto_codec ? 2 : 0);
+  const size_t per_panel = run.codecs.size() + (run.auto_codec ? 1 : 0);
+  const size_t k = run.profiles.size();
   std::ofstream script(gnuplot.path("plot.gp"));
-  script << "set terminal pngcairo size " << 600 * run.profiles.size() << ",800 noenhanced\n"
+  script << "set terminal pngcairo size " << 560 * k << ",1300 noenhanced\n"
          << "set output '" << run.plot_path << "'\n"
-         << "set multiplot layout 1," << run.profiles.size() << " title 'baton bench split: " << run.model_name
-         << ", " << run.threads << " edge threads, CPU cloud (auto PROJECTION dashed)'\n"
+         << "set multiplot layout 2," << k << " title 'baton bench split: " << run.model_name << ", "
+         << run.threads << " edge threads; top: CPU cloud, bottom: PROJECTION (" << gpu_label(run) << ")'\n"
          << "set xlabel 'prompt tokens'\nset ylabel 'time to first token (ms)'\n"
          << "set logscale x 2\nset logscale y\nset grid\nset key below\n";
   const char* colors[] = {"#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
                           "#bcbd22", "#17becf"};
-  for (size_t p = 0; p < run.profiles.size(); ++p) {
-    const size_t first = 3 + p * per_profile;
-    script << "set title '" << run.profiles[p].name << "'\n"
-           << "plot '" << data_path << "' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local'";
-    for (size_t c = 0; c < run.codecs.size(); ++c) {
-      script << ", '' using 1:" << first + c << " with linespoints lw 1 lc rgb '" << colors[c % 10]
-             << "' title 'cloud-only " << run.codecs[c].codec << "'";
+  for (size_t row = 0; row < 2; ++row) {
+    for (size_t p = 0; p < k; ++p) {
+      const size_t first = 3 + (row * k + p) * per_panel;
+      script << "set title '" << run.profiles[p].name << (row == 0 ? " (CPU cloud)" : " (PROJECTION)") << "'\n"
+             << "plot '" << data_path << "' using 1:2 with linespoints lw 2 lc rgb 'black' title 'local'";
+      for (size_t c = 0; c < run.codecs.size(); ++c) {
+        script << ", '' using 1:" << first + c << " with linespoints lw 1 lc rgb '" << colors[c % 10]
+               << "' title 'cloud-only " << run.codecs[c].codec << "'";
+      }
+      if (run.auto_codec) {
+        script << ", '' using 1:" << first + run.codecs.size()
+               << " with linespoints lw 3 pt 7 dt 2 lc rgb 'red' title 'overlap + auto'";
+      }
+      script << "\n";
     }
-    if (run.auto_codec) {
-      script << ", '' using 1:" << first + run.codecs.size()
-             << " with linespoints lw 3 pt 7 lc rgb 'black' dt 3 title 'overlap + auto'"
-             << ", '' using 1:" << first + run.codecs.size() + 1
-             << " with lines lw 2 lc rgb 'black' dt 2 title 'PROJECTION overlap + auto'";
-    }
-    script << "\n";
   }
   script << "unset multiplot\n";
   script.close();
@@ -485,9 +498,6 @@ absl::Status write_split_plot(const SplitRun& run) {
   const std::string title = absl::StrFormat(
       "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted)", run.model_name,
       codec.codec, run.threads);
-  const std::string gpu_label = run.gpu_source.rfind("ASSUMED", 0) == 0
-                                    ? absl::StrFormat("ASSUMED GPU %.0f tok/s", run.gpu_rates.back())
-                                    : absl::StrFormat("GPU %.0f tok/s", run.gpu_rates.back());
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
   std::ofstream data(data_path);
@@ -516,7 +526,7 @@ absl::Status write_split_plot(const SplitRun& run) {
   }
   for (size_t i = 0; i < k; ++i) {
     script << ", '' using 1:" << 3 + k + i << " with lines dt 2 lw 2 lc rgb '" << colors[i % 5]
-           << "' title 'PROJECTION split " << run.profiles[i].name << " (" << gpu_label << ")'";
+           << "' title 'PROJECTION split " << run.profiles[i].name << " (" << gpu_label(run) << ")'";
   }
   for (size_t i = 0; i < k; ++i) {
     script << ", '' using 1:" << 3 + 2 * k + i << " with linespoints dt 3 pt 6 lw 2 lc rgb '" << colors[i % 5]

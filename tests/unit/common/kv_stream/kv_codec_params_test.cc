@@ -341,5 +341,49 @@ TEST(KvCodecParams, RequestParamsCarryAnUnboundTransformConfigWithoutADigest) {
   EXPECT_EQ(kv_codec_request_params(*int8)->SerializeAsString(), kv_codec_params(*int8)->SerializeAsString());
 }
 
+// Both ends read a tc request with kv_transform_request_config: unset fields
+// are the defaults, a request's own values (even 0) are kept, the digest it
+// names binds the config, and bad digests and budgets are refused by name.
+TEST(KvCodecParams, ATransformRequestTakesTheDefaultsWhereUnset) {
+  const KvGeometry geometry{2, 4, 2, 32, {}};
+  const KvTransformParams defaults;
+  v1::CodecParams bare;
+  bare.set_codec(v1::KV_CODEC_TC);
+  absl::StatusOr<KvCodecConfig> config = kv_transform_request_config(bare, geometry);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->transform.has_value());
+  EXPECT_EQ(config->transform->budget_tenths, defaults.budget_tenths);
+  EXPECT_EQ(config->transform->sink_tokens, defaults.sink_tokens);
+  EXPECT_EQ(config->transform->recent_tokens, defaults.recent_tokens);
+  EXPECT_FALSE(config->transform->bound());
+  EXPECT_EQ(config->zstd_level, 0);  // rANS
+  EXPECT_TRUE(config->pre_rope_keys);
+
+  v1::CodecParams set = bare;
+  set.mutable_transform()->set_budget_tenths(0);  // the default budget
+  set.mutable_transform()->set_sink_tokens(0);
+  set.mutable_transform()->set_recent_tokens(7);
+  set.mutable_transform()->set_calibration_sha256(std::string(32, '\x05'));
+  set.set_zstd_level(3);
+  config = kv_transform_request_config(set, geometry);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->transform->budget_tenths, defaults.budget_tenths);
+  EXPECT_EQ(config->transform->sink_tokens, 0);
+  EXPECT_EQ(config->transform->recent_tokens, 7);
+  EXPECT_TRUE(config->transform->bound());
+  EXPECT_EQ(config->transform->calibration[31], 5);
+  EXPECT_EQ(config->zstd_level, 3);
+
+  v1::CodecParams short_digest = bare;
+  short_digest.mutable_transform()->set_calibration_sha256("abc");
+  config = kv_transform_request_config(short_digest, geometry);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("calibration_sha256 has 3 bytes"), std::string::npos) << config.status();
+  v1::CodecParams huge_budget = bare;
+  huge_budget.mutable_transform()->set_budget_tenths(4000000000u);
+  config = kv_transform_request_config(huge_budget, geometry);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+}
+
 }  // namespace
 }  // namespace baton
