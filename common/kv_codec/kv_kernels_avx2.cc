@@ -266,23 +266,6 @@ void softmax_avx2(float* s, int64_t n) {
   for (; j < n; ++j) s[j] *= 1.0f / sum;
 }
 
-// Row j of a head, dequantized: [head_dim] floats.
-inline void dequantize_head_row(const KvHeadRows& h, int64_t j, int head_dim, float* out) {
-  const uint8_t* codes = h.codes + j * h.row_code_bytes;
-  switch (h.bits) {
-    case 16:
-      f16_to_f32_avx2(reinterpret_cast<const uint16_t*>(codes), out, head_dim);
-      return;
-    case 8:
-      dequantize_int8_avx2(reinterpret_cast<const int8_t*>(codes), h.scales + j * h.row_groups, head_dim, h.group,
-                           out);
-      return;
-    default:
-      dequantize_int4_avx2(codes, h.scales + j * h.row_groups, h.mins + j * h.row_groups, head_dim, h.group, out);
-      return;
-  }
-}
-
 // Sums of each of 8 vectors, as one vector: [sum(a[0]), ..., sum(a[7])].
 inline __m256 hsum8x8(const __m256 (&a)[8]) {
   const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
