@@ -224,6 +224,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.default_max_tokens = options_.max_tokens;
   runtime_.max_tokens_cap = options_.max_tokens_cap;
   runtime_.default_temperature = options_.temperature;
+  runtime_.context_overflow = options_.context_overflow;
+  runtime_.keep_tokens = std::min(options_.keep_tokens, kMaxKeepTokens);
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
   runtime_.cloud = cloud.get();
