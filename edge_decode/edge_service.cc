@@ -397,6 +397,10 @@ grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext*
     info->set_last_used_unix_ms(summary.last_used_unix_ms);
     info->set_persisted(summary.persisted);
     info->set_busy(summary.busy);
+    info->set_turn_count(summary.turn_count);
+    info->set_first_held_turn(summary.first_held_turn);
+    info->set_dropped_turns(summary.dropped_turns);
+    info->set_dropped_tokens(summary.dropped_tokens);
   }
   return reply(context, absl::OkStatus());
 }

@@ -125,6 +125,19 @@ void expect_same_kv(const QuantizedKvCache& a, const QuantizedKvCache& b, int64_
   }
 }
 
+// ListSessions' row of `id` (empty when not listed).
+v1::SessionInfo session_info(v1::Edge::Stub& stub, const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(deadline_in(10));
+  v1::ListSessionsResponse response;
+  const grpc::Status status = stub.ListSessions(&context, v1::ListSessionsRequest(), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  for (const v1::SessionInfo& info : response.sessions()) {
+    if (info.session_id() == id) return info;
+  }
+  return {};
+}
+
 v1::GenerateRequest turn(int prompt_tokens, int salt, const std::string& session, uint32_t max_tokens = 12,
                          v1::SplitPolicy policy = v1::SPLIT_POLICY_LOCAL) {
   return greedy_request(prompt(prompt_tokens, salt), session, policy, max_tokens);
@@ -214,6 +227,11 @@ TEST_F(ContextOverflowTest, SixtyTurnsUnderABudgetOfFourTurnsNeverFailAndThePack
   EXPECT_EQ(saved->turns.size() + saved->dropped_turns, 60u);
   EXPECT_GE(saved->turns.front().first_token, 24u);
   const int64_t held_kv = saved->kv->size();
+  const v1::SessionInfo listed = session_info(*edge->stub, "long");
+  EXPECT_EQ(listed.turn_count(), 60u);
+  EXPECT_EQ(listed.first_held_turn(), saved->turns.front().number);
+  EXPECT_EQ(listed.dropped_turns(), dropped_turns);
+  EXPECT_EQ(listed.dropped_tokens(), dropped_tokens);
 
   // A restarted edge goes on from the truncated session.
   edge->stop();
@@ -231,6 +249,7 @@ TEST_F(ContextOverflowTest, SixtyTurnsUnderABudgetOfFourTurnsNeverFailAndThePack
   ASSERT_NE(after, nullptr);
   EXPECT_EQ(after->turn_count, 61u);
   EXPECT_EQ(after->turns.back().number, 61u);
+  EXPECT_EQ(session_info(*again->stub, "long").turn_count(), 61u);
 }
 
 TEST_F(ContextOverflowTest, TheKvAfterATruncationEqualsAFreshPrefillOfTheKeptTokensBitForBit) {
