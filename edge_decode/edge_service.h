@@ -61,8 +61,9 @@ struct EdgeServiceOptions {
   std::chrono::milliseconds write_stall_timeout{10'000};
   float temperature = 0.8f;               // when a request leaves it unset
   // A continuing session whose conversation outgrows its context limit, when
-  // a request leaves it unset: refuse, or truncate (drop the oldest whole
-  // turns after the pack and the first keep_tokens tokens; context_overflow.h).
+  // a request leaves it unset: refuse, truncate (drop the oldest whole turns
+  // after the pack and the first keep_tokens tokens) or shift (drop them,
+  // move the kept cells; context_overflow.h).
   ContextOverflowMode context_overflow = ContextOverflowMode::kTruncate;
   uint32_t keep_tokens = 0;               // at most kMaxKeepTokens
   std::string sessions_dir;               // empty: sessions in memory only

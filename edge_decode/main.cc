@@ -78,7 +78,7 @@ struct EdgeConfig {
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
   int64_t max_tokens_cap = 4096;        // a request asking for more is refused
-  std::string context_overflow = "truncate";  // refuse | truncate: a session past its context limit
+  std::string context_overflow = "truncate";  // refuse | truncate | shift: a session past its context limit
   int64_t keep_tokens = 0;              // truncate: tokens at the start never dropped (besides the pack)
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
@@ -166,7 +166,8 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_string("context-overflow", &config.context_overflow,
                    "a continuing session whose conversation (with room for max_tokens) outgrows its context limit, "
                    "when a request leaves it unset: truncate (drop the oldest whole turns after the pack and the "
-                   "first --keep-tokens tokens, prefill the kept tail again) or refuse (with the numbers)",
+                   "first --keep-tokens tokens, prefill the kept tail again), shift (drop the same turns, move the "
+                   "kept cells: keys re-rotated, no recompute) or refuse (with the numbers)",
                    "MODE");
   flags.add_int64("keep-tokens", &config.keep_tokens,
                   "--context-overflow truncate: tokens at the start of a conversation never dropped (e.g. a system "

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/cpu/ops.h"
+#include "common/kv_codec/kv_codec.h"
 #include "common/model/layer_window.h"
 #include "common/util/check.h"
 
@@ -39,11 +41,21 @@ std::string describe(const TruncationInputs& in, int64_t kept_prefix, const Trun
 absl::StatusOr<ContextOverflowMode> parse_context_overflow(const std::string& name) {
   if (name == "refuse") return ContextOverflowMode::kRefuse;
   if (name == "truncate") return ContextOverflowMode::kTruncate;
-  return absl::InvalidArgumentError(absl::StrCat("context overflow '", name, "' is not one of refuse, truncate"));
+  if (name == "shift") return ContextOverflowMode::kShift;
+  return absl::InvalidArgumentError(
+      absl::StrCat("context overflow '", name, "' is not one of refuse, truncate, shift"));
 }
 
 const char* context_overflow_name(ContextOverflowMode mode) {
-  return mode == ContextOverflowMode::kRefuse ? "refuse" : "truncate";
+  switch (mode) {
+    case ContextOverflowMode::kRefuse:
+      return "refuse";
+    case ContextOverflowMode::kTruncate:
+      return "truncate";
+    case ContextOverflowMode::kShift:
+      return "shift";
+  }
+  return "unknown";
 }
 
 absl::StatusOr<ContextOverflowMode> context_overflow_from_proto(v1::ContextOverflow value,
@@ -55,10 +67,24 @@ absl::StatusOr<ContextOverflowMode> context_overflow_from_proto(v1::ContextOverf
       return ContextOverflowMode::kRefuse;
     case v1::CONTEXT_OVERFLOW_TRUNCATE:
       return ContextOverflowMode::kTruncate;
+    case v1::CONTEXT_OVERFLOW_SHIFT:
+      return ContextOverflowMode::kShift;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrFormat("context_overflow = %d is not one of REFUSE (1), TRUNCATE (2)", static_cast<int>(value)));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "context_overflow = %d is not one of REFUSE (1), TRUNCATE (2), SHIFT (3)", static_cast<int>(value)));
   }
+}
+
+v1::ContextOverflow context_overflow_to_proto(ContextOverflowMode mode) {
+  switch (mode) {
+    case ContextOverflowMode::kRefuse:
+      return v1::CONTEXT_OVERFLOW_REFUSE;
+    case ContextOverflowMode::kTruncate:
+      return v1::CONTEXT_OVERFLOW_TRUNCATE;
+    case ContextOverflowMode::kShift:
+      return v1::CONTEXT_OVERFLOW_SHIFT;
+  }
+  return v1::CONTEXT_OVERFLOW_UNSPECIFIED;
 }
 
 TruncationPlan plan_truncation(const TruncationInputs& in) {
@@ -121,6 +147,57 @@ absl::StatusOr<int64_t> copy_kv_prefix(const QuantizedKvCache& from, int64_t n, 
     return 0;
   }
   return n;
+}
+
+absl::StatusOr<int64_t> shift_kv_tail(const QuantizedKvCache& from, int64_t tail_begin, int64_t end,
+                                      const KvRope& rope, QuantizedKvCache& to) {
+  const KvGeometry& geometry = from.geometry();
+  const int64_t first = to.size();
+  end = std::min(end, from.size());
+  const int64_t count = end - tail_begin;
+  if (count <= 0) return first;
+  for (int layer = 0; layer < geometry.n_layer; ++layer) {
+    if (geometry.window(layer) > 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "context shift: layer %d has a sliding window of %d tokens (its cells past the window are gone)", layer,
+          geometry.window(layer)));
+    }
+  }
+  if (first + count > to.capacity()) {
+    return absl::InvalidArgumentError(absl::StrFormat("context shift: %d + %d positions in a store of %d", first,
+                                                      count, to.capacity()));
+  }
+  if (!(from.config() == to.config())) {
+    return absl::InvalidArgumentError(absl::StrFormat("context shift from %s into %s", from.config().to_string(),
+                                                      to.config().to_string()));
+  }
+  const int64_t delta = first - tail_begin;  // < 0: the cells move down
+  const size_t elements = static_cast<size_t>(count * geometry.kv_dim());
+  std::vector<float> k(elements);  // f32 [count, n_head_kv, head_dim], post-RoPE at the old positions
+  std::vector<float> v(elements);
+  for (int layer = 0; layer < geometry.n_layer; ++layer) {
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock k_block, from.export_block(layer, /*is_key=*/true, tail_begin, count));
+    BATON_ASSIGN_OR_RETURN(QuantizedKvBlock v_block, from.export_block(layer, /*is_key=*/false, tail_begin, count));
+    // Through the codec's own decoder: dequantized and Hadamard rotated back.
+    BATON_ASSIGN_OR_RETURN(EncodedKvBlock k_encoded,
+                           encode_quantized_kv_block(from.config(), geometry, /*is_key=*/true, k_block));
+    BATON_RETURN_IF_ERROR(decode_kv_block(from.config(), geometry, /*is_key=*/true, k_encoded.payload,
+                                          k_encoded.raw_size, count, k.data()));
+    BATON_ASSIGN_OR_RETURN(EncodedKvBlock v_encoded,
+                           encode_quantized_kv_block(from.config(), geometry, /*is_key=*/false, v_block));
+    BATON_RETURN_IF_ERROR(decode_kv_block(from.config(), geometry, /*is_key=*/false, v_encoded.payload,
+                                          v_encoded.raw_size, count, v.data()));
+    // R(p + delta) = R(delta) R(p) pair by pair: every row turns by delta.
+    for (int64_t row = 0; row < count; ++row) {
+      rope_rows(k.data() + row * geometry.kv_dim(), 1, geometry.n_head_kv, geometry.head_dim, rope.n_rot,
+                rope.neox, delta, rope.inv_freq.data());
+    }
+    BATON_RETURN_IF_ERROR(to.store(layer, first, count, k.data(), v.data()));
+    // The values did not change: their codes go in exactly as they were.
+    BATON_RETURN_IF_ERROR(to.ingest_block(layer, /*is_key=*/false, first, v_block));
+  }
+  to.set_size(first + count);
+  return first + count;
 }
 
 }  // namespace baton

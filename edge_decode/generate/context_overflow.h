@@ -8,10 +8,15 @@
 //             recent whole turns as fit with room for the reply; the turns
 //             between are dropped, and the kept tail is prefilled again at
 //             its new positions (generate_turn.cc), so the KV is exactly that
-//             of the shortened conversation.
+//             of the shortened conversation;
+//   shift     the same turns are dropped, but the kept tail's cells move to
+//             their new positions without recomputation (llama.cpp's context
+//             shift): keys are re-rotated by RoPE, values copied. Cheaper,
+//             approximate (the kept cells still carry what the dropped turns
+//             contributed to them).
 // This file holds the choice of what to drop (a pure function of the token
-// and turn counts, unit-tested) and the copy of the kept prefix's KV into the
-// new store; GenerateTurn does the rest.
+// and turn counts, unit-tested), the copy of the kept prefix's KV into the
+// new store and the shift of the kept tail; GenerateTurn does the rest.
 #pragma once
 
 #include <cstdint>
@@ -21,20 +26,22 @@
 
 #include "absl/status/statusor.h"
 #include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_stream/kv_handoff.h"
 #include "edge_decode/store/session.h"
 #include "proto/baton.pb.h"
 
 namespace baton {
 
-enum class ContextOverflowMode { kRefuse, kTruncate };
+enum class ContextOverflowMode { kRefuse, kTruncate, kShift };
 
-// "refuse" | "truncate"; INVALID_ARGUMENT naming the choices otherwise.
+// "refuse" | "truncate" | "shift"; INVALID_ARGUMENT naming the choices otherwise.
 absl::StatusOr<ContextOverflowMode> parse_context_overflow(const std::string& name);
 const char* context_overflow_name(ContextOverflowMode mode);
 // UNSPECIFIED -> `fallback` (the agent's --context-overflow); an unknown
 // value is INVALID_ARGUMENT naming it.
 absl::StatusOr<ContextOverflowMode> context_overflow_from_proto(v1::ContextOverflow value,
                                                                 ContextOverflowMode fallback);
+v1::ContextOverflow context_overflow_to_proto(ContextOverflowMode mode);
 // Largest keep_tokens a request or --keep-tokens may give.
 inline constexpr uint32_t kMaxKeepTokens = 1'000'000;
 
@@ -78,5 +85,16 @@ TruncationPlan plan_truncation(const TruncationInputs& in);
 // holds it, nothing is copied and `to` stays empty (the caller prefills from
 // position 0). Returns the positions copied (n or 0).
 absl::StatusOr<int64_t> copy_kv_prefix(const QuantizedKvCache& from, int64_t n, QuantizedKvCache& to);
+
+// Shift: the cells of positions [tail_begin, end) of `from` go to positions
+// [to.size(), to.size() + end - tail_begin) of `to` (same store config,
+// holding the kept prefix) without recomputation: keys are decoded to f32
+// (dequantized, Hadamard undone), re-rotated by RoPE by (to.size() -
+// tail_begin) positions (NORM or NEOX pairs, the model's frequencies with
+// their factors) and stored again in `to`'s codec; values are copied as they
+// are. FAILED_PRECONDITION for models with sliding-window layers (their rows
+// past the window are gone). Returns the positions `to` holds after.
+absl::StatusOr<int64_t> shift_kv_tail(const QuantizedKvCache& from, int64_t tail_begin, int64_t end,
+                                      const KvRope& rope, QuantizedKvCache& to);
 
 }  // namespace baton

@@ -129,12 +129,14 @@ class GenerateTurn {
   absl::Status conversation_tokens();
   // 3b. Context overflow (context_overflow.h): a continuing session whose
   // conversation, with room for the reply, passes the context limit drops
-  // its oldest whole turns under truncate (refuse: fit_context refuses).
+  // its oldest whole turns under truncate and shift (refuse: fit_context
+  // refuses).
   absl::Status truncate_if_overflowing();
   // Tokens truncation never drops: the pack, at least keep_tokens, a leading
   // BOS; at most the tokens held.
   absl::StatusOr<int64_t> kept_prefix_tokens();
-  // The shortened conversation in a new store holding the prefix's KV; the
+  // The shortened conversation in a new store holding the prefix's KV (and,
+  // under shift, the kept tail's cells moved to their new positions); the
   // old one is set aside in the lease until the turn commits.
   absl::Status replace_conversation(TruncationPlan plan, int64_t prefix);
   absl::Status choose_auto_codec();
@@ -212,8 +214,9 @@ class GenerateTurn {
   bool stages_in_f32(const KvCodecConfig& store, int64_t end) const {
     const uint64_t staging_bytes =
         static_cast<uint64_t>(end) * static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) * sizeof(float);
+    // A shifted turn attends over its shifted cells: no recompute.
     return store.bits == KvCodecConfig::Bits::kF16 && !store.key_bits.has_value() &&
-           staging_bytes <= rt_.memory.headroom_bytes;
+           staging_bytes <= rt_.memory.headroom_bytes && !shifted_;
   }
   // What a cloud stream's staging may take: the KV budget less this
   // session's store and the other running turns' sessions (idle ones can be
@@ -256,8 +259,10 @@ class GenerateTurn {
   // Tokens of all_ before this turn's prompt that the session holds (0 for a
   // new session; after a truncation, the ones kept).
   int64_t held_tokens_ = 0;
-  // Step 3b: what this turn dropped (unset: nothing).
+  // Step 3b: what this turn dropped (unset: nothing); true when the kept
+  // tail's cells were shifted rather than prefilled again.
   std::optional<TruncationPlan> truncation_;
+  bool shifted_ = false;
   // Codec auto's choice: the table's wire bytes per token of wire_ (0: not
   // from the table) and the reason the plan carries.
   double auto_wire_bytes_per_token_ = 0;
@@ -531,7 +536,7 @@ absl::Status GenerateTurn::conversation_tokens() {
 }
 
 absl::Status GenerateTurn::truncate_if_overflowing() {
-  if (is_new_ || overflow_mode_ != ContextOverflowMode::kTruncate) return absl::OkStatus();
+  if (is_new_ || overflow_mode_ == ContextOverflowMode::kRefuse) return absl::OkStatus();
   SessionLease& session = *session_;
   const ContextLimit limit = context_limit_of(store_);
   BATON_ASSIGN_OR_RETURN(const int64_t prefix, kept_prefix_tokens());
@@ -600,6 +605,19 @@ absl::Status GenerateTurn::replace_conversation(TruncationPlan plan, int64_t pre
     // A sliding window already past the prefix: the pack from its file, if
     // it is still here; otherwise everything is prefilled.
     (void)rt_.packs->load_into(session->pack_id, *kv);
+  }
+  if (overflow_mode_ == ContextOverflowMode::kShift && old != nullptr && copied == prefix) {
+    const int64_t end = std::min<int64_t>(old->size(), held_tokens_);
+    absl::StatusOr<int64_t> shifted = shift_kv_tail(*old, plan.tail_begin, end, rt_.rope, *kv);
+    if (shifted.ok()) {
+      shifted_ = true;
+      absl::StrAppend(&plan.description, absl::StrFormat("; shifted %d cells by %d positions (no recompute)",
+                                                         *shifted - prefix, prefix - plan.tail_begin));
+    } else {
+      // The kept tail is prefilled again instead (as truncate).
+      kv->set_size(prefix);
+      absl::StrAppend(&plan.description, "; not shifted (", shifted.status().message(), "): prefilled again");
+    }
   }
   session->kv = std::move(kv);
   session->tokens.assign(kept.begin(), kept.begin() + kept_held);

@@ -307,9 +307,11 @@ absl::Status parse_baton_options(const Json& body, OpenAiRequest& out) {
       out.context_overflow = v1::CONTEXT_OVERFLOW_REFUSE;
     } else if (*overflow == "truncate") {
       out.context_overflow = v1::CONTEXT_OVERFLOW_TRUNCATE;
+    } else if (*overflow == "shift") {
+      out.context_overflow = v1::CONTEXT_OVERFLOW_SHIFT;
     } else if (!overflow->empty()) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("'baton.context_overflow' is '%s'; one of refuse, truncate", *overflow));
+          absl::StrFormat("'baton.context_overflow' is '%s'; one of refuse, truncate, shift", *overflow));
     }
   }
   BATON_ASSIGN_OR_RETURN(std::optional<int64_t> keep, get_integer(*baton, "keep_tokens", 0, kMaxKeepTokens, kPath));

@@ -20,7 +20,7 @@
 //                {"policy": "auto|local|cloud", "pack": ID, "session": ID,
 //                 "codec": "f16|int8|int4|<full codec name>", "top_k": N,
 //                 "min_p": X, "repetition_penalty": X,
-//                 "context_overflow": "refuse|truncate", "keep_tokens": N}
+//                 "context_overflow": "refuse|truncate|shift", "keep_tokens": N}
 // Fields Baton cannot honour (tools, tool_choice, functions, function_call,
 // response_format other than {"type": "text"}, logit_bias with entries,
 // audio, modalities beyond ["text"], prediction, reasoning_effort,

@@ -9,6 +9,7 @@
 //     kept tokens;
 //   - a truncated tail prefilled by the cloud decodes the same tokens as one
 //     prefilled here;
+//   - shift moves the kept turns' cells (no prefill of them);
 //   - refuse (per request, or the agent's --context-overflow) keeps the old
 //     behaviour; a prompt that does not fit even with every earlier turn
 //     dropped is refused and the session is unchanged.
@@ -341,6 +342,30 @@ TEST_F(ContextOverflowTest, APromptThatDoesNotFitEvenWithEveryTurnDroppedIsRefus
   std::unique_ptr<Session> after = saved_session(served_, sessions_dir_, "big");
   ASSERT_NE(after, nullptr);
   EXPECT_TRUE(std::equal(before->tokens.begin(), before->tokens.end(), after->tokens.begin()));
+}
+
+TEST_F(ContextOverflowTest, ShiftMovesTheKeptCellsInsteadOfPrefillingThemAgain) {
+  std::unique_ptr<Edge> edge = small_edge(small_edge_options());
+  ASSERT_NE(edge->stub, nullptr);
+  uint32_t shifted_turns = 0;
+  for (int i = 1; i <= 20; ++i) {
+    v1::GenerateRequest request = turn(20, i, "shifting");
+    request.set_context_overflow(v1::CONTEXT_OVERFLOW_SHIFT);
+    const GenerateResult result = generate(*edge->stub, request);
+    ASSERT_TRUE(result.status.ok()) << "turn " << i << ": " << result.status.error_message();
+    EXPECT_LE(result.stats.context_tokens(), static_cast<uint32_t>(kBudgetTokens));
+    if (result.stats.context_overflow().empty()) continue;
+    ++shifted_turns;
+    EXPECT_THAT(result.stats.context_overflow(), HasSubstr("(no recompute)"));
+    // The kept turns' cells are held (reused), only the new prompt is prefilled.
+    EXPECT_GE(result.stats.plan().reused_tokens(), 19u) << result.stats.plan().reason();
+    EXPECT_LE(result.stats.plan().prefill_tokens(), 21u) << result.stats.plan().reason();
+  }
+  EXPECT_GE(shifted_turns, 5u);
+  std::unique_ptr<Session> saved = saved_session(served_, sessions_dir_, "shifting");
+  ASSERT_NE(saved, nullptr);
+  EXPECT_EQ(saved->turn_count, 20u);
+  EXPECT_EQ(saved->truncations, shifted_turns);
 }
 
 // Past the trained context (2048 tokens; the KV budget is not the limit), the

@@ -148,8 +148,7 @@ absl::Status fill_request(const GenerateFlags& f, const FlagSet& flags, const st
   if (!f.context_overflow.empty()) {
     absl::StatusOr<ContextOverflowMode> mode = parse_context_overflow(f.context_overflow);
     if (!mode.ok()) return usage_error("generate", "--context-overflow: " + std::string(mode.status().message()));
-    request->set_context_overflow(*mode == ContextOverflowMode::kRefuse ? v1::CONTEXT_OVERFLOW_REFUSE
-                                                                         : v1::CONTEXT_OVERFLOW_TRUNCATE);
+    request->set_context_overflow(context_overflow_to_proto(*mode));
   }
   if (flags.is_set("keep-tokens")) {
     if (f.keep_tokens < 0 || f.keep_tokens > kMaxKeepTokens) {

@@ -66,7 +66,8 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
                   "n-1: local; tests and benchmarks)");
   flags.add_string("context-overflow", &out->context_overflow,
                    "a session whose conversation outgrows the agent's context limit: truncate (drop the oldest "
-                   "whole turns, keep the pack and the first --keep-tokens) or refuse; unset: the agent's "
+                   "whole turns, keep the pack and the first --keep-tokens), shift (drop them, move the kept cells "
+                   "without recompute) or refuse; unset: the agent's "
                    "--context-overflow",
                    "MODE");
   flags.add_int64("keep-tokens", &out->keep_tokens,

@@ -105,14 +105,17 @@ TEST(ContextOverflowTest, NothingPastThePrefixMeansNothingToDrop) {
 TEST(ContextOverflowTest, ModesParseAndUnknownOnesAreNamed) {
   EXPECT_EQ(*parse_context_overflow("refuse"), ContextOverflowMode::kRefuse);
   EXPECT_EQ(*parse_context_overflow("truncate"), ContextOverflowMode::kTruncate);
-  const absl::StatusOr<ContextOverflowMode> shift = parse_context_overflow("shift");
-  ASSERT_FALSE(shift.ok());
-  EXPECT_THAT(std::string(shift.status().message()), ::testing::HasSubstr("not one of refuse, truncate"));
+  EXPECT_EQ(*parse_context_overflow("shift"), ContextOverflowMode::kShift);
+  const absl::StatusOr<ContextOverflowMode> other = parse_context_overflow("rotate");
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(std::string(other.status().message()), ::testing::HasSubstr("not one of refuse, truncate, shift"));
   EXPECT_EQ(*context_overflow_from_proto(v1::CONTEXT_OVERFLOW_UNSPECIFIED, ContextOverflowMode::kRefuse),
             ContextOverflowMode::kRefuse);
   EXPECT_EQ(*context_overflow_from_proto(v1::CONTEXT_OVERFLOW_TRUNCATE, ContextOverflowMode::kRefuse),
             ContextOverflowMode::kTruncate);
-  EXPECT_EQ(context_overflow_from_proto(static_cast<v1::ContextOverflow>(3), ContextOverflowMode::kRefuse)
+  EXPECT_EQ(*context_overflow_from_proto(v1::CONTEXT_OVERFLOW_SHIFT, ContextOverflowMode::kRefuse),
+            ContextOverflowMode::kShift);
+  EXPECT_EQ(context_overflow_from_proto(static_cast<v1::ContextOverflow>(4), ContextOverflowMode::kRefuse)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);

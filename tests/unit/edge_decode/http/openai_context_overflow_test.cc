@@ -39,13 +39,14 @@ TEST(OpenAiContextOverflowTest, TheBatonObjectSetsTheModeAndTheKeptTokens) {
 }
 
 TEST(OpenAiContextOverflowTest, UnknownModesAndBadCountsAreRefusedByName) {
-  absl::StatusOr<OpenAiRequest> shift = parse_openai_request(
-      OpenAiEndpoint::kCompletions, R"({"prompt": "p", "baton": {"context_overflow": "shift"}})");
-  ASSERT_FALSE(shift.ok());
-  EXPECT_EQ(shift.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(shift.status().message()).find("'baton.context_overflow' is 'shift'; one of refuse, truncate"),
+  absl::StatusOr<OpenAiRequest> unknown = parse_openai_request(
+      OpenAiEndpoint::kCompletions, R"({"prompt": "p", "baton": {"context_overflow": "rotate"}})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(unknown.status().message())
+                .find("'baton.context_overflow' is 'rotate'; one of refuse, truncate, shift"),
             std::string::npos)
-      << shift.status();
+      << unknown.status();
   absl::StatusOr<OpenAiRequest> negative = parse_openai_request(
       OpenAiEndpoint::kCompletions, R"({"prompt": "p", "baton": {"keep_tokens": -1}})");
   ASSERT_FALSE(negative.ok());
