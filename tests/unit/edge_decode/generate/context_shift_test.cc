@@ -7,6 +7,7 @@
 //   - the next turn's perplexity on the bundled model's held-out text after a
 //     shift, against the truncate baseline (a fresh prefill of the kept
 //     tokens), per store codec (both printed).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -114,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(RopeKinds, ShiftRotationTest, ::testing::Values("tiny",
                            return name;
                          });
 
-TEST(ShiftRotationTest, SlidingWindowModelsAreRefused) {
+TEST(ShiftWindowTest, SlidingWindowModelsAreRefused) {
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(testing::synth_model_path("tiny-gemma3", GgmlType::kF16));
   ASSERT_TRUE(model.ok()) << model.status();
   Engine engine(**model, EngineOptions{1, 16});
