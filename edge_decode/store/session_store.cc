@@ -261,8 +261,8 @@ absl::Status SessionStore::open(std::vector<std::string>* refused) {
     entry->last_used_unix_ms = h.last_used_unix_ms();
     // Format 1 files record no turns: one turn, as load_session_file reads them.
     const bool format1 = h.format_version() == 1 && h.tokens_size() > 0;
-    entry->turn_count = format1 ? 1 : h.turn_count();
-    entry->first_held_turn = format1 ? 1 : h.turns_size() > 0 ? h.turns(0).number() : 0;
+    entry->turn_count = format1 ? 1u : h.turn_count();
+    entry->first_held_turn = format1 ? 1u : h.turns_size() > 0 ? h.turns(0).number() : 0u;
     entry->dropped_turns = h.dropped_turns();
     entry->dropped_tokens = h.dropped_tokens();
     touch_locked(*entry);
