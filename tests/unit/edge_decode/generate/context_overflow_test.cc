@@ -154,8 +154,8 @@ TEST_P(CopyKvPrefixTest, CopiesThePrefixBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StoreCodecs, CopyKvPrefixTest, ::testing::Values("f16", "int8-g16", "int4-g16"),
-                         [](const auto& info) {
-                           std::string name = info.param;
+                         [](const auto& test_param) {
+                           std::string name = test_param.param;
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

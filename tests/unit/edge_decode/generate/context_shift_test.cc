@@ -107,8 +107,8 @@ TEST_P(ShiftRotationTest, ShiftedLayer0KeysEqualAFreshPrefillAtTheNewPositions) 
 }
 
 INSTANTIATE_TEST_SUITE_P(RopeKinds, ShiftRotationTest, ::testing::Values("tiny", "tiny-llama3", "tiny-qwen2"),
-                         [](const auto& info) {
-                           std::string name = info.param;
+                         [](const auto& test_param) {
+                           std::string name = test_param.param;
                            for (char& c : name) {
                              if (c == '-') c = '_';
                            }
@@ -145,7 +145,9 @@ double next_turn_perplexity(Engine& engine, QuantizedKvCache& store, int32_t las
   double nll = 0;
   for (size_t i = 0; i < next.size(); ++i) {
     nll -= token_logprobs(logits, next[i], 0).logprob;
-    if (i + 1 < next.size()) EXPECT_TRUE(engine.decode_step(next[i], store, &logits).ok());
+    if (i + 1 < next.size()) {
+      EXPECT_TRUE(engine.decode_step(next[i], store, &logits).ok());
+    }
   }
   return std::exp(nll / static_cast<double>(next.size()));
 }
