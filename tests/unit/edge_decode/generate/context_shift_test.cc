@@ -194,7 +194,8 @@ TEST_P(ShiftPerplexityTest, NextTurnPerplexityAfterAShiftIsCloseToTheTruncateBas
   EXPECT_LT(shift_ppl, 1.10 * truncate_ppl);
 }
 
-INSTANTIATE_TEST_SUITE_P(StoreCodecs, ShiftPerplexityTest, ::testing::Values("f16", "int8", "int4"));
+INSTANTIATE_TEST_SUITE_P(StoreCodecs, ShiftPerplexityTest, ::testing::Values("f16", "int8", "int4"),
+                         [](const auto& test_param) { return std::string(test_param.param); });
 
 }  // namespace
 }  // namespace baton
