@@ -85,12 +85,14 @@ json_get "${work}/shift.json" 'd["stats"].get("context_overflow", "")' | grep -q
   || fail "shift did not shift: $(cat "${work}/shift.json")"
 
 # Usage errors name the flag.
-code=0
-turn 13 --context-overflow sideways > /dev/null 2> "${work}/bad.err" || code=$?
-[[ ${code} -eq 2 ]] && grep -q -- "--context-overflow" "${work}/bad.err" \
-  || fail "bad --context-overflow: exit ${code}: $(cat "${work}/bad.err")"
-code=0
-turn 13 --keep-tokens -1 > /dev/null 2> "${work}/bad.err" || code=$?
-[[ ${code} -eq 2 ]] && grep -q -- "--keep-tokens" "${work}/bad.err" \
-  || fail "bad --keep-tokens: exit ${code}: $(cat "${work}/bad.err")"
+usage_error() {  # usage_error FLAG ARGS...: exit 2 naming FLAG
+  local flag=$1 code=0
+  shift
+  turn 13 "$@" > /dev/null 2> "${work}/bad.err" || code=$?
+  if [[ ${code} -ne 2 ]] || ! grep -q -- "${flag}" "${work}/bad.err"; then
+    fail "bad ${flag}: exit ${code}: $(cat "${work}/bad.err")"
+  fi
+}
+usage_error --context-overflow --context-overflow sideways
+usage_error --keep-tokens --keep-tokens -1
 echo "PASS: context overflow through the CLI (${overflowed} of 10 turns dropped earlier ones)"
