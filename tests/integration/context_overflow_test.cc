@@ -10,6 +10,8 @@
 //   - a truncated tail prefilled by the cloud decodes the same tokens as one
 //     prefilled here;
 //   - shift moves the kept turns' cells (no prefill of them);
+//   - a truncating turn cancelled before its answer leaves the session as
+//     it was;
 //   - refuse (per request, or the agent's --context-overflow) keeps the old
 //     behaviour; a prompt that does not fit even with every earlier turn
 //     dropped is refused and the session is unchanged.
@@ -366,6 +368,56 @@ TEST_F(ContextOverflowTest, ShiftMovesTheKeptCellsInsteadOfPrefillingThemAgain) 
   ASSERT_NE(saved, nullptr);
   EXPECT_EQ(saved->turn_count, 20u);
   EXPECT_EQ(saved->truncations, shifted_turns);
+}
+
+// A truncating turn cancelled while it prefills the kept tail leaves the
+// session exactly as it was (the old conversation was only set aside).
+TEST(ContextOverflowCancelTest, ATruncatingTurnCancelledBeforeItsAnswerLeavesTheSessionAsItWas) {
+  std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), edge_options(""));
+  ASSERT_NE(edge->stub, nullptr);
+  // Past the trained context of 2048 the second turn drops the first; the
+  // prompt's local prefill (256-token chunks) is cancelled at its first
+  // progress event. An attempt whose answer began first decides nothing.
+  bool decided = false;
+  for (int attempt = 0; attempt < 5 && !decided; ++attempt) {
+    const std::string id = "c" + std::to_string(attempt);
+    ASSERT_TRUE(generate(*edge->stub, turn(1500, 40 + attempt, id)).status.ok());
+    v1::SessionInfo before;
+    for (int poll = 0; poll < 500 && (before.session_id().empty() || before.busy()); ++poll) {
+      before = session_info(*edge->stub, id);
+    }
+    ASSERT_FALSE(before.busy());
+    bool saw_text = false;
+    {
+      grpc::ClientContext context;
+      context.set_deadline(deadline_in(60));
+      v1::GenerateRequest request = turn(1000, 50 + attempt, id, 100);
+      request.set_progress(true);
+      auto reader = edge->stub->Generate(&context, request);
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        saw_text = saw_text || response.has_text();
+        if (response.has_progress() && response.progress().phase() == v1::PHASE_LOCAL_PREFILL) context.TryCancel();
+      }
+      reader->Finish();
+    }
+    if (saw_text) continue;
+    decided = true;
+    v1::SessionInfo after;
+    for (int poll = 0; poll < 500 && (after.session_id().empty() || after.busy()); ++poll) {
+      after = session_info(*edge->stub, id);
+    }
+    EXPECT_EQ(after.token_count(), before.token_count());
+    EXPECT_EQ(after.prefix_digest(), before.prefix_digest());
+    EXPECT_EQ(after.turn_count(), 1u);
+    EXPECT_EQ(after.dropped_turns(), 0u);
+    // The next turn that fits continues the untouched conversation.
+    const GenerateResult next = generate(*edge->stub, turn(10, 60, id));
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_TRUE(next.stats.context_overflow().empty()) << next.stats.context_overflow();
+    EXPECT_EQ(next.stats.plan().reused_tokens(), before.token_count());
+  }
+  EXPECT_TRUE(decided) << "every attempt reached the answer before the cancel";
 }
 
 // Past the trained context (2048 tokens; the KV budget is not the limit), the
