@@ -11,6 +11,7 @@
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
+#include "edge_decode/generate/context_overflow.h"
 #include "edge_decode/link/cloud_client.h"
 #include "edge_decode/link/transform_coders.h"
 #include "edge_decode/plan/codec_choice.h"
@@ -36,6 +37,10 @@ struct EdgeRuntime {
   int default_max_tokens = 256;
   uint32_t max_tokens_cap = 4096;         // a request asking for more is INVALID_ARGUMENT
   float default_temperature = 0.8f;
+  // A continuing session past its context limit, when a request leaves it
+  // unset (--context-overflow, --keep-tokens; context_overflow.h).
+  ContextOverflowMode context_overflow = ContextOverflowMode::kTruncate;
+  uint32_t keep_tokens = 0;
   SessionStore* sessions = nullptr;
   PackStore* packs = nullptr;
   CloudClient* cloud = nullptr;           // nullptr: no cloud configured

@@ -224,6 +224,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.default_max_tokens = options_.max_tokens;
   runtime_.max_tokens_cap = options_.max_tokens_cap;
   runtime_.default_temperature = options_.temperature;
+  runtime_.context_overflow = options_.context_overflow;
+  runtime_.keep_tokens = std::min(options_.keep_tokens, kMaxKeepTokens);
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
   runtime_.cloud = cloud.get();
@@ -402,6 +404,10 @@ grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext*
     info->set_last_used_unix_ms(summary.last_used_unix_ms);
     info->set_persisted(summary.persisted);
     info->set_busy(summary.busy);
+    info->set_turn_count(summary.turn_count);
+    info->set_first_held_turn(summary.first_held_turn);
+    info->set_dropped_turns(summary.dropped_turns);
+    info->set_dropped_tokens(summary.dropped_tokens);
   }
   return reply(context, absl::OkStatus());
 }

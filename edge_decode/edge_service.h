@@ -33,6 +33,7 @@
 #include "edge_decode/link/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
 #include "edge_decode/edge_runtime.h"
+#include "edge_decode/generate/context_overflow.h"
 #include "edge_decode/store/pack_store.h"
 #include "edge_decode/store/session_store.h"
 #include "edge_decode/plan/codec_choice.h"
@@ -59,6 +60,12 @@ struct EdgeServiceOptions {
   // long is cancelled (a client that stopped reading); 0: never.
   std::chrono::milliseconds write_stall_timeout{10'000};
   float temperature = 0.8f;               // when a request leaves it unset
+  // A continuing session whose conversation outgrows its context limit, when
+  // a request leaves it unset: refuse, truncate (drop the oldest whole turns
+  // after the pack and the first keep_tokens tokens) or shift (drop them,
+  // move the kept cells; context_overflow.h).
+  ContextOverflowMode context_overflow = ContextOverflowMode::kTruncate;
+  uint32_t keep_tokens = 0;               // at most kMaxKeepTokens
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
   int max_session_files = 0;              // session files on disk (LRU of idle ones); 0: no cap

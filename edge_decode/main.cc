@@ -78,6 +78,8 @@ struct EdgeConfig {
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
   int64_t max_tokens_cap = 4096;        // a request asking for more is refused
+  std::string context_overflow = "truncate";  // refuse | truncate | shift: a session past its context limit
+  int64_t keep_tokens = 0;              // truncate: tokens at the start never dropped (besides the pack)
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
@@ -161,6 +163,15 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_int64("max-tokens-cap", &config.max_tokens_cap,
                   "most tokens one request may ask for; more is INVALID_ARGUMENT (bounds what a Generate stream "
                   "buffers for a slow client)");
+  flags.add_string("context-overflow", &config.context_overflow,
+                   "a continuing session whose conversation (with room for max_tokens) outgrows its context limit, "
+                   "when a request leaves it unset: truncate (drop the oldest whole turns after the pack and the "
+                   "first --keep-tokens tokens, prefill the kept tail again), shift (drop the same turns, move the "
+                   "kept cells: keys re-rotated, no recompute) or refuse (with the numbers)",
+                   "MODE");
+  flags.add_int64("keep-tokens", &config.keep_tokens,
+                  "--context-overflow truncate: tokens at the start of a conversation never dropped (e.g. a system "
+                  "prompt; a pack is always kept, and a leading BOS), when a request leaves it unset");
   flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
                      "cancel a Generate or PullPack stream whose writes make no progress for this long (a client "
                      "that stopped reading); 0: never");
@@ -253,6 +264,13 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
         "--threads and --local-prefill-tps must be >= 0; --max-sessions and --max-tokens >= 1; --max-queued in "
         "[1, 4096]; --write-stall-timeout >= 0");
   }
+  if (absl::StatusOr<ContextOverflowMode> mode = parse_context_overflow(config.context_overflow); !mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--context-overflow: ", mode.status().message()));
+  }
+  if (config.keep_tokens < 0 || config.keep_tokens > kMaxKeepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--keep-tokens %d must be in [0, %u]", config.keep_tokens, kMaxKeepTokens));
+  }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
@@ -272,6 +290,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));
   options.max_tokens = static_cast<int>(config.max_tokens);
   options.max_tokens_cap = static_cast<uint32_t>(config.max_tokens_cap);
+  BATON_ASSIGN_OR_RETURN(options.context_overflow, parse_context_overflow(config.context_overflow));
+  options.keep_tokens = static_cast<uint32_t>(config.keep_tokens);
   options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);

@@ -26,6 +26,7 @@
 #include "common/util/fp16.h"
 #include "common/util/log.h"
 #include "edge_decode/generate/chat_turn.h"
+#include "edge_decode/generate/context_overflow.h"
 #include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/store/session_lease.h"
 #include "edge_decode/generate/stop_matcher.h"
@@ -127,6 +128,18 @@ class GenerateTurn {
   // 3. Tokens of the conversation after this turn's prompt; under codec
   // auto, the codec for them (a new session's store follows it).
   absl::Status conversation_tokens();
+  // 3b. Context overflow (context_overflow.h): a continuing session whose
+  // conversation, with room for the reply, passes the context limit drops
+  // its oldest whole turns under truncate and shift (refuse: fit_context
+  // refuses).
+  absl::Status truncate_if_overflowing();
+  // Tokens truncation never drops: the pack, at least keep_tokens, a leading
+  // BOS; at most the tokens held.
+  absl::StatusOr<int64_t> kept_prefix_tokens();
+  // The shortened conversation in a new store holding the prefix's KV (and,
+  // under shift, the kept tail's cells moved to their new positions); the
+  // old one is set aside in the lease until the turn commits.
+  absl::Status replace_conversation(TruncationPlan plan, int64_t prefix);
   absl::Status choose_auto_codec();
   absl::Status check_codec_usable(const KvCodecConfig& wire) const;
   // What the trained context and `store`'s share of the KV budget allow.
@@ -160,6 +173,8 @@ class GenerateTurn {
   absl::Status bind_transform(std::shared_ptr<const KvTransformCodec>& coder) const;
   // 7. The last prompt token, then decode (text pieces streamed).
   absl::Status start_decoding();
+  // The session's turn records: this turn (and what a truncation kept).
+  void record_turn();
   absl::Status decode();
   // Bytes the decoder or the stop matcher held back end the text.
   absl::Status flush_text(StreamingDecoder& decoder, StopMatcher& stop_matcher);
@@ -200,8 +215,9 @@ class GenerateTurn {
   bool stages_in_f32(const KvCodecConfig& store, int64_t end) const {
     const uint64_t staging_bytes =
         static_cast<uint64_t>(end) * static_cast<uint64_t>(rt_.model->spec().kv_elements_per_token()) * sizeof(float);
+    // A shifted turn attends over its shifted cells: no recompute.
     return store.bits == KvCodecConfig::Bits::kF16 && !store.key_bits.has_value() &&
-           staging_bytes <= rt_.memory.headroom_bytes;
+           staging_bytes <= rt_.memory.headroom_bytes && !shifted_;
   }
   // What a cloud stream's staging may take: the KV budget less this
   // session's store and the other running turns' sessions (idle ones can be
@@ -228,6 +244,7 @@ class GenerateTurn {
   uint32_t max_tokens_ = 0;
   std::vector<std::string> stops_;
   PrefillPolicy policy_ = PrefillPolicy::kAuto;
+  ContextOverflowMode overflow_mode_ = ContextOverflowMode::kTruncate;
   bool codec_requested_ = false;
   bool auto_codec_ = false;  // codec auto (the request's, or the agent's --codec auto)
   KvCodecConfig wire_;
@@ -240,6 +257,13 @@ class GenerateTurn {
   std::optional<PackSummary> pack_;
   int64_t n_ = 0;
   uint32_t prompt_token_count_ = 0;
+  // Tokens of all_ before this turn's prompt that the session holds (0 for a
+  // new session; after a truncation, the ones kept).
+  int64_t held_tokens_ = 0;
+  // Step 3b: what this turn dropped (unset: nothing); true when the kept
+  // tail's cells were shifted rather than prefilled again.
+  std::optional<TruncationPlan> truncation_;
+  bool shifted_ = false;
   // Codec auto's choice: the table's wire bytes per token of wire_ (0: not
   // from the table) and the reason the plan carries.
   double auto_wire_bytes_per_token_ = 0;
@@ -397,6 +421,7 @@ absl::Status GenerateTurn::run() {
   BATON_RETURN_IF_ERROR(validate());             // 1
   BATON_RETURN_IF_ERROR(take_session());         // 2
   BATON_RETURN_IF_ERROR(conversation_tokens());  // 3
+  BATON_RETURN_IF_ERROR(truncate_if_overflowing());
   BATON_RETURN_IF_ERROR(choose_auto_codec());
   BATON_RETURN_IF_ERROR(fit_context());          // 4
   BATON_RETURN_IF_ERROR(load_pack());
@@ -434,6 +459,11 @@ absl::Status GenerateTurn::validate() {
   stops_.assign(request_.stop().begin(), request_.stop().end());
   BATON_RETURN_IF_ERROR(check_stop_strings(stops_, "stop"));
   policy_ = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
+  BATON_ASSIGN_OR_RETURN(overflow_mode_, context_overflow_from_proto(request_.context_overflow(), rt_.context_overflow));
+  if (request_.has_keep_tokens() && request_.keep_tokens() > kMaxKeepTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("keep_tokens = %u; at most %u", request_.keep_tokens(), kMaxKeepTokens));
+  }
   if (policy_ == PrefillPolicy::kCloud && rt_.cloud == nullptr) {
     return absl::FailedPreconditionError("policy cloud needs a cloud, and this agent has none (--cloud)");
   }
@@ -502,6 +532,101 @@ absl::Status GenerateTurn::conversation_tokens() {
   all_.insert(all_.end(), prompt.begin(), prompt.end());
   n_ = static_cast<int64_t>(all_.size());
   prompt_token_count_ = static_cast<uint32_t>(n_ - static_cast<int64_t>(session.tokens_before()));
+  held_tokens_ = is_new_ ? 0 : static_cast<int64_t>(session.tokens_before());
+  return absl::OkStatus();
+}
+
+absl::Status GenerateTurn::truncate_if_overflowing() {
+  if (is_new_ || overflow_mode_ == ContextOverflowMode::kRefuse) return absl::OkStatus();
+  SessionLease& session = *session_;
+  const ContextLimit limit = context_limit_of(store_);
+  BATON_ASSIGN_OR_RETURN(const int64_t prefix, kept_prefix_tokens());
+  TruncationInputs in;
+  in.held_tokens = held_tokens_;
+  in.turns = session->turns;
+  in.kept_prefix = prefix;
+  in.prefix_is_pack = session->pack_tokens > 0 && prefix == static_cast<int64_t>(session->pack_tokens);
+  in.prompt_tokens = n_ - held_tokens_;
+  // Room for the answer: max_tokens, but never more than half the limit (a
+  // max_tokens near the limit would otherwise drop the whole conversation).
+  in.reply_tokens = std::min<int64_t>(max_tokens_, limit.max_tokens() / 2);
+  in.limit_tokens = limit.max_tokens();
+  TruncationPlan plan = plan_truncation(in);
+  if (!plan.needed) return absl::OkStatus();
+  const int64_t kept = prefix + (held_tokens_ - plan.tail_begin);
+  if (absl::Status fits = check_context_fits(limit, kept, n_ - held_tokens_); !fits.ok()) {
+    // Dropping turns cannot help this prompt: refused, the session unchanged.
+    return absl::Status(fits.code(), absl::StrFormat("%s; the prompt does not fit even with every earlier turn "
+                                                     "dropped (context overflow truncate keeps %d tokens)",
+                                                     fits.message(), prefix));
+  }
+  return replace_conversation(std::move(plan), prefix);
+}
+
+absl::StatusOr<int64_t> GenerateTurn::kept_prefix_tokens() {
+  SessionLease& session = *session_;
+  int64_t pack = session->pack_tokens;
+  if (pack == 0 && !session->pack_id.empty()) {
+    // A session saved before format 2 does not record its pack's length.
+    absl::StatusOr<PackSummary> summary = rt_.packs->find(session->pack_id);
+    if (!summary.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session '", session_id(), "' outgrew its context and started from pack '", session->pack_id,
+          "', which this agent no longer holds, so the part truncation must keep is unknown (context overflow "
+          "refuse, or delete the session)"));
+    }
+    pack = static_cast<int64_t>(summary->tokens.size());
+  }
+  const int64_t keep = request_.has_keep_tokens() ? request_.keep_tokens() : rt_.keep_tokens;
+  int64_t prefix = std::max(pack, keep);
+  // A leading BOS stays: the model has always seen it first.
+  if (prefix == 0 && held_tokens_ > 0 && rt_.tokenizer->bos_id() >= 0 && all_[0] == rt_.tokenizer->bos_id()) {
+    prefix = 1;
+  }
+  return std::min(prefix, held_tokens_);
+}
+
+absl::Status GenerateTurn::replace_conversation(TruncationPlan plan, int64_t prefix) {
+  SessionLease& session = *session_;
+  std::vector<int32_t> kept(all_.begin(), all_.begin() + prefix);
+  kept.insert(kept.end(), all_.begin() + plan.tail_begin, all_.begin() + held_tokens_);
+  const int64_t kept_held = static_cast<int64_t>(kept.size());
+  kept.insert(kept.end(), all_.begin() + held_tokens_, all_.end());  // this turn's prompt
+  const int64_t n = static_cast<int64_t>(kept.size());
+  const int64_t capacity = std::min<int64_t>(context_limit_of(store_).max_tokens(), n + max_tokens_);
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv, QuantizedKvCache::Create(rt_.geometry, capacity, store_));
+  // The prefix's KV is copied as it is (a pack stays exactly the pack); the
+  // kept tail is prefilled again at its new positions by the turn's plan.
+  const QuantizedKvCache* old = session.set_aside_conversation();
+  int64_t copied = 0;
+  if (old != nullptr) {
+    BATON_ASSIGN_OR_RETURN(copied, copy_kv_prefix(*old, prefix, *kv));
+  }
+  if (copied == 0 && prefix > 0 && !session->pack_id.empty()) {
+    // A sliding window already past the prefix: the pack from its file, if
+    // it is still here; otherwise everything is prefilled.
+    (void)rt_.packs->load_into(session->pack_id, *kv);
+  }
+  if (overflow_mode_ == ContextOverflowMode::kShift && old != nullptr && copied == prefix) {
+    const int64_t end = std::min<int64_t>(old->size(), held_tokens_);
+    absl::StatusOr<int64_t> shifted = shift_kv_tail(*old, plan.tail_begin, end, rt_.rope, *kv);
+    if (shifted.ok()) {
+      shifted_ = true;
+      absl::StrAppend(&plan.description, absl::StrFormat("; shifted %d cells by %d positions (no recompute)",
+                                                         *shifted - prefix, prefix - plan.tail_begin));
+    } else {
+      // The kept tail is prefilled again instead (as truncate).
+      kv->set_size(prefix);
+      absl::StrAppend(&plan.description, "; not shifted (", shifted.status().message(), "): prefilled again");
+    }
+  }
+  session->kv = std::move(kv);
+  session->tokens.assign(kept.begin(), kept.begin() + kept_held);
+  BATON_INFO("session %s: %s", session_id().c_str(), plan.description.c_str());
+  all_ = std::move(kept);
+  n_ = n;
+  held_tokens_ = kept_held;
+  truncation_ = std::move(plan);
   return absl::OkStatus();
 }
 
@@ -584,8 +709,7 @@ absl::Status GenerateTurn::fit_context() {
   SessionLease& session = *session_;
   const ContextLimit limit = context_limit_of(store_);
   max_context_ = limit.max_tokens();
-  const int64_t held_tokens = static_cast<int64_t>(session.tokens_before());
-  BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens, n_ - held_tokens));
+  BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens_, n_ - held_tokens_));
   context_warning_ = context_overflow_warning(limit, n_, max_tokens_);
   const int64_t wanted_capacity = std::min<int64_t>(max_context_, n_ + static_cast<int64_t>(max_tokens_));
   if (session->kv == nullptr) {
@@ -603,6 +727,7 @@ absl::Status GenerateTurn::load_pack() {
     BATON_ASSIGN_OR_RETURN(KvSegmentLoad loaded, rt_.packs->load_into(pack_->pack_id, *kv_));
     (void)loaded;
     session->pack_id = pack_->pack_id;
+    session->pack_tokens = static_cast<uint32_t>(pack_->tokens.size());
   }
   if (!session->pack_id.empty()) {
     absl::StatusOr<PackSummary> summary = pack_.has_value() ? absl::StatusOr<PackSummary>(*pack_)
@@ -634,6 +759,7 @@ absl::Status GenerateTurn::plan_prefill() {
   plan_ = decide_split(
       split_inputs(wire_, static_cast<uint32_t>(have_), to_prefill_, static_cast<uint32_t>(n_ - 1 - local_from)));
   if (!codec_reason_.empty()) plan_.reason = absl::StrCat(plan_.reason, "; ", codec_reason_);
+  if (truncation_.has_value()) plan_.reason = absl::StrCat(plan_.reason, "; ", truncation_->description);
   if (request_.progress()) {
     v1::GenerateResponse response;
     to_proto(plan_, response.mutable_plan());
@@ -740,7 +866,11 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill(int64_t first, std::function<ab
   cloud_request.first_position = static_cast<uint32_t>(first);
   cloud_request.before_commit = std::move(before_commit);
   cloud_request.codec = wire_;
-  cloud_request.session_id = session_id();
+  // A truncated conversation no longer extends the cloud's cached history:
+  // each truncation starts a cloud session entry of its own.
+  const uint32_t truncations = session->truncations + (truncation_.has_value() ? 1 : 0);
+  cloud_request.session_id =
+      truncations == 0 || session_id().empty() ? session_id() : absl::StrCat(session_id(), "#", truncations);
   cloud_request.session_created_unix_ms = session->created_unix_ms;
   cloud_request.cache_salt = request_.cache_salt();
   cloud_request.deadline = io_.deadline;
@@ -818,14 +948,31 @@ absl::Status GenerateTurn::start_decoding() {
     if (request_.sampling().has_seed()) state.rng = sampler.state().rng;  // an explicit seed restarts the stream
     sampler.restore(state);
   }
-  const size_t accept_from = is_new_ ? 0 : session.tokens_before();
+  const size_t accept_from = is_new_ ? 0 : static_cast<size_t>(held_tokens_);
   for (size_t i = accept_from; i < all_.size(); ++i) sampler.accept(all_[i]);
 
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
   BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
   session->tokens = all_;
+  record_turn();
   return absl::OkStatus();
+}
+
+void GenerateTurn::record_turn() {
+  SessionLease& session = *session_;
+  if (truncation_.has_value()) {
+    session->turns = truncation_->kept_turns;
+    session->dropped_turns += truncation_->dropped_turns;
+    session->dropped_tokens += static_cast<uint64_t>(truncation_->dropped_tokens);
+    ++session->truncations;
+  }
+  // A new session's turn starts after its pack; a later one after what the
+  // session held. A prompt that is all pack starts no turn (the answer's
+  // tokens then belong to none).
+  const int64_t first = is_new_ ? (pack_.has_value() ? static_cast<int64_t>(pack_->tokens.size()) : 0) : held_tokens_;
+  ++session->turn_count;
+  if (first < n_) session->turns.push_back({session->turn_count, static_cast<uint32_t>(first)});
 }
 
 absl::Status GenerateTurn::decode() {
@@ -927,6 +1074,11 @@ absl::Status GenerateTurn::commit_and_report() {
     }
   }
   stats_.set_prompt_tokens(prompt_token_count_);
+  if (truncation_.has_value()) {
+    stats_.set_context_overflow(truncation_->description);
+    stats_.set_dropped_turns(truncation_->dropped_turns);
+    stats_.set_dropped_tokens(static_cast<uint32_t>(truncation_->dropped_tokens));
+  }
   stats_.set_generated_tokens(generated_);
   stats_.set_context_tokens(context_tokens);
   to_proto(plan_, stats_.mutable_plan());

@@ -17,6 +17,7 @@
 #include "common/tokenizer/unicode.h"  // IsValidUtf8
 #include "common/util/check.h"
 #include "edge_decode/plan/split_policy.h"
+#include "edge_decode/generate/context_overflow.h"  // kMaxKeepTokens
 #include "edge_decode/generate/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
 
 namespace baton {
@@ -300,6 +301,21 @@ absl::Status parse_baton_options(const Json& body, OpenAiRequest& out) {
   if (min_p.has_value()) out.min_p = static_cast<float>(*min_p);
   BATON_ASSIGN_OR_RETURN(std::optional<double> penalty, get_number(*baton, "repetition_penalty", kPath));
   if (penalty.has_value()) out.repetition_penalty = static_cast<float>(*penalty);
+  BATON_ASSIGN_OR_RETURN(std::optional<std::string> overflow, get_string(*baton, "context_overflow", kPath));
+  if (overflow.has_value()) {
+    if (*overflow == "refuse") {
+      out.context_overflow = v1::CONTEXT_OVERFLOW_REFUSE;
+    } else if (*overflow == "truncate") {
+      out.context_overflow = v1::CONTEXT_OVERFLOW_TRUNCATE;
+    } else if (*overflow == "shift") {
+      out.context_overflow = v1::CONTEXT_OVERFLOW_SHIFT;
+    } else if (!overflow->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'baton.context_overflow' is '%s'; one of refuse, truncate, shift", *overflow));
+    }
+  }
+  BATON_ASSIGN_OR_RETURN(std::optional<int64_t> keep, get_integer(*baton, "keep_tokens", 0, kMaxKeepTokens, kPath));
+  if (keep.has_value()) out.keep_tokens = static_cast<uint32_t>(*keep);
   return absl::OkStatus();
 }
 
@@ -350,6 +366,11 @@ Json baton_json(const v1::Stats& stats) {
   if (!stats.fallback_reason().empty()) out["fallback_reason"] = stats.fallback_reason();
   if (!stats.session_id().empty()) out["session"] = stats.session_id();
   if (!stats.save_error().empty()) out["save_error"] = stats.save_error();
+  if (!stats.context_overflow().empty()) {
+    out["context_overflow"] = stats.context_overflow();
+    out["dropped_turns"] = stats.dropped_turns();
+    out["dropped_tokens"] = stats.dropped_tokens();
+  }
   return out;
 }
 
@@ -519,6 +540,8 @@ absl::StatusOr<v1::GenerateRequest> to_generate_request(const OpenAiRequest& req
   sampling->set_presence_penalty(request.presence_penalty);
   if (request.logprobs.has_value()) out.set_logprobs(*request.logprobs);
   out.set_policy(request.policy);
+  out.set_context_overflow(request.context_overflow);
+  if (request.keep_tokens.has_value()) out.set_keep_tokens(*request.keep_tokens);
   out.set_max_tokens(request.max_tokens);
   for (const std::string& stop : request.stop) out.add_stop(stop);
   if (!request.codec.empty()) {

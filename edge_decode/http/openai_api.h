@@ -19,7 +19,8 @@
 //   baton        Baton's own options, all optional:
 //                {"policy": "auto|local|cloud", "pack": ID, "session": ID,
 //                 "codec": "f16|int8|int4|<full codec name>", "top_k": N,
-//                 "min_p": X, "repetition_penalty": X}
+//                 "min_p": X, "repetition_penalty": X,
+//                 "context_overflow": "refuse|truncate|shift", "keep_tokens": N}
 // Fields Baton cannot honour (tools, tool_choice, functions, function_call,
 // response_format other than {"type": "text"}, logit_bias with entries,
 // audio, modalities beyond ["text"], prediction, reasoning_effort,
@@ -79,6 +80,8 @@ struct OpenAiRequest {
   std::optional<uint32_t> top_k;
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
+  v1::ContextOverflow context_overflow = v1::CONTEXT_OVERFLOW_UNSPECIFIED;
+  std::optional<uint32_t> keep_tokens;
 };
 
 // INVALID_ARGUMENT for a request field Baton does not implement: the message

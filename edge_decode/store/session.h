@@ -15,6 +15,15 @@
 
 namespace baton {
 
+// One turn of a session: a prompt and its answer (what truncation drops or
+// keeps whole).
+struct SessionTurn {
+  uint32_t number = 0;       // 1 for the session's first turn; never reused
+  uint32_t first_token = 0;  // index in Session::tokens of the turn's first token
+
+  bool operator==(const SessionTurn&) const = default;
+};
+
 struct Session {
   std::string id;                          // [A-Za-z0-9._-], 1..128 characters
   // Every token of the conversation so far, prompts and generated, in
@@ -26,6 +35,16 @@ struct Session {
   KvCodecConfig codec;                     // the session's KV codec (store config of kv)
   std::string pack_id;                     // pack the session started from; empty if none
   SamplerState sampler;                    // sampler state after the last turn (seeded sessions continue their stream)
+  // The turns the session holds, oldest first (first_token ascending, below
+  // tokens.size()). Tokens before the first one are the kept prefix (a pack,
+  // or what --keep-tokens kept when earlier turns were dropped).
+  std::vector<SessionTurn> turns;
+  uint32_t turn_count = 0;                 // turns begun over the session's life (the next is turn_count + 1)
+  uint32_t pack_tokens = 0;                // tokens of pack_id at the start of tokens (0: no pack)
+  // Truncation (context overflow) over the session's life.
+  uint32_t dropped_turns = 0;
+  uint64_t dropped_tokens = 0;
+  uint32_t truncations = 0;                // turns that dropped earlier turns
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
 

@@ -40,7 +40,10 @@ namespace {
 namespace pbio = google::protobuf::io;
 
 constexpr std::string_view kSessionMagic = "BATONSS1";
-constexpr uint32_t kSessionFormatVersion = 1;
+// Format 2 added the turn records (SessionFileHeader.turns and the
+// truncation counters); format 1 files load as one turn starting at 0.
+constexpr uint32_t kSessionFormatVersion = 2;
+constexpr uint32_t kOldestSessionFormatVersion = 1;
 // zstd level of the KV in session files: the store's codes are already
 // quantized, so a fast level gets most of what zstd can (a turn's save sits
 // between two turns).
@@ -114,10 +117,10 @@ absl::StatusOr<SessionFileInfo> read_session_header(pbio::ZeroCopyInputStream* i
     }
   }
   const v1::SessionFileHeader& h = info.header;
-  if (h.format_version() != kSessionFormatVersion) {
+  if (h.format_version() < kOldestSessionFormatVersion || h.format_version() > kSessionFormatVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "session file %s has format version %u; this build reads version %u", path, h.format_version(),
-        kSessionFormatVersion));
+        "session file %s has format version %u; this build reads versions %u to %u", path, h.format_version(),
+        kOldestSessionFormatVersion, kSessionFormatVersion));
   }
   BATON_ASSIGN_OR_RETURN(const ModelFingerprint theirs, model_fingerprint_from_proto(h.model()));
   BATON_RETURN_IF_ERROR(compare_model_fingerprints(model, theirs, "session file " + path));
@@ -135,6 +138,23 @@ absl::StatusOr<SessionFileInfo> read_session_header(pbio::ZeroCopyInputStream* i
       return absl::DataLossError(absl::StrFormat("session file %s: token %d is %u; the vocabulary has %u", path, i,
                                                  h.tokens(i), n_vocab));
     }
+  }
+  // Turn records: first tokens ascending inside the tokens, numbers
+  // ascending and at most turn_count; the pack inside the tokens.
+  for (int i = 0; i < h.turns_size(); ++i) {
+    const v1::SessionTurn& turn = h.turns(i);
+    const bool ordered = i == 0 || (turn.first_token() > h.turns(i - 1).first_token() &&
+                                    turn.number() > h.turns(i - 1).number());
+    if (turn.first_token() >= static_cast<uint32_t>(h.tokens_size()) || turn.number() == 0 ||
+        turn.number() > h.turn_count() || !ordered) {
+      return absl::DataLossError(absl::StrFormat(
+          "session file %s: turn record %d (turn %u from token %u) is out of order or outside the %d tokens and "
+          "%u turns", path, i, turn.number(), turn.first_token(), h.tokens_size(), h.turn_count()));
+    }
+  }
+  if (h.pack_tokens() > static_cast<uint32_t>(h.tokens_size())) {
+    return absl::DataLossError(absl::StrFormat("session file %s: a pack of %u tokens in a session of %d tokens", path,
+                                               h.pack_tokens(), h.tokens_size()));
   }
   if (h.rng_state_size() != 4) {
     return absl::DataLossError(absl::StrFormat("session file %s: sampler state has %d words; expected 4", path,
@@ -257,6 +277,16 @@ absl::Status save_session_file(const std::string& path, const Session& session, 
   header.set_created_unix_ms(session.created_unix_ms);
   header.set_last_used_unix_ms(session.last_used_unix_ms);
   header.set_kv_tokens(static_cast<uint32_t>(kv_tokens));
+  for (const SessionTurn& turn : session.turns) {
+    v1::SessionTurn* out = header.add_turns();
+    out->set_number(turn.number);
+    out->set_first_token(turn.first_token);
+  }
+  header.set_turn_count(session.turn_count);
+  header.set_dropped_turns(session.dropped_turns);
+  header.set_dropped_tokens(session.dropped_tokens);
+  header.set_truncations(session.truncations);
+  header.set_pack_tokens(session.pack_tokens);
   *header.mutable_model() = model_fingerprint_to_proto(model);
   const std::string header_bytes = header.SerializeAsString();
   if (header_bytes.size() > kMaxSessionHeaderBytes) {
@@ -333,6 +363,18 @@ absl::StatusOr<std::unique_ptr<Session>> load_session_file(const std::string& pa
   session->sampler.recent.assign(h.recent_tokens().begin(), h.recent_tokens().end());
   session->created_unix_ms = h.created_unix_ms();
   session->last_used_unix_ms = h.last_used_unix_ms();
+  if (h.format_version() == 1) {
+    // No turn records: the conversation so far counts as one turn.
+    if (!session->tokens.empty()) session->turns.push_back({1, 0});
+    session->turn_count = session->turns.empty() ? 0 : 1;
+  } else {
+    for (const v1::SessionTurn& turn : h.turns()) session->turns.push_back({turn.number(), turn.first_token()});
+    session->turn_count = h.turn_count();
+    session->dropped_turns = h.dropped_turns();
+    session->dropped_tokens = h.dropped_tokens();
+    session->truncations = h.truncations();
+    session->pack_tokens = h.pack_tokens();
+  }
 
   if (h.kv_tokens() == 0) {
     // Nothing may follow the header.

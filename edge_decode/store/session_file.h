@@ -4,7 +4,8 @@
 //
 // Format ("<dir>/<session id>.session"): magic "BATONSS1", then a
 // delimited v1::SessionFileHeader (id, tokens, codec, pack id, sampler state,
-// times, model fingerprint), then the XXH64 of the header's bytes (8 bytes,
+// times, model fingerprint; from format 2 on the turn records and the
+// truncation counters: a format 1 file loads as one turn starting at 0), then the XXH64 of the header's bytes (8 bytes,
 // little-endian: the header has no other checksum), then the session's KV as
 // a KV stream (the prefix-pack format of kv_pack_file.h, magic included,
 // first_position 0, the session's store codec, zstd) covering
@@ -36,7 +37,8 @@ inline constexpr std::string_view kSessionFileSuffix = ".session";
 // A session file's header, verified: magic, header checksum, format version,
 // model fingerprint equal to the served one (FAILED_PRECONDITION naming the
 // field otherwise), a valid id, token ids inside the vocabulary, kv_tokens <=
-// tokens, four sampler words, a codec that converts.
+// tokens, turn records in order inside the tokens, four sampler words, a
+// codec that converts.
 struct SessionFileInfo {
   v1::SessionFileHeader header;
   KvCodecConfig codec;      // header.codec as a config

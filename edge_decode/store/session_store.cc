@@ -42,6 +42,10 @@ struct SessionStore::Entry {
   Digest256 prefix_digest{};
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
+  uint32_t turn_count = 0;
+  uint32_t first_held_turn = 0;
+  uint32_t dropped_turns = 0;
+  uint64_t dropped_tokens = 0;
 
   void set_summary(const Session& s) {
     kv_tokens = static_cast<uint32_t>(s.kv ? s.kv->size() : 0);
@@ -50,6 +54,10 @@ struct SessionStore::Entry {
     prefix_digest = baton::prefix_digest(std::span<const int32_t>(s.tokens.data(), kv_tokens));
     created_unix_ms = s.created_unix_ms;
     last_used_unix_ms = s.last_used_unix_ms;
+    turn_count = s.turn_count;
+    first_held_turn = s.turns.empty() ? 0 : s.turns.front().number;
+    dropped_turns = s.dropped_turns;
+    dropped_tokens = s.dropped_tokens;
   }
 };
 
@@ -251,6 +259,12 @@ absl::Status SessionStore::open(std::vector<std::string>* refused) {
     entry->prefix_digest = prefix_digest(f.info.kv_tokens());
     entry->created_unix_ms = h.created_unix_ms();
     entry->last_used_unix_ms = h.last_used_unix_ms();
+    // Format 1 files record no turns: one turn, as load_session_file reads them.
+    const bool format1 = h.format_version() == 1 && h.tokens_size() > 0;
+    entry->turn_count = format1 ? 1u : h.turn_count();
+    entry->first_held_turn = format1 ? 1u : h.turns_size() > 0 ? h.turns(0).number() : 0u;
+    entry->dropped_turns = h.dropped_turns();
+    entry->dropped_tokens = h.dropped_tokens();
     touch_locked(*entry);
     entries_.push_back(std::move(entry));
   }
@@ -447,6 +461,10 @@ std::vector<SessionSummary> SessionStore::list() const {
       s.last_used_unix_ms = entry->last_used_unix_ms;
       s.persisted = entry->persisted;
       s.busy = entry->busy;
+      s.turn_count = entry->turn_count;
+      s.first_held_turn = entry->first_held_turn;
+      s.dropped_turns = entry->dropped_turns;
+      s.dropped_tokens = entry->dropped_tokens;
       rows.emplace_back(entry->last_touch, std::move(s));
     }
   }

@@ -50,6 +50,12 @@ struct SessionSummary {
   int64_t last_used_unix_ms = 0;
   bool persisted = false;          // a file under dir holds the last turn
   bool busy = false;               // checked out
+  // Turn records (Session::turns): turns begun, the first held (0: none),
+  // what truncation dropped over the session's life.
+  uint32_t turn_count = 0;
+  uint32_t first_held_turn = 0;
+  uint32_t dropped_turns = 0;
+  uint64_t dropped_tokens = 0;
 };
 
 class SessionStore {

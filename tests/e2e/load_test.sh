@@ -6,7 +6,10 @@
 #   - sessions are evicted from memory to disk (the KV budget holds one or two
 #     of them), and
 #   - turns whose session would pass 320 tokens are refused by admission
-#     control with RESOURCE_EXHAUSTED and a message giving the numbers;
+#     control with RESOURCE_EXHAUSTED and a message giving the numbers
+#     (--context-overflow refuse: the default, truncate, would drop the
+#     sessions' first turns instead, and the tool checks every session holds
+#     all its turns);
 #   - the four clients queue on the agent's one generation worker.
 # Asserts: completed + failed == sent; only RESOURCE_EXHAUSTED as an error;
 # nothing lost (the tool's check: every complete session listed with the token
@@ -45,7 +48,7 @@ cloud_pid=${server_pid}
 start_edge() {  # start_edge LOG_NAME
   start_server "$1" '.*listening on [^:]*:\([0-9]*\).*' \
     "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud}" --threads 1 \
-    --sessions "${work}/sessions" --memory-budget "${budget}"
+    --sessions "${work}/sessions" --memory-budget "${budget}" --context-overflow refuse
   edge="127.0.0.1:${server_port}"
   edge_pid=${server_pid}
   "${baton}" health --edge "${edge}" --wait 60s > /dev/null || fail "edge not READY"

@@ -55,6 +55,7 @@ void print_turn_stats(const std::string& address, const v1::Stats& stats, std::F
   r.add_int("generated_tokens", "generated tokens", stats.generated_tokens());
   r.add_int("context_tokens", "context tokens", stats.context_tokens());
   if (!stats.context_warning().empty()) r.add_text("context_warning", "context", stats.context_warning());
+  if (!stats.context_overflow().empty()) r.add_text("context_overflow", "context overflow", stats.context_overflow());
   r.add_text("finish", "finish",
              interrupted ? "interrupted (Ctrl-C); the session keeps the answer so far"
                          : std::string(finish_name(stats.finish_reason())));
