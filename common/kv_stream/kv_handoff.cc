@@ -558,7 +558,8 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
     pre.ingest_k = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/true);
     pre.ingest_v = store != nullptr && store->can_ingest(transform->int8_config(), /*is_key=*/false);
     const KvHeaderCheckFn outer_header = reader_options.check_header;
-    reader_options.check_header = [&, outer_header](const v1::KvHeader& header) -> absl::Status {
+    // `transform` (a local of this block) by value: the checks run after it.
+    reader_options.check_header = [&, outer_header, transform](const v1::KvHeader& header) -> absl::Status {
       if (outer_header) BATON_RETURN_IF_ERROR(outer_header(header));
       transform_stream = header.codec().codec() == v1::KV_CODEC_TC;
       if (!transform_stream) return absl::OkStatus();
@@ -570,8 +571,8 @@ absl::StatusOr<KvSegmentLoad> read_kv_segment(const KvMessageSource& source, con
       return absl::OkStatus();
     };
     const KvPayloadCheckFn outer_payload = reader_options.check_payload;
-    reader_options.check_payload = [&, outer_payload](const v1::CodecParams& codec,
-                                                      const v1::KvBlock& block) -> absl::Status {
+    reader_options.check_payload = [&, outer_payload, transform](const v1::CodecParams& codec,
+                                                                 const v1::KvBlock& block) -> absl::Status {
       if (outer_payload) BATON_RETURN_IF_ERROR(outer_payload(codec, block));
       if (!transform_stream) return absl::OkStatus();
       return predecode_transform_block(*transform, *rope, block, pre);

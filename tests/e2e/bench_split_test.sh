@@ -8,7 +8,8 @@
 # with a calibration of the cloud model (quality table of int8, int4 and
 # tc-b2): every codec measured cloud-only, the auto rows name a measured
 # codec within the floor, their TTFT is the overlapped plan of that codec and
-# the gains are the stated ratios.
+# the gains are the stated ratios (not that auto beats local: the policy
+# predicts, the bench measures, and on a busy machine they differ).
 # usage: bench_split_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -139,7 +140,6 @@ for p in a["profiles"]:
         prof = next(x for x in c["profiles"] if x["name"] == p["name"])
         own = next(x for x in prof["rows"] if x["prompt_len"] == row["prompt_len"])
         check(abs(own["overlap_ttft_ms"] - row["auto"]["overlap_ttft_ms"]) < 1e-3, "auto TTFT = its codec's overlap")
-        check(row["local_ttft_ms"] >= row["auto"]["overlap_ttft_ms"] - 1e-3, "auto is never slower than local")
 EOF
 if command -v gnuplot > /dev/null; then
   "${baton}" "${common[@]}" --calibration "${work}/tiny.batoncal" --plot "${work}/auto.png" > "${work}/auto.txt" \
