@@ -20,6 +20,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench_harness.h"
+#include "common/model/model_synth.h"
+#include "common/util/check.h"
 
 #if BATON_HAVE_CUDA
 #include <unistd.h>
@@ -28,32 +30,13 @@
 #include "cloud_prefill/cuda/cuda_device.h"
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
 #include "common/kv_cache/f32_kv_cache.h"
-#include "common/model/model_synth.h"
-#include "common/util/check.h"
 #endif
 
 namespace baton::cli {
-
-#if BATON_HAVE_CUDA
-std::optional<std::string> describe_gpu_for_version() { return cuda::describe_gpu(cuda::find_gpu()); }
-
 namespace {
 
-constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense BF16
-
-// A temp dir removed on exit from the command.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "baton-bench-cuda-XXXXXX").string();
-    if (mkdtemp(pattern.data()) != nullptr) path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path.empty()) std::filesystem::remove_all(path, ignored);
-  }
-};
-
+// The flags are the same with and without CUDA, so --help (and the README's
+// flag table) does not depend on how baton was built.
 struct CudaBenchFlags {
   std::string shape = "llama-3.2-1b", model_path, tokens_list = "2048,8192,32768", compute = "auto";
   std::string attention = "flash", weight_type = "f16";
@@ -93,6 +76,28 @@ absl::StatusOr<bool> parse_cuda_flags(const Args& args, CudaBenchFlags& f) {
   if (f.sizes.empty()) return absl::InvalidArgumentError("--tokens lists no size");
   return true;
 }
+
+}  // namespace
+
+#if BATON_HAVE_CUDA
+std::optional<std::string> describe_gpu_for_version() { return cuda::describe_gpu(cuda::find_gpu()); }
+
+namespace {
+
+constexpr double kPeakBf16Flops = 989e12;  // H100/H200 SXM dense BF16
+
+// A temp dir removed on exit from the command.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "baton-bench-cuda-XXXXXX").string();
+    if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path.empty()) std::filesystem::remove_all(path, ignored);
+  }
+};
 
 // The model file: --model, or the synthetic shape written into `temp`.
 absl::StatusOr<std::string> model_file(const CudaBenchFlags& f, const TempDir& temp) {
@@ -198,7 +203,10 @@ absl::Status bench_prefill_cuda(const Args& args) {
 
 std::optional<std::string> describe_gpu_for_version() { return std::nullopt; }  // the CUDA line says: not compiled in
 
-absl::Status bench_prefill_cuda(const Args&) {
+absl::Status bench_prefill_cuda(const Args& args) {
+  CudaBenchFlags f;
+  BATON_ASSIGN_OR_RETURN(const bool run, parse_cuda_flags(args, f));
+  if (!run) return absl::OkStatus();  // --help
   return absl::FailedPreconditionError(
       "bench prefill-cuda: this baton was built without CUDA (configure where the CUDA toolkit is installed)");
 }
