@@ -15,6 +15,11 @@ absl::Status CpuPrefillBackend::prefill(std::span<const int32_t> tokens, F32KvCa
   return engine_.prefill_layers(tokens, kv, layer_done);
 }
 
+absl::Status CpuPrefillBackend::decode(std::span<const int32_t> tokens, F32KvCache& kv,
+                                       std::vector<float>* last_logits) {
+  return engine_.prefill(tokens, kv, last_logits);
+}
+
 PrefillBackendFactory cpu_prefill_backend_factory(int threads) {
   return [threads](const Model& model, int /*worker_index*/) -> absl::StatusOr<std::unique_ptr<PrefillBackend>> {
     return std::make_unique<CpuPrefillBackend>(model, threads);

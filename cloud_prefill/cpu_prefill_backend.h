@@ -18,6 +18,7 @@ class CpuPrefillBackend final : public PrefillBackend {
   std::string name() const override { return name_; }
   void begin_sequence() override {}
   absl::Status prefill(std::span<const int32_t> tokens, F32KvCache& kv, const LayerDoneFn& layer_done) override;
+  absl::Status decode(std::span<const int32_t> tokens, F32KvCache& kv, std::vector<float>* last_logits) override;
 
  private:
   Engine engine_;

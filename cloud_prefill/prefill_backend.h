@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +46,11 @@ class PrefillBackend {
   // error (bad token, capacity, layer_done's status) kv.size() is unchanged.
   // Called by one thread at a time per backend instance.
   virtual absl::Status prefill(std::span<const int32_t> tokens, F32KvCache& kv, const LayerDoneFn& layer_done) = 0;
+
+  // As prefill() without the per-layer callback, plus the logits of the
+  // last token ([n_vocab], through the output norm and projection): the
+  // decode steps behind early tokens (PrefillRequest.early_tokens).
+  virtual absl::Status decode(std::span<const int32_t> tokens, F32KvCache& kv, std::vector<float>* last_logits) = 0;
 };
 
 // Makes one backend per service worker; all share `model` (read-only, owned

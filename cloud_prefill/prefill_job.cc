@@ -18,6 +18,8 @@
 #include "common/model/model.h"
 #include "common/util/check.h"
 #include "common/util/clock.h"
+#include "common/util/log.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace baton {
 namespace {
@@ -229,11 +231,67 @@ void keep_for_later(const PrefillJobInput& input, const PrefillJobEnv& env, cons
   }
 }
 
+// Step 3b: samples the reply's first tokens after the prompt with the
+// edge's sampler and sends each at once. The decode steps write rows
+// [end, end + count) of the cache (its capacity has room), which are dropped
+// afterwards: the KV stream and the caches hold the prompt only. A failed
+// step ends the sampling (the last message says so), not the KV stream; a
+// failed send (the client went away) is returned.
+absl::Status sample_early_tokens(const EarlySampling& early, const PrefillJobEnv& env, PrefillBackend& backend,
+                                 F32KvCache& cache, const KvMessageSink& send, Clock::time_point job_start,
+                                 PrefillJobResult& result, const std::function<bool()>& cancelled) {
+  const int64_t end = cache.size();
+  Sampler sampler(early.params);
+  sampler.restore(early.state);
+  std::vector<float> logits;
+  int32_t token = early.last_token;
+  const Clock::time_point start = Clock::now();
+  absl::Status sent;
+  for (uint32_t i = 0; i < early.count; ++i) {
+    if (cancelled && cancelled()) break;
+    v1::KvStreamMessage message;
+    v1::EarlyTokens* out = message.mutable_early_tokens();
+    absl::Status step = backend.decode(std::span<const int32_t>(&token, 1), cache, &logits);
+    if (!step.ok()) {
+      BATON_WARN("early tokens: decode step %u failed: %s", i, std::string(step.message()).c_str());
+      out->set_last(true);
+      out->set_cloud_ms(ms_between(job_start, Clock::now()));
+      sent = send(message);
+      break;
+    }
+    const int32_t next = sampler.sample(logits);
+    sampler.accept(next, /*generated=*/true);
+    out->add_token_ids(static_cast<uint32_t>(next));
+    if (early.logprobs.has_value()) {
+      const TokenLogprobs computed = token_logprobs(logits, next, static_cast<int>(*early.logprobs));
+      v1::TokenLogprob* lp = out->add_logprobs();
+      lp->set_token_id(static_cast<uint32_t>(next));
+      lp->set_logprob(computed.logprob);
+      for (const auto& [id, logprob] : computed.top) {
+        v1::TopLogprob* top = lp->add_top();
+        top->set_token_id(static_cast<uint32_t>(id));
+        top->set_logprob(logprob);
+      }
+    }
+    const bool eog = env.tokenizer != nullptr && env.tokenizer->is_eog(next);
+    out->set_last(eog || i + 1 == early.count);
+    out->set_cloud_ms(ms_between(job_start, Clock::now()));
+    sent = send(message);
+    if (!sent.ok()) break;
+    ++result.early_tokens;
+    if (eog) break;
+    token = next;
+  }
+  cache.set_size(end);
+  result.early_ms = ms_between(start, Clock::now());
+  return sent;
+}
+
 }  // namespace
 
 absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, const PrefillJobEnv& env,
                                                  PrefillBackend& backend, const KvMessageSink& sink,
-                                                 const std::function<bool()>& cancelled) {
+                                                 const std::function<bool()>& cancelled, const KvMessageSink& urgent) {
   const Clock::time_point job_start = Clock::now();
   PrefillJobResult result;
   result.queue_ms = ms_between(input.admitted, job_start);
@@ -245,7 +303,9 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   BATON_CHECK(first < end);
 
   // 1. Reuse what is held. The cache is shared so the session cache can keep it.
-  auto cache = std::make_shared<F32KvCache>(geometry, end);
+  // Early tokens' decode steps write past the prompt: room for them.
+  const int64_t early_rows = input.early.has_value() ? input.early->count : 0;
+  auto cache = std::make_shared<F32KvCache>(geometry, end + early_rows);
   const std::span<const int32_t> tokens(input.tokens);
   const std::string partition = prefix_cache_partition(input.tenant, input.cache_salt);
   const HeldKv held = reuse_held_kv(input, env, partition, *cache);
@@ -307,6 +367,15 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
     absl::Status sent = encoder.status();
     if (!sent.ok()) return sent;  // the client went away: that is the cause
     return absl::Status(compute_status.code(), absl::StrCat("prefill failed: ", compute_status.message()));
+  }
+  // 3b. The early tokens go out while the encoder still sends the KV.
+  if (input.early.has_value()) {
+    absl::Status sent = sample_early_tokens(*input.early, env, backend, *cache, urgent ? urgent : sink, job_start,
+                                            result, cancelled);
+    if (!sent.ok()) {
+      encoder.stop(/*discard=*/true);
+      return sent;
+    }
   }
   BATON_RETURN_IF_ERROR(encoder.drain());
   encoder.stop();

@@ -14,6 +14,12 @@
 //      compute path; the stream is cut into slices of chunk_tokens (rounded up
 //      to the codec's key alignment) measured from first_position, so block
 //      boundaries do not depend on what was reused.
+//   3b. Early tokens (PrefillRequest.early_tokens): once the prompt is
+//      computed, decode steps from the prompt's last token sample the
+//      reply's first tokens with the edge's sampler, each sent at once
+//      through the urgent sink (ahead of the blocks still queued), while the
+//      encoder thread goes on sending the KV. Their rows are dropped
+//      afterwards: the stream and the caches hold the prompt only.
 //   4. After the trailer: keep the prompt's full 64-token blocks in the prefix
 //      cache and, with a session id, the whole KV in the session cache; the
 //      state tier gets the blocks this job computed and the session, through
@@ -27,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,7 @@
 #include "cloud_prefill/prefix_pack_store.h"
 #include "cloud_prefill/session_cache.h"
 #include "cloud_prefill/state/state_tier.h"
+#include "common/engine/sampling_proto.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_codec/kv_transform_codec.h"
 #include "common/kv_stream/kv_stream.h"
@@ -44,6 +52,7 @@
 namespace baton {
 
 class Model;
+class Tokenizer;
 
 // A validated request.
 struct PrefillJobInput {
@@ -56,6 +65,7 @@ struct PrefillJobInput {
   std::string session_id;                      // optional; >= kMinSessionIdChars (a secret)
   std::string cache_salt;                      // optional; partitions the prefix cache (prefix_cache_partition)
   std::shared_ptr<const StoredPack> pack;      // optional; its tokens start `tokens`
+  std::optional<EarlySampling> early;          // optional; PrefillRequest.early_tokens, validated
   std::chrono::steady_clock::time_point admitted;
 };
 
@@ -66,6 +76,7 @@ struct PrefillJobEnv {
   PrefixCache* prefix_cache = nullptr;
   SessionCache* session_cache = nullptr;
   StateTier* state_tier = nullptr;  // L2 of both caches; null or !enabled(): in-process only
+  const Tokenizer* tokenizer = nullptr;  // early tokens stop after an end-of-generation token; null: never
 };
 
 struct PrefillJobResult {
@@ -75,10 +86,15 @@ struct PrefillJobResult {
   double prefill_ms = 0;          // compute, first chunk to last layer
   double first_block_ms = 0;      // job start to the first block handed to the sink
   double encode_tail_ms = 0;      // encoding/sending after compute ended
+  uint32_t early_tokens = 0;      // early tokens sent
+  double early_ms = 0;            // sampling them (decode steps), after compute ended
 };
 
+// `urgent` (optional; default: `sink`) sends the early tokens: a sink that
+// queues them ahead of the blocks `sink` queued (QueuedWriteReactor::push_urgent).
 absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, const PrefillJobEnv& env,
                                                  PrefillBackend& backend, const KvMessageSink& sink,
-                                                 const std::function<bool()>& cancelled);
+                                                 const std::function<bool()>& cancelled,
+                                                 const KvMessageSink& urgent = {});
 
 }  // namespace baton

@@ -74,7 +74,7 @@ uint64_t PrefillService::memory_in_use_bytes() const { return admission_ ? admis
 uint64_t PrefillService::prefill_memory_bytes(const PrefillJobInput& plan) const {
   // The job's f32 cache of the whole prompt, plus one reuse candidate of the
   // same size while it copies from the session or prefix cache.
-  const uint64_t cache_bytes = decoded_pack_bytes(plan.tokens.size());
+  const uint64_t cache_bytes = decoded_pack_bytes(plan.tokens.size() + (plan.early ? plan.early->count : 0));
   const bool candidate = (session_cache_ != nullptr && options_.session_cache_bytes > 0 && !plan.session_id.empty()) ||
                          (prefix_cache_ != nullptr && options_.prefix_cache_bytes > 0) ||
                          options_.state_redis != nullptr;
@@ -477,6 +477,15 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
   plan.chunk_tokens = request.chunk_tokens() > 0 ? request.chunk_tokens()
                                                  : static_cast<uint32_t>(std::max(1, options_.chunk_tokens));
   plan.chunk_tokens = std::min<uint32_t>(plan.chunk_tokens, 8192);  // bounds the compute scratch
+  if (request.has_early_tokens() && request.early_tokens().count() > 0) {
+    BATON_ASSIGN_OR_RETURN(plan.early, early_sampling_from_proto(request.early_tokens(), n_vocab));
+    // The decode steps run past the prompt: the context limit counts them.
+    if (static_cast<int64_t>(plan.tokens.size()) + plan.early->count > max_context_tokens_) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("prompt of %d tokens + %u early tokens pass this server's limit of %d tokens",
+                          plan.tokens.size(), plan.early->count, max_context_tokens_));
+    }
+  }
   return plan;
 }
 
@@ -519,11 +528,12 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
     }
     ++running_;
     const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get(),
-                            state_tier_.get()};
+                            state_tier_.get(), tokenizer_.get()};
     absl::StatusOr<PrefillJobResult> result = run_prefill_job(
         *shared_plan, env, *backend,
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },
-        [reactor] { return reactor->cancelled(); });
+        [reactor] { return reactor->cancelled(); },
+        [reactor](const v1::KvStreamMessage& message) { return reactor->push_urgent(message); });
     if (result.ok()) record_throughput(result->computed_tokens, result->prefill_ms);
     if (options_.job_observer != nullptr) {
       options_.job_observer->job_finished(

@@ -17,6 +17,16 @@ EdgeMetrics::EdgeMetrics(MetricsRegistry& r)
     : registry(r),
       ttft_seconds(r.histogram("baton_edge_ttft_seconds", "Time to first token of Generate calls, seconds.",
                                ttft_buckets())),
+      cloud_first_token_seconds(r.histogram(
+          "baton_edge_cloud_first_token_seconds",
+          "Generate calls with early tokens: request arrival to the first token from the cloud, seconds.",
+          ttft_buckets())),
+      local_first_token_seconds(r.histogram(
+          "baton_edge_local_first_token_seconds",
+          "Request arrival to the first token sampled on the edge (equals the TTFT without early tokens), seconds.",
+          ttft_buckets())),
+      early_tokens(r.counter("baton_edge_early_tokens_total",
+                             "Reply tokens the cloud sampled and the edge sent before the KV landed.")),
       decode_tokens_per_second(r.histogram("baton_edge_decode_tokens_per_second",
                                            "Mean decode speed of Generate calls, tokens/s.", decode_buckets())),
       kv_received_bytes(r.counter("baton_edge_kv_received_bytes_total",
@@ -46,6 +56,11 @@ void EdgeMetrics::record_outcome(const absl::Status& status) {
 
 void EdgeMetrics::record_stats(const v1::Stats& stats) {
   ttft_seconds.observe(stats.ttft_ms() / 1000.0);
+  if (stats.early_tokens() > 0) {
+    cloud_first_token_seconds.observe(stats.cloud_first_token_ms() / 1000.0);
+    early_tokens.inc(stats.early_tokens());
+  }
+  if (stats.local_first_token_ms() > 0) local_first_token_seconds.observe(stats.local_first_token_ms() / 1000.0);
   if (stats.generated_tokens() > 1) decode_tokens_per_second.observe(stats.decode_tokens_per_s());
   kv_received_bytes.inc(static_cast<double>(stats.kv_wire_bytes()));
   prompt_tokens.inc(stats.prompt_tokens());

@@ -4,6 +4,9 @@
 //   baton_edge_generate_total{outcome}            Generate calls by outcome: "ok" or the
 //                                                 gRPC code in lower case ("unavailable", ...)
 //   baton_edge_ttft_seconds                       histogram, time to first token
+//   baton_edge_cloud_first_token_seconds          histogram, calls with early tokens: the first from the cloud
+//   baton_edge_local_first_token_seconds          histogram, the first token sampled on the edge
+//   baton_edge_early_tokens_total                 reply tokens the cloud sampled (early tokens) and were sent
 //   baton_edge_decode_tokens_per_second           histogram, mean decode speed per call
 //   baton_edge_prefills_total{place}              where the prompt was prefilled: local | cloud | reused
 //   baton_edge_kv_received_bytes_total            KV wire bytes received from the cloud
@@ -44,6 +47,9 @@ struct EdgeMetrics {
 
   MetricsRegistry& registry;
   Histogram& ttft_seconds;
+  Histogram& cloud_first_token_seconds;
+  Histogram& local_first_token_seconds;
+  Counter& early_tokens;
   Histogram& decode_tokens_per_second;
   Counter& kv_received_bytes;
   Counter& prompt_tokens;

@@ -41,6 +41,9 @@ struct EdgeRuntime {
   // unset (--context-overflow, --keep-tokens; context_overflow.h).
   ContextOverflowMode context_overflow = ContextOverflowMode::kTruncate;
   uint32_t keep_tokens = 0;
+  // Reply tokens the cloud samples ahead of the KV when a request leaves
+  // GenerateRequest.early_tokens unset (--early-tokens); 0: none.
+  uint32_t early_tokens = 0;
   SessionStore* sessions = nullptr;
   PackStore* packs = nullptr;
   CloudClient* cloud = nullptr;           // nullptr: no cloud configured

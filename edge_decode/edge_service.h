@@ -66,6 +66,9 @@ struct EdgeServiceOptions {
   // move the kept cells; context_overflow.h).
   ContextOverflowMode context_overflow = ContextOverflowMode::kTruncate;
   uint32_t keep_tokens = 0;               // at most kMaxKeepTokens
+  // Reply tokens the cloud samples ahead of the KV when a request leaves
+  // early_tokens unset (GenerateRequest.early_tokens); at most kMaxEarlyTokens.
+  uint32_t early_tokens = 0;
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
   int max_session_files = 0;              // session files on disk (LRU of idle ones); 0: no cap

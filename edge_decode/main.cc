@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/engine/sampling_proto.h"
 #include "common/model/model.h"
 #include "common/rpc/loopback.h"
 #include "common/util/check.h"
@@ -80,6 +81,7 @@ struct EdgeConfig {
   int64_t max_tokens_cap = 4096;        // a request asking for more is refused
   std::string context_overflow = "truncate";  // refuse | truncate | shift: a session past its context limit
   int64_t keep_tokens = 0;              // truncate: tokens at the start never dropped (besides the pack)
+  int64_t early_tokens = 0;             // reply tokens the cloud samples ahead of the KV
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
@@ -172,6 +174,11 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
   flags.add_int64("keep-tokens", &config.keep_tokens,
                   "--context-overflow truncate: tokens at the start of a conversation never dropped (e.g. a system "
                   "prompt; a pack is always kept, and a leading BOS), when a request leaves it unset");
+  flags.add_int64("early-tokens", &config.early_tokens,
+                  "reply tokens the cloud samples itself and sends ahead of the KV when the plan prefills through "
+                  "the cloud, so a slow link does not hold back the first token (they come from the cloud's "
+                  "weights; the edge then runs them into its own KV and continues), when a request leaves it "
+                  "unset; 0..64, 0: none");
   flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
                      "cancel a Generate or PullPack stream whose writes make no progress for this long (a client "
                      "that stopped reading); 0: never");
@@ -271,6 +278,10 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--keep-tokens %d must be in [0, %u]", config.keep_tokens, kMaxKeepTokens));
   }
+  if (config.early_tokens < 0 || config.early_tokens > kMaxEarlyTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--early-tokens %d must be in [0, %u]", config.early_tokens, kMaxEarlyTokens));
+  }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
@@ -292,6 +303,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.max_tokens_cap = static_cast<uint32_t>(config.max_tokens_cap);
   BATON_ASSIGN_OR_RETURN(options.context_overflow, parse_context_overflow(config.context_overflow));
   options.keep_tokens = static_cast<uint32_t>(config.keep_tokens);
+  options.early_tokens = static_cast<uint32_t>(config.early_tokens);
   options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);

@@ -82,6 +82,9 @@ class CudaPrefillBackend final : public PrefillBackend {
   absl::Status prefill(std::span<const int32_t> tokens, F32KvCache& kv, const LayerDoneFn& layer_done) override {
     return prefill_with_logits(tokens, kv, layer_done, nullptr);
   }
+  absl::Status decode(std::span<const int32_t> tokens, F32KvCache& kv, std::vector<float>* last_logits) override {
+    return prefill_with_logits(tokens, kv, {}, last_logits);
+  }
 
   // prefill(), and when last_logits != nullptr the logits of the chunk's last
   // token: f32 [n_vocab] (output RMSNorm and projection on the device).

@@ -47,6 +47,12 @@ void Sampler::accept(int32_t token, bool generated) {
   while (static_cast<int>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
 }
 
+void Sampler::adopt(int32_t token, bool record) {
+  // sample() draws exactly one uniform when it does not take the argmax.
+  if (params_.temperature > 0.0f) (void)rng_.uniform();
+  if (record) accept(token, /*generated=*/true);
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
   BATON_CHECK(!logits.empty());
   const int32_t n_vocab = static_cast<int32_t>(logits.size());

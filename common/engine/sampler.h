@@ -74,6 +74,12 @@ class Sampler {
   // Records a token (prompt or generated) for the repetition penalty;
   // `generated` ones also count for the frequency and presence penalties.
   void accept(int32_t token, bool generated = false);
+  // Takes `token` as if sample() had just returned it (its PRNG draw, when
+  // not greedy, is consumed) and, with `record`, accepts it as generated: a
+  // token sampled elsewhere from the same state (the cloud's early tokens,
+  // sampling_proto.h) leaves this sampler where sampling it here would have.
+  // (An end-of-generation token is not recorded, as a decode loop does not.)
+  void adopt(int32_t token, bool record = true);
   const SamplingParams& params() const { return params_; }
   SamplerState state() const { return SamplerState{rng_.state(), {recent_.begin(), recent_.end()}}; }
   void restore(const SamplerState& state) {

@@ -75,6 +75,22 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     return absl::OkStatus();
   }
 
+  // Queues a message ahead of every waiting one but the call's first (a
+  // stream's header keeps its place): early tokens overtake the KV blocks
+  // still queued. Never blocks (the queue may pass max_pending by these);
+  // CANCELLED once the client is gone.
+  absl::Status push_urgent(Message message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return cancelled_status();
+      auto at = pending_.begin();
+      if (!started_any_ && at != pending_.end()) ++at;
+      pending_.insert(at, Pending{std::move(message), false});
+    }
+    pump();
+    return absl::OkStatus();
+  }
+
   // Queues a snapshot (a progress report) that a newer snapshot of the same
   // `kind` (e.g. the same phase) replaces while it still waits, so a client
   // still sees every change of kind; never blocks: with the queue full it is
@@ -175,6 +191,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
         current_ = std::move(pending_.front().message);
         pending_.pop_front();
         writing_ = true;
+        started_any_ = true;
         write = true;
         if (watch_ != nullptr) watch_->write_started();
         room_cv_.notify_all();
@@ -200,6 +217,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   std::deque<Pending> pending_;      // guarded by mu_
   Message current_;                  // the write in flight
   bool writing_ = false;             // guarded by mu_
+  bool started_any_ = false;         // guarded by mu_; a write was started
   bool cancelled_ = false;           // guarded by mu_
   bool producer_done_ = false;       // guarded by mu_
   bool finished_ = false;            // guarded by mu_

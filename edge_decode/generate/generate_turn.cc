@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -171,13 +170,27 @@ class GenerateTurn {
   // A transform wire codec's coder, bound to the edge's calibration (null
   // coder for other codecs); FAILED_PRECONDITION naming tc_calibration.
   absl::Status bind_transform(std::shared_ptr<const KvTransformCodec>& coder) const;
-  // 7. The last prompt token, then decode (text pieces streamed).
+  // Before prefill: the sampler (the prompt accepted), the text decoder and
+  // the stop matcher, which early tokens use during the cloud prefill.
+  void prepare_sampling();
+  // The number of early tokens to ask the cloud for: the request's (or
+  // --early-tokens), within max_tokens and the room left in the context.
+  uint32_t early_tokens_to_ask() const;
+  // An EarlyTokens message (on the thread reading the cloud stream, after
+  // its header verified): each token is taken into the sampler and shown.
+  void show_early(const v1::EarlyTokens& early);
+  // One sampled token for the client: recorded, its text piece emitted, and
+  // whether it ends the reply (finish_). `logprob` (optional) is its entry.
+  absl::Status show_token(int32_t token, std::vector<int32_t>& reply, const v1::TokenLogprob* logprob,
+                          std::span<const float> logits, bool* finished);
+  // 7. The last prompt token (and the early tokens shown), then decode
+  // (text pieces streamed).
   absl::Status start_decoding();
   // The session's turn records: this turn (and what a truncation kept).
   void record_turn();
   absl::Status decode();
   // Bytes the decoder or the stop matcher held back end the text.
-  absl::Status flush_text(StreamingDecoder& decoder, StopMatcher& stop_matcher);
+  absl::Status flush_text();
   // 8. Commit, then the final Stats.
   absl::Status commit_and_report();
 
@@ -284,6 +297,20 @@ class GenerateTurn {
   v1::Stats stats_;
   double overlap_local_prefill_ms_ = 0;  // OVERLAP: the edge's part
   std::optional<Sampler> sampler_;
+  std::optional<StreamingDecoder> decoder_;
+  std::optional<StopMatcher> stop_matcher_;
+  // Early tokens: asked for (validate), shown (the reply's first tokens,
+  // not yet in the KV), whether the reply ended among them, a failed emit.
+  uint32_t early_wanted_ = 0;
+  std::vector<int32_t> early_shown_;
+  bool early_done_ = false;
+  bool early_closed_ = false;  // a bad early token: no more are shown
+  absl::Status early_emit_status_;
+  std::string early_note_;     // Stats.early_tokens_note
+  Clock::time_point cloud_first_token_time_{};
+  Clock::time_point local_first_token_time_{};
+  Clock::time_point decode_ready_time_{};  // the KV held the prompt (and the early tokens)
+  uint32_t local_generated_ = 0;           // tokens sampled here
   std::vector<float> logits_;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
   uint32_t generated_ = 0;
@@ -426,6 +453,7 @@ absl::Status GenerateTurn::run() {
   BATON_RETURN_IF_ERROR(fit_context());          // 4
   BATON_RETURN_IF_ERROR(load_pack());
   BATON_RETURN_IF_ERROR(plan_prefill());         // 5
+  prepare_sampling();
   BATON_RETURN_IF_ERROR(prefill());              // 6
   BATON_RETURN_IF_ERROR(start_decoding());       // 7
   BATON_RETURN_IF_ERROR(decode());
@@ -459,6 +487,11 @@ absl::Status GenerateTurn::validate() {
   stops_.assign(request_.stop().begin(), request_.stop().end());
   BATON_RETURN_IF_ERROR(check_stop_strings(stops_, "stop"));
   policy_ = prefill_policy_from_proto(request_.policy(), rt_.default_policy);
+  early_wanted_ = request_.has_early_tokens() ? request_.early_tokens() : rt_.early_tokens;
+  if (early_wanted_ > kMaxEarlyTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("early_tokens = %u; at most %u", early_wanted_, kMaxEarlyTokens));
+  }
   BATON_ASSIGN_OR_RETURN(overflow_mode_, context_overflow_from_proto(request_.context_overflow(), rt_.context_overflow));
   if (request_.has_keep_tokens() && request_.keep_tokens() > kMaxKeepTokens) {
     return absl::InvalidArgumentError(
@@ -889,13 +922,22 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill(int64_t first, std::function<ab
   auto cancelled = [&] { return !emit_status.ok() || !check_alive().ok() || (stop && stop()); };
   cloud_request.prefix_pack_id = cloud_pack_id_;
   cloud_request.max_staging_bytes = staging_budget_bytes(session_id(), kv);
+  if (const uint32_t early = early_tokens_to_ask(); early > 0) {
+    std::optional<uint32_t> logprobs;
+    if (request_.has_logprobs()) logprobs = request_.logprobs();
+    cloud_request.early = early_tokens_request(*sampler_, early, all_[n_ - 1], logprobs);
+    cloud_request.on_early = [this](const v1::EarlyTokens& message) { show_early(message); };
+  }
   absl::StatusOr<CloudPrefillResult> result =
       bound.ok() ? rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled,
                                       io_.cancel_slot)
                  : absl::StatusOr<CloudPrefillResult>(bound);
   if (!result.ok() && absl::IsNotFound(result.status()) && !cloud_pack_id_.empty()) {
-    // The cloud no longer holds the pack: it recomputes those tokens instead.
+    // The cloud no longer holds the pack: it recomputes those tokens instead
+    // (a refusal comes before any early token; were one shown, the cloud
+    // would not know it: none are asked for again).
     cloud_request.prefix_pack_id.clear();
+    if (!early_shown_.empty() || early_done_) cloud_request.early.reset();
     result = rt_.cloud->prefill(cloud_request, rt_.fingerprint, rt_.rope, kv, on_block, cancelled, io_.cancel_slot);
   }
   if (result.ok()) {
@@ -909,6 +951,9 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill(int64_t first, std::function<ab
     stats_.set_kv_wire_bytes(result->wire_bytes);
     stats_.set_cloud_reused_tokens(result->producer.cached_tokens());
     stats_.set_kv_codec(wire_.to_string());
+    if (cloud_request.early.has_value() && result->early_tokens == 0 && early_note_.empty()) {
+      early_note_ = "the cloud sent no early tokens (a baton-prefill without them, or its sampling failed)";
+    }
     return true;
   }
   // (An overlapped turn's store is the edge's prefill's; overlapped_prefill checks it.)
@@ -920,9 +965,19 @@ absl::StatusOr<bool> GenerateTurn::cloud_prefill(int64_t first, std::function<ab
       absl::IsCancelled(result.status()) ? absl::StatusCode::kUnavailable : result.status().code();
   const std::string why =
       absl::StrCat("cloud prefill failed (", absl::StatusCodeToString(code), "): ", result.status().message());
-  if (policy_ == PrefillPolicy::kCloud) return absl::Status(code, why);
+  if (policy_ == PrefillPolicy::kCloud) {
+    if (early_shown_.empty()) return absl::Status(code, why);
+    return absl::Status(code, absl::StrFormat("%s (after %d early tokens were sent; the session is unchanged)", why,
+                                              early_shown_.size()));
+  }
   BATON_WARN("session %s: %s; prefilling locally", session_id().c_str(), why.c_str());
   stats_.set_fallback_reason(why);
+  if (!early_shown_.empty()) {
+    early_note_ = absl::StrFormat(
+        "the KV stream failed after %d early tokens were sent: the edge prefilled the prompt and them here and "
+        "continued the reply",
+        early_shown_.size());
+  }
   return false;
 }
 
@@ -940,7 +995,7 @@ absl::Status GenerateTurn::bind_transform(std::shared_ptr<const KvTransformCodec
   return absl::OkStatus();
 }
 
-absl::Status GenerateTurn::start_decoding() {
+void GenerateTurn::prepare_sampling() {
   SessionLease& session = *session_;
   Sampler& sampler = sampler_.emplace(sampling_);
   if (!is_new_) {
@@ -950,11 +1005,97 @@ absl::Status GenerateTurn::start_decoding() {
   }
   const size_t accept_from = is_new_ ? 0 : static_cast<size_t>(held_tokens_);
   for (size_t i = accept_from; i < all_.size(); ++i) sampler.accept(all_[i]);
+  decoder_.emplace(*rt_.tokenizer);
+  stop_matcher_.emplace(stops_);
+}
 
+uint32_t GenerateTurn::early_tokens_to_ask() const {
+  if (early_wanted_ == 0) return 0;
+  // The reply never grows past max_tokens or the context limit.
+  const int64_t room = std::min<int64_t>(max_tokens_, max_context_ - n_);
+  return static_cast<uint32_t>(std::clamp<int64_t>(room, 0, early_wanted_));
+}
+
+void GenerateTurn::show_early(const v1::EarlyTokens& early) {
+  const int n_vocab = rt_.model->spec().n_vocab;
+  for (int i = 0; i < early.token_ids_size() && !early_done_ && !early_closed_ && early_emit_status_.ok(); ++i) {
+    const uint32_t id = early.token_ids(i);
+    if (id >= static_cast<uint32_t>(n_vocab)) {
+      // Never shown, nor any after it: the reply goes on here from the ones before.
+      early_closed_ = true;
+      early_note_ = absl::StrFormat("the cloud sent early token %u, outside the vocabulary of %d tokens: it and any "
+                                    "after it were ignored",
+                                    id, n_vocab);
+      BATON_WARN("session %s: %s", session_id().c_str(), early_note_.c_str());
+      break;
+    }
+    const int32_t token = static_cast<int32_t>(id);
+    const Clock::time_point now = Clock::now();
+    if (generated_ == 0) {
+      first_token_time_ = now;
+      cloud_first_token_time_ = now;
+    }
+    if (rt_.tokenizer->is_eog(token)) {
+      sampler_->adopt(token, /*record=*/false);
+      finish_ = v1::FINISH_REASON_EOS;
+      early_done_ = true;
+      break;
+    }
+    sampler_->adopt(token);
+    const v1::TokenLogprob* logprob = i < early.logprobs_size() ? &early.logprobs(i) : nullptr;
+    bool finished = false;
+    early_emit_status_ = show_token(token, early_shown_, logprob, {}, &finished);
+    if (finished) early_done_ = true;
+  }
+}
+
+absl::Status GenerateTurn::show_token(int32_t token, std::vector<int32_t>& reply, const v1::TokenLogprob* logprob,
+                                      std::span<const float> logits, bool* finished) {
+  last_token_time_ = Clock::now();
+  reply.push_back(token);
+  ++generated_;
+  bool stopped = false;
+  v1::GenerateResponse piece;
+  piece.mutable_text()->set_text(stop_matcher_->add(decoder_->push(token), &stopped));
+  piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
+  if (request_.has_logprobs()) {
+    if (logprob != nullptr) {
+      *piece.mutable_text()->add_logprobs() = *logprob;
+    } else if (!logits.empty()) {
+      add_logprobs(logits, token, request_.logprobs(), piece.mutable_text());
+    }
+  }
+  *finished = true;
+  if (stopped) {
+    finish_ = v1::FINISH_REASON_STOP;
+  } else if (generated_ >= max_tokens_) {
+    finish_ = v1::FINISH_REASON_LENGTH;
+  } else if (n_ + static_cast<int64_t>(generated_) >= max_context_) {
+    // The conversation never grows past the limit (the last sampled token
+    // included: the next turn runs it into the KV).
+    finish_ = v1::FINISH_REASON_CONTEXT_FULL;
+  } else {
+    *finished = false;
+  }
+  return emit(std::move(piece));
+}
+
+absl::Status GenerateTurn::start_decoding() {
+  SessionLease& session = *session_;
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
-  BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
+  if (early_shown_.empty()) {
+    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
+  } else {
+    // The early tokens shown enter the edge's own KV with the last prompt
+    // token, in one batch; the last one's logits continue the reply.
+    std::vector<int32_t> run(1, all_[n_ - 1]);
+    run.insert(run.end(), early_shown_.begin(), early_shown_.end());
+    BATON_RETURN_IF_ERROR(rt_.engine->prefill(run, *kv_, &logits_));
+  }
+  decode_ready_time_ = Clock::now();
   session->tokens = all_;
+  session->tokens.insert(session->tokens.end(), early_shown_.begin(), early_shown_.end());
   record_turn();
   return absl::OkStatus();
 }
@@ -978,8 +1119,6 @@ void GenerateTurn::record_turn() {
 absl::Status GenerateTurn::decode() {
   SessionLease& session = *session_;
   Sampler& sampler = *sampler_;
-  StreamingDecoder decoder(*rt_.tokenizer);
-  StopMatcher stop_matcher(stops_);
   // CANCELLED once the client left after its first token: the answer so far
   // is kept (keep_on_cancel).
   absl::Status interrupted;
@@ -988,59 +1127,41 @@ absl::Status GenerateTurn::decode() {
     interrupted = std::move(status);
     return absl::OkStatus();
   };
-  if (static_cast<int64_t>(session->tokens.size()) >= max_context_) {
+  if (!early_done_ && static_cast<int64_t>(session->tokens.size()) >= max_context_) {
     finish_ = v1::FINISH_REASON_CONTEXT_FULL;  // no room for a single token
-    first_token_time_ = Clock::now();
+    if (generated_ == 0) first_token_time_ = Clock::now();
   }
-  while (finish_ != v1::FINISH_REASON_CONTEXT_FULL) {
+  // The reply may have ended among the early tokens.
+  bool finished = early_done_ || finish_ == v1::FINISH_REASON_CONTEXT_FULL;
+  while (!finished) {
     BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
     if (!interrupted.ok()) break;
     const int32_t token = sampler.sample(logits_);
     const Clock::time_point now = Clock::now();
     if (generated_ == 0) first_token_time_ = now;
+    if (local_generated_ == 0) local_first_token_time_ = now;
     if (rt_.tokenizer->is_eog(token)) {
       finish_ = v1::FINISH_REASON_EOS;
       break;
     }
-    last_token_time_ = now;
     sampler.accept(token, /*generated=*/true);
-    session->tokens.push_back(token);
-    ++generated_;
-    bool stopped = false;
-    v1::GenerateResponse piece;
-    piece.mutable_text()->set_text(stop_matcher.add(decoder.push(token), &stopped));
-    piece.mutable_text()->add_token_ids(static_cast<uint32_t>(token));
-    if (request_.has_logprobs()) add_logprobs(logits_, token, request_.logprobs(), piece.mutable_text());
-    BATON_RETURN_IF_ERROR(keep_on_cancel(emit(std::move(piece))));
-    if (!interrupted.ok()) break;
-    if (stopped) {
-      finish_ = v1::FINISH_REASON_STOP;
-      break;
-    }
-    if (generated_ >= max_tokens_) {
-      finish_ = v1::FINISH_REASON_LENGTH;
-      break;
-    }
-    // The conversation never grows past the limit (the last sampled token
-    // included: the next turn runs it into the KV).
-    if (static_cast<int64_t>(session->tokens.size()) >= max_context_) {
-      finish_ = v1::FINISH_REASON_CONTEXT_FULL;
-      break;
-    }
+    ++local_generated_;
+    BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits_, &finished)));
+    if (!interrupted.ok() || finished) break;
     BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, *kv_, &logits_));
   }
   if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated_, interrupted);
-  if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text(decoder, stop_matcher));
+  if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text());
   return absl::OkStatus();
 }
 
-absl::Status GenerateTurn::flush_text(StreamingDecoder& decoder, StopMatcher& stop_matcher) {
+absl::Status GenerateTurn::flush_text() {
   bool stopped = false;
-  std::string rest = stop_matcher.add(decoder.flush(), &stopped);
+  std::string rest = stop_matcher_->add(decoder_->flush(), &stopped);
   if (stopped) {
     finish_ = v1::FINISH_REASON_STOP;
   } else {
-    rest += stop_matcher.flush();
+    rest += stop_matcher_->flush();
   }
   if (!rest.empty()) {
     v1::GenerateResponse piece;
@@ -1065,11 +1186,24 @@ absl::Status GenerateTurn::commit_and_report() {
 
   const double ttft_ms = ms_between(io_.arrival, first_token_time_);
   stats_.set_ttft_ms(ttft_ms);
-  stats_.set_local_ms(std::max(0.0, ttft_ms - stats_.cloud_prefill_ms() - stats_.transfer_ms() - stats_.ingest_ms()));
-  if (generated_ > 1) {
-    const double decode_s = ms_between(first_token_time_, last_token_time_) / 1000.0;
+  // With early tokens the four parts add up to the first token sampled here
+  // (or, when the reply ended among them, to the KV's holding them).
+  const bool early = !early_shown_.empty();
+  const bool local_token = local_first_token_time_ != Clock::time_point{};
+  double parts_ms = ttft_ms;
+  if (early) {
+    stats_.set_early_tokens(static_cast<uint32_t>(early_shown_.size()));
+    stats_.set_cloud_first_token_ms(ms_between(io_.arrival, cloud_first_token_time_));
+    parts_ms = ms_between(io_.arrival, local_token ? local_first_token_time_ : decode_ready_time_);
+  }
+  if (local_token) stats_.set_local_first_token_ms(ms_between(io_.arrival, local_first_token_time_));
+  if (!early_note_.empty()) stats_.set_early_tokens_note(early_note_);
+  stats_.set_local_ms(std::max(0.0, parts_ms - stats_.cloud_prefill_ms() - stats_.transfer_ms() - stats_.ingest_ms()));
+  // Decode speed: the tokens sampled here (the early ones came over the link).
+  if (local_generated_ > 1) {
+    const double decode_s = ms_between(local_first_token_time_, last_token_time_) / 1000.0;
     if (decode_s > 0) {
-      stats_.set_decode_tokens_per_s(static_cast<double>(generated_ - 1) / decode_s);
+      stats_.set_decode_tokens_per_s(static_cast<double>(local_generated_ - 1) / decode_s);
       rt_.decode_tokens_per_s->add(stats_.decode_tokens_per_s());
     }
   }
@@ -1100,53 +1234,6 @@ absl::Status GenerateTurn::commit_and_report() {
 }
 
 }  // namespace
-
-absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingParams& params,
-                                                          float default_temperature) {
-  SamplingParams out;
-  out.temperature = params.has_temperature() ? params.temperature() : default_temperature;
-  if (!std::isfinite(out.temperature) || out.temperature < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sampling.temperature = %g; must be >= 0 (0 = greedy)", out.temperature));
-  }
-  if (params.top_k() > 1'000'000) {
-    return absl::InvalidArgumentError(absl::StrFormat("sampling.top_k = %d; at most 1000000", params.top_k()));
-  }
-  out.top_k = static_cast<int>(params.top_k());  // 0: off
-  if (!(params.top_p() >= 0 && params.top_p() <= 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat("sampling.top_p = %g; must be in [0, 1]", params.top_p()));
-  }
-  out.top_p = params.top_p() == 0 ? 1.0f : params.top_p();
-  if (!(params.min_p() >= 0 && params.min_p() <= 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat("sampling.min_p = %g; must be in [0, 1]", params.min_p()));
-  }
-  out.min_p = params.min_p();
-  if (!(params.repetition_penalty() >= 0) || !std::isfinite(params.repetition_penalty())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sampling.repetition_penalty = %g; must be >= 0 (0 or 1 = off)", params.repetition_penalty()));
-  }
-  out.repeat_penalty = params.repetition_penalty() == 0 ? 1.0f : params.repetition_penalty();
-  if (params.repetition_last_n() > 65536) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sampling.repetition_last_n = %d; at most 65536", params.repetition_last_n()));
-  }
-  out.repeat_last_n = params.repetition_last_n() == 0 ? 64 : static_cast<int>(params.repetition_last_n());
-  for (const auto& [name, value] : {std::pair{"frequency_penalty", params.frequency_penalty()},
-                                    std::pair{"presence_penalty", params.presence_penalty()}}) {
-    if (!(value >= -2.0f && value <= 2.0f)) {
-      return absl::InvalidArgumentError(absl::StrFormat("sampling.%s = %g; must be in [-2, 2]", name, value));
-    }
-  }
-  out.frequency_penalty = params.frequency_penalty();
-  out.presence_penalty = params.presence_penalty();
-  if (params.has_seed()) {
-    out.seed = params.seed();
-  } else {
-    std::random_device device;
-    out.seed = (uint64_t{device()} << 32) ^ device();
-  }
-  return out;
-}
 
 absl::StatusOr<KvCodecConfig> resolve_wire_codec(const v1::CodecParams& params, const KvCodecConfig& fallback,
                                                  const KvGeometry& geometry) {

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/engine/sampler.h"
+#include "common/engine/sampling_proto.h"  // sampling_params_from_proto
 #include "common/rpc/cancel_slot.h"
 #include "edge_decode/edge_runtime.h"
 #include "proto/baton.pb.h"
@@ -51,12 +52,6 @@ struct TurnIo {
 // RESOURCE_EXHAUSTED, FAILED_PRECONDITION, UNAVAILABLE, CANCELLED,
 // DEADLINE_EXCEEDED).
 absl::Status run_generate_turn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io);
-
-// Request sampling values -> sampler parameters (proto zero values mean "off"
-// or the agent default; see baton.proto SamplingParams). An unset seed draws
-// a random one. INVALID_ARGUMENT names the bad field and its range.
-absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingParams& params,
-                                                          float default_temperature);
 
 // The wire codec of a request: unset (UNSPECIFIED) -> `fallback`; else the
 // default variant of that width (default_kv_codec_config) with every set

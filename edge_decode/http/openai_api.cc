@@ -17,6 +17,7 @@
 #include "common/tokenizer/unicode.h"  // IsValidUtf8
 #include "common/util/check.h"
 #include "edge_decode/plan/split_policy.h"
+#include "common/engine/sampling_proto.h"             // kMaxEarlyTokens
 #include "edge_decode/generate/context_overflow.h"  // kMaxKeepTokens
 #include "edge_decode/generate/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
 
@@ -316,6 +317,8 @@ absl::Status parse_baton_options(const Json& body, OpenAiRequest& out) {
   }
   BATON_ASSIGN_OR_RETURN(std::optional<int64_t> keep, get_integer(*baton, "keep_tokens", 0, kMaxKeepTokens, kPath));
   if (keep.has_value()) out.keep_tokens = static_cast<uint32_t>(*keep);
+  BATON_ASSIGN_OR_RETURN(std::optional<int64_t> early, get_integer(*baton, "early_tokens", 0, kMaxEarlyTokens, kPath));
+  if (early.has_value()) out.early_tokens = static_cast<uint32_t>(*early);
   return absl::OkStatus();
 }
 
@@ -366,6 +369,12 @@ Json baton_json(const v1::Stats& stats) {
   if (!stats.fallback_reason().empty()) out["fallback_reason"] = stats.fallback_reason();
   if (!stats.session_id().empty()) out["session"] = stats.session_id();
   if (!stats.save_error().empty()) out["save_error"] = stats.save_error();
+  if (stats.early_tokens() > 0) {
+    out["early_tokens"] = stats.early_tokens();
+    out["cloud_first_token_ms"] = stats.cloud_first_token_ms();
+  }
+  if (stats.local_first_token_ms() > 0) out["local_first_token_ms"] = stats.local_first_token_ms();
+  if (!stats.early_tokens_note().empty()) out["early_tokens_note"] = stats.early_tokens_note();
   if (!stats.context_overflow().empty()) {
     out["context_overflow"] = stats.context_overflow();
     out["dropped_turns"] = stats.dropped_turns();
@@ -542,6 +551,7 @@ absl::StatusOr<v1::GenerateRequest> to_generate_request(const OpenAiRequest& req
   out.set_policy(request.policy);
   out.set_context_overflow(request.context_overflow);
   if (request.keep_tokens.has_value()) out.set_keep_tokens(*request.keep_tokens);
+  if (request.early_tokens.has_value()) out.set_early_tokens(*request.early_tokens);
   out.set_max_tokens(request.max_tokens);
   for (const std::string& stop : request.stop) out.add_stop(stop);
   if (!request.codec.empty()) {

@@ -203,6 +203,8 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   }
   rpc.set_prefix_pack_id(request.prefix_pack_id);
   rpc.set_cache_salt(request.cache_salt);
+  const uint32_t early_wanted = request.early.has_value() ? request.early->count() : 0;
+  if (early_wanted > 0) *rpc.mutable_early_tokens() = *request.early;
 
   grpc::ClientContext context;
   prepare(context, std::min(request.deadline, std::chrono::system_clock::now() + options_.prefill_timeout));
@@ -235,14 +237,57 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   Clock::time_point last_message_time = start;
   bool finished = false;
   bool have_first_block = false;
+  // Early tokens: shown only once the header verified, which the reader
+  // did when it asks for the message after the header.
+  bool header_returned = false;
+  bool header_verified = false;
+  std::vector<v1::EarlyTokens> early_waiting;
+  uint32_t early_seen = 0;
+  auto take_early = [&](v1::EarlyTokens early) -> absl::Status {
+    early_seen += static_cast<uint32_t>(early.token_ids_size());
+    if (early_wanted == 0 || early_seen > early_wanted) {
+      return absl::DataLossError(absl::StrFormat(
+          "the cloud sent %u early tokens; %u were asked for", early_seen, early_wanted));
+    }
+    if (early.logprobs_size() != 0 && early.logprobs_size() != early.token_ids_size()) {
+      return absl::DataLossError(absl::StrFormat("the cloud's early tokens carry %d logprobs for %d tokens",
+                                                 early.logprobs_size(), early.token_ids_size()));
+    }
+    if (!header_verified) {
+      early_waiting.push_back(std::move(early));
+      return absl::OkStatus();
+    }
+    result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
+    if (request.on_early) request.on_early(early);
+    return absl::OkStatus();
+  };
   KvMessageSource source = [&]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
     if (finished) return std::optional<v1::KvStreamMessage>();
+    if (header_returned && !header_verified) {
+      header_verified = true;
+      for (v1::EarlyTokens& early : early_waiting) {
+        result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
+        if (request.on_early) request.on_early(early);
+      }
+      early_waiting.clear();
+    }
     if (cancelled && cancelled()) {
       context.TryCancel();
       return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
     }
     v1::KvStreamMessage message;
-    if (!reader->Read(&message)) {
+    bool read = reader->Read(&message);
+    while (read && message.has_early_tokens()) {
+      last_message_time = Clock::now();
+      watchdog.on_message(0);
+      BATON_RETURN_IF_ERROR(take_early(std::move(*message.mutable_early_tokens())));
+      if (cancelled && cancelled()) {
+        context.TryCancel();
+        return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
+      }
+      read = reader->Read(&message);
+    }
+    if (!read) {
       finished = true;
       last_message_time = Clock::now();
       watchdog.stop();  // all arrived: waiting in before_commit is no stall
@@ -264,6 +309,8 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
       result.wire_bytes += block.encoded_size();
       result.quantized_bytes += block.raw_size();
       if (progress) progress(seen);
+    } else if (message.has_header()) {
+      header_returned = true;
     } else if (message.has_trailer()) {
       if (message.trailer().has_producer()) result.producer = message.trailer().producer();
       seen.kv_layers_received = n_layer;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -113,6 +114,14 @@ struct CloudPrefillRequest {
   // it may do meanwhile, on another thread) and says whether it did. A
   // non-OK status drops the stream, `target` as the edge's prefill left it.
   std::function<absl::Status()> before_commit;
+  // Set (count > 0): the cloud samples the reply's first tokens
+  // (PrefillRequest.early_tokens) and `on_early` gets each EarlyTokens
+  // message as it arrives, on the calling thread, but never before the
+  // stream's header verified (ones that overtake it wait). A stream that
+  // sends more tokens than asked, or logprobs that do not pair with its
+  // tokens, fails (DATA_LOSS) like a corrupt one.
+  std::optional<v1::EarlyTokensRequest> early;
+  std::function<void(const v1::EarlyTokens&)> on_early;
 };
 
 // Memory a received KV stream is counted for before it is committed: its
@@ -149,6 +158,7 @@ struct CloudPrefillResult {
   uint64_t wire_bytes = 0;                // encoded payload bytes (after zstd)
   uint64_t quantized_bytes = 0;           // payload bytes before zstd
   v1::ProducerStats producer;             // from the trailer (empty if absent)
+  uint32_t early_tokens = 0;              // early tokens handed to on_early
 };
 
 // A server stream of KV messages (GetPrefix) as a KvMessageSource; cancels the

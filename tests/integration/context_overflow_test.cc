@@ -128,19 +128,6 @@ void expect_same_kv(const QuantizedKvCache& a, const QuantizedKvCache& b, int64_
   }
 }
 
-// ListSessions' row of `id` (empty when not listed).
-v1::SessionInfo session_info(v1::Edge::Stub& stub, const std::string& id) {
-  grpc::ClientContext context;
-  context.set_deadline(deadline_in(10));
-  v1::ListSessionsResponse response;
-  const grpc::Status status = stub.ListSessions(&context, v1::ListSessionsRequest(), &response);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  for (const v1::SessionInfo& info : response.sessions()) {
-    if (info.session_id() == id) return info;
-  }
-  return {};
-}
-
 v1::GenerateRequest turn(int prompt_tokens, int salt, const std::string& session, uint32_t max_tokens = 12,
                          v1::SplitPolicy policy = v1::SPLIT_POLICY_LOCAL) {
   return greedy_request(prompt(prompt_tokens, salt), session, policy, max_tokens);

@@ -2,6 +2,7 @@
 // FaultyPrefill: a Prefill service for fault tests that relays a real
 // cloud's answer with a fault in it (edge_handoff_test, edge_overlap_test),
 // and start_faulty_cloud to serve it on 127.0.0.1:0.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -29,9 +30,11 @@ class FaultyPrefill final : public v1::Prefill::Service {
   // agree with it); kOversized: a 9 MiB block payload; kShiftFirstPosition
   // and kChangeToken ask the real cloud a different question than the edge
   // did (first_position one earlier; the last token id changed) and relay its
-  // honest answer, which the edge's pins must refuse.
+  // honest answer, which the edge's pins must refuse. kEarlyThenCut: the
+  // header, then every early token (PrefillRequest.early_tokens), then half
+  // the blocks, then the end without a trailer.
   enum class Fault { kNone, kCorruptBlock, kTruncate, kStall, kSlow, kBomb, kOversized, kShiftFirstPosition,
-                     kChangeToken };
+                     kChangeToken, kEarlyThenCut };
   FaultyPrefill(const std::string& upstream, Fault fault)
       : stub_(v1::Prefill::NewStub(grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()))),
         fault_(fault) {}
@@ -63,6 +66,12 @@ class FaultyPrefill final : public v1::Prefill::Service {
       grpc::Status status = reader->Finish();
       if (!status.ok()) return status;
     }
+    if (fault_ == Fault::kEarlyThenCut) {
+      // Early tokens right after the header, whatever order they came in.
+      std::stable_partition(messages.begin(), messages.end(), [](const v1::KvStreamMessage& m) {
+        return m.has_header() || m.has_early_tokens();
+      });
+    }
     size_t n_blocks = 0;
     for (const v1::KvStreamMessage& message : messages) n_blocks += message.has_block() ? 1 : 0;
     size_t blocks = 0;
@@ -73,7 +82,9 @@ class FaultyPrefill final : public v1::Prefill::Service {
           std::string* payload = message.mutable_block()->mutable_payload();
           (*payload)[payload->size() / 2] ^= 0x5a;
         }
-        if (fault_ == Fault::kTruncate && blocks > n_blocks / 2) return grpc::Status::OK;  // no trailer
+        if ((fault_ == Fault::kTruncate || fault_ == Fault::kEarlyThenCut) && blocks > n_blocks / 2) {
+          return grpc::Status::OK;  // no trailer
+        }
         if (fault_ == Fault::kStall && blocks > n_blocks / 2) {
           if (!stalled_set_.exchange(true)) stalled_.set_value();
           while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));

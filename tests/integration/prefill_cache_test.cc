@@ -507,6 +507,9 @@ class GatedBackend final : public PrefillBackend {
     }
     return inner_.prefill(tokens, kv, layer_done);
   }
+  absl::Status decode(std::span<const int32_t> tokens, F32KvCache& kv, std::vector<float>* last_logits) override {
+    return inner_.decode(tokens, kv, last_logits);
+  }
 
  private:
   CpuPrefillBackend inner_;

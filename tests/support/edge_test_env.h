@@ -258,17 +258,23 @@ inline v1::GenerateRequest greedy_request(const std::vector<uint32_t>& tokens, c
   return request;
 }
 
-// The session's token count, or -1 when the edge does not list it.
-inline int64_t session_tokens(v1::Edge::Stub& stub, const std::string& id) {
+// ListSessions' row of `id` (empty when not listed).
+inline v1::SessionInfo session_info(v1::Edge::Stub& stub, const std::string& id) {
   grpc::ClientContext context;
   context.set_deadline(deadline_in(10));
   v1::ListSessionsResponse response;
-  grpc::Status status = stub.ListSessions(&context, v1::ListSessionsRequest(), &response);
+  const grpc::Status status = stub.ListSessions(&context, v1::ListSessionsRequest(), &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
   for (const v1::SessionInfo& info : response.sessions()) {
-    if (info.session_id() == id) return info.token_count();
+    if (info.session_id() == id) return info;
   }
-  return -1;
+  return {};
+}
+
+// The session's token count, or -1 when the edge does not list it.
+inline int64_t session_tokens(v1::Edge::Stub& stub, const std::string& id) {
+  const v1::SessionInfo info = session_info(stub, id);
+  return info.session_id().empty() ? -1 : static_cast<int64_t>(info.token_count());
 }
 
 }  // namespace baton::edge_test

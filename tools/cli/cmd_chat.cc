@@ -57,6 +57,7 @@ struct ChatFlags {
   std::string system;
   GenerationFlags generation;
   std::string policy_name;
+  EdgeTurnFlags turn;  // --context-overflow, --keep-tokens, --early-tokens
   std::chrono::milliseconds timeout{300'000};
   ChannelSecurityOptions security;
   int64_t threads = 2;
@@ -86,6 +87,7 @@ std::unique_ptr<FlagSet> chat_flag_set(ChatFlags* out) {
   flags.add_section("edge agent only (without --model)");
   flags.add_string("policy", &out->policy_name,
                    "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
+  add_edge_turn_flags(flags, &out->turn);
   flags.add_duration("timeout", &out->timeout, "deadline of one answer, warm-up retries included");
   add_edge_channel_flags(flags, &out->security);
   flags.add_section("CPU engine only (--model)");
@@ -184,6 +186,7 @@ class EdgeChat : public Chat {
     request.set_session_id(session_id_);
     request.set_policy(policy_);
     fill_edge_request(flags_.generation, flag_set_, &request);
+    (void)fill_edge_turn(flags_.turn, flag_set_, &request);  // checked in chat_on_edge
     interrupts().on_interrupt([this] { client_.cancel_generate(); });
     bool any_text = false;
     std::optional<v1::Stats> stats;
@@ -388,6 +391,10 @@ absl::Status chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
   }
   absl::StatusOr<v1::SplitPolicy> policy = parse_split_policy(f.policy_name);
   if (!policy.ok()) return chat_usage_error(std::string(policy.status().message()));
+  v1::GenerateRequest checked;
+  if (absl::Status turn = fill_edge_turn(f.turn, flags, &checked); !turn.ok()) {
+    return chat_usage_error(std::string(turn.message()));
+  }
   absl::StatusOr<RpcTarget> target = make_rpc_target("edge", f.edge, "edge agent", f.timeout, f.security);
   if (!target.ok()) return chat_usage_error(std::string(target.status().message()));
   std::string session_id = new_chat_session_id();
@@ -401,7 +408,8 @@ absl::Status chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
 }
 
 absl::Status chat_locally(const ChatFlags& f, const FlagSet& flags) {
-  for (const char* name : {"edge", "session", "policy", "timeout", "ca", "api-key-file"}) {
+  for (const char* name : {"edge", "session", "policy", "timeout", "ca", "api-key-file", "context-overflow",
+                           "keep-tokens", "early-tokens"}) {
     if (flags.is_set(name)) {
       return chat_usage_error(absl::StrCat("--", name, " is for the edge agent; --model FILE runs here"));
     }

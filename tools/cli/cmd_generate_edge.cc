@@ -145,17 +145,8 @@ absl::Status fill_request(const GenerateFlags& f, const FlagSet& flags, const st
     }
     request->set_split_position(static_cast<uint32_t>(f.split_position));
   }
-  if (!f.context_overflow.empty()) {
-    absl::StatusOr<ContextOverflowMode> mode = parse_context_overflow(f.context_overflow);
-    if (!mode.ok()) return usage_error("generate", "--context-overflow: " + std::string(mode.status().message()));
-    request->set_context_overflow(context_overflow_to_proto(*mode));
-  }
-  if (flags.is_set("keep-tokens")) {
-    if (f.keep_tokens < 0 || f.keep_tokens > kMaxKeepTokens) {
-      return usage_error("generate", absl::StrFormat("--keep-tokens %d is outside [0, %u]", f.keep_tokens,
-                                                     kMaxKeepTokens));
-    }
-    request->set_keep_tokens(static_cast<uint32_t>(f.keep_tokens));
+  if (absl::Status turn = fill_edge_turn(f.turn, flags, request); !turn.ok()) {
+    return usage_error("generate", std::string(turn.message()));
   }
   fill_edge_request(f.generation, flags, request);
   for (const std::string& stop : stops) request->add_stop(stop);

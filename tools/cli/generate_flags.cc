@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kEdgeOnly[] = {"edge",         "session",          "pack",        "policy",
                                      "codec",        "split-position",   "stop",        "no-progress",
                                      "timeout",      "ca",               "api-key-file", "context-overflow",
-                                     "keep-tokens"};
+                                     "keep-tokens",  "early-tokens"};
 constexpr const char* kLocalOnly[] = {"model", "prompt-len", "threads", "ignore-eos"};
 
 }  // namespace
@@ -64,15 +64,7 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   flags.add_int64("split-position", &out->split_position,
                   "force the split: the edge prefills [have, A) while the cloud streams [A, n-1) (A = have: cloud, "
                   "n-1: local; tests and benchmarks)");
-  flags.add_string("context-overflow", &out->context_overflow,
-                   "a session whose conversation outgrows the agent's context limit: truncate (drop the oldest "
-                   "whole turns, keep the pack and the first --keep-tokens), shift (drop them, move the kept cells "
-                   "without recompute) or refuse; unset: the agent's "
-                   "--context-overflow",
-                   "MODE");
-  flags.add_int64("keep-tokens", &out->keep_tokens,
-                  "with truncate: tokens at the start of the conversation never dropped; unset: the agent's "
-                  "--keep-tokens");
+  add_edge_turn_flags(flags, &out->turn);
   flags.add_string("stop", &out->stop_help, "stop when the text ends with S (repeatable)", "S");
   flags.add_bool("no-progress", &out->no_progress, "no progress line, even on a terminal");
   flags.add_duration("timeout", &out->timeout, "deadline of the whole request, warm-up retries included");

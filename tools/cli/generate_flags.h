@@ -29,8 +29,7 @@ struct GenerateFlags {
   // --edge only
   std::string session_id, pack_id, policy_name, codec_name;
   int64_t split_position = 0;  // --split-position: GenerateRequest.split_position when set
-  std::string context_overflow;  // --context-overflow refuse|truncate|shift; empty: the agent's
-  int64_t keep_tokens = 0;       // --keep-tokens: GenerateRequest.keep_tokens when set
+  EdgeTurnFlags turn;            // --context-overflow, --keep-tokens, --early-tokens
   std::string stop_help;  // --stop is repeatable: collected before parsing; listed for --help
   bool no_progress = false;
   std::chrono::milliseconds timeout{300'000};

@@ -2,8 +2,11 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/engine/sampling_proto.h"
 #include "common/util/flags.h"
+#include "edge_decode/generate/context_overflow.h"
 
 namespace baton::cli {
 
@@ -83,6 +86,43 @@ absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name) {
   if (name == "local") return v1::SPLIT_POLICY_LOCAL;
   if (name == "cloud") return v1::SPLIT_POLICY_CLOUD;
   return absl::InvalidArgumentError("--policy: '" + name + "' is not one of auto, local, cloud");
+}
+
+void add_edge_turn_flags(FlagSet& flags, EdgeTurnFlags* out) {
+  flags.add_string("context-overflow", &out->context_overflow,
+                   "a session whose conversation outgrows the agent's context limit: truncate (drop the oldest "
+                   "whole turns, keep the pack and the first --keep-tokens), shift (drop them, move the kept cells "
+                   "without recompute) or refuse; unset: the agent's --context-overflow",
+                   "MODE");
+  flags.add_int64("keep-tokens", &out->keep_tokens,
+                  "with truncate and shift: tokens at the start of the conversation never dropped; unset: the "
+                  "agent's --keep-tokens");
+  flags.add_int64("early-tokens", &out->early_tokens,
+                  "reply tokens the cloud samples and sends ahead of the KV when the turn prefills through the "
+                  "cloud (0..64; they come from the cloud's weights); unset: the agent's --early-tokens");
+}
+
+absl::Status fill_edge_turn(const EdgeTurnFlags& turn, const FlagSet& flags, v1::GenerateRequest* request) {
+  if (!turn.context_overflow.empty()) {
+    absl::StatusOr<ContextOverflowMode> mode = parse_context_overflow(turn.context_overflow);
+    if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--context-overflow: ", mode.status().message()));
+    request->set_context_overflow(context_overflow_to_proto(*mode));
+  }
+  if (flags.is_set("keep-tokens")) {
+    if (turn.keep_tokens < 0 || turn.keep_tokens > kMaxKeepTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--keep-tokens %d is outside [0, %u]", turn.keep_tokens, kMaxKeepTokens));
+    }
+    request->set_keep_tokens(static_cast<uint32_t>(turn.keep_tokens));
+  }
+  if (flags.is_set("early-tokens")) {
+    if (turn.early_tokens < 0 || turn.early_tokens > kMaxEarlyTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--early-tokens %d is outside [0, %u]", turn.early_tokens, kMaxEarlyTokens));
+    }
+    request->set_early_tokens(static_cast<uint32_t>(turn.early_tokens));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace baton::cli

@@ -61,4 +61,17 @@ Report local_stats_report(const std::string& model_name, int64_t threads, const 
 // agent's --policy).
 absl::StatusOr<v1::SplitPolicy> parse_split_policy(const std::string& name);
 
+// The edge agent's per-request turn settings that generate and chat share
+// (--edge only): unset flags leave the agent's own settings.
+struct EdgeTurnFlags {
+  std::string context_overflow;  // --context-overflow refuse|truncate|shift; empty: the agent's
+  int64_t keep_tokens = 0;       // --keep-tokens: GenerateRequest.keep_tokens when given
+  int64_t early_tokens = 0;      // --early-tokens: GenerateRequest.early_tokens when given
+};
+// Registers --context-overflow, --keep-tokens and --early-tokens.
+void add_edge_turn_flags(FlagSet& flags, EdgeTurnFlags* out);
+// Range checks (InvalidArgument naming the flag), then the request's fields
+// of the flags given.
+absl::Status fill_edge_turn(const EdgeTurnFlags& turn, const FlagSet& flags, v1::GenerateRequest* request);
+
 }  // namespace baton::cli

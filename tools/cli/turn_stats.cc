@@ -29,6 +29,17 @@ void print_turn_stats(const std::string& address, const v1::Stats& stats, std::F
   if (!stats.fallback_reason().empty()) r.add_text("fallback", "fallback reason", stats.fallback_reason());
   if (!stats.save_error().empty()) r.add_text("save_error", "session NOT saved", stats.save_error());
   r.add("ttft_ms", "time to first token", stats.ttft_ms(), "ms", 1);
+  // Early tokens: the first ones came from the cloud before the KV landed.
+  if (stats.early_tokens() > 0) {
+    r.add("cloud_first_token_ms", "  first token from the cloud", stats.cloud_first_token_ms(), "ms", 1);
+    if (stats.local_first_token_ms() > 0) {
+      r.add("local_first_token_ms", "  first token decoded here", stats.local_first_token_ms(), "ms", 1);
+    } else {
+      r.add_text("local_first_token_ms", "  first token decoded here", "none (the reply ended among the early tokens)");
+    }
+    r.add_int("early_tokens", "  early tokens (cloud)", stats.early_tokens());
+  }
+  if (!stats.early_tokens_note().empty()) r.add_text("early_tokens_note", "early tokens", stats.early_tokens_note());
   // The cloud's part only when the cloud served the turn (a KV stream
   // arrived): a local turn has no cloud time to show, not 0 ms of it.
   const bool cloud_served = stats.kv_wire_bytes() > 0;

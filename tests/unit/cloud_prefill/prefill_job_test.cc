@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +76,22 @@ class FakeBackend final : public PrefillBackend {
     kv.set_size(begin + static_cast<int64_t>(tokens.size()));
     return absl::OkStatus();
   }
+  // Early tokens' steps: fake KV rows, and logits whose argmax is the last
+  // token + 1 (mod kFakeVocab).
+  static constexpr int kFakeVocab = 512;
+  absl::Status decode(std::span<const int32_t> tokens, F32KvCache& kv, std::vector<float>* last_logits) override {
+    const int64_t begin = kv.size();
+    decode_positions.push_back(begin);
+    if (decode_positions.size() == fail_on_decode) return absl::InternalError("decode step failed");
+    for (int layer = 0; layer < kv.geometry().n_layer; ++layer) BATON_RETURN_IF_ERROR(store_fake(tokens, begin, kv, layer));
+    kv.set_size(begin + static_cast<int64_t>(tokens.size()));
+    last_logits->assign(kFakeVocab, 0.0f);
+    (*last_logits)[static_cast<size_t>((tokens.back() + 1) % kFakeVocab)] = 1.0f;
+    return absl::OkStatus();
+  }
 
+  std::vector<int64_t> decode_positions;  // kv.size() at each decode step
+  size_t fail_on_decode = 0;              // 1-based; 0: never
   int sequences = 0;
   std::atomic<int> layers_done{0};
   std::vector<Chunk> chunks;
@@ -332,6 +348,142 @@ TEST_F(PrefillJobTest, ASinkThatFailsEndsTheJobWithTheSinksStatus) {
     EXPECT_THAT(std::string(r.result.status().message()), HasSubstr("the client went away"));
     EXPECT_FALSE(has_trailer(r.messages));
     EXPECT_EQ(prefix_cache_.stats().entries, 0u);
+  }
+}
+
+// Early tokens (PrefillRequest.early_tokens): sampled after the prompt from
+// the backend's decode steps with the edge's sampler, sent through the
+// urgent sink; the stream and the caches hold the prompt only.
+class PrefillJobEarlyTest : public PrefillJobTest {
+ protected:
+  struct EarlyRun {
+    absl::StatusOr<PrefillJobResult> result;
+    std::vector<v1::KvStreamMessage> messages;  // the stream sink
+    std::vector<v1::KvStreamMessage> urgent;    // the urgent sink
+  };
+  EarlyRun run_early(const PrefillJobInput& in) {
+    EarlyRun r;
+    std::mutex mu;
+    r.result = run_prefill_job(
+        in, env(), backend_,
+        [&](const v1::KvStreamMessage& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          r.messages.push_back(m);
+          return absl::OkStatus();
+        },
+        {},
+        [&](const v1::KvStreamMessage& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          r.urgent.push_back(m);
+          return absl::OkStatus();
+        });
+    return r;
+  }
+  static EarlySampling greedy(uint32_t count, int32_t last_token) {
+    EarlySampling early;
+    early.count = count;
+    early.last_token = last_token;
+    early.params.temperature = 0.0f;
+    return early;
+  }
+};
+
+TEST_F(PrefillJobEarlyTest, SampledAfterThePromptAndSentThroughTheUrgentSinkWhileTheStreamHoldsThePromptOnly) {
+  const std::vector<int32_t> tokens = prompt(100, 9);
+  PrefillJobInput in = input(tokens);
+  in.session_id = kSession;
+  in.early = greedy(5, 41);
+  EarlyRun r = run_early(in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->early_tokens, 5u);
+  // The fake logits' argmax is the last token + 1: 42, 43, ... from the prompt's last token 41.
+  ASSERT_EQ(r.urgent.size(), 5u);
+  for (size_t i = 0; i < r.urgent.size(); ++i) {
+    ASSERT_TRUE(r.urgent[i].has_early_tokens());
+    const v1::EarlyTokens& early = r.urgent[i].early_tokens();
+    ASSERT_EQ(early.token_ids_size(), 1);
+    EXPECT_EQ(early.token_ids(0), 42u + i);
+    EXPECT_EQ(early.last(), i + 1 == r.urgent.size());
+    EXPECT_TRUE(early.logprobs().empty());
+    EXPECT_GT(early.cloud_ms(), 0.0);
+  }
+  // One decode step per token, right after the prompt: 41 at 100, then 42..45.
+  EXPECT_EQ(backend_.decode_positions, (std::vector<int64_t>{100, 101, 102, 103, 104}));
+  for (const v1::KvStreamMessage& m : r.messages) EXPECT_FALSE(m.has_early_tokens());
+  ASSERT_TRUE(has_trailer(r.messages));
+  EXPECT_EQ(r.messages.back().trailer().producer().computed_tokens(), 100u);
+  expect_fake_kv(r.messages, tokens, 0);
+  // The session cache holds the prompt, not the sampled rows.
+  F32KvCache held(tiny_.geometry, 200);
+  bool exact = false;
+  std::vector<int32_t> longer = tokens;
+  for (int32_t t = 41; t < 46; ++t) longer.push_back(t);
+  EXPECT_EQ(session_cache_.load("alice", kSession, longer, static_cast<int64_t>(longer.size()), held, &exact), 100);
+}
+
+TEST_F(PrefillJobEarlyTest, LogprobsRideWithEachToken) {
+  PrefillJobInput in = input(prompt(40, 10));
+  in.early = greedy(2, 7);
+  in.early->logprobs = 3;
+  EarlyRun r = run_early(in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  ASSERT_EQ(r.urgent.size(), 2u);
+  for (const v1::KvStreamMessage& m : r.urgent) {
+    ASSERT_EQ(m.early_tokens().logprobs_size(), 1);
+    const v1::TokenLogprob& lp = m.early_tokens().logprobs(0);
+    EXPECT_EQ(lp.token_id(), m.early_tokens().token_ids(0));
+    EXPECT_LT(lp.logprob(), 0.0f);
+    ASSERT_EQ(lp.top_size(), 3);
+    EXPECT_EQ(lp.top(0).token_id(), lp.token_id()) << "greedy: the most likely token";
+  }
+}
+
+TEST_F(PrefillJobEarlyTest, AFailedDecodeStepEndsTheEarlyTokensNotTheStream) {
+  const std::vector<int32_t> tokens = prompt(70, 11);
+  PrefillJobInput in = input(tokens);
+  in.early = greedy(6, 3);
+  backend_.fail_on_decode = 3;
+  EarlyRun r = run_early(in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  EXPECT_EQ(r.result->early_tokens, 2u);
+  ASSERT_EQ(r.urgent.size(), 3u);
+  EXPECT_EQ(r.urgent[0].early_tokens().token_ids(0), 4u);
+  EXPECT_EQ(r.urgent[1].early_tokens().token_ids(0), 5u);
+  EXPECT_FALSE(r.urgent[1].early_tokens().last());
+  EXPECT_EQ(r.urgent[2].early_tokens().token_ids_size(), 0);
+  EXPECT_TRUE(r.urgent[2].early_tokens().last()) << "the edge learns no more come";
+  ASSERT_TRUE(has_trailer(r.messages));
+  expect_fake_kv(r.messages, tokens, 0);
+}
+
+TEST_F(PrefillJobEarlyTest, SeededSamplingContinuesTheEdgesRandomStream) {
+  // The cloud's sampler is the edge's at the turn's start: the same tokens
+  // as sampling here from the same logits and state.
+  SamplingParams params;
+  params.temperature = 1.5f;
+  params.top_k = 0;
+  params.seed = 99;
+  Sampler edge(params);
+  for (int32_t t : {5, 6, 7}) edge.accept(t);
+  EarlySampling early;
+  early.count = 4;
+  early.last_token = 7;
+  early.params = params;
+  early.params.seed = 0;  // never used: the state replaces it
+  early.state = edge.state();
+  PrefillJobInput in = input(prompt(30, 12));
+  in.early = early;
+  EarlyRun r = run_early(in);
+  ASSERT_TRUE(r.result.ok()) << r.result.status();
+  ASSERT_EQ(r.urgent.size(), 4u);
+  int32_t last = 7;
+  for (const v1::KvStreamMessage& m : r.urgent) {
+    std::vector<float> logits(FakeBackend::kFakeVocab, 0.0f);
+    logits[static_cast<size_t>((last + 1) % FakeBackend::kFakeVocab)] = 1.0f;
+    const int32_t expected = edge.sample(logits);
+    edge.accept(expected, /*generated=*/true);
+    EXPECT_EQ(m.early_tokens().token_ids(0), static_cast<uint32_t>(expected));
+    last = expected;
   }
 }
 

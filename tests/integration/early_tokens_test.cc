@@ -1,0 +1,262 @@
+// Early tokens (GenerateRequest.early_tokens): the cloud samples the reply's
+// first tokens with the edge's sampler and sends them ahead of the KV; the
+// edge shows them at once, runs them into its own KV once the stream
+// verified, and continues. Real cloud and edge on loopback, serving the same
+// Q4_0 file, so a reply with early tokens must equal the reply the edge
+// makes alone: no duplicate and no gap at the early/local boundary, for
+// greedy and seeded sampling. The session then holds exactly the prompt and
+// every token shown (its prefix digest says so). Faults: a stream cut after
+// the early tokens completes the same reply locally under policy auto and
+// leaves the session unchanged under policy cloud; a cloud of another model
+// gets no early token shown at all.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/engine/sampling_proto.h"
+#include "common/kv_stream/prefix_digest.h"
+#include "tests/integration/faulty_prefill.h"
+#include "tests/support/edge_test_env.h"
+
+namespace baton::edge_test {
+namespace {
+
+constexpr uint32_t kEarly = 4;
+constexpr uint32_t kReply = 16;
+
+v1::GenerateRequest request_for(const std::vector<uint32_t>& prompt_ids, const std::string& session,
+                                v1::SplitPolicy policy, uint32_t early, uint32_t max_tokens = kReply) {
+  v1::GenerateRequest request = greedy_request(prompt_ids, session, policy, max_tokens);
+  request.set_early_tokens(early);
+  return request;
+}
+
+v1::GenerateRequest seeded(v1::GenerateRequest request) {
+  request.mutable_sampling()->set_temperature(0.9f);
+  request.mutable_sampling()->set_top_k(0);
+  request.mutable_sampling()->set_seed(20261202);
+  return request;
+}
+
+// The session holds exactly `conversation`'s first token_count tokens.
+void expect_session_holds(v1::Edge::Stub& stub, const std::string& id, const std::vector<uint32_t>& conversation) {
+  const v1::SessionInfo info = session_info(stub, id);
+  ASSERT_FALSE(info.session_id().empty()) << id;
+  ASSERT_LE(info.token_count(), conversation.size());
+  // The last token shown may wait for the next turn to enter the KV.
+  EXPECT_GE(info.token_count() + 1, conversation.size());
+  const std::vector<int32_t> held(conversation.begin(), conversation.begin() + info.token_count());
+  const Digest256 digest = prefix_digest(held);
+  EXPECT_EQ(info.prefix_digest(), std::string(digest.begin(), digest.end())) << id;
+}
+
+std::vector<uint32_t> joined(std::vector<uint32_t> a, const std::vector<uint32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class EarlyTokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cloud_ = start_cloud(model_path_);
+    ASSERT_NE(cloud_->server, nullptr);
+  }
+  // An edge whose plan prefers the cloud (a slow assumed local prefill).
+  std::unique_ptr<Edge> edge_for(const std::string& cloud_address) {
+    EdgeServiceOptions options = edge_options(cloud_address);
+    options.assumed_local_prefill_tokens_per_s = 0.01;
+    options.max_tokens = kReply;
+    std::unique_ptr<Edge> edge = start_edge(model_path_, options);
+    EXPECT_NE(edge->stub, nullptr);
+    if (edge->stub) wait_for_cloud(*edge->stub);
+    return edge;
+  }
+  // The reply the edge makes alone.
+  GenerateResult local_reference(Edge& edge, v1::GenerateRequest request, const std::string& session) {
+    request.set_session_id(session);
+    request.set_policy(v1::SPLIT_POLICY_LOCAL);
+    request.set_early_tokens(0);
+    GenerateResult result = generate(*edge.stub, request);
+    EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+    return result;
+  }
+
+  const std::string& model_path_ = edge_model_path("tiny");
+  std::unique_ptr<Cloud> cloud_;
+};
+
+TEST_F(EarlyTokensTest, GreedyAndSeededRepliesAreContinuousAndTheSessionHoldsWhatWasShown) {
+  std::unique_ptr<Edge> edge = edge_for(cloud_->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> prompt_ids = prompt(150, 1);
+  for (const bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "seeded");
+    const std::string id = greedy ? "greedy" : "seeded";
+    v1::GenerateRequest request = request_for(prompt_ids, id, v1::SPLIT_POLICY_CLOUD, kEarly);
+    if (!greedy) request = seeded(request);
+    const GenerateResult early = generate(*edge->stub, request);
+    const GenerateResult alone = local_reference(*edge, request, id + "-ref");
+    ASSERT_TRUE(early.status.ok()) << early.status.error_message();
+    ASSERT_TRUE(early.has_stats);
+    const v1::Stats& stats = early.stats;
+    EXPECT_EQ(stats.plan().place(), v1::PREFILL_PLACE_CLOUD);
+    EXPECT_EQ(stats.early_tokens(), kEarly);
+    EXPECT_TRUE(stats.early_tokens_note().empty()) << stats.early_tokens_note();
+    EXPECT_GT(stats.cloud_first_token_ms(), 0.0);
+    EXPECT_DOUBLE_EQ(stats.ttft_ms(), stats.cloud_first_token_ms()) << "the first token the client got";
+    EXPECT_GE(stats.local_first_token_ms(), stats.cloud_first_token_ms());
+    EXPECT_NEAR(stats.cloud_prefill_ms() + stats.transfer_ms() + stats.ingest_ms() + stats.local_ms(),
+                stats.local_first_token_ms(), 0.5);
+    // Same weights on both sides: the same reply, token for token.
+    EXPECT_EQ(early.tokens.size(), kReply);
+    EXPECT_EQ(early.tokens, alone.tokens);
+    EXPECT_EQ(early.text, alone.text);
+    EXPECT_EQ(stats.generated_tokens(), kReply);
+    expect_session_holds(*edge->stub, id, joined(prompt_ids, early.tokens));
+    // The next turn continues both conversations the same way.
+    const std::vector<uint32_t> next = prompt(30, 2);
+    v1::GenerateRequest follow = request_for(next, id, v1::SPLIT_POLICY_LOCAL, 0);
+    if (!greedy) follow = seeded(follow);
+    follow.mutable_sampling()->clear_seed();  // the session's random stream goes on
+    const GenerateResult a = generate(*edge->stub, follow);
+    follow.set_session_id(id + "-ref");
+    const GenerateResult b = generate(*edge->stub, follow);
+    ASSERT_TRUE(a.status.ok() && b.status.ok());
+    EXPECT_EQ(a.tokens, b.tokens);
+  }
+}
+
+TEST_F(EarlyTokensTest, LogprobsOfEarlyTokensComeFromTheCloud) {
+  std::unique_ptr<Edge> edge = edge_for(cloud_->address());
+  ASSERT_NE(edge->stub, nullptr);
+  v1::GenerateRequest request = request_for(prompt(90, 3), "lp", v1::SPLIT_POLICY_CLOUD, kEarly, 8);
+  request.set_logprobs(2);
+  const GenerateResult early = generate(*edge->stub, request);
+  const GenerateResult alone = local_reference(*edge, request, "lp-ref");
+  ASSERT_TRUE(early.status.ok()) << early.status.error_message();
+  ASSERT_EQ(early.logprobs.size(), early.tokens.size());
+  ASSERT_EQ(alone.logprobs.size(), early.logprobs.size());
+  for (size_t i = 0; i < early.logprobs.size(); ++i) {
+    EXPECT_LE(early.logprobs[i], 0.0f);
+    EXPECT_NEAR(early.logprobs[i], alone.logprobs[i], 0.05) << "token " << i;
+  }
+}
+
+TEST_F(EarlyTokensTest, AReplyEndingAmongTheEarlyTokensNeverDecodesHere) {
+  std::unique_ptr<Edge> edge = edge_for(cloud_->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> prompt_ids = prompt(80, 4);
+  const GenerateResult early =
+      generate(*edge->stub, request_for(prompt_ids, "short", v1::SPLIT_POLICY_CLOUD, kEarly, 3));
+  ASSERT_TRUE(early.status.ok()) << early.status.error_message();
+  EXPECT_EQ(early.stats.early_tokens(), 3u) << "asked for no more than max_tokens";
+  EXPECT_EQ(early.stats.local_first_token_ms(), 0.0);
+  EXPECT_EQ(early.stats.finish_reason(), v1::FINISH_REASON_LENGTH);
+  const GenerateResult alone =
+      local_reference(*edge, request_for(prompt_ids, "", v1::SPLIT_POLICY_LOCAL, 0, 3), "short-ref");
+  EXPECT_EQ(early.tokens, alone.tokens);
+  expect_session_holds(*edge->stub, "short", joined(prompt_ids, early.tokens));
+}
+
+TEST_F(EarlyTokensTest, AStreamCutAfterTheEarlyTokensCompletesTheSameReplyLocallyUnderAuto) {
+  std::unique_ptr<FaultyCloud> relay = start_faulty_cloud(cloud_->address(), FaultyPrefill::Fault::kEarlyThenCut);
+  std::unique_ptr<Edge> edge = edge_for(relay->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> prompt_ids = prompt(150, 5);
+  const v1::GenerateRequest request = request_for(prompt_ids, "cut", v1::SPLIT_POLICY_AUTO, kEarly);
+  const GenerateResult early = generate(*edge->stub, request);
+  const GenerateResult alone = local_reference(*edge, request, "cut-ref");
+  ASSERT_TRUE(early.status.ok()) << early.status.error_message();
+  const v1::Stats& stats = early.stats;
+  EXPECT_EQ(stats.early_tokens(), kEarly);
+  EXPECT_NE(stats.fallback_reason().find("DATA_LOSS"), std::string::npos) << stats.fallback_reason();
+  EXPECT_NE(stats.early_tokens_note().find("failed after 4 early tokens"), std::string::npos)
+      << stats.early_tokens_note();
+  EXPECT_EQ(stats.plan().place(), v1::PREFILL_PLACE_LOCAL);
+  EXPECT_EQ(early.tokens, alone.tokens) << "the early tokens and the local rest: one reply";
+  expect_session_holds(*edge->stub, "cut", joined(prompt_ids, early.tokens));
+}
+
+TEST_F(EarlyTokensTest, AStreamCutAfterTheEarlyTokensUnderCloudLeavesTheSessionUnchanged) {
+  std::unique_ptr<FaultyCloud> relay = start_faulty_cloud(cloud_->address(), FaultyPrefill::Fault::kEarlyThenCut);
+  std::unique_ptr<Edge> edge = edge_for(relay->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> first = prompt(40, 6);
+  const GenerateResult turn1 = generate(*edge->stub, request_for(first, "kept", v1::SPLIT_POLICY_LOCAL, 0));
+  ASSERT_TRUE(turn1.status.ok()) << turn1.status.error_message();
+  const v1::SessionInfo before = session_info(*edge->stub, "kept");
+  const GenerateResult failed =
+      generate(*edge->stub, request_for(prompt(150, 7), "kept", v1::SPLIT_POLICY_CLOUD, kEarly));
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::DATA_LOSS) << failed.status.error_message();
+  EXPECT_NE(failed.status.error_message().find("after 4 early tokens"), std::string::npos)
+      << failed.status.error_message();
+  EXPECT_EQ(failed.tokens.size(), kEarly) << "they were shown before the stream failed";
+  const v1::SessionInfo after = session_info(*edge->stub, "kept");
+  EXPECT_EQ(after.token_count(), before.token_count());
+  EXPECT_EQ(after.prefix_digest(), before.prefix_digest());
+  EXPECT_EQ(after.turn_count(), before.turn_count());
+}
+
+TEST_F(EarlyTokensTest, ACloudOfAnotherModelGetsNoEarlyTokenShown) {
+  std::unique_ptr<Cloud> other = start_cloud(edge_model_path("tiny", /*seed=*/2));
+  std::unique_ptr<Edge> edge = edge_for(other->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> prompt_ids = prompt(60, 8);
+  const GenerateResult refused = generate(*edge->stub, request_for(prompt_ids, "fp", v1::SPLIT_POLICY_CLOUD, kEarly));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.status.error_message();
+  EXPECT_TRUE(refused.tokens.empty()) << "tokens of another model are never shown";
+  EXPECT_EQ(session_tokens(*edge->stub, "fp"), -1);
+  const GenerateResult auto_turn = generate(*edge->stub, request_for(prompt_ids, "fp", v1::SPLIT_POLICY_AUTO, kEarly));
+  ASSERT_TRUE(auto_turn.status.ok()) << auto_turn.status.error_message();
+  EXPECT_EQ(auto_turn.stats.early_tokens(), 0u);
+  EXPECT_NE(auto_turn.stats.fallback_reason().find("weights_digest"), std::string::npos)
+      << auto_turn.stats.fallback_reason();
+  const GenerateResult alone =
+      local_reference(*edge, request_for(prompt_ids, "", v1::SPLIT_POLICY_LOCAL, 0), "fp-ref");
+  EXPECT_EQ(auto_turn.tokens, alone.tokens);
+}
+
+// The cloud queues its early tokens ahead of the blocks still waiting: a
+// client that reads late finds them before the last block.
+TEST_F(EarlyTokensTest, TheCloudSendsEarlyTokensAheadOfQueuedBlocks) {
+  v1::PrefillRequest request;
+  const std::vector<uint32_t> ids = prompt(1024, 9);
+  for (size_t i = 0; i + 1 < ids.size(); ++i) request.mutable_tokens()->add_ids(ids[i]);
+  request.mutable_codec()->set_codec(v1::KV_CODEC_F16);
+  request.set_chunk_tokens(16);
+  Sampler sampler(SamplingParams{});
+  *request.mutable_early_tokens() = early_tokens_request(sampler, 3, static_cast<int32_t>(ids.back()), std::nullopt);
+  grpc::ClientContext context;
+  context.set_deadline(deadline_in(60));
+  std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = cloud_->stub->Prefill(&context, request);
+  // Let the cloud compute everything and queue what the link does not take.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::vector<v1::KvStreamMessage::ItemCase> order;
+  v1::KvStreamMessage message;
+  uint32_t early_tokens = 0;
+  while (reader->Read(&message)) {
+    order.push_back(message.item_case());
+    if (message.has_early_tokens()) early_tokens += static_cast<uint32_t>(message.early_tokens().token_ids_size());
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(early_tokens, 3u);
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(order.front(), v1::KvStreamMessage::kHeader) << "the header keeps its place";
+  EXPECT_EQ(order.back(), v1::KvStreamMessage::kTrailer);
+  const auto first_early = std::find(order.begin(), order.end(), v1::KvStreamMessage::kEarlyTokens);
+  const auto last_block = std::find(order.rbegin(), order.rend(), v1::KvStreamMessage::kBlock);
+  ASSERT_NE(first_early, order.end());
+  ASSERT_NE(last_block, order.rend());
+  const size_t blocks_after =
+      static_cast<size_t>(std::count(first_early, order.end(), v1::KvStreamMessage::kBlock));
+  EXPECT_GT(blocks_after, 0u) << "the early tokens overtook the blocks still queued";
+}
+
+}  // namespace
+}  // namespace baton::edge_test
