@@ -262,17 +262,7 @@ absl::Status sample_early_tokens(const EarlySampling& early, const PrefillJobEnv
     const int32_t next = sampler.sample(logits);
     sampler.accept(next, /*generated=*/true);
     out->add_token_ids(static_cast<uint32_t>(next));
-    if (early.logprobs.has_value()) {
-      const TokenLogprobs computed = token_logprobs(logits, next, static_cast<int>(*early.logprobs));
-      v1::TokenLogprob* lp = out->add_logprobs();
-      lp->set_token_id(static_cast<uint32_t>(next));
-      lp->set_logprob(computed.logprob);
-      for (const auto& [id, logprob] : computed.top) {
-        v1::TopLogprob* top = lp->add_top();
-        top->set_token_id(static_cast<uint32_t>(id));
-        top->set_logprob(logprob);
-      }
-    }
+    if (early.logprobs.has_value()) fill_token_logprob(logits, next, *early.logprobs, out->add_logprobs());
     const bool eog = env.tokenizer != nullptr && env.tokenizer->is_eog(next);
     out->set_last(eog || i + 1 == early.count);
     out->set_cloud_ms(ms_between(job_start, Clock::now()));

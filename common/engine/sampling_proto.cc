@@ -57,6 +57,17 @@ absl::StatusOr<SamplingParams> sampling_params_from_proto(const v1::SamplingPara
   return out;
 }
 
+void fill_token_logprob(std::span<const float> logits, int32_t token, uint32_t top_n, v1::TokenLogprob* out) {
+  const TokenLogprobs computed = token_logprobs(logits, token, static_cast<int>(top_n));
+  out->set_token_id(static_cast<uint32_t>(token));
+  out->set_logprob(computed.logprob);
+  for (const auto& [id, logprob] : computed.top) {
+    v1::TopLogprob* top = out->add_top();
+    top->set_token_id(static_cast<uint32_t>(id));
+    top->set_logprob(logprob);
+  }
+}
+
 v1::EarlyTokensRequest early_tokens_request(const Sampler& sampler, uint32_t count, int32_t last_token,
                                             std::optional<uint32_t> logprobs) {
   const SamplingParams& p = sampler.params();

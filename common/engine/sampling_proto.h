@@ -7,12 +7,18 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "common/engine/sampler.h"
 #include "proto/baton.pb.h"
 
 namespace baton {
+
+// `out` = the model's log-probability of `token` and its `top_n` most likely
+// alternatives from raw logits (token_logprobs), as TextPiece and
+// EarlyTokens carry them.
+void fill_token_logprob(std::span<const float> logits, int32_t token, uint32_t top_n, v1::TokenLogprob* out);
 
 // Most tokens one request may have the cloud sample ahead of its KV.
 inline constexpr uint32_t kMaxEarlyTokens = 64;

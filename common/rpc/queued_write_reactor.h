@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/cancel_slot.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/pending_writes.h"
 #include "common/rpc/tsan_annotations.h"
 #include "common/rpc/write_stall_watchdog.h"
 
@@ -69,23 +70,22 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       std::unique_lock<std::mutex> lock(mu_);
       room_cv_.wait(lock, [this] { return cancelled_ || pending_.size() < max_pending_; });
       if (cancelled_) return cancelled_status();
-      pending_.push_back({std::move(message), false});
+      pending_.push(std::move(message));
     }
     pump();
     return absl::OkStatus();
   }
 
-  // Queues a message ahead of every waiting one but the call's first (a
-  // stream's header keeps its place): early tokens overtake the KV blocks
-  // still queued. Never blocks (the queue may pass max_pending by these);
+  // Queues a message ahead of the regular ones waiting, after the urgent
+  // ones before it, never ahead of the call's first message
+  // (PendingWrites::push_urgent): early tokens overtake the KV blocks still
+  // queued. Never blocks (the queue may pass max_pending by these);
   // CANCELLED once the client is gone.
   absl::Status push_urgent(Message message) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (cancelled_) return cancelled_status();
-      auto at = pending_.begin();
-      if (!started_any_ && at != pending_.end()) ++at;
-      pending_.insert(at, Pending{std::move(message), false});
+      pending_.push_urgent(std::move(message));
     }
     pump();
     return absl::OkStatus();
@@ -99,12 +99,9 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (cancelled_) return cancelled_status();
-      if (!pending_.empty() && pending_.back().snapshot && pending_.back().snapshot_kind == kind) {
-        pending_.back().message = std::move(message);
-        return absl::OkStatus();
-      }
+      if (pending_.replace_snapshot(message, kind)) return absl::OkStatus();
       if (pending_.size() >= max_pending_) return absl::OkStatus();
-      pending_.push_back({std::move(message), true, kind});
+      pending_.push_snapshot(std::move(message), kind);
     }
     pump();
     return absl::OkStatus();
@@ -163,12 +160,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   }
 
  private:
-  struct Pending {
-    Message message;
-    bool snapshot = false;      // push_snapshot(): a newer snapshot of the same kind replaces it
-    int64_t snapshot_kind = 0;  // valid when snapshot
-  };
-
   // guarded by mu_
   absl::Status cancelled_status() const {
     if (watch_ != nullptr && watch_->stalled()) {
@@ -188,10 +179,8 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     {
       if (finished_ || writing_) return;
       if (!pending_.empty() && !cancelled_) {
-        current_ = std::move(pending_.front().message);
-        pending_.pop_front();
+        current_ = pending_.pop();
         writing_ = true;
-        started_any_ = true;
         write = true;
         if (watch_ != nullptr) watch_->write_started();
         room_cv_.notify_all();
@@ -214,10 +203,9 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   std::shared_ptr<WriteStallWatchdog::Watch> watch_;  // null: no write-progress deadline
   mutable std::mutex mu_;
   std::condition_variable room_cv_;  // pending_ shrank or the call ended
-  std::deque<Pending> pending_;      // guarded by mu_
+  PendingWrites<Message> pending_;   // guarded by mu_
   Message current_;                  // the write in flight
   bool writing_ = false;             // guarded by mu_
-  bool started_any_ = false;         // guarded by mu_; a write was started
   bool cancelled_ = false;           // guarded by mu_
   bool producer_done_ = false;       // guarded by mu_
   bool finished_ = false;            // guarded by mu_

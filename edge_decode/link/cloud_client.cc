@@ -243,7 +243,9 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   bool header_verified = false;
   std::vector<v1::EarlyTokens> early_waiting;
   uint32_t early_seen = 0;
+  bool trailer_seen = false;
   auto take_early = [&](v1::EarlyTokens early) -> absl::Status {
+    if (trailer_seen) return absl::DataLossError("the cloud sent early tokens after the KV stream's trailer");
     early_seen += static_cast<uint32_t>(early.token_ids_size());
     if (early_wanted == 0 || early_seen > early_wanted) {
       return absl::DataLossError(absl::StrFormat(
@@ -312,6 +314,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
     } else if (message.has_header()) {
       header_returned = true;
     } else if (message.has_trailer()) {
+      trailer_seen = true;
       if (message.trailer().has_producer()) result.producer = message.trailer().producer();
       seen.kv_layers_received = n_layer;
       seen.first_block = false;

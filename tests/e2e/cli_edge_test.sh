@@ -128,6 +128,27 @@ cloud_text=$(json_get "${work}/cloud.json" 'repr(d["text"])')
 [[ "${local_text}" == "${cloud_text}" ]] || fail "policy local and cloud differ: ${local_text} vs ${cloud_text}"
 [[ "${local_text}" != "''" ]] || fail "policy local generated no text"
 
+# Early tokens (--early-tokens): the cloud samples the first 4 and sends them
+# ahead of the KV; with the same model on both sides the reply is the local
+# one, token for token, and the stats give both first tokens.
+"${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 32 --temperature 0 \
+  --codec f16 --policy cloud --early-tokens 4 --json > "${work}/early.json" 2> "${work}/early.err" ||
+  fail "generate --early-tokens: $(cat "${work}/early.err")"
+[[ $(json_get "${work}/early.json" 'd["stats"]["early_tokens"]') == 4 ]] || fail "early: stats.early_tokens != 4"
+[[ "$(json_get "${work}/early.json" 'd["token_ids"]')" == "${local_ids}" ]] || fail "early tokens: not the local reply"
+[[ $(json_get "${work}/early.json" \
+  'd["stats"]["local_first_token_ms"] >= d["stats"]["cloud_first_token_ms"] > 0') == True ]] ||
+  fail "early: first token times: $(cat "${work}/early.json")"
+"${baton}" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --max-tokens 8 --policy cloud \
+  --early-tokens 4 > /dev/null 2> "${work}/early-table.err" || fail "generate --early-tokens (table)"
+for label in "first token from the cloud" "first token decoded here" "early tokens (cloud)"; do
+  grep -q "${label}" "${work}/early-table.err" || fail "early turn's stats lack '${label}': $(cat "${work}/early-table.err")"
+done
+rc=0
+"${baton}" generate --edge "${edge}" -p "x" --early-tokens 65 > /dev/null 2> "${work}/early-bad.err" || rc=$?
+[[ ${rc} == 2 ]] && grep -q -- "--early-tokens 65 is outside \[0, 64\]" "${work}/early-bad.err" ||
+  fail "--early-tokens 65: rc ${rc}: $(cat "${work}/early-bad.err")"
+
 # Stop strings (repeatable): generation ends where the text would end with one.
 "${baton}" generate --edge "${edge}" -p "And God said" --temperature 0 --max-tokens 48 --stop "the" --stop "zzz" \
   --json > "${work}/stop.json" 2> "${work}/stop.err" || fail "generate --stop: $(cat "${work}/stop.err")"

@@ -50,16 +50,30 @@ absl::Status sessions_ls(EdgeClient& client, bool json) {
   }
   // KV IN RAM: what the session holds in memory now (its tokens' KV; 0 B
   // when it is on disk only).
-  std::printf("%-24s %8s %10s  %-24s %-16s %-12s %s\n", "SESSION", "TOKENS", "KV IN RAM", "CODEC", "PACK",
-              "LAST USED", "FLAGS");
+  // TURNS: the turns it holds ("all 3", or "14-16" after drops); DROPPED:
+  // what context overflow dropped over its life ("13 turns, 1300 tok").
+  std::printf("%-24s %8s %10s  %-24s %-16s %-12s %-12s %-20s %s\n", "SESSION", "TOKENS", "KV IN RAM", "CODEC", "PACK",
+              "TURNS", "DROPPED", "LAST USED", "FLAGS");
   for (const v1::SessionInfo& s : response.sessions()) {
     std::string flags_text;
     if (s.persisted()) flags_text += "persisted ";
     if (s.busy()) flags_text += "busy";
-    std::printf("%-24s %8u %10s  %-24s %-16s %-12s %s\n", s.session_id().c_str(), s.token_count(),
+    std::string turns = "-";
+    if (s.turn_count() > 0) {
+      if (s.first_held_turn() == 0) {
+        turns = absl::StrFormat("none of %u", s.turn_count());
+      } else if (s.first_held_turn() == 1) {
+        turns = absl::StrFormat("all %u", s.turn_count());
+      } else {
+        turns = absl::StrFormat("%u-%u", s.first_held_turn(), s.turn_count());
+      }
+    }
+    const std::string dropped =
+        s.dropped_turns() == 0 ? "-" : absl::StrFormat("%u turns, %u tok", s.dropped_turns(), s.dropped_tokens());
+    std::printf("%-24s %8u %10s  %-24s %-16s %-12s %-12s %-20s %s\n", s.session_id().c_str(), s.token_count(),
                 format_bytes(s.kv_bytes()).c_str(), codec_params_name(s.codec()).c_str(),
-                s.pack_id().empty() ? "-" : s.pack_id().c_str(), age_text(s.last_used_unix_ms()).c_str(),
-                flags_text.c_str());
+                s.pack_id().empty() ? "-" : s.pack_id().c_str(), turns.c_str(), dropped.c_str(),
+                age_text(s.last_used_unix_ms()).c_str(), flags_text.c_str());
   }
   return absl::OkStatus();
 }
