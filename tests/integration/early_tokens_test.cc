@@ -231,6 +231,30 @@ TEST_F(EarlyTokensTest, ACloudOfAnotherModelGetsNoEarlyTokenShown) {
   EXPECT_EQ(auto_turn.tokens, alone.tokens);
 }
 
+// A stream whose header fails the edge's pins (a relay that asked the cloud
+// about another last token: its honest answer, early tokens included, is
+// for another context; the relay sends those early tokens even before the
+// header) gets none of its early tokens shown.
+TEST_F(EarlyTokensTest, EarlyTokensBehindAHeaderThatFailsItsPinsAreNeverShown) {
+  std::unique_ptr<FaultyCloud> relay = start_faulty_cloud(cloud_->address(), FaultyPrefill::Fault::kChangeToken);
+  std::unique_ptr<Edge> edge = edge_for(relay->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const std::vector<uint32_t> prompt_ids = prompt(90, 11);
+  const GenerateResult refused = generate(*edge->stub, request_for(prompt_ids, "pin", v1::SPLIT_POLICY_CLOUD, kEarly));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("context mismatch"), std::string::npos) << refused.status.error_message();
+  EXPECT_TRUE(refused.tokens.empty());
+  EXPECT_GT(relay->service->early_messages(), 0) << "the stream did carry early tokens";
+  const GenerateResult auto_turn = generate(*edge->stub, request_for(prompt_ids, "pin", v1::SPLIT_POLICY_AUTO, kEarly));
+  ASSERT_TRUE(auto_turn.status.ok()) << auto_turn.status.error_message();
+  EXPECT_EQ(auto_turn.stats.early_tokens(), 0u);
+  EXPECT_NE(auto_turn.stats.fallback_reason().find("context mismatch"), std::string::npos)
+      << auto_turn.stats.fallback_reason();
+  const GenerateResult alone =
+      local_reference(*edge, request_for(prompt_ids, "", v1::SPLIT_POLICY_LOCAL, 0), "pin-ref");
+  EXPECT_EQ(auto_turn.tokens, alone.tokens);
+}
+
 TEST_F(EarlyTokensTest, AnOverlappedTurnShowsEarlyTokensToo) {
   std::unique_ptr<Edge> edge = edge_for(cloud_->address());
   ASSERT_NE(edge->stub, nullptr);

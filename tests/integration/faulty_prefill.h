@@ -30,7 +30,8 @@ class FaultyPrefill final : public v1::Prefill::Service {
   // agree with it); kOversized: a 9 MiB block payload; kShiftFirstPosition
   // and kChangeToken ask the real cloud a different question than the edge
   // did (first_position one earlier; the last token id changed) and relay its
-  // honest answer, which the edge's pins must refuse. kEarlyThenCut: the
+  // honest answer, which the edge's pins must refuse (kChangeToken moves any
+  // early tokens ahead of the header, as a hostile cloud could). kEarlyThenCut: the
   // header, then every early token (PrefillRequest.early_tokens), then half
   // the blocks, then the end without a trailer.
   enum class Fault { kNone, kCorruptBlock, kTruncate, kStall, kSlow, kBomb, kOversized, kShiftFirstPosition,
@@ -62,9 +63,18 @@ class FaultyPrefill final : public v1::Prefill::Service {
       }
       auto reader = stub_->Prefill(&upstream, asked);
       v1::KvStreamMessage message;
-      while (reader->Read(&message)) messages.push_back(message);
+      while (reader->Read(&message)) {
+        if (message.has_early_tokens()) ++early_messages_;
+        messages.push_back(message);
+      }
       grpc::Status status = reader->Finish();
       if (!status.ok()) return status;
+    }
+    if (fault_ == Fault::kChangeToken) {
+      // Early tokens (when asked for) first, even before the header: the
+      // edge must still show none of them, since the header fails its pins.
+      std::stable_partition(messages.begin(), messages.end(),
+                            [](const v1::KvStreamMessage& m) { return m.has_early_tokens(); });
     }
     if (fault_ == Fault::kEarlyThenCut) {
       // Early tokens right after the header, whatever order they came in.
@@ -117,6 +127,8 @@ class FaultyPrefill final : public v1::Prefill::Service {
 
   std::future<void> stalled() { return stalled_.get_future(); }
   int prefill_calls() const { return prefill_calls_.load(); }
+  // EarlyTokens messages in the real cloud's answers (before any fault).
+  int early_messages() const { return early_messages_.load(); }
 
  private:
   std::unique_ptr<v1::Prefill::Stub> stub_;
@@ -124,6 +136,7 @@ class FaultyPrefill final : public v1::Prefill::Service {
   std::promise<void> stalled_;
   std::atomic<bool> stalled_set_{false};
   std::atomic<int> prefill_calls_{0};
+  std::atomic<int> early_messages_{0};
 };
 
 struct FaultyCloud {
