@@ -7,7 +7,8 @@
 #   2. baton-edge (the agent) holds the Q4_0 copy (derived at build time) and
 #      talks to the cloud;
 #   3. a long prompt (held-out KJV verses, ~600 tokens) goes through the CLI:
-#      the agent asks the cloud for the KV, verifies and commits it, decodes
+#      the agent asks the cloud for the KV (and the reply's first 4 tokens,
+#      sent ahead of it: --early-tokens 4), verifies and commits it, decodes
 #      locally; the text streams and the stats table follows;
 #   4. a follow-up turn on the same session (delta: only the new tokens);
 #   5. both servers stop (SIGTERM: they drain and exit).
@@ -57,7 +58,7 @@ edge="127.0.0.1:${server_port}"
 head -n 20 deploy/models/baton-tiny-kjv.heldout.txt > "${work}/prompt.txt"
 echo "== a long-prompt session through the CLI (prefill on the cloud, decode here) =="
 "${bin}/baton" generate --edge "${edge}" --prompt-file "${work}/prompt.txt" --session demo --policy cloud \
-  --max-tokens 64 --temperature 0.8 --top-k 40 --seed 1
+  --max-tokens 64 --temperature 0.8 --top-k 40 --seed 1 --early-tokens 4
 echo
 echo "== a follow-up turn on the same session (policy auto: a short turn is prefilled here) =="
 "${bin}/baton" generate --edge "${edge}" -p " And the LORD spake unto Moses, saying," --session demo \
