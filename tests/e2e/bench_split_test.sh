@@ -10,6 +10,12 @@
 # codec within the floor, their TTFT is the overlapped plan of that codec and
 # the gains are the stated ratios (not that auto beats local: the policy
 # predicts, the bench measures, and on a busy machine they differ).
+# Early tokens (default --early-tokens 4, the baseline codec): every length
+# and profile has the rows, the cloud sent K tokens, the early TTFT and
+# "decoded here" are the stated model of the measured parts, the ratio is
+# plain / early, and on the slowest profile the early token comes before the
+# plain split's first token; --early-tokens 0 drops the rows and 65 fails
+# with one line.
 # usage: bench_split_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -70,15 +76,63 @@ for p in d["profiles"]:
 # Slower links never make the split faster.
 split = {p["name"]: [row["split_ttft_ms"] for row in p["rows"]] for p in d["profiles"]}
 check(all(a <= b <= c for a, b, c in zip(split["fiber"], split["wifi"], split["4g"])), "TTFT by link speed")
+# Early tokens: the cloud sent K = 4 of them with every length.
+check(d["early_tokens"] == 4 and "EARLY" in d["early_note"], "early tokens asked and described")
+check(d["projection_gpu_decode_step_ms"] > 0 and d["projection_gpu_decode_source"], "GPU decode step")
+def near(a, b, what, rel=1e-3, abs_=2e-3):
+    check(abs(a - b) <= rel * abs(b) + abs_, f"{what}: {a} != {b}")
+for r in lengths:
+    e = r.get("early")
+    check(e is not None, f"prompt {r['prompt_len']}: no early figures")
+    check(e["k"] == 4 and e["received"] == 4, f"prompt {r['prompt_len']}: {e['received']} of {e['k']} early tokens")
+    for key in ["first_early_ms", "cloud_first_early_ms", "stream_cloud_ms"]:
+        check(e[key] > 0, f"prompt {r['prompt_len']}: early {key} = {e[key]} must be > 0")
+    check(isinstance(e["early_delta_ms"], (int, float)), "early_delta_ms")
+for p in d["profiles"]:
+    rate = p["bandwidth_bytes_per_s"] * (1 - p["loss"])
+    window = max(4 * 1024 * 1024, 2 * p["bandwidth_bytes_per_s"] * p["rtt_ms"] / 1000)
+    for row, r in zip(p["rows"], lengths):
+        what = f"{p['name']} {row['prompt_len']}"
+        check("early" in row and "projection_early" in row, f"{what}: early rows")
+        for key in ["early", "projection_early"]:
+            e = row[key]
+            check(e["k"] == 4, f"{what} {key}: k")
+            check(e["early_ttft_ms"] > p["rtt_ms"], f"{what} {key}: pays the RTT")
+            near(e["ratio"], e["plain_split_ttft_ms"] / e["early_ttft_ms"], f"{what} {key}: ratio = plain / early")
+        e, le = row["early"], r["early"]
+        near(e["plain_split_ttft_ms"], row["split_ttft_ms"], f"{what}: plain = the split row")
+        near(row["projection_early"]["plain_split_ttft_ms"], row["projection_split_ttft_ms"], f"{what}: PROJ plain")
+        # The model, from the measured parts.
+        since = max(0.0, le["cloud_first_early_ms"] - r["first_block_ms"])
+        span = r["cloud_ms"] - r["first_block_ms"]
+        produced = r["wire_bytes"] * (min(1.0, since / span) if span > 0 else 1.0)
+        ahead = min(max(0.0, produced - rate * since / 1000), window)
+        near(e["ahead_bytes"], ahead, f"{what}: bytes ahead", abs_=1.0)
+        near(e["early_ttft_ms"], p["rtt_ms"] + le["cloud_first_early_ms"] + ahead / rate * 1000, f"{what}: early TTFT")
+        transfer = r["wire_bytes"] / rate * 1000
+        here = p["rtt_ms"] + max(le["stream_cloud_ms"], r["first_block_ms"] + transfer) + r["ingest_ms"] + \
+            r["split_last_token_ms"] + le["early_delta_ms"]
+        near(e["local_first_ms"], here, f"{what}: first token decoded here")
+# On the slowest link the early token comes first.
+slowest = min(d["profiles"], key=lambda p: p["bandwidth_bytes_per_s"])
+for row in slowest["rows"]:
+    check(row["early"]["early_ttft_ms"] < row["early"]["plain_split_ttft_ms"],
+          f"{slowest['name']} {row['prompt_len']}: early {row['early']['early_ttft_ms']} not before plain "
+          f"{row['early']['plain_split_ttft_ms']}")
+    check(row["early"]["ratio"] > 1, f"{slowest['name']} {row['prompt_len']}: ratio {row['early']['ratio']}")
 EOF
 
-# Loss slows the modeled transfer.
-"${baton}" "${common[@]}" --profiles 4g --loss 50 --json > "${work}/loss.json" 2> /dev/null || fail "--loss 50 failed"
+# Loss slows the modeled transfer; --early-tokens 0: no early rows.
+"${baton}" "${common[@]}" --profiles 4g --loss 50 --early-tokens 0 --json > "${work}/loss.json" 2> /dev/null \
+  || fail "--loss 50 failed"
 "${python}" -c "
 import json, sys
 a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
 assert b['profiles'][0]['loss'] == 0.5, b['profiles'][0]['loss']
-" "${work}/split.json" "${work}/loss.json" || fail "--loss not applied"
+assert b['early_tokens'] == 0 and 'early_note' not in b, 'early tokens off'
+assert all('early' not in r for r in b['lengths']), 'no early figures with --early-tokens 0'
+assert all('early' not in r for r in b['profiles'][0]['rows']), 'no early rows with --early-tokens 0'
+" "${work}/split.json" "${work}/loss.json" || fail "--loss not applied or --early-tokens 0 not honoured"
 
 # A bad profile name: one line, exit 1.
 set +e
@@ -88,6 +142,16 @@ set -e
 [[ ${rc} -eq 1 ]] || fail "unknown profile exit code ${rc}"
 grep -q "moon" "${work}/bad.err" || fail "unknown profile message: $(cat "${work}/bad.err")"
 
+# --early-tokens past the protocol's 64: one line, exit 1.
+set +e
+"${baton}" "${common[@]}" --early-tokens 65 > /dev/null 2> "${work}/early.err"
+rc=$?
+set -e
+[[ ${rc} -eq 1 ]] || fail "--early-tokens 65 exit code ${rc}"
+[[ $(wc -l < "${work}/early.err") -eq 1 ]] || fail "--early-tokens 65: not one line: $(cat "${work}/early.err")"
+grep -q -- "--early-tokens 65 is not in 0..64" "${work}/early.err" \
+  || fail "--early-tokens 65 message: $(cat "${work}/early.err")"
+
 if command -v gnuplot > /dev/null; then
   "${baton}" "${common[@]}" --plot "${work}/split.png" > "${work}/table.txt" 2> "${work}/plot.err" \
     || fail "bench split --plot failed: $(tail -5 "${work}/plot.err")"
@@ -96,6 +160,7 @@ if command -v gnuplot > /dev/null; then
     || fail "--plot output is not a PNG"
   grep -q "crossover (CPU cloud)" "${work}/table.txt" || fail "table lacks the crossover"
   grep -q "PROJECTION" "${work}/table.txt" || fail "table lacks the PROJECTION label"
+  grep -q "early tokens (K = 4" "${work}/table.txt" || fail "table lacks the early-token rows"
 else
   echo "bench_split_test: gnuplot not installed (deploy/install-deps.sh --profile test installs gnuplot-nox): plot check skipped"
 fi

@@ -45,7 +45,68 @@ struct LengthResult {
   double decode_p99_ms = 0;         // 99th percentile step time
   double decode_p99_tok_s = 0;      // 1000 / decode_p99_ms
   bool first_tokens_match = false;  // the split's first token equals the local one (greedy)
+  // Early tokens (--early-tokens K > 0; measured with the baseline codec
+  // only): a second Prefill call of [0, n-1) that asks the cloud to sample K
+  // greedy tokens after the prompt (PrefillRequest.early_tokens).
+  int64_t early_asked = 0;             // K; 0: not measured
+  int64_t early_received = 0;          // tokens in the EarlyTokens messages (K unless end-of-generation came)
+  double first_early_ms = 0;           // call start -> the first EarlyTokens message, as the client reads it
+  double early_cloud_ms = 0;           // that message's cloud_ms (the job's start -> its send) + the queue_ms
+                                       // of the trailer, so from admission as cloud_ms is
+  double early_stream_cloud_ms = 0;    // the early call's trailer (queue + prefill + encode tail: the K
+                                       // decode steps included, as the trailer waits for them)
+  double early_delta_ms = 0;           // edge: prefill of [last token, early tokens] - the one-token last step
+  bool early_first_matches = false;    // the cloud's first early token equals the edge's local first token
 };
+
+// The cloud-side times of the early-token model for one length: measured
+// (CPU cloud) or projected (GPU cloud), all in ms from the job's start.
+struct EarlyCloud {
+  double cloud_ms = 0;           // the plain stream's work (as modeled_split_ttft_ms takes it)
+  double first_block_ms = 0;     // its first KV block
+  double first_early_ms = 0;     // the first early token sent
+  double stream_cloud_ms = 0;    // the early call's work up to its trailer
+};
+
+// The early-token rows of one length over one profile.
+struct EarlyRow {
+  double plain_ms = 0;        // cloud-only split TTFT (modeled_split_ttft_ms), the baseline codec
+  double ahead_bytes = 0;     // KV bytes ahead of the first early token on the link
+  double ttft_ms = 0;         // first token from the cloud
+  double ratio = 0;           // plain_ms / ttft_ms (> 1: the early token comes sooner)
+  double decoded_here_ms = 0; // first token decoded here: the split with the early call's cloud time + early_delta_ms
+};
+
+// Bytes a gRPC stream's transport may hold ahead of a message written now:
+// HTTP/2 flow control lets the sender run this far ahead of what the
+// receiver has read, and gRPC's BDP probing (chttp2 flow_control.cc, low
+// memory pressure) sets that window to max(4 MiB, 2 x bandwidth x RTT). The
+// socket buffers and the link hold these bytes; QueuedWriteReactor writes
+// one message at a time, so push_urgent overtakes only what waits above it.
+double transport_window_bytes(const WanProfile& profile);
+
+// KV bytes still ahead on the link of a message the cloud sends `at_ms`
+// after the job's start: the blocks are produced evenly over [first block,
+// cloud] and the link (rate x (1 - loss)) carries them from the first block
+// on, so
+//   produced  = wire_bytes x clamp((at - first_block) / (cloud - first_block), 0, 1)
+//   delivered = rate x (1 - loss) x max(0, at - first_block)
+//   ahead     = min(max(0, produced - delivered), transport_window_bytes)
+// (an upper bound: part of the window is in flight, not queued).
+double bytes_ahead(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms,
+                   double at_ms);
+
+// The early-token model of one length over one profile:
+//   early TTFT     = RTT + first early + ahead / (rate x (1 - loss))
+//   plain          = modeled_split_ttft_ms(cloud, first block)
+//   decoded here   = modeled_split_ttft_ms(stream cloud, first block) + early_delta_ms
+//   ratio          = plain / early TTFT
+EarlyRow modeled_early(const LengthResult& r, const WanProfile& profile, const EarlyCloud& cloud);
+
+// The projected GPU cloud of the early rows: the plain stream of
+// projected_cloud, the first early token after the projected prompt prefill
+// and one decode step of `decode_step_ms`, the trailer after K of them.
+EarlyCloud projected_early_cloud(const LengthResult& r, double gpu_tok_s, double decode_step_ms);
 
 // The modeled time to first token of the split over `profile` for a length
 // whose cloud work takes `cloud_ms` and whose first block arrives after
@@ -88,6 +149,9 @@ struct ProfileRows {
   std::vector<double> split_ms, projection_ms;
   std::vector<bool> split_wins, projection_wins;
   std::vector<OverlapRow> overlap, projection_overlap;
+  // With early tokens measured (LengthResult::early_asked > 0, the baseline
+  // codec): per length; else empty.
+  std::vector<EarlyRow> early, projection_early;
 };
 
 // One wire codec: its measurements per length (the local fields are the
@@ -134,6 +198,10 @@ struct SplitRun {
   double f16_bytes_per_token = 0;
   std::vector<AutoProfileRows> auto_rows;  // per profile
   std::string plot_path;  // --plot, or empty
+  // --early-tokens K (0: no early rows) and the projection's GPU decode step.
+  int64_t early_tokens = 0;
+  double gpu_decode_step_ms = 0;
+  std::string gpu_decode_source;  // where gpu_decode_step_ms comes from
 };
 
 // The auto row of length i over profile p (projection: with the projected

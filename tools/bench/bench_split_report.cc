@@ -34,6 +34,15 @@ constexpr char kAutoNote[] =
     "smallest predicted TTFT, among equally fast cloud plans the least loss) and the overlapped plan with it; "
     "gain = min(local, cloud-only with the baseline codec) / overlap+auto TTFT; vs best = min(local, the fastest "
     "cloud-only codec within the floor) / overlap+auto TTFT";
+constexpr char kEarlyNote[] =
+    "EARLY: the cloud samples K greedy tokens after the prompt and sends them ahead of the KV still queued "
+    "(baseline codec, measured over loopback); early TTFT = RTT + the cloud's first early token (its cloud_ms) "
+    "+ the KV bytes ahead of it / (rate x (1 - loss)), ahead = min(bytes produced - bytes delivered by then "
+    "(blocks produced evenly from the first block to the end of the cloud's work), gRPC's flow-control window "
+    "max(4 MiB, 2 x rate x RTT)); ratio = plain cloud-only TTFT / early TTFT (> 1: sooner); decoded here = the "
+    "split's TTFT with the early call's cloud time (its trailer waits for the K steps) + the edge's extra cost "
+    "of prefilling [last token, early tokens] instead of one decode step. PROJECTION: first early token = "
+    "projected prompt prefill + one GPU decode step";
 constexpr char kProjectionNote[] =
     "PROJECTION: the same formula with cloud = (prompt - 1) / GPU prefill tok/s, first block at the same "
     "fraction of it as measured on the CPU cloud";
@@ -74,29 +83,57 @@ Json length_json(const LengthResult& r, double gpu_rate) {
           {"projection_gpu_prefill_tok_per_s", fixed(gpu_rate, 1)}};
 }
 
+// The early call's measured figures of one length.
+Json early_length_json(const LengthResult& r) {
+  return {{"k", r.early_asked},
+          {"received", r.early_received},
+          {"first_early_ms", fixed(r.first_early_ms, 3)},
+          {"cloud_first_early_ms", fixed(r.early_cloud_ms, 3)},
+          {"stream_cloud_ms", fixed(r.early_stream_cloud_ms, 3)},
+          {"early_delta_ms", fixed(r.early_delta_ms, 3)},
+          {"first_token_matches_local", r.early_first_matches}};
+}
+
+// One modeled early row (CPU cloud or PROJECTION) of a profile.
+Json early_row_json(const LengthResult& r, const EarlyRow& row, bool projection) {
+  Json out = {{"k", r.early_asked},
+              {"plain_split_ttft_ms", fixed(row.plain_ms, 3)},
+              {"ahead_bytes", whole(row.ahead_bytes)},
+              {"early_ttft_ms", fixed(row.ttft_ms, 3)},
+              {"ratio", fixed(row.ratio, 3)},
+              {"local_first_ms", fixed(row.decoded_here_ms, 3)}};
+  if (!projection) out["first_early_ms"] = fixed(r.first_early_ms, 3);  // loopback, measured
+  return out;
+}
+
 Json profile_json(const SplitRun& run, const CodecRun& codec, size_t p) {
   const WanProfile& profile = run.profiles[p];
   const ProfileRows& rows = codec.per_profile[p];
   Json out = Json::array();
   for (size_t i = 0; i < codec.results.size(); ++i) {
     const LengthResult& r = codec.results[i];
-    out.push_back({{"prompt_len", r.prompt_len},
-                   {"local_ttft_ms", fixed(r.local_ttft_ms, 3)},
-                   {"split_ttft_ms", fixed(rows.split_ms[i], 3)},
-                   {"wire_bytes", r.wire_bytes},
-                   {"decode_tok_per_s_mean", fixed(r.decode_mean_tok_s, 3)},
-                   {"decode_tok_per_s_p99", fixed(r.decode_p99_tok_s, 3)},
-                   {"winner", winner(rows.split_wins[i])},
-                   {"projection_split_ttft_ms", fixed(rows.projection_ms[i], 3)},
-                   {"projection_winner", winner(rows.projection_wins[i])},
-                   {"overlap_split_position", rows.overlap[i].split_position},
-                   {"overlap_place", rows.overlap[i].place},
-                   {"overlap_ttft_ms", fixed(rows.overlap[i].ttft_ms, 3)},
-                   {"overlap_gain", fixed(rows.overlap[i].gain, 3)},
-                   {"projection_overlap_split_position", rows.projection_overlap[i].split_position},
-                   {"projection_overlap_place", rows.projection_overlap[i].place},
-                   {"projection_overlap_ttft_ms", fixed(rows.projection_overlap[i].ttft_ms, 3)},
-                   {"projection_overlap_gain", fixed(rows.projection_overlap[i].gain, 3)}});
+    Json row = {{"prompt_len", r.prompt_len},
+                {"local_ttft_ms", fixed(r.local_ttft_ms, 3)},
+                {"split_ttft_ms", fixed(rows.split_ms[i], 3)},
+                {"wire_bytes", r.wire_bytes},
+                {"decode_tok_per_s_mean", fixed(r.decode_mean_tok_s, 3)},
+                {"decode_tok_per_s_p99", fixed(r.decode_p99_tok_s, 3)},
+                {"winner", winner(rows.split_wins[i])},
+                {"projection_split_ttft_ms", fixed(rows.projection_ms[i], 3)},
+                {"projection_winner", winner(rows.projection_wins[i])},
+                {"overlap_split_position", rows.overlap[i].split_position},
+                {"overlap_place", rows.overlap[i].place},
+                {"overlap_ttft_ms", fixed(rows.overlap[i].ttft_ms, 3)},
+                {"overlap_gain", fixed(rows.overlap[i].gain, 3)},
+                {"projection_overlap_split_position", rows.projection_overlap[i].split_position},
+                {"projection_overlap_place", rows.projection_overlap[i].place},
+                {"projection_overlap_ttft_ms", fixed(rows.projection_overlap[i].ttft_ms, 3)},
+                   {"projection_overlap_gain", fixed(rows.projection_overlap[i].gain, 3)}};
+    if (i < rows.early.size()) {
+      row["early"] = early_row_json(r, rows.early[i], /*projection=*/false);
+      row["projection_early"] = early_row_json(r, rows.projection_early[i], /*projection=*/true);
+    }
+    out.push_back(std::move(row));
   }
   return {{"name", profile.name},
           {"bandwidth_bytes_per_s", whole(profile.bandwidth_bytes_per_s)},
@@ -128,9 +165,33 @@ void print_profile_table(const SplitRun& run, const CodecRun& codec, size_t p) {
   print_line("  crossover (PROJECTION, GPU cloud): %s\n", crossover(run.lengths, rows.projection_wins));
 }
 
+// Per profile, the early-token rows of the baseline codec: CPU cloud and
+// PROJECTION side by side.
+void print_early_table(const SplitRun& run, size_t p) {
+  const CodecRun& base = run.codecs[0];
+  const ProfileRows& rows = base.per_profile[p];
+  if (rows.early.empty()) return;
+  print_line("\nprofile %s, early tokens (K = %d, %s): TTFT in ms\n", run.profiles[p].name, run.early_tokens,
+             base.codec);
+  print_line("  %7s %5s %11s %11s %11s %7s %13s | %11s %11s %7s %13s\n", "prompt", "got", "1st early", "plain split",
+             "early TTFT", "ratio", "decoded here", "PROJ plain", "PROJ early", "ratio", "PROJ decoded");
+  for (size_t i = 0; i < base.results.size(); ++i) {
+    const LengthResult& r = base.results[i];
+    const EarlyRow& e = rows.early[i];
+    const EarlyRow& pe = rows.projection_early[i];
+    print_line("  %7d %5d %11.1f %11.1f %11.1f %6.2fx %13.1f | %11.1f %11.1f %6.2fx %13.1f\n", r.prompt_len,
+               r.early_received, r.first_early_ms, e.plain_ms, e.ttft_ms, e.ratio, e.decoded_here_ms, pe.plain_ms,
+               pe.ttft_ms, pe.ratio, pe.decoded_here_ms);
+  }
+}
+
 Json codec_json(const SplitRun& run, const CodecRun& codec) {
   Json lengths = Json::array(), profiles = Json::array();
-  for (size_t i = 0; i < codec.results.size(); ++i) lengths.push_back(length_json(codec.results[i], run.gpu_rates[i]));
+  for (size_t i = 0; i < codec.results.size(); ++i) {
+    Json length = length_json(codec.results[i], run.gpu_rates[i]);
+    if (codec.results[i].early_asked > 0) length["early"] = early_length_json(codec.results[i]);
+    lengths.push_back(std::move(length));
+  }
   for (size_t p = 0; p < run.profiles.size(); ++p) profiles.push_back(profile_json(run, codec, p));
   return {{"codec", codec.codec},
           {"store", codec.store},
@@ -323,6 +384,41 @@ double modeled_split_ttft_ms(const LengthResult& r, const WanProfile& profile, d
   return profile.rtt_ms + std::max(cloud_ms, first_block_ms + transfer_ms) + r.ingest_ms + r.split_last_token_ms;
 }
 
+double transport_window_bytes(const WanProfile& profile) {
+  constexpr double kGrpcMinBdpWindowBytes = 4.0 * 1024 * 1024;
+  return std::max(kGrpcMinBdpWindowBytes, 2.0 * profile.bandwidth_bytes_per_s * profile.rtt_ms / 1000.0);
+}
+
+double bytes_ahead(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms,
+                   double at_ms) {
+  const double since_first_block_ms = std::max(0.0, at_ms - first_block_ms);
+  const double produced_fraction =
+      cloud_ms > first_block_ms ? std::clamp(since_first_block_ms / (cloud_ms - first_block_ms), 0.0, 1.0) : 1.0;
+  const double produced = static_cast<double>(r.wire_bytes) * produced_fraction;
+  const double delivered = profile.bandwidth_bytes_per_s * (1.0 - profile.loss) * since_first_block_ms / 1000.0;
+  return std::min(std::max(0.0, produced - delivered), transport_window_bytes(profile));
+}
+
+EarlyRow modeled_early(const LengthResult& r, const WanProfile& profile, const EarlyCloud& cloud) {
+  EarlyRow row;
+  row.plain_ms = modeled_split_ttft_ms(r, profile, cloud.cloud_ms, cloud.first_block_ms);
+  row.ahead_bytes = bytes_ahead(r, profile, cloud.cloud_ms, cloud.first_block_ms, cloud.first_early_ms);
+  row.ttft_ms = profile.rtt_ms + cloud.first_early_ms +
+                row.ahead_bytes / (profile.bandwidth_bytes_per_s * (1.0 - profile.loss)) * 1000.0;
+  row.ratio = row.ttft_ms > 0 ? row.plain_ms / row.ttft_ms : 0.0;
+  row.decoded_here_ms =
+      modeled_split_ttft_ms(r, profile, cloud.stream_cloud_ms, cloud.first_block_ms) + r.early_delta_ms;
+  return row;
+}
+
+EarlyCloud projected_early_cloud(const LengthResult& r, double gpu_tok_s, double decode_step_ms) {
+  EarlyCloud cloud;
+  projected_cloud(r, gpu_tok_s, &cloud.cloud_ms, &cloud.first_block_ms);
+  cloud.first_early_ms = cloud.cloud_ms + decode_step_ms;
+  cloud.stream_cloud_ms = cloud.cloud_ms + static_cast<double>(r.early_asked) * decode_step_ms;
+  return cloud;
+}
+
 void projected_cloud(const LengthResult& r, double gpu_tok_s, double* cloud_ms, double* first_block_ms) {
   *cloud_ms = static_cast<double>(r.prompt_len - 1) / gpu_tok_s * 1000.0;
   const double fraction = r.cloud_ms > 0 ? std::min(1.0, r.first_block_ms / r.cloud_ms) : 1.0;
@@ -346,6 +442,12 @@ void model_profiles(SplitRun& run) {
         rows.projection_wins.push_back(projection < r.local_ttft_ms);
         rows.overlap.push_back(modeled_overlap(r, run.profiles[p], r.cloud_ms, r.first_block_ms));
         rows.projection_overlap.push_back(modeled_overlap(r, run.profiles[p], cloud_ms, first_block_ms));
+        if (r.early_asked > 0) {
+          const EarlyCloud measured{r.cloud_ms, r.first_block_ms, r.early_cloud_ms, r.early_stream_cloud_ms};
+          rows.early.push_back(modeled_early(r, run.profiles[p], measured));
+          rows.projection_early.push_back(modeled_early(
+              r, run.profiles[p], projected_early_cloud(r, run.gpu_rates[i], run.gpu_decode_step_ms)));
+        }
       }
     }
   }
@@ -377,6 +479,12 @@ Json split_json(const SplitRun& run) {
   for (const CodecRun& codec : run.codecs) codecs.push_back(codec_json(run, codec));
   out["codecs"] = std::move(codecs);
   if (run.auto_codec) out["auto"] = auto_json(run);
+  out["early_tokens"] = run.early_tokens;
+  if (run.early_tokens > 0) {
+    out["early_note"] = kEarlyNote;
+    out["projection_gpu_decode_step_ms"] = fixed(run.gpu_decode_step_ms, 6);
+    out["projection_gpu_decode_source"] = run.gpu_decode_source;
+  }
   if (!run.plot_path.empty()) out["plot"] = run.plot_path;
   return out;
 }
@@ -404,8 +512,14 @@ void print_split_tables(const SplitRun& run) {
   print_line("  (local/s = prefill tok/s; dec tok/s = mean over the decode tokens, dec p99 = 1 / p99 step time; "
              "same = split's first token equals local's, greedy)\n");
   print_line("\n%s\n%s; GPU prefill tok/s: %s\n%s\n", kLinkNote, kProjectionNote, run.gpu_source, kOverlapNote);
+  if (run.early_tokens > 0) {
+    print_line("%s; GPU decode step %.3f ms: %s\n", kEarlyNote, run.gpu_decode_step_ms, run.gpu_decode_source);
+  }
   if (run.codecs.size() == 1 && !run.auto_codec) {
-    for (size_t p = 0; p < run.profiles.size(); ++p) print_profile_table(run, base, p);
+    for (size_t p = 0; p < run.profiles.size(); ++p) {
+      print_profile_table(run, base, p);
+      print_early_table(run, p);
+    }
     return;
   }
   if (run.auto_codec) {
@@ -418,6 +532,7 @@ void print_split_tables(const SplitRun& run) {
   for (size_t p = 0; p < run.profiles.size(); ++p) {
     print_codecs_table(run, p, /*projection=*/false);
     print_codecs_table(run, p, /*projection=*/true);
+    print_early_table(run, p);
   }
   if (run.auto_codec) {
     print_line("\nauto's reason at the longest prompt (CPU cloud):\n");

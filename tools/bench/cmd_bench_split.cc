@@ -15,7 +15,24 @@
 // because blocks stream while the cloud computes. PROJECTION rows use the
 // same formula with cloud_ms = prompt tokens / GPU prefill tok/s (from a CUDA
 // device check's bench.jsonl, --gpu-prefill-tok-s, or an assumption that is
-// printed as such). Output: bench_split_report.cc.
+// printed as such).
+// Early tokens (--early-tokens K > 0, the baseline codec): a second real
+// Prefill call asks the cloud to sample K greedy tokens after the prompt; the
+// client takes the EarlyTokens messages out of the stream (read_kv_segment
+// verifies the rest) and times the first, whose cloud_ms says when the cloud
+// sent it (first_early). The cloud writes one message at a time and the
+// early ones overtake only the queued blocks, not the bytes the transport
+// already holds: up to gRPC's flow-control window, max(4 MiB, 2 x B x R/1000)
+// with BDP probing. So, blocks produced evenly over [first block, cloud]:
+//   ahead       = min(max(0, produced(first_early) - delivered(first_early)), window)
+//   early TTFT  = R + first_early + ahead / (B * (1 - p))
+//   decoded here = split TTFT (cloud = the early call's trailer, which waits
+//                  for the K decode steps) + early_delta
+// early_delta is measured on the edge: prefill of [last prompt token, early
+// tokens] in one batch minus the one-token last step, on the same store.
+// PROJECTION: first_early = prompt tokens / GPU tok/s + one GPU decode step
+// (--gpu-decode-ms, or F16 weight bytes / 60% of the H200's 4.8 TB/s, printed
+// as an assumption). Output: bench_split_report.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +52,7 @@
 #include "bench_harness.h"
 #include "bench_split.h"
 #include "common/engine/sampler.h"
+#include "common/engine/sampling_proto.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_fingerprint.h"
@@ -132,11 +150,17 @@ LengthResult median_of(const std::vector<LengthResult>& runs) {
        {&LengthResult::local_prefill_ms, &LengthResult::local_last_token_ms, &LengthResult::local_ttft_ms,
         &LengthResult::cloud_ms, &LengthResult::cloud_prefill_ms, &LengthResult::first_block_ms,
         &LengthResult::receive_ms, &LengthResult::ingest_ms, &LengthResult::split_last_token_ms,
-        &LengthResult::loopback_split_ttft_ms, &LengthResult::decode_mean_tok_s, &LengthResult::decode_p99_ms}) {
+        &LengthResult::loopback_split_ttft_ms, &LengthResult::decode_mean_tok_s, &LengthResult::decode_p99_ms,
+        &LengthResult::first_early_ms, &LengthResult::early_cloud_ms, &LengthResult::early_stream_cloud_ms,
+        &LengthResult::early_delta_ms}) {
     median_field(field);
   }
   out.decode_p99_tok_s = 1000.0 / out.decode_p99_ms;
-  for (const LengthResult& r : runs) out.first_tokens_match = out.first_tokens_match && r.first_tokens_match;
+  for (const LengthResult& r : runs) {
+    out.first_tokens_match = out.first_tokens_match && r.first_tokens_match;
+    out.early_first_matches = out.early_first_matches && r.early_first_matches;
+    out.early_received = std::min(out.early_received, r.early_received);  // the fewest any run got
+  }
   return out;
 }
 
@@ -157,6 +181,7 @@ struct SplitSetup {
   v1::Prefill::Stub* stub = nullptr;
   int64_t chunk_tokens = 256;
   int64_t decode_tokens = 32;
+  int64_t early_tokens = 0;  // --early-tokens: asked for with codecs[0]; 0: none
 };
 
 // Times of one KV stream as the client reads it.
@@ -166,25 +191,62 @@ struct StreamClock {
   v1::ProducerStats producer;
 };
 
+// The early tokens of one stream as the client takes them out of it.
+struct EarlyReceived {
+  Clock::time_point call_start{}, first{};
+  double first_cloud_ms = 0;  // the first message's cloud_ms
+  std::vector<int32_t> tokens;
+  int messages = 0;
+  bool last_seen = false;
+};
+
 // Streams the KV of `tokens` from the cloud with `codec` into `target` and
-// times it.
+// times it. With `early` (a request for early tokens), the EarlyTokens
+// messages are taken out of the stream before read_kv_segment sees it (as
+// the edge's cloud client does) into `received`.
 absl::Status cloud_prefill(const SplitSetup& setup, const CodecSetup& codec, const std::vector<int32_t>& tokens,
-                           KvCache& target, LengthResult& r) {
+                           KvCache& target, LengthResult& r, const v1::EarlyTokensRequest* early = nullptr,
+                           EarlyReceived* received = nullptr) {
+  BATON_CHECK((early == nullptr) == (received == nullptr));
   v1::PrefillRequest request;
   for (int32_t t : tokens) request.mutable_tokens()->add_ids(static_cast<uint32_t>(t));
   *request.mutable_expected_model() = model_fingerprint_to_proto(setup.edge_fingerprint);
   BATON_ASSIGN_OR_RETURN(*request.mutable_codec(), kv_codec_params(codec.wire));
   request.set_first_position(0);
   request.set_chunk_tokens(static_cast<uint32_t>(setup.chunk_tokens));
+  if (early != nullptr) *request.mutable_early_tokens() = *early;
+  const uint32_t early_wanted = early != nullptr ? early->count() : 0;
   grpc::ClientContext context;
   prepare_call(context, std::chrono::system_clock::now() + std::chrono::minutes(30), /*bearer_token=*/"");
   StreamClock clock;
   clock.start = clock.last_message = Clock::now();
+  if (received != nullptr) received->call_start = clock.start;
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = setup.stub->Prefill(&context, request);
+  auto take_early = [&](const v1::EarlyTokens& message) -> absl::Status {
+    if (received == nullptr || received->last_seen ||
+        received->tokens.size() + static_cast<size_t>(message.token_ids_size()) > early_wanted) {
+      return absl::DataLossError(absl::StrFormat("the cloud sent %d more early tokens after %d; %u were asked for",
+                                                 message.token_ids_size(),
+                                                 received == nullptr ? 0 : received->tokens.size(), early_wanted));
+    }
+    if (received->messages++ == 0) {
+      received->first = clock.last_message;
+      received->first_cloud_ms = message.cloud_ms();
+    }
+    for (uint32_t id : message.token_ids()) received->tokens.push_back(static_cast<int32_t>(id));
+    received->last_seen = message.last();
+    return absl::OkStatus();
+  };
   KvMessageSource source = [&]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
     if (clock.finished) return std::optional<v1::KvStreamMessage>();
     v1::KvStreamMessage message;
-    if (!reader->Read(&message)) {
+    bool read = reader->Read(&message);
+    while (read && message.has_early_tokens()) {  // never handed to the reader
+      clock.last_message = Clock::now();
+      BATON_RETURN_IF_ERROR(take_early(message.early_tokens()));
+      read = reader->Read(&message);
+    }
+    if (!read) {
       clock.finished = true;
       clock.last_message = Clock::now();
       grpc::Status status = reader->Finish();
@@ -224,6 +286,7 @@ absl::Status cloud_prefill(const SplitSetup& setup, const CodecSetup& codec, con
   r.cloud_prefill_ms = clock.producer.prefill_ms();
   r.cloud_ms = clock.producer.queue_ms() + clock.producer.prefill_ms() + clock.producer.encode_ms();
   if (r.cloud_ms <= 0) r.cloud_ms = r.receive_ms;  // no producer stats: the whole receive
+  if (received != nullptr && received->messages > 0) received->first_cloud_ms += clock.producer.queue_ms();
   return absl::OkStatus();
 }
 
@@ -286,7 +349,57 @@ absl::Status measure_split(const SplitSetup& setup, const CodecSetup& codec, con
   return absl::OkStatus();
 }
 
-// One length: local once, then the split with every codec (per codec).
+// Early tokens with `codec`: a second cloud call of [0, n-1) asks for
+// setup.early_tokens greedy tokens after the prompt, times the first
+// EarlyTokens message and verifies the KV stream around them; then on the
+// ingested store the edge's extra local cost: the last prompt token with the
+// early tokens in one prefill batch (as GenerateTurn::start_decoding does)
+// against the one-token last step, both timed on the same store (the step
+// first, then the store set back to n-1 tokens).
+absl::Status measure_early(const SplitSetup& setup, const CodecSetup& codec, const std::vector<int32_t>& prompt,
+                           int64_t capacity, int32_t local_first, LengthResult& r) {
+  Engine& engine = *setup.engine;
+  const std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);  // [0, n-1)
+  // Room for the prompt and the early tokens (the decode run's capacity may be less).
+  const int64_t early_capacity = std::max<int64_t>(capacity, static_cast<int64_t>(prompt.size()) + setup.early_tokens);
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
+                         QuantizedKvCache::Create(engine.kv_geometry(), early_capacity, codec.store));
+  Sampler sampler(SamplingParams{});  // greedy: temperature 0
+  const v1::EarlyTokensRequest request =
+      early_tokens_request(sampler, static_cast<uint32_t>(setup.early_tokens), prompt.back(), std::nullopt);
+  LengthResult stream;  // the early call's own stream figures
+  EarlyReceived received;
+  BATON_RETURN_IF_ERROR(with_context("early tokens: ", cloud_prefill(setup, codec, head, *kv, stream, &request,
+                                                                     &received)));
+  if (received.tokens.empty()) return absl::DataLossError("early tokens: the cloud sent none");
+  if (!received.last_seen) {
+    return absl::DataLossError(absl::StrFormat("early tokens: %d of %d came, none marked last",
+                                               received.tokens.size(), setup.early_tokens));
+  }
+  r.early_asked = setup.early_tokens;
+  r.early_received = static_cast<int64_t>(received.tokens.size());
+  r.first_early_ms = ms_between(received.call_start, received.first);
+  r.early_cloud_ms = received.first_cloud_ms;
+  r.early_stream_cloud_ms = stream.cloud_ms;
+  r.early_first_matches = received.tokens[0] == local_first;
+
+  std::vector<float> logits;  // [n_vocab]
+  const Clock::time_point step_start = Clock::now();
+  BATON_RETURN_IF_ERROR(engine.decode_step(prompt.back(), *kv, &logits));
+  (void)sampler.sample(logits);
+  const double step_ms = ms_between(step_start, Clock::now());
+  kv->set_size(static_cast<int64_t>(head.size()));
+  std::vector<int32_t> run(1, prompt.back());
+  run.insert(run.end(), received.tokens.begin(), received.tokens.end());
+  const Clock::time_point batch_start = Clock::now();
+  BATON_RETURN_IF_ERROR(engine.prefill(run, *kv, &logits));
+  (void)sampler.sample(logits);
+  r.early_delta_ms = ms_between(batch_start, Clock::now()) - step_ms;
+  return absl::OkStatus();
+}
+
+// One length: local once, then the split with every codec (per codec), and
+// with early tokens asked for the baseline codec's early call.
 absl::StatusOr<std::vector<LengthResult>> measure_length(const SplitSetup& setup, int64_t n) {
   LengthResult local;
   local.prompt_len = n;
@@ -299,6 +412,10 @@ absl::StatusOr<std::vector<LengthResult>> measure_length(const SplitSetup& setup
     LengthResult r = local;
     BATON_RETURN_IF_ERROR(with_context(absl::StrCat(codec.wire.to_string(), ": "),
                                        measure_split(setup, codec, prompt, capacity, local_first, r)));
+    if (setup.early_tokens > 0 && out.empty()) {
+      BATON_RETURN_IF_ERROR(with_context(absl::StrCat(codec.wire.to_string(), ": "),
+                                         measure_early(setup, codec, prompt, capacity, local_first, r)));
+    }
     out.push_back(r);
   }
   return out;
@@ -334,8 +451,8 @@ double gpu_tok_s_from_report(const std::string& path, const std::string& shape, 
 struct SplitFlags {
   std::string model_path, cloud_model_path, lengths_text, profile_names = "fiber,wifi,4g", profiles_path;
   std::string codec_list, calibration_path, plot_path, device_report;
-  int64_t threads = 2, decode_tokens = 32, max_len = 0, chunk_tokens = 256, repeat = 1;
-  double gpu_tok_s = 0, loss_pct = 0, max_kv_loss_pct = kDefaultMaxKvLossPct;
+  int64_t threads = 2, decode_tokens = 32, max_len = 0, chunk_tokens = 256, repeat = 1, early_tokens = 4;
+  double gpu_tok_s = 0, gpu_decode_ms = 0, loss_pct = 0, max_kv_loss_pct = kDefaultMaxKvLossPct;
   bool json = false;
 };
 
@@ -343,7 +460,7 @@ struct SplitFlags {
 absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
   FlagSet flags("baton bench split",
                 "--model EDGE_Q4_0 [--cloud-model FILE] [--prompt-lens 128,256,...] [--profiles fiber,wifi,4g] "
-                "[--codec LIST|auto] [--calibration F.batoncal] [--max-kv-loss PCT] [--gpu-prefill-tok-s N | --device-report bench.jsonl] [--plot F.png] [--json]",
+                "[--codec LIST|auto] [--calibration F.batoncal] [--max-kv-loss PCT] [--gpu-prefill-tok-s N | --device-report bench.jsonl] [--early-tokens K] [--plot F.png] [--json]",
                 "When does the split pay: per prompt length, time to first token local-only (the edge's own "
                 "prefill) vs split (a real baton-prefill on loopback, CPU backend, streaming the KV through "
                 "read_kv_segment into the edge store), bytes on the wire and decode tok/s, all measured here; "
@@ -351,7 +468,10 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
                 "loss)); split TTFT = RTT + max(cloud, first block + transfer) + ingest + last token), not "
                 "emulated. PROJECTION rows replace the CPU cloud by a GPU prefill speed. Each codec of --codec is "
                 "measured cloud-only; auto adds the rows of the codec the edge's --codec auto picks per profile "
-                "and length (from the calibration's quality table) with the overlapped plan.");
+                "and length (from the calibration's quality table) with the overlapped plan. With --early-tokens K "
+                "the baseline codec's rows gain the early-token split: the cloud samples K tokens after the prompt "
+                "and sends them ahead of the KV (early TTFT = RTT + the cloud's first early token + the KV bytes "
+                "ahead of it / rate).");
   flags.add_string("model", &f.model_path, "the edge's GGUF model (Q4_0)", "FILE");
   flags.add_string("cloud-model", &f.cloud_model_path, "the cloud's GGUF model (default: --model)", "FILE");
   flags.add_string("prompt-lens", &f.lengths_text, "comma-separated prompt lengths (default 128, 256, ... up to the "
@@ -377,6 +497,12 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
   flags.add_double("gpu-prefill-tok-s", &f.gpu_tok_s, "GPU prefill tok/s for the PROJECTION rows");
   flags.add_string("device-report", &f.device_report, "bench.jsonl of a CUDA device check: GPU prefill tok/s for "
                    "the PROJECTION rows", "FILE");
+  flags.add_int64("early-tokens", &f.early_tokens,
+                  "tokens the cloud samples ahead of the KV (PrefillRequest.early_tokens, greedy), measured with the "
+                  "baseline codec, 0..64; 0: no early rows");
+  flags.add_double("gpu-decode-ms", &f.gpu_decode_ms,
+                   "one GPU decode step in ms for the PROJECTION's early rows (default: an assumption from the "
+                   "weight bytes and the H200's memory bandwidth, printed as such)");
   flags.add_string("plot", &f.plot_path, "write TTFT vs prompt length as a PNG (gnuplot)", "FILE.png");
   flags.add_bool("json", &f.json, "print one JSON object instead of the tables");
   flags.require("model");
@@ -385,6 +511,11 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
   if (f.threads < 1 || f.decode_tokens < 1 || f.chunk_tokens < 1 || f.repeat < 1) {
     return absl::InvalidArgumentError("--threads, --decode-tokens, --chunk-tokens and --repeat must be >= 1");
   }
+  if (f.early_tokens < 0 || f.early_tokens > kMaxEarlyTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--early-tokens %d is not in 0..%d", f.early_tokens, kMaxEarlyTokens));
+  }
+  if (f.gpu_decode_ms < 0) return absl::InvalidArgumentError(absl::StrFormat("--gpu-decode-ms %g is < 0", f.gpu_decode_ms));
   if (f.loss_pct < 0 || f.loss_pct >= 100) {
     return absl::InvalidArgumentError(absl::StrFormat("--loss %g is not in [0, 100)", f.loss_pct));
   }
@@ -442,6 +573,17 @@ absl::Status gpu_projection(const SplitFlags& f, const Model& model, SplitRun& r
         "optimistic for small models and short prompts, which are launch-latency-bound on a GPU";
   }
   for (int64_t n : run.lengths) run.gpu_rates.push_back(gpu_tok_s_for(n) > 0 ? gpu_tok_s_for(n) : assumed_gpu_tok_s);
+  // One decode step of the early rows: memory-bound, each step reads every
+  // matmul weight once (F16, 2 bytes each).
+  if (f.gpu_decode_ms > 0) {
+    run.gpu_decode_step_ms = f.gpu_decode_ms;
+    run.gpu_decode_source = "--gpu-decode-ms";
+  } else {
+    run.gpu_decode_step_ms = 2.0 * params / (0.6 * 4.8e12) * 1000.0;
+    run.gpu_decode_source =
+        "ASSUMED: F16 weights (2 B x matmul params) read once per step at 60% of the H200's 4.8 TB/s; kernel "
+        "launch latency left out, so optimistic for small models";
+  }
   return absl::OkStatus();
 }
 
@@ -454,6 +596,11 @@ absl::Status warm_up(const SplitSetup& setup) {
     BATON_ASSIGN_OR_RETURN(kv, QuantizedKvCache::Create(setup.engine->kv_geometry(), 16, codec.store));
     BATON_RETURN_IF_ERROR(with_context(absl::StrCat("warm-up cloud prefill (", codec.wire.to_string(), "): "),
                                        cloud_prefill(setup, codec, warm, *kv, ignored)));
+  }
+  if (setup.early_tokens > 0) {  // the cloud's decode path too
+    BATON_RETURN_IF_ERROR(with_context("warm-up early tokens: ",
+                                       measure_early(setup, setup.codecs[0], warm, 8 + setup.early_tokens,
+                                                     /*local_first=*/0, ignored)));
   }
   std::vector<float> logits;
   return setup.engine->decode_step(warm[0], *kv, &logits);
@@ -536,7 +683,7 @@ absl::StatusOr<std::unique_ptr<InProcessCloud>> start_cloud(const SplitFlags& f,
   options.threads = static_cast<int>(f.threads);
   options.max_running = 1;
   options.chunk_tokens = static_cast<int>(f.chunk_tokens);
-  options.max_context_tokens = longest;
+  options.max_context_tokens = longest + f.early_tokens;  // the prompt and the early tokens sampled after it
   options.prefix_cache_bytes = 0;
   options.session_cache_bytes = 0;
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, InProcessCloud::Start(options));
@@ -578,6 +725,7 @@ absl::Status bench_split(const Args& args) {
   setup.stub = &cloud->stub();
   setup.chunk_tokens = f.chunk_tokens;
   setup.decode_tokens = f.decode_tokens;
+  setup.early_tokens = f.early_tokens;
   for (const CodecSetup& codec : setup.codecs) {
     CodecRun& c = run.codecs.emplace_back();
     c.config = codec.wire;
@@ -599,6 +747,7 @@ absl::Status bench_split(const Args& args) {
   run.decode_tokens = f.decode_tokens;
   run.repeat = f.repeat;
   run.plot_path = f.plot_path;
+  run.early_tokens = f.early_tokens;
   model_profiles(run);
   if (f.json) {
     print_json_line(split_json(run));
