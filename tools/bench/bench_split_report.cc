@@ -556,7 +556,9 @@ absl::Status write_codecs_plot(const SplitRun& run) {
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
   std::ofstream data(data_path);
-  // Columns: prompt, local, then per (row, profile): each codec, then auto.
+  // Columns: prompt, local, then per (row, profile): each codec, then auto,
+  // then the baseline's early TTFT.
+  const bool early = !run.codecs[0].per_profile.empty() && !run.codecs[0].per_profile[0].early.empty();
   for (size_t i = 0; i < run.lengths.size(); ++i) {
     data << run.lengths[i] << ' ' << run.codecs[0].results[i].local_ttft_ms;
     for (const bool projection : {false, true}) {
@@ -568,12 +570,16 @@ absl::Status write_codecs_plot(const SplitRun& run) {
           const AutoProfileRows& rows = run.auto_rows[p];
           data << ' ' << (projection ? rows.projection[i] : rows.rows[i]).overlap.ttft_ms;
         }
+        if (early) {
+          const ProfileRows& rows = run.codecs[0].per_profile[p];
+          data << ' ' << (projection ? rows.projection_early[i] : rows.early[i]).ttft_ms;
+        }
       }
     }
     data << '\n';
   }
   data.close();
-  const size_t per_panel = run.codecs.size() + (run.auto_codec ? 1 : 0);
+  const size_t per_panel = run.codecs.size() + (run.auto_codec ? 1 : 0) + (early ? 1 : 0);
   const size_t k = run.profiles.size();
   std::ofstream script(gnuplot.path("plot.gp"));
   script << "set terminal pngcairo size " << 560 * k << ",1300 noenhanced\n"
@@ -597,6 +603,10 @@ absl::Status write_codecs_plot(const SplitRun& run) {
         script << ", '' using 1:" << first + run.codecs.size()
                << " with linespoints lw 3 pt 7 dt 2 lc rgb 'red' title 'overlap + auto'";
       }
+      if (early) {
+        script << ", '' using 1:" << first + per_panel - 1 << " with linespoints lw 2 pt 5 dt 4 lc rgb '#e377c2' "
+               << "title 'early token (K = " << run.early_tokens << ", " << run.codecs[0].codec << ")'";
+      }
       script << "\n";
     }
   }
@@ -611,18 +621,23 @@ absl::Status write_split_plot(const SplitRun& run) {
   if (run.codecs.size() > 1 || run.auto_codec) return write_codecs_plot(run);
   const CodecRun& codec = run.codecs[0];
   const std::string title = absl::StrFormat(
-      "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted)", run.model_name,
-      codec.codec, run.threads);
+      "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted, early token squares)",
+      run.model_name, codec.codec, run.threads);
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
   std::ofstream data(data_path);
   BATON_CHECK(run.gpu_rates.size() == codec.results.size());
+  const bool early = !codec.per_profile.empty() && !codec.per_profile[0].early.empty();
   for (size_t i = 0; i < codec.results.size(); ++i) {
     data << codec.results[i].prompt_len << ' ' << codec.results[i].local_ttft_ms;
     for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.split_ms[i];
     for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.projection_ms[i];
     for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.overlap[i].ttft_ms;
     for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.projection_overlap[i].ttft_ms;
+    if (early) {
+      for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.early[i].ttft_ms;
+      for (const ProfileRows& rows : codec.per_profile) data << ' ' << rows.projection_early[i].ttft_ms;
+    }
     data << '\n';
   }
   data.close();
@@ -650,6 +665,14 @@ absl::Status write_split_plot(const SplitRun& run) {
   for (size_t i = 0; i < k; ++i) {
     script << ", '' using 1:" << 3 + 3 * k + i << " with lines dt 4 lw 1 lc rgb '" << colors[i % 5]
            << "' title 'PROJECTION overlap " << run.profiles[i].name << "'";
+  }
+  for (size_t i = 0; early && i < k; ++i) {
+    script << ", '' using 1:" << 3 + 4 * k + i << " with linespoints dt 5 pt 5 lw 2 lc rgb '" << colors[i % 5]
+           << "' title 'early token " << run.profiles[i].name << " (CPU cloud)'";
+  }
+  for (size_t i = 0; early && i < k; ++i) {
+    script << ", '' using 1:" << 3 + 5 * k + i << " with lines dt 6 lw 1 lc rgb '" << colors[i % 5]
+           << "' title 'PROJECTION early token " << run.profiles[i].name << "'";
   }
   script << "\n";
   script.close();
