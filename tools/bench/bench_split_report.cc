@@ -513,7 +513,7 @@ void print_split_tables(const SplitRun& run) {
              "same = split's first token equals local's, greedy)\n");
   print_line("\n%s\n%s; GPU prefill tok/s: %s\n%s\n", kLinkNote, kProjectionNote, run.gpu_source, kOverlapNote);
   if (run.early_tokens > 0) {
-    print_line("%s; GPU decode step %.3f ms: %s\n", kEarlyNote, run.gpu_decode_step_ms, run.gpu_decode_source);
+    print_line("%s; GPU decode step %.4g ms: %s\n", kEarlyNote, run.gpu_decode_step_ms, run.gpu_decode_source);
   }
   if (run.codecs.size() == 1 && !run.auto_codec) {
     for (size_t p = 0; p < run.profiles.size(); ++p) {

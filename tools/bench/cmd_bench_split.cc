@@ -223,11 +223,15 @@ absl::Status cloud_prefill(const SplitSetup& setup, const CodecSetup& codec, con
   if (received != nullptr) received->call_start = clock.start;
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = setup.stub->Prefill(&context, request);
   auto take_early = [&](const v1::EarlyTokens& message) -> absl::Status {
-    if (received == nullptr || received->last_seen ||
-        received->tokens.size() + static_cast<size_t>(message.token_ids_size()) > early_wanted) {
+    if (received == nullptr) return absl::DataLossError("the cloud sent early tokens; none were asked for");
+    if (received->last_seen) {
+      return absl::DataLossError(absl::StrFormat(
+          "the cloud sent %d early tokens after the message marked last (%d tokens before; out of order?)",
+          message.token_ids_size(), received->tokens.size()));
+    }
+    if (received->tokens.size() + static_cast<size_t>(message.token_ids_size()) > early_wanted) {
       return absl::DataLossError(absl::StrFormat("the cloud sent %d more early tokens after %d; %u were asked for",
-                                                 message.token_ids_size(),
-                                                 received == nullptr ? 0 : received->tokens.size(), early_wanted));
+                                                 message.token_ids_size(), received->tokens.size(), early_wanted));
     }
     if (received->messages++ == 0) {
       received->first = clock.last_message;
