@@ -621,7 +621,7 @@ absl::Status write_split_plot(const SplitRun& run) {
   if (run.codecs.size() > 1 || run.auto_codec) return write_codecs_plot(run);
   const CodecRun& codec = run.codecs[0];
   const std::string title = absl::StrFormat(
-      "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted, early token squares)",
+      "baton bench split: %s, codec %s, edge %d threads (PROJECTION dashed, overlap dotted, early: squares)",
       run.model_name, codec.codec, run.threads);
   BATON_ASSIGN_OR_RETURN(GnuplotRun gnuplot, GnuplotRun::Create("bench-split"));
   const std::string data_path = gnuplot.path("ttft.dat");
@@ -642,7 +642,7 @@ absl::Status write_split_plot(const SplitRun& run) {
   }
   data.close();
   std::ofstream script(gnuplot.path("plot.gp"));
-  script << "set terminal pngcairo size 1000,750 noenhanced\n"
+  script << "set terminal pngcairo size 1000," << (early ? 900 : 750) << " noenhanced\n"
          << "set output '" << run.plot_path << "'\n"
          << "set title '" << title << "'\n"
          << "set xlabel 'prompt tokens'\nset ylabel 'time to first token (ms)'\n"
