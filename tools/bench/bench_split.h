@@ -64,7 +64,8 @@ struct LengthResult {
 struct EarlyCloud {
   double cloud_ms = 0;           // the plain stream's work (as modeled_split_ttft_ms takes it)
   double first_block_ms = 0;     // its first KV block
-  double first_early_ms = 0;     // the first early token sent
+  double first_early_ms = 0;     // the first early token sent (measured: as read over loopback, as the
+                                 // first block is, so the two share one frame)
   double stream_cloud_ms = 0;    // the early call's work up to its trailer
 };
 

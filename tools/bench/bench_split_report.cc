@@ -36,7 +36,8 @@ constexpr char kAutoNote[] =
     "cloud-only codec within the floor) / overlap+auto TTFT";
 constexpr char kEarlyNote[] =
     "EARLY: the cloud samples K greedy tokens after the prompt and sends them ahead of the KV still queued "
-    "(baseline codec, measured over loopback); early TTFT = RTT + the cloud's first early token (its cloud_ms) "
+    "(baseline codec, measured over loopback); early TTFT = RTT + the first early token over loopback (call "
+    "start -> the client reads it: the first block's frame) "
     "+ the KV bytes ahead of it / (rate x (1 - loss)), ahead = min(bytes produced - bytes delivered by then "
     "(blocks produced evenly from the first block to the end of the cloud's work), gRPC's flow-control window "
     "max(4 MiB, 2 x rate x RTT)); ratio = plain cloud-only TTFT / early TTFT (> 1: sooner); decoded here = the "
@@ -443,7 +444,7 @@ void model_profiles(SplitRun& run) {
         rows.overlap.push_back(modeled_overlap(r, run.profiles[p], r.cloud_ms, r.first_block_ms));
         rows.projection_overlap.push_back(modeled_overlap(r, run.profiles[p], cloud_ms, first_block_ms));
         if (r.early_asked > 0) {
-          const EarlyCloud measured{r.cloud_ms, r.first_block_ms, r.early_cloud_ms, r.early_stream_cloud_ms};
+          const EarlyCloud measured{r.cloud_ms, r.first_block_ms, r.first_early_ms, r.early_stream_cloud_ms};
           rows.early.push_back(modeled_early(r, run.profiles[p], measured));
           rows.projection_early.push_back(modeled_early(
               r, run.profiles[p], projected_early_cloud(r, run.gpu_rates[i], run.gpu_decode_step_ms)));

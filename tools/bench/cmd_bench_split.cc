@@ -19,8 +19,9 @@
 // Early tokens (--early-tokens K > 0, the baseline codec): a second real
 // Prefill call asks the cloud to sample K greedy tokens after the prompt; the
 // client takes the EarlyTokens messages out of the stream (read_kv_segment
-// verifies the rest) and times the first, whose cloud_ms says when the cloud
-// sent it (first_early). The cloud writes one message at a time and the
+// verifies the rest) and times the first from the call's start, as the
+// first block is timed (first_early; over loopback the bytes ahead of it
+// cost nothing; its cloud_ms is reported too). The cloud writes one message at a time and the
 // early ones overtake only the queued blocks, not the bytes the transport
 // already holds: up to gRPC's flow-control window, max(4 MiB, 2 x B x R/1000)
 // with BDP probing. So, blocks produced evenly over [first block, cloud]:
@@ -474,7 +475,7 @@ absl::StatusOr<bool> parse_split_flags(const Args& args, SplitFlags& f) {
                 "measured cloud-only; auto adds the rows of the codec the edge's --codec auto picks per profile "
                 "and length (from the calibration's quality table) with the overlapped plan. With --early-tokens K "
                 "the baseline codec's rows gain the early-token split: the cloud samples K tokens after the prompt "
-                "and sends them ahead of the KV (early TTFT = RTT + the cloud's first early token + the KV bytes "
+                "and sends them ahead of the KV (early TTFT = RTT + the first early token over loopback + the KV bytes "
                 "ahead of it / rate).");
   flags.add_string("model", &f.model_path, "the edge's GGUF model (Q4_0)", "FILE");
   flags.add_string("cloud-model", &f.cloud_model_path, "the cloud's GGUF model (default: --model)", "FILE");
