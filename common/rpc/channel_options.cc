@@ -86,6 +86,10 @@ std::shared_ptr<grpc::Channel> open_channel(const std::string& address,
     arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 4000);
   }
   if (tuning.own_connection) arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (tuning.stream_window_bytes > 0) {
+    arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    arguments.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, tuning.stream_window_bytes);
+  }
   if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
   return grpc::CreateCustomChannel(address, credentials, arguments);
 }

@@ -63,6 +63,10 @@ struct ChannelTuning {
   // A subchannel pool of its own, so this channel gets its own TCP
   // connection instead of sharing the process's (load generators).
   bool own_connection = false;
+  // > 0: the HTTP/2 stream window this client grants is fixed at this many
+  // bytes (BDP probing off), so a server runs at most this far ahead of what
+  // the client has read; 0: gRPC's own, which grows to max(4 MiB, 2 x BDP).
+  int stream_window_bytes = 0;
 };
 
 // A channel to `address` ("host:port"); null `credentials` is plaintext.

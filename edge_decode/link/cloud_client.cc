@@ -81,11 +81,35 @@ absl::StatusOr<std::unique_ptr<CloudClient>> CloudClient::Create(CloudClientOpti
   tuning.fast_reconnect = true;        // a cloud that restarts, or starts after the agent
   client->channel_ = open_channel(client->options_.address, security.credentials, tuning);
   client->stub_ = v1::Prefill::NewStub(client->channel_);
+  client->credentials_ = security.credentials;
+  client->tuning_ = tuning;
   client->link_.address = client->options_.address;
   return client;
 }
 
 CloudClient::~CloudClient() { stop_health_polling(); }
+
+int early_tokens_window_bytes(double bandwidth_bytes_per_s, double rtt_ms) {
+  if (!(bandwidth_bytes_per_s > 0) || !(rtt_ms > 0)) return 0;
+  constexpr int kMin = 64 << 10;
+  constexpr int kMax = 4 << 20;
+  const double wanted = 2.0 * bandwidth_bytes_per_s * rtt_ms / 1000.0;
+  int window = kMin;
+  while (window < kMax && window < wanted) window *= 2;
+  return window;
+}
+
+v1::Prefill::Stub* CloudClient::paced_stub(int window_bytes) {
+  std::lock_guard<std::mutex> lock(paced_mu_);
+  PacedChannel& paced = paced_[window_bytes];
+  if (paced.stub == nullptr) {
+    ChannelTuning tuning = tuning_;
+    tuning.stream_window_bytes = window_bytes;
+    paced.channel = open_channel(options_.address, credentials_, tuning);
+    paced.stub = v1::Prefill::NewStub(paced.channel);
+  }
+  return paced.stub.get();
+}
 
 void CloudClient::prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) const {
   prepare_call(context, deadline, bearer_token_);
@@ -209,8 +233,17 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   grpc::ClientContext context;
   prepare(context, std::min(request.deadline, std::chrono::system_clock::now() + options_.prefill_timeout));
   context.AddMetadata(kPrefixDigestMetadataKey, prefix_affinity_key(request.tokens, request.prefix_pack_id));
+  // With early tokens, a window of about two bandwidth-delay products: the
+  // cloud then cannot run more KV ahead of them than the link holds.
+  v1::Prefill::Stub* stub = stub_.get();
+  if (early_wanted > 0) {
+    const CloudLinkStatus now = link();
+    if (const int window = early_tokens_window_bytes(now.bandwidth_bytes_per_s, now.rtt_ms); window > 0) {
+      stub = paced_stub(window);
+    }
+  }
   const Clock::time_point start = Clock::now();
-  std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub_->Prefill(&context, rpc);
+  std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub->Prefill(&context, rpc);
   // Disarmed on every way out, before `context` goes away.
   struct Disarm {
     CancelSlot* slot;

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,7 @@
 #include "common/kv_stream/kv_handoff.h"
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/channel_options.h"
 #include "edge_decode/link/cloud_session_key.h"
 #include "edge_decode/plan/split_policy.h"
 #include "proto/baton.grpc.pb.h"
@@ -236,6 +238,17 @@ class CloudClient {
   std::string bearer_token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Prefill::Stub> stub_;
+  // Channels of Prefill calls with early tokens, by their fixed stream
+  // window (early_tokens_window_bytes), made on first use.
+  struct PacedChannel {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Prefill::Stub> stub;
+  };
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  ChannelTuning tuning_;
+  std::mutex paced_mu_;
+  std::map<int, PacedChannel> paced_;  // guarded by paced_mu_
+  v1::Prefill::Stub* paced_stub(int window_bytes);
 
   MovingAverage rtt_ms_;
   MovingAverage bandwidth_;
@@ -247,6 +260,15 @@ class CloudClient {
   bool polling_ = false;                  // guarded by mu_
   std::thread poller_;
 };
+
+// The HTTP/2 stream window of a Prefill call with early tokens over a link of
+// `bandwidth_bytes_per_s` and `rtt_ms`: twice its bandwidth-delay product
+// (the link stays full), rounded up to a power of two, within [64 KiB,
+// 4 MiB]; 0 (gRPC's own window) while either is unknown. gRPC's own window
+// grows to max(4 MiB, 2 x BDP), and every KV byte it lets the cloud send
+// before an early token is a byte ahead of that token on the link: on a
+// 20 Mbit/s link 4 MiB is 1.7 s, 2 x BDP (60 ms RTT) 120 ms.
+int early_tokens_window_bytes(double bandwidth_bytes_per_s, double rtt_ms);
 
 // Metadata key of the affinity header (proto/baton.proto, "Metadata").
 inline constexpr char kPrefixDigestMetadataKey[] = "baton-prefix-digest";

@@ -78,12 +78,12 @@ struct EarlyRow {
   double decoded_here_ms = 0; // first token decoded here: the split with the early call's cloud time + early_delta_ms
 };
 
-// Bytes a gRPC stream's transport may hold ahead of a message written now:
-// HTTP/2 flow control lets the sender run this far ahead of what the
-// receiver has read, and gRPC's BDP probing (chttp2 flow_control.cc, low
-// memory pressure) sets that window to max(4 MiB, 2 x bandwidth x RTT). The
-// socket buffers and the link hold these bytes; QueuedWriteReactor writes
-// one message at a time, so push_urgent overtakes only what waits above it.
+// Bytes the transport may hold ahead of a message the cloud writes now: the
+// HTTP/2 window the edge grants a Prefill call with early tokens
+// (early_tokens_window_bytes: 2 x BDP rounded up to a power of two, in
+// [64 KiB, 4 MiB]; gRPC's own BDP window would be max(4 MiB, 2 x BDP)). The
+// socket buffers and the link hold these bytes; QueuedWriteReactor writes one
+// message at a time, so push_urgent overtakes only what waits above them.
 double transport_window_bytes(const WanProfile& profile);
 
 // KV bytes still ahead on the link of a message the cloud sends `at_ms`

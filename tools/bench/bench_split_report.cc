@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench_split.h"
+
+#include "edge_decode/link/cloud_client.h"  // early_tokens_window_bytes
 #include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/plan/split_policy.h"
 #include "gnuplot_run.h"
@@ -39,8 +41,8 @@ constexpr char kEarlyNote[] =
     "(baseline codec, measured over loopback); early TTFT = RTT + the first early token over loopback (call "
     "start -> the client reads it: the first block's frame) "
     "+ the KV bytes ahead of it / (rate x (1 - loss)), ahead = min(bytes produced - bytes delivered by then "
-    "(blocks produced evenly from the first block to the end of the cloud's work), gRPC's flow-control window "
-    "max(4 MiB, 2 x rate x RTT)); ratio = plain cloud-only TTFT / early TTFT (> 1: sooner); decoded here = the "
+    "(blocks produced evenly from the first block to the end of the cloud's work), the call's HTTP/2 window "
+    "(the edge's early_tokens_window_bytes: 2 x rate x RTT rounded up to a power of two in [64 KiB, 4 MiB])); ratio = plain cloud-only TTFT / early TTFT (> 1: sooner); decoded here = the "
     "split's TTFT with the early call's cloud time (its trailer waits for the K steps) + the edge's extra cost "
     "of prefilling [last token, early tokens] instead of one decode step. PROJECTION: first early token = "
     "projected prompt prefill + one GPU decode step";
@@ -386,8 +388,7 @@ double modeled_split_ttft_ms(const LengthResult& r, const WanProfile& profile, d
 }
 
 double transport_window_bytes(const WanProfile& profile) {
-  constexpr double kGrpcMinBdpWindowBytes = 4.0 * 1024 * 1024;
-  return std::max(kGrpcMinBdpWindowBytes, 2.0 * profile.bandwidth_bytes_per_s * profile.rtt_ms / 1000.0);
+  return static_cast<double>(early_tokens_window_bytes(profile.bandwidth_bytes_per_s, profile.rtt_ms));
 }
 
 double bytes_ahead(const LengthResult& r, const WanProfile& profile, double cloud_ms, double first_block_ms,

@@ -1,9 +1,12 @@
 // bench split's early-token rows (tools/bench/bench_split.h): the first
 // early token pays the RTT, the cloud's time to it and the KV bytes still
-// ahead of it on the link, at most gRPC's flow-control window; the ratio is
+// ahead of it on the link, at most the HTTP/2 window the edge grants such a
+// call (early_tokens_window_bytes: about 2 x BDP); the ratio is
 // plain / early; "decoded here" is the split with the early call's cloud time
 // plus the edge's extra prefill; the PROJECTION adds one GPU decode step.
 #include <gtest/gtest.h>
+
+#include "edge_decode/link/cloud_client.h"
 
 #include "bench_split.h"
 
@@ -47,9 +50,15 @@ EarlyCloud measured_cloud(const LengthResult& r) {
   return EarlyCloud{r.cloud_ms, r.first_block_ms, r.first_early_ms, r.early_stream_cloud_ms};
 }
 
-TEST(BenchSplitEarlyTest, TheWindowIsFourMebibytesOrTwiceTheBandwidthDelayProduct) {
-  EXPECT_DOUBLE_EQ(transport_window_bytes(link(1e6, 20)), 4.0 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(transport_window_bytes(link(1e9, 100)), 2.0 * 1e9 * 0.1);
+TEST(BenchSplitEarlyTest, TheWindowIsTwiceTheBandwidthDelayProductAsTheEdgeGrantsIt) {
+  // 2 x 1 MB/s x 20 ms = 40 kB: the 64 KiB floor.
+  EXPECT_DOUBLE_EQ(transport_window_bytes(link(1e6, 20)), 64.0 * 1024);
+  // 2 x 2.5 MB/s x 60 ms = 300 kB: 512 KiB, the next power of two.
+  EXPECT_DOUBLE_EQ(transport_window_bytes(link(2.5e6, 60)), 512.0 * 1024);
+  // 2 x 1 GB/s x 100 ms = 200 MB: the 4 MiB ceiling.
+  EXPECT_DOUBLE_EQ(transport_window_bytes(link(1e9, 100)), 4.0 * 1024 * 1024);
+  EXPECT_EQ(early_tokens_window_bytes(0, 20), 0) << "unknown bandwidth: gRPC's own window";
+  EXPECT_EQ(early_tokens_window_bytes(1e6, 0), 0) << "unknown RTT: gRPC's own window";
 }
 
 TEST(BenchSplitEarlyTest, OnAFastLinkNothingIsAheadAndTheTokenPaysRttAndTheCloud) {
@@ -66,16 +75,16 @@ TEST(BenchSplitEarlyTest, OnAFastLinkNothingIsAheadAndTheTokenPaysRttAndTheCloud
 TEST(BenchSplitEarlyTest, BytesProducedButNotDeliveredAreAhead) {
   LengthResult r = measured();
   r.first_early_ms = 30;  // while the encoder still has half the KV to send
-  const WanProfile slow = link(1e6, 20);
+  const WanProfile slow = link(1e6, 200);  // window: 2 x 1 MB/s x 200 ms -> 512 KiB
   // Produced by 30 ms: (30 - 10) / (50 - 10) of 512,000 bytes; delivered: 1 MB/s x 20 ms.
   const double ahead = 256000.0 - 20000.0;
   EXPECT_DOUBLE_EQ(bytes_ahead(r, slow, r.cloud_ms, r.first_block_ms, 30.0), ahead);
   const EarlyRow row = modeled_early(r, slow, measured_cloud(r));
   EXPECT_DOUBLE_EQ(row.ahead_bytes, ahead);
-  EXPECT_NEAR(row.ttft_ms, 20.0 + 30.0 + ahead / 1e6 * 1000.0, 1e-9);
-  EXPECT_NEAR(row.plain_ms, 20.0 + (10.0 + 512.0) + 2.0 + 5.0, 1e-9);
-  EXPECT_NEAR(row.ratio, 549.0 / 286.0, 1e-12);
-  EXPECT_GT(row.ratio, 1.9);
+  EXPECT_NEAR(row.ttft_ms, 200.0 + 30.0 + ahead / 1e6 * 1000.0, 1e-9);
+  EXPECT_NEAR(row.plain_ms, 200.0 + (10.0 + 512.0) + 2.0 + 5.0, 1e-9);
+  EXPECT_NEAR(row.ratio, 729.0 / 466.0, 1e-12);
+  EXPECT_GT(row.ratio, 1.5);
 }
 
 TEST(BenchSplitEarlyTest, AtMostTheFlowControlWindowIsAhead) {
@@ -83,8 +92,8 @@ TEST(BenchSplitEarlyTest, AtMostTheFlowControlWindowIsAhead) {
   r.wire_bytes = 40'000'000;  // 40 s on the link
   const WanProfile slow = link(1e6, 20);
   const EarlyRow row = modeled_early(r, slow, measured_cloud(r));
-  EXPECT_DOUBLE_EQ(row.ahead_bytes, 4.0 * 1024 * 1024);
-  EXPECT_NEAR(row.ttft_ms, 20.0 + 60.0 + 4194.304, 1e-9);
+  EXPECT_DOUBLE_EQ(row.ahead_bytes, 64.0 * 1024);
+  EXPECT_NEAR(row.ttft_ms, 20.0 + 60.0 + 65.536, 1e-9);
   EXPECT_NEAR(row.plain_ms, 20.0 + 10.0 + 40000.0 + 2.0 + 5.0, 1e-9);
   EXPECT_GT(row.ratio, 9.0);
 }
@@ -92,11 +101,11 @@ TEST(BenchSplitEarlyTest, AtMostTheFlowControlWindowIsAhead) {
 TEST(BenchSplitEarlyTest, LossSlowsTheBytesAhead) {
   LengthResult r = measured();
   r.first_early_ms = 30;
-  const WanProfile lossy = link(1e6, 20, 0.5);  // 0.5 MB/s effective
+  const WanProfile lossy = link(1e6, 200, 0.5);  // 0.5 MB/s effective; window 512 KiB
   const double ahead = 256000.0 - 10000.0;
   const EarlyRow row = modeled_early(r, lossy, measured_cloud(r));
   EXPECT_DOUBLE_EQ(row.ahead_bytes, ahead);
-  EXPECT_NEAR(row.ttft_ms, 20.0 + 30.0 + ahead / 0.5e6 * 1000.0, 1e-9);
+  EXPECT_NEAR(row.ttft_ms, 200.0 + 30.0 + ahead / 0.5e6 * 1000.0, 1e-9);
 }
 
 TEST(BenchSplitEarlyTest, DecodedHereIsTheSplitWithTheEarlyCallsCloudTimePlusTheEdgesExtraPrefill) {
