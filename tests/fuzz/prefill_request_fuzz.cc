@@ -64,6 +64,7 @@
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_stream/kv_handoff.h"
+#include "common/engine/sampling_proto.h"
 #include "common/kv_stream/kv_stream_reader.h"
 #include "common/kv_stream/kv_stream_writer.h"
 #include "common/kv_stream/prefix_digest.h"
@@ -178,6 +179,17 @@ void write_seeds(const std::string& dir) {
     write_seed(dir, "prefill_int4_session", std::string(1, '\1') + record(0, request.SerializeAsString()) +
                                                 record(0, request.SerializeAsString()));
   }
+  {  // Early tokens: seeded sampling with the edge's sampler state.
+    v1::PrefillRequest request = prefill(seed_prompt(10, 2));
+    baton::SamplingParams params;
+    params.temperature = 0.8f;
+    params.top_k = 5;
+    params.seed = 3;
+    baton::Sampler sampler(params);
+    for (int32_t id : seed_prompt(10, 2)) sampler.accept(id);
+    *request.mutable_early_tokens() = baton::early_tokens_request(sampler, 3, seed_prompt(1, 4).front(), 2u);
+    write_seed(dir, "prefill_early_tokens", std::string(1, '\0') + record(0, request.SerializeAsString()));
+  }
   {
     v1::PrefillRequest request;
     request.set_text("In the beginning was the word");
@@ -286,6 +298,25 @@ void call_prefill(baton::v1::PrefillRequest request, int credentials, bool name_
     return;
   }
   require(credentials < 2, "Prefill accepted without a valid token");
+  // Early tokens (PrefillRequest.early_tokens): only when asked for, never
+  // first, before the trailer, no more than asked, inside the vocabulary;
+  // the rest is the KV stream.
+  const uint32_t early_asked = request.has_early_tokens() ? request.early_tokens().count() : 0;
+  uint32_t early_seen = 0;
+  std::vector<v1::KvStreamMessage> kv;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].has_early_tokens()) {
+      kv.push_back(messages[i]);
+      continue;
+    }
+    require(i > 0 && i + 1 < messages.size(), "Prefill: early tokens before the header or after the trailer");
+    for (uint32_t id : messages[i].early_tokens().token_ids()) {
+      require(id < static_cast<uint32_t>(harness->model->spec().n_vocab), "Prefill: an early token outside the vocabulary");
+      ++early_seen;
+    }
+  }
+  require(early_seen <= early_asked, absl::StrFormat("Prefill: %u early tokens, %u asked for", early_seen, early_asked));
+  messages = std::move(kv);
   std::optional<std::vector<int32_t>> ids;
   if (request.has_tokens()) {
     ids.emplace(request.tokens().ids().begin() + request.first_position(), request.tokens().ids().end());
