@@ -236,11 +236,11 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   // With early tokens, a window of about two bandwidth-delay products: the
   // cloud then cannot run more KV ahead of them than the link holds.
   v1::Prefill::Stub* stub = stub_.get();
+  int stream_window = 0;
   if (early_wanted > 0) {
     const CloudLinkStatus now = link();
-    if (const int window = early_tokens_window_bytes(now.bandwidth_bytes_per_s, now.rtt_ms); window > 0) {
-      stub = paced_stub(window);
-    }
+    stream_window = early_tokens_window_bytes(now.bandwidth_bytes_per_s, now.rtt_ms);
+    if (stream_window > 0) stub = paced_stub(stream_window);
   }
   const Clock::time_point start = Clock::now();
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub->Prefill(&context, rpc);
@@ -410,6 +410,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   record_served();
 
   result.load = *load;
+  result.stream_window_bytes = stream_window;
   result.commit_wait_ms = ms_between(wait_start, wait_end);
   result.total_ms = ms_between(start, end) - result.commit_wait_ms;
   const double receive_ms = ms_between(start, last_message_time);

@@ -161,6 +161,9 @@ struct CloudPrefillResult {
   uint64_t quantized_bytes = 0;           // payload bytes before zstd
   v1::ProducerStats producer;             // from the trailer (empty if absent)
   uint32_t early_tokens = 0;              // early tokens handed to on_early
+  // The call's fixed HTTP/2 stream window (early_tokens_window_bytes); 0:
+  // gRPC's own (no early tokens, or the link not measured yet).
+  int stream_window_bytes = 0;
 };
 
 // A server stream of KV messages (GetPrefix) as a KvMessageSource; cancels the

@@ -22,6 +22,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/engine/sampling_proto.h"
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_codec/kv_geometry.h"
+#include "common/kv_stream/kv_handoff.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "edge_decode/link/cloud_client.h"
 #include "common/kv_stream/prefix_digest.h"
 #include "common/util/metrics.h"
 #include "tests/integration/faulty_prefill.h"
@@ -310,6 +316,52 @@ TEST_F(EarlyTokensTest, TheOpenAiStreamAndTheMetricsShowBothFirstTokens) {
                            "baton_edge_early_tokens_total 3"}) {
     EXPECT_NE(metrics.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << metrics;
   }
+}
+
+// Once the link is measured, a call with early tokens runs on the channel
+// with a window of about two bandwidth-delay products (a second connection):
+// its KV and its tokens arrive as on the default channel.
+TEST_F(EarlyTokensTest, AMeasuredLinkGetsTheEarlyTokensChannelWithItsOwnWindow) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(model_path_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<ModelFingerprint> fingerprint = model_fingerprint(**model);
+  ASSERT_TRUE(fingerprint.ok()) << fingerprint.status();
+  const KvRope rope = kv_rope_of(**model);
+  const KvGeometry geometry = kv_geometry_for((*model)->spec());
+  CloudClientOptions options;
+  options.address = cloud_->address();
+  absl::StatusOr<std::unique_ptr<CloudClient>> client = CloudClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->check_health().ok());
+  absl::StatusOr<KvCodecConfig> codec = parse_kv_codec_config("f16");
+  ASSERT_TRUE(codec.ok());
+  auto ask = [&](const std::vector<uint32_t>& ids, uint32_t early, std::vector<uint32_t>* shown) {
+    CloudPrefillRequest request;
+    request.tokens.assign(ids.begin(), ids.end() - 1);
+    request.codec = *codec;
+    if (early > 0) {
+      Sampler sampler(SamplingParams{});
+      request.early = early_tokens_request(sampler, early, static_cast<int32_t>(ids.back()), std::nullopt);
+      request.on_early = [shown](const v1::EarlyTokens& message) {
+        shown->insert(shown->end(), message.token_ids().begin(), message.token_ids().end());
+      };
+    }
+    F32KvCache target(geometry, static_cast<int64_t>(ids.size()));
+    return (*client)->prefill(request, *fingerprint, rope, target);
+  };
+  // 400 tokens of f16 KV (100 KiB) measure the link's bandwidth.
+  absl::StatusOr<CloudPrefillResult> plain = ask(prompt(400, 12), 0, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->stream_window_bytes, 0);
+  ASSERT_GT((*client)->link().bandwidth_bytes_per_s, 0.0);
+  std::vector<uint32_t> shown;
+  absl::StatusOr<CloudPrefillResult> early = ask(prompt(300, 13), 3, &shown);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_GE(early->stream_window_bytes, 64 << 10) << "the early-tokens channel";
+  EXPECT_LE(early->stream_window_bytes, 4 << 20);
+  EXPECT_EQ(early->early_tokens, 3u);
+  EXPECT_EQ(shown.size(), 3u);
+  EXPECT_EQ(early->load.token_count, 299u);
 }
 
 // A raw Prefill call with early tokens: the header first, the early tokens
