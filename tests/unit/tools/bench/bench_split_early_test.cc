@@ -9,6 +9,7 @@
 #include "edge_decode/link/cloud_client.h"
 
 #include "bench_split.h"
+#include "tests/unit/tools/bench/bench_split_fixture.h"
 
 namespace baton::cli {
 namespace {
@@ -18,16 +19,7 @@ namespace {
 // the early call's trailer at 62 ms; the edge's batch costs 3 ms more than
 // its one-token last step.
 LengthResult measured() {
-  LengthResult r;
-  r.prompt_len = 513;
-  r.local_prefill_ms = 1000;
-  r.local_last_token_ms = 5;
-  r.local_ttft_ms = 1005;
-  r.cloud_ms = 50;
-  r.first_block_ms = 10;
-  r.ingest_ms = 2;
-  r.split_last_token_ms = 5;
-  r.wire_bytes = 512 * 1000;
+  LengthResult r = testing::measured_length();
   r.early_asked = 4;
   r.early_received = 4;
   r.first_early_ms = 60;
@@ -38,12 +30,7 @@ LengthResult measured() {
 }
 
 WanProfile link(double bytes_per_s, double rtt_ms, double loss = 0) {
-  WanProfile profile;
-  profile.name = "test";
-  profile.bandwidth_bytes_per_s = bytes_per_s;
-  profile.rtt_ms = rtt_ms;
-  profile.loss = loss;
-  return profile;
+  return testing::test_link(bytes_per_s, rtt_ms, loss);
 }
 
 EarlyCloud measured_cloud(const LengthResult& r) {

@@ -9,33 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "bench_split.h"
+#include "tests/unit/tools/bench/bench_split_fixture.h"
 
 namespace baton::cli {
 namespace {
 
-// 512 tokens to prefill: the edge at 512 tok/s (1 s), the cloud's work 50 ms
-// (first block at 10 ms), 1000 wire bytes per token.
-LengthResult measured() {
-  LengthResult r;
-  r.prompt_len = 513;
-  r.local_prefill_ms = 1000;
-  r.local_last_token_ms = 5;
-  r.local_ttft_ms = 1005;
-  r.cloud_ms = 50;
-  r.first_block_ms = 10;
-  r.ingest_ms = 2;
-  r.split_last_token_ms = 5;
-  r.wire_bytes = 512 * 1000;
-  return r;
-}
-
-WanProfile link(double bytes_per_s, double rtt_ms) {
-  WanProfile profile;
-  profile.name = "test";
-  profile.bandwidth_bytes_per_s = bytes_per_s;
-  profile.rtt_ms = rtt_ms;
-  return profile;
-}
+LengthResult measured() { return testing::measured_length(); }
+WanProfile link(double bytes_per_s, double rtt_ms) { return testing::test_link(bytes_per_s, rtt_ms); }
 
 TEST(BenchSplitOverlapTest, InBetweenTheTwoPartsRunAtOnce) {
   const LengthResult r = measured();
