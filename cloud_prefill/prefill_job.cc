@@ -245,7 +245,6 @@ absl::Status sample_early_tokens(const EarlySampling& early, const PrefillJobEnv
   sampler.restore(early.state);
   std::vector<float> logits;
   int32_t token = early.last_token;
-  const Clock::time_point start = Clock::now();
   absl::Status sent;
   for (uint32_t i = 0; i < early.count; ++i) {
     if (cancelled && cancelled()) break;
@@ -273,7 +272,6 @@ absl::Status sample_early_tokens(const EarlySampling& early, const PrefillJobEnv
     token = next;
   }
   cache.set_size(end);
-  result.early_ms = ms_between(start, Clock::now());
   return sent;
 }
 

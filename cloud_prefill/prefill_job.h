@@ -87,7 +87,6 @@ struct PrefillJobResult {
   double first_block_ms = 0;      // job start to the first block handed to the sink
   double encode_tail_ms = 0;      // encoding/sending after compute ended
   uint32_t early_tokens = 0;      // early tokens sent
-  double early_ms = 0;            // sampling them (decode steps), after compute ended
 };
 
 // `urgent` (optional; default: `sink`) sends the early tokens: a sink that

@@ -277,6 +277,10 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   std::vector<v1::EarlyTokens> early_waiting;
   uint32_t early_seen = 0;
   bool trailer_seen = false;
+  auto hand_over = [&](const v1::EarlyTokens& early) {
+    result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
+    if (request.on_early) request.on_early(early);
+  };
   auto take_early = [&](v1::EarlyTokens early) -> absl::Status {
     if (trailer_seen) return absl::DataLossError("the cloud sent early tokens after the KV stream's trailer");
     early_seen += static_cast<uint32_t>(early.token_ids_size());
@@ -292,34 +296,30 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
       early_waiting.push_back(std::move(early));
       return absl::OkStatus();
     }
-    result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
-    if (request.on_early) request.on_early(early);
+    hand_over(early);
     return absl::OkStatus();
+  };
+  // The caller's client may have left: the call ends at once.
+  auto stop_if_cancelled = [&]() -> absl::Status {
+    if (!cancelled || !cancelled()) return absl::OkStatus();
+    context.TryCancel();
+    return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
   };
   KvMessageSource source = [&]() -> absl::StatusOr<std::optional<v1::KvStreamMessage>> {
     if (finished) return std::optional<v1::KvStreamMessage>();
     if (header_returned && !header_verified) {
       header_verified = true;
-      for (v1::EarlyTokens& early : early_waiting) {
-        result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
-        if (request.on_early) request.on_early(early);
-      }
+      for (const v1::EarlyTokens& early : early_waiting) hand_over(early);
       early_waiting.clear();
     }
-    if (cancelled && cancelled()) {
-      context.TryCancel();
-      return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
-    }
+    BATON_RETURN_IF_ERROR(stop_if_cancelled());
     v1::KvStreamMessage message;
     bool read = reader->Read(&message);
     while (read && message.has_early_tokens()) {
       last_message_time = Clock::now();
       watchdog.on_message(0);
       BATON_RETURN_IF_ERROR(take_early(std::move(*message.mutable_early_tokens())));
-      if (cancelled && cancelled()) {
-        context.TryCancel();
-        return absl::CancelledError("the Generate call was cancelled during the cloud prefill");
-      }
+      BATON_RETURN_IF_ERROR(stop_if_cancelled());
       read = reader->Read(&message);
     }
     if (!read) {
