@@ -208,8 +208,12 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
 // the K-quants, ...; a Q4_K wq beside a Q6_K wv share one Q8_K copy) and the
 // tasks of all matrices are concatenated, matrix after matrix, so each thread
 // streams a contiguous run of rows and the pool is woken once.
+// decode_order: every token's row of y is computed exactly as a one-token
+// call computes it (the decode kernel over the decode row split), token after
+// token inside each row task, so the task's weights come from memory once and
+// from cache for the other tokens.
 void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                  std::span<float* const> ys, ThreadPool* pool) {
+                  std::span<float* const> ys, ThreadPool* pool, bool decode_order) {
   BATON_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroupMatrices,
               "matmul: one output per matrix, 1..8 matrices");
   bool needed[4] = {};  // by ActivationFormat
@@ -255,7 +259,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xsums = prepared.q8_0_sums;
     }
     tiles[i] = tile_for(kernels, format);
-    splits[i] = split_for(w.rows, n_tokens, n_threads);
+    splits[i] = split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
   const size_t n_matrices = ws.size();
@@ -269,9 +273,13 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       const TaskSplit& sp = splits[i];
       const int64_t local = task - first_task[i];
       const int64_t r0 = local / sp.token_tasks * sp.rows_per_task;
+      const int64_t r1 = std::min(r0 + sp.rows_per_task, problems[i].rows);
+      if (decode_order) {
+        for (int64_t t = 0; t < n_tokens; ++t) tiles[i](problems[i], r0, r1, t, t + 1);
+        continue;
+      }
       const int64_t t0 = local % sp.token_tasks * sp.tokens_per_task;
-      tiles[i](problems[i], r0, std::min(r0 + sp.rows_per_task, problems[i].rows), t0,
-           std::min(t0 + sp.tokens_per_task, n_tokens));
+      tiles[i](problems[i], r0, r1, t0, std::min(t0 + sp.tokens_per_task, n_tokens));
     }
   };
   const int64_t n_tasks = first_task[n_matrices];
@@ -294,7 +302,7 @@ void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t
                  ThreadPool* pool) {
   const WeightMatrix* ws[1] = {&w};
   float* ys[1] = {y};
-  matmul_group(level, ws, x, n_tokens, ys, pool);
+  matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false);
 }
 
 void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
@@ -304,7 +312,7 @@ void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, 
   for (const WeightMatrix* w : ws) groupable = groupable && w->cols == ws[0]->cols;
   // Mixed storage (Q4_K beside Q6_K, F16 V beside Q4_0 Q/K) groups too: each
   // activation format is prepared once.
-  if (groupable && !ws.empty()) return matmul_group(level, ws, x, n_tokens, ys, pool);
+  if (groupable && !ws.empty()) return matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false);
   // More than 8 matrices or different widths: one call per matrix.
   for (size_t i = 0; i < ws.size(); ++i) matmul_with(level, *ws[i], x, n_tokens, ys[i], pool);
 }
@@ -330,6 +338,23 @@ void quantize_row_q8_k_with(SimdLevel level, const float* x, BlockQ8_K* y, int64
 
 void quantize_row_q8_k_fast(const float* x, BlockQ8_K* y, int64_t n) {
   quantize_row_q8_k_with(active_simd_level(), x, y, n);
+}
+
+void matmul_decode_order(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true);
+}
+
+void matmul_many_decode_order(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
+                              std::span<float* const> ys, ThreadPool* pool) {
+  BATON_CHECK(ws.size() == ys.size(), "matmul_many: one output per matrix");
+  bool groupable = ws.size() <= kMaxGroupMatrices;
+  for (const WeightMatrix* w : ws) groupable = groupable && w->cols == ws[0]->cols;
+  if (groupable && !ws.empty()) {
+    return matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true);
+  }
+  for (size_t i = 0; i < ws.size(); ++i) matmul_decode_order(*ws[i], x, n_tokens, ys[i], pool);
 }
 
 }  // namespace baton

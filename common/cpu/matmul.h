@@ -52,6 +52,16 @@ void matmul_many(std::span<const WeightMatrix* const> ws, const float* x, int64_
 void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
                       std::span<float* const> ys, ThreadPool* pool);
 
+// The same products as matmul / matmul_many, but each token's row of y is
+// bit-identical to a one-token call on that token alone (the decode kernels,
+// the decode row split): n tokens that must come out exactly as n decode
+// steps (speculative verification, a decode step of several sessions) in one
+// pass over the weights. Each row task runs its tokens one after another
+// while its rows are in cache, so the weights are read from memory once.
+void matmul_decode_order(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+void matmul_many_decode_order(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
+                              std::span<float* const> ys, ThreadPool* pool);
+
 // Activation quantization to Q8_0 (ggml's formulas: d = amax/127, q = roundf(x/d)),
 // dispatched. x: [n] f32, n % 32 == 0; y: [n/32] blocks. Bit-identical on all levels.
 void quantize_row_q8_0_fast(const float* x, BlockQ8_0* y, int64_t n);

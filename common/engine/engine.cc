@@ -102,7 +102,10 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
   embed(tokens, n, x_.data());
-  for (int il = 0; il < s.n_layer; ++il) BATON_RETURN_IF_ERROR(layer(il, x_.data(), n, pos, kv));
+  const RowRun run{&kv, pos, 0, n};
+  for (int il = 0; il < s.n_layer; ++il) {
+    BATON_RETURN_IF_ERROR(layer(il, x_.data(), n, std::span<const RowRun>(&run, 1), /*decode_order=*/false));
+  }
   if (logits != nullptr && first_logit_row < n) {
     const int64_t rows = n - first_logit_row;
     rmsnorm_rows(x_.data() + first_logit_row * d, model_.output_norm().data(), h_.data(), rows, d,
@@ -131,7 +134,9 @@ absl::Status Engine::prefill_layers(std::span<const int32_t> tokens, KvCache& kv
     // The same micro-batches as prefill(), so the KV is bit-identical.
     for (int64_t begin = 0; begin < n; begin += options_.max_batch_tokens) {
       const int64_t count = std::min<int64_t>(options_.max_batch_tokens, n - begin);
-      absl::Status status = layer(il, chunk_x_.data() + begin * d, count, start + begin, kv);
+      const RowRun run{&kv, start + begin, 0, count};
+      absl::Status status =
+          layer(il, chunk_x_.data() + begin * d, count, std::span<const RowRun>(&run, 1), /*decode_order=*/false);
       if (!status.ok()) {
         kv.set_size(start);
         return status;
@@ -162,17 +167,81 @@ void Engine::embed(const int32_t* tokens, int64_t n, float* x) const {
   if (embedding_scale != 1.0f) scale_inplace(x, embedding_scale, n * d);
 }
 
-absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv) {
+absl::Status Engine::decode_rows(std::span<const DecodeRow> rows, float* logits) {
+  const ModelSpec& s = model_.spec();
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n == 0) return absl::InvalidArgumentError("decode_rows needs at least one row");
+  if (n > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat("decode_rows: %d rows exceed the engine's batch of %d", n,
+                                                      options_.max_batch_tokens));
+  }
+  // Runs of consecutive rows of one cache; a cache may not come back later.
+  std::vector<RowRun> runs;
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const DecodeRow& row = rows[static_cast<size_t>(i)];
+    if (row.kv == nullptr) return absl::InvalidArgumentError("decode_rows: a row without a cache");
+    tokens[static_cast<size_t>(i)] = row.token;
+    if (!runs.empty() && runs.back().kv == row.kv) {
+      ++runs.back().n;
+      continue;
+    }
+    for (const RowRun& run : runs) {
+      if (run.kv == row.kv) {
+        return absl::InvalidArgumentError("decode_rows: the rows of one cache must be consecutive");
+      }
+    }
+    runs.push_back(RowRun{row.kv, row.kv->size(), i, 1});
+  }
+  BATON_RETURN_IF_ERROR(check_tokens(tokens, s.n_vocab));
+  for (const RowRun& run : runs) {
+    if (run.pos + run.n > run.kv->capacity()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%d tokens after %d cached do not fit the KV cache of %d tokens", run.n, run.pos, run.kv->capacity()));
+    }
+  }
+  const int64_t d = s.n_embd;
+  embed(tokens.data(), n, x_.data());
+  for (int il = 0; il < s.n_layer; ++il) {
+    absl::Status status = layer(il, x_.data(), n, runs, /*decode_order=*/true);
+    if (!status.ok()) {
+      for (const RowRun& run : runs) run.kv->set_size(run.pos);
+      return status;
+    }
+  }
+  for (const RowRun& run : runs) run.kv->set_size(run.pos + run.n);
+  if (logits != nullptr) {
+    rmsnorm_rows(x_.data(), model_.output_norm().data(), h_.data(), n, d, s.norm_eps);
+    matmul_decode_order(model_.output(), h_.data(), n, logits, &pool_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> runs, bool decode_order) {
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
   ThreadPool* pool = &pool_;
   const bool neox = s.rope.type == RopeType::kNeox;
   const LayerWeights& l = model_.layer(il);
+  auto mm = [&](const WeightMatrix& w, const float* in, float* out) {
+    if (decode_order) {
+      matmul_decode_order(w, in, n, out, pool);
+    } else {
+      matmul(w, in, n, out, pool);
+    }
+  };
+  auto mm_many = [&](std::span<const WeightMatrix* const> ws, const float* in, std::span<float* const> outs) {
+    if (decode_order) {
+      matmul_many_decode_order(ws, in, n, outs, pool);
+    } else {
+      matmul_many(ws, in, n, outs, pool);
+    }
+  };
   // Attention block.
   rmsnorm_rows(x, l.attn_norm.data(), h_.data(), n, d, s.norm_eps);
   const WeightMatrix* qkv[] = {&l.wq, &l.wk, &l.wv};  // one dispatch, x quantized once
   float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
-  matmul_many(qkv, h_.data(), n, qkv_out, pool);
+  mm_many(qkv, h_.data(), qkv_out);
   add_bias_rows(q_.data(), l.bq, n);
   add_bias_rows(k_.data(), l.bk, n);
   add_bias_rows(v_.data(), l.bv, n);
@@ -181,25 +250,43 @@ absl::Status Engine::layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv
     rmsnorm_heads(k_.data(), n, s.n_head_kv, s.head_dim, l.attn_k_norm.data(), s.norm_eps);
   }
   const float* inv_freq = model_.rope_inv_freq(il).data();  // gemma3: local or global base
-  rope_rows(q_.data(), n, s.n_head, s.head_dim, s.rope.n_rot, neox, pos, inv_freq, s.rope.attn_factor);
-  rope_rows(k_.data(), n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, pos, inv_freq, s.rope.attn_factor);
-  if (s.query_scale != 1.0f) scale_inplace(q_.data(), s.query_scale, n * s.q_dim());
-  BATON_RETURN_IF_ERROR(kv.store(il, pos, n, k_.data(), v_.data()));
-  kv.attend(il, pos, n, q_.data(), attn_.data(), pool);
-  matmul(l.wo, attn_.data(), n, proj_.data(), pool);
+  const int64_t q_dim = s.q_dim();
+  const int64_t kv_dim = s.kv_dim();
+  for (const RowRun& run : runs) {
+    float* q = q_.data() + run.first_row * q_dim;
+    float* k = k_.data() + run.first_row * kv_dim;
+    rope_rows(q, run.n, s.n_head, s.head_dim, s.rope.n_rot, neox, run.pos, inv_freq, s.rope.attn_factor);
+    rope_rows(k, run.n, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, run.pos, inv_freq, s.rope.attn_factor);
+  }
+  if (s.query_scale != 1.0f) scale_inplace(q_.data(), s.query_scale, n * q_dim);
+  // Every run's K/V first: a later row of a run attends over the earlier ones.
+  for (const RowRun& run : runs) {
+    BATON_RETURN_IF_ERROR(run.kv->store(il, run.pos, run.n, k_.data() + run.first_row * kv_dim,
+                                        v_.data() + run.first_row * kv_dim));
+  }
+  for (const RowRun& run : runs) {
+    const float* q = q_.data() + run.first_row * q_dim;
+    float* out = attn_.data() + run.first_row * q_dim;
+    if (!decode_order) {
+      run.kv->attend(il, run.pos, run.n, q, out, pool);
+      continue;
+    }
+    for (int64_t i = 0; i < run.n; ++i) run.kv->attend(il, run.pos + i, 1, q + i * q_dim, out + i * q_dim, pool);
+  }
+  mm(l.wo, attn_.data(), proj_.data());
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_attn_norm.data(), proj_.data(), n, d, s.norm_eps);
   add_inplace(x, proj_.data(), n * d);
   // Feed-forward block (SwiGLU; gemma3: GeGLU).
   rmsnorm_rows(x, l.ffn_norm.data(), h_.data(), n, d, s.norm_eps);
   const WeightMatrix* gate_up[] = {&l.w_gate, &l.w_up};
   float* const gate_up_out[] = {gate_.data(), up_.data()};
-  matmul_many(gate_up, h_.data(), n, gate_up_out, pool);
+  mm_many(gate_up, h_.data(), gate_up_out);
   if (s.gelu_ffn) {
     gelu_mul(gate_.data(), up_.data(), n * s.n_ff);
   } else {
     silu_mul(gate_.data(), up_.data(), n * s.n_ff);
   }
-  matmul(l.w_down, gate_.data(), n, proj_.data(), pool);
+  mm(l.w_down, gate_.data(), proj_.data());
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_ffn_norm.data(), proj_.data(), n, d, s.norm_eps);
   add_inplace(x, proj_.data(), n * d);
   return absl::OkStatus();

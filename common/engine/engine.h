@@ -48,6 +48,22 @@ class Engine {
   // One token at position kv.size(); logits: [n_vocab].
   absl::Status decode_step(int32_t token, KvCache& kv, std::vector<float>* logits);
 
+  // A row of decode_rows: `token` at the next position of `kv`.
+  struct DecodeRow {
+    int32_t token;
+    KvCache* kv;
+  };
+  // One decode step per row, all rows in one pass over the weights: rows of
+  // different caches (a step of several sessions) and/or consecutive tokens
+  // of one cache (a speculative draft to verify; a cache's i-th row runs at
+  // its size() + i). Each row's logits and K/V are bit-identical to
+  // decode_step() of that token at that point (matmul_decode_order, one
+  // query per attention call), so greedy output cannot tell them apart.
+  // At most max_batch_tokens rows; logits: [rows, n_vocab]. Commits every
+  // cache; on error every cache keeps its previous size.
+  absl::Status decode_rows(std::span<const DecodeRow> rows, float* logits);
+  int max_batch_tokens() const { return options_.max_batch_tokens; }
+
   ThreadPool& pool() { return pool_; }
 
  private:
@@ -57,9 +73,19 @@ class Engine {
                        int64_t first_logit_row, float* logits);
   // Embedding rows of n tokens into x: f32 [n, n_embd].
   void embed(const int32_t* tokens, int64_t n, float* x) const;
+  // Consecutive rows of a micro-batch that run at consecutive positions of
+  // one cache: [first_row, first_row + n) at [pos, pos + n) of kv.
+  struct RowRun {
+    KvCache* kv;
+    int64_t pos;
+    int64_t first_row;
+    int64_t n;
+  };
   // Transformer block `il` on n <= max_batch_tokens rows of x ([n, n_embd],
-  // updated in place) at positions [pos, pos + n); stores their K/V.
-  absl::Status layer(int il, float* x, int64_t n, int64_t pos, KvCache& kv);
+  // updated in place), `runs` covering them in order; stores their K/V.
+  // decode_order: the products and attention of a decode step per row
+  // (decode_rows); else prefill's (one attention call per run).
+  absl::Status layer(int il, float* x, int64_t n, std::span<const RowRun> runs, bool decode_order);
 
   const Model& model_;
   EngineOptions options_;
