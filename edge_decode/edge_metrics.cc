@@ -29,6 +29,10 @@ EdgeMetrics::EdgeMetrics(MetricsRegistry& r)
                              "Reply tokens the cloud sampled and the edge sent before the KV landed.")),
       decode_tokens_per_second(r.histogram("baton_edge_decode_tokens_per_second",
                                            "Mean decode speed of Generate calls, tokens/s.", decode_buckets())),
+      decode_batch_turns(r.histogram("baton_edge_decode_batch_turns",
+                                     "Per Generate call: the mean number of turns its decode steps served "
+                                     "(one pass over the weights each; 1: it decoded alone).",
+                                     exponential_buckets(1, 2, 7))),
       kv_received_bytes(r.counter("baton_edge_kv_received_bytes_total",
                                   "KV bytes received from the cloud (wire size, after zstd).")),
       prompt_tokens(r.counter("baton_edge_prompt_tokens_total", "Prompt tokens of finished Generate calls.")),
@@ -62,6 +66,7 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
   }
   if (stats.local_first_token_ms() > 0) local_first_token_seconds.observe(stats.local_first_token_ms() / 1000.0);
   if (stats.generated_tokens() > 1) decode_tokens_per_second.observe(stats.decode_tokens_per_s());
+  if (stats.decode_batch_mean() > 0) decode_batch_turns.observe(stats.decode_batch_mean());
   kv_received_bytes.inc(static_cast<double>(stats.kv_wire_bytes()));
   prompt_tokens.inc(stats.prompt_tokens());
   generated_tokens.inc(stats.generated_tokens());

@@ -8,6 +8,8 @@
 //   baton_edge_local_first_token_seconds          histogram, the first token sampled on the edge
 //   baton_edge_early_tokens_total                 reply tokens the cloud sampled (early tokens) and were sent
 //   baton_edge_decode_tokens_per_second           histogram, mean decode speed per call
+//   baton_edge_decode_batch_turns                 histogram, per call: the mean number of turns its
+//                                                 decode steps served (--max-batch; 1: alone)
 //   baton_edge_prefills_total{place}              where the prompt was prefilled: local | cloud | reused
 //   baton_edge_kv_received_bytes_total            KV wire bytes received from the cloud
 //   baton_edge_prompt_tokens_total, baton_edge_generated_tokens_total
@@ -51,6 +53,7 @@ struct EdgeMetrics {
   Histogram& local_first_token_seconds;
   Counter& early_tokens;
   Histogram& decode_tokens_per_second;
+  Histogram& decode_batch_turns;
   Counter& kv_received_bytes;
   Counter& prompt_tokens;
   Counter& generated_tokens;

@@ -12,9 +12,11 @@
 #include "common/model/model_fingerprint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "edge_decode/generate/context_overflow.h"
+#include "edge_decode/generate/decode_batcher.h"
 #include "edge_decode/link/cloud_client.h"
 #include "edge_decode/link/transform_coders.h"
 #include "edge_decode/plan/codec_choice.h"
+#include "edge_decode/plan/kv_admission.h"
 #include "edge_decode/plan/memory_plan.h"
 #include "edge_decode/store/pack_store.h"
 #include "edge_decode/store/session_store.h"
@@ -25,7 +27,11 @@ namespace baton {
 struct EdgeRuntime {
   const Model* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  Engine* engine = nullptr;               // used by the generation worker only
+  Engine* engine = nullptr;               // never called by a turn: turns go through `batcher`
+  // The one door to `engine` while turns run (several at once: --max-batch).
+  DecodeBatcher* batcher = nullptr;
+  // The KV budget shared by the running turns (their KV reservations).
+  KvAdmission* kv_admission = nullptr;
   ModelFingerprint fingerprint;
   KvGeometry geometry;
   KvRope rope;

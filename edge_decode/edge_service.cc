@@ -97,7 +97,7 @@ EdgeService::EdgeService(EdgeServiceOptions options)
     : options_(std::move(options)),
       write_stall_(options_.write_stall_timeout, options_.metrics != nullptr ? &options_.metrics->write_stalls : nullptr),
       start_time_(Clock::now()),
-      generate_queue_(options_.max_queued),
+      generate_queue_(options_.max_queued, std::clamp(options_.max_batch, 1, kMaxDecodeBatch)),
       pack_queue_(4) {}
 
 EdgeService::~EdgeService() { StopWorkers(); }
@@ -213,6 +213,14 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.model = model.get();
   runtime_.tokenizer = tokenizer.get();
   runtime_.engine = engine.get();
+  // The batch never passes the engine's rows per pass.
+  DecodeBatcherOptions batcher_options;
+  batcher_options.max_batch = std::clamp(options_.max_batch, 1, std::min(kMaxDecodeBatch, engine->max_batch_tokens()));
+  batcher_options.prefill_chunk_tokens = std::clamp(options_.prefill_chunk_tokens, 1, kMaxPrefillChunkTokens);
+  auto batcher = std::make_unique<DecodeBatcher>(*engine, batcher_options);
+  auto kv_admission = std::make_unique<KvAdmission>(plan.kv_budget_bytes);
+  runtime_.batcher = batcher.get();
+  runtime_.kv_admission = kv_admission.get();
   runtime_.fingerprint = std::move(fingerprint);
   runtime_.geometry = geometry;
   runtime_.rope = kv_rope_of(*model);
@@ -238,6 +246,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   model_ = std::move(model);
   tokenizer_ = std::move(tokenizer);
   engine_ = std::move(engine);
+  batcher_ = std::move(batcher);
+  kv_admission_ = std::move(kv_admission);
   sessions_ = std::move(sessions);
   packs_ = std::move(packs);
   cloud_ = std::move(cloud);

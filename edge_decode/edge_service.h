@@ -8,8 +8,10 @@
 // (baton-retry-after-ms).
 //
 // Generate: one QueuedWriteReactor per call; the request waits in the
-// generation queue (one turn computes at a time on the device's Engine) and
-// runs on its worker thread (generate_turn.h), never on a gRPC thread.
+// generation queue and runs on one of its --max-batch worker threads
+// (generate_turn.h), never on a gRPC thread. The turns running at once share
+// the device's Engine through the DecodeBatcher (their decode steps batched,
+// prefill in chunks between them) and the KV budget through KvAdmission.
 // PullPack runs on a second worker (network-bound). The unary RPCs are
 // answered on the gRPC thread (they only read the stores' indexes).
 #pragma once
@@ -42,6 +44,10 @@
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
+
+// Caps of --max-batch and --prefill-chunk.
+inline constexpr int kMaxDecodeBatch = 64;
+inline constexpr int kMaxPrefillChunkTokens = 4096;
 
 struct EdgeServiceOptions {
   int threads = 0;                        // CPU threads of the engine; 0: one per core
@@ -82,6 +88,13 @@ struct EdgeServiceOptions {
   // fetched from the cloud the first time a turn asks for tc.
   std::string kv_calibration_path;
   int max_queued = 16;                    // Generate calls waiting; more get RESOURCE_EXHAUSTED
+  // Generate turns running at once (one worker thread each), their decode
+  // steps batched into one pass over the weights (decode_batcher.h); 1: one
+  // turn at a time. At most kMaxDecodeBatch.
+  int max_batch = 4;
+  // Tokens of a local prefill run between two batched decode steps (rounded
+  // up to the engine's micro-batch); at most kMaxPrefillChunkTokens.
+  int prefill_chunk_tokens = 64;
   uint32_t retry_after_ms = 1000;         // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED
   int warmup_tokens = 32;                 // tokens of the warm-up forward pass
   // > 0: replaces the measured local prefill tok/s in the split policy
@@ -119,6 +132,8 @@ class EdgeService final : public v1::Edge::CallbackService {
   void Drain();
 
   v1::ServingState state() const { return state_.load(); }
+  // The batcher's counters (null before Load; tests and /metrics).
+  const DecodeBatcher* batcher() const { return batcher_.get(); }
   // What Health answers (also read by the agent's /metrics at each scrape).
   void fill_health(v1::EdgeHealthResponse* response) const;
   // Server streams cancelled so far for a stalled write (--write-stall-timeout).
@@ -155,6 +170,8 @@ class EdgeService final : public v1::Edge::CallbackService {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<DecodeBatcher> batcher_;
+  std::unique_ptr<KvAdmission> kv_admission_;
   std::unique_ptr<SessionStore> sessions_;
   std::unique_ptr<PackStore> packs_;
   std::unique_ptr<CloudClient> cloud_;

@@ -75,7 +75,9 @@ struct EdgeConfig {
   int64_t max_session_files = 256;      // session files kept under --sessions (LRU); 0: no cap
   uint64_t max_session_disk_bytes = 4ull << 30;  // bytes of session files (LRU); 0: no cap
   uint64_t max_pulled_pack_bytes = 1ull << 30;   // pulled pack files (LRU), so one pulled pack too
-  int64_t max_queued = 16;              // Generate calls waiting for the worker
+  int64_t max_queued = 16;              // Generate calls waiting for a generation worker
+  int64_t max_batch = 4;                // turns generating at once, their decode steps batched
+  int64_t prefill_chunk = 64;           // tokens of prefill between two batched decode steps
   double local_prefill_tps = 0;         // > 0: replaces the measured local prefill speed
   int64_t max_tokens = 256;             // tokens generated when a request leaves it unset
   int64_t max_tokens_cap = 4096;        // a request asking for more is refused
@@ -155,8 +157,14 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                  "bytes of packs pulled from the cloud (least recently used deleted first); a pack whose header "
                  "declares more KV is refused before any block; 0: no cap");
   flags.add_int64("max-queued", &config.max_queued,
-                  "Generate calls that may wait for the generation worker; more are RESOURCE_EXHAUSTED with a "
-                  "retry hint");
+                  "Generate calls that may wait for a generation worker (beyond the --max-batch running); more "
+                  "are RESOURCE_EXHAUSTED with a retry hint");
+  flags.add_int64("max-batch", &config.max_batch,
+                  "Generate turns that run at once, each on its own session; one pass over the weights gives each "
+                  "decoding turn its next token (1: one turn at a time)");
+  flags.add_int64("prefill-chunk", &config.prefill_chunk,
+                  "tokens of a local prefill run between two decode steps of the other turns (rounded up to a "
+                  "multiple of the engine's 64-token micro-batch)");
   flags.add_double("local-prefill-tps", &config.local_prefill_tps,
                    "local prefill speed the split policy assumes, tokens/s; 0: measured at start and after each "
                    "local prefill");
@@ -282,6 +290,14 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--early-tokens %d must be in [0, %u]", config.early_tokens, kMaxEarlyTokens));
   }
+  if (config.max_batch < 1 || config.max_batch > kMaxDecodeBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-batch %d must be in [1, %d]", config.max_batch, kMaxDecodeBatch));
+  }
+  if (config.prefill_chunk < 1 || config.prefill_chunk > kMaxPrefillChunkTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--prefill-chunk %d must be in [1, %d]", config.prefill_chunk, kMaxPrefillChunkTokens));
+  }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
@@ -311,6 +327,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.max_session_disk_bytes = config.max_session_disk_bytes;
   options.max_pulled_pack_bytes = config.max_pulled_pack_bytes;
   options.max_queued = static_cast<int>(config.max_queued);
+  options.max_batch = static_cast<int>(config.max_batch);
+  options.prefill_chunk_tokens = static_cast<int>(config.prefill_chunk);
   options.assumed_local_prefill_tokens_per_s = config.local_prefill_tps;
   options.packs_dir = config.packs_dir;
   if (!config.api_key_path.empty()) {

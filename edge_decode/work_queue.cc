@@ -1,8 +1,13 @@
 #include "edge_decode/work_queue.h"
 
+#include "common/util/check.h"
+
 namespace baton {
 
-WorkQueue::WorkQueue(int max_queued) : max_queued_(max_queued), worker_([this] { loop(); }) {}
+WorkQueue::WorkQueue(int max_queued, int workers) : max_queued_(max_queued) {
+  BATON_CHECK(workers >= 1, "a work queue needs a worker");
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { loop(); });
+}
 
 WorkQueue::~WorkQueue() { stop(); }
 
@@ -20,14 +25,17 @@ bool WorkQueue::try_push(Job job) {
 void WorkQueue::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !worker_.joinable()) return;
+    if (joined_) return;
     stopping_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& worker : workers_) {
+    if (worker.joinable()) worker.join();
+  }
   std::deque<Job> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    joined_ = true;
     left.swap(jobs_);
   }
   for (Job& job : left) job(false);
@@ -40,7 +48,7 @@ uint32_t WorkQueue::queued() const {
 
 uint32_t WorkQueue::running() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return running_ ? 1 : 0;
+  return static_cast<uint32_t>(running_);
 }
 
 void WorkQueue::loop() {
@@ -52,11 +60,11 @@ void WorkQueue::loop() {
       if (stopping_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      running_ = true;
+      ++running_;
     }
     job(true);
     std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
+    --running_;
   }
 }
 

@@ -1,7 +1,8 @@
-// WorkQueue: one worker thread running jobs in arrival order. The edge agent
-// has one (the device's Engine computes one generation at a time; others
-// wait here) plus one for network-bound pack pulls, so no job ever blocks a
-// gRPC thread.
+// WorkQueue: worker threads running jobs in arrival order. The edge agent
+// has one for Generate turns (--max-batch workers: that many turns run at
+// once, their decode steps batched by the DecodeBatcher; others wait here)
+// plus one worker for network-bound pack pulls, so no job ever blocks a gRPC
+// thread.
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace baton {
 
@@ -19,19 +21,20 @@ class WorkQueue {
   // before it started (it must then just end its call).
   using Job = std::function<void(bool run)>;
 
-  // At most `max_queued` jobs wait (0: no cap).
-  explicit WorkQueue(int max_queued);
+  // At most `max_queued` jobs wait (0: no cap) for one of `workers` (>= 1)
+  // threads.
+  explicit WorkQueue(int max_queued, int workers = 1);
   ~WorkQueue();  // stop()
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // False when the queue is full or stopped.
   bool try_push(Job job);
-  // Lets the running job end, calls the waiting ones with false, joins.
+  // Lets the running jobs end, calls the waiting ones with false, joins.
   void stop();
 
-  uint32_t queued() const;
-  uint32_t running() const;
+  uint32_t queued() const;   // jobs waiting for a worker
+  uint32_t running() const;  // jobs running
 
  private:
   void loop();
@@ -41,8 +44,9 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<Job> jobs_;   // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
-  bool running_ = false;   // guarded by mu_
-  std::thread worker_;
+  int running_ = 0;        // guarded by mu_
+  bool joined_ = false;    // guarded by mu_: stop() joined the workers
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace baton

@@ -335,6 +335,13 @@ absl::Status GenerateTurn::fit_context() {
   BATON_RETURN_IF_ERROR(check_context_fits(limit, held_tokens_, n_ - held_tokens_));
   context_warning_ = context_overflow_warning(limit, n_, max_tokens_);
   const int64_t wanted_capacity = std::min<int64_t>(max_context_, n_ + static_cast<int64_t>(max_tokens_));
+  // This turn's KV reservation among the turns running at once: it waits
+  // for room when theirs and its own pass the KV budget.
+  const int64_t reserved_tokens = std::max<int64_t>(wanted_capacity, session->kv ? session->kv->capacity() : 0);
+  BATON_ASSIGN_OR_RETURN(
+      kv_ticket_, rt_.kv_admission->admit(static_cast<uint64_t>(QuantizedKvCache::memory_bytes_for(
+                                              store_, rt_.geometry, reserved_tokens)),
+                                          [this] { return check_alive(); }));
   if (session->kv == nullptr) {
     BATON_ASSIGN_OR_RETURN(session->kv, QuantizedKvCache::Create(rt_.geometry, wanted_capacity, store_));
   } else if (session->kv->capacity() < wanted_capacity) {

@@ -107,14 +107,15 @@ absl::Status GenerateTurn::start_decoding() {
   SessionLease& session = *session_;
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
+  seat_ = rt_.batcher->seat();  // held until the reply ends (decode)
   if (early_shown_.empty()) {
-    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
+    BATON_RETURN_IF_ERROR(decode_token(all_[n_ - 1]));
   } else {
     // The early tokens shown enter the edge's own KV with the last prompt
     // token, in one batch; the last one's logits continue the reply.
     std::vector<int32_t> run(1, all_[n_ - 1]);
     run.insert(run.end(), early_shown_.begin(), early_shown_.end());
-    BATON_RETURN_IF_ERROR(rt_.engine->prefill(run, *kv_, &logits_));
+    BATON_RETURN_IF_ERROR(seat_.prefill(run, *kv_, &logits_));
   }
   decode_ready_time_ = Clock::now();
   session->tokens = all_;
@@ -171,10 +172,20 @@ absl::Status GenerateTurn::decode() {
     ++local_generated_;
     BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits_, &finished)));
     if (!interrupted.ok() || finished) break;
-    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, *kv_, &logits_));
+    BATON_RETURN_IF_ERROR(decode_token(token));
   }
+  seat_.leave();  // the other turns' steps no longer wait for this one
   if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated_, interrupted);
   if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text());
+  return absl::OkStatus();
+}
+
+absl::Status GenerateTurn::decode_token(int32_t token) {
+  DecodeStepInfo info;
+  BATON_RETURN_IF_ERROR(seat_.decode(std::span<const int32_t>(&token, 1), *kv_, &logits_, {}, &info));
+  batch_max_ = std::max(batch_max_, static_cast<uint32_t>(info.requests));
+  batch_sum_ += static_cast<uint64_t>(info.requests);
+  ++batch_steps_;
   return absl::OkStatus();
 }
 
@@ -237,6 +248,10 @@ absl::Status GenerateTurn::commit_and_report() {
     stats_.set_dropped_tokens(static_cast<uint32_t>(truncation_->dropped_tokens));
   }
   stats_.set_generated_tokens(generated_);
+  if (batch_steps_ > 0) {
+    stats_.set_decode_batch_max(batch_max_);
+    stats_.set_decode_batch_mean(static_cast<double>(batch_sum_) / static_cast<double>(batch_steps_));
+  }
   stats_.set_context_tokens(context_tokens);
   to_proto(plan_, stats_.mutable_plan());
   if (!stats_.fallback_reason().empty()) {

@@ -112,7 +112,9 @@ absl::Status GenerateTurn::local_prefill(std::span<const int32_t> all, int64_t e
   for (int64_t done = 0; done < total;) {
     BATON_RETURN_IF_ERROR(check_alive());
     const int64_t count = std::min(kLocalPrefillChunkTokens, total - done);
-    absl::Status status = rt_.engine->prefill(all.subspan(first + done, count), kv, nullptr);
+    // Through the batcher: in chunks between the running turns' decode steps.
+    absl::Status status =
+        rt_.batcher->prefill(all.subspan(first + done, count), kv, nullptr, [this] { return check_alive(); });
     if (!status.ok()) {
       store.set_size(have);
       return status;

@@ -35,6 +35,7 @@
 #include "common/util/log.h"
 #include "edge_decode/generate/chat_turn.h"
 #include "edge_decode/generate/context_overflow.h"
+#include "edge_decode/generate/decode_batcher.h"
 #include "edge_decode/plan/codec_choice.h"
 #include "edge_decode/store/session_lease.h"
 #include "edge_decode/generate/generate_turn.h"
@@ -125,6 +126,9 @@ class GenerateTurn {
   // The session's turn records: this turn (and what a truncation kept).
   void record_turn();
   absl::Status decode();
+  // One decode step of `token` into the session's KV (logits_), through the
+  // batcher as a seated turn (several turns share the step).
+  absl::Status decode_token(int32_t token);
   // Bytes the decoder or the stop matcher held back end the text.
   absl::Status flush_text();
   // 8. Commit, then the final Stats.
@@ -172,7 +176,13 @@ class GenerateTurn {
   // session's store and the other running turns' sessions (idle ones can be
   // evicted); at least 1, so a full budget refuses every stream.
   uint64_t staging_budget_bytes(const std::string& session_id, const QuantizedKvCache& kv) const {
-    const uint64_t held = static_cast<uint64_t>(kv.memory_bytes()) + rt_.sessions->busy_memory_bytes_except(session_id);
+    // The other running turns: their checked-out sessions, or (new sessions
+    // and one-shot turns included) their KV reservations.
+    uint64_t others = rt_.sessions->busy_memory_bytes_except(session_id);
+    if (rt_.kv_admission != nullptr) {
+      others = std::max(others, rt_.kv_admission->held_bytes() - (kv_ticket_ ? kv_ticket_->bytes() : 0));
+    }
+    const uint64_t held = static_cast<uint64_t>(kv.memory_bytes()) + others;
     return rt_.memory.kv_budget_bytes > held ? rt_.memory.kv_budget_bytes - held : 1;
   }
   SplitInputs split_inputs(const KvCodecConfig& wire, uint32_t reused, uint32_t to_prefill,
@@ -221,6 +231,9 @@ class GenerateTurn {
   int64_t max_context_ = 0;
   std::string context_warning_;
   QuantizedKvCache* kv_ = nullptr;  // the session's store
+  // The store's bytes at the capacity this turn needs, reserved among the
+  // running turns (kv_admission.h) until the turn ends.
+  std::optional<KvAdmission::Ticket> kv_ticket_;
   // The pack part of the session is reused as loaded, here and on the cloud
   // (when the cloud holds the pack: it was pulled from there).
   int64_t pack_tokens_ = 0;
@@ -248,6 +261,13 @@ class GenerateTurn {
   Clock::time_point decode_ready_time_{};  // the KV held the prompt (and the early tokens)
   uint32_t local_generated_ = 0;           // tokens sampled here
   std::vector<float> logits_;
+  // Decoding: this turn's seat among the decoding turns (held from the last
+  // prompt token to the end of the reply), and how many turns shared its
+  // steps (Stats.decode_batch_max / decode_batch_mean).
+  DecodeBatcher::Seat seat_;
+  uint32_t batch_max_ = 0;
+  uint64_t batch_sum_ = 0;
+  uint64_t batch_steps_ = 0;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
   uint32_t generated_ = 0;
   Clock::time_point first_token_time_{};

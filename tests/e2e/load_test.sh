@@ -153,11 +153,11 @@ set -e
 [[ ${rc} -eq 1 ]] || fail "bench load against a lossy agent exited ${rc}: $(cat "${work}/lossy.txt" "${work}/lossy.err")"
 grep -q "load-c0-s0: not listed by the agent" "${work}/lossy.txt" || fail "lossy: $(cat "${work}/lossy.txt")"
 
-# A full queue: with --max-queued 1, six clients at once overrun the one
-# running and one waiting slot; the rest are refused at once with the limit
-# and a retry hint, and nothing already completed is lost.
+# A full queue: with --max-batch 1 --max-queued 1, six clients at once
+# overrun the one running and one waiting slot; the rest are refused at once
+# with the limit and a retry hint, and nothing already completed is lost.
 start_server queue1 '.*listening on [^:]*:\([0-9]*\).*' \
-  "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 --max-queued 1 \
+  "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --threads 1 --max-batch 1 --max-queued 1 \
   --sessions "${work}/sessions-q1"
 queue1="127.0.0.1:${server_port}"
 "${baton}" health --edge "${queue1}" --wait 60s > /dev/null || fail "queue1 edge not READY"

@@ -63,6 +63,12 @@ struct LoadTally {
   std::map<std::string, std::pair<int64_t, std::string>> errors;  // kind -> (count, first message)
   std::map<std::string, int64_t> places;                          // prefill place -> completed turns
   Distribution ttft, total;                                       // ms, completed turns
+  // ms between consecutive tokens of a completed turn, as the client received
+  // them (tokens that came in one message: 0 after the first).
+  Distribution inter_token;
+  // Mean over completed turns of more than one token: (tokens - 1) / (last
+  // token - first token), the speed a reader sees once the reply streams.
+  double stream_tokens_per_s = 0;
 };
 
 struct LoadRun {
@@ -79,5 +85,50 @@ struct LoadRun {
 
 Json load_json(const LoadRun& run);
 void print_load_table(const LoadRun& run);
+
+// --clients LIST: one load run per client count, in order.
+struct SweepLevel {
+  int64_t clients = 0;
+  double wall_s = 0;
+  LoadTally tally;
+  uint32_t max_running = 0;  // Generate calls the agent ran at once (Health)
+  int64_t lost = 0;          // sessions that lost turns
+};
+
+// The greedy identity check of a sweep: every level's replies against the
+// same requests run one at a time (one client, one call in flight).
+struct IdentityCheck {
+  bool ran = false;              // only at temperature 0
+  int64_t compared = 0;          // turns compared (completed in both runs)
+  int64_t differing = 0;
+  std::string first_difference;  // empty: none
+};
+
+// One row of the sweep table. aggregate: tokens of all clients per second of
+// the level's wall time; per_client: aggregate / clients; ratio: aggregate
+// over the first level's.
+struct SweepRow {
+  int64_t clients = 0;
+  double aggregate_tokens_per_s = 0;
+  double per_client_tokens_per_s = 0;
+  double ratio_to_first = 0;  // 0 when the first level made no tokens
+  double stream_tokens_per_s = 0;
+  double inter_token_p50_ms = 0, inter_token_p99_ms = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  int64_t completed = 0, sent = 0;
+  uint32_t max_running = 0;
+};
+std::vector<SweepRow> sweep_rows(const std::vector<SweepLevel>& levels);
+
+struct LoadSweep {
+  std::string edge, policy, prompts;
+  int64_t sessions_per_client = 0, turns = 0, max_tokens = 0, seed = 0;
+  double temperature = 0;
+  std::vector<SweepLevel> levels;
+  IdentityCheck identity;
+};
+
+Json sweep_json(const LoadSweep& sweep);
+void print_sweep_table(const LoadSweep& sweep);
 
 }  // namespace baton::cli

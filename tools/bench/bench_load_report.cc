@@ -56,6 +56,8 @@ Json load_json(const LoadRun& run) {
           {"total_ms", distribution_json(t.total)},
           {"tokens_generated", t.tokens},
           {"tokens_per_s", fixed(t.tokens / run.wall_s, 2)},
+          {"inter_token_ms", distribution_json(t.inter_token)},
+          {"stream_tokens_per_s", fixed(t.stream_tokens_per_s, 2)},
           {"requests_per_s", fixed(t.completed / run.wall_s, 3)},
           {"prefill_places", std::move(places)},
           {"fallbacks", t.fallbacks},
@@ -97,9 +99,11 @@ void print_load_table(const LoadRun& run) {
                  t.ttft.p99, t.ttft.max, t.ttft.mean);
     absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "total latency (ms)", t.total.p50, t.total.p90,
                  t.total.p99, t.total.max, t.total.mean);
+    absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "inter-token latency (ms)", t.inter_token.p50,
+                 t.inter_token.p90, t.inter_token.p99, t.inter_token.max, t.inter_token.mean);
   }
-  absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s)\n", "tokens generated", t.tokens, t.tokens / run.wall_s,
-               t.completed / run.wall_s);
+  absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s; %.1f tok/s per reply once it streams)\n",
+               "tokens generated", t.tokens, t.tokens / run.wall_s, t.completed / run.wall_s, t.stream_tokens_per_s);
   std::string place_text;
   for (const auto& [place, count] : t.places) absl::StrAppend(&place_text, place_text.empty() ? "" : ", ", place, " ", count);
   absl::PrintF("  %-28s %s; %d fell back to local\n", "prefill", place_text.empty() ? "-" : place_text, t.fallbacks);
@@ -121,6 +125,103 @@ void print_load_table(const LoadRun& run) {
                              : absl::StrFormat("%d LOST", run.lost));
   for (const SessionCheck& k : run.checks) {
     if (!k.problem.empty()) absl::PrintF("    %s: %s\n", k.id, k.problem);
+  }
+}
+
+std::vector<SweepRow> sweep_rows(const std::vector<SweepLevel>& levels) {
+  std::vector<SweepRow> rows;
+  double first = 0;
+  for (const SweepLevel& level : levels) {
+    SweepRow row;
+    const LoadTally& t = level.tally;
+    row.clients = level.clients;
+    row.aggregate_tokens_per_s = level.wall_s > 0 ? static_cast<double>(t.tokens) / level.wall_s : 0;
+    row.per_client_tokens_per_s = level.clients > 0 ? row.aggregate_tokens_per_s / static_cast<double>(level.clients) : 0;
+    if (rows.empty()) first = row.aggregate_tokens_per_s;
+    row.ratio_to_first = first > 0 ? row.aggregate_tokens_per_s / first : 0;
+    row.stream_tokens_per_s = t.stream_tokens_per_s;
+    row.inter_token_p50_ms = t.inter_token.p50;
+    row.inter_token_p99_ms = t.inter_token.p99;
+    row.ttft_p50_ms = t.ttft.p50;
+    row.ttft_p99_ms = t.ttft.p99;
+    row.completed = t.completed;
+    row.sent = t.sent;
+    row.max_running = level.max_running;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+Json sweep_json(const LoadSweep& sweep) {
+  Json levels = Json::array();
+  const std::vector<SweepRow> rows = sweep_rows(sweep.levels);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    const SweepLevel& level = sweep.levels[i];
+    Json errors = Json::object();
+    for (const auto& [kind, entry] : level.tally.errors) errors[kind] = {{"count", entry.first}, {"sample", entry.second}};
+    levels.push_back({{"clients", r.clients},
+                      {"wall_s", fixed(level.wall_s, 3)},
+                      {"requests_sent", r.sent},
+                      {"requests_completed", r.completed},
+                      {"errors", std::move(errors)},
+                      {"tokens_generated", level.tally.tokens},
+                      {"aggregate_tokens_per_s", fixed(r.aggregate_tokens_per_s, 2)},
+                      {"per_client_tokens_per_s", fixed(r.per_client_tokens_per_s, 2)},
+                      {"ratio_to_first", fixed(r.ratio_to_first, 3)},
+                      {"stream_tokens_per_s", fixed(r.stream_tokens_per_s, 2)},
+                      {"inter_token_ms", distribution_json(level.tally.inter_token)},
+                      {"ttft_ms", distribution_json(level.tally.ttft)},
+                      {"agent_max_running", r.max_running},
+                      {"sessions_lost", level.lost}});
+  }
+  const IdentityCheck& id = sweep.identity;
+  return {{"edge", sweep.edge},
+          {"policy", sweep.policy},
+          {"prompts", sweep.prompts},
+          {"sessions_per_client", sweep.sessions_per_client},
+          {"turns", sweep.turns},
+          {"max_tokens", sweep.max_tokens},
+          {"temperature", sweep.temperature},
+          {"seed", sweep.seed},
+          {"levels", std::move(levels)},
+          {"greedy_identity",
+           id.ran ? Json{{"compared_turns", id.compared},
+                         {"differing_turns", id.differing},
+                         {"identical", id.differing == 0},
+                         {"first_difference", id.first_difference}}
+                  : Json(nullptr)}};
+}
+
+void print_sweep_table(const LoadSweep& sweep) {
+  absl::PrintF("load sweep: edge %s, sessions x turns %d x %d per client, policy %s, prompts %s, %d tokens per turn, "
+               "temperature %g\n",
+               sweep.edge, sweep.sessions_per_client, sweep.turns, sweep.policy, sweep.prompts, sweep.max_tokens,
+               sweep.temperature);
+  absl::PrintF("  %7s %10s %9s %11s %10s %9s %9s %9s %9s %8s %8s\n", "clients", "aggregate", "vs first", "per client",
+               "stream", "ITL p50", "ITL p99", "TTFT p50", "TTFT p99", "done", "running");
+  absl::PrintF("  %7s %10s %9s %11s %10s %9s %9s %9s %9s %8s %8s\n", "", "tok/s", "", "tok/s", "tok/s", "ms", "ms", "ms",
+               "ms", "", "(max)");
+  for (const SweepRow& r : sweep_rows(sweep.levels)) {
+    absl::PrintF("  %7d %10.1f %8.2fx %11.1f %10.1f %9.1f %9.1f %9.0f %9.0f %8s %8d\n", r.clients,
+                 r.aggregate_tokens_per_s, r.ratio_to_first, r.per_client_tokens_per_s, r.stream_tokens_per_s,
+                 r.inter_token_p50_ms, r.inter_token_p99_ms, r.ttft_p50_ms, r.ttft_p99_ms,
+                 absl::StrFormat("%d/%d", r.completed, r.sent), r.max_running);
+  }
+  for (const SweepLevel& level : sweep.levels) {
+    for (const auto& [kind, entry] : level.tally.errors) {
+      absl::PrintF("  %d clients: %d %s, e.g. %s\n", level.clients, entry.first, kind, entry.second);
+    }
+    if (level.lost > 0) absl::PrintF("  %d clients: %d sessions LOST turns\n", level.clients, level.lost);
+  }
+  const IdentityCheck& id = sweep.identity;
+  if (!id.ran) {
+    absl::PrintF("  greedy identity: not checked (temperature %g; it needs --temperature 0)\n", sweep.temperature);
+  } else if (id.differing == 0) {
+    absl::PrintF("  greedy identity: %d turns identical to the same requests run one at a time\n", id.compared);
+  } else {
+    absl::PrintF("  greedy identity: %d of %d turns DIFFER from the same requests run one at a time; first: %s\n",
+                 id.differing, id.compared, id.first_difference);
   }
 }
 

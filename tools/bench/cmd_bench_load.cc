@@ -16,6 +16,14 @@
 // sessions evicted to disk under memory pressure still hold every completed
 // turn. A mismatch or a missing session exits 1.
 //
+// --clients LIST (e.g. 1,2,4,8) runs one such load per client count (fresh
+// sessions each) and prints one table: aggregate tok/s, its ratio to the
+// first count, per-client tok/s, inter-token latency p50/p99 and TTFT. At
+// --temperature 0 it then runs every client's requests once more, one call
+// at a time, and checks that each level's replies are identical (greedy
+// output must not depend on the other sessions batched with it); a
+// difference exits 1.
+//
 // Bounded: no turn starts after --duration-s, and every call has the
 // --deadline-ms deadline. A session stops at its first failed turn (its later
 // turns are reported as skipped), so completed + failed == sent.
@@ -74,6 +82,7 @@ struct LoadConfig {
   std::string edge;
   ChannelSecurityOptions security;  // --ca, --api-key-file (also --token-file)
   int64_t clients = 4;
+  std::vector<int64_t> client_counts;  // --clients LIST: one level each (more than one: a sweep)
   int64_t sessions_per_client = 3;
   int64_t turns = 2;
   std::string prompt_tokens = "";  // comma-separated lengths in tokens; token-id prompts
@@ -100,6 +109,9 @@ struct TurnResult {
   double ttft_ms = -1;          // -1: no token arrived
   double total_ms = 0;          // request sent -> stream finished
   uint32_t generated = 0;       // token ids received
+  std::vector<int32_t> generated_ids;
+  std::vector<double> gaps_ms;  // between consecutive tokens received (0 within one message)
+  double stream_ms = 0;         // first token -> last token
   v1::PrefillPlace place = v1::PREFILL_PLACE_UNSPECIFIED;
   bool fell_back = false;
   int retries = 0;
@@ -322,19 +334,27 @@ TurnResult run_turn(const LoadPlan& plan, v1::Edge::Stub& stub, int client, int 
   turn.turn = t;
   const Clock::time_point sent = Clock::now();
   std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> last_token;
   st.status = call_with_retry(
       plan.target, RpcClock::now() + std::chrono::milliseconds(c.deadline_ms),
       [&](grpc::ClientContext& context, bool* started) {
+        turn.gaps_ms.clear();
+        last_token.reset();
         std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
         v1::GenerateResponse message;
         while (reader->Read(&message)) {
           *started = true;
           if (st.stats.has_value()) st.bad_order = true;
           if (message.has_text()) {
+            const Clock::time_point now = Clock::now();
             if (!first_token && (message.text().token_ids_size() > 0 || !message.text().text().empty())) {
-              first_token = Clock::now();
+              first_token = now;
             }
-            for (uint32_t id : message.text().token_ids()) st.generated_ids.push_back(static_cast<int32_t>(id));
+            for (int i = 0; i < message.text().token_ids_size(); ++i) {
+              if (last_token) turn.gaps_ms.push_back(i == 0 ? ms_between(*last_token, now) : 0.0);
+              last_token = now;
+              st.generated_ids.push_back(static_cast<int32_t>(message.text().token_ids(i)));
+            }
           } else if (message.has_stats()) {
             st.stats = message.stats();
           }
@@ -345,6 +365,8 @@ TurnResult run_turn(const LoadPlan& plan, v1::Edge::Stub& stub, int client, int 
   turn.total_ms = ms_between(sent, Clock::now());
   if (first_token) turn.ttft_ms = ms_between(sent, *first_token);
   turn.generated = static_cast<uint32_t>(st.generated_ids.size());
+  if (first_token && last_token) turn.stream_ms = ms_between(*first_token, *last_token);
+  turn.generated_ids = st.generated_ids;
   judge_turn(plan, st, t, track, turn);
   return turn;
 }
@@ -380,9 +402,10 @@ ClientResult run_client(const LoadPlan& plan, int client) {
 // Parses and checks the flags; false after --help. A bad value is a usage
 // error (exit 2).
 absl::StatusOr<bool> parse_load_flags(const Args& args, LoadConfig& c) {
+  std::string clients_text = std::to_string(c.clients);
   FlagSet flags(
       "baton bench load",
-      "--edge ADDR [--clients N] [--sessions-per-client M] [--turns T] [--prompt-tokens LIST | --prompt-words "
+      "--edge ADDR [--clients N|LIST] [--sessions-per-client M] [--turns T] [--prompt-tokens LIST | --prompt-words "
       "LIST] [--policy auto|local|cloud] [--edge-pid PID] [--cloud-pid PID] [--json]",
       "A bounded load test of one edge agent: N clients (one gRPC channel each, one call in flight each) run M "
       "sessions of T turns (a session's turns are follow-ups; a client interleaves its sessions). Prompts are "
@@ -396,7 +419,11 @@ absl::StatusOr<bool> parse_load_flags(const Args& args, LoadConfig& c) {
   add_edge_address_flag(flags, &c.edge);
   add_edge_channel_flags(flags, &c.security);
   flags.add_string("token-file", &c.security.token_path, "the same as --api-key-file", "FILE");
-  flags.add_int64("clients", &c.clients, "concurrent clients");
+  flags.add_string("clients", &clients_text,
+                   "concurrent clients, or a comma-separated list of counts (1,2,4,8): one load per count, one "
+                   "table with the ratio of each aggregate tok/s to the first (and, at --temperature 0, the greedy "
+                   "identity check against one call at a time)",
+                   "N|LIST");
   flags.add_int64("sessions-per-client", &c.sessions_per_client, "sessions each client runs");
   flags.add_int64("turns", &c.turns, "turns per session (each after the first a follow-up)");
   flags.add_string("prompt-tokens", &c.prompt_tokens,
@@ -417,7 +444,18 @@ absl::StatusOr<bool> parse_load_flags(const Args& args, LoadConfig& c) {
   if (!run) return false;
   auto usage = [](const std::string& message) { return usage_error("bench load", message); };
   if (!flags.positional().empty()) return usage("unexpected argument '" + flags.positional().front() + "'");
-  if (c.clients < 1 || c.clients > 1024) return usage(absl::StrFormat("--clients %d: must be 1..1024", c.clients));
+  c.client_counts.clear();
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(clients_text, ',', absl::SkipEmpty()))) {
+    int64_t count = 0;
+    if (!absl::SimpleAtoi(part, &count) || count < 1 || count > 1024) {
+      return usage(absl::StrFormat("--clients %s: must be 1..1024", part));
+    }
+    c.client_counts.push_back(count);
+  }
+  if (c.client_counts.empty() || c.client_counts.size() > 16) {
+    return usage(absl::StrFormat("--clients '%s': give 1 to 16 counts", clients_text));
+  }
+  c.clients = c.client_counts.front();
   if (c.sessions_per_client < 1 || c.sessions_per_client > 10'000 || c.turns < 1 || c.turns > 10'000) {
     return usage("--sessions-per-client and --turns must be 1..10000");
   }
@@ -546,7 +584,9 @@ std::vector<ClientResult> run_load(LoadPlan& plan, LoadRun& run) {
 
 LoadTally tally(const std::vector<ClientResult>& results) {
   LoadTally t;
-  std::vector<double> ttft, total;
+  std::vector<double> ttft, total, gaps;
+  double stream_sum = 0;
+  int64_t streams = 0;
   for (const ClientResult& r : results) {
     for (const TurnResult& turn : r.turns) {
       ++t.sent;
@@ -556,6 +596,11 @@ LoadTally tally(const std::vector<ClientResult>& results) {
         t.tokens += turn.generated;
         total.push_back(turn.total_ms);
         if (turn.ttft_ms >= 0) ttft.push_back(turn.ttft_ms);
+        gaps.insert(gaps.end(), turn.gaps_ms.begin(), turn.gaps_ms.end());
+        if (turn.generated > 1 && turn.stream_ms > 0) {
+          stream_sum += (turn.generated - 1) / (turn.stream_ms / 1000.0);
+          ++streams;
+        }
         ++t.places[prefill_place_name(turn.place)];
         t.fallbacks += turn.fell_back;
       } else {
@@ -569,6 +614,8 @@ LoadTally tally(const std::vector<ClientResult>& results) {
   BATON_CHECK(t.completed + t.failed == t.sent, "every request is counted once");
   t.ttft = distribution(ttft);
   t.total = distribution(total);
+  t.inter_token = distribution(std::move(gaps));
+  t.stream_tokens_per_s = streams > 0 ? stream_sum / static_cast<double>(streams) : 0;
   return t;
 }
 
@@ -630,6 +677,85 @@ absl::Status check_sessions(EdgeClient& admin, const LoadPlan& plan, const std::
   return absl::OkStatus();
 }
 
+// The greedy identity check: every client's requests once more, one call at
+// a time (fresh sessions), against each level's replies to the same requests.
+IdentityCheck check_identity(LoadPlan plan, const std::vector<std::vector<ClientResult>>& levels) {
+  IdentityCheck check;
+  check.ran = true;
+  int64_t most_clients = 0;
+  for (const auto& results : levels) most_clients = std::max<int64_t>(most_clients, static_cast<int64_t>(results.size()));
+  plan.config.session_prefix += "-one";
+  plan.start = Clock::now();
+  plan.stop_starting = Clock::time_point::max();
+  for (int client = 0; client < most_clients; ++client) {
+    const ClientResult alone = run_client(plan, client);
+    for (size_t level = 0; level < levels.size(); ++level) {
+      if (static_cast<size_t>(client) >= levels[level].size()) continue;
+      const ClientResult& together = levels[level][static_cast<size_t>(client)];
+      for (const TurnResult& a : alone.turns) {
+        for (const TurnResult& b : together.turns) {
+          if (a.session != b.session || a.turn != b.turn || !a.error_kind.empty() || !b.error_kind.empty()) continue;
+          ++check.compared;
+          if (a.generated_ids == b.generated_ids) continue;
+          ++check.differing;
+          if (check.first_difference.empty()) {
+            check.first_difference = absl::StrFormat(
+                "client %d session %d turn %d with %d clients: %d tokens, one at a time %d tokens", client, a.session,
+                a.turn, static_cast<int64_t>(levels[level].size()), b.generated_ids.size(), a.generated_ids.size());
+          }
+        }
+      }
+    }
+  }
+  return check;
+}
+
+absl::Status bench_load_sweep(const LoadConfig& c, LoadPlan& plan, EdgeClient& admin) {
+  LoadSweep sweep;
+  std::vector<std::vector<ClientResult>> all_results;
+  for (int64_t clients : c.client_counts) {
+    LoadPlan level_plan = plan;
+    level_plan.config.clients = clients;
+    level_plan.config.session_prefix = absl::StrFormat("%s-n%d", c.session_prefix, clients);
+    LoadRun run;
+    std::vector<ClientResult> results = run_load(level_plan, run);
+    run.tally = tally(results);
+    BATON_RETURN_IF_ERROR(check_sessions(admin, level_plan, results, run));
+    SweepLevel level;
+    level.clients = clients;
+    level.wall_s = run.wall_s;
+    level.tally = run.tally;
+    level.max_running = run.agent.max_running;
+    level.lost = run.lost;
+    sweep.levels.push_back(std::move(level));
+    all_results.push_back(std::move(results));
+  }
+  if (c.temperature == 0) sweep.identity = check_identity(plan, all_results);
+  sweep.edge = c.edge;
+  sweep.policy = c.policy;
+  sweep.prompts = absl::StrCat(absl::StrJoin(plan.lengths, ","), plan.token_prompts ? " tokens" : " words");
+  sweep.sessions_per_client = c.sessions_per_client;
+  sweep.turns = c.turns;
+  sweep.max_tokens = c.max_tokens;
+  sweep.temperature = c.temperature;
+  sweep.seed = c.seed;
+  if (c.json) {
+    print_json_line(sweep_json(sweep));
+  } else {
+    print_sweep_table(sweep);
+  }
+  int64_t lost = 0;
+  for (const SweepLevel& level : sweep.levels) lost += level.lost;
+  if (lost > 0) {
+    return exit_status(1, absl::StrFormat("baton bench load: %d sessions lost turns on the agent\n", lost));
+  }
+  if (sweep.identity.differing > 0) {
+    return exit_status(1, absl::StrFormat("baton bench load: %d greedy turns differ from one at a time (%s)\n",
+                                          sweep.identity.differing, sweep.identity.first_difference));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status bench_load(const Args& args) {
@@ -642,6 +768,7 @@ absl::Status bench_load(const Args& args) {
   BATON_RETURN_IF_ERROR(start_watch(run.cloud_memory, c.cloud_pid, "cloud"));
   EdgeClient admin(plan.target);
   BATON_ASSIGN_OR_RETURN(run.memory, check_agent(admin, plan));
+  if (c.client_counts.size() > 1) return bench_load_sweep(c, plan, admin);
   const std::vector<ClientResult> results = run_load(plan, run);
   run.tally = tally(results);
   BATON_RETURN_IF_ERROR(check_sessions(admin, plan, results, run));

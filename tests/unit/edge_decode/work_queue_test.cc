@@ -1,6 +1,7 @@
-// WorkQueue (edge_decode/work_queue.h): one worker thread, jobs in arrival
-// order, a cap on waiting jobs, and a stop that lets the running job end and
-// calls every waiting one with run == false (so each can end its call).
+// WorkQueue (edge_decode/work_queue.h): worker threads (one by default, N for
+// the edge's --max-batch), jobs in arrival order, a cap on waiting jobs, and a
+// stop that lets the running jobs end and calls every waiting one with
+// run == false (so each can end its call).
 #include "edge_decode/work_queue.h"
 
 #include <gtest/gtest.h>
@@ -133,6 +134,29 @@ TEST(WorkQueueTest, TheDestructorStopsAndEndsWaitingJobs) {
     queue.stop();  // a second stop is a no-op
   }
   EXPECT_EQ(waiting_runs, (std::vector<bool>{false}));
+}
+
+TEST(WorkQueueTest, NWorkersRunNJobsAtOnceAndTheRestWait) {
+  WorkQueue queue(0, 2);
+  Gate first, second;
+  ASSERT_TRUE(queue.try_push(first.job()));
+  ASSERT_TRUE(queue.try_push(second.job()));
+  first.wait_started();
+  second.wait_started();  // both run although neither has ended
+  EXPECT_EQ(queue.running(), 2u);
+  std::promise<void> third_ran;
+  ASSERT_TRUE(queue.try_push([&](bool run) {
+    EXPECT_TRUE(run);
+    third_ran.set_value();
+  }));
+  EXPECT_EQ(queue.queued(), 1u);
+  std::future<void> third = third_ran.get_future();
+  EXPECT_EQ(third.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  first.release();
+  EXPECT_EQ(third.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  second.release();
+  queue.stop();
+  EXPECT_EQ(queue.running(), 0u);
 }
 
 TEST(WorkQueueTest, ZeroMeansNoCapOnWaitingJobs) {

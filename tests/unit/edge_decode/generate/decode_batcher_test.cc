@@ -1,0 +1,325 @@
+// DecodeBatcher (edge_decode/generate/decode_batcher.h) on a real Engine and
+// a synthetic model: turns decoding at once share steps and each gets exactly
+// the logits it would get alone; a prefill is cut into chunks that alternate
+// with the decode steps; a caller that leaves, or a request that fails,
+// leaves the others untouched and its own cache at its size before.
+#include "edge_decode/generate/decode_batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/engine/engine.h"
+#include "common/engine/sampler.h"
+#include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/model/model.h"
+#include "tests/support/test_models.h"
+
+namespace baton {
+namespace {
+
+using Logits = std::vector<float>;
+
+std::vector<int32_t> random_tokens(int n, int n_vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(n_vocab));
+  return tokens;
+}
+
+int32_t argmax(const Logits& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+bool bits_equal(const Logits& a, const Logits& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class DecodeBatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kQ4_0));
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    // A micro-batch of 16 tokens: prefill chunks of 16 are whole micro-batches.
+    engine_ = std::make_unique<Engine>(*model_, EngineOptions{2, 16});
+  }
+
+  int n_vocab() const { return model_->spec().n_vocab; }
+
+  // The edge's store: INT4 codes.
+  std::unique_ptr<KvCache> new_cache(int64_t capacity) {
+    const KvCodecConfig config = QuantizedKvCache::store_config_for(
+        default_kv_codec_config(KvCodecConfig::Bits::kInt4, engine_->kv_geometry()));
+    auto cache = QuantizedKvCache::Create(engine_->kv_geometry(), capacity, config);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? std::move(*cache) : nullptr;
+  }
+
+  // The logits a sequence sees alone, straight on the engine: after its
+  // prompt, then after each of `steps` greedy decode steps (steps + 1 rows).
+  std::vector<Logits> alone(const std::vector<int32_t>& prompt, int steps) {
+    std::unique_ptr<KvCache> kv = new_cache(static_cast<int64_t>(prompt.size()) + steps + 1);
+    std::vector<Logits> trace(1);
+    EXPECT_TRUE(engine_->prefill(prompt, *kv, &trace[0]).ok());
+    for (int i = 0; i < steps; ++i) {
+      Logits next;
+      EXPECT_TRUE(engine_->decode_step(argmax(trace.back()), *kv, &next).ok());
+      trace.push_back(std::move(next));
+    }
+    return trace;
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// What one batched turn saw: its logits trace and the largest step it shared.
+struct TurnTrace {
+  std::vector<Logits> logits;
+  int max_shared = 0;
+  absl::Status status;
+};
+
+// A turn through the batcher: prefill, then `steps` greedy decode steps as a
+// seated turn.
+TurnTrace batched_turn(DecodeBatcher& batcher, KvCache& kv, const std::vector<int32_t>& prompt, int steps) {
+  TurnTrace t;
+  t.logits.resize(1);
+  t.status = batcher.prefill(prompt, kv, &t.logits[0]);
+  if (!t.status.ok()) return t;
+  DecodeBatcher::Seat seat = batcher.seat();
+  for (int i = 0; i < steps; ++i) {
+    const int32_t token = argmax(t.logits.back());
+    Logits next;
+    DecodeStepInfo info;
+    t.status = seat.decode(std::span<const int32_t>(&token, 1), kv, &next, {}, &info);
+    if (!t.status.ok()) return t;
+    t.max_shared = std::max(t.max_shared, info.requests);
+    t.logits.push_back(std::move(next));
+  }
+  return t;
+}
+
+TEST_F(DecodeBatcherTest, ConcurrentTurnsShareStepsAndGetTheLogitsTheyWouldGetAlone) {
+  constexpr int kSteps = 12;
+  const std::vector<int> lengths = {5, 17, 33, 40};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<Logits>> expected;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts.push_back(random_tokens(lengths[i], n_vocab(), 100 + i));
+    expected.push_back(alone(prompts.back(), kSteps));
+  }
+  DecodeBatcher batcher(*engine_, DecodeBatcherOptions{.max_batch = 4, .prefill_chunk_tokens = 16});
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (const auto& p : prompts) caches.push_back(new_cache(static_cast<int64_t>(p.size()) + kSteps + 1));
+  std::vector<TurnTrace> traces(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] { traces[i] = batched_turn(batcher, *caches[i], prompts[i], kSteps); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(traces[i].status.ok()) << traces[i].status;
+    ASSERT_EQ(traces[i].logits.size(), expected[i].size());
+    for (size_t step = 0; step < expected[i].size(); ++step) {
+      EXPECT_TRUE(bits_equal(traces[i].logits[step], expected[i][step])) << "turn " << i << " step " << step;
+    }
+    EXPECT_EQ(caches[i]->size(), lengths[i] + kSteps);
+  }
+  const DecodeBatcherStats stats = batcher.stats();
+  EXPECT_EQ(stats.decode_requests, prompts.size() * kSteps);
+  EXPECT_LT(stats.decode_steps, stats.decode_requests) << "no step served two turns";
+  uint64_t shared_steps = 0;
+  for (size_t k = 2; k < stats.steps_by_requests.size(); ++k) shared_steps += stats.steps_by_requests[k];
+  EXPECT_GT(shared_steps, 0u);
+  int most_shared = 0;
+  for (const TurnTrace& t : traces) most_shared = std::max(most_shared, t.max_shared);
+  EXPECT_GT(most_shared, 1);
+}
+
+TEST_F(DecodeBatcherTest, ALoneTurnDoesNotWaitForCompany) {
+  // A straggler wait far longer than the test: a lone seated turn must never pay it.
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
+  const std::vector<int32_t> prompt = random_tokens(9, n_vocab(), 7);
+  std::unique_ptr<KvCache> kv = new_cache(64);
+  const auto start = std::chrono::steady_clock::now();
+  TurnTrace t = batched_turn(batcher, *kv, prompt, 8);
+  ASSERT_TRUE(t.status.ok()) << t.status;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_EQ(t.max_shared, 1);
+}
+
+TEST_F(DecodeBatcherTest, APrefillIsChunkedAndAlternatesWithDecodeSteps) {
+  // The seated turn is always waited for, so the order is exact.
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 10};  // rounded up to 16
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
+  EXPECT_EQ(batcher.options().prefill_chunk_tokens, 16);
+  std::mutex mu;
+  std::vector<DecodeBatcher::Step> steps;
+  std::atomic<int> decode_steps{0};
+  batcher.set_step_observer([&](const DecodeBatcher::Step& step) {
+    std::lock_guard<std::mutex> lock(mu);
+    steps.push_back(step);
+    if (step.kind == DecodeBatcher::Step::Kind::kDecode) ++decode_steps;
+  });
+
+  constexpr int kSteps = 40;
+  const std::vector<int32_t> running_prompt = random_tokens(6, n_vocab(), 11);
+  const std::vector<Logits> running_expected = alone(running_prompt, kSteps);
+  const std::vector<int32_t> long_prompt = random_tokens(64, n_vocab(), 12);  // 4 chunks
+  std::unique_ptr<KvCache> reference = new_cache(64);
+  Logits long_expected;
+  ASSERT_TRUE(engine_->prefill(long_prompt, *reference, &long_expected).ok());
+
+  std::unique_ptr<KvCache> running_kv = new_cache(6 + kSteps + 1);
+  TurnTrace running;
+  std::thread decoder([&] { running = batched_turn(batcher, *running_kv, running_prompt, kSteps); });
+  while (decode_steps.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::unique_ptr<KvCache> long_kv = new_cache(64);
+  Logits long_logits;
+  ASSERT_TRUE(batcher.prefill(long_prompt, *long_kv, &long_logits).ok());
+  decoder.join();
+
+  ASSERT_TRUE(running.status.ok()) << running.status;
+  for (size_t i = 0; i < running_expected.size(); ++i) {
+    EXPECT_TRUE(bits_equal(running.logits[i], running_expected[i])) << "step " << i;
+  }
+  EXPECT_TRUE(bits_equal(long_logits, long_expected)) << "a chunked prefill differs from one prefill call";
+  EXPECT_EQ(long_kv->size(), 64);
+  // The long prompt's four chunks, each followed by a decode step of the
+  // running turn (it decodes throughout).
+  std::vector<size_t> chunk_at;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != DecodeBatcher::Step::Kind::kPrefillChunk || steps[i].caches[0] != long_kv.get()) continue;
+    chunk_at.push_back(i);
+    EXPECT_EQ(steps[i].rows, 16);
+  }
+  ASSERT_EQ(chunk_at.size(), 4u);
+  for (size_t c = 0; c + 1 < chunk_at.size(); ++c) {
+    ASSERT_LT(chunk_at[c] + 1, steps.size());
+    EXPECT_EQ(steps[chunk_at[c] + 1].kind, DecodeBatcher::Step::Kind::kDecode)
+        << "two chunks ran back to back while a turn was decoding";
+  }
+  EXPECT_EQ(batcher.stats().prefill_chunks, 4u + 1u);  // and the running turn's 6-token prompt
+}
+
+TEST_F(DecodeBatcherTest, ACallerThatLeavesMidPrefillIsTakenOutAndTheOthersGoOn) {
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
+  std::unique_ptr<KvCache> long_kv = new_cache(200);
+  std::atomic<int> long_chunks{0};
+  std::atomic<int> decode_steps{0};
+  batcher.set_step_observer([&](const DecodeBatcher::Step& step) {
+    if (step.kind == DecodeBatcher::Step::Kind::kDecode) ++decode_steps;
+    if (step.kind == DecodeBatcher::Step::Kind::kPrefillChunk && step.caches[0] == long_kv.get()) ++long_chunks;
+  });
+  constexpr int kSteps = 30;
+  const std::vector<int32_t> running_prompt = random_tokens(8, n_vocab(), 21);
+  const std::vector<Logits> running_expected = alone(running_prompt, kSteps);
+  // The long prompt's session already holds 5 tokens (straight on the
+  // engine: the batcher serves nobody yet).
+  const std::vector<int32_t> held = random_tokens(5, n_vocab(), 22);
+  ASSERT_TRUE(engine_->prefill(held, *long_kv, nullptr).ok());
+  std::unique_ptr<KvCache> running_kv = new_cache(8 + kSteps + 1);
+  TurnTrace running;
+  std::thread decoder([&] { running = batched_turn(batcher, *running_kv, running_prompt, kSteps); });
+  while (decode_steps.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  // The long prompt's caller leaves after its second chunk (the client went away).
+  const std::vector<int32_t> long_prompt = random_tokens(160, n_vocab(), 23);  // 10 chunks
+  DecodeBatcher::AliveCheck alive = [&]() -> absl::Status {
+    if (long_chunks.load() >= 2) return absl::CancelledError("the client left");
+    return absl::OkStatus();
+  };
+  Logits long_logits;
+  const absl::Status status = batcher.prefill(long_prompt, *long_kv, &long_logits, alive);
+  decoder.join();
+
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_EQ(long_chunks.load(), 2);
+  EXPECT_EQ(long_kv->size(), 5) << "the cache must be back at its size before the prefill";
+  ASSERT_TRUE(running.status.ok()) << running.status;
+  for (size_t i = 0; i < running_expected.size(); ++i) {
+    EXPECT_TRUE(bits_equal(running.logits[i], running_expected[i])) << "step " << i;
+  }
+  EXPECT_EQ(batcher.stats().removed, 1u);
+}
+
+TEST_F(DecodeBatcherTest, AFailingRequestInASharedStepFailsAloneAndACancelledOneIsSkipped) {
+  // Every step waits for all seated turns: the three turns share their steps.
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
+  constexpr int kSteps = 10;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<Logits>> expected;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(random_tokens(7 + 3 * i, n_vocab(), 30 + static_cast<uint64_t>(i)));
+    expected.push_back(alone(prompts.back(), kSteps));
+  }
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int i = 0; i < 4; ++i) caches.push_back(new_cache(static_cast<int64_t>(prompts[i].size()) + kSteps + 1));
+  // Turn 2's cache has room for its prompt and 3 decode steps only: its
+  // fourth step fails (RESOURCE_EXHAUSTED) inside a shared step.
+  caches[2] = new_cache(static_cast<int64_t>(prompts[2].size()) + 3);
+  std::vector<TurnTrace> traces(4);
+  // Turn 3 is cancelled before its fifth step: that request never runs.
+  std::atomic<bool> turn3_gone{false};
+  std::vector<std::thread> threads;
+  DecodeBatcher::Seat seats[4] = {batcher.seat(), batcher.seat(), batcher.seat(), batcher.seat()};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      TurnTrace& t = traces[static_cast<size_t>(i)];
+      KvCache& kv = *caches[static_cast<size_t>(i)];
+      t.logits.resize(1);
+      t.status = seats[i].prefill(prompts[static_cast<size_t>(i)], kv, &t.logits[0]);
+      DecodeBatcher::AliveCheck alive = [&, i]() -> absl::Status {
+        return i == 3 && turn3_gone.load() ? absl::CancelledError("the client left") : absl::OkStatus();
+      };
+      for (int s = 0; s < kSteps && t.status.ok(); ++s) {
+        if (i == 3 && s == 4) turn3_gone = true;
+        const int32_t token = argmax(t.logits.back());
+        Logits next;
+        t.status = seats[i].decode(std::span<const int32_t>(&token, 1), kv, &next, alive);
+        if (t.status.ok()) t.logits.push_back(std::move(next));
+      }
+      seats[i].leave();
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  for (int i : {0, 1}) {
+    ASSERT_TRUE(traces[i].status.ok()) << traces[i].status;
+    for (size_t s = 0; s < expected[i].size(); ++s) {
+      EXPECT_TRUE(bits_equal(traces[i].logits[s], expected[i][s])) << "turn " << i << " step " << s;
+    }
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(traces[2].status)) << traces[2].status;
+  EXPECT_EQ(traces[2].logits.size(), 4u);  // after the prompt and 3 steps
+  EXPECT_EQ(caches[2]->size(), static_cast<int64_t>(prompts[2].size()) + 3);
+  EXPECT_TRUE(absl::IsCancelled(traces[3].status)) << traces[3].status;
+  EXPECT_EQ(caches[3]->size(), static_cast<int64_t>(prompts[3].size()) + 4) << "the cancelled step ran";
+  const DecodeBatcherStats stats = batcher.stats();
+  EXPECT_GE(stats.retried_steps, 1u) << "turn 2's failure was not in a shared step";
+  EXPECT_EQ(stats.removed, 1u);
+}
+
+}  // namespace
+}  // namespace baton
