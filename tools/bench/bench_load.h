@@ -69,6 +69,9 @@ struct LoadTally {
   // Mean over completed turns of more than one token: (tokens - 1) / (last
   // token - first token), the speed a reader sees once the reply streams.
   double stream_tokens_per_s = 0;
+  // Mean over completed turns of Stats.decode_batch_mean: how many turns
+  // shared a decode step (the agent's --max-batch at work); 0: not reported.
+  double decode_batch_mean = 0;
 };
 
 struct LoadRun {
@@ -113,6 +116,7 @@ struct SweepRow {
   double per_client_tokens_per_s = 0;
   double ratio_to_first = 0;  // 0 when the first level made no tokens
   double stream_tokens_per_s = 0;
+  double decode_batch_mean = 0;  // turns per decode step, as the agent reported
   double inter_token_p50_ms = 0, inter_token_p99_ms = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
   int64_t completed = 0, sent = 0;

@@ -58,6 +58,7 @@ Json load_json(const LoadRun& run) {
           {"tokens_per_s", fixed(t.tokens / run.wall_s, 2)},
           {"inter_token_ms", distribution_json(t.inter_token)},
           {"stream_tokens_per_s", fixed(t.stream_tokens_per_s, 2)},
+          {"decode_batch_mean", fixed(t.decode_batch_mean, 2)},
           {"requests_per_s", fixed(t.completed / run.wall_s, 3)},
           {"prefill_places", std::move(places)},
           {"fallbacks", t.fallbacks},
@@ -102,8 +103,10 @@ void print_load_table(const LoadRun& run) {
     absl::PrintF("  %-28s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "inter-token latency (ms)", t.inter_token.p50,
                  t.inter_token.p90, t.inter_token.p99, t.inter_token.max, t.inter_token.mean);
   }
-  absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s; %.1f tok/s per reply once it streams)\n",
-               "tokens generated", t.tokens, t.tokens / run.wall_s, t.completed / run.wall_s, t.stream_tokens_per_s);
+  absl::PrintF("  %-28s %d (%.1f tok/s, %.2f requests/s; %.1f tok/s per reply once it streams; %.2f turns per "
+               "decode step)\n",
+               "tokens generated", t.tokens, t.tokens / run.wall_s, t.completed / run.wall_s, t.stream_tokens_per_s,
+               t.decode_batch_mean);
   std::string place_text;
   for (const auto& [place, count] : t.places) absl::StrAppend(&place_text, place_text.empty() ? "" : ", ", place, " ", count);
   absl::PrintF("  %-28s %s; %d fell back to local\n", "prefill", place_text.empty() ? "-" : place_text, t.fallbacks);
@@ -140,6 +143,7 @@ std::vector<SweepRow> sweep_rows(const std::vector<SweepLevel>& levels) {
     if (rows.empty()) first = row.aggregate_tokens_per_s;
     row.ratio_to_first = first > 0 ? row.aggregate_tokens_per_s / first : 0;
     row.stream_tokens_per_s = t.stream_tokens_per_s;
+    row.decode_batch_mean = t.decode_batch_mean;
     row.inter_token_p50_ms = t.inter_token.p50;
     row.inter_token_p99_ms = t.inter_token.p99;
     row.ttft_p50_ms = t.ttft.p50;
@@ -170,6 +174,7 @@ Json sweep_json(const LoadSweep& sweep) {
                       {"per_client_tokens_per_s", fixed(r.per_client_tokens_per_s, 2)},
                       {"ratio_to_first", fixed(r.ratio_to_first, 3)},
                       {"stream_tokens_per_s", fixed(r.stream_tokens_per_s, 2)},
+                      {"decode_batch_mean", fixed(r.decode_batch_mean, 2)},
                       {"inter_token_ms", distribution_json(level.tally.inter_token)},
                       {"ttft_ms", distribution_json(level.tally.ttft)},
                       {"agent_max_running", r.max_running},
@@ -198,14 +203,14 @@ void print_sweep_table(const LoadSweep& sweep) {
                "temperature %g\n",
                sweep.edge, sweep.sessions_per_client, sweep.turns, sweep.policy, sweep.prompts, sweep.max_tokens,
                sweep.temperature);
-  absl::PrintF("  %7s %10s %9s %11s %10s %9s %9s %9s %9s %8s %8s\n", "clients", "aggregate", "vs first", "per client",
-               "stream", "ITL p50", "ITL p99", "TTFT p50", "TTFT p99", "done", "running");
-  absl::PrintF("  %7s %10s %9s %11s %10s %9s %9s %9s %9s %8s %8s\n", "", "tok/s", "", "tok/s", "tok/s", "ms", "ms", "ms",
-               "ms", "", "(max)");
+  absl::PrintF("  %7s %10s %9s %11s %10s %7s %9s %9s %9s %9s %8s %8s\n", "clients", "aggregate", "vs first",
+               "per client", "stream", "batch", "ITL p50", "ITL p99", "TTFT p50", "TTFT p99", "done", "running");
+  absl::PrintF("  %7s %10s %9s %11s %10s %7s %9s %9s %9s %9s %8s %8s\n", "", "tok/s", "", "tok/s", "tok/s", "(mean)", "ms",
+               "ms", "ms", "ms", "", "(max)");
   for (const SweepRow& r : sweep_rows(sweep.levels)) {
-    absl::PrintF("  %7d %10.1f %8.2fx %11.1f %10.1f %9.1f %9.1f %9.0f %9.0f %8s %8d\n", r.clients,
+    absl::PrintF("  %7d %10.1f %8.2fx %11.1f %10.1f %7.2f %9.1f %9.1f %9.0f %9.0f %8s %8d\n", r.clients,
                  r.aggregate_tokens_per_s, r.ratio_to_first, r.per_client_tokens_per_s, r.stream_tokens_per_s,
-                 r.inter_token_p50_ms, r.inter_token_p99_ms, r.ttft_p50_ms, r.ttft_p99_ms,
+                 r.decode_batch_mean, r.inter_token_p50_ms, r.inter_token_p99_ms, r.ttft_p50_ms, r.ttft_p99_ms,
                  absl::StrFormat("%d/%d", r.completed, r.sent), r.max_running);
   }
   for (const SweepLevel& level : sweep.levels) {

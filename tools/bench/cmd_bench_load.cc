@@ -112,6 +112,7 @@ struct TurnResult {
   std::vector<int32_t> generated_ids;
   std::vector<double> gaps_ms;  // between consecutive tokens received (0 within one message)
   double stream_ms = 0;         // first token -> last token
+  double decode_batch_mean = 0; // Stats.decode_batch_mean: turns per decode step (0: not reported)
   v1::PrefillPlace place = v1::PREFILL_PLACE_UNSPECIFIED;
   bool fell_back = false;
   int retries = 0;
@@ -308,6 +309,7 @@ void judge_turn(const LoadPlan& plan, const TurnStream& st, int t, SessionTrack&
     return;
   }
   turn.place = stats->plan().place();
+  turn.decode_batch_mean = stats->decode_batch_mean();
   turn.fell_back = !stats->fallback_reason().empty();
   track.conversation_tokens = conversation_tokens(*stats);
   track.tokens.insert(track.tokens.end(), st.prompt_ids.begin(), st.prompt_ids.end());
@@ -585,8 +587,8 @@ std::vector<ClientResult> run_load(LoadPlan& plan, LoadRun& run) {
 LoadTally tally(const std::vector<ClientResult>& results) {
   LoadTally t;
   std::vector<double> ttft, total, gaps;
-  double stream_sum = 0;
-  int64_t streams = 0;
+  double stream_sum = 0, batch_sum = 0;
+  int64_t streams = 0, batched = 0;
   for (const ClientResult& r : results) {
     for (const TurnResult& turn : r.turns) {
       ++t.sent;
@@ -597,6 +599,10 @@ LoadTally tally(const std::vector<ClientResult>& results) {
         total.push_back(turn.total_ms);
         if (turn.ttft_ms >= 0) ttft.push_back(turn.ttft_ms);
         gaps.insert(gaps.end(), turn.gaps_ms.begin(), turn.gaps_ms.end());
+        if (turn.decode_batch_mean > 0) {
+          batch_sum += turn.decode_batch_mean;
+          ++batched;
+        }
         if (turn.generated > 1 && turn.stream_ms > 0) {
           stream_sum += (turn.generated - 1) / (turn.stream_ms / 1000.0);
           ++streams;
@@ -616,6 +622,7 @@ LoadTally tally(const std::vector<ClientResult>& results) {
   t.total = distribution(total);
   t.inter_token = distribution(std::move(gaps));
   t.stream_tokens_per_s = streams > 0 ? stream_sum / static_cast<double>(streams) : 0;
+  t.decode_batch_mean = batched > 0 ? batch_sum / static_cast<double>(batched) : 0;
   return t;
 }
 

@@ -21,7 +21,9 @@ SweepLevel level(int64_t clients, double wall_s, int64_t tokens, std::vector<dou
 
 TEST(BenchLoadSweepTest, AggregatePerClientAndRatioToTheFirstLevel) {
   // 1 client: 100 tokens in 10 s; 4 clients: 1200 tokens in 10 s.
-  const std::vector<SweepRow> rows = sweep_rows({level(1, 10, 100, {100, 100}), level(4, 10, 1200, {20, 30, 40})});
+  std::vector<SweepLevel> levels = {level(1, 10, 100, {100, 100}), level(4, 10, 1200, {20, 30, 40})};
+  levels[1].tally.decode_batch_mean = 3.5;
+  const std::vector<SweepRow> rows = sweep_rows(levels);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_DOUBLE_EQ(rows[0].aggregate_tokens_per_s, 10);
   EXPECT_DOUBLE_EQ(rows[0].per_client_tokens_per_s, 10);
@@ -30,6 +32,7 @@ TEST(BenchLoadSweepTest, AggregatePerClientAndRatioToTheFirstLevel) {
   EXPECT_DOUBLE_EQ(rows[1].per_client_tokens_per_s, 30);
   EXPECT_DOUBLE_EQ(rows[1].ratio_to_first, 12);
   EXPECT_EQ(rows[1].clients, 4);
+  EXPECT_DOUBLE_EQ(rows[1].decode_batch_mean, 3.5);
 }
 
 TEST(BenchLoadSweepTest, InterTokenP99IsTheSlowGapNotTheMean) {
