@@ -5,7 +5,10 @@
 //   first turns and follow-ups, and their decode steps were shared
 //   (Stats.decode_batch_max > 1);
 // - a turn cancelled during its (chunked) prefill while three others decode
-//   leaves those three identical and its own session exactly as before.
+//   leaves those three identical and its own session exactly as before;
+// - a turn whose client leaves mid-answer while three others decode leaves
+//   those three identical, and its session keeps what it was sent (the
+//   agent's contract for a client that leaves after its first token).
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -162,6 +165,51 @@ TEST(EdgeBatchTest, ATurnCancelledDuringItsPrefillLeavesTheOthersIdenticalAndIts
   EXPECT_EQ(after.token_count(), before.token_count());
   EXPECT_EQ(after.prefix_digest(), before.prefix_digest());
   EXPECT_EQ(after.turn_count(), before.turn_count());
+}
+
+TEST(EdgeBatchTest, AClientLeavingMidAnswerLeavesTheOthersIdenticalAndItsSessionHoldsWhatItWasSent) {
+  std::unique_ptr<Edge> one = start_edge(kjv_q4_0_path(), batch_options(1));
+  std::unique_ptr<Edge> batched = start_edge(kjv_q4_0_path(), batch_options(4));
+  std::vector<v1::GenerateRequest> requests;
+  for (int s = 0; s < 3; ++s) requests.push_back(turn_request(s, 0, 16 + 7 * s, 64));
+  std::vector<GenerateResult> alone;
+  for (const v1::GenerateRequest& r : requests) alone.push_back(generate(*one->stub, r));
+
+  // Session 3 asks for 600 tokens and leaves after 8.
+  const v1::GenerateRequest leaving = turn_request(3, 0, 20, 600);
+  std::vector<uint32_t> received;
+  grpc::Status leaving_status;
+  std::thread leaver([&] {
+    grpc::ClientContext context;
+    context.set_deadline(deadline_in(60));
+    auto reader = batched->stub->Generate(&context, leaving);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (!response.has_text()) continue;
+      for (uint32_t id : response.text().token_ids()) received.push_back(id);
+      if (received.size() >= 8) context.TryCancel();
+    }
+    leaving_status = reader->Finish();
+  });
+  const std::vector<GenerateResult> together = run_together(*batched->stub, requests);
+  leaver.join();
+
+  for (int s = 0; s < 3; ++s) expect_same_turn(alone[s], together[s], "session " + std::to_string(s));
+  EXPECT_EQ(leaving_status.error_code(), grpc::StatusCode::CANCELLED) << leaving_status.error_message();
+  ASSERT_GE(received.size(), 8u);
+  ASSERT_LT(received.size(), 600u);
+  v1::SessionInfo after;
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    after = session_info(*batched->stub, "s3");
+    if (!after.session_id().empty() && !after.busy()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(after.session_id().empty()) << "the session was dropped";
+  // The prompt and the tokens generated so far: those received, plus at
+  // most the pieces in flight when the cancel arrived (the last one sampled
+  // enters the KV with the next turn).
+  EXPECT_GE(after.token_count() + 1, 20u + received.size());
+  EXPECT_LT(after.token_count(), 20u + 600u);
 }
 
 }  // namespace
