@@ -10,7 +10,10 @@
 #     (--context-overflow refuse: the default, truncate, would drop the
 #     sessions' first turns instead, and the tool checks every session holds
 #     all its turns);
-#   - the four clients queue on the agent's one generation worker.
+#   - the four clients queue on the agent's one generation worker
+#     (--max-batch 1: with turns running at once, each holds its KV
+#     reservation and a cloud stream's staging finds even less of this tiny
+#     budget free, so fewer sessions would complete than the checks need).
 # Asserts: completed + failed == sent; only RESOURCE_EXHAUSTED as an error;
 # nothing lost (the tool's check: every complete session listed with the token
 # count its turns imply and the prefix digest of the tokens sent and received);
@@ -47,7 +50,7 @@ cloud="127.0.0.1:${server_port}"
 cloud_pid=${server_pid}
 start_edge() {  # start_edge LOG_NAME
   start_server "$1" '.*listening on [^:]*:\([0-9]*\).*' \
-    "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud}" --threads 1 \
+    "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 --cloud "${cloud}" --threads 1 --max-batch 1 \
     --sessions "${work}/sessions" --memory-budget "${budget}" --context-overflow refuse
   edge="127.0.0.1:${server_port}"
   edge_pid=${server_pid}
