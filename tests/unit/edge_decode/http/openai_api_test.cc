@@ -392,6 +392,8 @@ TEST(EdgeMetricsTest, StatsAndOutcomesLandInTheRegistry) {
   EdgeMetrics metrics(registry);
   v1::Stats stats = sample_stats();
   stats.set_fallback_reason("cloud prefill failed (UNAVAILABLE): connection refused");
+  stats.set_decode_batch_max(4);
+  stats.set_decode_batch_mean(3.5);  // its decode steps served 3.5 turns on average
   metrics.record_stats(stats);
   metrics.record_outcome(absl::OkStatus());
   metrics.record_outcome(absl::UnavailableError("warming"));
@@ -404,6 +406,7 @@ TEST(EdgeMetricsTest, StatsAndOutcomesLandInTheRegistry) {
                            "baton_edge_generate_total{outcome=\"unavailable\"} 1",
                            "baton_edge_ttft_seconds_count 1", "baton_edge_ttft_seconds_sum 0.25",
                            "baton_edge_decode_tokens_per_second_count 1", "baton_edge_kv_received_bytes_total 4096",
+                           "baton_edge_decode_batch_turns_count 1", "baton_edge_decode_batch_turns_sum 3.5",
                            "baton_edge_prefills_total{place=\"cloud\"} 1",
                            "baton_edge_fallbacks_total{reason=\"unavailable\"} 1",
                            "baton_edge_memory_kv_used_bytes 12345", "baton_edge_ready 1"}) {
