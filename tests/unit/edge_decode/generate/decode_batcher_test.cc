@@ -90,13 +90,29 @@ struct TurnTrace {
 };
 
 // A turn through the batcher: prefill, then `steps` greedy decode steps as a
-// seated turn.
-TurnTrace batched_turn(DecodeBatcher& batcher, KvCache& kv, const std::vector<int32_t>& prompt, int steps) {
+// seated turn. With a barrier, each turn takes its seat once every turn has
+// prefilled, and decodes once every turn holds its seat (a seated turn that
+// does not ask would hold the others' chunks up to the straggler wait).
+struct SeatBarrier {
+  std::atomic<int> prefilled{0};
+  std::atomic<int> seated{0};
+  int turns = 0;
+};
+TurnTrace batched_turn(DecodeBatcher& batcher, KvCache& kv, const std::vector<int32_t>& prompt, int steps,
+                       SeatBarrier* barrier = nullptr) {
   TurnTrace t;
   t.logits.resize(1);
   t.status = batcher.prefill(prompt, kv, &t.logits[0]);
   if (!t.status.ok()) return t;
+  if (barrier != nullptr) {
+    ++barrier->prefilled;
+    while (barrier->prefilled.load() < barrier->turns) std::this_thread::yield();
+  }
   DecodeBatcher::Seat seat = batcher.seat();
+  if (barrier != nullptr) {
+    ++barrier->seated;
+    while (barrier->seated.load() < barrier->turns) std::this_thread::yield();
+  }
   for (int i = 0; i < steps; ++i) {
     const int32_t token = argmax(t.logits.back());
     Logits next;
@@ -118,13 +134,20 @@ TEST_F(DecodeBatcherTest, ConcurrentTurnsShareStepsAndGetTheLogitsTheyWouldGetAl
     prompts.push_back(random_tokens(lengths[i], n_vocab(), 100 + i));
     expected.push_back(alone(prompts.back(), kSteps));
   }
-  DecodeBatcher batcher(*engine_, DecodeBatcherOptions{.max_batch = 4, .prefill_chunk_tokens = 16});
+  // Every step waits for all seated turns, and all four are seated before
+  // the first step: each step serves all four.
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
   std::vector<std::unique_ptr<KvCache>> caches;
   for (const auto& p : prompts) caches.push_back(new_cache(static_cast<int64_t>(p.size()) + kSteps + 1));
   std::vector<TurnTrace> traces(prompts.size());
+  SeatBarrier barrier;
+  barrier.turns = static_cast<int>(prompts.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    threads.emplace_back([&, i] { traces[i] = batched_turn(batcher, *caches[i], prompts[i], kSteps); });
+    threads.emplace_back([&, i] { traces[i] = batched_turn(batcher, *caches[i], prompts[i], kSteps, &barrier); });
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -137,13 +160,9 @@ TEST_F(DecodeBatcherTest, ConcurrentTurnsShareStepsAndGetTheLogitsTheyWouldGetAl
   }
   const DecodeBatcherStats stats = batcher.stats();
   EXPECT_EQ(stats.decode_requests, prompts.size() * kSteps);
-  EXPECT_LT(stats.decode_steps, stats.decode_requests) << "no step served two turns";
-  uint64_t shared_steps = 0;
-  for (size_t k = 2; k < stats.steps_by_requests.size(); ++k) shared_steps += stats.steps_by_requests[k];
-  EXPECT_GT(shared_steps, 0u);
-  int most_shared = 0;
-  for (const TurnTrace& t : traces) most_shared = std::max(most_shared, t.max_shared);
-  EXPECT_GT(most_shared, 1);
+  EXPECT_EQ(stats.decode_steps, static_cast<uint64_t>(kSteps)) << "a step did not serve all four turns";
+  EXPECT_EQ(stats.steps_by_requests[4], static_cast<uint64_t>(kSteps));
+  for (const TurnTrace& t : traces) EXPECT_EQ(t.max_shared, 4);
 }
 
 TEST_F(DecodeBatcherTest, ALoneTurnDoesNotWaitForCompany) {
@@ -177,24 +196,38 @@ TEST_F(DecodeBatcherTest, APrefillIsChunkedAndAlternatesWithDecodeSteps) {
     if (step.kind == DecodeBatcher::Step::Kind::kDecode) ++decode_steps;
   });
 
-  constexpr int kSteps = 40;
+  // The running turn decodes until the long prompt is in (at most kMaxSteps).
+  constexpr int kMaxSteps = 1500;
   const std::vector<int32_t> running_prompt = random_tokens(6, n_vocab(), 11);
-  const std::vector<Logits> running_expected = alone(running_prompt, kSteps);
   const std::vector<int32_t> long_prompt = random_tokens(64, n_vocab(), 12);  // 4 chunks
   std::unique_ptr<KvCache> reference = new_cache(64);
   Logits long_expected;
   ASSERT_TRUE(engine_->prefill(long_prompt, *reference, &long_expected).ok());
 
-  std::unique_ptr<KvCache> running_kv = new_cache(6 + kSteps + 1);
+  std::unique_ptr<KvCache> running_kv = new_cache(6 + kMaxSteps + 1);
+  std::atomic<bool> long_done{false};
   TurnTrace running;
-  std::thread decoder([&] { running = batched_turn(batcher, *running_kv, running_prompt, kSteps); });
+  std::thread decoder([&] {
+    running.logits.resize(1);
+    running.status = batcher.prefill(running_prompt, *running_kv, &running.logits[0]);
+    DecodeBatcher::Seat seat = batcher.seat();
+    for (int i = 0; i < kMaxSteps && running.status.ok() && !long_done.load(); ++i) {
+      const int32_t token = argmax(running.logits.back());
+      Logits next;
+      running.status = seat.decode(std::span<const int32_t>(&token, 1), *running_kv, &next);
+      if (running.status.ok()) running.logits.push_back(std::move(next));
+    }
+  });
   while (decode_steps.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::unique_ptr<KvCache> long_kv = new_cache(64);
   Logits long_logits;
   ASSERT_TRUE(batcher.prefill(long_prompt, *long_kv, &long_logits).ok());
+  long_done = true;
   decoder.join();
 
   ASSERT_TRUE(running.status.ok()) << running.status;
+  ASSERT_LT(running.logits.size(), static_cast<size_t>(kMaxSteps) + 1) << "the prefill outlasted the running turn";
+  const std::vector<Logits> running_expected = alone(running_prompt, static_cast<int>(running.logits.size()) - 1);
   for (size_t i = 0; i < running_expected.size(); ++i) {
     EXPECT_TRUE(bits_equal(running.logits[i], running_expected[i])) << "step " << i;
   }
