@@ -336,7 +336,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::Call
     }
     --generating_;
     reactor->done(status);
-  });
+  }, client_id.empty() ? std::string() : stored_id);  // a session's turns run one at a time, in order
   if (!queued) {
     --generating_;
     if (options_.metrics != nullptr) options_.metrics->record_outcome(absl::ResourceExhaustedError("queue full"));

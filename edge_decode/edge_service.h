@@ -12,6 +12,8 @@
 // (generate_turn.h), never on a gRPC thread. The turns running at once share
 // the device's Engine through the DecodeBatcher (their decode steps batched,
 // prefill in chunks between them) and the KV budget through KvAdmission.
+// Turns of one session never run at once: the queue keys them by session and
+// runs them one at a time in arrival order, while other sessions' turns pass.
 // PullPack runs on a second worker (network-bound). The unary RPCs are
 // answered on the gRPC thread (they only read the stores' indexes).
 #pragma once

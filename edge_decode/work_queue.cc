@@ -1,5 +1,7 @@
 #include "edge_decode/work_queue.h"
 
+#include <algorithm>
+
 #include "common/util/check.h"
 
 namespace baton {
@@ -11,15 +13,20 @@ WorkQueue::WorkQueue(int max_queued, int workers) : max_queued_(max_queued) {
 
 WorkQueue::~WorkQueue() { stop(); }
 
-bool WorkQueue::try_push(Job job) {
+bool WorkQueue::try_push(Job job, std::string key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return false;
     if (max_queued_ > 0 && static_cast<int>(jobs_.size()) >= max_queued_) return false;
-    jobs_.push_back(std::move(job));
+    jobs_.push_back(Entry{std::move(job), std::move(key)});
   }
-  cv_.notify_one();
+  cv_.notify_all();  // the worker that is free may not be the one notify_one wakes
   return true;
+}
+
+std::deque<WorkQueue::Entry>::iterator WorkQueue::next_runnable_locked() {
+  return std::find_if(jobs_.begin(), jobs_.end(),
+                      [this](const Entry& e) { return e.key.empty() || !running_keys_.contains(e.key); });
 }
 
 void WorkQueue::stop() {
@@ -32,13 +39,13 @@ void WorkQueue::stop() {
   for (std::thread& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
-  std::deque<Job> left;
+  std::deque<Entry> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     joined_ = true;
     left.swap(jobs_);
   }
-  for (Job& job : left) job(false);
+  for (Entry& entry : left) entry.job(false);
 }
 
 uint32_t WorkQueue::queued() const {
@@ -53,18 +60,24 @@ uint32_t WorkQueue::running() const {
 
 void WorkQueue::loop() {
   while (true) {
-    Job job;
+    Entry entry;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      cv_.wait(lock, [this] { return stopping_ || next_runnable_locked() != jobs_.end(); });
       if (stopping_) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      auto next = next_runnable_locked();
+      entry = std::move(*next);
+      jobs_.erase(next);
+      if (!entry.key.empty()) running_keys_.insert(entry.key);
       ++running_;
     }
-    job(true);
-    std::lock_guard<std::mutex> lock(mu_);
-    --running_;
+    entry.job(true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (!entry.key.empty()) running_keys_.erase(running_keys_.find(entry.key));
+    }
+    cv_.notify_all();  // a job waiting for this key may run now
   }
 }
 

@@ -3,6 +3,11 @@
 // once, their decode steps batched by the DecodeBatcher; others wait here)
 // plus one worker for network-bound pack pulls, so no job ever blocks a gRPC
 // thread.
+//
+// A job may carry a key (the edge: its session id): jobs of one key run one
+// at a time in arrival order, and a free worker takes the first waiting job
+// whose key is not running, so a session's turns queue behind each other (as
+// they did with one worker) without holding up other sessions.
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +15,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,8 +35,8 @@ class WorkQueue {
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // False when the queue is full or stopped.
-  bool try_push(Job job);
+  // False when the queue is full or stopped. `key`: see above; empty: none.
+  bool try_push(Job job, std::string key = {});
   // Lets the running jobs end, calls the waiting ones with false, joins.
   void stop();
 
@@ -38,11 +45,18 @@ class WorkQueue {
 
  private:
   void loop();
+  struct Entry {
+    Job job;
+    std::string key;
+  };
+  // The first waiting job whose key is not running; jobs_.end() if none.
+  std::deque<Entry>::iterator next_runnable_locked();
 
   const int max_queued_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;   // guarded by mu_
+  std::deque<Entry> jobs_;  // guarded by mu_
+  std::multiset<std::string> running_keys_;  // guarded by mu_: keys of running jobs (non-empty ones)
   bool stopping_ = false;  // guarded by mu_
   int running_ = 0;        // guarded by mu_
   bool joined_ = false;    // guarded by mu_: stop() joined the workers

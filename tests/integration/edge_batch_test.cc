@@ -8,7 +8,9 @@
 //   leaves those three identical and its own session exactly as before;
 // - a turn whose client leaves mid-answer while three others decode leaves
 //   those three identical, and its session keeps what it was sent (the
-//   agent's contract for a client that leaves after its first token).
+//   agent's contract for a client that leaves after its first token);
+// - two turns of one session sent at once run one after the other (the
+//   second continues the first), as with one turn at a time.
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -210,6 +212,33 @@ TEST(EdgeBatchTest, AClientLeavingMidAnswerLeavesTheOthersIdenticalAndItsSession
   // enters the KV with the next turn).
   EXPECT_GE(after.token_count() + 1, 20u + received.size());
   EXPECT_LT(after.token_count(), 20u + 600u);
+}
+
+TEST(EdgeBatchTest, TwoTurnsOfOneSessionSentAtOnceRunOneAfterTheOther) {
+  std::unique_ptr<Edge> one = start_edge(kjv_q4_0_path(), batch_options(1));
+  std::unique_ptr<Edge> batched = start_edge(kjv_q4_0_path(), batch_options(4));
+  // The same session's two turns, and another session's turn beside them.
+  const std::vector<v1::GenerateRequest> requests = {turn_request(0, 0, 30, 24), turn_request(0, 1, 12, 24),
+                                                     turn_request(1, 0, 18, 24)};
+  const std::vector<GenerateResult> together = run_together(*batched->stub, requests);
+  for (const GenerateResult& r : together) ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  // Either order is one at a time; the session holds both turns.
+  const v1::SessionInfo s0 = session_info(*batched->stub, "s0");
+  EXPECT_EQ(s0.turn_count(), 2u);
+  // Request 1 continued request 0 when it found tokens held before its prompt
+  // (the conversation: the KV plus the last sampled token, unless EOS).
+  const v1::Stats& second = together[1].stats;
+  const int64_t held_before = int64_t{second.context_tokens()} +
+                              (second.finish_reason() == v1::FINISH_REASON_EOS ? 0 : 1) -
+                              int64_t{second.prompt_tokens()} - int64_t{second.generated_tokens()};
+  const bool first_ran_first = held_before > 0;
+  // Replay that order on the one-at-a-time agent: the same tokens.
+  const std::vector<size_t> order = first_ran_first ? std::vector<size_t>{0, 1} : std::vector<size_t>{1, 0};
+  for (size_t i : order) {
+    const GenerateResult alone = generate(*one->stub, requests[i]);
+    expect_same_turn(alone, together[i], "turn " + std::to_string(i));
+  }
+  EXPECT_EQ(session_info(*one->stub, "s0").prefix_digest(), s0.prefix_digest());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -157,6 +158,39 @@ TEST(WorkQueueTest, NWorkersRunNJobsAtOnceAndTheRestWait) {
   second.release();
   queue.stop();
   EXPECT_EQ(queue.running(), 0u);
+}
+
+TEST(WorkQueueTest, JobsOfOneKeyRunOneAtATimeInOrderWhileOtherKeysPassThem) {
+  WorkQueue queue(0, 2);
+  Gate a1;
+  std::mutex mu;
+  std::vector<std::string> order;
+  ASSERT_TRUE(queue.try_push(a1.job(), "a"));
+  a1.wait_started();
+  std::promise<void> a2_ran, b_ran;
+  ASSERT_TRUE(queue.try_push([&](bool run) {
+    EXPECT_TRUE(run);
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back("a2");
+    a2_ran.set_value();
+  }, "a"));
+  ASSERT_TRUE(queue.try_push([&](bool run) {
+    EXPECT_TRUE(run);
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back("b");
+    b_ran.set_value();
+  }, "b"));
+  // The free worker passes a2 (its key is running) and takes b.
+  std::future<void> b = b_ran.get_future();
+  ASSERT_EQ(b.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  std::future<void> a2 = a2_ran.get_future();
+  EXPECT_EQ(a2.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout) << "two jobs of key a ran at once";
+  EXPECT_EQ(queue.queued(), 1u);
+  a1.release();
+  ASSERT_EQ(a2.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  queue.stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "a2"}));
 }
 
 TEST(WorkQueueTest, ZeroMeansNoCapOnWaitingJobs) {
