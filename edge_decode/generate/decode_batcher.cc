@@ -81,6 +81,15 @@ absl::Status DecodeBatcher::Seat::prefill(std::span<const int32_t> tokens, KvCac
   return batcher_->submit_prefill(tokens, kv, last_logits, alive, /*seated=*/true);
 }
 
+absl::Status DecodeBatcher::Seat::exclusive(const std::function<absl::Status(Engine&)>& work) {
+  BATON_CHECK(batcher_ != nullptr, "exclusive on a seat that left");
+  Request request;
+  request.is_prefill = true;  // queued and run as one prefill chunk would be
+  request.seated = true;
+  request.work = &work;
+  return batcher_->submit(request);
+}
+
 absl::Status DecodeBatcher::prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits,
                                     const AliveCheck& alive) {
   return submit_prefill(tokens, kv, last_logits, alive, /*seated=*/false);
@@ -111,7 +120,7 @@ absl::Status DecodeBatcher::submit(Request& request) {
   }
   std::unique_lock<std::mutex> lock(mu_);
   request.arrival = Clock::now();
-  request.start_size = request.kv->size();
+  if (request.kv != nullptr) request.start_size = request.kv->size();
   (request.is_prefill ? prefills_ : decodes_).push_back(&request);
   cv_.notify_all();  // a leader waiting for this seated turn
   while (!request.done) {
@@ -178,7 +187,7 @@ DecodeBatcher::Work DecodeBatcher::pick_locked(Clock::time_point now, std::optio
         ++it;
         continue;
       }
-      if (r.is_prefill) r.kv->set_size(r.start_size);
+      if (r.is_prefill && r.kv != nullptr) r.kv->set_size(r.start_size);
       ++stats_.removed;
       finish_locked(r, std::move(alive));
       it = queue->erase(it);
@@ -279,6 +288,7 @@ absl::Status DecodeBatcher::run_decode_alone(Request& request) {
 }
 
 absl::Status DecodeBatcher::run_prefill_chunk(Request& request) {
+  if (request.work != nullptr) return (*request.work)(engine_);  // done: it has no tokens
   const int64_t total = static_cast<int64_t>(request.tokens.size());
   const int64_t count = std::min<int64_t>(options_.prefill_chunk_tokens, total - request.done_tokens);
   const bool last = request.done_tokens + count == total;

@@ -119,6 +119,12 @@ class DecodeBatcher {
                         const AliveCheck& alive = {}, DecodeStepInfo* info = nullptr);
     absl::Status prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits,
                          const AliveCheck& alive = {});
+    // Runs `work` on the engine alone, as one step between the batched
+    // decode steps (like a prefill chunk): engine work that is not a plain
+    // decode step or prefill (a speculative decoder's passes) stays safe
+    // among batched turns, though it does not share its pass. `work` must
+    // use the engine only while it runs.
+    absl::Status exclusive(const std::function<absl::Status(Engine&)>& work);
 
    private:
     friend class DecodeBatcher;
@@ -161,6 +167,8 @@ class DecodeBatcher {
     KvCache* kv = nullptr;
     std::vector<float>* logits = nullptr;  // decode: [n, n_vocab]; prefill: the last token's (optional)
     const AliveCheck* alive = nullptr;
+    // Set: an exclusive step (Seat::exclusive) instead of tokens (no kv).
+    const std::function<absl::Status(Engine&)>* work = nullptr;
     Clock::time_point arrival;
     int64_t done_tokens = 0;  // prefill: tokens committed so far
     int64_t start_size = 0;   // prefill: the cache's size before the first chunk

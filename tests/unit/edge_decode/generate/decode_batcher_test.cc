@@ -354,5 +354,65 @@ TEST_F(DecodeBatcherTest, AFailingRequestInASharedStepFailsAloneAndACancelledOne
   EXPECT_EQ(stats.removed, 1u);
 }
 
+TEST_F(DecodeBatcherTest, AnExclusiveStepUsesTheEngineAloneBetweenTheOthersDecodeSteps) {
+  // A turn whose engine work is its own (a speculative decoder's passes)
+  // runs it as exclusive steps; a batched turn decodes meanwhile.
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::seconds(5);
+  options.max_straggler_wait = std::chrono::seconds(5);
+  DecodeBatcher batcher(*engine_, options);
+  std::mutex mu;
+  std::vector<DecodeBatcher::Step> steps;
+  batcher.set_step_observer([&](const DecodeBatcher::Step& step) {
+    std::lock_guard<std::mutex> lock(mu);
+    steps.push_back(step);
+  });
+  constexpr int kSteps = 12;
+  const std::vector<int32_t> a_prompt = random_tokens(9, n_vocab(), 41);
+  const std::vector<int32_t> b_prompt = random_tokens(13, n_vocab(), 42);
+  const std::vector<Logits> a_expected = alone(a_prompt, kSteps);
+  const std::vector<Logits> b_expected = alone(b_prompt, kSteps);
+  std::unique_ptr<KvCache> a_kv = new_cache(9 + kSteps + 1);
+  std::unique_ptr<KvCache> b_kv = new_cache(13 + kSteps + 1);
+  SeatBarrier barrier;
+  barrier.turns = 2;
+  TurnTrace a;
+  std::thread batched([&] { a = batched_turn(batcher, *a_kv, a_prompt, kSteps, &barrier); });
+  // Turn b: its prefill and decode steps straight on the engine, inside exclusive steps.
+  std::vector<Logits> b_trace(1);
+  ++barrier.prefilled;
+  while (barrier.prefilled.load() < barrier.turns) std::this_thread::yield();
+  DecodeBatcher::Seat seat = batcher.seat();
+  ++barrier.seated;
+  ASSERT_TRUE(seat.exclusive([&](Engine& engine) { return engine.prefill(b_prompt, *b_kv, &b_trace[0]); }).ok());
+  for (int i = 0; i < kSteps; ++i) {
+    Logits next;
+    const int32_t token = argmax(b_trace.back());
+    ASSERT_TRUE(seat.exclusive([&](Engine& engine) { return engine.decode_step(token, *b_kv, &next); }).ok());
+    b_trace.push_back(std::move(next));
+  }
+  seat.leave();
+  batched.join();
+
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  for (size_t i = 0; i < a_expected.size(); ++i) EXPECT_TRUE(bits_equal(a.logits[i], a_expected[i])) << "a " << i;
+  for (size_t i = 0; i < b_expected.size(); ++i) EXPECT_TRUE(bits_equal(b_trace[i], b_expected[i])) << "b " << i;
+  // b's 13 exclusive steps (no cache: its own work), each followed by one of
+  // a's decode steps while a still decodes.
+  size_t last_decode = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind == DecodeBatcher::Step::Kind::kDecode) last_decode = i;
+  }
+  int exclusive_steps = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind != DecodeBatcher::Step::Kind::kPrefillChunk || steps[i].caches[0] != nullptr) continue;
+    ++exclusive_steps;
+    if (i < last_decode && steps[i + 1].kind == DecodeBatcher::Step::Kind::kPrefillChunk) {
+      EXPECT_NE(steps[i + 1].caches[0], nullptr) << "two exclusive steps ran back to back at step " << i;
+    }
+  }
+  EXPECT_EQ(exclusive_steps, kSteps + 1);
+}
+
 }  // namespace
 }  // namespace baton
