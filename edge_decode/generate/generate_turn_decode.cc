@@ -107,18 +107,16 @@ absl::Status GenerateTurn::start_decoding() {
   SessionLease& session = *session_;
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
-  if (early_shown_.empty()) {
-    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(all_[n_ - 1], *kv_, &logits_));
-  } else {
-    // The early tokens shown enter the edge's own KV with the last prompt
-    // token, in one batch; the last one's logits continue the reply.
-    std::vector<int32_t> run(1, all_[n_ - 1]);
-    run.insert(run.end(), early_shown_.begin(), early_shown_.end());
-    BATON_RETURN_IF_ERROR(rt_.engine->prefill(run, *kv_, &logits_));
-  }
-  decode_ready_time_ = Clock::now();
   session->tokens = all_;
   session->tokens.insert(session->tokens.end(), early_shown_.begin(), early_shown_.end());
+  // The last prompt token, with the early tokens shown (they enter the
+  // edge's own KV in one batch; the last one's logits continue the reply).
+  std::vector<int32_t> run(1, all_[n_ - 1]);
+  run.insert(run.end(), early_shown_.begin(), early_shown_.end());
+  stepper_.emplace(*rt_.engine, *kv_, static_cast<int>(speculative_));
+  const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
+  BATON_RETURN_IF_ERROR(stepper_->start(run, session->tokens, left));
+  decode_ready_time_ = Clock::now();
   record_turn();
   return absl::OkStatus();
 }
@@ -156,10 +154,12 @@ absl::Status GenerateTurn::decode() {
   }
   // The reply may have ended among the early tokens.
   bool finished = early_done_ || finish_ == v1::FINISH_REASON_CONTEXT_FULL;
+  DecodeStepper& stepper = *stepper_;
   while (!finished) {
     BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
     if (!interrupted.ok()) break;
-    const int32_t token = sampler.sample(logits_);
+    const std::span<const float> logits = stepper.logits();
+    const int32_t token = sampler.sample(logits);
     const Clock::time_point now = Clock::now();
     if (generated_ == 0) first_token_time_ = now;
     if (local_generated_ == 0) local_first_token_time_ = now;
@@ -169,10 +169,16 @@ absl::Status GenerateTurn::decode() {
     }
     sampler.accept(token, /*generated=*/true);
     ++local_generated_;
-    BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits_, &finished)));
+    BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits, &finished)));
     if (!interrupted.ok() || finished) break;
-    BATON_RETURN_IF_ERROR(rt_.engine->decode_step(token, *kv_, &logits_));
+    // Runs the token (with a draft after it), or moves on to the draft row
+    // that guessed it.
+    BATON_RETURN_IF_ERROR(stepper.advance(token, session->tokens,
+                                          static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_)));
   }
+  // The KV holds every kept token but the last sampled one, as after plain
+  // decode steps: draft rows past it go.
+  stepper.finish();
   if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated_, interrupted);
   if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text());
   return absl::OkStatus();
@@ -237,6 +243,10 @@ absl::Status GenerateTurn::commit_and_report() {
     stats_.set_dropped_tokens(static_cast<uint32_t>(truncation_->dropped_tokens));
   }
   stats_.set_generated_tokens(generated_);
+  if (stepper_.has_value()) {
+    stats_.set_speculative_drafted(static_cast<uint32_t>(stepper_->stats().drafted_tokens));
+    stats_.set_speculative_accepted(static_cast<uint32_t>(stepper_->stats().accepted_tokens));
+  }
   stats_.set_context_tokens(context_tokens);
   to_proto(plan_, stats_.mutable_plan());
   if (!stats_.fallback_reason().empty()) {

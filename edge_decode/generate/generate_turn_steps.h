@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/engine/speculative.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_stream/cache_salt.h"
 #include "common/kv_stream/kv_codec_params.h"
@@ -247,7 +248,10 @@ class GenerateTurn {
   Clock::time_point local_first_token_time_{};
   Clock::time_point decode_ready_time_{};  // the KV held the prompt (and the early tokens)
   uint32_t local_generated_ = 0;           // tokens sampled here
-  std::vector<float> logits_;
+  // Decoding: the most draft tokens per step (0: plain decode steps) and
+  // the stepper that runs the KV and hands out each next token's logits.
+  uint32_t speculative_ = 0;
+  std::optional<DecodeStepper> stepper_;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
   uint32_t generated_ = 0;
   Clock::time_point first_token_time_{};
