@@ -27,6 +27,10 @@ EdgeMetrics::EdgeMetrics(MetricsRegistry& r)
           ttft_buckets())),
       early_tokens(r.counter("baton_edge_early_tokens_total",
                              "Reply tokens the cloud sampled and the edge sent before the KV landed.")),
+      speculative_drafted(r.counter("baton_edge_speculative_drafted_tokens_total",
+                                    "Draft tokens verified by speculative decoding (prompt lookup).")),
+      speculative_accepted(r.counter("baton_edge_speculative_accepted_tokens_total",
+                                     "Draft tokens that became reply tokens without a decode step of their own.")),
       decode_tokens_per_second(r.histogram("baton_edge_decode_tokens_per_second",
                                            "Mean decode speed of Generate calls, tokens/s.", decode_buckets())),
       decode_batch_turns(r.histogram("baton_edge_decode_batch_turns",
@@ -64,6 +68,8 @@ void EdgeMetrics::record_stats(const v1::Stats& stats) {
     cloud_first_token_seconds.observe(stats.cloud_first_token_ms() / 1000.0);
     early_tokens.inc(stats.early_tokens());
   }
+  speculative_drafted.inc(stats.speculative_drafted());
+  speculative_accepted.inc(stats.speculative_accepted());
   if (stats.local_first_token_ms() > 0) local_first_token_seconds.observe(stats.local_first_token_ms() / 1000.0);
   if (stats.generated_tokens() > 1) decode_tokens_per_second.observe(stats.decode_tokens_per_s());
   if (stats.decode_batch_mean() > 0) decode_batch_turns.observe(stats.decode_batch_mean());

@@ -7,6 +7,8 @@
 //   baton_edge_cloud_first_token_seconds          histogram, calls with early tokens: the first from the cloud
 //   baton_edge_local_first_token_seconds          histogram, the first token sampled on the edge
 //   baton_edge_early_tokens_total                 reply tokens the cloud sampled (early tokens) and were sent
+//   baton_edge_speculative_drafted_tokens_total   draft tokens verified (speculative decoding)
+//   baton_edge_speculative_accepted_tokens_total  draft tokens that became reply tokens
 //   baton_edge_decode_tokens_per_second           histogram, mean decode speed per call
 //   baton_edge_decode_batch_turns                 histogram, per call: the mean number of turns its
 //                                                 decode steps served (--max-batch; 1: alone)
@@ -52,6 +54,8 @@ struct EdgeMetrics {
   Histogram& cloud_first_token_seconds;
   Histogram& local_first_token_seconds;
   Counter& early_tokens;
+  Counter& speculative_drafted;
+  Counter& speculative_accepted;
   Histogram& decode_tokens_per_second;
   Histogram& decode_batch_turns;
   Counter& kv_received_bytes;

@@ -50,6 +50,9 @@ struct EdgeRuntime {
   // Reply tokens the cloud samples ahead of the KV when a request leaves
   // GenerateRequest.early_tokens unset (--early-tokens); 0: none.
   uint32_t early_tokens = 0;
+  // Most draft tokens per decode step when a request leaves
+  // GenerateRequest.speculative unset (--speculative); 0: off.
+  uint32_t speculative = 0;
   SessionStore* sessions = nullptr;
   PackStore* packs = nullptr;
   CloudClient* cloud = nullptr;           // nullptr: no cloud configured

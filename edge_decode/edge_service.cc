@@ -235,6 +235,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.context_overflow = options_.context_overflow;
   runtime_.keep_tokens = std::min(options_.keep_tokens, kMaxKeepTokens);
   runtime_.early_tokens = std::min(options_.early_tokens, kMaxEarlyTokens);
+  runtime_.speculative = std::min(options_.speculative, kMaxSpeculativeTokens);
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
   runtime_.cloud = cloud.get();

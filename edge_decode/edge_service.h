@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "common/engine/engine.h"
+#include "common/engine/speculative.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/rpc/api_keys.h"
@@ -77,6 +78,10 @@ struct EdgeServiceOptions {
   // Reply tokens the cloud samples ahead of the KV when a request leaves
   // early_tokens unset (GenerateRequest.early_tokens); at most kMaxEarlyTokens.
   uint32_t early_tokens = 0;
+  // Most draft tokens per decode step (speculative decoding, prompt lookup)
+  // when a request leaves GenerateRequest.speculative unset; at most
+  // kMaxSpeculativeTokens; 0: off.
+  uint32_t speculative = kDefaultSpeculativeTokens;
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
   int max_session_files = 0;              // session files on disk (LRU of idle ones); 0: no cap

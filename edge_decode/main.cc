@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/engine/sampling_proto.h"
+#include "common/engine/speculative.h"
 #include "common/model/model.h"
 #include "common/rpc/loopback.h"
 #include "common/util/check.h"
@@ -84,6 +85,7 @@ struct EdgeConfig {
   std::string context_overflow = "truncate";  // refuse | truncate | shift: a session past its context limit
   int64_t keep_tokens = 0;              // truncate: tokens at the start never dropped (besides the pack)
   int64_t early_tokens = 0;             // reply tokens the cloud samples ahead of the KV
+  int64_t speculative = kDefaultSpeculativeTokens;  // most draft tokens per decode step
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
@@ -187,6 +189,11 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                   "the cloud, so a slow link does not hold back the first token (they come from the cloud's "
                   "weights; the edge then runs them into its own KV and continues), when a request leaves it "
                   "unset; 0..64, 0: none");
+  flags.add_int64("speculative", &config.speculative,
+                  "speculative decoding: the most tokens drafted per decode step by prompt lookup (the session's "
+                  "own tokens) and verified in one pass over the weights, when a request leaves it unset; the "
+                  "reply is plain decoding's, the draft length adapts to the acceptance rate and speculation "
+                  "switches itself off when it does not pay; 0..16, 0: off");
   flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
                      "cancel a Generate or PullPack stream whose writes make no progress for this long (a client "
                      "that stopped reading); 0: never");
@@ -298,6 +305,10 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--prefill-chunk %d must be in [1, %d]", config.prefill_chunk, kMaxPrefillChunkTokens));
   }
+  if (config.speculative < 0 || config.speculative > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--speculative %d must be in [0, %u]", config.speculative, kMaxSpeculativeTokens));
+  }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
@@ -320,6 +331,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   BATON_ASSIGN_OR_RETURN(options.context_overflow, parse_context_overflow(config.context_overflow));
   options.keep_tokens = static_cast<uint32_t>(config.keep_tokens);
   options.early_tokens = static_cast<uint32_t>(config.early_tokens);
+  options.speculative = static_cast<uint32_t>(config.speculative);
   options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);

@@ -14,6 +14,8 @@ using cpu_kernels::MatmulProblem;
 
 struct MatmulKernels {
   cpu_kernels::MatmulTileFn tile;         // F32/F16/BF16, Q4_0, Q8_0
+  // matmul_decode_order's tile for the same types; null: `tile` token by token.
+  cpu_kernels::MatmulTileFn decode_tile;
   cpu_kernels::MatmulTileFn kquant_tile;  // Q4_K, Q5_K, Q6_K
   cpu_kernels::MatmulTileFn legacy_tile;  // Q5_0, Q4_1, Q5_1 (AVX2 kernel at the AVX-512 level too)
   cpu_kernels::QuantizeBlocksFn quantize_blocks;
@@ -24,15 +26,18 @@ struct MatmulKernels {
 
 const MatmulKernels& kernels_for(SimdLevel level) {
   namespace k = cpu_kernels;
-  static const MatmulKernels kScalar{k::matmul_tile_scalar,  k::kquant_tile_scalar,       k::legacy_tile_scalar,
-                                     k::quantize_q8_0_scalar, k::quantize_q8_0_split_scalar, k::quantize_q8_k_scalar,
-                                     k::quantize_q8_k_split_scalar};
-  static const MatmulKernels kAvx2{k::matmul_tile_avx2,  k::kquant_tile_avx2,        k::legacy_tile_avx2,
-                                   k::quantize_q8_0_avx2, k::quantize_q8_0_split_avx2, k::quantize_q8_k_avx2,
-                                   k::quantize_q8_k_split_avx2};
-  static const MatmulKernels kAvx512{k::matmul_tile_avx512,  k::kquant_tile_avx512,        k::legacy_tile_avx2,
-                                     k::quantize_q8_0_avx512, k::quantize_q8_0_split_avx512, k::quantize_q8_k_avx512,
-                                     k::quantize_q8_k_split_avx512};
+  static const MatmulKernels kScalar{k::matmul_tile_scalar,          nullptr,
+                                     k::kquant_tile_scalar,          k::legacy_tile_scalar,
+                                     k::quantize_q8_0_scalar,        k::quantize_q8_0_split_scalar,
+                                     k::quantize_q8_k_scalar,        k::quantize_q8_k_split_scalar};
+  static const MatmulKernels kAvx2{k::matmul_tile_avx2,          nullptr,
+                                   k::kquant_tile_avx2,          k::legacy_tile_avx2,
+                                   k::quantize_q8_0_avx2,        k::quantize_q8_0_split_avx2,
+                                   k::quantize_q8_k_avx2,        k::quantize_q8_k_split_avx2};
+  static const MatmulKernels kAvx512{k::matmul_tile_avx512,          k::decode_tile_avx512,
+                                     k::kquant_tile_avx512,          k::legacy_tile_avx2,
+                                     k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
+                                     k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -233,6 +238,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 
   MatmulProblem problems[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
+  cpu_kernels::MatmulTileFn decode_tiles[kMaxGroupMatrices];  // decode_order: several tokens at once, or null
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -259,6 +265,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xsums = prepared.q8_0_sums;
     }
     tiles[i] = tile_for(kernels, format);
+    decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
     splits[i] = split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
@@ -275,7 +282,11 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       const int64_t r0 = local / sp.token_tasks * sp.rows_per_task;
       const int64_t r1 = std::min(r0 + sp.rows_per_task, problems[i].rows);
       if (decode_order) {
-        for (int64_t t = 0; t < n_tokens; ++t) tiles[i](problems[i], r0, r1, t, t + 1);
+        if (decode_tiles[i] != nullptr) {
+          decode_tiles[i](problems[i], r0, r1, 0, n_tokens);
+        } else {
+          for (int64_t t = 0; t < n_tokens; ++t) tiles[i](problems[i], r0, r1, t, t + 1);
+        }
         continue;
       }
       const int64_t t0 = local % sp.token_tasks * sp.tokens_per_task;

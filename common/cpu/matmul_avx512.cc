@@ -156,14 +156,16 @@ void quant_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
 // Lane k of the int32 result holds block b+k's dot product in lanes 4k..4k+3.
 // Weights are read once from DRAM, so later tiles' rows are prefetched
 // while this one computes.
-template <int R>
+// T > 1 (matmul_decode_order: a speculative draft, a step of several
+// sessions): the unpacked weights of a row serve T tokens, and each token
+// goes through exactly the operations, in the same order, of T = 1 on that
+// token alone, so its results are bit-identical to a decode step's.
+template <int R, int T>
 void q4_0_decode_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
   const int64_t n_blocks = p.cols / kQK8_0;
   constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = p.weights + (r0 + r) * p.row_bytes;
-  const int8_t* xq = p.xq + t0 * p.cols;
-  const float* xd = p.xd + t0 * n_blocks;
   const int64_t ahead = R * p.row_bytes;
   // Words 9k+1..9k+8 are block k's nibbles; 32.. index the second source.
   alignas(64) static constexpr int16_t kQsWords[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12,
@@ -176,19 +178,27 @@ void q4_0_decode_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
   const __m512i xd_index = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   const __m512i eight = _mm512_set1_epi8(8);
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
 
   int64_t b = 0;
   for (; b + 4 <= n_blocks; b += 4) {
-    const __m512i x0 = _mm512_loadu_si512(xq + b * kQK8_0);       // blocks b, b+1
-    const __m512i x1 = _mm512_loadu_si512(xq + b * kQK8_0 + 64);  // blocks b+2, b+3
-    const __m512i xa = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0..15
-    const __m512i xb = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16..31
-    const __m512 x_scale = _mm512_permutexvar_ps(xd_index, _mm512_castps128_ps512(_mm_loadu_ps(xd + b)));
-    // The weights enter as nibble + 8: start each block at -8 * sum(x quants).
-    const __m512i bias = _mm512_sub_epi32(
-        _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xa), eight, xb));
+    __m512i xa[T], xb[T], bias[T];
+    __m512 x_scale[T];
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xq = p.xq + (t0 + t) * p.cols;
+      const __m512i x0 = _mm512_loadu_si512(xq + b * kQK8_0);       // blocks b, b+1
+      const __m512i x1 = _mm512_loadu_si512(xq + b * kQK8_0 + 64);  // blocks b+2, b+3
+      xa[t] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0..15
+      xb[t] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16..31
+      x_scale[t] =
+          _mm512_permutexvar_ps(xd_index, _mm512_castps128_ps512(_mm_loadu_ps(p.xd + (t0 + t) * n_blocks + b)));
+      // The weights enter as nibble + 8: start each block at -8 * sum(x quants).
+      bias[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                 _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xa[t]), eight,
+                                                     xb[t]));
+    }
     for (int r = 0; r < R; ++r) {
       const uint8_t* group = rows[r] + b * sizeof(BlockQ4_0);
       // Near (next tile, into L1) and far (four tiles on, into L2): the far
@@ -202,19 +212,27 @@ void q4_0_decode_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
       const __m512i packed = _mm512_permutex2var_epi16(head, qs_index, tail);
       const __m512i wa = _mm512_and_si512(packed, low_nibbles);
       const __m512i wb = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, wa, xa), wb, xb);
       const __m512 w_scale = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_index, head)));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w_scale, x_scale), acc[r]);
+      for (int t = 0; t < T; ++t) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias[t], wa, xa[t]), wb, xb[t]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w_scale, x_scale[t]), acc[r][t]);
+      }
     }
   }
   if (b < n_blocks) {  // 1..3 blocks left: the pairwise steps, same accumulators
-    __m512 tail_acc[R][1];
-    for (int r = 0; r < R; ++r) tail_acc[r][0] = acc[r];
-    for (; b + 2 <= n_blocks; b += 2) quant_step<GgmlType::kQ4_0, R, 1, true>(p, rows, t0, b, n_blocks, tail_acc);
-    if (b < n_blocks) quant_step<GgmlType::kQ4_0, R, 1, false>(p, rows, t0, b, n_blocks, tail_acc);
-    for (int r = 0; r < R; ++r) acc[r] = tail_acc[r][0];
+    for (int t = 0; t < T; ++t) {
+      __m512 tail_acc[R][1];
+      for (int r = 0; r < R; ++r) tail_acc[r][0] = acc[r][t];
+      int64_t bt = b;
+      for (; bt + 2 <= n_blocks; bt += 2) {
+        quant_step<GgmlType::kQ4_0, R, 1, true>(p, rows, t0 + t, bt, n_blocks, tail_acc);
+      }
+      if (bt < n_blocks) quant_step<GgmlType::kQ4_0, R, 1, false>(p, rows, t0 + t, bt, n_blocks, tail_acc);
+      for (int r = 0; r < R; ++r) acc[r][t] = tail_acc[r][0];
+    }
   }
-  for (int r = 0; r < R; ++r) p.y[t0 * p.rows + r0 + r] = _mm512_reduce_add_ps(acc[r]);
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) p.y[(t0 + t) * p.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 // 16 weights from column c, masked: lanes past `mask` read nothing and are 0.
@@ -286,8 +304,8 @@ void run_type(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_
               int64_t tok_end) {
   if (kType == GgmlType::kQ4_0 && tok_end - tok_begin == 1) {
     int64_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4) q4_0_decode_tile<4>(p, r, tok_begin);
-    for (; r < row_end; ++r) q4_0_decode_tile<1>(p, r, tok_begin);
+    for (; r + 4 <= row_end; r += 4) q4_0_decode_tile<4, 1>(p, r, tok_begin);
+    for (; r < row_end; ++r) q4_0_decode_tile<1, 1>(p, r, tok_begin);
   } else if (tok_end - tok_begin == 1) {
     run_tiles<kType, 4, 1>(p, row_begin, row_end, tok_begin, tok_end);
   } else {
@@ -332,6 +350,27 @@ void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
     case GgmlType::kBF16: return run_type<GgmlType::kBF16>(p, row_begin, row_end, tok_begin, tok_end);
     case GgmlType::kF32: return run_type<GgmlType::kF32>(p, row_begin, row_end, tok_begin, tok_end);
     default: break;  // not (yet) supported: handled below
+  }
+}
+
+void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                        int64_t tok_end) {
+  if (p.type != GgmlType::kQ4_0) {
+    for (int64_t t = tok_begin; t < tok_end; ++t) matmul_tile_avx512(p, row_begin, row_end, t, t + 1);
+    return;
+  }
+  // Tokens in pairs (two tokens' x and four rows' accumulators fit the 32
+  // registers), each as the one-token tile computes it.
+  int64_t r = row_begin;
+  for (; r + 4 <= row_end; r += 4) {
+    int64_t t = tok_begin;
+    for (; t + 2 <= tok_end; t += 2) q4_0_decode_tile<4, 2>(p, r, t);
+    if (t < tok_end) q4_0_decode_tile<4, 1>(p, r, t);
+  }
+  for (; r < row_end; ++r) {
+    int64_t t = tok_begin;
+    for (; t + 2 <= tok_end; t += 2) q4_0_decode_tile<1, 2>(p, r, t);
+    if (t < tok_end) q4_0_decode_tile<1, 1>(p, r, t);
   }
 }
 

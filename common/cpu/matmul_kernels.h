@@ -52,6 +52,13 @@ void matmul_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end
 void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end,
                         int64_t tok_begin, int64_t tok_end);
 
+// matmul_decode_order's tile: y[t, r] for the tokens and rows given, each
+// token's bit-identical to the one-token tile on it alone (tok_end =
+// tok_begin + 1), weights unpacked once for several tokens where the ISA
+// has such a kernel (AVX-512 Q4_0; other types and ISAs: token by token).
+void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                        int64_t tok_end);
+
 // Tiles for the K-quant weights (Q4_K, Q5_K, Q6_K) x Q8_K activations.
 void kquant_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                         int64_t tok_end);

@@ -264,14 +264,10 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
     BATON_RETURN_IF_ERROR(run.kv->store(il, run.pos, run.n, k_.data() + run.first_row * kv_dim,
                                         v_.data() + run.first_row * kv_dim));
   }
+  // One call per run: each query's result does not depend on the others
+  // in the call (kv_cache.h), so a run of draft rows attends as decode steps.
   for (const RowRun& run : runs) {
-    const float* q = q_.data() + run.first_row * q_dim;
-    float* out = attn_.data() + run.first_row * q_dim;
-    if (!decode_order) {
-      run.kv->attend(il, run.pos, run.n, q, out, pool);
-      continue;
-    }
-    for (int64_t i = 0; i < run.n; ++i) run.kv->attend(il, run.pos + i, 1, q + i * q_dim, out + i * q_dim, pool);
+    run.kv->attend(il, run.pos, run.n, q_.data() + run.first_row * q_dim, attn_.data() + run.first_row * q_dim, pool);
   }
   mm(l.wo, attn_.data(), proj_.data());
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_attn_norm.data(), proj_.data(), n, d, s.norm_eps);

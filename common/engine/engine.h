@@ -83,8 +83,8 @@ class Engine {
   };
   // Transformer block `il` on n <= max_batch_tokens rows of x ([n, n_embd],
   // updated in place), `runs` covering them in order; stores their K/V.
-  // decode_order: the products and attention of a decode step per row
-  // (decode_rows); else prefill's (one attention call per run).
+  // decode_order: the matrix products of a decode step per row
+  // (decode_rows); else prefill's. Attention: one call per run either way.
   absl::Status layer(int il, float* x, int64_t n, std::span<const RowRun> runs, bool decode_order);
 
   const Model& model_;

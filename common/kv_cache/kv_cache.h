@@ -54,6 +54,9 @@ class KvCache {
   // tokens [0, pos + i] for query i, or [max(0, pos + i - W + 1), pos + i]
   // when geometry().window(layer) = W > 0 (the layer's K/V for [pos, pos+n)
   // must have been stored). q, out: f32 [n, n_head * head_dim] row-major.
+  // Each query's output must not depend on n or on the pool (the same
+  // arithmetic as a call with that query alone): Engine::decode_rows relies
+  // on it to match decode steps bit for bit.
   virtual void attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
                       ThreadPool* pool) const = 0;
 

@@ -52,6 +52,11 @@ absl::Status GenerateTurn::validate() {
     return absl::InvalidArgumentError(
         absl::StrFormat("early_tokens = %u; at most %u", early_wanted_, kMaxEarlyTokens));
   }
+  speculative_ = request_.has_speculative() ? request_.speculative() : rt_.speculative;
+  if (speculative_ > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("speculative = %u; at most %u", speculative_, kMaxSpeculativeTokens));
+  }
   BATON_ASSIGN_OR_RETURN(overflow_mode_, context_overflow_from_proto(request_.context_overflow(), rt_.context_overflow));
   if (request_.has_keep_tokens() && request_.keep_tokens() > kMaxKeepTokens) {
     return absl::InvalidArgumentError(

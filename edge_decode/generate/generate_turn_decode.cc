@@ -107,19 +107,14 @@ absl::Status GenerateTurn::start_decoding() {
   SessionLease& session = *session_;
   BATON_RETURN_IF_ERROR(check_alive());
   BATON_RETURN_IF_ERROR(progress(v1::PHASE_DECODING));
-  seat_ = rt_.batcher->seat();  // held until the reply ends (decode)
-  if (early_shown_.empty()) {
-    BATON_RETURN_IF_ERROR(decode_token(all_[n_ - 1]));
-  } else {
-    // The early tokens shown enter the edge's own KV with the last prompt
-    // token, in one batch; the last one's logits continue the reply.
-    std::vector<int32_t> run(1, all_[n_ - 1]);
-    run.insert(run.end(), early_shown_.begin(), early_shown_.end());
-    BATON_RETURN_IF_ERROR(seat_.prefill(run, *kv_, &logits_));
-  }
-  decode_ready_time_ = Clock::now();
   session->tokens = all_;
   session->tokens.insert(session->tokens.end(), early_shown_.begin(), early_shown_.end());
+  // The last prompt token, with the early tokens shown (they enter the
+  // edge's own KV in one batch; the last one's logits continue the reply).
+  std::vector<int32_t> run(1, all_[n_ - 1]);
+  run.insert(run.end(), early_shown_.begin(), early_shown_.end());
+  BATON_RETURN_IF_ERROR(start_steps(run));
+  decode_ready_time_ = Clock::now();
   record_turn();
   return absl::OkStatus();
 }
@@ -160,7 +155,8 @@ absl::Status GenerateTurn::decode() {
   while (!finished) {
     BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
     if (!interrupted.ok()) break;
-    const int32_t token = sampler.sample(logits_);
+    const std::span<const float> logits = next_logits();
+    const int32_t token = sampler.sample(logits);
     const Clock::time_point now = Clock::now();
     if (generated_ == 0) first_token_time_ = now;
     if (local_generated_ == 0) local_first_token_time_ = now;
@@ -170,14 +166,48 @@ absl::Status GenerateTurn::decode() {
     }
     sampler.accept(token, /*generated=*/true);
     ++local_generated_;
-    BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits_, &finished)));
+    BATON_RETURN_IF_ERROR(keep_on_cancel(show_token(token, session->tokens, nullptr, logits, &finished)));
     if (!interrupted.ok() || finished) break;
-    BATON_RETURN_IF_ERROR(decode_token(token));
+    BATON_RETURN_IF_ERROR(advance_steps(token));
   }
-  seat_.leave();  // the other turns' steps no longer wait for this one
+  finish_steps();
   if (!interrupted.ok()) return keep_interrupted_turn(session, sampler, generated_, interrupted);
   if (finish_ != v1::FINISH_REASON_STOP) BATON_RETURN_IF_ERROR(flush_text());
   return absl::OkStatus();
+}
+
+// Every engine pass of the reply goes through the batcher as this seated
+// turn: plain steps batched with the other decoding turns; with drafts
+// (--speculative), the stepper's passes one at a time between them.
+absl::Status GenerateTurn::start_steps(std::span<const int32_t> run) {
+  seat_ = rt_.batcher->seat();  // held until finish_steps
+  if (speculative_ > 0) {
+    stepper_.emplace(*rt_.engine, *kv_, static_cast<int>(speculative_));
+    const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
+    return seat_.exclusive([&](Engine&) { return stepper_->start(run, (**session_).tokens, left); });
+  }
+  if (run.size() == 1) return decode_token(run[0]);
+  return seat_.prefill(run, *kv_, &logits_);
+}
+
+std::span<const float> GenerateTurn::next_logits() const {
+  return stepper_.has_value() ? stepper_->logits() : std::span<const float>(logits_);
+}
+
+absl::Status GenerateTurn::advance_steps(int32_t token) {
+  if (!stepper_.has_value()) return decode_token(token);
+  // Runs the token (with a draft after it), or moves on to the draft row
+  // that guessed it.
+  const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
+  const std::vector<int32_t>& history = (**session_).tokens;
+  return seat_.exclusive([&](Engine&) { return stepper_->advance(token, history, left); });
+}
+
+void GenerateTurn::finish_steps() {
+  // The KV holds every kept token but the last sampled one, as after plain
+  // decode steps: draft rows past it go.
+  if (stepper_.has_value()) stepper_->finish();
+  seat_.leave();  // the other turns' steps no longer wait for this one
 }
 
 absl::Status GenerateTurn::decode_token(int32_t token) {
@@ -248,6 +278,10 @@ absl::Status GenerateTurn::commit_and_report() {
     stats_.set_dropped_tokens(static_cast<uint32_t>(truncation_->dropped_tokens));
   }
   stats_.set_generated_tokens(generated_);
+  if (stepper_.has_value()) {
+    stats_.set_speculative_drafted(static_cast<uint32_t>(stepper_->stats().drafted_tokens));
+    stats_.set_speculative_accepted(static_cast<uint32_t>(stepper_->stats().accepted_tokens));
+  }
   if (batch_steps_ > 0) {
     stats_.set_decode_batch_max(batch_max_);
     stats_.set_decode_batch_mean(static_cast<double>(batch_sum_) / static_cast<double>(batch_steps_));

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/engine/speculative.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_stream/cache_salt.h"
 #include "common/kv_stream/kv_codec_params.h"
@@ -126,8 +127,16 @@ class GenerateTurn {
   // The session's turn records: this turn (and what a truncation kept).
   void record_turn();
   absl::Status decode();
-  // One decode step of `token` into the session's KV (logits_), through the
-  // batcher as a seated turn (several turns share the step).
+  // The reply's engine passes (generate_turn_decode.cc): start_steps runs
+  // the last prompt token (and the early tokens shown) and takes the seat;
+  // next_logits are the next token's; advance_steps runs a sampled token;
+  // finish_steps rolls back draft rows and leaves the seat.
+  absl::Status start_steps(std::span<const int32_t> run);
+  std::span<const float> next_logits() const;
+  absl::Status advance_steps(int32_t token);
+  void finish_steps();
+  // One plain decode step of `token` into the session's KV (logits_),
+  // through the batcher as a seated turn (several turns share the step).
   absl::Status decode_token(int32_t token);
   // Bytes the decoder or the stop matcher held back end the text.
   absl::Status flush_text();
@@ -260,10 +269,15 @@ class GenerateTurn {
   Clock::time_point local_first_token_time_{};
   Clock::time_point decode_ready_time_{};  // the KV held the prompt (and the early tokens)
   uint32_t local_generated_ = 0;           // tokens sampled here
+  // Decoding: the most draft tokens per step (0: plain decode steps) and,
+  // with drafts, the stepper that runs the KV and hands out each next
+  // token's logits; without, logits_ holds them.
+  uint32_t speculative_ = 0;
+  std::optional<DecodeStepper> stepper_;
   std::vector<float> logits_;
-  // Decoding: this turn's seat among the decoding turns (held from the last
-  // prompt token to the end of the reply), and how many turns shared its
-  // steps (Stats.decode_batch_max / decode_batch_mean).
+  // This turn's seat among the decoding turns (held from the last prompt
+  // token to the end of the reply: its steps go through the batcher), and
+  // how many turns shared its steps (Stats.decode_batch_max / mean).
   DecodeBatcher::Seat seat_;
   uint32_t batch_max_ = 0;
   uint64_t batch_sum_ = 0;

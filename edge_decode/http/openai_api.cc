@@ -18,6 +18,7 @@
 #include "common/util/check.h"
 #include "edge_decode/plan/split_policy.h"
 #include "common/engine/sampling_proto.h"             // kMaxEarlyTokens
+#include "common/engine/speculative.h"                // kMaxSpeculativeTokens
 #include "edge_decode/generate/context_overflow.h"  // kMaxKeepTokens
 #include "edge_decode/generate/stop_matcher.h"  // kMaxStopStrings, check_stop_strings
 
@@ -319,6 +320,9 @@ absl::Status parse_baton_options(const Json& body, OpenAiRequest& out) {
   if (keep.has_value()) out.keep_tokens = static_cast<uint32_t>(*keep);
   BATON_ASSIGN_OR_RETURN(std::optional<int64_t> early, get_integer(*baton, "early_tokens", 0, kMaxEarlyTokens, kPath));
   if (early.has_value()) out.early_tokens = static_cast<uint32_t>(*early);
+  BATON_ASSIGN_OR_RETURN(std::optional<int64_t> speculative,
+                         get_integer(*baton, "speculative", 0, kMaxSpeculativeTokens, kPath));
+  if (speculative.has_value()) out.speculative = static_cast<uint32_t>(*speculative);
   return absl::OkStatus();
 }
 
@@ -375,6 +379,10 @@ Json baton_json(const v1::Stats& stats) {
   }
   if (stats.local_first_token_ms() > 0) out["local_first_token_ms"] = stats.local_first_token_ms();
   if (!stats.early_tokens_note().empty()) out["early_tokens_note"] = stats.early_tokens_note();
+  if (stats.speculative_drafted() > 0) {
+    out["speculative_drafted"] = stats.speculative_drafted();
+    out["speculative_accepted"] = stats.speculative_accepted();
+  }
   if (!stats.context_overflow().empty()) {
     out["context_overflow"] = stats.context_overflow();
     out["dropped_turns"] = stats.dropped_turns();
@@ -552,6 +560,7 @@ absl::StatusOr<v1::GenerateRequest> to_generate_request(const OpenAiRequest& req
   out.set_context_overflow(request.context_overflow);
   if (request.keep_tokens.has_value()) out.set_keep_tokens(*request.keep_tokens);
   if (request.early_tokens.has_value()) out.set_early_tokens(*request.early_tokens);
+  if (request.speculative.has_value()) out.set_speculative(*request.speculative);
   out.set_max_tokens(request.max_tokens);
   for (const std::string& stop : request.stop) out.add_stop(stop);
   if (!request.codec.empty()) {

@@ -21,7 +21,7 @@
 //                 "codec": "f16|int8|int4|<full codec name>", "top_k": N,
 //                 "min_p": X, "repetition_penalty": X,
 //                 "context_overflow": "refuse|truncate|shift", "keep_tokens": N,
-//                 "early_tokens": N (0..64)}
+//                 "early_tokens": N (0..64), "speculative": N (0..16)}
 // Fields Baton cannot honour (tools, tool_choice, functions, function_call,
 // response_format other than {"type": "text"}, logit_bias with entries,
 // audio, modalities beyond ["text"], prediction, reasoning_effort,
@@ -84,6 +84,7 @@ struct OpenAiRequest {
   v1::ContextOverflow context_overflow = v1::CONTEXT_OVERFLOW_UNSPECIFIED;
   std::optional<uint32_t> keep_tokens;
   std::optional<uint32_t> early_tokens;  // "baton": {"early_tokens": N}
+  std::optional<uint32_t> speculative;   // "baton": {"speculative": N}
 };
 
 // INVALID_ARGUMENT for a request field Baton does not implement: the message

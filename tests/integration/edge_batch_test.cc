@@ -41,10 +41,14 @@ const std::string& kjv_q4_0_path() {
   return path;
 }
 
-EdgeServiceOptions batch_options(int max_batch) {
+// Plain decode steps (no speculative drafts), which the batcher shares
+// between turns; speculative turns run their passes one at a time between
+// them (DecodeBatcher::Seat::exclusive).
+EdgeServiceOptions batch_options(int max_batch, uint32_t speculative = 0) {
   EdgeServiceOptions options = edge_options("");
   options.threads = 2;
   options.max_batch = max_batch;
+  options.speculative = speculative;
   return options;
 }
 
@@ -212,6 +216,20 @@ TEST(EdgeBatchTest, AClientLeavingMidAnswerLeavesTheOthersIdenticalAndItsSession
   // enters the KV with the next turn).
   EXPECT_GE(after.token_count() + 1, 20u + received.size());
   EXPECT_LT(after.token_count(), 20u + 600u);
+}
+
+TEST(EdgeBatchTest, ConcurrentSpeculativeTurnsGiveTheTokensOfTheSameTurnsOneAtATime) {
+  std::unique_ptr<Edge> one = start_edge(kjv_q4_0_path(), batch_options(1, 8));
+  std::unique_ptr<Edge> batched = start_edge(kjv_q4_0_path(), batch_options(4, 8));
+  std::vector<v1::GenerateRequest> requests;
+  for (int s = 0; s < kSessions; ++s) requests.push_back(turn_request(s, 0, 20 + 13 * s, 48));
+  std::vector<GenerateResult> alone;
+  for (const v1::GenerateRequest& r : requests) alone.push_back(generate(*one->stub, r));
+  const std::vector<GenerateResult> together = run_together(*batched->stub, requests);
+  for (int s = 0; s < kSessions; ++s) {
+    expect_same_turn(alone[s], together[s], "session " + std::to_string(s));
+    EXPECT_EQ(together[s].stats.decode_batch_max(), 0u) << "a speculative turn reported plain decode steps";
+  }
 }
 
 TEST(EdgeBatchTest, TwoTurnsOfOneSessionSentAtOnceRunOneAfterTheOther) {

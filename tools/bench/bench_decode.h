@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "bench_report.h"
+#include "command_status.h"
 
 namespace baton::cli {
 
@@ -34,5 +36,56 @@ struct DecodeRun {
 
 Json decode_json(const DecodeRun& run);
 void print_decode_table(const DecodeRun& run);
+
+// baton bench decode --speculative (cmd_bench_speculative.cc): greedy
+// replies decoded plainly and with prompt-lookup speculation, side by side
+// in one run, per task.
+struct SpeculativeReply {
+  int64_t prompt_tokens = 0;
+  int64_t tokens = 0;           // reply tokens (the same count both ways)
+  double plain_seconds = 0;     // decoding them with decode steps
+  double speculative_seconds = 0;
+  uint64_t verifies = 0;        // decode_rows calls with a draft
+  uint64_t plain_steps = 0;     // decode steps the speculative run still made
+  uint64_t drafted = 0;
+  uint64_t accepted = 0;
+  bool identical = false;       // the two replies agree token for token
+};
+
+struct SpeculativeTask {
+  std::string name;  // "quote" or "free"
+  std::vector<SpeculativeReply> replies;
+  // Aggregates over the replies: tokens / total seconds of each way.
+  double plain_tok_per_s() const;
+  double speculative_tok_per_s() const;
+  double ratio() const;         // speculative / plain
+  double acceptance() const;    // accepted / drafted (0 without drafts)
+  // Reply tokens per forward pass of the speculative run.
+  double tokens_per_pass() const;
+  int identical() const;        // replies that agree
+};
+
+struct SpeculativeRun {
+  std::string model;
+  int64_t threads = 0;
+  std::string kernels;
+  std::string store;      // the KV store the replies decode over
+  int64_t max_draft = 0;  // --speculative
+  std::vector<SpeculativeTask> tasks;
+  // What a verification costs: rows (1 = a decode step) and the median
+  // seconds of one decode_rows call of that many rows after the first quote
+  // prompt. rows / (seconds / step seconds) is the speed-up if every draft
+  // token were taken.
+  struct VerifyCost {
+    int64_t rows = 0;
+    double seconds = 0;
+  };
+  std::vector<VerifyCost> verify_costs;
+};
+
+Json speculative_json(const SpeculativeRun& run);
+void print_speculative_table(const SpeculativeRun& run);
+// Runs --speculative; `args` are bench decode's.
+absl::Status bench_decode_speculative(const Args& args);
 
 }  // namespace baton::cli

@@ -136,6 +136,11 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
 }  // namespace
 
 absl::Status bench_decode(const Args& args) {
+  // --speculative N: replies decoded plainly and speculatively
+  // (cmd_bench_speculative.cc), with its own flags.
+  for (const std::string& arg : args) {
+    if (arg == "--speculative" || arg.rfind("--speculative=", 0) == 0) return bench_decode_speculative(args);
+  }
   ModelBenchFlags c;
   // "G": the group size min(32, head_dim) (kv_codec_list.h): g32 for the
   // llama-3.2 shapes.
@@ -149,7 +154,9 @@ absl::Status bench_decode(const Args& args) {
                 "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
                 "(common/kv_codec/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
                 "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
-                "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill).");
+                "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill). With "
+                "--speculative N: plain against speculative decoding of greedy replies (see "
+                "`baton bench decode --speculative 8 --help`).");
   add_model_bench_flags(flags, c);
   flags.add_string("context", &contexts, "comma-separated contexts: tokens already in the KV cache", "LIST");
   flags.add_string("kv", &kv_list,

@@ -409,7 +409,7 @@ absl::Status chat_on_edge(const ChatFlags& f, const FlagSet& flags) {
 
 absl::Status chat_locally(const ChatFlags& f, const FlagSet& flags) {
   for (const char* name : {"edge", "session", "policy", "timeout", "ca", "api-key-file", "context-overflow",
-                           "keep-tokens", "early-tokens"}) {
+                           "keep-tokens", "early-tokens", "speculative"}) {
     if (flags.is_set(name)) {
       return chat_usage_error(absl::StrCat("--", name, " is for the edge agent; --model FILE runs here"));
     }

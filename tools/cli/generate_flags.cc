@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kEdgeOnly[] = {"edge",         "session",          "pack",        "policy",
                                      "codec",        "split-position",   "stop",        "no-progress",
                                      "timeout",      "ca",               "api-key-file", "context-overflow",
-                                     "keep-tokens",  "early-tokens"};
+                                     "keep-tokens",  "early-tokens",     "speculative"};
 constexpr const char* kLocalOnly[] = {"model", "prompt-len", "threads", "ignore-eos"};
 
 }  // namespace

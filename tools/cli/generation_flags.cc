@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/engine/sampling_proto.h"
+#include "common/engine/speculative.h"
 #include "common/util/flags.h"
 #include "edge_decode/generate/context_overflow.h"
 
@@ -100,6 +101,9 @@ void add_edge_turn_flags(FlagSet& flags, EdgeTurnFlags* out) {
   flags.add_int64("early-tokens", &out->early_tokens,
                   "reply tokens the cloud samples and sends ahead of the KV when the turn prefills through the "
                   "cloud (0..64; they come from the cloud's weights); unset: the agent's --early-tokens");
+  flags.add_int64("speculative", &out->speculative,
+                  "speculative decoding: the most tokens drafted per step by prompt lookup and verified in one "
+                  "pass (0..16, 0: off; the reply is plain decoding's); unset: the agent's --speculative");
 }
 
 absl::Status fill_edge_turn(const EdgeTurnFlags& turn, const FlagSet& flags, v1::GenerateRequest* request) {
@@ -121,6 +125,13 @@ absl::Status fill_edge_turn(const EdgeTurnFlags& turn, const FlagSet& flags, v1:
           absl::StrFormat("--early-tokens %d is outside [0, %u]", turn.early_tokens, kMaxEarlyTokens));
     }
     request->set_early_tokens(static_cast<uint32_t>(turn.early_tokens));
+  }
+  if (flags.is_set("speculative")) {
+    if (turn.speculative < 0 || turn.speculative > kMaxSpeculativeTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--speculative %d is outside [0, %u]", turn.speculative, kMaxSpeculativeTokens));
+    }
+    request->set_speculative(static_cast<uint32_t>(turn.speculative));
   }
   return absl::OkStatus();
 }

@@ -67,8 +67,9 @@ struct EdgeTurnFlags {
   std::string context_overflow;  // --context-overflow refuse|truncate|shift; empty: the agent's
   int64_t keep_tokens = 0;       // --keep-tokens: GenerateRequest.keep_tokens when given
   int64_t early_tokens = 0;      // --early-tokens: GenerateRequest.early_tokens when given
+  int64_t speculative = 0;       // --speculative: GenerateRequest.speculative when given
 };
-// Registers --context-overflow, --keep-tokens and --early-tokens.
+// Registers --context-overflow, --keep-tokens, --early-tokens and --speculative.
 void add_edge_turn_flags(FlagSet& flags, EdgeTurnFlags* out);
 // Range checks (InvalidArgument naming the flag), then the request's fields
 // of the flags given.

@@ -39,6 +39,13 @@ void print_turn_stats(const std::string& address, const v1::Stats& stats, std::F
     }
     r.add_int("early_tokens", "  early tokens (cloud)", stats.early_tokens());
   }
+  // Speculative decoding: draft tokens that became reply tokens without a
+  // decode step of their own.
+  if (stats.speculative_drafted() > 0) {
+    r.add_text("speculative", "draft tokens taken",
+               absl::StrFormat("%u of %u drafted (%.0f%%)", stats.speculative_accepted(), stats.speculative_drafted(),
+                               100.0 * stats.speculative_accepted() / stats.speculative_drafted()));
+  }
   if (!stats.early_tokens_note().empty()) r.add_text("early_tokens_note", "early tokens", stats.early_tokens_note());
   // The cloud's part only when the cloud served the turn (a KV stream
   // arrived): a local turn has no cloud time to show, not 0 ms of it.

@@ -232,6 +232,36 @@ TEST(Matmul, DispatchedMatmulEqualsActiveLevel) {
   EXPECT_EQ(a, b);
 }
 
+// matmul_decode_order: each token's row bit-identical to a one-token matmul
+// on it, for token counts that leave odd ones out of the pairs, rows that
+// leave a partial tile and widths whose blocks do not fill the last
+// four-block step; on the pool and without.
+TEST(Matmul, DecodeOrderRowsEqualOneTokenCallsBitForBit) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16}) {
+    for (int64_t cols : {int64_t{128}, int64_t{192}, int64_t{224}}) {
+      std::mt19937 rng(static_cast<uint32_t>(cols));
+      const int64_t rows = 45;
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      const WeightMatrix matrix{type, w.bytes.data(), rows, cols};
+      ThreadPool pool(2);
+      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{9}}) {
+        std::vector<float> x(static_cast<size_t>(n * cols));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f * n);
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> batched(static_cast<size_t>(n * rows));
+          matmul_decode_order(matrix, x.data(), n, batched.data(), p);
+          for (int64_t t = 0; t < n; ++t) {
+            std::vector<float> one(static_cast<size_t>(rows));
+            matmul(matrix, x.data() + t * cols, 1, one.data(), p);
+            EXPECT_EQ(std::memcmp(one.data(), batched.data() + t * rows, sizeof(float) * rows), 0)
+                << ggml_type_name(type) << " cols " << cols << " n " << n << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 // matmul_many (Q/K/V and gate/up in one dispatch) must give exactly what one
 // matmul per matrix gives: the same kernels on the same quantized input.
 TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {

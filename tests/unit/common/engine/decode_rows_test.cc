@@ -180,12 +180,12 @@ TEST_P(DecodeRowsTest, OneStepOfSeveralSequencesEqualsEachAlone) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeRowsTest,
-    ::testing::Values(RowsCase{"tiny", GgmlType::kQ4_0, "f32"}, RowsCase{"tiny", GgmlType::kQ4_0, "int8-g32"},
-                      RowsCase{"tiny", GgmlType::kQ4_0, "int4-pc-kg128-g32"},
-                      RowsCase{"tiny", GgmlType::kQ8_0, "int8-g32"}, RowsCase{"tiny", GgmlType::kF16, "f32"},
+    ::testing::Values(RowsCase{"tiny", GgmlType::kQ4_0, "f32"}, RowsCase{"tiny", GgmlType::kQ4_0, "int8-g16"},
+                      RowsCase{"tiny", GgmlType::kQ4_0, "int4-pc-kg128-g16"},
+                      RowsCase{"tiny", GgmlType::kQ8_0, "int8-g16"}, RowsCase{"tiny", GgmlType::kF16, "f32"},
                       RowsCase{"kjv", GgmlType::kQ4_K, "int4-pc-kg128-g32"},
-                      RowsCase{"tiny-qwen2", GgmlType::kQ8_0, "int8-g32"},
-                      RowsCase{"tiny-gemma3", GgmlType::kQ4_0, "int8-g32"},
+                      RowsCase{"tiny-qwen2", GgmlType::kQ8_0, "int8-g16"},
+                      RowsCase{"tiny-gemma3", GgmlType::kQ4_0, "int4-g16"},
                       RowsCase{"tiny-phi3", GgmlType::kQ4_0, "f32"}),
     case_name);
 

@@ -1,0 +1,286 @@
+// Speculative decoding (common/engine/speculative.h): prompt-lookup drafts,
+// the draft-length controller, and DecodeStepper against plain decode on the
+// bundled model: greedy token-identical, seeded sampling sample-identical
+// for every seed, the KV left exactly as plain decoding leaves it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/engine/engine.h"
+#include "common/engine/sampler.h"
+#include "common/engine/speculative.h"
+#include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/model/model.h"
+#include "common/model/model_quantize.h"
+#include "common/tokenizer/tokenizer.h"
+#include "tests/support/test_models.h"
+
+namespace baton {
+namespace {
+
+TEST(PromptLookupDraft, ProposesWhatFollowedTheMostRecentEarlierOccurrence) {
+  //                                 0  1  2  3  4  5  6  7  8  9 10
+  const std::vector<int32_t> history = {5, 6, 7, 8, 9, 5, 6, 7, 1, 5, 6};
+  // "5 6" occurs at 0 and 5: the most recent (5) is followed by 7 1 5 6.
+  EXPECT_EQ(prompt_lookup_draft(history, 3), (std::vector<int32_t>{7, 1, 5}));
+  // The draft stops at the end of the history.
+  EXPECT_EQ(prompt_lookup_draft(history, 10), (std::vector<int32_t>{7, 1, 5, 6}));
+  EXPECT_TRUE(prompt_lookup_draft(history, 0).empty());
+}
+
+TEST(PromptLookupDraft, PrefersTheLongestMatchingNgram) {
+  // "3 4" last occurred at 6 (followed by 9), but "2 3 4" only at 0
+  // (followed by 7): the longer context wins.
+  const std::vector<int32_t> history = {2, 3, 4, 7, 0, 0, 3, 4, 9, 1, 2, 3, 4};
+  EXPECT_EQ(prompt_lookup_draft(history, 1), (std::vector<int32_t>{7}));
+  PromptLookupOptions bigrams;
+  bigrams.max_ngram = 2;
+  EXPECT_EQ(prompt_lookup_draft(history, 1, bigrams), (std::vector<int32_t>{9}));
+}
+
+TEST(PromptLookupDraft, EmptyWithoutAnEarlierOccurrenceOrBeyondTheSearchWindow) {
+  EXPECT_TRUE(prompt_lookup_draft(std::vector<int32_t>{1, 2, 3, 4, 5}, 4).empty());
+  std::vector<int32_t> history = {8, 9, 3};
+  for (int i = 0; i < 100; ++i) history.push_back(100 + i);
+  history.push_back(8);
+  history.push_back(9);
+  EXPECT_EQ(prompt_lookup_draft(history, 1), (std::vector<int32_t>{3}));
+  PromptLookupOptions near;
+  near.max_search = 50;
+  EXPECT_TRUE(prompt_lookup_draft(history, 1, near).empty());
+}
+
+TEST(DraftController, DraftsLongWhenDraftsAreTakenAndStopsWhenTheyAreNot) {
+  DraftController c(8);
+  for (int i = 0; i < 30; ++i) c.record_verify(8, 8);
+  EXPECT_GT(c.acceptance(), 0.9);
+  EXPECT_EQ(c.choose(), 8);
+  // Full drafts weigh 8 taken tokens each: forgetting them takes a while.
+  for (int i = 0; i < 80; ++i) c.record_verify(4, 0);
+  EXPECT_LT(c.acceptance(), 0.1);
+  // Off, with one probe of one token every kProbeInterval steps.
+  int probes = 0, drafted = 0;
+  for (int i = 0; i < 4 * DraftController::kProbeInterval; ++i) {
+    const int k = c.choose();
+    probes += k == 1;
+    drafted += k;
+  }
+  EXPECT_EQ(probes, 4);
+  EXPECT_EQ(drafted, 4);
+}
+
+TEST(DraftController, ExpensiveRowsShortenTheDraft) {
+  DraftController cheap(8), dear(8);
+  for (DraftController* c : {&cheap, &dear}) {
+    for (int i = 0; i < 30; ++i) c->record_verify(4, 2);  // a ~ 2/3
+    for (int i = 0; i < 10; ++i) c->record_time(1, 0.010);
+  }
+  for (int i = 0; i < 30; ++i) {
+    cheap.record_time(5, 0.011);  // a row costs 2.5% of a step
+    dear.record_time(5, 0.030);   // 50%
+  }
+  EXPECT_NEAR(cheap.row_cost(), 0.025, 0.005);
+  EXPECT_NEAR(dear.row_cost(), 0.5, 0.05);
+  EXPECT_GT(cheap.choose(), dear.choose());
+  EXPECT_EQ(dear.choose(), 1);  // (1 + a) / 1.5 = 1.11 beats (1 + a + a^2) / 2 = 1.05
+}
+
+// The bundled model (Q4_0 copy) and held-out text that repeats: a passage,
+// then the passage's first lines again, which the reply can quote.
+class DecodeStepperTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string f16 = testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf";
+    static const std::string path = testing::make_temp_dir("speculative") + "/kjv-q4_0.gguf";
+    ASSERT_TRUE(quantize_model(f16, path, QuantizeOptions{GgmlType::kQ4_0, 2}).ok());
+    auto model = Model::Load(path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = model->release();
+    auto tokenizer = Tokenizer::FromGguf(model_->file());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = tokenizer->release();
+    std::ifstream in(testing::source_dir() + "/deploy/models/baton-tiny-kjv.heldout.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    heldout_ = new std::string(text.str());
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete model_;
+    delete heldout_;
+  }
+
+  // Lines [first, first + lines) of held-out text, then the first of them
+  // cut after `words` words: the reply can go on quoting.
+  std::vector<int32_t> quote_prompt(size_t first, size_t lines, size_t words) const {
+    std::vector<std::string> all;
+    std::stringstream in(*heldout_);
+    for (std::string line; std::getline(in, line);) all.push_back(line);
+    std::string passage, head;
+    for (size_t i = first; i < first + lines && i < all.size(); ++i) passage += all[i] + "\n";
+    std::stringstream first_line(all[first]);
+    for (size_t i = 0; i < words; ++i) {
+      std::string word;
+      first_line >> word;
+      head += (i ? " " : "") + word;
+    }
+    return tokenizer_->encode(passage + head);
+  }
+
+  std::unique_ptr<QuantizedKvCache> new_store(int64_t capacity) const {
+    auto wire = parse_kv_codec_config("int8-g32");
+    EXPECT_TRUE(wire.ok());
+    Engine probe(*model_, EngineOptions{1, 16});
+    auto cache = QuantizedKvCache::Create(probe.kv_geometry(), capacity, QuantizedKvCache::store_config_for(*wire));
+    EXPECT_TRUE(cache.ok());
+    return std::move(*cache);
+  }
+
+  struct Decoded {
+    std::vector<int32_t> tokens;
+    std::vector<float> next_logits;  // a decode step after the reply (the KV's state)
+    int64_t kv_size = 0;
+    DecodeStepperStats stats;
+  };
+
+  // `count` tokens after `prompt`, plain (max_draft < 0) or through a
+  // DecodeStepper drafting up to max_draft.
+  // adaptive false: every step drafts what lookup finds (the most rollbacks).
+  Decoded decode(const std::vector<int32_t>& prompt, int count, const SamplingParams& params, int max_draft,
+                 bool adaptive = false) const {
+    Engine engine(*model_, EngineOptions{2, 16});
+    auto kv = new_store(static_cast<int64_t>(prompt.size()) + count + 8);
+    Sampler sampler(params);
+    for (int32_t t : prompt) sampler.accept(t);
+    std::vector<float> last;
+    EXPECT_TRUE(engine.prefill(std::span(prompt).first(prompt.size() - 1), *kv, &last).ok());
+    Decoded out;
+    std::vector<int32_t> history = prompt;
+    if (max_draft < 0) {
+      std::vector<float> logits;
+      EXPECT_TRUE(engine.decode_step(prompt.back(), *kv, &logits).ok());
+      for (int i = 0; i < count; ++i) {
+        const int32_t t = sampler.sample(logits);
+        sampler.accept(t, true);
+        out.tokens.push_back(t);
+        if (i + 1 < count) {
+          EXPECT_TRUE(engine.decode_step(t, *kv, &logits).ok());
+        }
+      }
+    } else {
+      DecodeStepper stepper(engine, *kv, max_draft, PromptLookupOptions{}, adaptive);
+      EXPECT_TRUE(stepper.start(std::span(prompt).last(1), history).ok());
+      for (int i = 0; i < count; ++i) {
+        const int32_t t = sampler.sample(stepper.logits());
+        sampler.accept(t, true);
+        out.tokens.push_back(t);
+        history.push_back(t);
+        if (i + 1 == count) {
+          stepper.finish();
+          break;
+        }
+        EXPECT_TRUE(stepper.advance(t, history, count - i - 1).ok());
+      }
+      out.stats = stepper.stats();
+    }
+    out.kv_size = kv->size();
+    EXPECT_TRUE(engine.decode_step(out.tokens.back(), *kv, &out.next_logits).ok());
+    return out;
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+  static std::string* heldout_;
+};
+
+Model* DecodeStepperTest::model_ = nullptr;
+Tokenizer* DecodeStepperTest::tokenizer_ = nullptr;
+std::string* DecodeStepperTest::heldout_ = nullptr;
+
+TEST_F(DecodeStepperTest, GreedyOutputIsTokenIdenticalToPlainDecodeAndDraftsAreTaken) {
+  const std::vector<int32_t> prompt = quote_prompt(0, 6, 6);
+  const Decoded plain = decode(prompt, 64, SamplingParams{}, -1);
+  const Decoded spec = decode(prompt, 64, SamplingParams{}, 8);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_EQ(spec.kv_size, plain.kv_size);
+  ASSERT_EQ(spec.next_logits.size(), plain.next_logits.size());
+  EXPECT_EQ(std::memcmp(spec.next_logits.data(), plain.next_logits.data(), plain.next_logits.size() * sizeof(float)),
+            0);
+  // Speculation really ran: drafts were verified and some were taken.
+  EXPECT_GT(spec.stats.verifies, 0u);
+  EXPECT_GT(spec.stats.accepted_tokens, 0u);
+  std::printf("[ figures  ] greedy quote: %llu verifies, %llu plain steps, %llu/%llu draft tokens taken\n",
+              static_cast<unsigned long long>(spec.stats.verifies),
+              static_cast<unsigned long long>(spec.stats.plain_steps),
+              static_cast<unsigned long long>(spec.stats.accepted_tokens),
+              static_cast<unsigned long long>(spec.stats.drafted_tokens));
+}
+
+TEST_F(DecodeStepperTest, SeededSamplingIsSampleIdenticalForEverySeed) {
+  // The same seed draws the same tokens with and without speculation, so the
+  // output distribution over seeds is the same too (a stronger check than a
+  // statistical test). Temperature 1 over top-k 8: rejections happen.
+  const std::vector<int32_t> prompt = quote_prompt(10, 4, 5);
+  uint64_t accepted = 0, drafted = 0;
+  int differing_replies = 0;
+  std::vector<int32_t> first_reply;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_k = 8;
+    params.seed = seed;
+    const Decoded plain = decode(prompt, 24, params, -1);
+    const Decoded spec = decode(prompt, 24, params, 6);
+    EXPECT_EQ(spec.tokens, plain.tokens) << "seed " << seed;
+    EXPECT_EQ(spec.kv_size, plain.kv_size) << "seed " << seed;
+    accepted += spec.stats.accepted_tokens;
+    drafted += spec.stats.drafted_tokens;
+    if (seed == 1) first_reply = plain.tokens;
+    differing_replies += plain.tokens != first_reply;
+  }
+  EXPECT_GT(differing_replies, 0);  // the seeds really sample
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, drafted);  // and some drafts were rejected
+}
+
+TEST_F(DecodeStepperTest, AdaptiveDraftsAreIdenticalToo) {
+  // The controller's choices (timing-dependent) change only the speed.
+  const std::vector<int32_t> prompt = quote_prompt(0, 6, 6);
+  const Decoded plain = decode(prompt, 48, SamplingParams{}, -1);
+  const Decoded adaptive = decode(prompt, 48, SamplingParams{}, 8, /*adaptive=*/true);
+  EXPECT_EQ(adaptive.tokens, plain.tokens);
+  EXPECT_EQ(adaptive.kv_size, plain.kv_size);
+}
+
+TEST_F(DecodeStepperTest, ZeroDraftIsPlainDecode) {
+  const std::vector<int32_t> prompt = quote_prompt(20, 3, 4);
+  const Decoded plain = decode(prompt, 20, SamplingParams{}, -1);
+  const Decoded zero = decode(prompt, 20, SamplingParams{}, 0);
+  EXPECT_EQ(zero.tokens, plain.tokens);
+  EXPECT_EQ(zero.stats.verifies, 0u);
+  EXPECT_EQ(zero.stats.plain_steps, 20u);  // the last prompt token, then 19 sampled ones
+}
+
+TEST_F(DecodeStepperTest, FinishInsideAFullyTakenDraftRollsItsRowsBack) {
+  // A reply that ends on every length from 1 to 12 leaves the KV exactly
+  // where plain decoding leaves it, whichever draft row it ended on.
+  const std::vector<int32_t> prompt = quote_prompt(0, 6, 6);
+  for (int count = 1; count <= 12; ++count) {
+    const Decoded plain = decode(prompt, count, SamplingParams{}, -1);
+    const Decoded spec = decode(prompt, count, SamplingParams{}, 8);
+    EXPECT_EQ(spec.tokens, plain.tokens) << count;
+    EXPECT_EQ(spec.kv_size, plain.kv_size) << count;
+    EXPECT_EQ(std::memcmp(spec.next_logits.data(), plain.next_logits.data(), plain.next_logits.size() * sizeof(float)),
+              0)
+        << count;
+  }
+}
+
+}  // namespace
+}  // namespace baton
