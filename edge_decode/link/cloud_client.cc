@@ -276,6 +276,7 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   bool header_verified = false;
   std::vector<v1::EarlyTokens> early_waiting;
   uint32_t early_seen = 0;
+  bool early_last_seen = false;  // a message marked `last` arrived: no more may follow
   bool trailer_seen = false;
   auto hand_over = [&](const v1::EarlyTokens& early) {
     result.early_tokens += static_cast<uint32_t>(early.token_ids_size());
@@ -283,6 +284,10 @@ absl::StatusOr<CloudPrefillResult> CloudClient::prefill(const CloudPrefillReques
   };
   auto take_early = [&](v1::EarlyTokens early) -> absl::Status {
     if (trailer_seen) return absl::DataLossError("the cloud sent early tokens after the KV stream's trailer");
+    if (early_last_seen) {
+      return absl::DataLossError("the cloud sent early tokens after the message it marked last");
+    }
+    early_last_seen = early.last();
     early_seen += static_cast<uint32_t>(early.token_ids_size());
     if (early_wanted == 0 || early_seen > early_wanted) {
       return absl::DataLossError(absl::StrFormat(

@@ -218,6 +218,21 @@ TEST_F(EarlyTokensTest, AStreamCutAfterTheEarlyTokensUnderCloudLeavesTheSessionU
   EXPECT_EQ(after.turn_count(), before.turn_count());
 }
 
+TEST_F(EarlyTokensTest, EarlyTokensAfterTheMessageMarkedLastAreDataLoss) {
+  // A cloud that marks a message last and sends more breaks its own
+  // protocol: the stream fails (DATA_LOSS) under policy cloud, and the
+  // session is unchanged.
+  std::unique_ptr<FaultyCloud> relay = start_faulty_cloud(cloud_->address(), FaultyPrefill::Fault::kEarlyAfterLast);
+  std::unique_ptr<Edge> edge = edge_for(relay->address());
+  ASSERT_NE(edge->stub, nullptr);
+  const GenerateResult failed =
+      generate(*edge->stub, request_for(prompt(150, 9), "", v1::SPLIT_POLICY_CLOUD, kEarly));
+  ASSERT_GE(relay->service->early_messages(), 2) << "the cloud sends early tokens one message at a time";
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::DATA_LOSS) << failed.status.error_message();
+  EXPECT_NE(failed.status.error_message().find("after the message it marked last"), std::string::npos)
+      << failed.status.error_message();
+}
+
 TEST_F(EarlyTokensTest, ACloudOfAnotherModelGetsNoEarlyTokenShown) {
   std::unique_ptr<Cloud> other = start_cloud(edge_model_path("tiny", /*seed=*/2));
   std::unique_ptr<Edge> edge = edge_for(other->address());

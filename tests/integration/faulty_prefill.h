@@ -33,9 +33,10 @@ class FaultyPrefill final : public v1::Prefill::Service {
   // honest answer, which the edge's pins must refuse (kChangeToken moves any
   // early tokens ahead of the header, as a hostile cloud could). kEarlyThenCut: the
   // header, then every early token (PrefillRequest.early_tokens), then half
-  // the blocks, then the end without a trailer.
+  // the blocks, then the end without a trailer. kEarlyAfterLast: the first
+  // early-token message is marked `last` and the others still follow it.
   enum class Fault { kNone, kCorruptBlock, kTruncate, kStall, kSlow, kBomb, kOversized, kShiftFirstPosition,
-                     kChangeToken, kEarlyThenCut };
+                     kChangeToken, kEarlyThenCut, kEarlyAfterLast };
   FaultyPrefill(const std::string& upstream, Fault fault)
       : stub_(v1::Prefill::NewStub(grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()))),
         fault_(fault) {}
@@ -81,6 +82,13 @@ class FaultyPrefill final : public v1::Prefill::Service {
       std::stable_partition(messages.begin(), messages.end(), [](const v1::KvStreamMessage& m) {
         return m.has_header() || m.has_early_tokens();
       });
+    }
+    if (fault_ == Fault::kEarlyAfterLast) {
+      for (v1::KvStreamMessage& message : messages) {
+        if (!message.has_early_tokens()) continue;
+        message.mutable_early_tokens()->set_last(true);
+        break;
+      }
     }
     size_t n_blocks = 0;
     for (const v1::KvStreamMessage& message : messages) n_blocks += message.has_block() ? 1 : 0;

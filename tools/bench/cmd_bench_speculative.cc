@@ -25,22 +25,24 @@
 
 namespace baton::cli {
 
-double SpeculativeTask::plain_tok_per_s() const {
-  double tokens = 0, seconds = 0;
+namespace {
+
+// Reply tokens over the summed seconds one way (`seconds` picks which).
+double tokens_per_second(const std::vector<SpeculativeReply>& replies, double SpeculativeReply::*seconds) {
+  double tokens = 0, total = 0;
   for (const SpeculativeReply& r : replies) {
     tokens += static_cast<double>(r.tokens);
-    seconds += r.plain_seconds;
+    total += r.*seconds;
   }
-  return seconds > 0 ? tokens / seconds : 0;
+  return total > 0 ? tokens / total : 0;
 }
 
+}  // namespace
+
+double SpeculativeTask::plain_tok_per_s() const { return tokens_per_second(replies, &SpeculativeReply::plain_seconds); }
+
 double SpeculativeTask::speculative_tok_per_s() const {
-  double tokens = 0, seconds = 0;
-  for (const SpeculativeReply& r : replies) {
-    tokens += static_cast<double>(r.tokens);
-    seconds += r.speculative_seconds;
-  }
-  return seconds > 0 ? tokens / seconds : 0;
+  return tokens_per_second(replies, &SpeculativeReply::speculative_seconds);
 }
 
 double SpeculativeTask::ratio() const {
