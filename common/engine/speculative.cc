@@ -73,9 +73,32 @@ void DraftController::record_time(int rows, double seconds) {
   beta_ += kWeight * (sample - beta_);
 }
 
+absl::Status EngineDecodeRunner::decode(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* logits) {
+  if (tokens.size() == 1) return engine_.decode_step(tokens[0], kv, logits);
+  std::vector<Engine::DecodeRow> rows;
+  rows.reserve(tokens.size());
+  for (int32_t t : tokens) rows.push_back({t, &kv});
+  logits->resize(tokens.size() * static_cast<size_t>(engine_.model().spec().n_vocab));
+  return engine_.decode_rows(rows, logits->data());
+}
+
+absl::Status EngineDecodeRunner::prefill(std::span<const int32_t> tokens, KvCache& kv,
+                                         std::vector<float>* last_logits) {
+  return engine_.prefill(tokens, kv, last_logits);
+}
+
 DecodeStepper::DecodeStepper(Engine& engine, KvCache& kv, int max_draft, const PromptLookupOptions& lookup,
                              bool adaptive)
-    : engine_(engine),
+    : own_runner_(std::make_unique<EngineDecodeRunner>(engine)),
+      runner_(*own_runner_),
+      kv_(kv),
+      lookup_(lookup),
+      controller_(std::min(max_draft, engine.max_batch_tokens() - 1), adaptive),
+      n_vocab_(engine.model().spec().n_vocab) {}
+
+DecodeStepper::DecodeStepper(DecodeRunner& runner, const Engine& engine, KvCache& kv, int max_draft,
+                             const PromptLookupOptions& lookup, bool adaptive)
+    : runner_(runner),
       kv_(kv),
       lookup_(lookup),
       controller_(std::min(max_draft, engine.max_batch_tokens() - 1), adaptive),
@@ -90,7 +113,7 @@ absl::Status DecodeStepper::start(std::span<const int32_t> tokens, std::span<con
   if (tokens.empty()) return absl::InvalidArgumentError("DecodeStepper::start needs a token");
   if (tokens.size() == 1) return run(tokens[0], history, tokens_left);
   // Several tokens (the early tokens shown): one prefill, no draft.
-  BATON_RETURN_IF_ERROR(engine_.prefill(tokens, kv_, &logits_));
+  BATON_RETURN_IF_ERROR(runner_.prefill(tokens, kv_, &logits_));
   base_ = kv_.size() - 1;
   rows_.assign(1, tokens.back());
   row_ = 0;
@@ -130,19 +153,13 @@ absl::Status DecodeStepper::run(int32_t token, std::span<const int32_t> history,
   }
   row_ = 0;
   const auto begin = std::chrono::steady_clock::now();
+  if (absl::Status status = runner_.decode(rows_, kv_, &logits_); !status.ok()) {
+    rows_.clear();
+    return status;
+  }
   if (rows_.size() == 1) {
-    BATON_RETURN_IF_ERROR(engine_.decode_step(token, kv_, &logits_));
     ++stats_.plain_steps;
   } else {
-    std::vector<Engine::DecodeRow> rows;
-    rows.reserve(rows_.size());
-    for (int32_t t : rows_) rows.push_back({t, &kv_});
-    logits_.resize(rows_.size() * static_cast<size_t>(n_vocab_));
-    absl::Status status = engine_.decode_rows(rows, logits_.data());
-    if (!status.ok()) {
-      rows_.clear();
-      return status;
-    }
     ++stats_.verifies;
     stats_.drafted_tokens += rows_.size() - 1;
   }

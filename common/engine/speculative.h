@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -89,6 +90,31 @@ class DraftController {
   int plain_steps_ = 0;      // plain steps since the last draft
 };
 
+// Where a DecodeStepper's passes run: the Engine itself (EngineDecodeRunner),
+// or a scheduler that shares each pass among several sessions (the edge's
+// DecodeBatcher seat), so a speculative turn's draft rows join the other
+// turns' decode steps.
+class DecodeRunner {
+ public:
+  virtual ~DecodeRunner() = default;
+  // One decode step per token at kv.size(), kv.size() + 1, ... as
+  // Engine::decode_rows; commits them. logits: resized to [n, n_vocab].
+  virtual absl::Status decode(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* logits) = 0;
+  // Engine::prefill of `tokens`; last_logits: [n_vocab].
+  virtual absl::Status prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits) = 0;
+};
+
+// The Engine, one caller at a time.
+class EngineDecodeRunner final : public DecodeRunner {
+ public:
+  explicit EngineDecodeRunner(Engine& engine) : engine_(engine) {}
+  absl::Status decode(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* logits) override;
+  absl::Status prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits) override;
+
+ private:
+  Engine& engine_;
+};
+
 struct DecodeStepperStats {
   uint64_t verifies = 0;         // decode_rows calls with a draft
   uint64_t plain_steps = 0;      // decode_step calls
@@ -104,9 +130,13 @@ struct DecodeStepperStats {
 class DecodeStepper {
  public:
   // `kv` holds the context; its size() is where the pending token goes.
-  // adaptive: as DraftController's.
+  // adaptive: as DraftController's. The passes run on `engine`.
   DecodeStepper(Engine& engine, KvCache& kv, int max_draft, const PromptLookupOptions& lookup = {},
                 bool adaptive = true);
+  // The passes run through `runner` (which must outlive the stepper);
+  // `engine` gives the vocabulary and the most rows of a pass.
+  DecodeStepper(DecodeRunner& runner, const Engine& engine, KvCache& kv, int max_draft,
+                const PromptLookupOptions& lookup = {}, bool adaptive = true);
 
   // Runs `tokens` (not yet in the KV) into the KV: the first call of a
   // decode (the last prompt token; with tokens shown before decoding
@@ -135,7 +165,8 @@ class DecodeStepper {
   // Runs `token` and a draft continuing `history` as rows from kv.size().
   absl::Status run(int32_t token, std::span<const int32_t> history, int64_t tokens_left);
 
-  Engine& engine_;
+  std::unique_ptr<DecodeRunner> own_runner_;  // the Engine constructor's
+  DecodeRunner& runner_;
   KvCache& kv_;
   PromptLookupOptions lookup_;
   DraftController controller_;

@@ -155,7 +155,7 @@ absl::Status GenerateTurn::decode() {
   while (!finished) {
     BATON_RETURN_IF_ERROR(keep_on_cancel(check_alive()));
     if (!interrupted.ok()) break;
-    const std::span<const float> logits = next_logits();
+    const std::span<const float> logits = stepper_->logits();
     const int32_t token = sampler.sample(logits);
     const Clock::time_point now = Clock::now();
     if (generated_ == 0) first_token_time_ = now;
@@ -177,30 +177,21 @@ absl::Status GenerateTurn::decode() {
 }
 
 // Every engine pass of the reply goes through the batcher as this seated
-// turn: plain steps batched with the other decoding turns; with drafts
-// (--speculative), the stepper's passes one at a time between them.
+// turn: plain steps and speculative drafts (--speculative) alike share the
+// decode steps of the other decoding turns.
 absl::Status GenerateTurn::start_steps(std::span<const int32_t> run) {
   seat_ = rt_.batcher->seat();  // held until finish_steps
-  if (speculative_ > 0) {
-    stepper_.emplace(*rt_.engine, *kv_, static_cast<int>(speculative_));
-    const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
-    return seat_.exclusive([&](Engine&) { return stepper_->start(run, (**session_).tokens, left); });
-  }
-  if (run.size() == 1) return decode_token(run[0]);
-  return seat_.prefill(run, *kv_, &logits_);
-}
-
-std::span<const float> GenerateTurn::next_logits() const {
-  return stepper_.has_value() ? stepper_->logits() : std::span<const float>(logits_);
+  runner_.emplace(seat_);
+  stepper_.emplace(*runner_, *rt_.engine, *kv_, static_cast<int>(speculative_));
+  const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
+  return stepper_->start(run, (**session_).tokens, left);
 }
 
 absl::Status GenerateTurn::advance_steps(int32_t token) {
-  if (!stepper_.has_value()) return decode_token(token);
   // Runs the token (with a draft after it), or moves on to the draft row
   // that guessed it.
   const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
-  const std::vector<int32_t>& history = (**session_).tokens;
-  return seat_.exclusive([&](Engine&) { return stepper_->advance(token, history, left); });
+  return stepper_->advance(token, (**session_).tokens, left);
 }
 
 void GenerateTurn::finish_steps() {
@@ -208,15 +199,6 @@ void GenerateTurn::finish_steps() {
   // decode steps: draft rows past it go.
   if (stepper_.has_value()) stepper_->finish();
   seat_.leave();  // the other turns' steps no longer wait for this one
-}
-
-absl::Status GenerateTurn::decode_token(int32_t token) {
-  DecodeStepInfo info;
-  BATON_RETURN_IF_ERROR(seat_.decode(std::span<const int32_t>(&token, 1), *kv_, &logits_, {}, &info));
-  batch_max_ = std::max(batch_max_, static_cast<uint32_t>(info.requests));
-  batch_sum_ += static_cast<uint64_t>(info.requests);
-  ++batch_steps_;
-  return absl::OkStatus();
 }
 
 absl::Status GenerateTurn::flush_text() {
@@ -282,9 +264,10 @@ absl::Status GenerateTurn::commit_and_report() {
     stats_.set_speculative_drafted(static_cast<uint32_t>(stepper_->stats().drafted_tokens));
     stats_.set_speculative_accepted(static_cast<uint32_t>(stepper_->stats().accepted_tokens));
   }
-  if (batch_steps_ > 0) {
-    stats_.set_decode_batch_max(batch_max_);
-    stats_.set_decode_batch_mean(static_cast<double>(batch_sum_) / static_cast<double>(batch_steps_));
+  if (runner_.has_value() && runner_->batch_steps > 0) {
+    stats_.set_decode_batch_max(runner_->batch_max);
+    stats_.set_decode_batch_mean(static_cast<double>(runner_->batch_sum) /
+                                 static_cast<double>(runner_->batch_steps));
   }
   stats_.set_context_tokens(context_tokens);
   to_proto(plan_, stats_.mutable_plan());

@@ -47,6 +47,31 @@ namespace baton::turn_internal {
 
 using Clock = std::chrono::steady_clock;
 
+// A turn's engine passes through the batcher as its seat: a plain decode
+// step and a speculative draft alike join the other decoding turns' steps
+// (one decode_rows call for all), and how many turns shared them.
+class SeatRunner final : public DecodeRunner {
+ public:
+  explicit SeatRunner(DecodeBatcher::Seat& seat) : seat_(seat) {}
+  absl::Status decode(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* logits) override {
+    DecodeStepInfo info;
+    BATON_RETURN_IF_ERROR(seat_.decode(tokens, kv, logits, {}, &info));
+    batch_max = std::max(batch_max, static_cast<uint32_t>(info.requests));
+    batch_sum += static_cast<uint64_t>(info.requests);
+    ++batch_steps;
+    return absl::OkStatus();
+  }
+  absl::Status prefill(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>* last_logits) override {
+    return seat_.prefill(tokens, kv, last_logits);
+  }
+  uint32_t batch_max = 0;  // turns that shared a step: most, and their sum over the steps
+  uint64_t batch_sum = 0;
+  uint64_t batch_steps = 0;
+
+ private:
+  DecodeBatcher::Seat& seat_;
+};
+
 class GenerateTurn {
  public:
   GenerateTurn(const EdgeRuntime& runtime, const v1::GenerateRequest& request, const TurnIo& io)
@@ -127,17 +152,14 @@ class GenerateTurn {
   // The session's turn records: this turn (and what a truncation kept).
   void record_turn();
   absl::Status decode();
-  // The reply's engine passes (generate_turn_decode.cc): start_steps runs
-  // the last prompt token (and the early tokens shown) and takes the seat;
-  // next_logits are the next token's; advance_steps runs a sampled token;
-  // finish_steps rolls back draft rows and leaves the seat.
+  // The reply's engine passes (generate_turn_decode.cc): start_steps takes
+  // the seat and runs the last prompt token (and the early tokens shown);
+  // the stepper then hands out the next token's logits and runs each
+  // sampled token (with a draft: --speculative); finish_steps rolls back
+  // draft rows and leaves the seat.
   absl::Status start_steps(std::span<const int32_t> run);
-  std::span<const float> next_logits() const;
   absl::Status advance_steps(int32_t token);
   void finish_steps();
-  // One plain decode step of `token` into the session's KV (logits_),
-  // through the batcher as a seated turn (several turns share the step).
-  absl::Status decode_token(int32_t token);
   // Bytes the decoder or the stop matcher held back end the text.
   absl::Status flush_text();
   // 8. Commit, then the final Stats.
@@ -269,19 +291,15 @@ class GenerateTurn {
   Clock::time_point local_first_token_time_{};
   Clock::time_point decode_ready_time_{};  // the KV held the prompt (and the early tokens)
   uint32_t local_generated_ = 0;           // tokens sampled here
-  // Decoding: the most draft tokens per step (0: plain decode steps) and,
-  // with drafts, the stepper that runs the KV and hands out each next
-  // token's logits; without, logits_ holds them.
+  // Decoding: the most draft tokens per step (0: plain decode steps); this
+  // turn's seat among the decoding turns (held from the last prompt token to
+  // the end of the reply), the passes through it (and how many turns shared
+  // them: Stats.decode_batch_max / mean), and the stepper that runs the KV
+  // and hands out each next token's logits.
   uint32_t speculative_ = 0;
-  std::optional<DecodeStepper> stepper_;
-  std::vector<float> logits_;
-  // This turn's seat among the decoding turns (held from the last prompt
-  // token to the end of the reply: its steps go through the batcher), and
-  // how many turns shared its steps (Stats.decode_batch_max / mean).
   DecodeBatcher::Seat seat_;
-  uint32_t batch_max_ = 0;
-  uint64_t batch_sum_ = 0;
-  uint64_t batch_steps_ = 0;
+  std::optional<SeatRunner> runner_;
+  std::optional<DecodeStepper> stepper_;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
   uint32_t generated_ = 0;
   Clock::time_point first_token_time_{};

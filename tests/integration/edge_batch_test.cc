@@ -218,7 +218,7 @@ TEST(EdgeBatchTest, AClientLeavingMidAnswerLeavesTheOthersIdenticalAndItsSession
   EXPECT_LT(after.token_count(), 20u + 600u);
 }
 
-TEST(EdgeBatchTest, ConcurrentSpeculativeTurnsGiveTheTokensOfTheSameTurnsOneAtATime) {
+TEST(EdgeBatchTest, ConcurrentSpeculativeTurnsShareStepsAndGiveTheTokensOfTheSameTurnsOneAtATime) {
   std::unique_ptr<Edge> one = start_edge(kjv_q4_0_path(), batch_options(1, 8));
   std::unique_ptr<Edge> batched = start_edge(kjv_q4_0_path(), batch_options(4, 8));
   std::vector<v1::GenerateRequest> requests;
@@ -226,10 +226,14 @@ TEST(EdgeBatchTest, ConcurrentSpeculativeTurnsGiveTheTokensOfTheSameTurnsOneAtAT
   std::vector<GenerateResult> alone;
   for (const v1::GenerateRequest& r : requests) alone.push_back(generate(*one->stub, r));
   const std::vector<GenerateResult> together = run_together(*batched->stub, requests);
+  uint32_t shared = 0;
   for (int s = 0; s < kSessions; ++s) {
     expect_same_turn(alone[s], together[s], "session " + std::to_string(s));
-    EXPECT_EQ(together[s].stats.decode_batch_max(), 0u) << "a speculative turn reported plain decode steps";
+    shared = std::max(shared, together[s].stats.decode_batch_max());
   }
+  // Speculative turns' passes (a token and its draft rows) join the other
+  // turns' decode steps.
+  EXPECT_GT(shared, 1u);
 }
 
 TEST(EdgeBatchTest, TwoTurnsOfOneSessionSentAtOnceRunOneAfterTheOther) {
