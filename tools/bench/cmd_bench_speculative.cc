@@ -188,8 +188,9 @@ absl::StatusOr<Decoded> decode_reply(Engine& engine, const std::string& kv_name,
   return out;
 }
 
-// Median seconds of decode_rows over `rows` rows after `prompt` (rolled back
-// after each call), 1 row = decode_step.
+// Median seconds of one pass of `rows` rows after `prompt` (rolled back
+// after each call) through EngineDecodeRunner, as DecodeStepper runs them:
+// 1 row = decode_step.
 absl::StatusOr<double> verify_seconds(Engine& engine, const std::string& kv_name, const std::vector<int32_t>& prompt,
                                       int64_t rows, int reps) {
   std::string store;
@@ -200,13 +201,14 @@ absl::StatusOr<double> verify_seconds(Engine& engine, const std::string& kv_name
   std::vector<float> last;
   BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &last));
   const int64_t base = kv->size();
-  std::vector<Engine::DecodeRow> batch;
-  for (int64_t i = 0; i < rows; ++i) batch.push_back({prompt[static_cast<size_t>(i) % prompt.size()], kv.get()});
-  std::vector<float> logits(static_cast<size_t>(rows) * engine.model().spec().n_vocab);
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < rows; ++i) tokens.push_back(prompt[static_cast<size_t>(i) % prompt.size()]);
+  EngineDecodeRunner runner(engine);  // 1 row: decode_step; more: decode_rows
+  std::vector<float> logits;
   std::vector<double> seconds;
   for (int rep = 0; rep < reps + 1; ++rep) {
     const auto start = Clock::now();
-    BATON_RETURN_IF_ERROR(engine.decode_rows(batch, logits.data()));
+    BATON_RETURN_IF_ERROR(runner.decode(tokens, *kv, &logits));
     if (rep > 0) seconds.push_back(seconds_between(start, Clock::now()));  // the first warms up
     kv->set_size(base);
   }
