@@ -22,6 +22,10 @@ struct MatmulKernels {
   cpu_kernels::QuantizeSplitFn quantize_split;
   cpu_kernels::QuantizeQ8KFn quantize_q8_k;
   cpu_kernels::QuantizeQ8KSplitFn quantize_q8_k_split;
+  // The prefill GEMM over packed panels (Q4_0 / Q8_0 from kPanelMinTokens
+  // tokens on), and the xu it reads; null where the ISA has none.
+  void (*panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
+  void (*offset_quants)(const int8_t*, uint8_t*, int64_t) = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -37,7 +41,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
   static const MatmulKernels kAvx512{k::matmul_tile_avx512,          k::decode_tile_avx512,
                                      k::kquant_tile_avx512,          k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
-                                     k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512};
+                                     k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
+                                     k::panel_tile_avx512,           k::offset_quants_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -97,14 +102,23 @@ struct ActivationScratch {
   std::vector<int8_t> q8_k_qs;     // [n_tokens, cols]
   std::vector<float> q8_k_d;       // [n_tokens, cols/256]
   std::vector<int16_t> q8_k_sums;  // [n_tokens, cols/16]
+  std::vector<uint8_t> q8_0_xu;    // [n_tokens, cols]: q8_0_qs + 128, for the panel kernel
 };
 thread_local ActivationScratch t_scratch;
+// The panel kernel's packed weights, per pool thread (panel_scratch_bytes(cols)).
+thread_local std::vector<uint8_t> t_panel;
 
 // Rows per parallel task. Decode streams weights: a few KiB per task keeps the
 // split even while rows stay contiguous per thread. Prefill tiles are 4 rows.
 constexpr int64_t kDecodeRowsPerTask = 32;
 constexpr int64_t kPrefillRowsPerTask = 16;
 constexpr int64_t kPrefillTokensPerTask = 16;
+// Prefill calls of two tokens or more run Q4_0 / Q8_0 through the panel
+// kernel, whatever their size: a token's outputs must not depend on the
+// micro-batch it falls in (the same prompt gives the same KV whether it
+// came in one chunk or several, on the cloud or on the edge). One token is
+// a decode step (the decode tile), as before.
+constexpr int64_t kPanelMinTokens = 2;
 // Dynamic hand-out granularity: chunks per thread per call.
 constexpr int64_t kChunksPerThread = 8;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
@@ -131,6 +145,19 @@ TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
     t.rows_per_task = std::max<int64_t>(4, (rows + n_threads - 1) / n_threads);
     t.row_tasks = (rows + t.rows_per_task - 1) / t.rows_per_task;
   }
+  t.token_tasks = (n_tokens + t.tokens_per_task - 1) / t.tokens_per_task;
+  return t;
+}
+
+// The panel kernel's split: panels of kPanelRows rows with every token (the
+// packing is paid once per task); tokens are cut only when there are too few
+// panels to keep every thread busy.
+TaskSplit panel_split(int64_t rows, int64_t n_tokens, int n_threads) {
+  TaskSplit t{};
+  t.rows_per_task = cpu_kernels::kPanelRows;
+  t.row_tasks = (rows + t.rows_per_task - 1) / t.rows_per_task;
+  t.tokens_per_task = n_tokens;
+  if (t.row_tasks < 4 * n_threads && n_tokens >= 4 * kPanelMinTokens) t.tokens_per_task = (n_tokens + 3) / 4;
   t.token_tasks = (n_tokens + t.tokens_per_task - 1) / t.tokens_per_task;
   return t;
 }
@@ -170,20 +197,23 @@ struct PreparedActivations {
   const int8_t* q8_k_qs = nullptr;
   const float* q8_k_d = nullptr;
   const int16_t* q8_k_sums = nullptr;
+  const uint8_t* q8_0_xu = nullptr;
 };
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
-void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], const float* x, int64_t n_tokens,
-                         int64_t cols, ThreadPool* pool, PreparedActivations* prepared) {
+void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, const float* x,
+                         int64_t n_tokens, int64_t cols, ThreadPool* pool, PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
   if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
     int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
+    uint8_t* xu = panel ? grown(scratch.q8_0_xu, n_tokens * cols) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       int8_t* token_qs = qs + t * cols;
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
+      if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
       if (sums == nullptr) return;
       for (int64_t b = 0; b < cols / kQK8_0; ++b) {
         int sum = 0;
@@ -194,6 +224,7 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     prepared->q8_0_qs = qs;
     prepared->q8_0_d = d;
     prepared->q8_0_sums = sums;
+    prepared->q8_0_xu = xu;
   }
   if (needed[static_cast<int>(ActivationFormat::kQ8_K)]) {
     int8_t* qs = grown(scratch.q8_k_qs, n_tokens * cols);
@@ -233,12 +264,16 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   const MatmulKernels& kernels = kernels_for(level);
   const int n_threads = pool != nullptr ? pool->size() : 1;
 
+  // Q4_0 / Q8_0 prefill goes through the panel kernel where the ISA has one.
+  const bool panel = !decode_order && kernels.panel_tile != nullptr && n_tokens >= kPanelMinTokens &&
+                     needed[static_cast<int>(ActivationFormat::kQ8_0)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, x, n_tokens, ws[0]->cols, pool, &prepared);
+  prepare_activations(kernels, needed, panel, x, n_tokens, ws[0]->cols, pool, &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn decode_tiles[kMaxGroupMatrices];  // decode_order: several tokens at once, or null
+  bool panels[kMaxGroupMatrices];  // matrix i runs through the panel kernel
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -263,10 +298,13 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xq = prepared.q8_0_qs;
       problem.xd = prepared.q8_0_d;
       problem.xsums = prepared.q8_0_sums;
+      problem.xu = prepared.q8_0_xu;
     }
     tiles[i] = tile_for(kernels, format);
     decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
-    splits[i] = split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
+    panels[i] = panel && format == ActivationFormat::kQ8_0;
+    splits[i] = panels[i] ? panel_split(w.rows, n_tokens, n_threads)
+                          : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
   const size_t n_matrices = ws.size();
@@ -290,7 +328,13 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
         continue;
       }
       const int64_t t0 = local % sp.token_tasks * sp.tokens_per_task;
-      tiles[i](problems[i], r0, r1, t0, std::min(t0 + sp.tokens_per_task, n_tokens));
+      const int64_t t1 = std::min(t0 + sp.tokens_per_task, n_tokens);
+      if (panels[i]) {
+        kernels.panel_tile(problems[i], r0, r1, t0, t1,
+                           grown(t_panel, cpu_kernels::panel_scratch_bytes(problems[i].cols)));
+      } else {
+        tiles[i](problems[i], r0, r1, t0, t1);
+      }
     }
   };
   const int64_t n_tasks = first_task[n_matrices];

@@ -34,6 +34,7 @@ struct MatmulProblem {
   const int16_t* xsums;     // Q5_0/Q4_1/Q5_1: [n_tokens, cols/32] sums of xq per block;
                             // K-quants: [n_tokens, cols/16] sums of xq per 16
   float* y;                 // [n_tokens, rows] f32
+  const uint8_t* xu;        // panel kernel (Q4_0 / Q8_0 prefill): [n_tokens, cols] xq + 128 as u8
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).
@@ -58,6 +59,21 @@ void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
 // has such a kernel (AVX-512 Q4_0; other types and ISAs: token by token).
 void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                         int64_t tok_end);
+
+// The prefill GEMM over packed int8 weight panels (AVX-512 VNNI; Q4_0 and
+// Q8_0 weights, x as Q8_0 with xu = xq + 128 and xd): y[t, r] for the rows
+// and tokens given. Rows go in panels of kPanelRows, each packed once into
+// `scratch` (panel_scratch_bytes(cols) bytes, the calling thread's) and run
+// against every token. A token's outputs are the same whatever other tokens
+// and rows the call holds (same operations, same order), but not bit-equal
+// to matmul_tile_avx512's (another summation order).
+constexpr int64_t kPanelRows = 32;
+constexpr int64_t kPanelBlockBytes = 640;  // one strip of 16 rows x 32 columns, packed
+constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPanelRows / 16 * cols / 32 * kPanelBlockBytes; }
+void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                       int64_t tok_end, uint8_t* scratch);
+// xu[i] = xq[i] + 128 (as u8), n bytes.
+void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);
 
 // Tiles for the K-quant weights (Q4_K, Q5_K, Q6_K) x Q8_K activations.
 void kquant_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,

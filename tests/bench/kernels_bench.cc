@@ -111,6 +111,11 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
       for (int64_t threads : {1, 2}) b->Args({type, rows, 2048, threads, 1});
   for (int64_t type = 0; type < 6; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 64});
+  // Prefill micro-batches of 256 tokens (the panel kernel's packing amortized further).
+  for (int64_t type = 0; type < 2; ++type)
+    for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 256});
+  // 16 tokens: the smallest call the panel kernel takes, where its packing weighs most.
+  for (int64_t type = 0; type < 2; ++type) b->Args({type, 2048, 2048, 1, 16});
 }
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 

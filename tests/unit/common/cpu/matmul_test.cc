@@ -156,7 +156,9 @@ std::vector<MatmulCase> all_cases() {
   // 8 x 64: so few rows that prefill splits tokens; 37 x 100: float column tail;
   // 13 x 224 and 6 x 480: 7 and 15 blocks (AVX-512 Q4_0 decode takes four
   // blocks per step, then pairs, then one).
-  const int64_t shapes[][2] = {{96, 256}, {37, 96}, {8, 64}, {37, 100}, {13, 224}, {6, 480}};
+  // 50 x 128: the AVX-512 prefill panel kernel's two-strip panel with a
+  // partial second strip (32 + 18 rows).
+  const int64_t shapes[][2] = {{96, 256}, {37, 96}, {8, 64}, {37, 100}, {13, 224}, {6, 480}, {50, 128}};
   for (SimdLevel level : kAllLevels)
     for (GgmlType type : types)
       for (int64_t n_tokens : {1, 3, 17, 64})
@@ -300,6 +302,36 @@ TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {
                                        << i << " tokens " << n_tokens << " threads " << threads;
           }
         }
+      }
+    }
+  }
+}
+
+// A prefill call's token rows must not depend on which other tokens share
+// the call, how many there are or how the pool splits them: the same prompt
+// then gives the same KV whatever the micro-batch (the AVX-512 panel kernel
+// runs 6-token groups plus a 1..5-token tail; all go through the same
+// operations per token).
+TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+    const int64_t rows = 83, cols = 320;  // 3 panels, the last one partial; 10 blocks
+    std::mt19937 rng(5);
+    const TestWeights w = make_weights(type, rows, cols, rng);
+    const WeightMatrix matrix{type, w.bytes.data(), rows, cols};
+    const int64_t n_max = 70;
+    std::vector<float> x(static_cast<size_t>(n_max * cols));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& v : x) v = dist(rng);
+    ThreadPool pool(3);
+    std::vector<float> all(static_cast<size_t>(n_max * rows));
+    matmul(matrix, x.data(), n_max, all.data(), nullptr);
+    for (int64_t n : {2, 5, 16, 17, 23, 40, 70}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        // Tokens [n_max - n, n_max): the same rows as in the big call, at other offsets in their group.
+        std::vector<float> part(static_cast<size_t>(n * rows));
+        matmul(matrix, x.data() + (n_max - n) * cols, n, part.data(), p);
+        EXPECT_EQ(std::memcmp(part.data(), all.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << ggml_type_name(type) << " n " << n << (p != nullptr ? " pool" : "");
       }
     }
   }

@@ -124,6 +124,19 @@ TEST_P(GreedyVsReference, GreedyTokensMatchReferenceForFloatWeights) {
   }
 }
 
+// Two paths of the engine over the same tokens (prefill micro-batches against
+// decode steps, or a last micro-batch of one token) use different matmul
+// kernels: the prefill kernel and the decode tile. Float weights then differ
+// only in float summation order
+// (1e-4). 8-bit activations re-quantize every layer's input, and a value
+// that lands near a rounding boundary flips by one quantum (1/127 of its
+// block's scale) on one path and not the other: that propagates to ~1e-3 of
+// the logits (5e-3 measured on tiny/q8_0), still 5x below the tolerance
+// against the reference.
+double path_tolerance(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ? 1e-2 : 1e-4;
+}
+
 TEST_P(EngineVsReference, PrefillThenDecodeEqualsTokenByToken) {
   const ModelSpec& s = model_->spec();
   auto tokens = test_tokens(30, s.n_vocab, 3);
@@ -136,7 +149,8 @@ TEST_P(EngineVsReference, PrefillThenDecodeEqualsTokenByToken) {
   for (int i = 20; i < 30; ++i) ASSERT_TRUE(batched.decode_step(tokens[i], *kv_a, &a).ok());
   for (int i = 0; i < 30; ++i) ASSERT_TRUE(single.decode_step(tokens[i], *kv_b, &b).ok());
   const double scale = std::max(1.0, max_abs(b));
-  for (int i = 0; i < s.n_vocab; ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * scale) << "logit " << i;
+  const double tol = path_tolerance(GetParam().type);
+  for (int i = 0; i < s.n_vocab; ++i) ASSERT_NEAR(a[i], b[i], tol * scale) << "logit " << i;
 }
 
 TEST_P(EngineVsReference, ChunkedPrefillEqualsOneShot) {
@@ -150,7 +164,8 @@ TEST_P(EngineVsReference, ChunkedPrefillEqualsOneShot) {
   ASSERT_TRUE(chunked.prefill(tokens, *kv_a, &a).ok());
   ASSERT_TRUE(one_shot.prefill(tokens, *kv_b, &b).ok());
   const double scale = std::max(1.0, max_abs(b));
-  for (int i = 0; i < s.n_vocab; ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * scale) << "logit " << i;
+  const double tol = path_tolerance(GetParam().type);
+  for (int i = 0; i < s.n_vocab; ++i) ASSERT_NEAR(a[i], b[i], tol * scale) << "logit " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,238 @@
+// AVX-512 VNNI prefill GEMM over packed int8 weight panels (Q4_0 / Q8_0).
+// Entered only when best_simd_level() == kAvx512 (see matmul_kernels.h for why
+// nothing here may be an inline function or template shared with other files).
+//
+// Why a second kernel beside matmul_avx512.cc's tiles: those put two blocks of
+// ONE row in a register, so every vpdpbusd (64 products) is followed by a
+// convert, a multiply and an FMA to apply the two blocks' scales, and the
+// products of a row are summed across lanes at the end. Here a register's 16
+// int32 lanes are 16 ROWS, and one vpdpbusd adds 4 products to each: a block
+// (32 columns) of 16 rows x 1 token is 8 vpdpbusd into one int32 accumulator
+// and only then one convert, multiply and FMA: 8 dot-product instructions per
+// 3 scale instructions instead of 1 per 3. For that the weights must sit
+// "4 columns of 16 rows" per 64 bytes, which GGUF's row-major blocks do not:
+// each task repacks its rows into that panel layout once and runs every token
+// of the call over it (the weights come from cache for all but the first).
+//
+// Signs: vpdpbusd multiplies unsigned by signed bytes. The weights enter
+// signed (Q4_0: nibble - 8; Q8_0: q) and x unsigned as xu = xq + 128, so
+//   sum_k w * xq = sum_k w * xu - 128 * sum_k w,
+// and -128 * sum_k w is per row and block: it is computed at packing time and
+// starts each block's accumulator. Exact in int32.
+//
+// Panel of one strip (16 rows), per block b of 32 columns, kPanelBlockBytes:
+//   bytes   0..511: 8 steps of 64 bytes; step j, lane i (bytes 4i..4i+3) = row
+//                   i's columns 4j..4j+3 of the block (signed)
+//   bytes 512..575: int32 x 16, -128 * sum of row i's 32 weights
+//   bytes 576..639: f32 x 16, row i's block scale d
+// Rows past the matrix (the last strip of a matrix whose rows are not a
+// multiple of 16) repeat the last row and are never stored.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "common/cpu/matmul_kernels.h"
+
+namespace baton::cpu_kernels {
+namespace {
+
+constexpr int kStripRows = 16;
+constexpr int64_t kBiasOffset = 512;
+constexpr int64_t kScaleOffset = 576;
+static_assert(kPanelBlockBytes == 640, "panel block: 8 x 64 weight bytes, 64 bias bytes, 64 scale bytes");
+
+// 16 rows x 16 bytes (row i at base + offsets[i]) -> out[j] = dword j of
+// every row, lane i = row i: the 4 x 16 dword transpose packing needs.
+inline void transpose_16x4_dwords(const uint8_t* base, const int64_t* offsets, __m512i (&out)[4]) {
+  __m512i a[4];  // a[m]: rows 4m..4m+3, one row per 128-bit lane
+  for (int m = 0; m < 4; ++m) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * m])));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * m + 1])), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * m + 2])), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * m + 3])), 3);
+    a[m] = v;
+  }
+  // Level 1: lo = dwords 0, 1 of 8 rows as [r0d0 .. r7d0, r0d1 .. r7d1]; hi = dwords 2, 3.
+  // Row r (0..7) of the pair (x, y) is x's lane r (r < 4) or y's lane r - 4.
+  const __m512i lo_index = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i hi_index = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+  const __m512i p_lo = _mm512_permutex2var_epi32(a[0], lo_index, a[1]);  // rows 0..7
+  const __m512i p_hi = _mm512_permutex2var_epi32(a[0], hi_index, a[1]);
+  const __m512i q_lo = _mm512_permutex2var_epi32(a[2], lo_index, a[3]);  // rows 8..15
+  const __m512i q_hi = _mm512_permutex2var_epi32(a[2], hi_index, a[3]);
+  // Level 2: dword j of rows 0..7 (p) then of rows 8..15 (q).
+  out[0] = _mm512_shuffle_i64x2(p_lo, q_lo, _MM_SHUFFLE(1, 0, 1, 0));
+  out[1] = _mm512_shuffle_i64x2(p_lo, q_lo, _MM_SHUFFLE(3, 2, 3, 2));
+  out[2] = _mm512_shuffle_i64x2(p_hi, q_hi, _MM_SHUFFLE(1, 0, 1, 0));
+  out[3] = _mm512_shuffle_i64x2(p_hi, q_hi, _MM_SHUFFLE(3, 2, 3, 2));
+}
+
+// Packs rows [r0, r0 + 16) (clamped to the matrix) into one strip's panel.
+template <GgmlType kType>
+void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
+  constexpr int64_t kBlockBytes = kType == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  int64_t offsets[kStripRows];  // of row i from row r0
+  alignas(64) int32_t offsets32[kStripRows];
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
+    offsets[i] = (r - r0) * p.row_bytes;
+    offsets32[i] = static_cast<int32_t>(offsets[i]);
+  }
+  const __m512i index = _mm512_load_si512(offsets32);
+  const uint8_t* base = p.weights + r0 * p.row_bytes;
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const __m512i low_words = _mm512_set1_epi32(0xffff);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t* out = panel + b * kPanelBlockBytes;
+    const uint8_t* block = base + b * kBlockBytes;
+    __m512i steps[8];
+    __m512i t[4];
+    transpose_16x4_dwords(block + 2, offsets, t);
+    if constexpr (kType == GgmlType::kQ4_0) {
+      // Byte m of qs: low nibble = column m, high nibble = column m + 16.
+      for (int j = 0; j < 4; ++j) {
+        steps[j] = _mm512_sub_epi8(_mm512_and_si512(t[j], low_nibbles), eight);
+        steps[j + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(t[j], 4), low_nibbles), eight);
+      }
+    } else {
+      for (int j = 0; j < 4; ++j) steps[j] = t[j];
+      transpose_16x4_dwords(block + 18, offsets, t);
+      for (int j = 0; j < 4; ++j) steps[j + 4] = t[j];
+    }
+    __m512i sum = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      _mm512_storeu_si512(out + 64 * j, steps[j]);
+      sum = _mm512_dpbusd_epi32(sum, ones, steps[j]);  // row i's sum in lane i
+    }
+    _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    // The fp16 scale is the block's first two bytes: the low word of a dword gather.
+    const __m512i d = _mm512_and_si512(_mm512_i32gather_epi32(index, block, 1), low_words);
+    _mm512_storeu_ps(out + kScaleOffset, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+  }
+}
+
+// S strips (16 rows each, panels n_blocks * kPanelBlockBytes apart) x T tokens.
+// Every (row, token) goes through the same operations in the same order
+// whatever S and T are, so a token's outputs do not depend on the others in
+// the call.
+// prefetch / prefetch_step: while the first token group runs, each block
+// step asks for the next prefetch_step bytes of the rows the next panel will
+// pack (the weights come from DRAM once per call: packing would otherwise
+// wait for them); nullptr: nothing to prefetch.
+template <int S, int T>
+void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t t0, __mmask16 last_mask,
+                  const uint8_t* prefetch, int64_t prefetch_step) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = n_blocks * kPanelBlockBytes;
+  __m512 acc[S][T];
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t) acc[s][t] = _mm512_setzero_ps();
+  // One base pointer and a stride each (token t at base + t * stride): fewer
+  // live general registers than a pointer per token.
+  const uint8_t* xu = p.xu + t0 * p.cols;
+  const float* xd = p.xd + t0 * n_blocks;
+  const int64_t xu_stride = p.cols;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* block = panel + b * kPanelBlockBytes;
+    __m512i dot[S][T];
+    for (int s = 0; s < S; ++s) {
+      const __m512i bias = _mm512_loadu_si512(block + s * strip_bytes + kBiasOffset);
+      for (int t = 0; t < T; ++t) dot[s][t] = bias;
+    }
+    for (int j = 0; j < 8; ++j) {
+      __m512i w[S];
+      for (int s = 0; s < S; ++s) w[s] = _mm512_loadu_si512(block + s * strip_bytes + 64 * j);
+      for (int t = 0; t < T; ++t) {
+        int32_t four;
+        __builtin_memcpy(&four, xu + t * xu_stride + 4 * j, 4);
+        const __m512i x = _mm512_set1_epi32(four);
+        for (int s = 0; s < S; ++s) dot[s][t] = _mm512_dpbusd_epi32(dot[s][t], x, w[s]);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 x_scale = _mm512_set1_ps(xd[t * n_blocks]);
+      for (int s = 0; s < S; ++s) {
+        const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[s][t]), x_scale);
+        acc[s][t] = _mm512_fmadd_ps(scaled, _mm512_loadu_ps(block + s * strip_bytes + kScaleOffset), acc[s][t]);
+      }
+    }
+    xu += kQK8_0;
+    xd += 1;
+    if (prefetch != nullptr) {
+      for (int64_t line = 0; line < prefetch_step; line += 64) _mm_prefetch(reinterpret_cast<const char*>(prefetch + line), _MM_HINT_T1);
+      prefetch += prefetch_step;
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const __mmask16 mask = s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff);
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(p.y + (t0 + t) * p.rows + r0 + s * kStripRows, mask, acc[s][t]);
+  }
+}
+
+template <int S>
+void run_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t tok_begin, int64_t tok_end,
+                __mmask16 last_mask, const uint8_t* prefetch, int64_t prefetch_step) {
+  // 2 x 6 int32 + 2 x 6 f32 accumulators: 24 of the 32 registers (4 and 5
+  // tokens measured slower, 7 spills).
+  constexpr int kTokens = 6;
+  int64_t t = tok_begin;
+  for (; t + kTokens <= tok_end; t += kTokens) {
+    panel_kernel<S, kTokens>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    prefetch = nullptr;  // the first group asked for all of it
+  }
+  switch (tok_end - t) {
+    case 5: return panel_kernel<S, 5>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 4: return panel_kernel<S, 4>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 3: return panel_kernel<S, 3>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 2: return panel_kernel<S, 2>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 1: return panel_kernel<S, 1>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    default: return;
+  }
+}
+
+template <GgmlType kType>
+void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin, int64_t tok_end,
+                uint8_t* scratch) {
+  const int64_t strip_bytes = p.cols / kQK8_0 * kPanelBlockBytes;
+  for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
+    const int64_t rows = row_end - r < kPanelRows ? row_end - r : kPanelRows;
+    const int strips = rows > kStripRows ? 2 : 1;
+    for (int s = 0; s < strips; ++s) pack_strip<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
+    const int64_t last_rows = rows - (strips - 1) * kStripRows;
+    const __mmask16 last_mask = static_cast<__mmask16>(last_rows >= 16 ? 0xffff : (1u << last_rows) - 1);
+    // The next panel's rows (this task's, or the next task's, which the
+    // dynamic split mostly gives the same thread) are contiguous.
+    const int64_t next = r + kPanelRows;
+    const int64_t next_rows = p.rows - next < kPanelRows ? p.rows - next : kPanelRows;
+    const uint8_t* prefetch = next_rows > 0 ? p.weights + next * p.row_bytes : nullptr;
+    const int64_t n_blocks = p.cols / kQK8_0;
+    const int64_t prefetch_step = next_rows > 0 ? (next_rows * p.row_bytes + n_blocks - 1) / n_blocks : 0;
+    if (strips == 2) {
+      run_tokens<2>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+    } else {
+      run_tokens<1>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+    }
+  }
+}
+
+}  // namespace
+
+void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                       int64_t tok_end, uint8_t* scratch) {
+  if (p.type == GgmlType::kQ4_0) return panel_rows<GgmlType::kQ4_0>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+  if (p.type == GgmlType::kQ8_0) return panel_rows<GgmlType::kQ8_0>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+}
+
+void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(xu + i, _mm512_xor_si512(_mm512_loadu_si512(xq + i), bias));
+  for (; i < n; ++i) xu[i] = static_cast<uint8_t>(xq[i] ^ 0x80);
+}
+
+}  // namespace baton::cpu_kernels
