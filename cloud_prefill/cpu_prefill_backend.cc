@@ -6,9 +6,20 @@
 
 namespace baton {
 
-CpuPrefillBackend::CpuPrefillBackend(const Model& model, int threads)
-    : engine_(model, EngineOptions{.n_threads = threads}),
-      name_(absl::StrCat("cpu:", simd_level_name(active_simd_level()), " x", engine_.pool().size())) {}
+namespace {
+
+// Micro-batches of 256 tokens (the service's default chunk): the prefill
+// GEMM repacks each weight once per micro-batch, so bigger ones amortize it.
+constexpr int kCloudMicroBatchTokens = 256;
+
+}  // namespace
+
+CpuPrefillBackend::CpuPrefillBackend(const Model& model, int threads, FloatMatmul float_matmul)
+    : engine_(model, EngineOptions{.n_threads = threads,
+                                   .max_batch_tokens = kCloudMicroBatchTokens,
+                                   .float_matmul = float_matmul}),
+      name_(absl::StrCat("cpu:", simd_level_name(active_simd_level()), " x", engine_.pool().size(),
+                         float_matmul == FloatMatmul::kBf16 && bf16_matmul_available() ? " bf16" : "")) {}
 
 absl::Status CpuPrefillBackend::prefill(std::span<const int32_t> tokens, F32KvCache& kv,
                                         const LayerDoneFn& layer_done) {
@@ -20,9 +31,10 @@ absl::Status CpuPrefillBackend::decode(std::span<const int32_t> tokens, F32KvCac
   return engine_.prefill(tokens, kv, last_logits);
 }
 
-PrefillBackendFactory cpu_prefill_backend_factory(int threads) {
-  return [threads](const Model& model, int /*worker_index*/) -> absl::StatusOr<std::unique_ptr<PrefillBackend>> {
-    return std::make_unique<CpuPrefillBackend>(model, threads);
+PrefillBackendFactory cpu_prefill_backend_factory(int threads, FloatMatmul float_matmul) {
+  return [threads, float_matmul](const Model& model,
+                                 int /*worker_index*/) -> absl::StatusOr<std::unique_ptr<PrefillBackend>> {
+    return std::make_unique<CpuPrefillBackend>(model, threads, float_matmul);
   };
 }
 

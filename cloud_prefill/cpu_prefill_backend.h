@@ -13,7 +13,8 @@ namespace baton {
 class CpuPrefillBackend final : public PrefillBackend {
  public:
   // threads: matmul threads of this backend's engine; 0: one per core.
-  CpuPrefillBackend(const Model& model, int threads);
+  // float_matmul: F16 / BF16 / F32 weights exact or in bf16 (--cpu-matmul).
+  CpuPrefillBackend(const Model& model, int threads, FloatMatmul float_matmul = FloatMatmul::kExact);
 
   std::string name() const override { return name_; }
   void begin_sequence() override {}
@@ -26,6 +27,6 @@ class CpuPrefillBackend final : public PrefillBackend {
 };
 
 // One CpuPrefillBackend per worker, each with `threads` matmul threads.
-PrefillBackendFactory cpu_prefill_backend_factory(int threads);
+PrefillBackendFactory cpu_prefill_backend_factory(int threads, FloatMatmul float_matmul = FloatMatmul::kExact);
 
 }  // namespace baton

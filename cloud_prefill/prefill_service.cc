@@ -149,7 +149,7 @@ absl::Status PrefillService::Load(const std::string& model_path) {
 
   state_ = v1::SERVING_STATE_WARMING;
   const PrefillBackendFactory factory =
-      options_.backend_factory ? options_.backend_factory : cpu_prefill_backend_factory(options_.threads);
+      options_.backend_factory ? options_.backend_factory : cpu_prefill_backend_factory(options_.threads, options_.cpu_float_matmul);
   const int n_workers = std::max(1, options_.max_running);
   for (int i = 0; i < n_workers; ++i) {
     absl::StatusOr<std::unique_ptr<PrefillBackend>> backend = factory(*model_, i);

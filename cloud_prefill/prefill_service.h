@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cloud_prefill/memory_admission.h"
+#include "common/cpu/matmul.h"
 #include "cloud_prefill/prefill_backend.h"
 #include "cloud_prefill/prefill_job.h"
 #include "cloud_prefill/prefill_job_observer.h"
@@ -109,7 +110,8 @@ struct PrefillServiceOptions {
   // numbers. 0: no limit (main.cc sets the default).
   uint64_t memory_limit_bytes = 0;
   TenantAuth auth;                    // no tokens: one tenant, no auth
-  PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads`
+  PrefillBackendFactory backend_factory;  // empty: the CPU engine with `threads` and `cpu_float_matmul`
+  FloatMatmul cpu_float_matmul = FloatMatmul::kExact;  // --cpu-matmul
   PrefillJobObserver* job_observer = nullptr;  // optional: told of every finished job (PrefillMetrics)
   // A Prefill or GetPrefix stream whose writes make no progress this long is
   // cancelled (a client that stopped reading), freeing its worker; 0: never.

@@ -103,6 +103,7 @@ struct ActivationScratch {
   std::vector<float> q8_k_d;       // [n_tokens, cols/256]
   std::vector<int16_t> q8_k_sums;  // [n_tokens, cols/16]
   std::vector<uint8_t> q8_0_xu;    // [n_tokens, cols]: q8_0_qs + 128, for the panel kernel
+  std::vector<uint8_t> bf16_x;     // [n_tokens, bf16_padded_cols(cols)] bf16, for FloatMatmul::kBf16
 };
 thread_local ActivationScratch t_scratch;
 // The panel kernel's packed weights, per pool thread (panel_scratch_bytes(cols)).
@@ -198,12 +199,22 @@ struct PreparedActivations {
   const float* q8_k_d = nullptr;
   const int16_t* q8_k_sums = nullptr;
   const uint8_t* q8_0_xu = nullptr;
+  const uint8_t* bf16_x = nullptr;
 };
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
-void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, const float* x,
-                         int64_t n_tokens, int64_t cols, ThreadPool* pool, PreparedActivations* prepared) {
+void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool bf16,
+                         const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+                         PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
+  if (bf16) {
+    const int64_t row_bytes = cpu_kernels::bf16_padded_cols(cols) * 2;
+    uint8_t* out = grown(scratch.bf16_x, n_tokens * row_bytes);
+    for_each_token(n_tokens, pool, [&](int64_t t) {
+      cpu_kernels::bf16_activations_avx512bf16(x + t * cols, cols, out + t * row_bytes);
+    });
+    prepared->bf16_x = out;
+  }
   const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
   if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
@@ -249,7 +260,7 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
 // token inside each row task, so the task's weights come from memory once and
 // from cache for the other tokens.
 void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                  std::span<float* const> ys, ThreadPool* pool, bool decode_order) {
+                  std::span<float* const> ys, ThreadPool* pool, bool decode_order, FloatMatmul float_matmul) {
   BATON_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroupMatrices,
               "matmul: one output per matrix, 1..8 matrices");
   bool needed[4] = {};  // by ActivationFormat
@@ -267,13 +278,18 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   // Q4_0 / Q8_0 prefill goes through the panel kernel where the ISA has one.
   const bool panel = !decode_order && kernels.panel_tile != nullptr && n_tokens >= kPanelMinTokens &&
                      needed[static_cast<int>(ActivationFormat::kQ8_0)];
+  // Float weights in bf16 (FloatMatmul::kBf16): prefill calls, where the CPU has it.
+  const bool bf16 = !decode_order && float_matmul == FloatMatmul::kBf16 && level == SimdLevel::kAvx512 &&
+                    bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
+                    needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, x, n_tokens, ws[0]->cols, pool, &prepared);
+  prepare_activations(kernels, needed, panel, bf16, x, n_tokens, ws[0]->cols, pool, &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn decode_tiles[kMaxGroupMatrices];  // decode_order: several tokens at once, or null
   bool panels[kMaxGroupMatrices];  // matrix i runs through the panel kernel
+  bool bf16s[kMaxGroupMatrices];    // matrix i runs through the bf16 panel kernel
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -303,7 +319,9 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     tiles[i] = tile_for(kernels, format);
     decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
     panels[i] = panel && format == ActivationFormat::kQ8_0;
-    splits[i] = panels[i] ? panel_split(w.rows, n_tokens, n_threads)
+    bf16s[i] = bf16 && format == ActivationFormat::kFloat;
+    if (bf16s[i]) problem.xu = prepared.bf16_x;
+    splits[i] = panels[i] || bf16s[i] ? panel_split(w.rows, n_tokens, n_threads)
                           : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
@@ -332,6 +350,9 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       if (panels[i]) {
         kernels.panel_tile(problems[i], r0, r1, t0, t1,
                            grown(t_panel, cpu_kernels::panel_scratch_bytes(problems[i].cols)));
+      } else if (bf16s[i]) {
+        cpu_kernels::bf16_panel_tile_avx512bf16(problems[i], r0, r1, t0, t1,
+                                                grown(t_panel, cpu_kernels::bf16_scratch_bytes(problems[i].cols)));
       } else {
         tiles[i](problems[i], r0, r1, t0, t1);
       }
@@ -353,32 +374,39 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 
 }  // namespace
 
+bool bf16_matmul_available() {
+  return best_simd_level() == SimdLevel::kAvx512 && cpu_features().avx512bf16;
+}
+
 void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, FloatMatmul float_matmul) {
   const WeightMatrix* ws[1] = {&w};
   float* ys[1] = {y};
-  matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false);
+  matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false, float_matmul);
 }
 
 void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                      std::span<float* const> ys, ThreadPool* pool) {
+                      std::span<float* const> ys, ThreadPool* pool, FloatMatmul float_matmul) {
   BATON_CHECK(ws.size() == ys.size(), "matmul_many: one output per matrix");
   bool groupable = ws.size() <= kMaxGroupMatrices;
   for (const WeightMatrix* w : ws) groupable = groupable && w->cols == ws[0]->cols;
   // Mixed storage (Q4_K beside Q6_K, F16 V beside Q4_0 Q/K) groups too: each
   // activation format is prepared once.
-  if (groupable && !ws.empty()) return matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false);
+  if (groupable && !ws.empty()) {
+    return matmul_group(level, ws, x, n_tokens, ys, pool, /*decode_order=*/false, float_matmul);
+  }
   // More than 8 matrices or different widths: one call per matrix.
-  for (size_t i = 0; i < ws.size(); ++i) matmul_with(level, *ws[i], x, n_tokens, ys[i], pool);
+  for (size_t i = 0; i < ws.size(); ++i) matmul_with(level, *ws[i], x, n_tokens, ys[i], pool, float_matmul);
 }
 
 void matmul_many(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                 std::span<float* const> ys, ThreadPool* pool) {
-  matmul_many_with(active_simd_level(), ws, x, n_tokens, ys, pool);
+                 std::span<float* const> ys, ThreadPool* pool, FloatMatmul float_matmul) {
+  matmul_many_with(active_simd_level(), ws, x, n_tokens, ys, pool, float_matmul);
 }
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
-  matmul_with(active_simd_level(), w, x, n_tokens, y, pool);
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool,
+            FloatMatmul float_matmul) {
+  matmul_with(active_simd_level(), w, x, n_tokens, y, pool, float_matmul);
 }
 
 void quantize_row_q8_0_fast(const float* x, BlockQ8_0* y, int64_t n) {
@@ -398,7 +426,7 @@ void quantize_row_q8_k_fast(const float* x, BlockQ8_K* y, int64_t n) {
 void matmul_decode_order(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
   const WeightMatrix* ws[1] = {&w};
   float* ys[1] = {y};
-  matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true);
+  matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true, FloatMatmul::kExact);
 }
 
 void matmul_many_decode_order(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
@@ -407,7 +435,7 @@ void matmul_many_decode_order(std::span<const WeightMatrix* const> ws, const flo
   bool groupable = ws.size() <= kMaxGroupMatrices;
   for (const WeightMatrix* w : ws) groupable = groupable && w->cols == ws[0]->cols;
   if (groupable && !ws.empty()) {
-    return matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true);
+    return matmul_group(active_simd_level(), ws, x, n_tokens, ys, pool, /*decode_order=*/true, FloatMatmul::kExact);
   }
   for (size_t i = 0; i < ws.size(); ++i) matmul_decode_order(*ws[i], x, n_tokens, ys[i], pool);
 }

@@ -24,6 +24,19 @@ struct WeightMatrix {
   int64_t cols;      // a multiple of the block: 32 for Q4_0/Q8_0/Q5_0/Q4_1/Q5_1, 256 for K-quants
 };
 
+// How F16 / BF16 / F32 weights are multiplied in prefill calls (2+ tokens).
+//   kExact: f32 products and sums (the golden path: tests against the
+//           reference engine and llama.cpp run it).
+//   kBf16:  weights and x rounded to bf16 (8 mantissa bits), products summed
+//           in f32 by vdpbf16ps: ~2x the f32 FMA rate, ~2^-9 relative error
+//           per product. Only where the CPU has AVX-512 BF16 at the AVX-512
+//           level; elsewhere (and for one token, and for quantized weights)
+//           it is kExact. The cloud CPU backend's --cpu-matmul bf16.
+enum class FloatMatmul { kExact, kBf16 };
+
+// Whether FloatMatmul::kBf16 runs its own kernel here (else it is kExact).
+bool bf16_matmul_available();
+
 // y[t, r] = sum_c W[r, c] * x[t, c].
 //   x: [n_tokens, cols] f32 row-major; y: [n_tokens, rows] f32 row-major.
 // Quantized weights: x is first quantized (into a thread-local scratch of the
@@ -35,11 +48,12 @@ struct WeightMatrix {
 // Other types are a BATON_CHECK failure (the model loader rejects them earlier).
 // Parallel over rows (and tokens when rows are few) on `pool`; nullptr runs
 // single-threaded. Uses active_simd_level().
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool,
+            FloatMatmul float_matmul = FloatMatmul::kExact);
 
 // matmul at a given level, for tests and benchmarks; level must be <= best_simd_level().
 void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-                 ThreadPool* pool);
+                 ThreadPool* pool, FloatMatmul float_matmul = FloatMatmul::kExact);
 
 // y_i = W_i x for up to 8 matrices that share the input x (Q/K/V, gate/up):
 // the same results as one matmul per matrix, but x is quantized once and all
@@ -48,9 +62,9 @@ void matmul_with(SimdLevel level, const WeightMatrix& w, const float* x, int64_t
 // Q4_0) is one loop, each activation format prepared once; more than 8
 // matrices or different widths run one call each. ys[i]: [n_tokens, ws[i]->rows] f32.
 void matmul_many(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                 std::span<float* const> ys, ThreadPool* pool);
+                 std::span<float* const> ys, ThreadPool* pool, FloatMatmul float_matmul = FloatMatmul::kExact);
 void matmul_many_with(SimdLevel level, std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tokens,
-                      std::span<float* const> ys, ThreadPool* pool);
+                      std::span<float* const> ys, ThreadPool* pool, FloatMatmul float_matmul = FloatMatmul::kExact);
 
 // The same products as matmul / matmul_many, but each token's row of y is
 // bit-identical to a one-token call on that token alone (the decode kernels,

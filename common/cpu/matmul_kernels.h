@@ -75,6 +75,16 @@ void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_en
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);
 
+// FloatMatmul::kBf16 (F16 / BF16 / F32 weights, AVX-512 BF16): the same
+// panels of kPanelRows rows, weights rounded to bf16 when packed, x as bf16
+// pairs in p.xu ([n_tokens, bf16_padded_cols(cols)] bf16, written by
+// bf16_activations_avx512bf16 per token). scratch: bf16_scratch_bytes(cols).
+constexpr int64_t bf16_padded_cols(int64_t cols) { return (cols + 31) / 32 * 32; }
+constexpr int64_t bf16_scratch_bytes(int64_t cols) { return kPanelRows * bf16_padded_cols(cols) * 2; }
+void bf16_panel_tile_avx512bf16(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                                int64_t tok_end, uint8_t* scratch);
+void bf16_activations_avx512bf16(const float* x, int64_t cols, uint8_t* out);
+
 // Tiles for the K-quant weights (Q4_K, Q5_K, Q6_K) x Q8_K activations.
 void kquant_tile_scalar(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                         int64_t tok_end);

@@ -110,7 +110,7 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
     const int64_t rows = n - first_logit_row;
     rmsnorm_rows(x_.data() + first_logit_row * d, model_.output_norm().data(), h_.data(), rows, d,
                  s.norm_eps);
-    matmul(model_.output(), h_.data(), rows, logits, &pool_);
+    matmul(model_.output(), h_.data(), rows, logits, &pool_, options_.float_matmul);
   }
   return absl::OkStatus();
 }
@@ -227,14 +227,14 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
     if (decode_order) {
       matmul_decode_order(w, in, n, out, pool);
     } else {
-      matmul(w, in, n, out, pool);
+      matmul(w, in, n, out, pool, options_.float_matmul);
     }
   };
   auto mm_many = [&](std::span<const WeightMatrix* const> ws, const float* in, std::span<float* const> outs) {
     if (decode_order) {
       matmul_many_decode_order(ws, in, n, outs, pool);
     } else {
-      matmul_many(ws, in, n, outs, pool);
+      matmul_many(ws, in, n, outs, pool, options_.float_matmul);
     }
   };
   // Attention block.

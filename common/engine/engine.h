@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "common/kv_cache/kv_cache.h"
 #include "common/model/model.h"
+#include "common/cpu/matmul.h"
 #include "common/util/thread_pool.h"
 
 namespace baton {
@@ -19,6 +20,9 @@ namespace baton {
 struct EngineOptions {
   int n_threads = 0;             // 0: all hardware threads
   int max_batch_tokens = 64;     // prefill micro-batch, tokens per forward
+  // F16 / BF16 / F32 weights in prefill micro-batches: exact f32 (golden) or
+  // bf16 products (the cloud CPU backend's --cpu-matmul bf16; see matmul.h).
+  FloatMatmul float_matmul = FloatMatmul::kExact;
 };
 
 class Engine {

@@ -17,6 +17,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx_vnni = false;
+  bool avx512bf16 = false;  // not part of any SimdLevel: checked on its own (FloatMatmul::kBf16)
 };
 
 // Detected once, on first use.

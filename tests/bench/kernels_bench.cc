@@ -112,12 +112,36 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t type = 0; type < 6; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 64});
   // Prefill micro-batches of 256 tokens (the panel kernel's packing amortized further).
-  for (int64_t type = 0; type < 2; ++type)
+  for (int64_t type = 0; type < 3; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 256});
   // 16 tokens: the smallest call the panel kernel takes, where its packing weighs most.
   for (int64_t type = 0; type < 2; ++type) b->Args({type, 2048, 2048, 1, 16});
 }
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
+
+// F16 weights in prefill, FloatMatmul::kBf16 (vdpbf16ps) beside BM_Matmul's
+// exact f32 path. Args: threads, n_tokens.
+void BM_MatmulF16Bf16(benchmark::State& state) {
+  if (!bf16_matmul_available()) {
+    state.SkipWithError("no AVX-512 BF16 on this CPU");
+    return;
+  }
+  const int64_t rows = 2048, cols = 2048;
+  const int n_threads = static_cast<int>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  const std::vector<uint8_t> weights = make_weights(GgmlType::kF16, rows, cols);
+  std::vector<float> x(n_tokens * cols), y(n_tokens * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  const WeightMatrix w{GgmlType::kF16, weights.data(), rows, cols};
+  ThreadPool* pool = pool_for(n_threads);
+  for (auto _ : state) {
+    matmul(w, x.data(), n_tokens, y.data(), pool, FloatMatmul::kBf16);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * rows * cols * n_tokens);  // flop
+}
+BENCHMARK(BM_MatmulF16Bf16)->ArgNames({"threads", "tokens"})->Args({1, 64})->Args({2, 64})->Args({1, 256})->Args({2, 256})->UseRealTime();
 
 // Memory-read baseline: sum of a 256 MiB buffer (far larger than any cache),
 // split over `threads` like the decode matmul. One pass; returns bytes/s.

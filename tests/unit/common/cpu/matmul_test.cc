@@ -337,6 +337,95 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
   }
 }
 
+// FloatMatmul::kBf16: weights and x rounded to bf16 (round to nearest even),
+// products summed in f32. Checked against that rounding done in double (only
+// the f32 summation may differ: 1e-5 of the magnitude) and against the exact
+// product (bf16 loses ~2^-9 per factor). Shapes: a partial second strip,
+// columns that are not a multiple of 32 (zero-padded) or even odd.
+TEST(MatmulBf16, MatchesBf16RoundedReferenceAndStaysNearExact) {
+  if (!bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX-512 BF16: FloatMatmul::kBf16 is kExact here";
+  const int64_t shapes[][2] = {{96, 256}, {50, 70}, {37, 37}, {16, 2048}};
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
+    for (const auto& shape : shapes) {
+      const int64_t rows = shape[0], cols = shape[1];
+      std::mt19937 rng(static_cast<uint32_t>(rows * 31 + cols));
+      const TestWeights w = make_weights(type, rows, cols, rng);
+      const WeightMatrix matrix{type, w.bytes.data(), rows, cols};
+      for (int64_t n : {2, 13, 40}) {
+        std::vector<float> x(static_cast<size_t>(n * cols));
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        for (float& v : x) v = dist(rng);
+        for (int threads : {1, 3}) {
+          ThreadPool pool(threads);
+          std::vector<float> y(static_cast<size_t>(n * rows), -1234.0f);
+          matmul(matrix, x.data(), n, y.data(), threads > 1 ? &pool : nullptr, FloatMatmul::kBf16);
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double rounded = 0, exact = 0, magnitude = 0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const double wv = w.dequant[r * cols + c];
+                const double xv = x[t * cols + c];
+                const double wb = bf16_to_fp32(fp32_to_bf16(static_cast<float>(wv)));
+                const double xb = bf16_to_fp32(fp32_to_bf16(static_cast<float>(xv)));
+                rounded += wb * xb;
+                exact += wv * xv;
+                magnitude += std::fabs(wv * xv);
+              }
+              const float got = y[t * rows + r];
+              ASSERT_NEAR(got, rounded, 1e-5 * magnitude + 1e-6)
+                  << ggml_type_name(type) << " " << rows << "x" << cols << " n " << n << " token " << t << " row " << r;
+              ASSERT_NEAR(got, exact, (2.0 / 256) * magnitude + 1e-6) << "vs exact";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// As for the int8 panels: a token's row of y must not depend on the other
+// tokens of the call or on the pool.
+TEST(MatmulBf16, TokenRowsDoNotDependOnTheOtherTokensBitForBit) {
+  if (!bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX-512 BF16: FloatMatmul::kBf16 is kExact here";
+  const int64_t rows = 83, cols = 200;
+  std::mt19937 rng(8);
+  const TestWeights w = make_weights(GgmlType::kF16, rows, cols, rng);
+  const WeightMatrix matrix{GgmlType::kF16, w.bytes.data(), rows, cols};
+  const int64_t n_max = 41;
+  std::vector<float> x(static_cast<size_t>(n_max * cols));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& v : x) v = dist(rng);
+  ThreadPool pool(3);
+  std::vector<float> all(static_cast<size_t>(n_max * rows));
+  matmul(matrix, x.data(), n_max, all.data(), nullptr, FloatMatmul::kBf16);
+  for (int64_t n : {2, 5, 12, 13, 29}) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> part(static_cast<size_t>(n * rows));
+      matmul(matrix, x.data() + (n_max - n) * cols, n, part.data(), p, FloatMatmul::kBf16);
+      EXPECT_EQ(std::memcmp(part.data(), all.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+          << "n " << n << (p != nullptr ? " pool" : "");
+    }
+  }
+}
+
+// kBf16 leaves quantized weights and one-token calls on their exact kernels.
+TEST(MatmulBf16, QuantizedWeightsAndOneTokenAreUnchanged) {
+  std::mt19937 rng(9);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kF16}) {
+    const TestWeights w = make_weights(type, 40, 128, rng);
+    const WeightMatrix matrix{type, w.bytes.data(), 40, 128};
+    for (int64_t n : {1, 7}) {
+      if (type == GgmlType::kF16 && n > 1) continue;
+      std::vector<float> x(static_cast<size_t>(n * 128));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i));
+      std::vector<float> exact(static_cast<size_t>(n * 40)), bf16(exact.size());
+      matmul(matrix, x.data(), n, exact.data(), nullptr);
+      matmul(matrix, x.data(), n, bf16.data(), nullptr, FloatMatmul::kBf16);
+      EXPECT_EQ(exact, bf16) << ggml_type_name(type) << " n " << n;
+    }
+  }
+}
+
 TEST(Matmul, EmptyShapesWriteNothing) {
   const WeightMatrix matrix{GgmlType::kF32, nullptr, 0, 16};
   float y = 5.0f;
