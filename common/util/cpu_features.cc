@@ -52,6 +52,7 @@ CpuFeatures detect() {
   unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
   __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);
   f.avx_vnni = (eax1 >> 4) & 1;
+  f.avx512bf16 = os_zmm && ((eax1 >> 5) & 1);
   return f;
 }
 #else

@@ -17,6 +17,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx_vnni = false;
+  bool avx512bf16 = false;  // vdpbf16ps (Zen 4+, Cooper Lake, Sapphire Rapids)
 };
 
 // Detected once, on first use.
