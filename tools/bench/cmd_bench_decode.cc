@@ -8,38 +8,15 @@
 #include "absl/strings/str_split.h"
 #include "bench_decode.h"
 #include "bench_harness.h"
-#include "common/cpu/vec.h"
 #include "common/engine/sampler.h"
 #include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "kv_codec_list.h"
+#include "read_bandwidth.h"
+#include "roofline.h"
 
 namespace baton::cli {
 namespace {
-
-// Read bandwidth in bytes/s: the pool's threads each stream their share of
-// `buffer` (1 GiB, larger than the last-level cache's share a run can hold
-// warm) `passes` times; best pass. The same code path as a dot product, so a
-// decode step that streams its weights at this rate is memory-bound.
-double measure_read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int passes) {
-  const int64_t n = static_cast<int64_t>(buffer.size());
-  double best = 0.0;
-  std::vector<float> sums(pool.size() * 16, 0.0f);
-  for (int pass = 0; pass < passes; ++pass) {
-    const auto start = Clock::now();
-    pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end) {
-      for (int64_t part = begin; part < end; ++part) {
-        const int64_t chunk = n / pool.size();
-        const float* p = buffer.data() + part * chunk;
-        sums[part * 16] = dot_f32(p, p, chunk);  // one stream: both operands alias
-      }
-    });
-    const double seconds = seconds_between(start, Clock::now());
-    best = std::max(best, static_cast<double>(n) * sizeof(float) / seconds);
-  }
-  if (sums[0] < 0) std::puts("");  // keep the sums alive
-  return best;
-}
 
 // Bytes of weights read to decode one token: every layer matrix plus the
 // output projection (the embedding row read is negligible).
@@ -74,11 +51,12 @@ struct DecodeSetup {
   int64_t tokens;         // timed steps per cell
   bool fill_by_prefill;   // else synthetic K/V
   double weight_bytes;    // per decoded token
-  const std::vector<float>* bandwidth_buffer;
+  const ReadBuffer* bandwidth_buffer;  // read_bandwidth.h: the tuned multi-threaded reader
 };
 
 // The timed steps of one cell: seconds of each step and the read bandwidth
-// measured after each.
+// measured after each (the bandwidth bench's tuned reader, checked against a
+// plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
                         std::vector<double>& bandwidths) {
   std::vector<float> logits;
@@ -122,12 +100,8 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   // Step i attends over context + 2 + i tokens (the warm-up step's
   // included); a sliding-window layer (gemma3) reads its window of them.
   const double attended_tokens = context + 2 + (s.tokens - 1) / 2.0;
-  const KvGeometry geometry = s.engine->kv_geometry();
-  double layer_tokens = 0;
-  for (int l = 0; l < geometry.n_layer; ++l) {
-    layer_tokens += geometry.window(l) > 0 ? std::min<double>(attended_tokens, geometry.window(l)) : attended_tokens;
-  }
-  cell.kv_bytes_per_token = layer_tokens / geometry.n_layer * kv_bytes_per_cached_token;
+  cell.kv_bytes_per_token =
+      kv_bytes_read_per_token(s.engine->kv_geometry(), attended_tokens, kv_bytes_per_cached_token);
   cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
   cell.bandwidth_bytes_per_s = median(bandwidths);
   return cell;
@@ -181,7 +155,7 @@ absl::Status bench_decode(const Args& args) {
   if (context_values.empty() || kv_names.empty()) {
     return absl::InvalidArgumentError("--context and --kv need at least one value");
   }
-  const std::vector<float> bandwidth_buffer(size_t{1} << 28, 1.0f);  // 1 GiB
+  const ReadBuffer bandwidth_buffer(int64_t{1} << 30);  // 1 GiB: far past the last-level cache
   DecodeRun result;
   result.model = m.spec().name;
   result.threads = c.threads;
