@@ -106,6 +106,7 @@ TEST(RooflineTest, EveryPrefillCellHasTheSameKeysWithOrWithoutAPeak) {
 TEST(RooflineTest, DecodeRowsReportWeightsPlusKvBytesPerToken) {
   DecodeRun run;
   run.weight_bytes_per_token = 1e6;
+  run.bandwidth_bytes_per_s = 3e7;  // the run's best pass
   DecodeCell cell;
   cell.context = 4096;
   cell.kv = "f16";
@@ -113,12 +114,14 @@ TEST(RooflineTest, DecodeRowsReportWeightsPlusKvBytesPerToken) {
   cell.tok_per_s = 10;
   cell.kv_bytes_per_token = 5e5;
   cell.achieved_bytes_per_s = (1e6 + 5e5) * 10;
-  cell.bandwidth_bytes_per_s = 3e7;
+  cell.bandwidth_bytes_per_s = 2e7;  // this row's best pass: shown, not divided by
   run.cells.push_back(cell);
   const Json row = decode_json(run)["rows"][0];
   EXPECT_EQ(row["weight_plus_kv_bytes_per_token"].get<double>(), 1.5e6);
   EXPECT_DOUBLE_EQ(row["achieved_gb_per_s"].get<double>(), 0.015);
   EXPECT_DOUBLE_EQ(row["ratio_to_bandwidth"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(row["memory_read_gb_per_s"].get<double>(), 0.02);
+  EXPECT_DOUBLE_EQ(decode_json(run)["memory_read_best_gb_per_s"].get<double>(), 0.03);
 }
 
 }  // namespace
