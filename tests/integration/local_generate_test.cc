@@ -65,7 +65,8 @@ TEST_P(LocalGenerateTest, LocalPathUsesTheAgentsStoreAndAnswersAsTheAgent) {
   ASSERT_TRUE(turn.ok()) << turn.status();
   std::vector<uint32_t> local(turn->tokens.begin(), turn->tokens.end());
   // The agent does not stream an end-of-generation token.
-  if (!local.empty() && (*tokenizer)->is_eog(static_cast<int32_t>(local.back())) && agent.tokens.size() < local.size()) {
+  const bool ends_with_eog = !local.empty() && (*tokenizer)->is_eog(static_cast<int32_t>(local.back()));
+  if (ends_with_eog && agent.tokens.size() < local.size()) {
     local.pop_back();
   }
   EXPECT_EQ(local, agent.tokens) << "codec " << options.codec;

@@ -37,8 +37,11 @@ int64_t int8_dot_avx512(int64_t iterations, uint8_t a, int8_t b) {
     BATON_PEAK_KEEP(acc);
   }
   int64_t total = 0;
-#define BATON_SUM(i) total += _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc##i)), \
-                                                                       _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc##i, 1))));
+  // Lanes widened to int64 before the sum (16 x 16 int32 lanes may exceed int32).
+#define BATON_SUM(i)                                                                 \
+  total += _mm512_reduce_add_epi64(                                                  \
+      _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc##i)),        \
+                       _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc##i, 1))));
   BATON_PEAK_EACH(BATON_SUM)
 #undef BATON_SUM
   return total;

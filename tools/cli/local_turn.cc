@@ -47,7 +47,8 @@ absl::Status prefill_front(Engine& engine, std::span<const int32_t> front, Quant
 }  // namespace
 
 absl::StatusOr<KvCodecConfig> local_kv_codec(const std::string& name, const KvGeometry& geometry) {
-  BATON_ASSIGN_OR_RETURN(KvCodecConfig wire, default_codec_from_name(name.empty() ? kEdgeFallbackCodec : name, geometry));
+  BATON_ASSIGN_OR_RETURN(KvCodecConfig wire,
+                         default_codec_from_name(name.empty() ? kEdgeFallbackCodec : name, geometry));
   if (wire.transform) {
     return absl::InvalidArgumentError(absl::StrCat("--codec ", name,
                                                    ": the transform codec needs a KV calibration; baton generate "
