@@ -131,8 +131,10 @@ absl::Status bench_decode(const Args& args) {
   FlagSet flags("baton bench decode",
                 "--model FILE [--context 512,4096] [--kv f16,int8-g32-z3,...] [--threads 2] [--json]",
                 "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
-                "bytes read per token, the achieved read rate, and the machine's memory read bandwidth measured "
-                "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
+                "bytes read per token (KV: the store's bytes of K and V over the tokens a step attends, all "
+                "layers) and their sum, the achieved read rate, and its ratio to the machine's memory read "
+                "bandwidth: the best pass of a tuned reader in the same run (5 passes before the rows, one after "
+                "every timed step; baton bench bandwidth checks the reader). KV codecs are wire codec names "
                 "(common/kv_codec/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
                 "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
                 "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill). With "
