@@ -20,6 +20,7 @@
 #include "common/util/log.h"
 #include "common/util/version.h"
 #include "edge_decode/generate/generate_turn.h"
+#include "edge_decode/plan/default_codec.h"
 #include "edge_decode/plan/memory_plan.h"
 #include "edge_decode/store/session_owner.h"
 #include "common/rpc/grpc_status.h"
@@ -32,24 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string digest_bytes(const Digest256& digest) {
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
-}
-
-// "auto" gives its fallback, the INT4 default (the agent's default before
-// auto).
-absl::StatusOr<KvCodecConfig> default_codec_from_name(const std::string& name, const KvGeometry& geometry) {
-  KvCodecConfig config;
-  if (name == "f16") {
-    config = default_kv_codec_config(KvCodecConfig::Bits::kF16, geometry);
-  } else if (name == "int8") {
-    config = default_kv_codec_config(KvCodecConfig::Bits::kInt8, geometry);
-  } else if (name == "int4" || name == "auto") {
-    config = default_kv_codec_config(KvCodecConfig::Bits::kInt4, geometry);
-  } else {
-    BATON_ASSIGN_OR_RETURN(config, parse_kv_codec_config(name));
-  }
-  absl::Status valid = config.validate(geometry);
-  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("--codec ", name, ": ", valid.message()));
-  return config;
 }
 
 void fill_codec(const KvCodecConfig& config, v1::CodecParams* out) {

@@ -29,6 +29,7 @@
 #include "edge_decode/edge_server.h"
 #include "edge_decode/edge_service.h"
 #include "edge_decode/http/http_front_end.h"
+#include "edge_decode/plan/default_codec.h"
 #include "edge_decode/plan/split_policy.h"
 
 namespace baton {
@@ -322,7 +323,7 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   EdgeServiceOptions options;
   options.threads = static_cast<int>(config.threads);
   options.memory_budget_bytes = config.memory_budget_bytes;
-  options.codec = !config.codec.empty() ? config.codec : config.policy == "auto" ? "auto" : "int4";
+  options.codec = !config.codec.empty() ? config.codec : config.policy == "auto" ? "auto" : kEdgeFallbackCodec;
   options.max_kv_loss_pct = config.max_kv_loss;
   options.kv_calibration_path = config.kv_calibration_path;
   BATON_ASSIGN_OR_RETURN(options.policy, parse_prefill_policy(config.policy));

@@ -19,6 +19,7 @@ absl::Status bench_command(const Args& args);  // baton bench NAME ...
 std::optional<std::string> describe_gpu_for_version();
 
 absl::Status bench_decode(const Args& args);           // baton bench decode (cmd_bench_decode.cc)
+absl::Status bench_bandwidth(const Args& args);        // baton bench bandwidth (cmd_bench_bandwidth.cc)
 absl::Status bench_prefill(const Args& args);          // baton bench prefill (cmd_bench_prefill.cc)
 absl::Status bench_perplexity(const Args& args);       // baton bench perplexity (cmd_bench_prefill.cc)
 absl::Status bench_kv_codec(const Args& args);         // baton bench kv-codec (cmd_bench_kv.cc)

@@ -21,7 +21,7 @@ struct DecodeCell {
   double mean_tok_per_s = 0;         // timed tokens / their total time
   double kv_bytes_per_token = 0;     // KV read per decoded token at the mean context
   double achieved_bytes_per_s = 0;
-  double bandwidth_bytes_per_s = 0;  // median of the passes interleaved with the steps
+  double bandwidth_bytes_per_s = 0;  // best of the read passes interleaved with this row's steps
   std::string error;
 };
 
@@ -31,6 +31,10 @@ struct DecodeRun {
   std::string kernels;  // SIMD level
   int64_t tokens = 0;   // timed tokens per cell
   double weight_bytes_per_token = 0;
+  // What every row's ratio divides by: the best read pass of the whole run
+  // (kRunBandwidthPasses before the rows, and every row's), the best this
+  // CPU did (read_bandwidth.h's tuned reader, baton bench bandwidth).
+  double bandwidth_bytes_per_s = 0;
   std::vector<DecodeCell> cells;
 };
 

@@ -21,6 +21,8 @@ struct Bench {
 };
 constexpr Bench kBenches[] = {
     {"decode", bench_decode, "decode tok/s and bytes/s read, beside the memory read bandwidth"},
+    {"bandwidth", bench_bandwidth,
+     "memory read bandwidth (bench decode's divisor) beside a plain STREAM-like read; fails if >10% below it"},
     {"prefill", bench_prefill, "local prefill tok/s (--local: the edge's batched Q4_0 prefill)"},
     {"prefill-service", bench_prefill_service,
      "baton-prefill on loopback: time to first KV block vs total, tok/s, prefix-cache speedup"},

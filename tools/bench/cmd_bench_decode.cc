@@ -1,5 +1,6 @@
 // baton bench decode: CPU engine decode speed, with the machine's memory read
-// bandwidth measured in the same run so ratios hold on a noisy machine.
+// bandwidth (the best pass of read_bandwidth.h's tuned reader) measured in
+// the same run so ratios hold on a noisy machine.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -8,38 +9,15 @@
 #include "absl/strings/str_split.h"
 #include "bench_decode.h"
 #include "bench_harness.h"
-#include "common/cpu/vec.h"
 #include "common/engine/sampler.h"
 #include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "kv_codec_list.h"
+#include "read_bandwidth.h"
+#include "roofline.h"
 
 namespace baton::cli {
 namespace {
-
-// Read bandwidth in bytes/s: the pool's threads each stream their share of
-// `buffer` (1 GiB, larger than the last-level cache's share a run can hold
-// warm) `passes` times; best pass. The same code path as a dot product, so a
-// decode step that streams its weights at this rate is memory-bound.
-double measure_read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int passes) {
-  const int64_t n = static_cast<int64_t>(buffer.size());
-  double best = 0.0;
-  std::vector<float> sums(pool.size() * 16, 0.0f);
-  for (int pass = 0; pass < passes; ++pass) {
-    const auto start = Clock::now();
-    pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end) {
-      for (int64_t part = begin; part < end; ++part) {
-        const int64_t chunk = n / pool.size();
-        const float* p = buffer.data() + part * chunk;
-        sums[part * 16] = dot_f32(p, p, chunk);  // one stream: both operands alias
-      }
-    });
-    const double seconds = seconds_between(start, Clock::now());
-    best = std::max(best, static_cast<double>(n) * sizeof(float) / seconds);
-  }
-  if (sums[0] < 0) std::puts("");  // keep the sums alive
-  return best;
-}
 
 // Bytes of weights read to decode one token: every layer matrix plus the
 // output projection (the embedding row read is negligible).
@@ -68,25 +46,32 @@ absl::Status fill_synthetic(KvCache& kv, int64_t context, uint64_t seed) {
   return absl::OkStatus();
 }
 
+// Read passes before the rows (the rows add one per timed step); the best
+// of all is the run's bandwidth.
+constexpr int kRunBandwidthPasses = 5;
+
 // What every cell of a run shares.
 struct DecodeSetup {
   Engine* engine;
   int64_t tokens;         // timed steps per cell
   bool fill_by_prefill;   // else synthetic K/V
   double weight_bytes;    // per decoded token
-  const std::vector<float>* bandwidth_buffer;
+  const ReadBuffer* bandwidth_buffer;  // read_bandwidth.h: the tuned multi-threaded reader
 };
 
 // The timed steps of one cell: seconds of each step and the read bandwidth
-// measured after each.
+// measured after each (the bandwidth bench's tuned reader, checked against a
+// plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
                         std::vector<double>& bandwidths) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
   BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
-  // Each timed step is followed by one bandwidth pass, so both figures
-  // sample the same moments of a shared machine; medians of both.
+  // Each timed step is followed by one bandwidth pass (the best pass of the
+  // run is what ratios divide by), so a quiet moment of a shared machine
+  // counts wherever it falls. (Steps count by their median: the ratio errs
+  // low on a noisy machine, never high.)
   for (int64_t i = 0; i < s.tokens; ++i) {
     token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     const auto start = Clock::now();
@@ -122,14 +107,10 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   // Step i attends over context + 2 + i tokens (the warm-up step's
   // included); a sliding-window layer (gemma3) reads its window of them.
   const double attended_tokens = context + 2 + (s.tokens - 1) / 2.0;
-  const KvGeometry geometry = s.engine->kv_geometry();
-  double layer_tokens = 0;
-  for (int l = 0; l < geometry.n_layer; ++l) {
-    layer_tokens += geometry.window(l) > 0 ? std::min<double>(attended_tokens, geometry.window(l)) : attended_tokens;
-  }
-  cell.kv_bytes_per_token = layer_tokens / geometry.n_layer * kv_bytes_per_cached_token;
+  cell.kv_bytes_per_token =
+      kv_bytes_read_per_token(s.engine->kv_geometry(), attended_tokens, kv_bytes_per_cached_token);
   cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
-  cell.bandwidth_bytes_per_s = median(bandwidths);
+  cell.bandwidth_bytes_per_s = *std::max_element(bandwidths.begin(), bandwidths.end());
   return cell;
 }
 
@@ -150,8 +131,10 @@ absl::Status bench_decode(const Args& args) {
   FlagSet flags("baton bench decode",
                 "--model FILE [--context 512,4096] [--kv f16,int8-g32-z3,...] [--threads 2] [--json]",
                 "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
-                "bytes read per token, the achieved read rate, and the machine's memory read bandwidth measured "
-                "right after each row in the same run, with the ratio of the two. KV codecs are wire codec names "
+                "bytes read per token (KV: the store's bytes of K and V over the tokens a step attends, all "
+                "layers) and their sum, the achieved read rate, and its ratio to the machine's memory read "
+                "bandwidth: the best pass of a tuned reader in the same run (5 passes before the rows, one after "
+                "every timed step; baton bench bandwidth checks the reader). KV codecs are wire codec names "
                 "(common/kv_codec/kv_codec_config.h): the edge store QuantizedKvCache::store_config_for(codec) holds "
                 "the context and attention reads it directly; \"f32\" is the engine's F32 cache. The context is "
                 "filled with synthetic K/V unless --prefill is given (same attention cost, no long prefill). With "
@@ -181,7 +164,7 @@ absl::Status bench_decode(const Args& args) {
   if (context_values.empty() || kv_names.empty()) {
     return absl::InvalidArgumentError("--context and --kv need at least one value");
   }
-  const std::vector<float> bandwidth_buffer(size_t{1} << 28, 1.0f);  // 1 GiB
+  const ReadBuffer bandwidth_buffer(int64_t{1} << 30);  // 1 GiB: far past the last-level cache
   DecodeRun result;
   result.model = m.spec().name;
   result.threads = c.threads;
@@ -189,8 +172,12 @@ absl::Status bench_decode(const Args& args) {
   result.tokens = tokens;
   result.weight_bytes_per_token = static_cast<double>(weight_bytes_per_token(*m.model));
   const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};
+  result.bandwidth_bytes_per_s = measure_read_bandwidth(m.engine->pool(), bandwidth_buffer, kRunBandwidthPasses);
   for (int64_t context : context_values) {
-    for (const std::string& kv_name : kv_names) result.cells.push_back(measure_cell(setup, context, kv_name));
+    for (const std::string& kv_name : kv_names) {
+      result.cells.push_back(measure_cell(setup, context, kv_name));
+      result.bandwidth_bytes_per_s = std::max(result.bandwidth_bytes_per_s, result.cells.back().bandwidth_bytes_per_s);
+    }
   }
   if (c.json) {
     print_json_line(decode_json(result));

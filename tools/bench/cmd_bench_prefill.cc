@@ -1,11 +1,15 @@
-// baton bench prefill | perplexity: the CPU engine's local prefill speed, and
+// baton bench prefill | perplexity: the CPU engine's local prefill speed (and
+// its fraction of the CPU peak measured in the same run), and
 // held-out perplexity of a model.
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench_harness.h"
+#include "bench_prefill.h"
 #include "bench_report.h"
 #include "common/engine/perplexity.h"
 #include "common/tokenizer/tokenizer.h"
@@ -37,59 +41,93 @@ absl::StatusOr<std::vector<int32_t>> read_perplexity_tokens(const std::string& t
   return tokens;
 }
 
+// --tokens: comma-separated prompt sizes, each in [1, kMaxPrefillTokens].
+constexpr int64_t kMaxPrefillTokens = int64_t{1} << 20;
+
+absl::StatusOr<std::vector<int64_t>> parse_token_sizes(const std::string& list) {
+  std::vector<int64_t> sizes;
+  for (const std::string& item : std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty()))) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value < 1 || value > kMaxPrefillTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--tokens: '%s' is not a prompt size in [1, %d]", item, kMaxPrefillTokens));
+    }
+    sizes.push_back(value);
+  }
+  if (sizes.empty()) return absl::InvalidArgumentError("--tokens lists no size");
+  return sizes;
+}
+
+// One prompt of `tokens` synthetic tokens into a fresh store of the run's
+// codec, timed as one prefill call.
+absl::StatusOr<PrefillCell> measure_prefill_cell(Engine& engine, const Model& model, const std::string& kv_name,
+                                                 int64_t tokens, std::string* store_name) {
+  const ModelSpec& s = model.spec();
+  const auto prompt = synthetic_tokens(tokens, s.n_vocab, 1);
+  double kv_bytes_per_token = 0;
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                         bench_kv_cache(engine, kv_name, tokens, store_name, &kv_bytes_per_token));
+  std::vector<float> logits;
+  const auto start = Clock::now();
+  BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &logits));
+  PrefillCell cell;
+  cell.tokens = tokens;
+  cell.seconds = seconds_between(start, Clock::now());
+  // Every layer matrix per token; the output projection for the last token.
+  cell.matmul_ops = 2.0 * static_cast<double>(layer_matrix_elements(model)) * static_cast<double>(tokens) +
+                    2.0 * s.n_vocab * s.n_embd;
+  cell.attention_flops = attention_flops(engine.kv_geometry(), 0, tokens);
+  return cell;
+}
+
 }  // namespace
 
 absl::Status bench_prefill(const Args& args) {
   ModelBenchFlags c;
-  int64_t tokens = 512, batch = 64;
+  std::string tokens_list = "512";
+  int64_t batch = 64;
   bool local = true;
   std::string kv_name = "f16";
-  FlagSet flags("baton bench prefill", "--model FILE --local [--tokens N] [--kv CODEC] [--threads N] [--json]",
+  FlagSet flags("baton bench prefill",
+                "--model FILE --local [--tokens 512,2048,8192] [--kv CODEC] [--threads N] [--json]",
                 "Local prefill speed of the CPU engine (the edge's own prefill on its Q4_0 model: batched "
-                "Q4_0 matmuls over micro-batches of --batch tokens): a prompt of N synthetic tokens into the KV "
-                "store a codec implies (\"f32\": the engine's F32 cache).");
+                "Q4_0 matmuls over micro-batches of --batch tokens): one prompt of N synthetic tokens per --tokens "
+                "size into the KV store a codec implies (\"f32\": the engine's F32 cache), each held against the "
+                "CPU's peak measured first in the same run on the same threads (in-register vpdpbusd / vdpbf16ps / "
+                "vfmadd loops): int8 ops of the matmuls for quantized weights, the BF16 peak for BF16 weights, the "
+                "F32 FMA peak for F16/F32 weights. Attention (QK^T and PV, sliding windows respected) is counted "
+                "apart and in the all-ops fraction. One table, or with --json one JSON object, per size.");
   add_model_bench_flags(flags, c);
   flags.add_bool("local", &local, "prefill here on the CPU engine (the only mode; the cloud has its own bench)");
-  flags.add_int64("tokens", &tokens, "prompt tokens");
+  flags.add_string("tokens", &tokens_list, "prompt sizes, comma-separated: one cell each", "N,N,...");
   flags.add_int64("batch", &batch, "micro-batch tokens per forward");
   flags.add_string("kv", &kv_name, "KV codec of the store the prompt goes into (f32, f16, int8-g32-z3, ...)", "CODEC");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
   if (!local) return absl::InvalidArgumentError("only --local prefill is measured here");
-  if (tokens < 1 || batch < 1 || c.threads < 1) {
-    return absl::InvalidArgumentError("--tokens, --batch and --threads must be >= 1");
-  }
+  BATON_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, parse_token_sizes(tokens_list));
+  if (batch < 1 || c.threads < 1) return absl::InvalidArgumentError("--batch and --threads must be >= 1");
   BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads, batch));
   Engine& engine = *m.engine;
-  const ModelSpec& s = m.spec();
-  auto prompt = synthetic_tokens(tokens, s.n_vocab, 1);
   // Warm-up: page the weights in.
   {
     auto warm = engine.new_f32_kv_cache(8);
     std::vector<float> logits;
-    (void)engine.prefill(std::span<const int32_t>(prompt.data(), 4), *warm, &logits);
+    const auto prompt = synthetic_tokens(4, m.spec().n_vocab, 1);
+    BATON_RETURN_IF_ERROR(engine.prefill(prompt, *warm, &logits));
   }
-  std::string store_name;
-  double kv_bytes_per_token = 0;
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                         bench_kv_cache(engine, kv_name, tokens, &store_name, &kv_bytes_per_token));
-  std::vector<float> logits;
-  const auto start = Clock::now();
-  BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &logits));
-  const double seconds = seconds_between(start, Clock::now());
-  // Matmul work: every layer matrix per token, the output projection once.
-  const double layer_weight_elements = static_cast<double>(layer_matrix_elements(*m.model));
-  const double matmul_flops = 2.0 * layer_weight_elements * tokens + 2.0 * s.n_vocab * s.n_embd;
-  BenchReport r(absl::StrFormat("prefill (local): %s, %d tokens, batches of %d, %d threads, %s kernels, KV %s",
-                                s.name, tokens, batch, c.threads, simd_level_name(active_simd_level()), store_name));
-  r.add("prefill_tok_per_s", "prefill", tokens / seconds, "tok/s");
-  r.add("prefill_seconds", "time", seconds, "s", 3);
-  r.add("matmul_gflop_per_s", "matmul GFLOP/s", matmul_flops / seconds / 1e9, "GFLOP/s");
-  r.add_int("tokens", "tokens", tokens);
-  r.add_int("batch", "batch", batch);
-  r.add_int("threads", "threads", c.threads);
-  r.add_text("kv_store", "KV store", store_name);
-  r.print(c.json);
+  PrefillRun result;
+  result.model = m.spec().name;
+  result.batch = batch;
+  result.threads = c.threads;
+  result.kernels = simd_level_name(active_simd_level());
+  result.peak = measure_cpu_peak(engine.pool());
+  result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak);
+  for (int64_t tokens : sizes) {
+    BATON_ASSIGN_OR_RETURN(PrefillCell cell, measure_prefill_cell(engine, *m.model, kv_name, tokens, &result.kv_store));
+    result.cells.push_back(cell);
+    prefill_cell_report(result, cell).print(c.json);
+  }
   return absl::OkStatus();
 }
 

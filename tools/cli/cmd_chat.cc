@@ -29,6 +29,7 @@
 #include "commands.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
+#include "common/kv_codec/kv_geometry.h"
 #include "common/model/model.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "common/tokenizer/tokenizer.h"
@@ -39,6 +40,7 @@
 #include "edge_decode/generate/stop_matcher.h"
 #include "generation_flags.h"
 #include "interrupt.h"
+#include "local_turn.h"
 #include "turn_stats.h"
 
 namespace baton::cli {
@@ -46,7 +48,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Local chats hold an F32 KV cache of at most this many tokens (or the
+// Local chats hold their KV in the edge agent's store for its default codec
+// (local_turn.h: int4, QuantizedKvCache), at most this many tokens (or the
 // model's trained context, when smaller).
 constexpr int64_t kMaxLocalContextTokens = 4096;
 
@@ -259,9 +262,12 @@ class EdgeChat : public Chat {
 
 class LocalChat : public Chat {
  public:
+  // `wire`: the codec whose agent store holds the conversation (a store of
+  // it was made once already, so making one cannot fail).
   LocalChat(const ChatFlags& flags, const FlagSet& flag_set, std::unique_ptr<Model> model,
-            std::unique_ptr<Tokenizer> tokenizer)
+            std::unique_ptr<Tokenizer> tokenizer, const KvCodecConfig& wire)
       : Chat(flags, flag_set),
+        wire_(wire),
         model_(std::move(model)),
         tokenizer_(std::move(tokenizer)),
         format_(chat_format_from_gguf(model_->file(), *tokenizer_)),
@@ -334,7 +340,11 @@ class LocalChat : public Chat {
  private:
   void new_conversation_state() {
     const int64_t trained = model_->spec().n_ctx_train > 0 ? model_->spec().n_ctx_train : kMaxLocalContextTokens;
-    kv_ = engine_.new_f32_kv_cache(std::min(trained, kMaxLocalContextTokens));
+    // chat_locally made a store of this codec before the chat started.
+    absl::StatusOr<std::unique_ptr<QuantizedKvCache>> store =
+        new_local_kv_store(wire_, engine_.kv_geometry(), std::min(trained, kMaxLocalContextTokens));
+    BATON_CHECK(store.ok(), "the chat's KV store was checked at start");
+    kv_ = std::move(*store);
     sampler_ = std::make_unique<Sampler>(sampling_);
     figures_ = LocalTurnFigures{};
   }
@@ -371,6 +381,7 @@ class LocalChat : public Chat {
     return absl::OkStatus();
   }
 
+  KvCodecConfig wire_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatFormat format_;
@@ -418,7 +429,15 @@ absl::Status chat_locally(const ChatFlags& f, const FlagSet& flags) {
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf((*model)->file());
   if (!tokenizer.ok()) return with_prefix("the model's tokenizer", tokenizer.status());
-  LocalChat chat(f, flags, std::move(*model), std::move(*tokenizer));
+  // The agent's default store (local_turn.h), checked here so a chat never
+  // starts without one.
+  const KvGeometry geometry = kv_geometry_for((*model)->spec());
+  absl::StatusOr<KvCodecConfig> wire = local_kv_codec("", geometry);
+  if (!wire.ok()) return wire.status();
+  if (absl::StatusOr<std::unique_ptr<QuantizedKvCache>> probe = new_local_kv_store(*wire, geometry, 1); !probe.ok()) {
+    return probe.status();
+  }
+  LocalChat chat(f, flags, std::move(*model), std::move(*tokenizer), *wire);
   return chat.run();
 }
 

@@ -1,9 +1,9 @@
 // baton generate: runs the CPU engine on a local model and streams the
-// generated text with the stats at the end. Prompts are text (tokenized with
+// generated text with the stats at the end; the KV lives in the edge agent's
+// quantized store (local_turn.h), so the answer is the agent's. Prompts are text (tokenized with
 // the model's own tokenizer), token ids, or synthetic tokens for speed runs.
 // Without --model the command is a client of the edge agent instead
 // (cmd_generate_edge.cc); generate_flags.h has the flags of both modes.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,13 +19,12 @@
 #include "common/util/check.h"
 #include "common/util/flags.h"
 #include "generate_flags.h"
+#include "local_turn.h"
 #include "prompt_flags.h"
 #include "report.h"
 
 namespace baton::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // The prompt's tokens: the text through the model's tokenizer, the ids as
 // given, or (no prompt) --prompt-len synthetic tokens.
@@ -58,45 +57,30 @@ absl::Status fit_context(const ModelSpec& s, int64_t prompt_count, int64_t* max_
   return absl::OkStatus();
 }
 
-// Prefills `prompt`, then samples and prints up to `max_tokens` tokens as they
+// Prefills `prompt` into the edge agent's KV store for --codec
+// (local_turn.h), then samples and prints up to `max_tokens` tokens as they
 // come; returns the figures of the turn.
 absl::StatusOr<LocalTurnFigures> run_turn(const Model& model, const Tokenizer& tokenizer, const GenerateFlags& f,
                                           const SamplingParams& sampling, const std::vector<int32_t>& prompt,
                                           int64_t max_tokens) {
   Engine engine(model, EngineOptions{static_cast<int>(f.threads), 64});
-  auto kv = engine.new_f32_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
+  const KvGeometry geometry = engine.kv_geometry();
+  absl::StatusOr<KvCodecConfig> wire = local_kv_codec(f.codec_name, geometry);
+  if (!wire.ok()) return usage_error("generate", std::string(wire.status().message()));
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<QuantizedKvCache> kv,
+                         new_local_kv_store(*wire, geometry, static_cast<int64_t>(prompt.size()) + max_tokens));
   Sampler sampler(sampling);
-  for (int32_t t : prompt) sampler.accept(t);
-
-  std::vector<float> logits;
-  const auto start = Clock::now();
-  BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &logits));
-  const auto prefill_done = Clock::now();
-  int64_t generated = 0;
-  Clock::time_point first_token_time = prefill_done;
   StreamingDecoder detokenizer(tokenizer);
-  while (generated < max_tokens) {
-    const int32_t token = sampler.sample(logits);
-    sampler.accept(token);
-    if (generated == 0) first_token_time = Clock::now();
-    ++generated;
-    if (!f.ignore_eos && tokenizer.is_eog(token)) break;
+  const TokenSink print = [&](int32_t token) {
+    if (!f.ignore_eos && tokenizer.is_eog(token)) return false;
     std::fputs(detokenizer.push(token).c_str(), stdout);
     std::fflush(stdout);
-    if (generated == max_tokens) break;
-    BATON_RETURN_IF_ERROR(engine.decode_step(token, *kv, &logits));
-  }
-  const auto end = Clock::now();
+    return true;
+  };
+  BATON_ASSIGN_OR_RETURN(LocalTurn turn, run_local_turn(engine, *kv, sampler, prompt, max_tokens, print));
   std::fputs(detokenizer.flush().c_str(), stdout);
   std::fputs("\n", stdout);
-  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  LocalTurnFigures figures;
-  figures.prompt_tokens = static_cast<int64_t>(prompt.size());
-  figures.generated_tokens = generated;
-  figures.ttft_ms = secs(start, first_token_time) * 1e3;
-  figures.prefill_s = secs(start, prefill_done);
-  figures.decode_s = secs(first_token_time, end);
-  return figures;
+  return turn.figures;
 }
 
 absl::Status generate_locally(const Args& args) {

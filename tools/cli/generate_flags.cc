@@ -9,7 +9,7 @@ namespace baton::cli {
 namespace {
 
 constexpr const char* kEdgeOnly[] = {"edge",         "session",          "pack",        "policy",
-                                     "codec",        "split-position",   "stop",        "no-progress",
+                                     "split-position",   "stop",        "no-progress",
                                      "timeout",      "ca",               "api-key-file", "context-overflow",
                                      "keep-tokens",  "early-tokens",     "speculative"};
 constexpr const char* kLocalOnly[] = {"model", "prompt-len", "threads", "ignore-eos"};
@@ -48,6 +48,11 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
                    {"prompt text (also -p)", "read the prompt text from a file",
                     "prompt as comma-separated token ids"});
   flags.add_bool("json", &out->json, "print the text and the stats as one JSON object to stdout");
+  flags.add_string("codec", &out->codec_name,
+                   "KV codec: f16, int8, int4 or a full name such as int4-pc-kg128-g32-z3; auto: the agent picks "
+                   "per request. --edge: unset = the agent's --codec. --model: the KV goes into the store the agent "
+                   "keeps that codec in (unset: int4, the agent's default without a cloud; auto = int4; no tc-*)",
+                   "NAME");
 
   flags.add_section("sampling (both modes, same defaults)");
   add_generation_flags(flags, &out->generation);
@@ -57,10 +62,6 @@ std::unique_ptr<FlagSet> generate_flag_set(GenerateFlags* out) {
   flags.add_string("pack", &out->pack_id, "prefix pack that starts a new session", "ID");
   flags.add_string("policy", &out->policy_name,
                    "where to prefill: auto, local or cloud; unset: the agent's --policy (auto unless changed)", "NAME");
-  flags.add_string("codec", &out->codec_name,
-                   "KV codec (auto: the agent picks per request; f16, int8, int4 or a full name such as "
-                   "int4-pc-kg128-g32-z3); unset: the agent's --codec",
-                   "NAME");
   flags.add_int64("split-position", &out->split_position,
                   "force the split: the edge prefills [have, A) while the cloud streams [A, n-1) (A = have: cloud, "
                   "n-1: local; tests and benchmarks)");

@@ -26,8 +26,9 @@ struct GenerateFlags {
   PromptFlags prompt;
   GenerationFlags generation;
   bool json = false;
+  std::string codec_name;  // both modes (--model: the local KV store's codec, local_turn.h)
   // --edge only
-  std::string session_id, pack_id, policy_name, codec_name;
+  std::string session_id, pack_id, policy_name;
   int64_t split_position = 0;  // --split-position: GenerateRequest.split_position when set
   EdgeTurnFlags turn;            // --context-overflow, --keep-tokens, --early-tokens
   std::string stop_help;  // --stop is repeatable: collected before parsing; listed for --help

@@ -1,0 +1,73 @@
+// The memory read kernels behind bench decode's bandwidth figure
+// (tools/bench/read_bandwidth.h) and its plain STREAM-like self-test
+// (tools/bench/stream_read.h): each must read every word exactly once, so
+// bytes / seconds is the rate of what was read, for any start and length.
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/util/cpu_features.h"
+#include "read_bandwidth.h"
+#include "stream_read.h"
+
+namespace baton::cli {
+namespace {
+
+// Sum of the words [begin, end) of a ReadBuffer (word i holds i).
+uint64_t words_sum(int64_t begin, int64_t end) {
+  uint64_t total = 0;
+  for (int64_t i = begin; i < end; ++i) total += static_cast<uint64_t>(i);
+  return total;
+}
+
+TEST(ReadBandwidthTest, ReadSumReadsEveryWordOnceForAnyStartAndLength) {
+  const ReadBuffer buffer(64 * 1024);
+  const int64_t n = buffer.bytes() / 8;
+  EXPECT_EQ(read_sum(buffer.words(), buffer.bytes()), words_sum(0, n));
+  for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{8}, int64_t{61}}) {
+    for (int64_t end : {n, n - 1, n - 5, n - 64, begin + 70, begin + 1, begin}) {
+      EXPECT_EQ(read_sum(buffer.words() + begin, (end - begin) * 8), words_sum(begin, end))
+          << "[" << begin << ", " << end << ")";
+    }
+  }
+}
+
+TEST(ReadBandwidthTest, EachWideKernelSumsEveryWord) {
+  const ReadBuffer buffer(64 * 1024);
+  const int64_t n = buffer.bytes() / 8;
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2";
+  EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words(), n), words_sum(0, n));
+  EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words() + 32, 64), words_sum(32, 96));
+  if (best_simd_level() < SimdLevel::kAvx512) return;
+  EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words(), n), words_sum(0, n));
+  EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words() + 64, 128), words_sum(64, 192));
+}
+
+TEST(ReadBandwidthTest, MeasuredBandwidthIsPositiveAndFinite) {
+  ThreadPool pool(2);
+  const ReadBuffer buffer(8 << 20);
+  const double rate = measure_read_bandwidth(pool, buffer, 2);
+  EXPECT_GT(rate, 1e8);   // 100 MB/s: far below any machine this runs on
+  EXPECT_LT(rate, 1e13);  // 10 TB/s: beyond any CPU's caches
+}
+
+TEST(StreamReadTest, StreamSumAddsEveryValueOnce) {
+  std::vector<double> values(1003);
+  std::iota(values.begin(), values.end(), 0.0);
+  EXPECT_EQ(stream_sum(values, 0, 1003), 1002.0 * 1003 / 2);
+  EXPECT_EQ(stream_sum(values, 5, 8), 5.0 + 6 + 7);
+  EXPECT_EQ(stream_sum(values, 7, 7), 0.0);
+}
+
+TEST(StreamReadTest, EveryThreadReadsItsShareOnce) {
+  const std::vector<double> ones(100'003, 1.0);  // not a multiple of the threads
+  for (int threads : {1, 2, 3}) {
+    double sum = 0;
+    EXPECT_GT(stream_read_bandwidth(ones, threads, 2, &sum), 0.0);
+    EXPECT_EQ(sum, static_cast<double>(ones.size())) << threads << " threads";
+  }
+}
+
+}  // namespace
+}  // namespace baton::cli

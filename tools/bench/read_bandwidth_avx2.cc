@@ -1,0 +1,29 @@
+// The AVX2 read kernel (read_bandwidth.h): 8 ymm loads (256 bytes) per round
+// into 8 independent accumulators. Entered only at SIMD level >= avx2.
+#include <immintrin.h>
+
+#include "read_bandwidth.h"
+
+namespace baton::cli::read_kernels {
+
+uint64_t read_sum_avx2(const uint64_t* data, int64_t words) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+  for (int64_t i = 0; i < words; i += 32) {
+    const __m256i* p = reinterpret_cast<const __m256i*>(data + i);
+    s0 = _mm256_add_epi64(s0, _mm256_load_si256(p + 0));
+    s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + 1));
+    s2 = _mm256_add_epi64(s2, _mm256_load_si256(p + 2));
+    s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + 3));
+    s4 = _mm256_add_epi64(s4, _mm256_load_si256(p + 4));
+    s5 = _mm256_add_epi64(s5, _mm256_load_si256(p + 5));
+    s6 = _mm256_add_epi64(s6, _mm256_load_si256(p + 6));
+    s7 = _mm256_add_epi64(s7, _mm256_load_si256(p + 7));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)),
+                                     _mm256_add_epi64(_mm256_add_epi64(s4, s5), _mm256_add_epi64(s6, s7)));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+}  // namespace baton::cli::read_kernels

@@ -1,0 +1,32 @@
+// The AVX-512 read kernel (read_bandwidth.h): 8 zmm loads (512 bytes, 8 cache
+// lines) per round into 8 independent accumulators, so loads, not the add
+// chain, bound it. Entered only at SIMD level avx512.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "read_bandwidth.h"
+
+namespace baton::cli::read_kernels {
+
+uint64_t read_sum_avx512(const uint64_t* data, int64_t words) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+  for (int64_t i = 0; i < words; i += 64) {
+    const __m512i* p = reinterpret_cast<const __m512i*>(data + i);
+    s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + 0));
+    s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + 1));
+    s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + 2));
+    s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + 3));
+    s4 = _mm512_add_epi64(s4, _mm512_load_si512(p + 4));
+    s5 = _mm512_add_epi64(s5, _mm512_load_si512(p + 5));
+    s6 = _mm512_add_epi64(s6, _mm512_load_si512(p + 6));
+    s7 = _mm512_add_epi64(s7, _mm512_load_si512(p + 7));
+  }
+  const __m512i s = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)),
+                                     _mm512_add_epi64(_mm512_add_epi64(s4, s5), _mm512_add_epi64(s6, s7)));
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(s));
+}
+
+}  // namespace baton::cli::read_kernels
