@@ -35,11 +35,12 @@ void add_model_bench_flags(FlagSet& flags, ModelBenchFlags& values) {
   flags.require("model");
 }
 
-absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens) {
+absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens,
+                                       FloatMatmul float_matmul) {
   LoadedModel loaded;
   BATON_ASSIGN_OR_RETURN(loaded.model, Model::Load(path));
   loaded.engine = std::make_unique<Engine>(
-      *loaded.model, EngineOptions{static_cast<int>(threads), static_cast<int>(batch_tokens)});
+      *loaded.model, EngineOptions{static_cast<int>(threads), static_cast<int>(batch_tokens), float_matmul});
   return loaded;
 }
 

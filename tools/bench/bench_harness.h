@@ -50,7 +50,8 @@ struct LoadedModel {
   std::unique_ptr<Engine> engine;
   const ModelSpec& spec() const { return model->spec(); }
 };
-absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens = 64);
+absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens = 64,
+                                       FloatMatmul float_matmul = FloatMatmul::kExact);
 
 // Deterministic pseudo-random token ids in [0, n_vocab) (no tokenizer needed).
 std::vector<int32_t> synthetic_tokens(int64_t n, int n_vocab, uint64_t seed);

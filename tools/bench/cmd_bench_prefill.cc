@@ -88,26 +88,36 @@ absl::Status bench_prefill(const Args& args) {
   int64_t batch = 64;
   bool local = true;
   std::string kv_name = "f16";
+  std::string float_matmul = "exact";
   FlagSet flags("baton bench prefill",
-                "--model FILE --local [--tokens 512,2048,8192] [--kv CODEC] [--threads N] [--json]",
+                "--model FILE --local [--tokens 512,2048,8192] [--kv CODEC] [--float-matmul exact|bf16] [--threads N] "
+                "[--json]",
                 "Local prefill speed of the CPU engine (the edge's own prefill on its Q4_0 model: batched "
                 "Q4_0 matmuls over micro-batches of --batch tokens): one prompt of N synthetic tokens per --tokens "
                 "size into the KV store a codec implies (\"f32\": the engine's F32 cache), each held against the "
                 "CPU's peak measured first in the same run on the same threads (in-register vpdpbusd / vdpbf16ps / "
                 "vfmadd loops): int8 ops of the matmuls for quantized weights, the BF16 peak for BF16 weights, the "
-                "F32 FMA peak for F16/F32 weights. Attention (QK^T and PV, sliding windows respected) is counted "
+                "F32 FMA peak for F16/BF16/F32 weights (the BF16 peak with --float-matmul bf16). Attention (QK^T and PV, sliding windows respected) is counted "
                 "apart and in the all-ops fraction. One table, or with --json one JSON object, per size.");
   add_model_bench_flags(flags, c);
   flags.add_bool("local", &local, "prefill here on the CPU engine (the only mode; the cloud has its own bench)");
   flags.add_string("tokens", &tokens_list, "prompt sizes, comma-separated: one cell each", "N,N,...");
   flags.add_int64("batch", &batch, "micro-batch tokens per forward");
   flags.add_string("kv", &kv_name, "KV codec of the store the prompt goes into (f32, f16, int8-g32-z3, ...)", "CODEC");
+  flags.add_string("float-matmul", &float_matmul,
+                   "F16/BF16/F32 weights: exact (f32 products, the golden path) or bf16 (vdpbf16ps, as "
+                   "baton-prefill --cpu-matmul bf16)",
+                   "MODE");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
   if (!local) return absl::InvalidArgumentError("only --local prefill is measured here");
   BATON_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, parse_token_sizes(tokens_list));
   if (batch < 1 || c.threads < 1) return absl::InvalidArgumentError("--batch and --threads must be >= 1");
-  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads, batch));
+  if (float_matmul != "exact" && float_matmul != "bf16") {
+    return absl::InvalidArgumentError("--float-matmul must be exact or bf16, not '" + float_matmul + "'");
+  }
+  const FloatMatmul mode = float_matmul == "bf16" ? FloatMatmul::kBf16 : FloatMatmul::kExact;
+  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads, batch, mode));
   Engine& engine = *m.engine;
   // Warm-up: page the weights in.
   {
@@ -122,7 +132,7 @@ absl::Status bench_prefill(const Args& args) {
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
   result.peak = measure_cpu_peak(engine.pool());
-  result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak);
+  result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak, mode);
   for (int64_t tokens : sizes) {
     BATON_ASSIGN_OR_RETURN(PrefillCell cell, measure_prefill_cell(engine, *m.model, kv_name, tokens, &result.kv_store));
     result.cells.push_back(cell);

@@ -25,15 +25,13 @@ double kv_bytes_read_per_token(const KvGeometry& geometry, double attended_token
   return layer_tokens / geometry.n_layer * bytes_per_cached_token;
 }
 
-MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak) {
+MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak, FloatMatmul float_matmul) {
   MatmulPeak chosen;
   chosen.weights = std::string(ggml_type_name(weights));
-  if (weights == GgmlType::kF32 || weights == GgmlType::kF16) {
-    chosen.kind = "f32";
-    chosen.figure = peak.f32;
-  } else if (weights == GgmlType::kBF16) {
-    chosen.kind = peak.bf16 ? "bf16" : "f32";
-    chosen.figure = peak.bf16 ? peak.bf16 : peak.f32;
+  if (weights == GgmlType::kF32 || weights == GgmlType::kF16 || weights == GgmlType::kBF16) {
+    const bool bf16 = float_matmul == FloatMatmul::kBf16 && peak.bf16 && bf16_matmul_available();
+    chosen.kind = bf16 ? "bf16" : "f32";
+    chosen.figure = bf16 ? peak.bf16 : peak.f32;
   } else {
     chosen.kind = "int8";
     chosen.figure = peak.int8;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cpu/matmul.h"
 #include "common/kv_codec/kv_geometry.h"
 #include "common/model/model.h"
 #include "cpu_peak.h"
@@ -30,16 +31,17 @@ double kv_bytes_read_per_token(const KvGeometry& geometry, double attended_token
 // Which measured peak a model's matmuls are held against: the weights' type
 // that holds most elements of the layer matrices and the output projection
 // decides. Quantized (Q4_0, Q8_0, K-quants, ...): the int8 dot-product peak
-// (the kernels quantize activations to 8 bits and multiply integers); BF16:
-// the BF16 dot-product peak where the CPU has one, else F32; F16 and F32:
-// the F32 FMA peak (the kernels widen F16 to F32). kind: "int8", "bf16",
-// "f32"; figure empty when the level measured none (scalar).
+// (the kernels quantize activations to 8 bits and multiply integers); float
+// weights (F16, BF16, F32): the F32 FMA peak on the exact path (the kernels
+// widen them to F32), the BF16 dot-product peak with FloatMatmul::kBf16
+// where the CPU has one. kind: "int8", "bf16", "f32"; figure empty when the
+// level measured none (scalar).
 struct MatmulPeak {
   std::string kind;
   std::string weights;  // the deciding weight type's name, e.g. "q4_0"
   std::optional<PeakFigure> figure;
 };
-MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak);
+MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak, FloatMatmul float_matmul = FloatMatmul::kExact);
 // The type holding most elements of the layer matrices and the output
 // projection (a Q4_K_M file: q4_k; Q4_0 with a Q6_K output: q4_0).
 GgmlType dominant_weight_type(const Model& model);
