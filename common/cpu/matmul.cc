@@ -103,6 +103,9 @@ struct ActivationScratch {
   std::vector<float> q8_k_d;       // [n_tokens, cols/256]
   std::vector<int16_t> q8_k_sums;  // [n_tokens, cols/16]
   std::vector<uint8_t> q8_0_xu;    // [n_tokens, cols]: q8_0_qs + 128, for the panel kernel
+  std::vector<uint8_t> q8_k_xu;    // K-quant panels: [n_tokens, cols] q8_k_qs + 128
+  std::vector<float> q8_k_xd32;    // K-quant panels: [n_tokens, cols/32] each 32's super-block scale
+  std::vector<float> q8_k_xdsum;   // K-quant panels: [n_tokens, cols/32] d * sum of the 32 quants
   std::vector<uint8_t> bf16_x;     // [n_tokens, bf16_padded_cols(cols)] bf16, for FloatMatmul::kBf16
 };
 thread_local ActivationScratch t_scratch;
@@ -199,12 +202,15 @@ struct PreparedActivations {
   const float* q8_k_d = nullptr;
   const int16_t* q8_k_sums = nullptr;
   const uint8_t* q8_0_xu = nullptr;
+  const uint8_t* q8_k_xu = nullptr;
+  const float* q8_k_xd32 = nullptr;
+  const float* q8_k_xdsum = nullptr;
   const uint8_t* bf16_x = nullptr;
 };
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
-void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool bf16,
-                         const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool panel_sums,
+                         bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
                          PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   if (bf16) {
@@ -225,6 +231,7 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
       int8_t* token_qs = qs + t * cols;
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
       if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
+
       if (sums == nullptr) return;
       for (int64_t b = 0; b < cols / kQK8_0; ++b) {
         int sum = 0;
@@ -241,9 +248,27 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     int8_t* qs = grown(scratch.q8_k_qs, n_tokens * cols);
     float* d = grown(scratch.q8_k_d, n_tokens * cols / kQK_K);
     int16_t* sums = grown(scratch.q8_k_sums, n_tokens * cols / 16);
+    // K-quant panels: the same Q8_K activations (llama.cpp's), spread per
+    // 32-element sub-block: quants + 128, the super-block's scale, and scale
+    // times the sub-block's sum of quants (two of Q8_K's sums per 16).
+    const int64_t blocks = cols / kQK8_0;
+    uint8_t* xu = panel_sums ? grown(scratch.q8_k_xu, n_tokens * cols) : nullptr;
+    float* xd32 = panel_sums ? grown(scratch.q8_k_xd32, n_tokens * blocks) : nullptr;
+    float* xdsum = panel_sums ? grown(scratch.q8_k_xdsum, n_tokens * blocks) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       kernels.quantize_q8_k_split(x + t * cols, qs + t * cols, d + t * cols / kQK_K, sums + t * cols / 16, cols);
+      if (xu == nullptr) return;
+      kernels.offset_quants(qs + t * cols, xu + t * cols, cols);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float scale = d[t * cols / kQK_K + b * kQK8_0 / kQK_K];
+        const int16_t* pair = sums + t * cols / 16 + 2 * b;
+        xd32[t * blocks + b] = scale;
+        xdsum[t * blocks + b] = scale * static_cast<float>(pair[0] + pair[1]);
+      }
     });
+    prepared->q8_k_xu = xu;
+    prepared->q8_k_xd32 = xd32;
+    prepared->q8_k_xdsum = xdsum;
     prepared->q8_k_qs = qs;
     prepared->q8_k_d = d;
     prepared->q8_k_sums = sums;
@@ -263,27 +288,41 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                   std::span<float* const> ys, ThreadPool* pool, bool decode_order, FloatMatmul float_matmul) {
   BATON_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroupMatrices,
               "matmul: one output per matrix, 1..8 matrices");
+  // Prefill calls (2+ tokens) of Q4_0 / Q8_0 / Q4_K / Q5_K weights go
+  // through the panel kernel where the ISA has one, with the activations
+  // their other kernels take (Q8_0; Q8_K for the K-quants, spread per 32).
+  const MatmulKernels& kernels = kernels_for(level);
+  const bool panel_possible = !decode_order && kernels.panel_tile != nullptr && n_tokens >= kPanelMinTokens;
+  auto in_panel = [&](GgmlType type) {
+    return panel_possible && (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+                              type == GgmlType::kQ5_K);
+  };
   bool needed[4] = {};  // by ActivationFormat
+  bool panel = false, panel_sums = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
-    needed[static_cast<int>(activation_format(w->type))] = true;
+    if (in_panel(w->type) && (w->type == GgmlType::kQ4_K || w->type == GgmlType::kQ5_K)) {
+      needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
+      panel_sums = true;
+    } else if (in_panel(w->type)) {
+      needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
+      panel = true;
+    } else {
+      needed[static_cast<int>(activation_format(w->type))] = true;
+    }
   }
   int64_t total_rows = 0;
   for (const WeightMatrix* w : ws) total_rows += w->rows;
   if (n_tokens == 0 || total_rows == 0) return;
-  const MatmulKernels& kernels = kernels_for(level);
   const int n_threads = pool != nullptr ? pool->size() : 1;
 
-  // Q4_0 / Q8_0 prefill goes through the panel kernel where the ISA has one.
-  const bool panel = !decode_order && kernels.panel_tile != nullptr && n_tokens >= kPanelMinTokens &&
-                     needed[static_cast<int>(ActivationFormat::kQ8_0)];
   // Float weights in bf16 (FloatMatmul::kBf16): prefill calls, where the CPU has it.
   const bool bf16 = !decode_order && float_matmul == FloatMatmul::kBf16 && level == SimdLevel::kAvx512 &&
                     bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
                     needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, bf16, x, n_tokens, ws[0]->cols, pool, &prepared);
+  prepare_activations(kernels, needed, panel, panel_sums, bf16, x, n_tokens, ws[0]->cols, pool, &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
@@ -305,11 +344,14 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     problem.cols = w.cols;
     problem.y = ys[i];
     problem.x = x;
+    panels[i] = in_panel(w.type);
     const ActivationFormat format = activation_format(w.type);
     if (format == ActivationFormat::kQ8_K) {
       problem.xq = prepared.q8_k_qs;
-      problem.xd = prepared.q8_k_d;
+      problem.xd = panels[i] ? prepared.q8_k_xd32 : prepared.q8_k_d;
       problem.xsums = prepared.q8_k_sums;
+      problem.xu = prepared.q8_k_xu;
+      problem.xdsum = prepared.q8_k_xdsum;
     } else if (format != ActivationFormat::kFloat) {
       problem.xq = prepared.q8_0_qs;
       problem.xd = prepared.q8_0_d;
@@ -318,7 +360,6 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     }
     tiles[i] = tile_for(kernels, format);
     decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
-    panels[i] = panel && format == ActivationFormat::kQ8_0;
     bf16s[i] = bf16 && format == ActivationFormat::kFloat;
     if (bf16s[i]) problem.xu = prepared.bf16_x;
     splits[i] = panels[i] || bf16s[i] ? panel_split(w.rows, n_tokens, n_threads)

@@ -35,6 +35,7 @@ struct MatmulProblem {
                             // K-quants: [n_tokens, cols/16] sums of xq per 16
   float* y;                 // [n_tokens, rows] f32
   const uint8_t* xu;        // panel kernel (Q4_0 / Q8_0 prefill): [n_tokens, cols] xq + 128 as u8
+  const float* xdsum;       // panel kernel, K-quants: [n_tokens, cols/32] xd * (sum of xq per 32)
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).
@@ -60,15 +61,17 @@ void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
 void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                         int64_t tok_end);
 
-// The prefill GEMM over packed int8 weight panels (AVX-512 VNNI; Q4_0 and
-// Q8_0 weights, x as Q8_0 with xu = xq + 128 and xd): y[t, r] for the rows
+// The prefill GEMM over packed int8 weight panels (AVX-512 VNNI; Q4_0, Q8_0,
+// Q4_K and Q5_K weights; x as xu = xq + 128 and xd per 32 columns (Q8_0, or
+// for the K-quants Q8_K's quants with each 32's super-block scale, and xdsum)):
+// y[t, r] for the rows
 // and tokens given. Rows go in panels of kPanelRows, each packed once into
 // `scratch` (panel_scratch_bytes(cols) bytes, the calling thread's) and run
 // against every token. A token's outputs are the same whatever other tokens
 // and rows the call holds (same operations, same order), but not bit-equal
 // to matmul_tile_avx512's (another summation order).
 constexpr int64_t kPanelRows = 32;
-constexpr int64_t kPanelBlockBytes = 640;  // one strip of 16 rows x 32 columns, packed
+constexpr int64_t kPanelBlockBytes = 704;  // one strip of 16 rows x 32 columns, packed
 constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPanelRows / 16 * cols / 32 * kPanelBlockBytes; }
 void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                        int64_t tok_end, uint8_t* scratch);

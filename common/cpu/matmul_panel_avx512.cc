@@ -25,6 +25,13 @@
 //                   i's columns 4j..4j+3 of the block (signed)
 //   bytes 512..575: int32 x 16, -128 * sum of row i's 32 weights
 //   bytes 576..639: f32 x 16, row i's block scale d
+//   bytes 640..703: f32 x 16, row i's block offset c (K-quants only):
+//                   w = d * stored + c, and sum_k c * x = c * xd * sum_k xq
+//                   is one more FMA per block against xdsum = xd * sum xq
+// K-quants (Q4_K, Q5_K): a panel block is one 32-element sub-block of a
+// 256-element super-block, its 6-bit scale and min folded into d and c; the
+// quants enter centered (Q4_K: q - 8, Q5_K: q - 16) and c takes the offset.
+// Q6_K (16-element sub-blocks) keeps its own kernel.
 // Rows past the matrix (the last strip of a matrix whose rows are not a
 // multiple of 16) repeat the last row and are never stored.
 #pragma GCC diagnostic push
@@ -41,7 +48,20 @@ namespace {
 constexpr int kStripRows = 16;
 constexpr int64_t kBiasOffset = 512;
 constexpr int64_t kScaleOffset = 576;
-static_assert(kPanelBlockBytes == 640, "panel block: 8 x 64 weight bytes, 64 bias bytes, 64 scale bytes");
+constexpr int64_t kMinOffset = 640;
+static_assert(kPanelBlockBytes == 704, "panel block: 8 x 64 weight bytes, 64 bias, 64 scale and 64 min bytes");
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of
+// a Q4_K / Q5_K super-block.
+inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 
 // 16 rows x 16 bytes (row i at base + offsets[i]) -> out[j] = dword j of
 // every row, lane i = row i: the 4 x 16 dword transpose packing needs.
@@ -116,6 +136,81 @@ void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   }
 }
 
+// Packs rows [r0, r0 + 16) of Q4_K / Q5_K weights: 8 panel blocks per super-block.
+template <GgmlType kType>
+void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
+  constexpr bool kQ5 = kType == GgmlType::kQ5_K;
+  constexpr int64_t kBlockBytes = kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  constexpr int64_t kQsOffset = kQ5 ? 48 : 16;  // d, dmin, scales[12], (qh[32])
+  constexpr int kCenter = kQ5 ? 16 : 8;
+  int64_t offsets[kStripRows];
+  const uint8_t* rows[kStripRows];
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
+    offsets[i] = (r - r0) * p.row_bytes;
+    rows[i] = p.weights + r * p.row_bytes;
+  }
+  const uint8_t* base = p.weights + r0 * p.row_bytes;
+  const int64_t n_super = p.cols / kQK_K;
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const __m512i one_bits = _mm512_set1_epi8(1);
+  const __m512i center = _mm512_set1_epi8(kCenter);
+  alignas(64) float d[8][kStripRows], c[8][kStripRows];
+  for (int64_t sk = 0; sk < n_super; ++sk) {
+    const uint8_t* super = base + sk * kBlockBytes;
+    for (int i = 0; i < kStripRows; ++i) {
+      const uint8_t* blk = rows[i] + sk * kBlockBytes;
+      uint16_t dh, dminh;
+      __builtin_memcpy(&dh, blk, 2);
+      __builtin_memcpy(&dminh, blk + 2, 2);
+      const float dd = _cvtsh_ss(dh), dmin = _cvtsh_ss(dminh);
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        scale_min_k4(j, blk + 4, &sc, &m);
+        d[j][i] = dd * static_cast<float>(sc);
+        c[j][i] = static_cast<float>(kCenter) * d[j][i] - dmin * static_cast<float>(m);
+      }
+    }
+    __m512i qh[8];  // Q5_K: dword k of every row's qh[32]
+    if constexpr (kQ5) {
+      __m512i t[4];
+      transpose_16x4_dwords(super + 16, offsets, t);
+      for (int k = 0; k < 4; ++k) qh[k] = t[k];
+      transpose_16x4_dwords(super + 32, offsets, t);
+      for (int k = 0; k < 4; ++k) qh[k + 4] = t[k];
+    }
+    for (int chunk = 0; chunk < 4; ++chunk) {  // 64 elements: sub-blocks 2 chunk (low nibbles), 2 chunk + 1 (high)
+      __m512i q[8];  // dword k of qs[32 chunk .. 32 chunk + 31] of every row
+      __m512i t[4];
+      transpose_16x4_dwords(super + kQsOffset + 32 * chunk, offsets, t);
+      for (int k = 0; k < 4; ++k) q[k] = t[k];
+      transpose_16x4_dwords(super + kQsOffset + 32 * chunk + 16, offsets, t);
+      for (int k = 0; k < 4; ++k) q[k + 4] = t[k];
+      for (int half = 0; half < 2; ++half) {
+        const int sub = 2 * chunk + half;
+        uint8_t* out = panel + (sk * 8 + sub) * kPanelBlockBytes;
+        __m512i sum = _mm512_setzero_si512();
+        for (int k = 0; k < 8; ++k) {
+          __m512i v = half == 0 ? _mm512_and_si512(q[k], low_nibbles)
+                                : _mm512_and_si512(_mm512_srli_epi16(q[k], 4), low_nibbles);
+          if constexpr (kQ5) {
+            // Element l of the sub-block has its 5th bit at bit `sub` of qh[l].
+            const __m512i bit = _mm512_and_si512(_mm512_srl_epi16(qh[k], _mm_cvtsi32_si128(sub)), one_bits);
+            v = _mm512_or_si512(v, _mm512_slli_epi16(bit, 4));
+          }
+          v = _mm512_sub_epi8(v, center);
+          _mm512_storeu_si512(out + 64 * k, v);
+          sum = _mm512_dpbusd_epi32(sum, ones, v);
+        }
+        _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+        _mm512_storeu_ps(out + kScaleOffset, _mm512_load_ps(d[sub]));
+        _mm512_storeu_ps(out + kMinOffset, _mm512_load_ps(c[sub]));
+      }
+    }
+  }
+}
+
 // S strips (16 rows each, panels n_blocks * kPanelBlockBytes apart) x T tokens.
 // Every (row, token) goes through the same operations in the same order
 // whatever S and T are, so a token's outputs do not depend on the others in
@@ -124,7 +219,7 @@ void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
 // step asks for the next prefetch_step bytes of the rows the next panel will
 // pack (the weights come from DRAM once per call: packing would otherwise
 // wait for them); nullptr: nothing to prefetch.
-template <int S, int T>
+template <int S, int T, bool kMins>
 void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t t0, __mmask16 last_mask,
                   const uint8_t* prefetch, int64_t prefetch_step) {
   const int64_t n_blocks = p.cols / kQK8_0;
@@ -160,6 +255,12 @@ void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int6
         const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[s][t]), x_scale);
         acc[s][t] = _mm512_fmadd_ps(scaled, _mm512_loadu_ps(block + s * strip_bytes + kScaleOffset), acc[s][t]);
       }
+      if constexpr (kMins) {
+        const __m512 x_sum = _mm512_set1_ps(p.xdsum[(t0 + t) * n_blocks + b]);
+        for (int s = 0; s < S; ++s) {
+          acc[s][t] = _mm512_fmadd_ps(_mm512_loadu_ps(block + s * strip_bytes + kMinOffset), x_sum, acc[s][t]);
+        }
+      }
     }
     xu += kQK8_0;
     xd += 1;
@@ -174,7 +275,7 @@ void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int6
   }
 }
 
-template <int S>
+template <int S, bool kMins>
 void run_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t tok_begin, int64_t tok_end,
                 __mmask16 last_mask, const uint8_t* prefetch, int64_t prefetch_step) {
   // 2 x 6 int32 + 2 x 6 f32 accumulators: 24 of the 32 registers (4 and 5
@@ -182,15 +283,15 @@ void run_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_
   constexpr int kTokens = 6;
   int64_t t = tok_begin;
   for (; t + kTokens <= tok_end; t += kTokens) {
-    panel_kernel<S, kTokens>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    panel_kernel<S, kTokens, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
     prefetch = nullptr;  // the first group asked for all of it
   }
   switch (tok_end - t) {
-    case 5: return panel_kernel<S, 5>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 4: return panel_kernel<S, 4>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 3: return panel_kernel<S, 3>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 2: return panel_kernel<S, 2>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 1: return panel_kernel<S, 1>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 5: return panel_kernel<S, 5, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 4: return panel_kernel<S, 4, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 3: return panel_kernel<S, 3, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 2: return panel_kernel<S, 2, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 1: return panel_kernel<S, 1, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
     default: return;
   }
 }
@@ -202,7 +303,14 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
   for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
     const int64_t rows = row_end - r < kPanelRows ? row_end - r : kPanelRows;
     const int strips = rows > kStripRows ? 2 : 1;
-    for (int s = 0; s < strips; ++s) pack_strip<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
+    constexpr bool kKquant = kType == GgmlType::kQ4_K || kType == GgmlType::kQ5_K;
+    for (int s = 0; s < strips; ++s) {
+      if constexpr (kKquant) {
+        pack_strip_kquant<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
+      } else {
+        pack_strip<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
+      }
+    }
     const int64_t last_rows = rows - (strips - 1) * kStripRows;
     const __mmask16 last_mask = static_cast<__mmask16>(last_rows >= 16 ? 0xffff : (1u << last_rows) - 1);
     // The next panel's rows (this task's, or the next task's, which the
@@ -213,9 +321,9 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
     const int64_t n_blocks = p.cols / kQK8_0;
     const int64_t prefetch_step = next_rows > 0 ? (next_rows * p.row_bytes + n_blocks - 1) / n_blocks : 0;
     if (strips == 2) {
-      run_tokens<2>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+      run_tokens<2, kKquant>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
     } else {
-      run_tokens<1>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+      run_tokens<1, kKquant>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
     }
   }
 }
@@ -226,6 +334,8 @@ void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_en
                        int64_t tok_end, uint8_t* scratch) {
   if (p.type == GgmlType::kQ4_0) return panel_rows<GgmlType::kQ4_0>(p, row_begin, row_end, tok_begin, tok_end, scratch);
   if (p.type == GgmlType::kQ8_0) return panel_rows<GgmlType::kQ8_0>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+  if (p.type == GgmlType::kQ4_K) return panel_rows<GgmlType::kQ4_K>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+  if (p.type == GgmlType::kQ5_K) return panel_rows<GgmlType::kQ5_K>(p, row_begin, row_end, tok_begin, tok_end, scratch);
 }
 
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n) {

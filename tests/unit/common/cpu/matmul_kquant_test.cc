@@ -467,6 +467,32 @@ TEST(KquantReferenceVectors, MatmulMatchesGgmlDequantizedWeightsAtEveryLevel) {
   }
 }
 
+// Prefill calls of Q4_K / Q5_K (the AVX-512 panel kernel, 32-element
+// sub-blocks) must give a token the same row whatever other tokens share the
+// call and however the pool splits it: one prompt, one KV, whatever the
+// micro-batches.
+TEST(KquantMatmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t rows = 83, cols = 768;
+    std::mt19937 rng(21);
+    const std::vector<uint8_t> bytes = random_blocks(type, rows, cols, rng);
+    const WeightMatrix matrix{type, bytes.data(), rows, cols};
+    const int64_t n_max = 47;
+    const std::vector<float> x = random_x(n_max * cols, rng);
+    ThreadPool pool(3);
+    std::vector<float> all(static_cast<size_t>(n_max * rows));
+    matmul(matrix, x.data(), n_max, all.data(), nullptr);
+    for (int64_t n : {2, 7, 13, 30}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> part(static_cast<size_t>(n * rows));
+        matmul(matrix, x.data() + (n_max - n) * cols, n, part.data(), p);
+        EXPECT_EQ(std::memcmp(part.data(), all.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << ggml_type_name(type) << " n " << n << (p != nullptr ? " pool" : "");
+      }
+    }
+  }
+}
+
 // --- Grouped matmuls of mixed storage ---
 
 // A Q4_K_M layer mixes types (Q4_K wq/wk beside a Q6_K wv); matmul_many must
