@@ -415,6 +415,10 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 
 }  // namespace
 
+int64_t matmul_panel_scratch_bytes(int64_t cols) {
+  return std::max(cpu_kernels::panel_scratch_bytes(cols), cpu_kernels::bf16_scratch_bytes(cols));
+}
+
 bool bf16_matmul_available() {
   return best_simd_level() == SimdLevel::kAvx512 && cpu_features().avx512bf16;
 }

@@ -37,6 +37,10 @@ enum class FloatMatmul { kExact, kBf16 };
 // Whether FloatMatmul::kBf16 runs its own kernel here (else it is kExact).
 bool bf16_matmul_available();
 
+// Bytes of packed weights each pool thread keeps for prefill calls whose
+// input is `cols` wide (memory plans count it per thread).
+int64_t matmul_panel_scratch_bytes(int64_t cols);
+
 // y[t, r] = sum_c W[r, c] * x[t, c].
 //   x: [n_tokens, cols] f32 row-major; y: [n_tokens, rows] f32 row-major.
 // Quantized weights: x is first quantized (into a thread-local scratch of the

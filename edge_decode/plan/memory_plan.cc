@@ -6,8 +6,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_format.h"
+#include "common/cpu/matmul.h"
 #include "common/kv_stream/kv_codec_params.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/model/model.h"
@@ -71,7 +73,12 @@ uint64_t engine_scratch_bytes(const ModelSpec& spec, int max_batch_tokens) {
   const uint64_t activations = rows * row_floats * sizeof(float);
   const uint64_t quantized_activations = activations / 4;
   const uint64_t logits = 2 * uint64_t(spec.n_vocab) * sizeof(float);
-  return activations + quantized_activations + logits;
+  // The prefill GEMM's packed panels: kPanelRows rows of the widest input,
+  // one per pool thread (bf16 panels are smaller).
+  const uint64_t widest = std::max<uint64_t>(spec.n_embd, spec.n_ff);
+  const uint64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t panels = threads * uint64_t(matmul_panel_scratch_bytes(static_cast<int64_t>(widest)));
+  return activations + quantized_activations + logits + panels;
 }
 
 uint64_t kv_bytes_per_token(const KvCodecConfig& codec, const ModelSpec& spec) {
