@@ -481,7 +481,7 @@ void affine_u8_rows_avx2(const uint8_t* a, int64_t lda, int64_t n, int k, const 
 KvKernels kv_kernels_avx2() {
   return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
                    axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
-                   hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2,
+                   hadamard_rows_avx2,  attend_heads_avx2,    attend_tile_scalar,   f32_to_f16_avx2,      f16_to_f32_avx2,
                    affine_rows_avx2,    affine_u8_rows_avx2};
 }
 
