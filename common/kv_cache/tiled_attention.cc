@@ -235,9 +235,8 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
     TileScratch& scratch = thread_scratch(hd, hpk);
     const size_t heads = static_cast<size_t>(kQueryBlock * hpk);
     // [2, kQueryBlock * hpk]: segment states, then totals.
-    if (scratch.m.size() < 2 * heads) {
-      scratch.m.resize(2 * heads), scratch.l.resize(2 * heads), scratch.acc.resize(2 * heads * hd);
-    }
+    if (scratch.m.size() < 2 * heads) scratch.m.resize(2 * heads), scratch.l.resize(2 * heads);
+    if (scratch.acc.size() < 2 * heads * hd) scratch.acc.resize(2 * heads * hd);
     const StateSpan seg{scratch.m.data(), scratch.l.data(), scratch.acc.data()};
     const StateSpan total{seg.m + heads, seg.l + heads, seg.acc + heads * hd};
     for (int64_t task = begin; task < end; ++task) {
