@@ -85,27 +85,38 @@ class LayerAttention {
   int64_t first_segment(int64_t i) const { return first_key(i) / kSegment; }
   int64_t last_segment(int64_t i) const { return (end_key(i) - 1) / kSegment; }
 
-  // Folds segment `seg` of KV head kv_h into the states of queries [i0, i1)
-  // (heads_per_kv consecutive heads each, query-major); queries that see no
-  // key of the segment keep their states.
-  void run_segment(int kv_h, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch) const {
+  // Folds segment `seg` of KV heads [h0, h1) into the states of queries
+  // [i0, i1): state of (query i, KV head kv_h) at
+  // ((i - i0) * (h1 - h0) + kv_h - h0) * heads_per_kv (its heads_per_kv
+  // query heads follow). Queries that see no key of the segment keep their
+  // states. While a tile is computed, the next one's rows are prefetched:
+  // the rows of one KV head are strided (the row holds every head), which
+  // the hardware prefetchers follow poorly.
+  void run_segment(int h0, int h1, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch) const {
     const int64_t seg_begin = seg * kSegment;
-    for (int64_t t0 = seg_begin; t0 < seg_begin + kSegment; t0 += kTile) {
+    const int64_t block_lo = std::max(first_key(i0), seg_begin);
+    const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + kSegment);
+    if (block_lo >= block_hi) return;
+    for (int64_t t0 = block_lo / kTile * kTile; t0 < block_hi; t0 += kTile) {
       // first_key and end_key grow with i: the block's rows of this tile.
-      const int64_t union_lo = std::max(first_key(i0), t0), union_hi = std::min(end_key(i1 - 1), t0 + kTile);
-      if (union_lo >= union_hi) continue;
-      int64_t k_stride = 0, v_stride = 0;
-      const float* k = tile_rows(head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h),
-                                 t0, union_lo, union_hi, scratch.k.data(), &k_stride);
-      const float* v = tile_rows(head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h),
-                                 t0, union_lo, union_hi, scratch.v.data(), &v_stride);
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
-        if (lo >= hi) continue;
-        const int64_t h = (i - i0) * heads_per_kv_;
-        kern_.attend_tile(k, k_stride, v, v_stride, q_ + i * q_dim_ + int64_t{kv_h} * heads_per_kv_ * head_dim_,
-                          heads_per_kv_, head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0),
-                          s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+      const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
+      const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+      for (int kv_h = h0; kv_h < h1; ++kv_h) {
+        const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
+        const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
+        prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
+        prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
+        int64_t k_stride = 0, v_stride = 0;
+        const float* k = tile_rows(k_rows, t0, union_lo, union_hi, scratch.k.data(), &k_stride);
+        const float* v = tile_rows(v_rows, t0, union_lo, union_hi, scratch.v.data(), &v_stride);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
+          if (lo >= hi) continue;
+          const int64_t h = ((i - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
+          kern_.attend_tile(k, k_stride, v, v_stride, q_ + i * q_dim_ + int64_t{kv_h} * heads_per_kv_ * head_dim_,
+                            heads_per_kv_, head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0),
+                            s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+        }
       }
     }
   }
@@ -127,6 +138,17 @@ class LayerAttention {
   }
 
  private:
+  // Prefetches (to L2) the codes and scales of positions [lo, hi) of one head.
+  void prefetch_rows(const KvHeadRows& h, int64_t head_code_bytes, int64_t lo, int64_t hi) const {
+    for (int64_t p = lo; p < hi; ++p) {
+      const int64_t row = p - rows_.first_position;
+      const uint8_t* codes = h.codes + row * h.row_code_bytes;
+      for (int64_t b = 0; b < head_code_bytes; b += 64) __builtin_prefetch(codes + b, 0, 2);
+      if (h.scales != nullptr && row % 8 == 0) __builtin_prefetch(h.scales + row * h.row_groups, 0, 2);
+      if (h.mins != nullptr && row % 8 == 0) __builtin_prefetch(h.mins + row * h.row_groups, 0, 2);
+    }
+  }
+
   static KvHeadRows head_offset(KvHeadRows rows, int64_t head_code_bytes, int64_t head_groups, int kv_h) {
     rows.codes += kv_h * head_code_bytes;
     if (rows.scales != nullptr) rows.scales += kv_h * head_groups;
@@ -190,24 +212,32 @@ void run_tasks(ThreadPool* pool, int64_t n_tasks, const std::function<void(int64
   }
 }
 
-// Few queries: tasks are (KV head, segment) pairs, each folding one
-// segment for every query into its own states; then every query merges its
-// segments in order.
+// Few queries: tasks are (block of KV heads, segment) pairs, each folding
+// one segment of its heads for every query into its own states; then every
+// query merges its segments in order. All KV heads in one task when there
+// are segments enough for the threads: a task then streams whole rows.
 void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out, ThreadPool* pool) {
   const int hpk = a.heads_per_kv(), hd = a.head_dim();
   const int64_t seg_lo = a.first_segment(0), n_seg = a.last_segment(n - 1) + 1 - seg_lo;
-  const int64_t heads = n * hpk;  // states per task
-  thread_local std::vector<float> m, l, acc;  // [n_head_kv, n_seg, n, hpk] (acc: x head_dim)
-  const size_t states = static_cast<size_t>(n_head_kv * n_seg * heads);
+  constexpr int64_t kMinTasks = 4;  // two per thread of the engine's usual pool
+  const int64_t head_blocks = std::min<int64_t>(n_head_kv, (kMinTasks + n_seg - 1) / n_seg);
+  const int block_heads = static_cast<int>((n_head_kv + head_blocks - 1) / head_blocks);
+  const int64_t n_blocks = (n_head_kv + block_heads - 1) / block_heads;
+  // States of task (block b, segment s): [n, block_heads, hpk] at
+  // (b * n_seg + s) * task_heads.
+  const int64_t task_heads = n * block_heads * hpk;
+  thread_local std::vector<float> m, l, acc;
+  const size_t states = static_cast<size_t>(n_blocks * n_seg * task_heads);
   if (m.size() < states) m.resize(states), l.resize(states);
   if (acc.size() < states * hd) acc.resize(states * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
-  run_tasks(pool, n_head_kv * n_seg, [&](int64_t begin, int64_t end) {
+  run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
     TileScratch& scratch = thread_scratch(hd, hpk);
     for (int64_t task = begin; task < end; ++task) {
-      const StateSpan s{m_all + task * heads, l_all + task * heads, acc_all + task * heads * hd};
-      reset_states(s, heads, hd);
-      a.run_segment(static_cast<int>(task / n_seg), 0, n, seg_lo + task % n_seg, s, scratch);
+      const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
+      const StateSpan s{m_all + task * task_heads, l_all + task * task_heads, acc_all + task * task_heads * hd};
+      reset_states(s, task_heads, hd);
+      a.run_segment(h0, h1, 0, n, seg_lo + task % n_seg, s, scratch);
     }
   });
   run_tasks(pool, n_head_kv * n, [&](int64_t begin, int64_t end) {
@@ -216,9 +246,11 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
     for (int64_t task = begin; task < end; ++task) {
       const int kv_h = static_cast<int>(task / n);
       const int64_t i = task % n;
+      const int64_t block = kv_h / block_heads;
+      const int64_t width = std::min<int64_t>(n_head_kv, (block + 1) * block_heads) - block * block_heads;
       reset_states(total, hpk, hd);
       for (int64_t seg = a.first_segment(i); seg <= a.last_segment(i); ++seg) {
-        const int64_t part = ((kv_h * n_seg) + (seg - seg_lo)) * heads + i * hpk;
+        const int64_t part = (block * n_seg + (seg - seg_lo)) * task_heads + (i * width + kv_h % block_heads) * hpk;
         a.merge_heads(m_all + part, l_all + part, acc_all + part * hd, total);
       }
       a.write_output(kv_h, i, total.l, total.acc, out);
@@ -246,7 +278,7 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
       reset_states(total, block_heads, hd);
       for (int64_t s = a.first_segment(i0); s <= a.last_segment(i1 - 1); ++s) {
         reset_states(seg, block_heads, hd);
-        a.run_segment(kv_h, i0, i1, s, seg, scratch);
+        a.run_segment(kv_h, kv_h + 1, i0, i1, s, seg, scratch);
         for (int64_t i = i0; i < i1; ++i) {
           if (s < a.first_segment(i) || s > a.last_segment(i)) continue;
           const int64_t h = (i - i0) * hpk;
