@@ -166,24 +166,7 @@ class LayerAttention {
       return reinterpret_cast<const float*>(h.codes) + (t0 - rows_.first_position) * *stride;
     }
     *stride = head_dim_;
-    for (int64_t p = lo; p < hi; ++p) {
-      const int64_t row = p - rows_.first_position;
-      const uint8_t* codes = h.codes + row * h.row_code_bytes;
-      float* out = buffer + (p - t0) * head_dim_;
-      switch (h.bits) {
-        case 16:
-          kern_.f16_to_f32(reinterpret_cast<const uint16_t*>(codes), out, head_dim_);
-          break;
-        case 8:
-          kern_.dequantize_int8(reinterpret_cast<const int8_t*>(codes), h.scales + row * h.row_groups, head_dim_,
-                                h.group, out);
-          break;
-        default:
-          kern_.dequantize_int4(codes, h.scales + row * h.row_groups, h.mins + row * h.row_groups, head_dim_,
-                                h.group, out);
-          break;
-      }
-    }
+    kern_.dequantize_head_rows(h, lo - rows_.first_position, hi - lo, head_dim_, buffer + (lo - t0) * head_dim_);
     return buffer;
   }
 

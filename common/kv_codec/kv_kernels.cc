@@ -175,6 +175,10 @@ void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* 
   }
 }
 
+void dequantize_head_rows_scalar(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) dequantize_head_row_scalar(h, first_row + r, head_dim, out + r * head_dim);
+}
+
 void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
                         int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
   for (int i = 0; i < n_q; ++i) {
@@ -242,7 +246,7 @@ void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, cons
 KvKernels kv_kernels_scalar() {
   return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
                    axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
-                   hadamard_rows_scalar,   attend_heads_scalar,    attend_tile_scalar,   f32_to_f16_scalar,    f16_to_f32_scalar,
+                   hadamard_rows_scalar,   attend_heads_scalar,    dequantize_head_rows_scalar, attend_tile_scalar,   f32_to_f16_scalar,    f16_to_f32_scalar,
                    affine_rows_scalar,     affine_u8_rows_scalar};
 }
 

@@ -60,6 +60,10 @@ struct KvKernels {
   // scratch: attend_heads_scratch_floats() floats. head_dim % group == 0.
   void (*attend_heads)(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim,
                        float scale, int64_t n_ctx, float* scratch, float* out);
+  // Rows [first_row, first_row + n_rows) of one head (bits 16, 8 or 4),
+  // dequantized: out [n_rows, head_dim]. Each row's values are those of
+  // dequantize_int8 / dequantize_int4 / f16_to_f32 on it.
+  void (*dequantize_head_rows)(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out);
   // One tile step of online-softmax attention for n_q query heads that share
   // a KV head and one query position (GQA heads of one query): with rows
   // [lo, hi) of a tile (0 <= lo < hi <= kAttentionTileRows), s_r = scale *
@@ -120,6 +124,7 @@ void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const flo
                         float* c, int64_t ldc);
 void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
                            const float* scale, const float* bias, float* c, int64_t ldc);
+void dequantize_head_rows_scalar(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out);
 void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
                         int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,

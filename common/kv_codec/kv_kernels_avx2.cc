@@ -476,12 +476,28 @@ void affine_u8_rows_avx2(const uint8_t* a, int64_t lda, int64_t n, int k, const 
   }
 }
 
+void dequantize_head_rows_avx2(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
+    const uint8_t* codes = h.codes + r * h.row_code_bytes;
+    switch (h.bits) {
+      case 16: f16_to_f32_avx2(reinterpret_cast<const uint16_t*>(codes), out, head_dim); break;
+      case 8:
+        dequantize_int8_avx2(reinterpret_cast<const int8_t*>(codes), h.scales + r * h.row_groups, head_dim, h.group,
+                             out);
+        break;
+      default:
+        dequantize_int4_avx2(codes, h.scales + r * h.row_groups, h.mins + r * h.row_groups, head_dim, h.group, out);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 KvKernels kv_kernels_avx2() {
   return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
                    axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
-                   hadamard_rows_avx2,  attend_heads_avx2,    attend_tile_scalar,   f32_to_f16_avx2,      f16_to_f32_avx2,
+                   hadamard_rows_avx2,  attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_scalar,   f32_to_f16_avx2,      f16_to_f32_avx2,
                    affine_rows_avx2,    affine_u8_rows_avx2};
 }
 

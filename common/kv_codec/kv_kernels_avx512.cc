@@ -170,20 +170,25 @@ inline __m512 reduce16x16(const __m512 (&a)[16]) {
 }
 
 // Scores of tile rows [g0 + r_lo, g0 + r_hi) of one head, lane r = q . k_{g0+r}
-// (lanes outside: 0). head_dim % 16 == 0.
+// (lanes outside: 0): row r's dot is the chain of its NC chunk products, in
+// chunk order, whatever rows are computed with it. NC = head_dim / 16 chunks
+// (0: head_dim > 128, q read from memory).
+template <int NC>
 inline __m512 group_dots(const float* k, int64_t k_stride, const float* q, int head_dim, int g0, int r_lo, int r_hi) {
+  __m512 qc[NC > 0 ? NC : 1];
+  for (int c = 0; c < NC; ++c) qc[c] = _mm512_loadu_ps(q + 16 * c);
+  const int chunks = NC > 0 ? NC : head_dim / 16;
   __m512 acc[16];
-  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
   const float* kg = k + g0 * k_stride;
-  if (r_lo == 0 && r_hi == 16) {
-    for (int d = 0; d < head_dim; d += 16) {
-      const __m512 qd = _mm512_loadu_ps(q + d);
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kg + r * k_stride + d), acc[r]);
-    }
-  } else {
-    for (int d = 0; d < head_dim; d += 16) {
-      const __m512 qd = _mm512_loadu_ps(q + d);
-      for (int r = r_lo; r < r_hi; ++r) acc[r] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kg + r * k_stride + d), acc[r]);
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    if (r < r_lo || r >= r_hi) continue;
+    const float* kr = kg + r * k_stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 qv = NC > 0 ? qc[c] : _mm512_loadu_ps(q + 16 * c);
+      acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr + 16 * c), acc[r]);
     }
   }
   return reduce16x16(acc);
@@ -230,6 +235,62 @@ __mmask16 rows_mask(int g0, int lo, int hi) {
   return static_cast<__mmask16>(lane_mask16(r_hi) & ~lane_mask16(r_lo));
 }
 
+// The group scales (and mins) of one head's row as floats: out[g] for the
+// group holding elements [g * group, (g + 1) * group). head_dim / group <= 16.
+inline void row_scales(const uint16_t* halves, int n_groups, float* out) {
+  const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>(lane_mask16(n_groups)), halves);
+  _mm512_storeu_ps(out, _mm512_maskz_cvtph_ps(kAll, h));
+}
+
+}  // namespace
+
+void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  const bool quantized = h.bits != 16;
+  if (head_dim % 16 != 0 || (quantized && (h.group % 16 != 0 || head_dim / h.group > 16))) {
+    return dequantize_head_rows_scalar(h, first_row, n_rows, head_dim, out);
+  }
+  const int n_groups = quantized ? head_dim / h.group : 0;
+  const int chunk_shift = quantized ? __builtin_ctz(static_cast<unsigned>(h.group / 16)) : 0;
+  const bool pow2_group = quantized && (h.group & (h.group - 1)) == 0;
+  if (quantized && !pow2_group) return dequantize_head_rows_scalar(h, first_row, n_rows, head_dim, out);
+  const int head_bytes = head_dim * h.bits / 8;
+  alignas(64) float scales[16], mins[16];
+  for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
+    const uint8_t* codes = h.codes + r * h.row_code_bytes;
+    // A few rows ahead into L1 (run_segment brought the tile to L2).
+    const uint8_t* ahead = codes + 4 * h.row_code_bytes;
+    for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+    if (h.bits == 16) {
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(codes);
+      for (int d = 0; d < head_dim; d += 16) {
+        _mm512_storeu_ps(out + d, _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d))));
+      }
+      continue;
+    }
+    row_scales(h.scales + r * h.row_groups, n_groups, scales);
+    if (h.bits == 8) {
+      for (int d = 0, c = 0; d < head_dim; d += 16, ++c) {
+        const __m512i wide = _mm512_maskz_cvtepi8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d)));
+        const __m512 x = _mm512_maskz_cvtepi32_ps(kAll, wide);
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_set1_ps(scales[c >> chunk_shift]), x));
+      }
+      continue;
+    }
+    row_scales(h.mins + r * h.row_groups, n_groups, mins);
+    const __m128i low4 = _mm_set1_epi8(15);
+    for (int d = 0, c = 0; d < head_dim; d += 16, ++c) {
+      // 16 codes in 8 bytes, element 2i in the low nibble of byte i.
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d / 2));
+      const __m128i lo = _mm_and_si128(bytes, low4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      const __m512 x = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepu8_epi32(kAll, _mm_unpacklo_epi8(lo, hi)));
+      const int g = c >> chunk_shift;
+      _mm512_storeu_ps(out + d, _mm512_fmadd_ps(_mm512_set1_ps(scales[g]), x, _mm512_set1_ps(mins[g])));
+    }
+  }
+}
+
+namespace {
+
 }  // namespace
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
@@ -245,7 +306,19 @@ void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int g0 = g_first; g0 < hi; g0 += 16) {
       const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 16);
-      const __m512 scores = _mm512_mul_ps(group_dots(k, k_stride, qi, head_dim, g0, r_lo, r_hi), vscale);
+      __m512 dots;
+      switch (head_dim / 16) {
+        case 1: dots = group_dots<1>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 2: dots = group_dots<2>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 3: dots = group_dots<3>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 4: dots = group_dots<4>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 5: dots = group_dots<5>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 6: dots = group_dots<6>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 7: dots = group_dots<7>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 8: dots = group_dots<8>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        default: dots = group_dots<0>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+      }
+      const __m512 scores = _mm512_mul_ps(dots, vscale);
       _mm512_storeu_ps(s + g0, scores);
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, scores);
     }
@@ -308,6 +381,7 @@ KvKernels kv_kernels_avx512() {
   set.affine_rows = affine_rows_avx512;
   set.affine_u8_rows = affine_u8_rows_avx512;
   set.attend_tile = attend_tile_avx512;
+  set.dequantize_head_rows = dequantize_head_rows_avx512;
   return set;
 }
 

@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_cache/tiled_attention.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_kernels.h"
+#include "common/util/fp16.h"
 #include "common/util/thread_pool.h"
 
 namespace baton {
@@ -74,7 +77,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(q_dim));
   for (auto _ : state) {
     // Position context - 1 attends over [0, context): the stored rows.
-    for (int layer = 0; layer < kLayers; ++layer) store->attend(getenv("ONE") ? 0 : layer, context - 1, 1, q.data(), out.data(), pool);
+    for (int layer = 0; layer < kLayers; ++layer) store->attend(layer, context - 1, 1, q.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
@@ -106,6 +109,65 @@ void BM_TiledAttentionPrefill(benchmark::State& state) {
 BENCHMARK(BM_TiledAttentionPrefill)
     ->ArgNames({"bits", "pos", "threads"})
     ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}})
+    ->UseRealTime();
+
+// One layer's synthetic INT8 planes (8 KV heads of 64, groups of 32), rows
+// laid out as the store's: the old per-(query, KV head) kernel
+// (attend_heads, what QuantizedKvCache::attend called before the tiled
+// kernel) and attend_tiled on the same bytes, in one run. Args: context,
+// queries (1: a decode step; 64: a prefill micro-batch ending at the
+// context), tiled (0: attend_heads, 1: attend_tiled). bytes/s = K and V bytes
+// of the context (once per call).
+void BM_AttentionOldVsTiled(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int64_t n = state.range(1);
+  const bool tiled = state.range(2) != 0;
+  constexpr int kHeadsKv = 8, kHeadDim = 64, kGqa = 4, kGroup = 32;
+  constexpr int64_t kRowBytes = kHeadsKv * kHeadDim, kRowGroups = kRowBytes / kGroup;
+  std::mt19937 rng(9);
+  std::vector<uint8_t> k_codes(static_cast<size_t>(context * kRowBytes)), v_codes(k_codes.size());
+  for (auto& b : k_codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : v_codes) b = static_cast<uint8_t>(rng());
+  const std::vector<uint16_t> scales(static_cast<size_t>(context * kRowGroups), fp32_to_fp16(0.01f));
+  const kv_kernels_impl::KvHeadRows k{8, k_codes.data(), kRowBytes, scales.data(), nullptr, kRowGroups, kGroup};
+  const kv_kernels_impl::KvHeadRows v{8, v_codes.data(), kRowBytes, scales.data(), nullptr, kRowGroups, kGroup};
+  const KvGeometry g{1, kHeadsKv * kGqa, kHeadsKv, kHeadDim, {}};
+  const std::vector<float> q = random_queries(n, g.q_dim());
+  std::vector<float> out(q.size());
+  std::vector<float> scratch(static_cast<size_t>(kv_kernels_impl::attend_heads_scratch_floats(kGqa, kHeadDim, context)));
+  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
+  AttentionRows rows;
+  rows.k = k;
+  rows.v = v;
+  rows.k_head_code_bytes = rows.v_head_code_bytes = kHeadDim;
+  rows.k_head_groups = rows.v_head_groups = kHeadDim / kGroup;
+  for (auto _ : state) {
+    if (tiled) {
+      attend_tiled(g, 0, 0.125f, rows, context - n, n, q.data(), out.data(), nullptr);
+    } else {
+      for (int64_t t = 0; t < n; ++t) {
+        for (int h = 0; h < kHeadsKv; ++h) {
+          kv_kernels_impl::KvHeadRows kh = k, vh = v;
+          kh.codes += h * kHeadDim, vh.codes += h * kHeadDim;
+          kh.scales += h * 2, vh.scales += h * 2;
+          const int64_t offset = t * g.q_dim() + h * kGqa * kHeadDim;
+          kern.attend_heads(kh, vh, q.data() + offset, kGqa, kHeadDim, 0.125f, context - n + t + 1, scratch.data(),
+                            out.data() + offset);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * context * 2 * (kRowBytes + 2 * kRowGroups));
+  state.SetLabel(tiled ? "attend_tiled" : "attend_heads");
+}
+BENCHMARK(BM_AttentionOldVsTiled)
+    ->ArgNames({"ctx", "queries", "tiled"})
+    ->ArgsProduct({{512, 4096, 65536}, {1}, {0, 1}})
+    ->UseRealTime();
+BENCHMARK(BM_AttentionOldVsTiled)
+    ->ArgNames({"ctx", "queries", "tiled"})
+    ->ArgsProduct({{512, 2048, 8192}, {64}, {0, 1}})
     ->UseRealTime();
 
 // Plain read of `mib` MiB split across the threads: the bandwidth the decode
