@@ -246,13 +246,14 @@ inline void row_scales(const uint16_t* halves, int n_groups, float* out) {
 
 void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
   const bool quantized = h.bits != 16;
-  if (head_dim % 16 != 0 || (quantized && (h.group % 16 != 0 || head_dim / h.group > 16))) {
-    return dequantize_head_rows_scalar(h, first_row, n_rows, head_dim, out);
+  if (head_dim % 16 != 0 || (quantized && (h.group % 16 != 0 || head_dim / h.group > 16 ||
+                                            (h.group & (h.group - 1)) != 0))) {
+    // The set's per-row kernels are the AVX2 ones: the same values.
+    static const KvKernels avx2 = kv_kernels_avx2();
+    return avx2.dequantize_head_rows(h, first_row, n_rows, head_dim, out);
   }
   const int n_groups = quantized ? head_dim / h.group : 0;
   const int chunk_shift = quantized ? __builtin_ctz(static_cast<unsigned>(h.group / 16)) : 0;
-  const bool pow2_group = quantized && (h.group & (h.group - 1)) == 0;
-  if (quantized && !pow2_group) return dequantize_head_rows_scalar(h, first_row, n_rows, head_dim, out);
   const int head_bytes = head_dim * h.bits / 8;
   alignas(64) float scales[16], mins[16];
   for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
