@@ -465,7 +465,9 @@ void attend_tile_avx2(const float* k, int64_t k_stride, const float* v, int64_t 
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float m_new = std::max(m[i], _mm_cvtss_f32(m4));
-    const float alpha = std::exp(m[i] - m_new);  // 0 for the empty state (m = -inf)
+    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+    // holds, the common case: no exp call, no rescale (x * 1 == x).
+    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
     const __m256 vm = _mm256_set1_ps(m_new);
     __m256 vsum = _mm256_setzero_ps();
     for (int g0 = g_first; g0 < hi; g0 += 8) {
@@ -478,7 +480,9 @@ void attend_tile_avx2(const float* k, int64_t k_stride, const float* v, int64_t 
     l[i] = l[i] * alpha + hsum256(vsum);
     const __m256 valpha = _mm256_set1_ps(alpha);
     float* ai = acc + int64_t{i} * head_dim;
-    for (int d = 0; d < head_dim; d += 8) _mm256_storeu_ps(ai + d, _mm256_mul_ps(valpha, _mm256_loadu_ps(ai + d)));
+    if (alpha != 1.0f) {
+      for (int d = 0; d < head_dim; d += 8) _mm256_storeu_ps(ai + d, _mm256_mul_ps(valpha, _mm256_loadu_ps(ai + d)));
+    }
   }
   // Values, two heads at a time: each V row loaded once for both.
   int i = 0;

@@ -324,7 +324,9 @@ void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, scores);
     }
     const float m_new = std::max(m[i], reduce_max16(vmax));
-    const float alpha = std::exp(m[i] - m_new);  // 0 for the empty state (m = -inf)
+    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+    // holds, the common case: no exp call, no rescale (x * 1 == x).
+    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
     const __m512 vm = _mm512_set1_ps(m_new);
     __m512 vsum = _mm512_setzero_ps();
     for (int g0 = g_first; g0 < hi; g0 += 16) {
@@ -337,7 +339,9 @@ void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_
     l[i] = l[i] * alpha + reduce_add16(vsum);
     const __m512 valpha = _mm512_set1_ps(alpha);
     float* ai = acc + int64_t{i} * head_dim;
-    for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(ai + d)));
+    if (alpha != 1.0f) {
+      for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(ai + d)));
+    }
   }
   // Values, two heads at a time: each V row loaded once for both.
   int i = 0;
