@@ -224,7 +224,9 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
     }
   });
   run_tasks(pool, n_head_kv * n, [&](int64_t begin, int64_t end) {
-    std::vector<float> total_m(static_cast<size_t>(hpk)), total_l(total_m.size()), total_acc(total_m.size() * hd);
+    thread_local std::vector<float> total_m, total_l, total_acc;  // grow only: no allocation per decode step
+    if (total_m.size() < static_cast<size_t>(hpk)) total_m.resize(hpk), total_l.resize(hpk);
+    if (total_acc.size() < static_cast<size_t>(hpk * hd)) total_acc.resize(static_cast<size_t>(hpk * hd));
     const StateSpan total{total_m.data(), total_l.data(), total_acc.data()};
     for (int64_t task = begin; task < end; ++task) {
       const int kv_h = static_cast<int>(task / n);

@@ -53,6 +53,8 @@ struct KvKernels {
   // In-place normalized Walsh-Hadamard transform of n_vectors vectors of n
   // floats (n a power of two).
   void (*hadamard_rows)(float* x, int64_t n_vectors, int n);
+  // (The per-query kernel that QuantizedKvCache::attend ran before the tiled
+  // attention; kept as the baseline of tests/bench/tiled_attention_bench.cc.)
   // Attention of n_q query heads that share one KV head (GQA) over rows
   // [0, n_ctx): out[i] = sum_j softmax_j(scale * q[i] . K_j) * V_j. Each K
   // and V row is dequantized once for all n_q heads, in one call per head
