@@ -207,18 +207,21 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   const int block_heads = static_cast<int>((n_head_kv + head_blocks - 1) / head_blocks);
   const int64_t n_blocks = (n_head_kv + block_heads - 1) / block_heads;
   // States of task (block b, segment s): [n, block_heads, hpk] at
-  // (b * n_seg + s) * task_heads.
+  // (b * n_seg + s) * task_stride (m, l; rounded up to a cache line, as the
+  // tasks of two threads write them) and (b * n_seg + s) * task_heads * hd
+  // (acc).
   const int64_t task_heads = n * block_heads * hpk;
+  const int64_t task_stride = (task_heads + 15) / 16 * 16;
   thread_local std::vector<float> m, l, acc;
-  const size_t states = static_cast<size_t>(n_blocks * n_seg * task_heads);
-  if (m.size() < states) m.resize(states), l.resize(states);
-  if (acc.size() < states * hd) acc.resize(states * hd);
+  const size_t tasks = static_cast<size_t>(n_blocks * n_seg);
+  if (m.size() < tasks * task_stride) m.resize(tasks * task_stride), l.resize(tasks * task_stride);
+  if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
   run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
     TileScratch& scratch = thread_scratch(hd, hpk);
     for (int64_t task = begin; task < end; ++task) {
       const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
-      const StateSpan s{m_all + task * task_heads, l_all + task * task_heads, acc_all + task * task_heads * hd};
+      const StateSpan s{m_all + task * task_stride, l_all + task * task_stride, acc_all + task * task_heads * hd};
       reset_states(s, task_heads, hd);
       a.run_segment(h0, h1, 0, n, seg_lo + task % n_seg, s, scratch);
     }
@@ -235,8 +238,9 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
       const int64_t width = std::min<int64_t>(n_head_kv, (block + 1) * block_heads) - block * block_heads;
       reset_states(total, hpk, hd);
       for (int64_t seg = a.first_segment(i); seg <= a.last_segment(i); ++seg) {
-        const int64_t part = (block * n_seg + (seg - seg_lo)) * task_heads + (i * width + kv_h % block_heads) * hpk;
-        a.merge_heads(m_all + part, l_all + part, acc_all + part * hd, total);
+        const int64_t part = block * n_seg + (seg - seg_lo), head = (i * width + kv_h % block_heads) * hpk;
+        a.merge_heads(m_all + part * task_stride + head, l_all + part * task_stride + head,
+                      acc_all + (part * task_heads + head) * hd, total);
       }
       a.write_output(kv_h, i, total.l, total.acc, out);
     }
