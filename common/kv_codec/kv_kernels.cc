@@ -248,10 +248,12 @@ void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, cons
 }
 
 KvKernels kv_kernels_scalar() {
-  return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
-                   axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
-                   hadamard_rows_scalar,   attend_heads_scalar,    dequantize_head_rows_scalar, attend_tile_scalar,   f32_to_f16_scalar,    f16_to_f32_scalar,
-                   affine_rows_scalar,     affine_u8_rows_scalar};
+  return KvKernels{dot_f16_scalar,         dot_int8_scalar,     dot_int4_scalar,
+                   axpy_f16_scalar,        axpy_int8_scalar,    axpy_int4_scalar,
+                   dequantize_int8_scalar, dequantize_int4_scalar, hadamard_rows_scalar,
+                   attend_heads_scalar,    dequantize_head_rows_scalar, attend_tile_scalar,
+                   f32_to_f16_scalar,      f16_to_f32_scalar,   affine_rows_scalar,
+                   affine_u8_rows_scalar};
 }
 
 const KvKernels& kv_kernels() {

@@ -399,7 +399,9 @@ inline __m256 group8_dots(const float* k, int64_t k_stride, const float* q, int 
     acc[r] = _mm256_setzero_ps();
     if (r < r_lo || r >= r_hi) continue;
     const float* kr = kg + r * k_stride;
-    for (int d = 0; d < head_dim; d += 8) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), acc[r]);
+    for (int d = 0; d < head_dim; d += 8) {
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), acc[r]);
+    }
   }
   return hsum8x8(acc);
 }
@@ -606,10 +608,12 @@ void dequantize_head_rows_avx2(const KvHeadRows& h, int64_t first_row, int64_t n
 }  // namespace
 
 KvKernels kv_kernels_avx2() {
-  return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
-                   axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
-                   hadamard_rows_avx2,  attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,   f32_to_f16_avx2,      f16_to_f32_avx2,
-                   affine_rows_avx2,    affine_u8_rows_avx2};
+  return KvKernels{dot_f16_avx2,         dot_int8_avx2,     dot_int4_avx2,
+                   axpy_f16_avx2,        axpy_int8_avx2,    axpy_int4_avx2,
+                   dequantize_int8_avx2, dequantize_int4_avx2, hadamard_rows_avx2,
+                   attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
+                   f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
+                   affine_u8_rows_avx2};
 }
 
 }  // namespace baton::kv_kernels_impl

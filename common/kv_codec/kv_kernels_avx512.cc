@@ -242,6 +242,14 @@ inline void row_scales(const uint16_t* halves, int n_groups, float* out) {
   _mm512_storeu_ps(out, _mm512_maskz_cvtph_ps(kAll, h));
 }
 
+// Prefetches row r + 4 of a head into L1 (run_segment brought the tile to
+// L2). Past the plane's end harmless (a prefetch never faults); integer
+// arithmetic keeps the address out of pointer arithmetic.
+inline void prefetch_head_row(const KvHeadRows& h, int64_t r, int head_bytes) {
+  const uintptr_t near = reinterpret_cast<uintptr_t>(h.codes) + static_cast<uintptr_t>((r + 4) * h.row_code_bytes);
+  for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(near + b), _MM_HINT_T0);
+}
+
 }  // namespace
 
 void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
@@ -258,20 +266,20 @@ void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t
   alignas(64) float scales[16], mins[16];
   for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
     const uint8_t* codes = h.codes + r * h.row_code_bytes;
-    // A few rows ahead into L1 (run_segment brought the tile to L2).
-    const uint8_t* ahead = codes + 4 * h.row_code_bytes;
-    for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+    prefetch_head_row(h, r, head_bytes);
     if (h.bits == 16) {
       const uint16_t* x = reinterpret_cast<const uint16_t*>(codes);
       for (int d = 0; d < head_dim; d += 16) {
-        _mm512_storeu_ps(out + d, _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d))));
+        const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d));
+        _mm512_storeu_ps(out + d, _mm512_maskz_cvtph_ps(kAll, halves));
       }
       continue;
     }
     row_scales(h.scales + r * h.row_groups, n_groups, scales);
     if (h.bits == 8) {
       for (int d = 0, c = 0; d < head_dim; d += 16, ++c) {
-        const __m512i wide = _mm512_maskz_cvtepi8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d)));
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d));
+        const __m512i wide = _mm512_maskz_cvtepi8_epi32(kAll, bytes);
         const __m512 x = _mm512_maskz_cvtepi32_ps(kAll, wide);
         _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_set1_ps(scales[c >> chunk_shift]), x));
       }

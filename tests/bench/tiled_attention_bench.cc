@@ -134,7 +134,8 @@ void BM_AttentionOldVsTiled(benchmark::State& state) {
   const KvGeometry g{1, kHeadsKv * kGqa, kHeadsKv, kHeadDim, {}};
   const std::vector<float> q = random_queries(n, g.q_dim());
   std::vector<float> out(q.size());
-  std::vector<float> scratch(static_cast<size_t>(kv_kernels_impl::attend_heads_scratch_floats(kGqa, kHeadDim, context)));
+  const int64_t scratch_floats = kv_kernels_impl::attend_heads_scratch_floats(kGqa, kHeadDim, context);
+  std::vector<float> scratch(static_cast<size_t>(scratch_floats));
   const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
   AttentionRows rows;
   rows.k = k;
