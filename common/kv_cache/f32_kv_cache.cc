@@ -5,8 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "common/cpu/ops.h"
-#include "common/cpu/vec.h"
+#include "common/kv_cache/tiled_attention.h"
 #include "common/util/check.h"
 #include "common/util/thread_pool.h"
 
@@ -43,38 +42,15 @@ absl::Status F32KvCache::store(int layer, int64_t pos, int64_t n, const float* k
 void F32KvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
                         ThreadPool* pool) const {
   const KvGeometry& g = geometry_;
-  const int64_t q_dim = g.q_dim();
-  const int group = g.n_head / g.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
-  const int32_t window = g.window(layer);  // 0: full attention
-  // One task per (query token, head); scores live in a per-task buffer.
-  auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(pos + n));
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / g.n_head;
-      const int h = static_cast<int>(task % g.n_head);
-      const int kv_h = h / group;
-      // Causal: keys [first, pos + t]; a sliding-window layer sees the last `window` of them.
-      const int64_t first = window > 0 ? std::max<int64_t>(0, pos + t - window + 1) : 0;
-      const int64_t n_ctx = pos + t + 1 - first;
-      const float* qh = q + t * q_dim + int64_t{h} * g.head_dim;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        scores[j] = dot_f32(qh, k_row(layer, first + j) + int64_t{kv_h} * g.head_dim, g.head_dim) * scale;
-      }
-      softmax_inplace(scores.data(), n_ctx);
-      float* oh = out + t * q_dim + int64_t{h} * g.head_dim;
-      std::memset(oh, 0, sizeof(float) * g.head_dim);
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        axpy_f32(scores[j], v_row(layer, first + j) + int64_t{kv_h} * g.head_dim, oh, g.head_dim);
-      }
-    }
-  };
-  const int64_t n_tasks = n * g.n_head;
-  if (pool != nullptr) {
-    pool->parallel_for(n_tasks, run);
-  } else {
-    run(0, n_tasks);
-  }
+  const int64_t row_bytes = g.kv_dim() * static_cast<int64_t>(sizeof(float));
+  const int64_t head_bytes = int64_t{g.head_dim} * static_cast<int64_t>(sizeof(float));
+  AttentionRows rows;
+  rows.k = kv_kernels_impl::KvHeadRows{32, reinterpret_cast<const uint8_t*>(k_row(layer, 0)), row_bytes, nullptr,
+                                       nullptr, 0, 0};
+  rows.v = kv_kernels_impl::KvHeadRows{32, reinterpret_cast<const uint8_t*>(v_row(layer, 0)), row_bytes, nullptr,
+                                       nullptr, 0, 0};
+  rows.k_head_code_bytes = rows.v_head_code_bytes = head_bytes;
+  attend_tiled(g, g.window(layer), 1.0f / std::sqrt(static_cast<float>(g.head_dim)), rows, pos, n, q, out, pool);
 }
 
 void F32KvCache::set_size(int64_t n) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/cpu/ops.h"
+#include "common/kv_cache/tiled_attention.h"
 #include "common/kv_codec/kv_kernels.h"
 #include "common/kv_codec/kv_quant.h"
 #include "common/model/layer_window.h"
@@ -39,14 +40,6 @@ int64_t row_bytes(const KvCodecConfig& c, const KvGeometry& g, bool is_key) {
   const Bits bits = c.bits_for(is_key);
   const int64_t scale_arrays = bits == Bits::kInt4 ? 2 : 1;
   return code_bytes_per_row(bits, g) + 2 * scale_arrays * groups_per_row(bits, c.group_size_for(is_key), g);
-}
-
-// `rows` advanced by first_row rows (the first key a sliding window sees).
-kv_kernels_impl::KvHeadRows rows_from(kv_kernels_impl::KvHeadRows rows, int64_t first_row) {
-  rows.codes += first_row * rows.row_code_bytes;
-  rows.scales += first_row * rows.row_groups;
-  if (rows.mins != nullptr) rows.mins += first_row * rows.row_groups;
-  return rows;
 }
 
 }  // namespace
@@ -170,83 +163,43 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
                               ThreadPool* pool) const {
   const KvGeometry& g = geometry_;
   const int64_t q_dim = g.q_dim();
-  const int heads_per_kv = g.n_head / g.n_head_kv;
   const int head_dim = g.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
-  // K and V may differ in bits and group (int4-k8): each plane has its own
-  // row strides and kernel path. Row j of head kv_h: codes at
-  // j * row_code_bytes + kv_h * head_code_bytes, scales (mins) at
-  // j * row_groups + kv_h * head_groups.
-  const int k_group = k_.group, v_group = v_.group;
-  const int64_t k_row_code_bytes = k_.row_code_bytes, v_row_code_bytes = v_.row_code_bytes;
-  const int64_t k_row_groups = k_.row_groups, v_row_groups = v_.row_groups;
-  const int64_t k_head_code_bytes = k_row_code_bytes / g.n_head_kv, v_head_code_bytes = v_row_code_bytes / g.n_head_kv;
-  const int64_t k_head_groups = k_row_groups / g.n_head_kv, v_head_groups = v_row_groups / g.n_head_kv;
   // Row 0 of the layer holds position layer_base; a windowed layer must hold
   // every key its queries see.
   const int64_t layer_row = layer_offset_[layer];
-  const int64_t layer_base = layer_base_[layer];
-  BATON_CHECK(first_visible_key(layer, pos) >= layer_base && pos + n <= layer_base + layer_rows_[layer],
+  BATON_CHECK(first_visible_key(layer, pos) >= layer_base_[layer] && pos + n <= layer_base_[layer] + layer_rows_[layer],
               "sliding-window KV store does not hold the keys of the queries");
-  const uint8_t* k_codes = k_.codes.data() + layer_row * k_row_code_bytes;
-  const uint8_t* v_codes = v_.codes.data() + layer_row * v_row_code_bytes;
-  const uint16_t* k_scales = k_.scales.data() + layer_row * k_row_groups;
-  const uint16_t* v_scales = v_.scales.data() + layer_row * v_row_groups;
-  const uint16_t* k_mins = k_.mins.empty() ? nullptr : k_.mins.data() + layer_row * k_row_groups;
-  const uint16_t* v_mins = v_.mins.empty() ? nullptr : v_.mins.data() + layer_row * v_row_groups;
-
-  auto bits_number = [](Bits b) { return b == Bits::kF16 ? 16 : b == Bits::kInt8 ? 8 : 4; };
-  const int group_floats = heads_per_kv * head_dim;  // the query heads of one KV head, [heads_per_kv, head_dim]
-  // One task per (query token, KV head): the heads_per_kv query heads that
-  // share a KV head (GQA) read each of its rows once, in one kernel call
-  // (kv_kernels attend_heads) instead of one call per row and head.
-  auto run = [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scratch, q_rotated;  // grow only: no allocation per decode step
-    const size_t scratch_floats =
-        static_cast<size_t>(kv_kernels_impl::attend_heads_scratch_floats(heads_per_kv, head_dim, pos + n));
-    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-    if (q_rotated.size() < static_cast<size_t>(group_floats)) q_rotated.resize(group_floats);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / g.n_head_kv;
-      const int kv_h = static_cast<int>(task % g.n_head_kv);
-      // Causal: keys [key_first, pos + t]; key_first > 0 on a sliding-window layer.
-      const int64_t key_first = first_visible_key(layer, pos + t);
-      const int64_t n_ctx = pos + t + 1 - key_first;
-      const float* qh = q + t * q_dim + int64_t{kv_h} * group_floats;
-      if (config_.hadamard_keys) {
-        std::memcpy(q_rotated.data(), qh, sizeof(float) * group_floats);
-        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(q_rotated.data() + i * head_dim, head_dim);
-        qh = q_rotated.data();
-      }
-      const kv_kernels_impl::KvHeadRows k_rows{bits_number(k_.bits),
-                                               k_codes + kv_h * k_head_code_bytes,
-                                               k_row_code_bytes,
-                                               k_scales + kv_h * k_head_groups,
-                                               k_mins != nullptr ? k_mins + kv_h * k_head_groups : nullptr,
-                                               k_row_groups,
-                                               k_group};
-      const kv_kernels_impl::KvHeadRows v_rows{bits_number(v_.bits),
-                                               v_codes + kv_h * v_head_code_bytes,
-                                               v_row_code_bytes,
-                                               v_scales + kv_h * v_head_groups,
-                                               v_mins != nullptr ? v_mins + kv_h * v_head_groups : nullptr,
-                                               v_row_groups,
-                                               v_group};
-      float* oh = out + t * q_dim + int64_t{kv_h} * group_floats;
-      kern.attend_heads(rows_from(k_rows, key_first - layer_base), rows_from(v_rows, key_first - layer_base), qh,
-                        heads_per_kv, head_dim, scale, n_ctx, scratch.data(), oh);
-      if (config_.hadamard_values) {
-        for (int i = 0; i < heads_per_kv; ++i) kv_quant::hadamard_inplace(oh + i * head_dim, head_dim);
-      }
-    }
+  // K and V may differ in bits and group (int4-k8): each plane has its own
+  // row strides. Row j of head kv_h: codes at j * row_code_bytes +
+  // kv_h * head_code_bytes, scales (mins) at j * row_groups + kv_h * head_groups.
+  auto head0_rows = [&](const Plane& p) {
+    return kv_kernels_impl::KvHeadRows{
+        p.bits == Bits::kF16 ? 16 : p.bits == Bits::kInt8 ? 8 : 4,
+        p.codes.data() + layer_row * p.row_code_bytes,
+        p.row_code_bytes,
+        p.scales.empty() ? nullptr : p.scales.data() + layer_row * p.row_groups,
+        p.mins.empty() ? nullptr : p.mins.data() + layer_row * p.row_groups,
+        p.row_groups,
+        p.group};
   };
-  const int64_t n_tasks = n * g.n_head_kv;
-  if (pool != nullptr) {
-    pool->parallel_for(n_tasks, run);
-  } else {
-    run(0, n_tasks);
+  AttentionRows rows;
+  rows.k = head0_rows(k_);
+  rows.v = head0_rows(v_);
+  rows.k_head_code_bytes = k_.row_code_bytes / g.n_head_kv;
+  rows.k_head_groups = k_.row_groups / g.n_head_kv;
+  rows.v_head_code_bytes = v_.row_code_bytes / g.n_head_kv;
+  rows.v_head_groups = v_.row_groups / g.n_head_kv;
+  rows.first_position = layer_base_[layer];
+  // Stored keys are rotated: rotate each query head the same way (q . k is
+  // invariant); rotated values: rotate each output head back.
+  thread_local std::vector<float> q_rotated;  // grows only: no allocation per decode step
+  if (config_.hadamard_keys) {
+    q_rotated.assign(q, q + n * q_dim);
+    kv_quant::hadamard_rows(q_rotated.data(), n * g.n_head, head_dim);
+    q = q_rotated.data();
   }
+  attend_tiled(g, g.window(layer), 1.0f / std::sqrt(static_cast<float>(head_dim)), rows, pos, n, q, out, pool);
+  if (config_.hadamard_values) kv_quant::hadamard_rows(out, n * g.n_head, head_dim);
 }
 
 int64_t QuantizedKvCache::first_visible_key(int layer, int64_t query_pos) const {

@@ -175,6 +175,53 @@ void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* 
   }
 }
 
+void dequantize_head_rows_scalar(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) dequantize_head_row_scalar(h, first_row + r, head_dim, out + r * head_dim);
+}
+
+void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
+                        int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
+  for (int i = 0; i < n_q; ++i) {
+    const float* qi = q + int64_t{i} * head_dim;
+    float* s = scratch + int64_t{i} * kAttentionTileRows;  // [kAttentionTileRows], rows [lo, hi) used
+    float tile_max = -INFINITY;
+    for (int r = lo; r < hi; ++r) {
+      const float* kr = k + r * k_stride;
+      // Eight partial sums in a fixed order: the compiler keeps them in one
+      // vector, and the result does not depend on how it vectorizes.
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int d = 0;
+      for (; d + 8 <= head_dim; d += 8) {
+        for (int e = 0; e < 8; ++e) part[e] += qi[d + e] * kr[d + e];
+      }
+      float dot = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      for (; d < head_dim; ++d) dot += qi[d] * kr[d];
+      s[r] = dot * scale;
+      tile_max = std::max(tile_max, s[r]);
+    }
+    const float m_new = std::max(m[i], tile_max);
+    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+    // holds, the common case: no exp call, no rescale (x * 1 == x).
+    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
+    float sum = 0.0f;
+    for (int r = lo; r < hi; ++r) {
+      s[r] = std::exp(s[r] - m_new);
+      sum += s[r];
+    }
+    m[i] = m_new;
+    l[i] = l[i] * alpha + sum;
+    float* ai = acc + int64_t{i} * head_dim;
+    if (alpha != 1.0f) {
+      for (int d = 0; d < head_dim; ++d) ai[d] *= alpha;
+    }
+    for (int r = lo; r < hi; ++r) {
+      const float* vr = v + r * v_stride;
+      const float p = s[r];
+      for (int d = 0; d < head_dim; ++d) ai[d] += p * vr[d];
+    }
+  }
+}
+
 void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const float* b, int m, const float* bias,
                         float* c, int64_t ldc) {
   for (int64_t t = 0; t < n; ++t) {
@@ -201,10 +248,12 @@ void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, cons
 }
 
 KvKernels kv_kernels_scalar() {
-  return KvKernels{dot_f16_scalar,         dot_int8_scalar,        dot_int4_scalar,      axpy_f16_scalar,
-                   axpy_int8_scalar,       axpy_int4_scalar,       dequantize_int8_scalar, dequantize_int4_scalar,
-                   hadamard_rows_scalar,   attend_heads_scalar,    f32_to_f16_scalar,    f16_to_f32_scalar,
-                   affine_rows_scalar,     affine_u8_rows_scalar};
+  return KvKernels{dot_f16_scalar,         dot_int8_scalar,     dot_int4_scalar,
+                   axpy_f16_scalar,        axpy_int8_scalar,    axpy_int4_scalar,
+                   dequantize_int8_scalar, dequantize_int4_scalar, hadamard_rows_scalar,
+                   attend_heads_scalar,    dequantize_head_rows_scalar, attend_tile_scalar,
+                   f32_to_f16_scalar,      f16_to_f32_scalar,   affine_rows_scalar,
+                   affine_u8_rows_scalar};
 }
 
 const KvKernels& kv_kernels() {

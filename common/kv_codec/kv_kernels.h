@@ -16,7 +16,7 @@ namespace baton::kv_kernels_impl {
 // row j's codes at codes + j * row_code_bytes, its group scales (and INT4
 // mins) at scales + j * row_groups (mins + j * row_groups).
 struct KvHeadRows {
-  int bits = 16;                     // 16 (F16), 8 (INT8) or 4 (INT4)
+  int bits = 16;                     // 32 (F32 rows, F32KvCache), 16 (F16), 8 (INT8) or 4 (INT4)
   const uint8_t* codes = nullptr;    // row 0 of this head
   int64_t row_code_bytes = 0;        // stride between rows, bytes
   const uint16_t* scales = nullptr;  // f16, INT8 / INT4; row 0 of this head
@@ -29,6 +29,11 @@ struct KvHeadRows {
 inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx) {
   return int64_t{n_q} * n_ctx + 2 * int64_t{head_dim};
 }
+
+// Positions of one attention tile (tiled_attention.h): tiles start at
+// multiples of it in absolute positions, so a query's arithmetic never
+// depends on the other queries of a call.
+inline constexpr int kAttentionTileRows = 64;
 
 struct KvKernels {
   // sum_i q[i] * x[i] for the dequantized x.
@@ -48,6 +53,8 @@ struct KvKernels {
   // In-place normalized Walsh-Hadamard transform of n_vectors vectors of n
   // floats (n a power of two).
   void (*hadamard_rows)(float* x, int64_t n_vectors, int n);
+  // (The per-query kernel that QuantizedKvCache::attend ran before the tiled
+  // attention; kept as the baseline of tests/bench/tiled_attention_bench.cc.)
   // Attention of n_q query heads that share one KV head (GQA) over rows
   // [0, n_ctx): out[i] = sum_j softmax_j(scale * q[i] . K_j) * V_j. Each K
   // and V row is dequantized once for all n_q heads, in one call per head
@@ -55,6 +62,24 @@ struct KvKernels {
   // scratch: attend_heads_scratch_floats() floats. head_dim % group == 0.
   void (*attend_heads)(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim,
                        float scale, int64_t n_ctx, float* scratch, float* out);
+  // Rows [first_row, first_row + n_rows) of one head (bits 16, 8 or 4),
+  // dequantized: out [n_rows, head_dim]. Each row's values are those of
+  // dequantize_int8 / dequantize_int4 / f16_to_f32 on it.
+  void (*dequantize_head_rows)(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out);
+  // One tile step of online-softmax attention for n_q query heads that share
+  // a KV head and one query position (GQA heads of one query): with rows
+  // [lo, hi) of a tile (0 <= lo < hi <= kAttentionTileRows), s_r = scale *
+  // q[i] . k_r, and per head i
+  //   m' = max(m[i], max_r s_r); alpha = exp(m[i] - m')
+  //   l[i] = alpha * l[i] + sum_r exp(s_r - m'); acc[i] = alpha * acc[i] + sum_r exp(s_r - m') v_r
+  // (m = -inf, l = 0, acc = 0 is the empty state). Row r of the tile at
+  // k + r * k_stride (v + r * v_stride), head_dim floats; rows outside
+  // [lo, hi) are never read. A head's result depends only on its q, its
+  // state, lo, hi and those rows (rows are grouped by their tile index),
+  // never on n_q. q, acc: [n_q, head_dim]; m, l: [n_q]; scratch:
+  // n_q * kAttentionTileRows floats.
+  void (*attend_tile)(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
+                      int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
   // Conversions, n elements.
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
   void (*f16_to_f32)(const uint16_t* x, float* out, int64_t n);
@@ -101,6 +126,9 @@ void affine_rows_scalar(const float* a, int64_t lda, int64_t n, int k, const flo
                         float* c, int64_t ldc);
 void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
                            const float* scale, const float* bias, float* c, int64_t ldc);
+void dequantize_head_rows_scalar(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out);
+void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
+                        int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
                          int64_t n_ctx, float* scratch, float* out);
 

@@ -2,6 +2,8 @@
 // through kv_kernels() when best_simd_level() >= kAvx2.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/kv_codec/kv_kernels.h"
@@ -385,6 +387,117 @@ void attend_heads_avx2(const KvHeadRows& k, const KvHeadRows& v, const float* q,
   }
 }
 
+// Scores of tile rows [g0 + r_lo, g0 + r_hi) of one head, lane r = q . k_{g0+r}
+// (lanes outside: 0): row r's dot is the chain of its 8-float chunk
+// products in chunk order, then hsum8x8's tree, whatever rows are computed
+// with it. head_dim % 8 == 0.
+inline __m256 group8_dots(const float* k, int64_t k_stride, const float* q, int head_dim, int g0, int r_lo, int r_hi) {
+  __m256 acc[8];
+  const float* kg = k + g0 * k_stride;
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    if (r < r_lo || r >= r_hi) continue;
+    const float* kr = kg + r * k_stride;
+    for (int d = 0; d < head_dim; d += 8) {
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), acc[r]);
+    }
+  }
+  return hsum8x8(acc);
+}
+
+// Lanes of rows [lo, hi) of the 8-row group at g0.
+inline __m256 rows_mask8(int g0, int lo, int hi) {
+  const __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(g0));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lanes),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lanes));
+  return _mm256_castsi256_ps(in);
+}
+
+// acc[i, d0 .. d0 + 8 NV) += sum_r p[i, r] v_r[d0 ..] for R heads, rows [lo, hi).
+template <int R, int NV>
+void accumulate_tile_values8(const float* v, int64_t v_stride, const float* p, int lo, int hi, float* acc,
+                             int head_dim, int d0) {
+  __m256 a[R][NV];
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NV; ++c) a[i][c] = _mm256_loadu_ps(acc + i * head_dim + d0 + 8 * c);
+  }
+  for (int r = lo; r < hi; ++r) {
+    const float* vr = v + r * v_stride + d0;
+    for (int i = 0; i < R; ++i) {
+      const __m256 pr = _mm256_broadcast_ss(p + i * kAttentionTileRows + r);
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vr + 8 * c), a[i][c]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + i * head_dim + d0 + 8 * c, a[i][c]);
+  }
+}
+
+template <int R>
+void accumulate_values8(const float* v, int64_t v_stride, const float* p, int lo, int hi, float* acc, int head_dim) {
+  for (int d0 = 0; d0 < head_dim; d0 += 32) {
+    switch (std::min(head_dim - d0, 32) / 8) {
+      case 1: accumulate_tile_values8<R, 1>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 2: accumulate_tile_values8<R, 2>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 3: accumulate_tile_values8<R, 3>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      default: accumulate_tile_values8<R, 4>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+    }
+  }
+}
+
+void attend_tile_avx2(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
+                      int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
+  if (head_dim % 8 != 0) {
+    return attend_tile_scalar(k, k_stride, v, v_stride, q, n_q, head_dim, scale, lo, hi, m, l, acc, scratch);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const int g_first = lo / 8 * 8;
+  for (int i = 0; i < n_q; ++i) {
+    const float* qi = q + int64_t{i} * head_dim;
+    float* s = scratch + int64_t{i} * kAttentionTileRows;
+    __m256 vmax = _mm256_set1_ps(-__builtin_inff());
+    for (int g0 = g_first; g0 < hi; g0 += 8) {
+      const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 8);
+      const __m256 scores = _mm256_mul_ps(group8_dots(k, k_stride, qi, head_dim, g0, r_lo, r_hi), vscale);
+      _mm256_storeu_ps(s + g0, scores);
+      vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, scores), rows_mask8(g0, lo, hi));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float m_new = std::max(m[i], _mm_cvtss_f32(m4));
+    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+    // holds, the common case: no exp call, no rescale (x * 1 == x).
+    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int g0 = g_first; g0 < hi; g0 += 8) {
+      // Rows outside [lo, hi) weigh exactly 0.
+      const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp256(_mm256_sub_ps(_mm256_loadu_ps(s + g0), vm)));
+      _mm256_storeu_ps(s + g0, p);
+      vsum = _mm256_add_ps(vsum, p);
+    }
+    m[i] = m_new;
+    l[i] = l[i] * alpha + hsum256(vsum);
+    const __m256 valpha = _mm256_set1_ps(alpha);
+    float* ai = acc + int64_t{i} * head_dim;
+    if (alpha != 1.0f) {
+      for (int d = 0; d < head_dim; d += 8) _mm256_storeu_ps(ai + d, _mm256_mul_ps(valpha, _mm256_loadu_ps(ai + d)));
+    }
+  }
+  // Values, two heads at a time: each V row loaded once for both.
+  int i = 0;
+  for (; i + 2 <= n_q; i += 2) {
+    accumulate_values8<2>(v, v_stride, scratch + int64_t{i} * kAttentionTileRows, lo, hi, acc + int64_t{i} * head_dim,
+                          head_dim);
+  }
+  if (i < n_q) {
+    accumulate_values8<1>(v, v_stride, scratch + int64_t{i} * kAttentionTileRows, lo, hi, acc + int64_t{i} * head_dim,
+                          head_dim);
+  }
+}
+
 // Lanes [0, width) of a vector of 8 (width may be <= 0 or > 8).
 __m256i lane_mask(int width) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -476,13 +589,31 @@ void affine_u8_rows_avx2(const uint8_t* a, int64_t lda, int64_t n, int k, const 
   }
 }
 
+void dequantize_head_rows_avx2(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
+    const uint8_t* codes = h.codes + r * h.row_code_bytes;
+    switch (h.bits) {
+      case 16: f16_to_f32_avx2(reinterpret_cast<const uint16_t*>(codes), out, head_dim); break;
+      case 8:
+        dequantize_int8_avx2(reinterpret_cast<const int8_t*>(codes), h.scales + r * h.row_groups, head_dim, h.group,
+                             out);
+        break;
+      default:
+        dequantize_int4_avx2(codes, h.scales + r * h.row_groups, h.mins + r * h.row_groups, head_dim, h.group, out);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 KvKernels kv_kernels_avx2() {
-  return KvKernels{dot_f16_avx2,        dot_int8_avx2,        dot_int4_avx2,        axpy_f16_avx2,
-                   axpy_int8_avx2,      axpy_int4_avx2,       dequantize_int8_avx2, dequantize_int4_avx2,
-                   hadamard_rows_avx2,  attend_heads_avx2,    f32_to_f16_avx2,      f16_to_f32_avx2,
-                   affine_rows_avx2,    affine_u8_rows_avx2};
+  return KvKernels{dot_f16_avx2,         dot_int8_avx2,     dot_int4_avx2,
+                   axpy_f16_avx2,        axpy_int8_avx2,    axpy_int4_avx2,
+                   dequantize_int8_avx2, dequantize_int4_avx2, hadamard_rows_avx2,
+                   attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
+                   f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
+                   affine_u8_rows_avx2};
 }
 
 }  // namespace baton::kv_kernels_impl

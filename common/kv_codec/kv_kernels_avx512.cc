@@ -1,9 +1,11 @@
 // AVX-512 kernels of the KV codec (see kv_kernels.h): the transform codec's
 // affine_rows at 16 lanes and affine_u8_rows with VNNI (kAvx512 includes
-// it); every other kernel of the set is the AVX2 one.
+// it), and the attention tile step; every other kernel of the set is the
+// AVX2 one.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/kv_codec/kv_kernels.h"
@@ -92,7 +94,274 @@ void affine_u8_tile(const uint8_t* a, int64_t lda, int k, const int8_t* b, int m
   }
 }
 
+
+// GCC 12 warns that the plain forms of several AVX-512 intrinsics read an
+// uninitialized source (their undefined pass-through): the maskz forms with
+// every lane set are the same instructions without it.
+constexpr __mmask16 kAll = 0xffff;
+
+// max / sum of the 16 lanes, by a fixed tree.
+inline __m256 fold_halves(__m512 v, bool max) {
+  // (The cast's plain form is an extract with an undefined source too.)
+  const __m512 hi = _mm512_maskz_shuffle_f32x4(kAll, v, v, 0xEE);
+  const __m512 folded = max ? _mm512_maskz_max_ps(kAll, v, hi) : _mm512_maskz_add_ps(kAll, v, hi);
+  return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(folded), 0));
+}
+
+inline float reduce_max16(__m512 v) {
+  const __m256 x = fold_halves(v, /*max=*/true);
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float reduce_add16(__m512 v) {
+  const __m256 x = fold_halves(v, /*max=*/false);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp of 16 floats (Cephes' polynomial, as exp256 in kv_kernels_avx2.cc):
+// relative error ~2e-7 for the x <= 0 that softmax passes.
+inline __m512 exp512(__m512 x) {
+  x = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  fx = _mm512_maskz_roundscale_ps(kAll, fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(kAll, y, fx);
+}
+
+// Lane r of the result = the sum of the 16 lanes of a[r], by the same tree
+// for every r (each add joins partial sums of one vector only, so a lane
+// never sees another row's values).
+inline __m512 reduce16x16(const __m512 (&a)[16]) {
+  __m512 b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i) {
+    // Low 256 bits: a[2i]'s halves summed; high: a[2i+1]'s.
+    b[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0x44),
+                         _mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    // 128-bit block j: four partial sums of row 4i + j.
+    c[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0x88),
+                         _mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {
+    // Block j: two partial sums of row 8i + j, then two of row 8i + 4 + j.
+    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Block j: rows j, 4 + j, 8 + j, 12 + j; lane 4j + t holds row 4t + j.
+  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_maskz_permutexvar_ps(kAll, order, e);
+}
+
+// Scores of tile rows [g0 + r_lo, g0 + r_hi) of one head, lane r = q . k_{g0+r}
+// (lanes outside: 0): row r's dot is the chain of its NC chunk products, in
+// chunk order, whatever rows are computed with it. NC = head_dim / 16 chunks
+// (0: head_dim > 128, q read from memory).
+template <int NC>
+inline __m512 group_dots(const float* k, int64_t k_stride, const float* q, int head_dim, int g0, int r_lo, int r_hi) {
+  __m512 qc[NC > 0 ? NC : 1];
+  for (int c = 0; c < NC; ++c) qc[c] = _mm512_loadu_ps(q + 16 * c);
+  const int chunks = NC > 0 ? NC : head_dim / 16;
+  __m512 acc[16];
+  const float* kg = k + g0 * k_stride;
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    if (r < r_lo || r >= r_hi) continue;
+    const float* kr = kg + r * k_stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 qv = NC > 0 ? qc[c] : _mm512_loadu_ps(q + 16 * c);
+      acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr + 16 * c), acc[r]);
+    }
+  }
+  return reduce16x16(acc);
+}
+
+// acc[i, d0 .. d0 + 16 NV) += sum_r p[i, r] v_r[d0 ..] for R heads, rows [lo, hi).
+template <int R, int NV>
+void accumulate_tile_values(const float* v, int64_t v_stride, const float* p, int lo, int hi, float* acc,
+                            int head_dim, int d0) {
+  __m512 a[R][NV];
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc + i * head_dim + d0 + 16 * c);
+  }
+  for (int r = lo; r < hi; ++r) {
+    const float* vr = v + r * v_stride + d0;
+    for (int i = 0; i < R; ++i) {
+      const __m512 pr = _mm512_set1_ps(p[i * kAttentionTileRows + r]);
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vr + 16 * c), a[i][c]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NV; ++c) _mm512_storeu_ps(acc + i * head_dim + d0 + 16 * c, a[i][c]);
+  }
+}
+
+template <int R>
+void accumulate_values(const float* v, int64_t v_stride, const float* p, int lo, int hi, float* acc, int head_dim) {
+  for (int d0 = 0; d0 < head_dim; d0 += 128) {
+    switch (std::min(head_dim - d0, 128) / 16) {
+      case 1: accumulate_tile_values<R, 1>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 2: accumulate_tile_values<R, 2>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 3: accumulate_tile_values<R, 3>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 4: accumulate_tile_values<R, 4>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 5: accumulate_tile_values<R, 5>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 6: accumulate_tile_values<R, 6>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      case 7: accumulate_tile_values<R, 7>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+      default: accumulate_tile_values<R, 8>(v, v_stride, p, lo, hi, acc, head_dim, d0); break;
+    }
+  }
+}
+
+__mmask16 rows_mask(int g0, int lo, int hi) {
+  const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 16);
+  return static_cast<__mmask16>(lane_mask16(r_hi) & ~lane_mask16(r_lo));
+}
+
+// The group scales (and mins) of one head's row as floats: out[g] for the
+// group holding elements [g * group, (g + 1) * group). head_dim / group <= 16.
+inline void row_scales(const uint16_t* halves, int n_groups, float* out) {
+  const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>(lane_mask16(n_groups)), halves);
+  _mm512_storeu_ps(out, _mm512_maskz_cvtph_ps(kAll, h));
+}
+
+// Prefetches row r + 4 of a head into L1 (run_segment brought the tile to
+// L2). Past the plane's end harmless (a prefetch never faults); integer
+// arithmetic keeps the address out of pointer arithmetic.
+inline void prefetch_head_row(const KvHeadRows& h, int64_t r, int head_bytes) {
+  const uintptr_t near = reinterpret_cast<uintptr_t>(h.codes) + static_cast<uintptr_t>((r + 4) * h.row_code_bytes);
+  for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(near + b), _MM_HINT_T0);
+}
+
 }  // namespace
+
+void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
+  const bool quantized = h.bits != 16;
+  if (head_dim % 16 != 0 || (quantized && (h.group % 16 != 0 || head_dim / h.group > 16 ||
+                                            (h.group & (h.group - 1)) != 0))) {
+    // The set's per-row kernels are the AVX2 ones: the same values.
+    static const KvKernels avx2 = kv_kernels_avx2();
+    return avx2.dequantize_head_rows(h, first_row, n_rows, head_dim, out);
+  }
+  const int n_groups = quantized ? head_dim / h.group : 0;
+  const int chunk_shift = quantized ? __builtin_ctz(static_cast<unsigned>(h.group / 16)) : 0;
+  const int head_bytes = head_dim * h.bits / 8;
+  alignas(64) float scales[16], mins[16];
+  for (int64_t r = first_row; r < first_row + n_rows; ++r, out += head_dim) {
+    const uint8_t* codes = h.codes + r * h.row_code_bytes;
+    prefetch_head_row(h, r, head_bytes);
+    if (h.bits == 16) {
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(codes);
+      for (int d = 0; d < head_dim; d += 16) {
+        const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d));
+        _mm512_storeu_ps(out + d, _mm512_maskz_cvtph_ps(kAll, halves));
+      }
+      continue;
+    }
+    row_scales(h.scales + r * h.row_groups, n_groups, scales);
+    if (h.bits == 8) {
+      for (int d = 0, c = 0; d < head_dim; d += 16, ++c) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d));
+        const __m512i wide = _mm512_maskz_cvtepi8_epi32(kAll, bytes);
+        const __m512 x = _mm512_maskz_cvtepi32_ps(kAll, wide);
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_set1_ps(scales[c >> chunk_shift]), x));
+      }
+      continue;
+    }
+    row_scales(h.mins + r * h.row_groups, n_groups, mins);
+    const __m128i low4 = _mm_set1_epi8(15);
+    for (int d = 0, c = 0; d < head_dim; d += 16, ++c) {
+      // 16 codes in 8 bytes, element 2i in the low nibble of byte i.
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d / 2));
+      const __m128i lo = _mm_and_si128(bytes, low4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      const __m512 x = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepu8_epi32(kAll, _mm_unpacklo_epi8(lo, hi)));
+      const int g = c >> chunk_shift;
+      _mm512_storeu_ps(out + d, _mm512_fmadd_ps(_mm512_set1_ps(scales[g]), x, _mm512_set1_ps(mins[g])));
+    }
+  }
+}
+
+namespace {
+
+}  // namespace
+
+void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
+                        int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
+  if (head_dim % 16 != 0) {
+    return attend_tile_scalar(k, k_stride, v, v_stride, q, n_q, head_dim, scale, lo, hi, m, l, acc, scratch);
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const int g_first = lo / 16 * 16;
+  for (int i = 0; i < n_q; ++i) {
+    const float* qi = q + int64_t{i} * head_dim;
+    float* s = scratch + int64_t{i} * kAttentionTileRows;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int g0 = g_first; g0 < hi; g0 += 16) {
+      const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 16);
+      __m512 dots;
+      switch (head_dim / 16) {
+        case 1: dots = group_dots<1>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 2: dots = group_dots<2>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 3: dots = group_dots<3>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 4: dots = group_dots<4>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 5: dots = group_dots<5>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 6: dots = group_dots<6>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 7: dots = group_dots<7>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        case 8: dots = group_dots<8>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+        default: dots = group_dots<0>(k, k_stride, qi, head_dim, g0, r_lo, r_hi); break;
+      }
+      const __m512 scores = _mm512_mul_ps(dots, vscale);
+      _mm512_storeu_ps(s + g0, scores);
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, scores);
+    }
+    const float m_new = std::max(m[i], reduce_max16(vmax));
+    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+    // holds, the common case: no exp call, no rescale (x * 1 == x).
+    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
+    const __m512 vm = _mm512_set1_ps(m_new);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int g0 = g_first; g0 < hi; g0 += 16) {
+      // Rows outside [lo, hi) weigh exactly 0.
+      const __m512 p = _mm512_maskz_mov_ps(rows_mask(g0, lo, hi), exp512(_mm512_sub_ps(_mm512_loadu_ps(s + g0), vm)));
+      _mm512_storeu_ps(s + g0, p);
+      vsum = _mm512_add_ps(vsum, p);
+    }
+    m[i] = m_new;
+    l[i] = l[i] * alpha + reduce_add16(vsum);
+    const __m512 valpha = _mm512_set1_ps(alpha);
+    float* ai = acc + int64_t{i} * head_dim;
+    if (alpha != 1.0f) {
+      for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(ai + d)));
+    }
+  }
+  // Values, two heads at a time: each V row loaded once for both.
+  int i = 0;
+  for (; i + 2 <= n_q; i += 2) {
+    accumulate_values<2>(v, v_stride, scratch + int64_t{i} * kAttentionTileRows, lo, hi, acc + int64_t{i} * head_dim,
+                         head_dim);
+  }
+  if (i < n_q) {
+    accumulate_values<1>(v, v_stride, scratch + int64_t{i} * kAttentionTileRows, lo, hi, acc + int64_t{i} * head_dim,
+                         head_dim);
+  }
+}
 
 void affine_u8_rows_avx512(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
                            const float* scale, const float* bias, float* c, int64_t ldc) {
@@ -124,6 +393,8 @@ KvKernels kv_kernels_avx512() {
   KvKernels set = kv_kernels_avx2();
   set.affine_rows = affine_rows_avx512;
   set.affine_u8_rows = affine_u8_rows_avx512;
+  set.attend_tile = attend_tile_avx512;
+  set.dequantize_head_rows = dequantize_head_rows_avx512;
   return set;
 }
 

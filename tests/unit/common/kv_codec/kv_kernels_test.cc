@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -169,6 +171,91 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, AttendHeads, testing::ValuesIn(all_cases()), case_name);
+
+// The tiled attention's kernels (tiled_attention.h): dequantize_head_rows
+// gives each row the set's own per-row dequantization bit for bit; a run of
+// attend_tile steps over tiles of kAttentionTileRows, the first starting
+// past its tile's row 0 (a window's edge), equals a double-precision softmax
+// over the same rows (same tolerance as above), and a head's result is the
+// same bits whether its query heads are stepped together or alone.
+using AttendTile = AttendHeads;
+
+TEST_P(AttendTile, DequantizedRowsAndTileStepsMatchTheReferenceInEverySet) {
+  const Case& c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.bits * 77 + c.head_dim + c.n_ctx));
+  const Plane k = make_plane(c, rng), v = make_plane(c, rng);
+  std::vector<float> q(static_cast<size_t>(c.n_q * c.head_dim));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t first = std::min<int64_t>(3, c.n_ctx - 1);  // rows [first, n_ctx)
+  std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}};
+  if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  sets.emplace_back("dispatched", kv_kernels());
+  for (const auto& [name, kern] : sets) {
+    // Rows dequantized, [n_ctx, head_dim] each, against the per-row kernels.
+    std::vector<float> kf(static_cast<size_t>(c.n_ctx * c.head_dim)), vf(kf.size()), row(c.head_dim);
+    kern.dequantize_head_rows(k.head, 0, c.n_ctx, c.head_dim, kf.data());
+    kern.dequantize_head_rows(v.head, 0, c.n_ctx, c.head_dim, vf.data());
+    for (int64_t j = 0; j < c.n_ctx; ++j) {
+      const uint8_t* codes = k.head.codes + j * k.head.row_code_bytes;
+      if (c.bits == 16) {
+        kern.f16_to_f32(reinterpret_cast<const uint16_t*>(codes), row.data(), c.head_dim);
+      } else if (c.bits == 8) {
+        kern.dequantize_int8(reinterpret_cast<const int8_t*>(codes), k.head.scales + j * k.head.row_groups,
+                             c.head_dim, c.group, row.data());
+      } else {
+        kern.dequantize_int4(codes, k.head.scales + j * k.head.row_groups, k.head.mins + j * k.head.row_groups,
+                             c.head_dim, c.group, row.data());
+      }
+      ASSERT_EQ(std::memcmp(row.data(), kf.data() + j * c.head_dim, sizeof(float) * c.head_dim), 0)
+          << name << " row " << j;
+    }
+    // Tile steps for all heads together, then for each head alone.
+    auto run = [&](int head0, int n_heads, float* out) {
+      std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
+      std::vector<float> scratch(static_cast<size_t>(n_heads * kAttentionTileRows), -5.0f);
+      for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
+        const int lo = static_cast<int>(std::max<int64_t>(first - t0, 0));
+        const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
+        if (lo >= hi) continue;
+        kern.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
+                         q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
+                         acc.data(), scratch.data());
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
+      }
+    };
+    std::vector<float> together(q.size()), alone(q.size());
+    run(0, c.n_q, together.data());
+    for (int h = 0; h < c.n_q; ++h) run(h, 1, alone.data() + h * c.head_dim);
+    ASSERT_EQ(std::memcmp(together.data(), alone.data(), sizeof(float) * q.size()), 0) << name;
+    for (int h = 0; h < c.n_q; ++h) {
+      const float* qh = q.data() + h * c.head_dim;
+      std::vector<double> s;
+      double max_s = -INFINITY, sum = 0;
+      for (int64_t j = first; j < c.n_ctx; ++j) {
+        double dot = 0;
+        for (int d = 0; d < c.head_dim; ++d) dot += double{qh[d]} * kf[j * c.head_dim + d];
+        s.push_back(dot * scale);
+        max_s = std::max(max_s, s.back());
+      }
+      for (double& x : s) sum += (x = std::exp(x - max_s));
+      for (int d = 0; d < c.head_dim; ++d) {
+        double want = 0, magnitude = 0;
+        for (int64_t j = first; j < c.n_ctx; ++j) {
+          const double p = s[static_cast<size_t>(j - first)] / sum;
+          want += p * vf[j * c.head_dim + d];
+          magnitude += p * std::fabs(vf[j * c.head_dim + d]);
+        }
+        ASSERT_NEAR(together[h * c.head_dim + d], want, 2e-5 * magnitude + 1e-6) << name << " head " << h << " d " << d;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, AttendTile, testing::ValuesIn(all_cases()), case_name);
 
 }  // namespace
 }  // namespace baton::kv_kernels_impl

@@ -1,0 +1,303 @@
+#include "common/kv_cache/tiled_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "common/model/layer_window.h"
+#include "common/util/check.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+using kv_kernels_impl::KvHeadRows;
+using kv_kernels_impl::KvKernels;
+
+constexpr int64_t kTile = kv_kernels_impl::kAttentionTileRows;
+constexpr int64_t kSegment = kAttentionSegmentRows;
+// Calls with at most this many queries (decode steps, short drafts) split
+// each query's context across tasks by segment; longer ones (prefill) give
+// each task a block of queries, so a tile read once serves the whole block.
+constexpr int64_t kSplitMaxQueries = 4;
+constexpr int64_t kQueryBlock = 16;
+
+// Folds state b into state a (same head): the merge of two disjoint key
+// ranges' softmax states. One compiled instance (noinline): every path
+// merges with the same instructions.
+[[gnu::noinline]] void merge_state(float m_b, float l_b, const float* acc_b, float* m, float* l, float* acc,
+                                   int head_dim) {
+  const float m_new = std::max(*m, m_b);
+  const float alpha = std::exp(*m - m_new), beta = std::exp(m_b - m_new);  // alpha = 0 for the empty state
+  *m = m_new;
+  *l = *l * alpha + l_b * beta;
+  for (int d = 0; d < head_dim; ++d) acc[d] = acc[d] * alpha + acc_b[d] * beta;
+}
+
+// States of `heads` query heads: m [heads], l [heads], acc [heads, head_dim].
+struct StateSpan {
+  float* m;
+  float* l;
+  float* acc;
+};
+
+void reset_states(StateSpan s, int64_t heads, int head_dim) {
+  std::fill(s.m, s.m + heads, -INFINITY);
+  std::fill(s.l, s.l + heads, 0.0f);
+  std::fill(s.acc, s.acc + heads * head_dim, 0.0f);
+}
+
+// Per-thread buffers: one dequantized K and V tile, the tile's scores.
+struct TileScratch {
+  std::vector<float> k, v;  // [kTile, head_dim]
+  std::vector<float> scores;  // [heads_per_kv, kTile]
+  std::vector<float> m, l, acc;  // a task's segment and total states (query-block path)
+
+  void reserve(int head_dim, int heads_per_kv) {
+    const size_t tile = static_cast<size_t>(kTile * head_dim);
+    // Zero on growth: rows a tile does not dequantize stay finite.
+    if (k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
+    const size_t scores_floats = static_cast<size_t>(heads_per_kv * kTile);
+    if (scores.size() < scores_floats) scores.resize(scores_floats);
+  }
+};
+
+class LayerAttention {
+ public:
+  LayerAttention(const KvGeometry& g, int32_t window, float scale, const AttentionRows& rows, int64_t pos,
+                 const float* q)
+      : kern_(kv_kernels_impl::kv_kernels()),
+        head_dim_(g.head_dim),
+        heads_per_kv_(g.n_head / g.n_head_kv),
+        q_dim_(g.q_dim()),
+        window_(window),
+        scale_(scale),
+        rows_(rows),
+        pos_(pos),
+        q_(q) {}
+
+  int heads_per_kv() const { return heads_per_kv_; }
+  int head_dim() const { return head_dim_; }
+  // Keys query i sees: positions [first_key(i), end_key(i)).
+  int64_t first_key(int64_t i) const { return window_first_kept_position(window_, pos_ + i); }
+  int64_t end_key(int64_t i) const { return pos_ + i + 1; }
+  int64_t first_segment(int64_t i) const { return first_key(i) / kSegment; }
+  int64_t last_segment(int64_t i) const { return (end_key(i) - 1) / kSegment; }
+
+  // Folds segment `seg` of KV heads [h0, h1) into the states of queries
+  // [i0, i1): state of (query i, KV head kv_h) at
+  // ((i - i0) * (h1 - h0) + kv_h - h0) * heads_per_kv (its heads_per_kv
+  // query heads follow). Queries that see no key of the segment keep their
+  // states. While a tile is computed, the next one's rows are prefetched to
+  // L2 (measured: better than a row-by-row prefetch inside the
+  // dequantization): the rows of one KV head are strided (the row holds
+  // every head), which the hardware prefetchers follow poorly.
+  void run_segment(int h0, int h1, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch) const {
+    const int64_t seg_begin = seg * kSegment;
+    const int64_t block_lo = std::max(first_key(i0), seg_begin);
+    const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + kSegment);
+    if (block_lo >= block_hi) return;
+    for (int64_t t0 = block_lo / kTile * kTile; t0 < block_hi; t0 += kTile) {
+      // first_key and end_key grow with i: the block's rows of this tile.
+      const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
+      const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+      for (int kv_h = h0; kv_h < h1; ++kv_h) {
+        const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
+        const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
+        prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
+        prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
+        int64_t k_stride = 0, v_stride = 0;
+        const float* k = tile_rows(k_rows, t0, union_lo, union_hi, scratch.k.data(), &k_stride);
+        const float* v = tile_rows(v_rows, t0, union_lo, union_hi, scratch.v.data(), &v_stride);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
+          if (lo >= hi) continue;
+          const int64_t h = ((i - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
+          kern_.attend_tile(k, k_stride, v, v_stride, q_ + i * q_dim_ + int64_t{kv_h} * heads_per_kv_ * head_dim_,
+                            heads_per_kv_, head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0),
+                            s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+        }
+      }
+    }
+  }
+
+  // out row of query i, heads of kv_h: acc / l.
+  void write_output(int kv_h, int64_t i, const float* l, const float* acc, float* out) const {
+    float* o = out + i * q_dim_ + int64_t{kv_h} * heads_per_kv_ * head_dim_;
+    for (int h = 0; h < heads_per_kv_; ++h) {
+      const float inv = 1.0f / l[h];
+      for (int d = 0; d < head_dim_; ++d) o[h * head_dim_ + d] = acc[h * head_dim_ + d] * inv;
+    }
+  }
+
+  void merge_heads(const float* m_b, const float* l_b, const float* acc_b, StateSpan total) const {
+    for (int h = 0; h < heads_per_kv_; ++h) {
+      merge_state(m_b[h], l_b[h], acc_b + h * head_dim_, total.m + h, total.l + h, total.acc + h * head_dim_,
+                  head_dim_);
+    }
+  }
+
+ private:
+  // Prefetches (to L2) the codes and scales of positions [lo, hi) of one head.
+  void prefetch_rows(const KvHeadRows& h, int64_t head_code_bytes, int64_t lo, int64_t hi) const {
+    for (int64_t p = lo; p < hi; ++p) {
+      const int64_t row = p - rows_.first_position;
+      const uint8_t* codes = h.codes + row * h.row_code_bytes;
+      for (int64_t b = 0; b < head_code_bytes; b += 64) __builtin_prefetch(codes + b, 0, 2);
+      if (h.scales != nullptr && row % 8 == 0) __builtin_prefetch(h.scales + row * h.row_groups, 0, 2);
+      if (h.mins != nullptr && row % 8 == 0) __builtin_prefetch(h.mins + row * h.row_groups, 0, 2);
+    }
+  }
+
+  static KvHeadRows head_offset(KvHeadRows rows, int64_t head_code_bytes, int64_t head_groups, int kv_h) {
+    rows.codes += kv_h * head_code_bytes;
+    if (rows.scales != nullptr) rows.scales += kv_h * head_groups;
+    if (rows.mins != nullptr) rows.mins += kv_h * head_groups;
+    return rows;
+  }
+
+  // Tile [t0, t0 + kTile) of one head with rows [lo, hi) readable: F32
+  // rows in place, others dequantized into `buffer`. Row r of the tile at
+  // result + r * stride.
+  const float* tile_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, float* buffer,
+                         int64_t* stride) const {
+    if (h.bits == 32) {
+      *stride = h.row_code_bytes / static_cast<int64_t>(sizeof(float));
+      return reinterpret_cast<const float*>(h.codes) + (t0 - rows_.first_position) * *stride;
+    }
+    *stride = head_dim_;
+    kern_.dequantize_head_rows(h, lo - rows_.first_position, hi - lo, head_dim_, buffer + (lo - t0) * head_dim_);
+    return buffer;
+  }
+
+  const KvKernels& kern_;
+  const int head_dim_;
+  const int heads_per_kv_;
+  const int64_t q_dim_;
+  const int32_t window_;
+  const float scale_;
+  const AttentionRows& rows_;
+  const int64_t pos_;
+  const float* q_;
+};
+
+TileScratch& thread_scratch(int head_dim, int heads_per_kv) {
+  thread_local TileScratch scratch;
+  scratch.reserve(head_dim, heads_per_kv);
+  return scratch;
+}
+
+void run_tasks(ThreadPool* pool, int64_t n_tasks, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool != nullptr) {
+    pool->parallel_for_dynamic(n_tasks, 1, fn);
+  } else {
+    fn(0, n_tasks);
+  }
+}
+
+// Few queries: tasks are (block of KV heads, segment) pairs, each folding
+// one segment of its heads for every query into its own states; then every
+// query merges its segments in order. All KV heads in one task when there
+// are segments enough for the threads: a task then streams whole rows.
+void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out, ThreadPool* pool) {
+  const int hpk = a.heads_per_kv(), hd = a.head_dim();
+  const int64_t seg_lo = a.first_segment(0), n_seg = a.last_segment(n - 1) + 1 - seg_lo;
+  constexpr int64_t kMinTasks = 4;  // two per thread of the engine's usual pool
+  const int64_t head_blocks = std::min<int64_t>(n_head_kv, (kMinTasks + n_seg - 1) / n_seg);
+  const int block_heads = static_cast<int>((n_head_kv + head_blocks - 1) / head_blocks);
+  const int64_t n_blocks = (n_head_kv + block_heads - 1) / block_heads;
+  // States of task (block b, segment s): [n, block_heads, hpk] at
+  // (b * n_seg + s) * task_stride (m, l; rounded up to a cache line, as the
+  // tasks of two threads write them) and (b * n_seg + s) * task_heads * hd
+  // (acc).
+  const int64_t task_heads = n * block_heads * hpk;
+  const int64_t task_stride = (task_heads + 15) / 16 * 16;
+  thread_local std::vector<float> m, l, acc;
+  const size_t tasks = static_cast<size_t>(n_blocks * n_seg);
+  if (m.size() < tasks * task_stride) m.resize(tasks * task_stride), l.resize(tasks * task_stride);
+  if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
+  float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
+  run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
+    TileScratch& scratch = thread_scratch(hd, hpk);
+    for (int64_t task = begin; task < end; ++task) {
+      const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
+      const StateSpan s{m_all + task * task_stride, l_all + task * task_stride, acc_all + task * task_heads * hd};
+      reset_states(s, task_heads, hd);
+      a.run_segment(h0, h1, 0, n, seg_lo + task % n_seg, s, scratch);
+    }
+  });
+  run_tasks(pool, n_head_kv * n, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> total_m, total_l, total_acc;  // grow only: no allocation per decode step
+    if (total_m.size() < static_cast<size_t>(hpk)) total_m.resize(hpk), total_l.resize(hpk);
+    if (total_acc.size() < static_cast<size_t>(hpk * hd)) total_acc.resize(static_cast<size_t>(hpk * hd));
+    const StateSpan total{total_m.data(), total_l.data(), total_acc.data()};
+    for (int64_t task = begin; task < end; ++task) {
+      const int kv_h = static_cast<int>(task / n);
+      const int64_t i = task % n;
+      const int64_t block = kv_h / block_heads;
+      const int64_t width = std::min<int64_t>(n_head_kv, (block + 1) * block_heads) - block * block_heads;
+      reset_states(total, hpk, hd);
+      for (int64_t seg = a.first_segment(i); seg <= a.last_segment(i); ++seg) {
+        const int64_t part = block * n_seg + (seg - seg_lo), head = (i * width + kv_h % block_heads) * hpk;
+        a.merge_heads(m_all + part * task_stride + head, l_all + part * task_stride + head,
+                      acc_all + (part * task_heads + head) * hd, total);
+      }
+      a.write_output(kv_h, i, total.l, total.acc, out);
+    }
+  });
+}
+
+// Many queries: tasks are (KV head, block of kQueryBlock queries), each
+// folding the block's segments in order.
+void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out, ThreadPool* pool) {
+  const int hpk = a.heads_per_kv(), hd = a.head_dim();
+  const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  run_tasks(pool, n_head_kv * n_blocks, [&](int64_t begin, int64_t end) {
+    TileScratch& scratch = thread_scratch(hd, hpk);
+    const size_t heads = static_cast<size_t>(kQueryBlock * hpk);
+    // [2, kQueryBlock * hpk]: segment states, then totals.
+    if (scratch.m.size() < 2 * heads) scratch.m.resize(2 * heads), scratch.l.resize(2 * heads);
+    if (scratch.acc.size() < 2 * heads * hd) scratch.acc.resize(2 * heads * hd);
+    const StateSpan seg{scratch.m.data(), scratch.l.data(), scratch.acc.data()};
+    const StateSpan total{seg.m + heads, seg.l + heads, seg.acc + heads * hd};
+    for (int64_t task = begin; task < end; ++task) {
+      const int kv_h = static_cast<int>(task / n_blocks);
+      const int64_t i0 = task % n_blocks * kQueryBlock, i1 = std::min(n, i0 + kQueryBlock);
+      const int64_t block_heads = (i1 - i0) * hpk;
+      reset_states(total, block_heads, hd);
+      for (int64_t s = a.first_segment(i0); s <= a.last_segment(i1 - 1); ++s) {
+        reset_states(seg, block_heads, hd);
+        a.run_segment(kv_h, kv_h + 1, i0, i1, s, seg, scratch);
+        for (int64_t i = i0; i < i1; ++i) {
+          if (s < a.first_segment(i) || s > a.last_segment(i)) continue;
+          const int64_t h = (i - i0) * hpk;
+          a.merge_heads(seg.m + h, seg.l + h, seg.acc + h * hd,
+                        StateSpan{total.m + h, total.l + h, total.acc + h * hd});
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t h = (i - i0) * hpk;
+        a.write_output(kv_h, i, total.l + h, total.acc + h * hd, out);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const AttentionRows& rows, int64_t pos,
+                  int64_t n, const float* q, float* out, ThreadPool* pool) {
+  if (n <= 0) return;
+  BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
+  BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
+  const LayerAttention a(geometry, window, scale, rows, pos, q);
+  BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
+  if (n <= kSplitMaxQueries) {
+    attend_split(a, geometry.n_head_kv, n, out, pool);
+  } else {
+    attend_blocks(a, geometry.n_head_kv, n, out, pool);
+  }
+}
+
+}  // namespace baton

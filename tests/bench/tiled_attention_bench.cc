@@ -1,0 +1,205 @@
+// Attention of the edge store (QuantizedKvCache::attend, the tiled kernel of
+// common/kv_cache/tiled_attention.h) on a 16-layer store, so a decode step's
+// KV streams from memory as in a real model (16 x 4.4 MB at 4K, INT8,
+// llama-3.2-1b shapes), next to a plain read of a buffer of the same size.
+//   Decode: one query per layer at the end of the context, every layer;
+//     bytes/s = KV bytes of the context read (all layers, K and V, codes
+//     and scales). Compare with BM_KvReadBaseline at the same size and
+//     threads: that ratio is the share of read bandwidth attention reaches.
+//   Prefill: a 64-query micro-batch (the engine's) at position pos of one
+//     layer; items/s = queries.
+//
+//   build/bin/baton_microbench --benchmark_filter='TiledAttention|KvReadBaseline' --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_cache/tiled_attention.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_kernels.h"
+#include "common/util/fp16.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+ThreadPool* pool_of(int n_threads) {
+  static std::unique_ptr<ThreadPool> pools[3];
+  if (n_threads <= 1) return nullptr;
+  if (!pools[n_threads]) pools[n_threads] = std::make_unique<ThreadPool>(n_threads);
+  return pools[n_threads].get();
+}
+
+const char* codec_name(int bits) { return bits == 16 ? "f16" : bits == 8 ? "int8-g32" : "int4-g32"; }
+
+// A store of `context` random tokens in every layer (32 query heads, 8 KV heads).
+std::unique_ptr<QuantizedKvCache> make_store(int bits, int head_dim, int n_layer, int64_t context) {
+  const KvGeometry g{n_layer, 32, 8, head_dim, {}};
+  auto config = parse_kv_codec_config(codec_name(bits));
+  auto store = QuantizedKvCache::Create(g, context + 64, *config);
+  if (!config.ok() || !store.ok()) return nullptr;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(context * g.kv_dim())), v(k.size());
+  for (int layer = 0; layer < n_layer; ++layer) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    if (!(*store)->store(layer, 0, context, k.data(), v.data()).ok()) return nullptr;
+  }
+  (*store)->set_size(context);
+  return std::move(*store);
+}
+
+std::vector<float> random_queries(int64_t n, int64_t q_dim) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> q(static_cast<size_t>(n * q_dim));
+  for (float& x : q) x = normal(rng);
+  return q;
+}
+
+// Args: bits, context, head_dim, threads.
+void BM_TiledAttentionDecode(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const int64_t context = state.range(1);
+  const int head_dim = static_cast<int>(state.range(2));
+  ThreadPool* pool = pool_of(static_cast<int>(state.range(3)));
+  constexpr int kLayers = 16;
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context);
+  if (store == nullptr) return state.SkipWithError("store");
+  const int64_t q_dim = store->geometry().q_dim();
+  const std::vector<float> q = random_queries(1, q_dim);
+  std::vector<float> out(static_cast<size_t>(q_dim));
+  for (auto _ : state) {
+    // Position context - 1 attends over [0, context): the stored rows.
+    for (int layer = 0; layer < kLayers; ++layer) store->attend(layer, context - 1, 1, q.data(), out.data(), pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
+  state.SetLabel(codec_name(bits));
+}
+BENCHMARK(BM_TiledAttentionDecode)
+    ->ArgNames({"bits", "ctx", "head_dim", "threads"})
+    ->ArgsProduct({{8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
+    ->UseRealTime();
+
+// Args: bits, pos, threads.
+void BM_TiledAttentionPrefill(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const int64_t pos = state.range(1);
+  ThreadPool* pool = pool_of(static_cast<int>(state.range(2)));
+  constexpr int64_t kQueries = 64;
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, pos + kQueries);
+  if (store == nullptr) return state.SkipWithError("store");
+  const int64_t q_dim = store->geometry().q_dim();
+  const std::vector<float> q = random_queries(kQueries, q_dim);
+  std::vector<float> out(q.size());
+  for (auto _ : state) {
+    store->attend(0, pos, kQueries, q.data(), out.data(), pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kQueries);
+  state.SetLabel(codec_name(bits));
+}
+BENCHMARK(BM_TiledAttentionPrefill)
+    ->ArgNames({"bits", "pos", "threads"})
+    ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}})
+    ->UseRealTime();
+
+// One layer's synthetic INT8 planes (8 KV heads of 64, groups of 32), rows
+// laid out as the store's: the old per-(query, KV head) kernel
+// (attend_heads, what QuantizedKvCache::attend called before the tiled
+// kernel) and attend_tiled on the same bytes, in one run. Args: context,
+// queries (1: a decode step; 64: a prefill micro-batch ending at the
+// context), tiled (0: attend_heads, 1: attend_tiled). bytes/s = K and V bytes
+// of the context (once per call).
+void BM_AttentionOldVsTiled(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int64_t n = state.range(1);
+  const bool tiled = state.range(2) != 0;
+  constexpr int kHeadsKv = 8, kHeadDim = 64, kGqa = 4, kGroup = 32;
+  constexpr int64_t kRowBytes = kHeadsKv * kHeadDim, kRowGroups = kRowBytes / kGroup;
+  std::mt19937 rng(9);
+  std::vector<uint8_t> k_codes(static_cast<size_t>(context * kRowBytes)), v_codes(k_codes.size());
+  for (auto& b : k_codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : v_codes) b = static_cast<uint8_t>(rng());
+  const std::vector<uint16_t> scales(static_cast<size_t>(context * kRowGroups), fp32_to_fp16(0.01f));
+  const kv_kernels_impl::KvHeadRows k{8, k_codes.data(), kRowBytes, scales.data(), nullptr, kRowGroups, kGroup};
+  const kv_kernels_impl::KvHeadRows v{8, v_codes.data(), kRowBytes, scales.data(), nullptr, kRowGroups, kGroup};
+  const KvGeometry g{1, kHeadsKv * kGqa, kHeadsKv, kHeadDim, {}};
+  const std::vector<float> q = random_queries(n, g.q_dim());
+  std::vector<float> out(q.size());
+  const int64_t scratch_floats = kv_kernels_impl::attend_heads_scratch_floats(kGqa, kHeadDim, context);
+  std::vector<float> scratch(static_cast<size_t>(scratch_floats));
+  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
+  AttentionRows rows;
+  rows.k = k;
+  rows.v = v;
+  rows.k_head_code_bytes = rows.v_head_code_bytes = kHeadDim;
+  rows.k_head_groups = rows.v_head_groups = kHeadDim / kGroup;
+  for (auto _ : state) {
+    if (tiled) {
+      attend_tiled(g, 0, 0.125f, rows, context - n, n, q.data(), out.data(), nullptr);
+    } else {
+      for (int64_t t = 0; t < n; ++t) {
+        for (int h = 0; h < kHeadsKv; ++h) {
+          kv_kernels_impl::KvHeadRows kh = k, vh = v;
+          kh.codes += h * kHeadDim, vh.codes += h * kHeadDim;
+          kh.scales += h * 2, vh.scales += h * 2;
+          const int64_t offset = t * g.q_dim() + h * kGqa * kHeadDim;
+          kern.attend_heads(kh, vh, q.data() + offset, kGqa, kHeadDim, 0.125f, context - n + t + 1, scratch.data(),
+                            out.data() + offset);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * context * 2 * (kRowBytes + 2 * kRowGroups));
+  state.SetLabel(tiled ? "attend_tiled" : "attend_heads");
+}
+BENCHMARK(BM_AttentionOldVsTiled)
+    ->ArgNames({"ctx", "queries", "tiled"})
+    ->ArgsProduct({{512, 4096, 65536}, {1}, {0, 1}})
+    ->UseRealTime();
+BENCHMARK(BM_AttentionOldVsTiled)
+    ->ArgNames({"ctx", "queries", "tiled"})
+    ->ArgsProduct({{512, 2048, 8192}, {64}, {0, 1}})
+    ->UseRealTime();
+
+// Plain read of `mib` MiB split across the threads: the bandwidth the decode
+// benchmark's bytes/s compares with (16 layers of INT8 KV at 4K, head_dim
+// 64: 71 MiB).
+void BM_KvReadBaseline(benchmark::State& state) {
+  const int64_t floats = state.range(0) << 18;
+  const int threads = static_cast<int>(state.range(1));
+  ThreadPool* pool = pool_of(threads);
+  const std::vector<float> buffer(static_cast<size_t>(floats), 1.0f);
+  std::vector<float> sums(static_cast<size_t>(threads) * 16);
+  for (auto _ : state) {
+    auto read = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float acc[16] = {};
+        for (int64_t i = floats * t / threads; i + 16 <= floats * (t + 1) / threads; i += 16) {
+          for (int e = 0; e < 16; ++e) acc[e] += buffer[static_cast<size_t>(i + e)];
+        }
+        for (int e = 0; e < 16; ++e) sums[static_cast<size_t>(t * 16 + e)] = acc[e];
+      }
+    };
+    if (pool != nullptr) {
+      pool->parallel_for(threads, read);
+    } else {
+      read(0, 1);
+    }
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(state.iterations() * floats * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_KvReadBaseline)->ArgNames({"mib", "threads"})->ArgsProduct({{72, 288}, {1, 2}})->UseRealTime();
+
+}  // namespace
+}  // namespace baton

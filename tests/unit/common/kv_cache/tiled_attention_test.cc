@@ -1,0 +1,232 @@
+// Tiled attention (tiled_attention.h) through both stores: equal to a
+// double-precision reference on the store's own (dequantized) K/V within a
+// tight tolerance, for F32 and quantized stores (INT8, INT4, INT4 values with
+// INT8 keys, Hadamard on and off), GQA ratios 1/4/8, head_dim 64/128,
+// contexts on both sides of the tile and segment boundaries, and a
+// sliding-window layer; and a query's output bit for bit the same alone, in
+// a batch of any size, and with 1 or 2 threads (KvCache::attend's contract).
+#include "common/kv_cache/tiled_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kv_cache/f32_kv_cache.h"
+#include "common/kv_cache/quantized_kv_cache.h"
+#include "common/kv_codec/kv_codec.h"
+#include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_quant.h"
+#include "common/util/thread_pool.h"
+
+namespace baton {
+namespace {
+
+constexpr int kHeadsKv = 2;
+constexpr int32_t kWindow = 100;  // layer 1; layer 0 is full attention
+
+struct AttentionCase {
+  std::string store;  // "f32" or a codec name for QuantizedKvCache
+  int gqa;            // query heads per KV head
+  int head_dim;
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.store << "/gqa" << c.gqa << "/d" << c.head_dim; }
+
+std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  std::string name = info.param.store + "_gqa" + std::to_string(info.param.gqa) + "_d" +
+                     std::to_string(info.param.head_dim);
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+std::vector<float> random_rows(std::mt19937& rng, int64_t n, int64_t width, float sigma) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> x(static_cast<size_t>(n * width));
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
+ protected:
+  KvGeometry geometry() const {
+    const AttentionCase& c = GetParam();
+    return KvGeometry{2, kHeadsKv * c.gqa, kHeadsKv, c.head_dim, {0, kWindow}};
+  }
+
+  // A store of `context` tokens of random K/V in both layers.
+  std::unique_ptr<KvCache> make_store(int64_t context) {
+    const KvGeometry g = geometry();
+    std::unique_ptr<KvCache> kv;
+    f32_ = nullptr;
+    quantized_ = nullptr;
+    if (GetParam().store == "f32") {
+      auto store = std::make_unique<F32KvCache>(g, context);
+      f32_ = store.get();
+      kv = std::move(store);
+    } else {
+      auto config = parse_kv_codec_config(GetParam().store);
+      EXPECT_TRUE(config.ok()) << config.status();
+      auto store = QuantizedKvCache::Create(g, context, *config);
+      EXPECT_TRUE(store.ok()) << store.status();
+      quantized_ = store->get();
+      kv = std::move(*store);
+    }
+    std::mt19937 rng(static_cast<uint32_t>(context));
+    for (int layer = 0; layer < g.n_layer; ++layer) {
+      const std::vector<float> k = random_rows(rng, context, g.kv_dim(), 1.0f);
+      const std::vector<float> v = random_rows(rng, context, g.kv_dim(), 1.0f);
+      EXPECT_TRUE(kv->store(layer, 0, context, k.data(), v.data()).ok());
+    }
+    kv->set_size(context);
+    return kv;
+  }
+
+  // K (is_key) or V of positions [first, end) of `layer` as the last
+  // make_store's store holds them, in the model's domain: f32 [end - first, kv_dim].
+  std::vector<float> held_rows(int layer, bool is_key, int64_t first, int64_t end) const {
+    const KvGeometry g = geometry();
+    std::vector<float> rows(static_cast<size_t>((end - first) * g.kv_dim()));
+    if (f32_ != nullptr) {
+      for (int64_t p = first; p < end; ++p) {
+        const float* row = is_key ? f32_->k_row(layer, p) : f32_->v_row(layer, p);
+        std::memcpy(rows.data() + (p - first) * g.kv_dim(), row, sizeof(float) * g.kv_dim());
+      }
+      return rows;
+    }
+    const QuantizedKvCache& store = *quantized_;
+    auto block = store.export_block(layer, is_key, first, end - first);
+    EXPECT_TRUE(block.ok()) << block.status();
+    EXPECT_TRUE(dequantize_kv_block(store.config(), g, is_key, *block, rows.data()).ok());
+    if (is_key ? store.config().hadamard_keys : store.config().hadamard_values) {
+      kv_quant::hadamard_rows(rows.data(), (end - first) * g.n_head_kv, g.head_dim);
+    }
+    return rows;
+  }
+
+  // Double-precision attention of queries [pos, pos + n) with the causal and
+  // window masks: [n, q_dim].
+  std::vector<float> reference(int layer, int64_t pos, int64_t n, const float* q) const {
+    const KvGeometry g = geometry();
+    const int64_t first_all = g.window(layer) > 0 ? std::max<int64_t>(0, pos - g.window(layer) + 1) : 0;
+    const std::vector<float> k = held_rows(layer, true, first_all, pos + n);
+    const std::vector<float> v = held_rows(layer, false, first_all, pos + n);
+    const int group = g.n_head / g.n_head_kv;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(g.head_dim));
+    std::vector<float> out(static_cast<size_t>(n * g.q_dim()));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t first = g.window(layer) > 0 ? std::max<int64_t>(0, pos + i - g.window(layer) + 1) : 0;
+      for (int h = 0; h < g.n_head; ++h) {
+        const float* qh = q + i * g.q_dim() + int64_t{h} * g.head_dim;
+        const int64_t kv_off = int64_t{h / group} * g.head_dim;
+        std::vector<double> s;
+        double max_s = -INFINITY;
+        for (int64_t p = first; p <= pos + i; ++p) {
+          const float* kr = k.data() + (p - first_all) * g.kv_dim() + kv_off;
+          double dot = 0;
+          for (int d = 0; d < g.head_dim; ++d) dot += double{qh[d]} * kr[d];
+          s.push_back(dot * scale);
+          max_s = std::max(max_s, s.back());
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - max_s));
+        for (int d = 0; d < g.head_dim; ++d) {
+          double o = 0;
+          for (int64_t p = first; p <= pos + i; ++p) {
+            o += s[static_cast<size_t>(p - first)] * v[(p - first_all) * g.kv_dim() + kv_off + d];
+          }
+          out[i * g.q_dim() + int64_t{h} * g.head_dim + d] = static_cast<float>(o / sum);
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  const F32KvCache* f32_ = nullptr;
+  const QuantizedKvCache* quantized_ = nullptr;
+};
+
+// Contexts on both sides of the 64-position tiles (and past the 512-position
+// segments): 1, 63, 64, 65, 1000, 4097.
+TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWindows) {
+  const KvGeometry g = geometry();
+  double worst = 0;
+  for (int64_t context : {1, 63, 64, 65, 1000, 4097}) {
+    SCOPED_TRACE("context " + std::to_string(context));
+    const std::unique_ptr<KvCache> kv = make_store(context);
+    std::mt19937 rng(11);
+    // The last query alone (a decode step) and the last five in one call
+    // (a draft, or the end of a prefill micro-batch).
+    for (int64_t n : {int64_t{1}, std::min<int64_t>(5, context)}) {
+      const int64_t pos = context - n;
+      const std::vector<float> q = random_rows(rng, n, g.q_dim(), 2.0f);
+      for (int layer = 0; layer < g.n_layer; ++layer) {
+        std::vector<float> got(q.size());
+        kv->attend(layer, pos, n, q.data(), got.data(), nullptr);
+        const std::vector<float> want = reference(layer, pos, n, q.data());
+        for (size_t e = 0; e < got.size(); ++e) {
+          ASSERT_NEAR(got[e], want[e], 3e-5) << "layer " << layer << " n " << n << " element " << e;
+          worst = std::max(worst, std::fabs(double{got[e]} - want[e]));
+        }
+      }
+    }
+  }
+  std::printf("  %s: max |tiled - reference| %.2e\n", GetParam().store.c_str(), worst);
+}
+
+// Queries attended alone, in one call of many (both the split and the
+// query-block schedules), and with 0, 1 or 2 threads: the same bits.
+TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
+  const KvGeometry g = geometry();
+  ThreadPool one(1), two(2);
+  // [pos, pos + n): crossing a tile boundary (64), a segment boundary (512),
+  // and a prefill micro-batch past both.
+  struct Run {
+    int64_t pos, n;
+  };
+  for (const Run run : {Run{60, 3}, Run{509, 4}, Run{500, 37}, Run{1000, 64}}) {
+    SCOPED_TRACE("pos " + std::to_string(run.pos) + " n " + std::to_string(run.n));
+    const std::unique_ptr<KvCache> kv = make_store(run.pos + run.n);
+    std::mt19937 rng(static_cast<uint32_t>(run.pos));
+    const std::vector<float> q = random_rows(rng, run.n, g.q_dim(), 2.0f);
+    for (int layer = 0; layer < g.n_layer; ++layer) {
+      std::vector<float> batched(q.size()), batched_one(q.size()), batched_two(q.size());
+      kv->attend(layer, run.pos, run.n, q.data(), batched.data(), nullptr);
+      kv->attend(layer, run.pos, run.n, q.data(), batched_one.data(), &one);
+      kv->attend(layer, run.pos, run.n, q.data(), batched_two.data(), &two);
+      ASSERT_EQ(std::memcmp(batched.data(), batched_one.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
+      ASSERT_EQ(std::memcmp(batched.data(), batched_two.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
+      for (int64_t i = 0; i < run.n; ++i) {
+        std::vector<float> alone(static_cast<size_t>(g.q_dim()));
+        kv->attend(layer, run.pos + i, 1, q.data() + i * g.q_dim(), alone.data(), &two);
+        ASSERT_EQ(std::memcmp(alone.data(), batched.data() + i * g.q_dim(), sizeof(float) * g.q_dim()), 0)
+            << "layer " << layer << " query " << i;
+      }
+    }
+  }
+}
+
+std::vector<AttentionCase> all_cases() {
+  std::vector<AttentionCase> cases;
+  for (const char* store : {"f32", "f16", "int8-g32", "int8-g32-had", "int4-g32", "int4-g32-had", "int4-k8-g32-hk"}) {
+    for (int gqa : {1, 4, 8}) {
+      for (int head_dim : {64, 128}) cases.push_back(AttentionCase{store, gqa, head_dim});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, TiledAttention, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace baton
