@@ -26,6 +26,8 @@ struct MatmulKernels {
   // tokens on), and the xu it reads; null where the ISA has none.
   void (*panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
   void (*offset_quants)(const int8_t*, uint8_t*, int64_t) = nullptr;
+  // FloatMatmul::kExact prefill of F16 / BF16 / F32 weights over f32 panels.
+  void (*f32_panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -42,7 +44,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                      k::kquant_tile_avx512,          k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
-                                     k::panel_tile_avx512,           k::offset_quants_avx512};
+                                     k::panel_tile_avx512,           k::offset_quants_avx512,
+                                     k::f32_panel_tile_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -329,6 +332,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   cpu_kernels::MatmulTileFn decode_tiles[kMaxGroupMatrices];  // decode_order: several tokens at once, or null
   bool panels[kMaxGroupMatrices];  // matrix i runs through the panel kernel
   bool bf16s[kMaxGroupMatrices];    // matrix i runs through the bf16 panel kernel
+  bool f32s[kMaxGroupMatrices];     // matrix i runs through the f32 panel kernel
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -362,7 +366,9 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
     bf16s[i] = bf16 && format == ActivationFormat::kFloat;
     if (bf16s[i]) problem.xu = prepared.bf16_x;
-    splits[i] = panels[i] || bf16s[i] ? panel_split(w.rows, n_tokens, n_threads)
+    f32s[i] = !bf16s[i] && format == ActivationFormat::kFloat && !decode_order && kernels.f32_panel_tile != nullptr &&
+              n_tokens >= kPanelMinTokens;
+    splits[i] = panels[i] || bf16s[i] || f32s[i] ? panel_split(w.rows, n_tokens, n_threads)
                           : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
@@ -391,6 +397,9 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       if (panels[i]) {
         kernels.panel_tile(problems[i], r0, r1, t0, t1,
                            grown(t_panel, cpu_kernels::panel_scratch_bytes(problems[i].cols)));
+      } else if (f32s[i]) {
+        kernels.f32_panel_tile(problems[i], r0, r1, t0, t1,
+                               grown(t_panel, cpu_kernels::f32_scratch_bytes(problems[i].cols)));
       } else if (bf16s[i]) {
         cpu_kernels::bf16_panel_tile_avx512bf16(problems[i], r0, r1, t0, t1,
                                                 grown(t_panel, cpu_kernels::bf16_scratch_bytes(problems[i].cols)));
@@ -416,7 +425,8 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 }  // namespace
 
 int64_t matmul_panel_scratch_bytes(int64_t cols) {
-  return std::max(cpu_kernels::panel_scratch_bytes(cols), cpu_kernels::bf16_scratch_bytes(cols));
+  return std::max({cpu_kernels::panel_scratch_bytes(cols), cpu_kernels::bf16_scratch_bytes(cols),
+                   cpu_kernels::f32_scratch_bytes(cols)});
 }
 
 bool bf16_matmul_available() {

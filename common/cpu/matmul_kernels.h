@@ -75,6 +75,13 @@ constexpr int64_t kPanelBlockBytes = 704;  // one strip of 16 rows x 32 columns,
 constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPanelRows / 16 * cols / 32 * kPanelBlockBytes; }
 void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                        int64_t tok_end, uint8_t* scratch);
+// FloatMatmul::kExact, F16 / BF16 / F32 weights, prefill calls (AVX-512): the
+// same panels with f32 weights (widened when packed) and f32 FMAs against x.
+// scratch: f32_scratch_bytes(cols).
+constexpr int64_t f32_scratch_bytes(int64_t cols) { return kPanelRows * ((cols + 15) / 16 * 16) * 4; }
+void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end, uint8_t* scratch);
+
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);
 

@@ -328,7 +328,127 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
   }
 }
 
+
+// --- Float weights, exact (FloatMatmul::kExact): f32 panels and FMAs ---
+//
+// The same 16-row strips, one column per 64-byte step (lane i = row i's
+// weight, widened to f32 when packed), x broadcast from its f32 row: f32
+// products and f32 sums as the tiles compute them, in another order (one
+// chain per row and token along the columns).
+
+template <GgmlType kType>
+inline __m512 load16_widened(const uint8_t* row, int64_t c, __mmask16 mask) {
+  if constexpr (kType == GgmlType::kF32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (kType == GgmlType::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * c));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, row + 2 * c)), 16));
+  }
+}
+
+// 16 x 16 dwords: m[j] lane i = m[i] lane j (unpacks, then 128-bit lane shuffles).
+inline void transpose_16x16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(3, 1, 3, 1));
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+template <GgmlType kType>
+void pack_strip_f32(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
+  const uint8_t* rows[kStripRows];
+  for (int i = 0; i < kStripRows; ++i) rows[i] = p.weights + (r0 + i < p.rows ? r0 + i : p.rows - 1) * p.row_bytes;
+  for (int64_t c = 0; c < p.cols; c += 16) {
+    const int64_t left = p.cols - c;
+    const __mmask16 mask = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+    __m512i m[16];
+    for (int i = 0; i < kStripRows; ++i) m[i] = _mm512_castps_si512(load16_widened<kType>(rows[i], c, mask));
+    transpose_16x16(m);  // m[j]: column c + j of every row
+    for (int j = 0; j < 16; ++j) _mm512_storeu_si512(panel + (c + j) * 64, m[j]);
+  }
+}
+
+template <int S, int T>
+void f32_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t strip_bytes, int64_t r0, int64_t t0,
+                __mmask16 last_mask) {
+  __m512 acc[S][T];
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t) acc[s][t] = _mm512_setzero_ps();
+  const float* x = p.x + t0 * p.cols;
+  for (int64_t c = 0; c < p.cols; ++c) {
+    __m512 w[S];
+    for (int s = 0; s < S; ++s) w[s] = _mm512_loadu_ps(panel + s * strip_bytes + c * 64);
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_set1_ps(x[t * p.cols + c]);
+      for (int s = 0; s < S; ++s) acc[s][t] = _mm512_fmadd_ps(w[s], xv, acc[s][t]);
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const __mmask16 mask = s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff);
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(p.y + (t0 + t) * p.rows + r0 + s * kStripRows, mask, acc[s][t]);
+  }
+}
+
+template <int S>
+void f32_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t strip_bytes, int64_t r0, int64_t tok_begin,
+                int64_t tok_end, __mmask16 last_mask) {
+  constexpr int kTokens = 12;  // 2 x 12 accumulators, 2 weights, x: 27 of the 32 registers
+  int64_t t = tok_begin;
+  for (; t + kTokens <= tok_end; t += kTokens) f32_kernel<S, kTokens>(p, panel, strip_bytes, r0, t, last_mask);
+  for (; t + 4 <= tok_end; t += 4) f32_kernel<S, 4>(p, panel, strip_bytes, r0, t, last_mask);
+  for (; t < tok_end; ++t) f32_kernel<S, 1>(p, panel, strip_bytes, r0, t, last_mask);
+}
+
+template <GgmlType kType>
+void f32_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin, int64_t tok_end,
+              uint8_t* scratch) {
+  const int64_t strip_bytes = (p.cols + 15) / 16 * 16 * 64;
+  for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
+    const int64_t rows = row_end - r < kPanelRows ? row_end - r : kPanelRows;
+    const int strips = rows > kStripRows ? 2 : 1;
+    for (int s = 0; s < strips; ++s) pack_strip_f32<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
+    const int64_t last_rows = rows - (strips - 1) * kStripRows;
+    const __mmask16 last_mask = static_cast<__mmask16>(last_rows >= 16 ? 0xffff : (1u << last_rows) - 1);
+    if (strips == 2) {
+      f32_tokens<2>(p, scratch, strip_bytes, r, tok_begin, tok_end, last_mask);
+    } else {
+      f32_tokens<1>(p, scratch, strip_bytes, r, tok_begin, tok_end, last_mask);
+    }
+  }
+}
+
 }  // namespace
+
+void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end, uint8_t* scratch) {
+  switch (p.type) {
+    case GgmlType::kF16: return f32_rows<GgmlType::kF16>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+    case GgmlType::kBF16: return f32_rows<GgmlType::kBF16>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+    case GgmlType::kF32: return f32_rows<GgmlType::kF32>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+    default: return;
+  }
+}
+
 
 void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                        int64_t tok_end, uint8_t* scratch) {

@@ -310,10 +310,10 @@ TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {
 // A prefill call's token rows must not depend on which other tokens share
 // the call, how many there are or how the pool splits them: the same prompt
 // then gives the same KV whatever the micro-batch (the AVX-512 panel kernel
-// runs 6-token groups plus a 1..5-token tail; all go through the same
-// operations per token).
+// runs 6-token groups plus a 1..5-token tail, the f32 one for float weights
+// 12 / 4 / 1-token groups; all go through the same operations per token).
 TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
     const int64_t rows = 83, cols = 320;  // 3 panels, the last one partial; 10 blocks
     std::mt19937 rng(5);
     const TestWeights w = make_weights(type, rows, cols, rng);
