@@ -291,21 +291,21 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                   std::span<float* const> ys, ThreadPool* pool, bool decode_order, FloatMatmul float_matmul) {
   BATON_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxGroupMatrices,
               "matmul: one output per matrix, 1..8 matrices");
-  // Prefill calls (2+ tokens) of Q4_0 / Q8_0 / Q4_K / Q5_K weights go
+  // Prefill calls (2+ tokens) of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights go
   // through the panel kernel where the ISA has one, with the activations
   // their other kernels take (Q8_0; Q8_K for the K-quants, spread per 32).
   const MatmulKernels& kernels = kernels_for(level);
   const bool panel_possible = !decode_order && kernels.panel_tile != nullptr && n_tokens >= kPanelMinTokens;
   auto in_panel = [&](GgmlType type) {
     return panel_possible && (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-                              type == GgmlType::kQ5_K);
+                              type == GgmlType::kQ5_K || type == GgmlType::kQ6_K);
   };
   bool needed[4] = {};  // by ActivationFormat
   bool panel = false, panel_sums = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
-    if (in_panel(w->type) && (w->type == GgmlType::kQ4_K || w->type == GgmlType::kQ5_K)) {
+    if (in_panel(w->type) && activation_format(w->type) == ActivationFormat::kQ8_K) {
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       panel_sums = true;
     } else if (in_panel(w->type)) {

@@ -62,7 +62,7 @@ void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
                         int64_t tok_end);
 
 // The prefill GEMM over packed int8 weight panels (AVX-512 VNNI; Q4_0, Q8_0,
-// Q4_K and Q5_K weights; x as xu = xq + 128 and xd per 32 columns (Q8_0, or
+// Q4_K, Q5_K and Q6_K weights; x as xu = xq + 128 and xd per 32 columns (Q8_0, or
 // for the K-quants Q8_K's quants with each 32's super-block scale, and xdsum)):
 // y[t, r] for the rows
 // and tokens given. Rows go in panels of kPanelRows, each packed once into
@@ -71,7 +71,7 @@ void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
 // and rows the call holds (same operations, same order), but not bit-equal
 // to matmul_tile_avx512's (another summation order).
 constexpr int64_t kPanelRows = 32;
-constexpr int64_t kPanelBlockBytes = 704;  // one strip of 16 rows x 32 columns, packed
+constexpr int64_t kPanelBlockBytes = 768;  // one strip of 16 rows x 32 columns, packed
 constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPanelRows / 16 * cols / 32 * kPanelBlockBytes; }
 void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                        int64_t tok_end, uint8_t* scratch);

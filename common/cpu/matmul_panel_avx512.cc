@@ -25,13 +25,14 @@
 //                   i's columns 4j..4j+3 of the block (signed)
 //   bytes 512..575: int32 x 16, -128 * sum of row i's 32 weights
 //   bytes 576..639: f32 x 16, row i's block scale d
-//   bytes 640..703: f32 x 16, row i's block offset c (K-quants only):
+//   bytes 640..703: f32 x 16, row i's block offset c (Q4_K / Q5_K):
 //                   w = d * stored + c, and sum_k c * x = c * xd * sum_k xq
 //                   is one more FMA per block against xdsum = xd * sum xq
 // K-quants (Q4_K, Q5_K): a panel block is one 32-element sub-block of a
 // 256-element super-block, its 6-bit scale and min folded into d and c; the
 // quants enter centered (Q4_K: q - 8, Q5_K: q - 16) and c takes the offset.
-// Q6_K (16-element sub-blocks) keeps its own kernel.
+// Q6_K (16-element sub-blocks): steps 0..3 and 4..7 of a block are two
+// sub-blocks; the second one's bias and scale take bytes 640..767.
 // Rows past the matrix (the last strip of a matrix whose rows are not a
 // multiple of 16) repeat the last row and are never stored.
 #pragma GCC diagnostic push
@@ -49,7 +50,18 @@ constexpr int kStripRows = 16;
 constexpr int64_t kBiasOffset = 512;
 constexpr int64_t kScaleOffset = 576;
 constexpr int64_t kMinOffset = 640;
-static_assert(kPanelBlockBytes == 704, "panel block: 8 x 64 weight bytes, 64 bias, 64 scale and 64 min bytes");
+// Q6_K: a block's second 16 columns have their own scale: their bias and
+// scale go here, the first 16 columns' in kBiasOffset / kScaleOffset.
+constexpr int64_t kSecondBiasOffset = 640;
+constexpr int64_t kSecondScaleOffset = 704;
+static_assert(kPanelBlockBytes == 768, "panel block: 8 x 64 weight bytes, then 4 x 64 of biases and scales");
+
+// How a block's products become floats.
+enum class BlockScales {
+  kOne,         // Q4_0, Q8_0: one scale per 32 columns
+  kOneWithMin,  // Q4_K, Q5_K: one scale and an offset c per 32 columns
+  kTwoHalves,   // Q6_K: one scale per 16 columns
+};
 
 // ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of
 // a Q4_K / Q5_K super-block.
@@ -211,6 +223,71 @@ void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   }
 }
 
+// Packs rows [r0, r0 + 16) of Q6_K weights: 8 panel blocks per super-block.
+// In each half of 128 elements (ql 64 bytes, qh 32): element l (< 32) is
+// ql[l] low | qh[l] bits 0-1, l + 32 is ql[l + 32] low | bits 2-3, l + 64 is
+// ql[l] high | bits 4-5, l + 96 is ql[l + 32] high | bits 6-7; minus 32.
+// Each 16 elements have an int8 scale (times the fp16 d).
+void pack_strip_q6_k(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
+  int64_t offsets[kStripRows];
+  const uint8_t* rows[kStripRows];
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
+    offsets[i] = (r - r0) * p.row_bytes;
+    rows[i] = p.weights + r * p.row_bytes;
+  }
+  const uint8_t* base = p.weights + r0 * p.row_bytes;
+  const int64_t n_super = p.cols / kQK_K;
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const __m512i two_bits = _mm512_set1_epi8(0x03);
+  const __m512i center = _mm512_set1_epi8(32);
+  alignas(64) float scale[16][kStripRows];  // [16-element sub-block][row]
+  for (int64_t sk = 0; sk < n_super; ++sk) {
+    const uint8_t* super = base + sk * sizeof(BlockQ6_K);
+    for (int i = 0; i < kStripRows; ++i) {
+      const uint8_t* blk = rows[i] + sk * sizeof(BlockQ6_K);
+      uint16_t dh;
+      __builtin_memcpy(&dh, blk + 208, 2);
+      const float d = _cvtsh_ss(dh);
+      for (int k = 0; k < 16; ++k) scale[k][i] = d * static_cast<float>(static_cast<int8_t>(blk[192 + k]));
+    }
+    for (int half = 0; half < 2; ++half) {
+      __m512i ql[2][8];  // [ql[l] or ql[l + 32]][dword k of 32 bytes] of every row
+      __m512i qh[8];
+      __m512i t[4];
+      for (int part = 0; part < 2; ++part) {
+        for (int q = 0; q < 2; ++q) {
+          transpose_16x4_dwords(super + 64 * half + 32 * part + 16 * q, offsets, t);
+          for (int k = 0; k < 4; ++k) ql[part][4 * q + k] = t[k];
+        }
+      }
+      for (int q = 0; q < 2; ++q) {
+        transpose_16x4_dwords(super + 128 + 32 * half + 16 * q, offsets, t);
+        for (int k = 0; k < 4; ++k) qh[4 * q + k] = t[k];
+      }
+      for (int g = 0; g < 4; ++g) {  // 32-element block 4 half + g: ql part g % 2, nibble g / 2, qh bits 2g
+        uint8_t* out = panel + (sk * 8 + 4 * half + g) * kPanelBlockBytes;
+        __m512i sums[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int k = 0; k < 8; ++k) {
+          const __m512i nib = g < 2 ? _mm512_and_si512(ql[g % 2][k], low_nibbles)
+                                    : _mm512_and_si512(_mm512_srli_epi16(ql[g % 2][k], 4), low_nibbles);
+          const __m512i high = _mm512_and_si512(_mm512_srl_epi16(qh[k], _mm_cvtsi32_si128(2 * g)), two_bits);
+          const __m512i v = _mm512_sub_epi8(_mm512_or_si512(nib, _mm512_slli_epi16(high, 4)), center);
+          _mm512_storeu_si512(out + 64 * k, v);
+          sums[k / 4] = _mm512_dpbusd_epi32(sums[k / 4], ones, v);
+        }
+        const int sub = 8 * half + 2 * g;  // the block's first 16-element sub-block
+        _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[0], 7)));
+        _mm512_storeu_ps(out + kScaleOffset, _mm512_load_ps(scale[sub]));
+        _mm512_storeu_si512(out + kSecondBiasOffset,
+                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[1], 7)));
+        _mm512_storeu_ps(out + kSecondScaleOffset, _mm512_load_ps(scale[sub + 1]));
+      }
+    }
+  }
+}
+
 // S strips (16 rows each, panels n_blocks * kPanelBlockBytes apart) x T tokens.
 // Every (row, token) goes through the same operations in the same order
 // whatever S and T are, so a token's outputs do not depend on the others in
@@ -219,7 +296,7 @@ void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
 // step asks for the next prefetch_step bytes of the rows the next panel will
 // pack (the weights come from DRAM once per call: packing would otherwise
 // wait for them); nullptr: nothing to prefetch.
-template <int S, int T, bool kMins>
+template <int S, int T, BlockScales kScales>
 void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t t0, __mmask16 last_mask,
                   const uint8_t* prefetch, int64_t prefetch_step) {
   const int64_t n_blocks = p.cols / kQK8_0;
@@ -239,23 +316,44 @@ void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int6
       const __m512i bias = _mm512_loadu_si512(block + s * strip_bytes + kBiasOffset);
       for (int t = 0; t < T; ++t) dot[s][t] = bias;
     }
-    for (int j = 0; j < 8; ++j) {
-      __m512i w[S];
-      for (int s = 0; s < S; ++s) w[s] = _mm512_loadu_si512(block + s * strip_bytes + 64 * j);
-      for (int t = 0; t < T; ++t) {
-        int32_t four;
-        __builtin_memcpy(&four, xu + t * xu_stride + 4 * j, 4);
-        const __m512i x = _mm512_set1_epi32(four);
-        for (int s = 0; s < S; ++s) dot[s][t] = _mm512_dpbusd_epi32(dot[s][t], x, w[s]);
+    // Steps [j0, j1) into dot; then, for Q6_K's first half, its scale applied and dot restarted.
+    auto steps = [&](int j0, int j1) {
+      for (int j = j0; j < j1; ++j) {
+        __m512i w[S];
+        for (int s = 0; s < S; ++s) w[s] = _mm512_loadu_si512(block + s * strip_bytes + 64 * j);
+        for (int t = 0; t < T; ++t) {
+          int32_t four;
+          __builtin_memcpy(&four, xu + t * xu_stride + 4 * j, 4);
+          const __m512i x = _mm512_set1_epi32(four);
+          for (int s = 0; s < S; ++s) dot[s][t] = _mm512_dpbusd_epi32(dot[s][t], x, w[s]);
+        }
       }
+    };
+    if constexpr (kScales == BlockScales::kTwoHalves) {
+      steps(0, 4);
+      for (int t = 0; t < T; ++t) {
+        const __m512 x_scale = _mm512_set1_ps(xd[t * n_blocks]);
+        for (int s = 0; s < S; ++s) {
+          const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[s][t]), x_scale);
+          acc[s][t] = _mm512_fmadd_ps(scaled, _mm512_loadu_ps(block + s * strip_bytes + kScaleOffset), acc[s][t]);
+        }
+      }
+      for (int s = 0; s < S; ++s) {
+        const __m512i bias = _mm512_loadu_si512(block + s * strip_bytes + kSecondBiasOffset);
+        for (int t = 0; t < T; ++t) dot[s][t] = bias;
+      }
+      steps(4, 8);
+    } else {
+      steps(0, 8);
     }
+    constexpr int64_t kLastScale = kScales == BlockScales::kTwoHalves ? kSecondScaleOffset : kScaleOffset;
     for (int t = 0; t < T; ++t) {
       const __m512 x_scale = _mm512_set1_ps(xd[t * n_blocks]);
       for (int s = 0; s < S; ++s) {
         const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[s][t]), x_scale);
-        acc[s][t] = _mm512_fmadd_ps(scaled, _mm512_loadu_ps(block + s * strip_bytes + kScaleOffset), acc[s][t]);
+        acc[s][t] = _mm512_fmadd_ps(scaled, _mm512_loadu_ps(block + s * strip_bytes + kLastScale), acc[s][t]);
       }
-      if constexpr (kMins) {
+      if constexpr (kScales == BlockScales::kOneWithMin) {
         const __m512 x_sum = _mm512_set1_ps(p.xdsum[(t0 + t) * n_blocks + b]);
         for (int s = 0; s < S; ++s) {
           acc[s][t] = _mm512_fmadd_ps(_mm512_loadu_ps(block + s * strip_bytes + kMinOffset), x_sum, acc[s][t]);
@@ -275,7 +373,7 @@ void panel_kernel(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int6
   }
 }
 
-template <int S, bool kMins>
+template <int S, BlockScales kScales>
 void run_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_t tok_begin, int64_t tok_end,
                 __mmask16 last_mask, const uint8_t* prefetch, int64_t prefetch_step) {
   // 2 x 6 int32 + 2 x 6 f32 accumulators: 24 of the 32 registers (4 and 5
@@ -283,15 +381,15 @@ void run_tokens(const MatmulProblem& p, const uint8_t* panel, int64_t r0, int64_
   constexpr int kTokens = 6;
   int64_t t = tok_begin;
   for (; t + kTokens <= tok_end; t += kTokens) {
-    panel_kernel<S, kTokens, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    panel_kernel<S, kTokens, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
     prefetch = nullptr;  // the first group asked for all of it
   }
   switch (tok_end - t) {
-    case 5: return panel_kernel<S, 5, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 4: return panel_kernel<S, 4, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 3: return panel_kernel<S, 3, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 2: return panel_kernel<S, 2, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
-    case 1: return panel_kernel<S, 1, kMins>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 5: return panel_kernel<S, 5, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 4: return panel_kernel<S, 4, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 3: return panel_kernel<S, 3, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 2: return panel_kernel<S, 2, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
+    case 1: return panel_kernel<S, 1, kScales>(p, panel, r0, t, last_mask, prefetch, prefetch_step);
     default: return;
   }
 }
@@ -303,9 +401,13 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
   for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
     const int64_t rows = row_end - r < kPanelRows ? row_end - r : kPanelRows;
     const int strips = rows > kStripRows ? 2 : 1;
-    constexpr bool kKquant = kType == GgmlType::kQ4_K || kType == GgmlType::kQ5_K;
+    constexpr BlockScales kScales = kType == GgmlType::kQ6_K ? BlockScales::kTwoHalves
+                                    : kType == GgmlType::kQ4_K || kType == GgmlType::kQ5_K ? BlockScales::kOneWithMin
+                                                                                           : BlockScales::kOne;
     for (int s = 0; s < strips; ++s) {
-      if constexpr (kKquant) {
+      if constexpr (kType == GgmlType::kQ6_K) {
+        pack_strip_q6_k(p, r + s * kStripRows, scratch + s * strip_bytes);
+      } else if constexpr (kScales == BlockScales::kOneWithMin) {
         pack_strip_kquant<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
       } else {
         pack_strip<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
@@ -321,9 +423,9 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
     const int64_t n_blocks = p.cols / kQK8_0;
     const int64_t prefetch_step = next_rows > 0 ? (next_rows * p.row_bytes + n_blocks - 1) / n_blocks : 0;
     if (strips == 2) {
-      run_tokens<2, kKquant>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+      run_tokens<2, kScales>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
     } else {
-      run_tokens<1, kKquant>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
+      run_tokens<1, kScales>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
     }
   }
 }
@@ -456,6 +558,7 @@ void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_en
   if (p.type == GgmlType::kQ8_0) return panel_rows<GgmlType::kQ8_0>(p, row_begin, row_end, tok_begin, tok_end, scratch);
   if (p.type == GgmlType::kQ4_K) return panel_rows<GgmlType::kQ4_K>(p, row_begin, row_end, tok_begin, tok_end, scratch);
   if (p.type == GgmlType::kQ5_K) return panel_rows<GgmlType::kQ5_K>(p, row_begin, row_end, tok_begin, tok_end, scratch);
+  if (p.type == GgmlType::kQ6_K) return panel_rows<GgmlType::kQ6_K>(p, row_begin, row_end, tok_begin, tok_end, scratch);
 }
 
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n) {
