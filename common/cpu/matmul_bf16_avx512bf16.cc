@@ -25,6 +25,10 @@
 #include "common/cpu/matmul_kernels.h"
 
 namespace baton::cpu_kernels {
+
+// In matmul_panel_avx512.cc: 16 x 16 dwords in place, r[j] lane i = r[i] lane j.
+void transpose_16x16_dwords_avx512(__m512i* r);
+
 namespace {
 
 constexpr int kStripRows = 16;
@@ -49,34 +53,6 @@ inline void load32_f32(const uint8_t* row, int64_t c, int64_t cols, __m512& lo, 
   }
 }
 
-// 16 x 16 dwords: out[j] lane i = in[i] lane j.
-inline void transpose_16x16_dwords(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // Now r[4a + b] holds, per 128-bit lane L, dword b of rows 4a..4a+3 within lane L's columns.
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(2, 0, 2, 0));
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(3, 1, 3, 1));
-    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
-    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
 // Packs rows [r0, r0 + 16) (clamped to the matrix) into one strip's panel.
 template <GgmlType kType>
 void pack_strip(const MatmulProblem& p, int64_t r0, int64_t cols_padded, uint8_t* panel) {
@@ -92,7 +68,7 @@ void pack_strip(const MatmulProblem& p, int64_t r0, int64_t cols_padded, uint8_t
       load32_f32<kType>(rows[i], c, p.cols, lo, hi);
       m[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
     }
-    transpose_16x16_dwords(m);  // m[j]: pair j of every row
+    transpose_16x16_dwords_avx512(m);  // m[j]: pair j of every row
     uint8_t* out = panel + c / 2 * 64;
     for (int j = 0; j < 16; ++j) _mm512_storeu_si512(out + 64 * j, m[j]);
   }

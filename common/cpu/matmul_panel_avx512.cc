@@ -44,6 +44,10 @@
 #include "common/cpu/matmul_kernels.h"
 
 namespace baton::cpu_kernels {
+
+// 16 x 16 dwords in place: r[j] lane i = r[i] lane j.
+void transpose_16x16_dwords_avx512(__m512i* r);
+
 namespace {
 
 constexpr int kStripRows = 16;
@@ -148,6 +152,17 @@ void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   }
 }
 
+// Rows [r0, r0 + 16) of a strip, clamped to the matrix (rows past its end
+// repeat the last one and are never stored): offsets from row r0, pointers.
+void strip_rows(const MatmulProblem& p, int64_t r0, int64_t (&offsets)[kStripRows],
+                const uint8_t* (&rows)[kStripRows]) {
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
+    offsets[i] = (r - r0) * p.row_bytes;
+    rows[i] = p.weights + r * p.row_bytes;
+  }
+}
+
 // Packs rows [r0, r0 + 16) of Q4_K / Q5_K weights: 8 panel blocks per super-block.
 template <GgmlType kType>
 void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
@@ -157,11 +172,7 @@ void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   constexpr int kCenter = kQ5 ? 16 : 8;
   int64_t offsets[kStripRows];
   const uint8_t* rows[kStripRows];
-  for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
-    offsets[i] = (r - r0) * p.row_bytes;
-    rows[i] = p.weights + r * p.row_bytes;
-  }
+  strip_rows(p, r0, offsets, rows);
   const uint8_t* base = p.weights + r0 * p.row_bytes;
   const int64_t n_super = p.cols / kQK_K;
   const __m512i ones = _mm512_set1_epi8(1);
@@ -231,11 +242,7 @@ void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
 void pack_strip_q6_k(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   int64_t offsets[kStripRows];
   const uint8_t* rows[kStripRows];
-  for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
-    offsets[i] = (r - r0) * p.row_bytes;
-    rows[i] = p.weights + r * p.row_bytes;
-  }
+  strip_rows(p, r0, offsets, rows);
   const uint8_t* base = p.weights + r0 * p.row_bytes;
   const int64_t n_super = p.cols / kQK_K;
   const __m512i ones = _mm512_set1_epi8(1);
@@ -449,33 +456,6 @@ inline __m512 load16_widened(const uint8_t* row, int64_t c, __mmask16 mask) {
   }
 }
 
-// 16 x 16 dwords: m[j] lane i = m[i] lane j (unpacks, then 128-bit lane shuffles).
-inline void transpose_16x16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(2, 0, 2, 0));
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(3, 1, 3, 1));
-    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
-    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
 template <GgmlType kType>
 void pack_strip_f32(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   const uint8_t* rows[kStripRows];
@@ -485,7 +465,7 @@ void pack_strip_f32(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
     const __mmask16 mask = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
     __m512i m[16];
     for (int i = 0; i < kStripRows; ++i) m[i] = _mm512_castps_si512(load16_widened<kType>(rows[i], c, mask));
-    transpose_16x16(m);  // m[j]: column c + j of every row
+    transpose_16x16_dwords_avx512(m);  // m[j]: column c + j of every row
     for (int j = 0; j < 16; ++j) _mm512_storeu_si512(panel + (c + j) * 64, m[j]);
   }
 }
@@ -566,6 +546,34 @@ void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n) {
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) _mm512_storeu_si512(xu + i, _mm512_xor_si512(_mm512_loadu_si512(xq + i), bias));
   for (; i < n; ++i) xu[i] = static_cast<uint8_t>(xq[i] ^ 0x80);
+}
+
+// Declared where it is used (matmul_bf16_avx512bf16.cc, this file): AVX-512 only.
+// 16 x 16 dwords: m[j] lane i = m[i] lane j (unpacks, then 128-bit lane shuffles).
+void transpose_16x16_dwords_avx512(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], _MM_SHUFFLE(3, 1, 3, 1));
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+  }
 }
 
 }  // namespace baton::cpu_kernels
