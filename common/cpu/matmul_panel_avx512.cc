@@ -105,17 +105,32 @@ inline void transpose_16x4_dwords(const uint8_t* base, const int64_t* offsets, _
   out[3] = _mm512_shuffle_i64x2(p_hi, q_hi, _MM_SHUFFLE(3, 2, 3, 2));
 }
 
+// Rows [r0, r0 + 16) of a strip, clamped to the matrix (rows past its end
+// repeat the last one and are never stored): offsets from row r0, pointers.
+void strip_rows(const MatmulProblem& p, int64_t r0, int64_t (&offsets)[kStripRows],
+                const uint8_t* (&rows)[kStripRows]) {
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
+    offsets[i] = (r - r0) * p.row_bytes;
+    rows[i] = p.weights + r * p.row_bytes;
+  }
+}
+
+// A block's bias: -128 x the sum of each row's signed weights (x enters as
+// xq + 128), from the row sums in the lanes.
+inline void store_bias(uint8_t* at, __m512i row_sums) {
+  _mm512_storeu_si512(at, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(row_sums, 7)));
+}
+
 // Packs rows [r0, r0 + 16) (clamped to the matrix) into one strip's panel.
 template <GgmlType kType>
 void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   constexpr int64_t kBlockBytes = kType == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   int64_t offsets[kStripRows];  // of row i from row r0
+  const uint8_t* rows[kStripRows];
+  strip_rows(p, r0, offsets, rows);
   alignas(64) int32_t offsets32[kStripRows];
-  for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
-    offsets[i] = (r - r0) * p.row_bytes;
-    offsets32[i] = static_cast<int32_t>(offsets[i]);
-  }
+  for (int i = 0; i < kStripRows; ++i) offsets32[i] = static_cast<int32_t>(offsets[i]);
   const __m512i index = _mm512_load_si512(offsets32);
   const uint8_t* base = p.weights + r0 * p.row_bytes;
   const int64_t n_blocks = p.cols / kQK8_0;
@@ -145,21 +160,10 @@ void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
       _mm512_storeu_si512(out + 64 * j, steps[j]);
       sum = _mm512_dpbusd_epi32(sum, ones, steps[j]);  // row i's sum in lane i
     }
-    _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    store_bias(out + kBiasOffset, sum);
     // The fp16 scale is the block's first two bytes: the low word of a dword gather.
     const __m512i d = _mm512_and_si512(_mm512_i32gather_epi32(index, block, 1), low_words);
     _mm512_storeu_ps(out + kScaleOffset, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-  }
-}
-
-// Rows [r0, r0 + 16) of a strip, clamped to the matrix (rows past its end
-// repeat the last one and are never stored): offsets from row r0, pointers.
-void strip_rows(const MatmulProblem& p, int64_t r0, int64_t (&offsets)[kStripRows],
-                const uint8_t* (&rows)[kStripRows]) {
-  for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = r0 + i < p.rows ? r0 + i : p.rows - 1;
-    offsets[i] = (r - r0) * p.row_bytes;
-    rows[i] = p.weights + r * p.row_bytes;
   }
 }
 
@@ -226,7 +230,7 @@ void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
           _mm512_storeu_si512(out + 64 * k, v);
           sum = _mm512_dpbusd_epi32(sum, ones, v);
         }
-        _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+        store_bias(out + kBiasOffset, sum);
         _mm512_storeu_ps(out + kScaleOffset, _mm512_load_ps(d[sub]));
         _mm512_storeu_ps(out + kMinOffset, _mm512_load_ps(c[sub]));
       }
@@ -285,10 +289,9 @@ void pack_strip_q6_k(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
           sums[k / 4] = _mm512_dpbusd_epi32(sums[k / 4], ones, v);
         }
         const int sub = 8 * half + 2 * g;  // the block's first 16-element sub-block
-        _mm512_storeu_si512(out + kBiasOffset, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[0], 7)));
+        store_bias(out + kBiasOffset, sums[0]);
         _mm512_storeu_ps(out + kScaleOffset, _mm512_load_ps(scale[sub]));
-        _mm512_storeu_si512(out + kSecondBiasOffset,
-                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums[1], 7)));
+        store_bias(out + kSecondBiasOffset, sums[1]);
         _mm512_storeu_ps(out + kSecondScaleOffset, _mm512_load_ps(scale[sub + 1]));
       }
     }
@@ -458,8 +461,9 @@ inline __m512 load16_widened(const uint8_t* row, int64_t c, __mmask16 mask) {
 
 template <GgmlType kType>
 void pack_strip_f32(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
+  int64_t offsets[kStripRows];
   const uint8_t* rows[kStripRows];
-  for (int i = 0; i < kStripRows; ++i) rows[i] = p.weights + (r0 + i < p.rows ? r0 + i : p.rows - 1) * p.row_bytes;
+  strip_rows(p, r0, offsets, rows);
   for (int64_t c = 0; c < p.cols; c += 16) {
     const int64_t left = p.cols - c;
     const __mmask16 mask = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
