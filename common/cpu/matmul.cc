@@ -341,19 +341,21 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return panel_possible && (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
                               type == GgmlType::kQ5_K || type == GgmlType::kQ6_K);
   };
-  // Q4_0 packed at load: decode steps (one token, or decode order) take the
-  // packed decode kernel, which needs x's Q8_0 sums; prefill calls take the
-  // panel kernel, which then unpacks the packed strips.
+  // Q4_0 packed at load: every call (decode, decode order, prefill) takes
+  // the packed kernel, with x's Q8_0 quants, sums and scales block-major.
   auto packed_decode = [&](const WeightMatrix& w) {
-    return w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr &&
-           (decode_order || n_tokens < kPanelMinTokens);
+    return w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr;
   };
   bool needed[4] = {};  // by ActivationFormat
   bool panel = false, panel_sums = false, packed_sums = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
-    packed_sums = packed_sums || packed_decode(*w);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
+    if (packed_decode(*w)) {
+      packed_sums = true;
+      needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
+      continue;
+    }
     if (in_panel(w->type) && activation_format(w->type) == ActivationFormat::kQ8_K) {
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       panel_sums = true;
@@ -399,8 +401,8 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     problem.cols = w.cols;
     problem.y = ys[i];
     problem.x = x;
-    panels[i] = in_panel(w.type);
     packeds[i] = packed_decode(w);
+    panels[i] = in_panel(w.type) && !packeds[i];
     if (w.packed != nullptr && w.type == GgmlType::kQ4_0 && level == SimdLevel::kAvx512) {
       problem.packed = static_cast<const uint8_t*>(w.packed);
     }
@@ -428,7 +430,8 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     if (bf16s[i]) problem.xu = prepared.bf16_x;
     f32s[i] = !bf16s[i] && format == ActivationFormat::kFloat && !decode_order && kernels.f32_panel_tile != nullptr &&
               n_tokens >= kPanelMinTokens;
-    splits[i] = packeds[i]                       ? packed_decode_split(w.rows, n_threads)
+    splits[i] = packeds[i] && (decode_order || n_tokens < kPanelMinTokens) ? packed_decode_split(w.rows, n_threads)
+                : packeds[i]                     ? panel_split(w.rows, n_tokens, n_threads)
                 : panels[i] || bf16s[i] || f32s[i] ? panel_split(w.rows, n_tokens, n_threads)
                                                    : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());

@@ -33,9 +33,10 @@ struct WeightMatrix {
 // nibbles as 4 x 64 bytes (lane i = row i's 4 bytes: the stored nibbles of
 // columns 4j..4j+3 and 16+4j..16+4j+3), then the 16 fp16 scales of the
 // block after all blocks' nibbles. The same bytes as GGUF's (18 per 32
-// weights), so a packed copy replaces the mapped one. Decode reads one
-// contiguous stream per strip and multiplies 16 rows per vpdpbusd with no
-// per-row reduction; prefill unpacks strips without a transpose.
+// weights), so a packed copy replaces the mapped one. One kernel serves
+// decode and prefill: it reads one contiguous stream per strip, multiplies
+// 16 rows per vpdpbusd with no per-row reduction, and the tokens of a call
+// share each unpacked strip; a token's outputs are the same bits in any call.
 // packed_weight_bytes: bytes of w's packed copy on this CPU; 0 when its type
 // has no packed layout here (the kernels read the GGUF rows).
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols);

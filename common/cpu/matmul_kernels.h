@@ -97,8 +97,8 @@ constexpr int64_t packed_strip_bytes(int64_t cols) { return (cols / 32 * 288 + 6
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
 // out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
 void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
-// Decode over packed Q4_0 (p.packed; x as p.xq_blocks, p.xbias_blocks,
-// p.xd_blocks): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of 16)
+// Every call over packed Q4_0 (decode, decode order, prefill; p.packed; x as
+// p.xq_blocks, p.xbias_blocks, p.xd_blocks): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of 16)
 // and tokens [tok_begin, tok_end). Each token's outputs are the same bits as
 // a call on that token alone: weights unpacked once serve several tokens.
 void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,

@@ -44,8 +44,12 @@ constexpr int64_t kBlockScaleBytes = 32;    // 16 rows x fp16
 constexpr int64_t kPrefetchBlocks = 16;
 
 // S strips (16 rows each, consecutive) x T tokens. Every (row, token) goes
-// through the same operations in the same order whatever S and T are, so a
-// token's outputs are the same bits alone or with others.
+// through the same float operations in the same order whatever S and T are,
+// and its int32 block sums are exact whichever chains add them, so a token's
+// outputs are the same bits alone or with others, in decode or in prefill.
+// Up to 2 tokens a (strip, token) pair has two int32 chains (low and high
+// nibbles: half the latency of a block for one decode token); from 3 on, one
+// (the registers: 2 strips x 6 tokens x (int32 + f32 accumulator) = 24).
 template <int S, int T>
 void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
   const int64_t n_blocks = p.cols / kQK8_0;
@@ -70,16 +74,30 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
                      _MM_HINT_T0);
       }
     }
-    // Two chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
-    __m512i low[S][T], high[S][T];
+    // Chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
+    constexpr bool kTwoChains = T <= 2;
+    __m512i low[S][T], high[S][kTwoChains ? T : 1];
     for (int t = 0; t < T; ++t) {
       const __m512i bias = _mm512_set1_epi32(xbias[t]);
       for (int s = 0; s < S; ++s) {
         low[s][t] = bias;
-        high[s][t] = _mm512_setzero_si512();
+        if constexpr (kTwoChains) high[s][t] = _mm512_setzero_si512();
       }
     }
-    for (int j = 0; j < 4; ++j) {
+    if constexpr (!kTwoChains) {
+      for (int j = 0; j < 8; ++j) {  // columns 4j..4j+3: step j % 4's low (j < 4) or high nibbles
+        __m512i w[S];
+        for (int s = 0; s < S; ++s) {
+          const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * (j % 4));
+          w[s] = _mm512_and_si512(j < 4 ? v : _mm512_srli_epi16(v, 4), low_nibbles);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(xq + t * kQK8_0 + 4 * j));
+          for (int s = 0; s < S; ++s) low[s][t] = _mm512_dpbusd_epi32(low[s][t], w[s], x);
+        }
+      }
+    }
+    for (int j = 0; j < (kTwoChains ? 4 : 0); ++j) {
       __m512i w_low[S], w_high[S];
       for (int s = 0; s < S; ++s) {
         const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * j);
@@ -94,7 +112,7 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
         const __m512i x_high = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4 + 16));
         for (int s = 0; s < S; ++s) {
           low[s][t] = _mm512_dpbusd_epi32(low[s][t], w_low[s], x_low);
-          high[s][t] = _mm512_dpbusd_epi32(high[s][t], w_high[s], x_high);
+          if constexpr (kTwoChains) high[s][t] = _mm512_dpbusd_epi32(high[s][t], w_high[s], x_high);
         }
       }
     }
@@ -102,7 +120,9 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
       const __m512 d = _mm512_cvtph_ps(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + s * strip_bytes + b * kBlockScaleBytes)));
       for (int t = 0; t < T; ++t) {
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(low[s][t], high[s][t]));
+        __m512i sum = low[s][t];
+        if constexpr (kTwoChains) sum = _mm512_add_epi32(sum, high[s][t]);
+        const __m512 dot = _mm512_cvtepi32_ps(sum);
         acc[s][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, _mm512_set1_ps(xd[t])), acc[s][t]);
       }
     }
@@ -115,20 +135,24 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   }
 }
 
-// Tokens [tok_begin, tok_end) over S strips from r0: 2 tokens at a time with
-// two strips (the registers hold 2 x 2 pairs of chains), 4 with one.
+// Tokens [tok_begin, tok_end) over S strips from r0: groups of 6 (prefill;
+// the strips come from cache after the first group), then 4, 2, 1.
 template <int S>
 void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_t tok_end, __mmask16 last_mask) {
-  constexpr int kTokens = S == 2 ? 2 : 4;
   int64_t t = tok_begin;
-  for (; t + kTokens <= tok_end; t += kTokens) packed_kernel<S, kTokens>(p, r0, t, last_mask);
-  if constexpr (kTokens == 4) {
-    if (t + 2 <= tok_end) {
+  for (; t + 6 <= tok_end; t += 6) packed_kernel<S, 6>(p, r0, t, last_mask);
+  switch (tok_end - t) {
+    case 5:
+      packed_kernel<S, 4>(p, r0, t, last_mask);
+      return packed_kernel<S, 1>(p, r0, t + 4, last_mask);
+    case 4: return packed_kernel<S, 4>(p, r0, t, last_mask);
+    case 3:
       packed_kernel<S, 2>(p, r0, t, last_mask);
-      t += 2;
-    }
+      return packed_kernel<S, 1>(p, r0, t + 2, last_mask);
+    case 2: return packed_kernel<S, 2>(p, r0, t, last_mask);
+    case 1: return packed_kernel<S, 1>(p, r0, t, last_mask);
+    default: return;
   }
-  if (t < tok_end) packed_kernel<S, 1>(p, r0, t, last_mask);
 }
 
 }  // namespace

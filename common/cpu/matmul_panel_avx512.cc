@@ -167,36 +167,6 @@ void pack_strip(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
   }
 }
 
-// Packs rows [r0, r0 + 16) of Q4_0 weights packed at load (p.packed, r0 a
-// multiple of 16): the nibbles already sit 4 columns of 16 rows per 64
-// bytes, so a panel block is 4 loads, their low and high nibbles minus 8, and
-// the fp16 scales widened: no transpose, and half the bytes read. The panel
-// is the same bytes pack_strip<kQ4_0> makes from the GGUF rows (padding rows
-// aside, which are never stored).
-void pack_strip_from_packed_q4_0(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
-  const int64_t n_blocks = p.cols / kQK8_0;
-  const uint8_t* strip = p.packed + r0 / kPackedStripRows * packed_strip_bytes(p.cols);
-  const uint8_t* scales = strip + n_blocks * 256;
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  const __m512i eight = _mm512_set1_epi8(8);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint8_t* out = panel + b * kPanelBlockBytes;
-    __m512i sum = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      const __m512i v = _mm512_loadu_si512(strip + b * 256 + 64 * j);
-      const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, low_nibbles), eight);
-      const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low_nibbles), eight);
-      _mm512_storeu_si512(out + 64 * j, lo);
-      _mm512_storeu_si512(out + 64 * (j + 4), hi);
-      sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum, ones, lo), ones, hi);
-    }
-    store_bias(out + kBiasOffset, sum);
-    _mm512_storeu_ps(out + kScaleOffset,
-                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 32))));
-  }
-}
-
 // Packs rows [r0, r0 + 16) of Q4_K / Q5_K weights: 8 panel blocks per super-block.
 template <GgmlType kType>
 void pack_strip_kquant(const MatmulProblem& p, int64_t r0, uint8_t* panel) {
@@ -445,9 +415,7 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
                                     : kType == GgmlType::kQ4_K || kType == GgmlType::kQ5_K ? BlockScales::kOneWithMin
                                                                                            : BlockScales::kOne;
     for (int s = 0; s < strips; ++s) {
-      if (kType == GgmlType::kQ4_0 && p.packed != nullptr) {
-        pack_strip_from_packed_q4_0(p, r + s * kStripRows, scratch + s * strip_bytes);
-      } else if constexpr (kType == GgmlType::kQ6_K) {
+      if constexpr (kType == GgmlType::kQ6_K) {
         pack_strip_q6_k(p, r + s * kStripRows, scratch + s * strip_bytes);
       } else if constexpr (kScales == BlockScales::kOneWithMin) {
         pack_strip_kquant<kType>(p, r + s * kStripRows, scratch + s * strip_bytes);
@@ -461,17 +429,9 @@ void panel_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int6
     // dynamic split mostly gives the same thread) are contiguous.
     const int64_t next = r + kPanelRows;
     const int64_t next_rows = p.rows - next < kPanelRows ? p.rows - next : kPanelRows;
+    const uint8_t* prefetch = next_rows > 0 ? p.weights + next * p.row_bytes : nullptr;
     const int64_t n_blocks = p.cols / kQK8_0;
-    const uint8_t* prefetch = nullptr;
-    int64_t prefetch_step = 0;
-    if (next_rows > 0 && p.packed != nullptr) {  // the next panel's strips
-      const int64_t bytes = (next_rows + kStripRows - 1) / kStripRows * packed_strip_bytes(p.cols);
-      prefetch = p.packed + next / kStripRows * packed_strip_bytes(p.cols);
-      prefetch_step = (bytes + n_blocks - 1) / n_blocks;
-    } else if (next_rows > 0) {
-      prefetch = p.weights + next * p.row_bytes;
-      prefetch_step = (next_rows * p.row_bytes + n_blocks - 1) / n_blocks;
-    }
+    const int64_t prefetch_step = next_rows > 0 ? (next_rows * p.row_bytes + n_blocks - 1) / n_blocks : 0;
     if (strips == 2) {
       run_tokens<2, kScales>(p, scratch, r, tok_begin, tok_end, last_mask, prefetch, prefetch_step);
     } else {

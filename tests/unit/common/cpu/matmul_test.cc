@@ -372,11 +372,12 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
   }
 }
 
-// Prefill from weights packed at load unpacks them into the same panels the
-// GGUF rows give: the same bits, for every token count and split. And a
-// packed decode step agrees with the GGUF decode kernel up to float
-// summation order.
-TEST(Matmul, PackedQ4_0PrefillEqualsGgufPrefillBitForBitAndDecodeAgrees) {
+// Weights packed at load run one kernel for every call: a prefill call's
+// token rows are the same bits as one-token calls (decode steps) on those
+// tokens, for every token count (groups of 6, 4, 2, 1), row count (a partial
+// strip, a partial strip pair) and split; and they agree with the GGUF
+// kernels up to float summation order.
+TEST(Matmul, PackedQ4_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
   if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "packed weights serve the AVX-512 kernels only";
   for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
     const int64_t cols = 320;
@@ -385,19 +386,22 @@ TEST(Matmul, PackedQ4_0PrefillEqualsGgufPrefillBitForBitAndDecodeAgrees) {
     const WeightMatrix gguf{GgmlType::kQ4_0, w.bytes.data(), rows, cols};
     const PackedCopy packed = packed_copy(gguf);
     ASSERT_TRUE(packed.ok);
-    std::vector<float> x(static_cast<size_t>(40 * cols));
+    const int64_t n_max = 40;
+    std::vector<float> x(static_cast<size_t>(n_max * cols));
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
     for (float& v : x) v = dist(rng);
     ThreadPool pool(3);
-    for (int64_t n : {1, 2, 7, 40}) {
+    std::vector<float> steps(static_cast<size_t>(n_max * rows));
+    for (int64_t t = 0; t < n_max; ++t) matmul(packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
+    for (int64_t n : {2, 3, 5, 7, 13, 40}) {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
-        matmul(gguf, x.data(), n, a.data(), p);
-        matmul(packed.matrix, x.data(), n, b.data(), p);
-        if (n >= 2) {
-          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * n * rows), 0) << "rows " << rows << " n " << n;
-        } else {
-          for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(a[r], b[r], 1e-4 * (1 + std::fabs(a[r]))) << "row " << r;
+        matmul(gguf, x.data() + (n_max - n) * cols, n, a.data(), p);
+        matmul(packed.matrix, x.data() + (n_max - n) * cols, n, b.data(), p);
+        EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << "rows " << rows << " n " << n;
+        for (int64_t i = 0; i < n * rows; ++i) {
+          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << "rows " << rows << " n " << n << " at " << i;
         }
       }
     }
