@@ -1,5 +1,7 @@
 #include "common/model/model.h"
 
+#include <sys/mman.h>
+
 #include <cmath>
 #include <cstdlib>
 
@@ -187,8 +189,14 @@ void Model::pack_for_cpu(ThreadPool* pool) const {
     int64_t total = 0;
     for (const WeightMatrix* w : matrices) total += packed_weight_bytes(w->type, w->rows, w->cols);
     if (total == 0) return;
-    auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(total)));
+    // 2 MiB-aligned and asked for transparent huge pages: decode streams the
+    // whole copy per token, and 4 KiB pages cost a TLB miss per 4 KiB (huge
+    // pages measured 1.03-1.09x decode tok/s here, alternating runs).
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t buffer_bytes = (static_cast<size_t>(total) + kHugePage - 1) / kHugePage * kHugePage;
+    auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, buffer_bytes));
     BATON_CHECK(buffer != nullptr, "pack_for_cpu: out of memory for the packed weights");
+    madvise(buffer, buffer_bytes, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
     packed_.reset(buffer);
     packed_bytes_ = total;
     int64_t offset = 0;
