@@ -357,8 +357,13 @@ inline void transpose16x16_epi32(__m512i (&x)[16]) {
 // offsets from the tile's row 0.
 struct BlockRows {
   alignas(64) int32_t row[16];
-  BlockRows(int g0, int lo, int hi) {
-    for (int r = 0; r < 16; ++r) row[r] = std::min(std::max(g0 + r, lo), hi - 1);
+  bool full;  // every row of the block in [lo, hi): row[r] = g0 + r
+  int g0;
+  BlockRows(int g0_, int lo, int hi) : full(g0_ >= lo && g0_ + 16 <= hi), g0(g0_) {
+    const __m512i r = _mm512_add_epi32(_mm512_set1_epi32(g0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                                                11, 12, 13, 14, 15));
+    const __m512i low = _mm512_maskz_max_epi32(kAll, r, _mm512_set1_epi32(lo));
+    _mm512_store_si512(row, _mm512_maskz_min_epi32(kAll, low, _mm512_set1_epi32(hi - 1)));
   }
 };
 
@@ -382,18 +387,39 @@ inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRow
   out[0] = _mm512_maskz_cvtph_ps(kAll, _mm256_load_si256(reinterpret_cast<const __m256i*>(halves)));
 }
 
+// Prefetches rows [r0, r1) of a head's INT8 codes into L1 (run_segment
+// brought the tile to L2): one line per row when the rows sit on lines (the
+// store aligns its planes), else both lines a row may straddle.
+inline void prefetch_rows_l1(const KvHeadRows& h, int64_t tile_row, int r0, int r1, int head_dim) {
+  const uint8_t* row = h.codes + (tile_row + r0) * h.row_code_bytes;
+  const bool on_lines = head_dim <= 64 && ((reinterpret_cast<uintptr_t>(row) | h.row_code_bytes) & 63) == 0;
+  for (int r = r0; r < r1; ++r, row += h.row_code_bytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+    if (!on_lines) _mm_prefetch(reinterpret_cast<const char*>(row + head_dim - 1), _MM_HINT_T0);
+  }
+}
+
 // Key codes of the block's rows + 128, as u8, transposed: cols[j] lane r =
 // bytes 4j .. 4j + 3 of row r of the block.
 inline void load_key_columns(const KvHeadRows& k, int64_t tile_row, const BlockRows& rows, int head_dim,
                              __m512i* cols) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const uint8_t* base = k.codes + tile_row * k.row_code_bytes;
+  const uint8_t* block = base + int64_t{rows.g0} * k.row_code_bytes;
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
     const __mmask64 bytes = head_dim - d0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (head_dim - d0)) - 1;
     __m512i x[16];
+    if (rows.full) {
 #pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) {
-      x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, base + int64_t{rows.row[r]} * k.row_code_bytes + d0), flip);
+      for (int r = 0; r < 16; ++r) {
+        x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, block + r * k.row_code_bytes + d0), flip);
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, base + int64_t{rows.row[r]} * k.row_code_bytes + d0),
+                                flip);
+      }
     }
     transpose16x16_epi32(x);
 #pragma GCC unroll 16
@@ -416,16 +442,17 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_set1_epi32(q.bias[(h0 + i) * NB + b]);
   }
-  const int8_t* qc = q.codes + h0 * head_dim;
+  // Four query codes as one dword, broadcast straight from memory.
+  using Word = int32_t __attribute__((may_alias, aligned(1)));
+  const Word* qw = reinterpret_cast<const Word*>(q.codes + h0 * head_dim);
 #pragma GCC unroll 8
   for (int j = 0; j < kQ8Block / 4; ++j) {
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) {
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        int32_t word;
-        std::memcpy(&word, qc + i * head_dim + b * kQ8Block + 4 * j, sizeof(word));
-        acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], cols[b * (kQ8Block / 4) + j], _mm512_set1_epi32(word));
+        const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
+        acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], cols[b * (kQ8Block / 4) + j], _mm512_set1_epi32(qw[w]));
       }
     }
   }
@@ -442,13 +469,18 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 }
 
 template <int NB>
-void q8_tile_scores(const KvHeadRows& k, int64_t tile_row, const QueryQ8& q, int n_q, int lo, int hi, float* s) {
+void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q, int lo, int hi, float* s) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   const int k_groups = head_dim / k.group;
   alignas(64) __m512i cols[head_dim / 4];
   __m512 ks[kQ8MaxHeadDim / 16] = {};  // (sized for any group: block_scales16 writes k_groups)
+  prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim);
   for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    // While this block computes: the next block's keys, this block's values
+    // (read after the softmax) to L1.
+    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(hi, g0 + 32), head_dim);
+    prefetch_rows_l1(v, tile_row, std::max(lo, g0), std::min(hi, g0 + 16), head_dim);
     const BlockRows rows(g0, lo, hi);
     load_key_columns(k, tile_row, rows, head_dim, cols);
     block_scales16(k, tile_row, rows, k_groups, ks);
@@ -516,28 +548,17 @@ void q8_values(const KvHeadRows& v, int64_t tile_row, const float* w, int lo, in
 
 void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                            int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
-  // The tile's rows to L1 (run_segment brought them to L2): the key rows are
-  // read 16 at a time, the value rows one by one after the softmax. (A row
-  // of one head may straddle two lines.)
-  for (int r = lo; r < hi; ++r) {
-    const uint8_t* kr = k.codes + (tile_row + r) * k.row_code_bytes;
-    const uint8_t* vr = v.codes + (tile_row + r) * v.row_code_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(kr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(kr + head_dim - 1), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(vr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(vr + head_dim - 1), _MM_HINT_T0);
-  }
   float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
   float* w = scratch + int64_t{n_q} * kAttentionTileRows;  // [n_q, v_groups, kAttentionTileRows]
   switch (head_dim / kQ8Block) {
-    case 1: q8_tile_scores<1>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 2: q8_tile_scores<2>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 3: q8_tile_scores<3>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 4: q8_tile_scores<4>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 5: q8_tile_scores<5>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 6: q8_tile_scores<6>(k, tile_row, q, n_q, lo, hi, s); break;
-    case 7: q8_tile_scores<7>(k, tile_row, q, n_q, lo, hi, s); break;
-    default: q8_tile_scores<8>(k, tile_row, q, n_q, lo, hi, s); break;
+    case 1: q8_tile_scores<1>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 2: q8_tile_scores<2>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 3: q8_tile_scores<3>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 4: q8_tile_scores<4>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 5: q8_tile_scores<5>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 6: q8_tile_scores<6>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 7: q8_tile_scores<7>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    default: q8_tile_scores<8>(k, v, tile_row, q, n_q, lo, hi, s); break;
   }
   const int g_first = lo / 16 * 16;
   for (int i = 0; i < n_q; ++i) {
@@ -552,14 +573,17 @@ void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t til
   // chunk's group (0 outside [lo, hi)), w [n_q, head_dim / 16, kAttentionTileRows].
   const int v_groups = head_dim / v.group, n_chunks = head_dim / 16;
   const int64_t w_head = int64_t{n_chunks} * kAttentionTileRows;
-  __m512 vs[kQ8MaxHeadDim / 16];
+  __m512 vs[kQ8MaxHeadDim / 16], chunk_scale[kQ8MaxHeadDim / 16];
+  const int chunks_per_group = v.group / 16;
   for (int g0 = g_first; g0 < hi; g0 += 16) {
     block_scales16(v, tile_row, BlockRows(g0, lo, hi), v_groups, vs);
+    for (int c = 0, g = 0; g < v_groups; ++g) {
+      for (int e = 0; e < chunks_per_group; ++e) chunk_scale[c++] = vs[g];
+    }
     for (int i = 0; i < n_q; ++i) {
       const __m512 p = _mm512_loadu_ps(s + int64_t{i} * kAttentionTileRows + g0);
-      for (int c = 0; c < n_chunks; ++c) {
-        _mm512_storeu_ps(w + i * w_head + c * kAttentionTileRows + g0, _mm512_mul_ps(p, vs[c * 16 / v.group]));
-      }
+      float* wi = w + i * w_head + g0;
+      for (int c = 0; c < n_chunks; ++c) _mm512_storeu_ps(wi + c * kAttentionTileRows, _mm512_mul_ps(p, chunk_scale[c]));
     }
   }
   // Values, four heads at a time: each row converted once for the four.

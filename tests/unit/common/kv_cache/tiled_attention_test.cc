@@ -223,11 +223,13 @@ TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWind
 // moves its weights by at most 2 max_r ds_r in L1 (to first order), so each
 // output by at most 2 max_r ds_r max_r |v_r[d]|. Asserted with 1.5x that
 // (second-order terms), per query and head; measured worst ratio printed.
-TEST_P(TiledAttention, QuantizedQueriesStayWithinTheBoundTheirQuantizationImplies) {
+using TiledAttentionQ8 = TiledAttention;
+
+TEST_P(TiledAttentionQ8, QuantizedQueriesStayWithinTheBoundTheirQuantizationImplies) {
   const KvGeometry g = geometry();
   const int64_t context = 1000;
   const std::unique_ptr<KvCache> kv = make_store(context);
-  if (!quantizes_queries()) GTEST_SKIP() << "the store attends with f32 queries";
+  ASSERT_TRUE(quantizes_queries()) << "the case list holds INT8 K and V stores only";
   std::mt19937 rng(12);
   const std::vector<float> q = random_rows(rng, 1, g.q_dim(), 2.0f);
   const int gqa = g.n_head / g.n_head_kv, blocks = g.head_dim / kv_kernels_impl::kQ8Block;
@@ -315,6 +317,17 @@ std::vector<AttentionCase> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, TiledAttention, ::testing::ValuesIn(all_cases()), case_name);
+
+// The stores whose keys and values are INT8 (attend_tile_q8).
+std::vector<AttentionCase> q8_cases() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : all_cases()) {
+    if (c.store.rfind("int8", 0) == 0) cases.push_back(c);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Int8Stores, TiledAttentionQ8, ::testing::ValuesIn(q8_cases()), case_name);
 
 }  // namespace
 }  // namespace baton
