@@ -369,7 +369,10 @@ struct BlockRows {
 
 // Lanes r: the f16 scales of the head's groups [0, n_groups) of the block's
 // rows, as floats: out[g]. One dword gather per two groups.
-inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRows& rows, int n_groups, __m512* out) {
+template <int MaxGroups>
+inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRows& rows, int n_groups,
+                           __m512 (&out)[MaxGroups]) {
+  n_groups = std::min(n_groups, MaxGroups);
   const uint16_t* base = h.scales + tile_row * h.row_groups;
   const __m512i index = _mm512_maskz_mullo_epi32(kAll, _mm512_load_si512(rows.row), _mm512_set1_epi32(static_cast<int>(h.row_groups)));
   auto gather_pair = [&](int g, __m512* low, __m512* high) {
@@ -474,7 +477,7 @@ void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, 
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   const int k_groups = head_dim / k.group;
   alignas(64) __m512i cols[head_dim / 4];
-  __m512 ks[kQ8MaxHeadDim / 16] = {};  // (sized for any group: block_scales16 writes k_groups)
+  __m512 ks[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
   prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim);
   for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
     // While this block computes: the next block's keys, this block's values

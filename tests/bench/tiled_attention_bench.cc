@@ -85,7 +85,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_TiledAttentionDecode)
     ->ArgNames({"bits", "ctx", "head_dim", "threads"})
-    ->ArgsProduct({{8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
+    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
     ->UseRealTime();
 
 // Args: bits, pos, threads.
