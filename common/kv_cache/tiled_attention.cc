@@ -55,14 +55,15 @@ struct TileScratch {
   std::vector<float> scores;  // [heads_per_kv, kTile]
   std::vector<float> m, l, acc;  // a task's segment and total states (query-block path)
 
-  // q8: the tiles are read in place (attend_tile_q8), no dequantized K / V.
-  void reserve(int head_dim, int heads_per_kv, bool q8) {
+  // in_place: the tiles are read in place (attend_tile_q8, attend_tile_f16;
+  // scratch for the larger, q8), no dequantized K / V.
+  void reserve(int head_dim, int heads_per_kv, bool in_place) {
     const size_t tile = static_cast<size_t>(kTile * head_dim);
     // Zero on growth: rows a tile does not dequantize stay finite.
-    if (!q8 && k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
+    if (!in_place && k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
     const size_t scores_floats =
-        static_cast<size_t>(q8 ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv, head_dim)
-                               : heads_per_kv * kTile);
+        static_cast<size_t>(in_place ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv, head_dim)
+                                     : heads_per_kv * kTile);
     if (scores.size() < scores_floats) scores.resize(scores_floats);
   }
 };
@@ -89,11 +90,14 @@ class LayerAttention {
         rows_(rows),
         pos_(pos),
         q_(q),
-        q8_(q8) {}
+        q8_(q8),
+        f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)) {}
 
   int heads_per_kv() const { return heads_per_kv_; }
   int head_dim() const { return head_dim_; }
   bool q8() const { return q8_.codes != nullptr; }
+  // Tiles read in place (attend_tile_q8 / attend_tile_f16): no dequantized copy.
+  bool in_place() const { return q8() || f16_rows_; }
   // Keys query i sees: positions [first_key(i), end_key(i)).
   int64_t first_key(int64_t i) const { return window_first_kept_position(window_, pos_ + i); }
   int64_t end_key(int64_t i) const { return pos_ + i + 1; }
@@ -122,8 +126,8 @@ class LayerAttention {
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
         prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
         prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
-        if (q8()) {
-          run_tile_q8(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, s, scratch);
+        if (in_place()) {
+          run_tile_in_place(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, s, scratch);
           continue;
         }
         int64_t k_stride = 0, v_stride = 0;
@@ -159,14 +163,20 @@ class LayerAttention {
 
  private:
   // One tile of one KV head for queries [i0, i1), the rows read in place.
-  void run_tile_q8(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
-                   int64_t i1, int64_t t0, StateSpan s, TileScratch& scratch) const {
+  void run_tile_in_place(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
+                         int64_t i1, int64_t t0, StateSpan s, TileScratch& scratch) const {
     const int64_t n_blocks = head_dim_ / kv_kernels_impl::kQ8Block;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
       if (lo >= hi) continue;
       const int64_t h = ((i - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
       const int64_t q_head = i * (q_dim_ / head_dim_) + int64_t{kv_h} * heads_per_kv_;  // first query head
+      if (!q8()) {
+        kern_.attend_tile_f16(k_rows, v_rows, t0 - rows_.first_position, q_ + q_head * head_dim_, heads_per_kv_,
+                              head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h,
+                              s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+        continue;
+      }
       const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
       kern_.attend_tile_q8(k_rows, v_rows, t0 - rows_.first_position, q, heads_per_kv_, head_dim_,
                            static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h, s.l + h,
@@ -216,11 +226,12 @@ class LayerAttention {
   const int64_t pos_;
   const float* q_;
   const QueriesQ8 q8_;
+  const bool f16_rows_;
 };
 
-TileScratch& thread_scratch(int head_dim, int heads_per_kv, bool q8) {
+TileScratch& thread_scratch(int head_dim, int heads_per_kv, bool in_place) {
   thread_local TileScratch scratch;
-  scratch.reserve(head_dim, heads_per_kv, q8);
+  scratch.reserve(head_dim, heads_per_kv, in_place);
   return scratch;
 }
 
@@ -255,7 +266,7 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
   run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
-    TileScratch& scratch = thread_scratch(hd, hpk, a.q8());
+    TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     for (int64_t task = begin; task < end; ++task) {
       const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
       const StateSpan s{m_all + task * task_stride, l_all + task * task_stride, acc_all + task * task_heads * hd};
@@ -290,7 +301,7 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
   const int hpk = a.heads_per_kv(), hd = a.head_dim();
   const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
   run_tasks(pool, n_head_kv * n_blocks, [&](int64_t begin, int64_t end) {
-    TileScratch& scratch = thread_scratch(hd, hpk, a.q8());
+    TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     const size_t heads = static_cast<size_t>(kQueryBlock * hpk);
     // [2, kQueryBlock * hpk]: segment states, then totals.
     if (scratch.m.size() < 2 * heads) scratch.m.resize(2 * heads), scratch.l.resize(2 * heads);

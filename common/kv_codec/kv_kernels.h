@@ -142,7 +142,21 @@ struct KvKernels {
   // those rows only. scratch: attend_tile_q8_scratch_floats(n_q, head_dim).
   void (*attend_tile_q8)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                          int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+  // attend_tile over F16 K and V read in place (f16_tile_supported), the
+  // tile as attend_tile_q8's and q, scale as attend_tile's: the same
+  // arithmetic as dequantizing the rows and calling attend_tile, without
+  // the f32 copy of the tile (each value row converted once for the n_q
+  // heads). Null in sets without it (the caller dequantizes). scratch: n_q *
+  // kAttentionTileRows floats.
+  void (*attend_tile_f16)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
+                          int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 };
+
+// True when attend_tile_f16 takes these rows: F16 keys and values, head_dim a
+// multiple of 16 up to 128.
+inline bool f16_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
+  return k.bits == 16 && v.bits == 16 && head_dim % 16 == 0 && head_dim <= 128;
+}
 
 // The most components affine_u8_rows sums (its sums stay below 2^24).
 inline constexpr int kAffineU8MaxK = 512;

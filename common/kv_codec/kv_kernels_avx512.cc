@@ -393,12 +393,12 @@ inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRow
 // Prefetches rows [r0, r1) of a head's INT8 codes into L1 (run_segment
 // brought the tile to L2): one line per row when the rows sit on lines (the
 // store aligns its planes), else both lines a row may straddle.
-inline void prefetch_rows_l1(const KvHeadRows& h, int64_t tile_row, int r0, int r1, int head_dim) {
+inline void prefetch_rows_l1(const KvHeadRows& h, int64_t tile_row, int r0, int r1, int head_bytes) {
   const uint8_t* row = h.codes + (tile_row + r0) * h.row_code_bytes;
-  const bool on_lines = head_dim <= 64 && ((reinterpret_cast<uintptr_t>(row) | h.row_code_bytes) & 63) == 0;
+  const bool on_lines = ((reinterpret_cast<uintptr_t>(row) | h.row_code_bytes) & 63) == 0;
   for (int r = r0; r < r1; ++r, row += h.row_code_bytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
-    if (!on_lines) _mm_prefetch(reinterpret_cast<const char*>(row + head_dim - 1), _MM_HINT_T0);
+    for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
+    if (!on_lines) _mm_prefetch(reinterpret_cast<const char*>(row + head_bytes - 1), _MM_HINT_T0);
   }
 }
 
@@ -501,30 +501,37 @@ void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, 
 }
 
 // acc[i, d0 .. d0 + 16 NV) += sum_r w_i[chunk, r] v_r[d0 ..] for R heads,
-// rows [lo, hi): head i's weights at w + i * w_head, [head_dim / 16,
-// kAttentionTileRows] (one row of weights per 16-dim chunk), w at chunk d0 / 16.
-template <int R, int NV>
-void q8_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
-                          float* acc, int head_dim, int d0) {
+// rows [lo, hi) of INT8 (kF16: F16) values read in place: head i's weights at
+// w + i * w_head, [head_dim / 16, kAttentionTileRows] (INT8: one row of
+// weights per 16-dim chunk, p_r x the chunk's group scale) or
+// [kAttentionTileRows] (F16: p_r for every chunk); w at chunk d0 / 16.
+template <int R, int NV, bool kF16>
+void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
+                            float* acc, int head_dim, int d0) {
+  constexpr int kChunkWeights = kF16 ? 0 : kAttentionTileRows;
   __m512 a[R][NV];
   const float* wi[R];
   for (int i = 0; i < R; ++i) {
     wi[i] = w + i * w_head;
     for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc + i * head_dim + d0 + 16 * c);
   }
-  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0;
+  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * (kF16 ? 2 : 1);
   for (int r = lo; r < hi; ++r, vr += v.row_code_bytes) {
     __m512 x[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * c));
-      x[c] = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepi8_epi32(kAll, bytes));
+      if constexpr (kF16) {
+        x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
+      } else {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * c));
+        x[c] = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepi8_epi32(kAll, bytes));
+      }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
       for (int c = 0; c < NV; ++c) {
-        a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][c * kAttentionTileRows + r]), x[c], a[i][c]);
+        a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][c * kChunkWeights + r]), x[c], a[i][c]);
       }
     }
   }
@@ -533,17 +540,33 @@ void q8_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w,
   }
 }
 
-template <int R>
-void q8_values(const KvHeadRows& v, int64_t tile_row, const float* w, int lo, int hi, float* acc, int head_dim) {
-  const int64_t w_head = int64_t{head_dim / 16} * kAttentionTileRows;
+template <int R, bool kF16>
+void rows_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi, float* acc,
+                 int head_dim) {
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
-    const float* wd = w + d0 / 16 * kAttentionTileRows;
+    const float* wd = kF16 ? w : w + d0 / 16 * kAttentionTileRows;
     switch (std::min(head_dim - d0, 64) / 16) {
-      case 1: q8_accumulate_values<R, 1>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 2: q8_accumulate_values<R, 2>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 3: q8_accumulate_values<R, 3>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      default: q8_accumulate_values<R, 4>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 1: rows_accumulate_values<R, 1, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 2: rows_accumulate_values<R, 2, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 3: rows_accumulate_values<R, 3, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      default: rows_accumulate_values<R, 4, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
     }
+  }
+}
+
+// Values of every head, four at a time: each row converted once for the four.
+template <bool kF16>
+void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int n_q, int lo, int hi,
+                     float* acc, int head_dim) {
+  int i = 0;
+  for (; i + 4 <= n_q; i += 4) {
+    rows_values<4, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  }
+  for (; i + 2 <= n_q; i += 2) {
+    rows_values<2, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  }
+  for (; i < n_q; ++i) {
+    rows_values<1, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
 }
 
@@ -589,11 +612,70 @@ void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t til
       for (int c = 0; c < n_chunks; ++c) _mm512_storeu_ps(wi + c * kAttentionTileRows, _mm512_mul_ps(p, chunk_scale[c]));
     }
   }
-  // Values, four heads at a time: each row converted once for the four.
-  int i = 0;
-  for (; i + 4 <= n_q; i += 4) q8_values<4>(v, tile_row, w + i * w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
-  for (; i + 2 <= n_q; i += 2) q8_values<2>(v, tile_row, w + i * w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
-  for (; i < n_q; ++i) q8_values<1>(v, tile_row, w + i * w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  rows_values_all<false>(v, tile_row, w, w_head, n_q, lo, hi, acc, head_dim);
+}
+
+namespace {
+
+// Rows of the block (clamped into [lo, hi)) of one head's F16 codes as f32:
+// out [16, head_dim].
+void convert_f16_block(const KvHeadRows& h, int64_t tile_row, const BlockRows& rows, int head_dim, float* out) {
+  const uint8_t* base = h.codes + tile_row * h.row_code_bytes;
+  for (int r = 0; r < 16; ++r) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(base + int64_t{rows.row[r]} * h.row_code_bytes);
+    for (int d = 0; d < head_dim; d += 16) {
+      _mm512_store_ps(out + r * head_dim + d,
+                      _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d))));
+    }
+  }
+}
+
+template <int NC>
+void f16_tile_scores(const KvHeadRows& k, int64_t tile_row, const float* q, int n_q, float scale, int lo, int hi,
+                     float* s) {
+  constexpr int head_dim = NC * 16;
+  alignas(64) float kf[16 * head_dim];
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(hi, g0 + 32), head_dim * 2);
+    const BlockRows rows(g0, lo, hi);
+    convert_f16_block(k, tile_row, rows, head_dim, kf);
+    const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 16);
+    for (int i = 0; i < n_q; ++i) {
+      const __m512 dots = group_dots<NC>(kf, head_dim, q + int64_t{i} * head_dim, head_dim, 0, r_lo, r_hi);
+      _mm512_storeu_ps(s + int64_t{i} * kAttentionTileRows + g0, _mm512_mul_ps(dots, vscale));
+    }
+  }
+}
+
+}  // namespace
+
+void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
+                            int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc,
+                            float* scratch) {
+  prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim * 2);
+  prefetch_rows_l1(v, tile_row, lo, hi, head_dim * 2);
+  float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
+  switch (head_dim / 16) {
+    case 1: f16_tile_scores<1>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 2: f16_tile_scores<2>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 3: f16_tile_scores<3>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 4: f16_tile_scores<4>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 5: f16_tile_scores<5>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 6: f16_tile_scores<6>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 7: f16_tile_scores<7>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+  }
+  const int g_first = lo / 16 * 16;
+  for (int i = 0; i < n_q; ++i) {
+    float* si = s + int64_t{i} * kAttentionTileRows;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int g0 = g_first; g0 < hi; g0 += 16) {
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
+    }
+    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+  }
+  rows_values_all<true>(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
 }
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
@@ -672,6 +754,7 @@ KvKernels kv_kernels_avx512() {
   set.attend_tile = attend_tile_avx512;
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
+  set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }
 
