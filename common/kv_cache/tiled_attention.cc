@@ -121,6 +121,8 @@ class LayerAttention {
       // first_key and end_key grow with i: the block's rows of this tile.
       const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
       const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+      prefetch_scales(rows_.k, next_lo, next_hi);
+      prefetch_scales(rows_.v, next_lo, next_hi);
       for (int kv_h = h0; kv_h < h1; ++kv_h) {
         const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
@@ -184,14 +186,25 @@ class LayerAttention {
     }
   }
 
-  // Prefetches (to L2) the codes and scales of positions [lo, hi) of one head.
+  // Prefetches (to L2) the codes of positions [lo, hi) of one head.
   void prefetch_rows(const KvHeadRows& h, int64_t head_code_bytes, int64_t lo, int64_t hi) const {
     for (int64_t p = lo; p < hi; ++p) {
-      const int64_t row = p - rows_.first_position;
-      const uint8_t* codes = h.codes + row * h.row_code_bytes;
+      const uint8_t* codes = h.codes + (p - rows_.first_position) * h.row_code_bytes;
       for (int64_t b = 0; b < head_code_bytes; b += 64) __builtin_prefetch(codes + b, 0, 2);
-      if (h.scales != nullptr && row % 8 == 0) __builtin_prefetch(h.scales + row * h.row_groups, 0, 2);
-      if (h.mins != nullptr && row % 8 == 0) __builtin_prefetch(h.mins + row * h.row_groups, 0, 2);
+    }
+  }
+
+  // Prefetches (to L2) every line of the group scales (and mins) of
+  // positions [lo, hi): whole rows, every head's, so once per tile for all
+  // the heads of a task (one line holds the scales of a row or more).
+  void prefetch_scales(const KvHeadRows& h, int64_t lo, int64_t hi) const {
+    if (lo >= hi) return;
+    for (const uint16_t* plane : {h.scales, h.mins}) {
+      if (plane == nullptr) continue;
+      const auto* begin = reinterpret_cast<const uint8_t*>(plane + (lo - rows_.first_position) * h.row_groups);
+      const auto* end = reinterpret_cast<const uint8_t*>(plane + (hi - rows_.first_position) * h.row_groups);
+      for (const uint8_t* line = begin; line < end; line += 64) __builtin_prefetch(line, 0, 2);
+      __builtin_prefetch(end - 1, 0, 2);
     }
   }
 

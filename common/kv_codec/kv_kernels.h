@@ -168,7 +168,9 @@ const KvKernels& kv_kernels();
 // not a multiple of 8 (Hadamard: n < 8), so every set handles every valid input.
 KvKernels kv_kernels_scalar();
 KvKernels kv_kernels_avx2();
-// The AVX2 set with affine_rows at 16 lanes (kv_kernels_avx512.cc).
+// The AVX2 set with affine_rows at 16 lanes and the attention tile steps
+// (attend_tile, the in-place INT8 / F16 ones) at 16 lanes with VNNI
+// (kv_kernels_avx512.cc).
 KvKernels kv_kernels_avx512();
 
 float dot_int8_scalar(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group);
