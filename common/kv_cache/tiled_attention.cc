@@ -369,9 +369,12 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   if (n <= 0) return;
   BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
-  const QueriesQ8 q8 = kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
-                            ? quantize_queries(geometry, scale, n, q)
-                            : QueriesQ8{};
+  // INT8 K and V in place where the kernel set has it (AVX-512, and the
+  // scalar reference level); AVX2 dequantizes the tiles as before.
+  const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8 != nullptr &&
+                               kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
+                           ? quantize_queries(geometry, scale, n, q)
+                           : QueriesQ8{};
   const LayerAttention a(geometry, window, scale, rows, pos, q, q8);
   BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
   if (n <= kSplitMaxQueries) {

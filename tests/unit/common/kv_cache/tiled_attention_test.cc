@@ -118,7 +118,7 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
 
   // True when the store attends with quantized queries (attend_tile_q8).
   bool quantizes_queries() const {
-    if (quantized_ == nullptr) return false;
+    if (quantized_ == nullptr || kv_kernels_impl::kv_kernels().attend_tile_q8 == nullptr) return false;
     const KvCodecConfig& c = quantized_->config();
     return c.bits_for(true) == KvCodecConfig::Bits::kInt8 && c.bits_for(false) == KvCodecConfig::Bits::kInt8;
   }
