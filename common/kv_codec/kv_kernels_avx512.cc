@@ -275,6 +275,21 @@ inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float*
   }
 }
 
+// The online-softmax step of every head of an in-place tile: scores of head
+// i at s + i * kAttentionTileRows, rows [lo, hi); each head's tile max, then
+// softmax_step (exp(s - m') in place, m, l and the rescaled acc).
+void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc) {
+  const int g_first = lo / 16 * 16;
+  for (int i = 0; i < n_q; ++i) {
+    float* si = s + int64_t{i} * kAttentionTileRows;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int g0 = g_first; g0 < hi; g0 += 16) {
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
+    }
+    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+  }
+}
+
 }  // namespace
 
 void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
@@ -586,22 +601,14 @@ void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t til
     case 7: q8_tile_scores<7>(k, v, tile_row, q, n_q, lo, hi, s); break;
     default: q8_tile_scores<8>(k, v, tile_row, q, n_q, lo, hi, s); break;
   }
-  const int g_first = lo / 16 * 16;
-  for (int i = 0; i < n_q; ++i) {
-    float* si = s + int64_t{i} * kAttentionTileRows;
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int g0 = g_first; g0 < hi; g0 += 16) {
-      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
-    }
-    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
-  }
+  tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
   // Each row's weight per 16-dim chunk of the values: p_r x the scale of the
   // chunk's group (0 outside [lo, hi)), w [n_q, head_dim / 16, kAttentionTileRows].
   const int v_groups = head_dim / v.group, n_chunks = head_dim / 16;
   const int64_t w_head = int64_t{n_chunks} * kAttentionTileRows;
   __m512 vs[kQ8MaxHeadDim / 16], chunk_scale[kQ8MaxHeadDim / 16];
   const int chunks_per_group = v.group / 16;
-  for (int g0 = g_first; g0 < hi; g0 += 16) {
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
     block_scales16(v, tile_row, BlockRows(g0, lo, hi), v_groups, vs);
     for (int c = 0, g = 0; g < v_groups; ++g) {
       for (int e = 0; e < chunks_per_group; ++e) chunk_scale[c++] = vs[g];
@@ -666,15 +673,7 @@ void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t ti
     case 7: f16_tile_scores<7>(k, tile_row, q, n_q, scale, lo, hi, s); break;
     default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
   }
-  const int g_first = lo / 16 * 16;
-  for (int i = 0; i < n_q; ++i) {
-    float* si = s + int64_t{i} * kAttentionTileRows;
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int g0 = g_first; g0 < hi; g0 += 16) {
-      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
-    }
-    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
-  }
+  tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
   rows_values_all<true>(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
 }
 
