@@ -11,6 +11,9 @@
 namespace baton {
 namespace {
 
+// Elements of the feed-forward gate per pool task (silu_mul / gelu_mul).
+constexpr int64_t kGluChunk = 2048;
+
 void add_bias_rows(float* y, const std::vector<float>& bias, int64_t n_rows) {
   if (bias.empty()) return;
   const int64_t n = static_cast<int64_t>(bias.size());
@@ -103,6 +106,7 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
                              int64_t first_logit_row, float* logits) {
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
+  ThreadPool::Hot hot(pool_);
   embed(tokens, n, x_.data());
   const RowRun run{&kv, pos, 0, n};
   for (int il = 0; il < s.n_layer; ++il) {
@@ -137,6 +141,7 @@ absl::Status Engine::prefill_layers(std::span<const int32_t> tokens, KvCache& kv
     for (int64_t begin = 0; begin < n; begin += options_.max_batch_tokens) {
       const int64_t count = std::min<int64_t>(options_.max_batch_tokens, n - begin);
       const RowRun run{&kv, start + begin, 0, count};
+      ThreadPool::Hot hot(pool_);  // not across layer_done, which may block (a stream's flow control)
       absl::Status status =
           layer(il, chunk_x_.data() + begin * d, count, std::span<const RowRun>(&run, 1), /*decode_order=*/false);
       if (!status.ok()) {
@@ -203,6 +208,7 @@ absl::Status Engine::decode_rows(std::span<const DecodeRow> rows, float* logits)
     }
   }
   const int64_t d = s.n_embd;
+  ThreadPool::Hot hot(pool_);
   embed(tokens.data(), n, x_.data());
   for (int il = 0; il < s.n_layer; ++il) {
     absl::Status status = layer(il, x_.data(), n, runs, /*decode_order=*/true);
@@ -268,8 +274,21 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   }
   // One call per run: each query's result does not depend on the others
   // in the call (kv_cache.h), so a run of draft rows attends as decode steps.
-  for (const RowRun& run : runs) {
-    run.kv->attend(il, run.pos, run.n, q_.data() + run.first_row * q_dim, attn_.data() + run.first_row * q_dim, pool);
+  // Several runs (a batched step of several sessions) share one pool job,
+  // a run per task: each run's own tasks then run inline on its thread, in
+  // the same order and with the same arithmetic as with the pool, so a row
+  // keeps its bits; and the step pays one hand-off to the pool instead of
+  // two per run over a few dozen keys each.
+  auto attend_run = [&](const RowRun& run, ThreadPool* run_pool) {
+    run.kv->attend(il, run.pos, run.n, q_.data() + run.first_row * q_dim, attn_.data() + run.first_row * q_dim,
+                   run_pool);
+  };
+  if (runs.size() == 1) {
+    attend_run(runs[0], pool);
+  } else {
+    pool->parallel_for_dynamic(static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) attend_run(runs[static_cast<size_t>(r)], pool);
+    });
   }
   mm(l.wo, attn_.data(), proj_.data());
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_attn_norm.data(), proj_.data(), n, d, s.norm_eps);
@@ -279,11 +298,17 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   const WeightMatrix* gate_up[] = {&l.w_gate, &l.w_up};
   float* const gate_up_out[] = {gate_.data(), up_.data()};
   mm_many(gate_up, h_.data(), gate_up_out);
-  if (s.gelu_ffn) {
-    gelu_mul(gate_.data(), up_.data(), n * s.n_ff);
-  } else {
-    silu_mul(gate_.data(), up_.data(), n * s.n_ff);
-  }
+  // Elementwise, so split across the pool (the same bits however split):
+  // a batched step's rows would otherwise spend ~8% of the step here on one
+  // thread while the other waits.
+  pool->parallel_for(n * s.n_ff / kGluChunk + (n * s.n_ff % kGluChunk != 0), [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kGluChunk, count = std::min(end * kGluChunk, n * s.n_ff) - first;
+    if (s.gelu_ffn) {
+      gelu_mul(gate_.data() + first, up_.data() + first, count);
+    } else {
+      silu_mul(gate_.data() + first, up_.data() + first, count);
+    }
+  });
   mm(l.w_down, gate_.data(), proj_.data());
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_ffn_norm.data(), proj_.data(), n, d, s.norm_eps);
   add_inplace(x, proj_.data(), n * d);

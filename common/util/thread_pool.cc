@@ -66,10 +66,12 @@ void ThreadPool::worker_main(int thread_index, uint32_t seen) {
   t_inside_pool_job = true;  // a worker only ever runs pool jobs
   for (;;) {
     uint32_t now = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
+    for (int spin = 0; now == seen && (spin < kSpinIterations || hot_.load(std::memory_order_relaxed) > 0);) {
       cpu_relax();
+      spin += spin < kSpinIterations;
       now = generation_.load(std::memory_order_acquire);
     }
+    if (now == seen) sleeps_.fetch_add(1, std::memory_order_relaxed);
     while (now == seen) {
       generation_.wait(seen, std::memory_order_acquire);
       now = generation_.load(std::memory_order_acquire);

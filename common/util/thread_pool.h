@@ -27,6 +27,26 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Times a worker went to sleep (futex-waited) for want of a job.
+  uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
+  // While a Hot lives, the workers keep spinning between jobs instead of
+  // going to sleep after the short spin: a forward pass issues its jobs
+  // back to back with serial gaps (norms, RoPE, the KV store) and
+  // imbalances longer than that spin, and a worker that slept costs the
+  // next job a futex wake-up (~40 us on this VM; a decode step has ~100
+  // jobs). Scopes nest; outside them an idle pool sleeps as before (a step
+  // of the edge must not burn a core its turns need between steps).
+  class Hot {
+   public:
+    explicit Hot(ThreadPool& pool) : pool_(pool) { pool_.hot_.fetch_add(1, std::memory_order_relaxed); }
+    ~Hot() { pool_.hot_.fetch_sub(1, std::memory_order_relaxed); }
+    Hot(const Hot&) = delete;
+    Hot& operator=(const Hot&) = delete;
+
+   private:
+    ThreadPool& pool_;
+  };
 
   // Calls fn(begin, end) over contiguous ranges that together cover [0, n_tasks)
   // exactly once; returns when all are done. Static split: thread i of size()
@@ -69,6 +89,8 @@ class ThreadPool {
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stop_{false};        // set (before a final bump) by the destructor
   std::atomic<bool> in_call_{false};     // a parallel_for is running
+  std::atomic<int> hot_{0};              // live Hot scopes: workers do not sleep
+  std::atomic<uint64_t> sleeps_{0};
 
   void run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 };

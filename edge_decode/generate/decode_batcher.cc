@@ -203,7 +203,13 @@ DecodeBatcher::Work DecodeBatcher::pick_locked(Clock::time_point now, std::optio
     const int seated_waiting = static_cast<int>(std::count_if(decodes_.begin(), decodes_.end(), seated) +
                                                 std::count_if(prefills_.begin(), prefills_.end(), seated));
     if (static_cast<int>(decodes_.size()) < options_.max_batch && seated_waiting < seats_) {
-      const Clock::time_point since = decodes_.empty() ? last_step_end_ : decodes_.front()->arrival;
+      // From the last step's end at the earliest: the turns it served
+      // cannot ask before it, so a request that came while it ran has
+      // waited for that step, not for them. (From its arrival, the turns
+      // split into two groups whose steps alternate: each group's requests
+      // wait through the other's step and then find their wait spent.)
+      const Clock::time_point since =
+          decodes_.empty() ? last_step_end_ : std::max(decodes_.front()->arrival, last_step_end_);
       const Clock::time_point deadline = since + straggler_wait_locked();
       if (now < deadline) {
         *wait_until = deadline;

@@ -79,10 +79,13 @@ struct SpeculativeRun {
   // What a verification costs: rows (1 = a decode step) and the median
   // seconds of one decode_rows call of that many rows after the first quote
   // prompt. rows / (seconds / step seconds) is the speed-up if every draft
-  // token were taken.
+  // token were taken. batched_seconds: one decode_rows call of the same
+  // number of rows, one row for each of that many sessions (caches) holding
+  // the same prompt: what a batched step of baton-edge --max-batch costs.
   struct VerifyCost {
     int64_t rows = 0;
     double seconds = 0;
+    double batched_seconds = 0;
   };
   std::vector<VerifyCost> verify_costs;
 };

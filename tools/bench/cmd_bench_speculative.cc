@@ -102,7 +102,9 @@ Json speculative_json(const SpeculativeRun& run) {
   for (const SpeculativeRun::VerifyCost& v : run.verify_costs) {
     costs.push_back({{"rows", v.rows},
                      {"ms", fixed(v.seconds * 1e3, 3)},
-                     {"cost_in_steps", fixed(step > 0 ? v.seconds / step : 0, 4)}});
+                     {"cost_in_steps", fixed(step > 0 ? v.seconds / step : 0, 4)},
+                     {"batched_ms", fixed(v.batched_seconds * 1e3, 3)},
+                     {"batched_cost_in_steps", fixed(step > 0 ? v.batched_seconds / step : 0, 4)}});
   }
   return {{"model", run.model},     {"threads", run.threads},         {"kernels", run.kernels},
           {"store", run.store},     {"max_draft", run.max_draft},     {"tasks", std::move(tasks)},
@@ -129,12 +131,18 @@ void print_speculative_table(const SpeculativeRun& run) {
   }
   if (!run.verify_costs.empty()) {
     const double step = run.verify_costs.front().seconds;
-    print_line("  verification cost: %-8s %10s %14s %22s\n", "rows", "ms", "cost in steps", "x if every draft taken");
+    print_line("  verification cost: %-8s %10s %14s %22s %12s %14s %16s\n", "rows", "ms", "cost in steps",
+               "x if every draft taken", "batched ms", "cost in steps", "x of one session");
     for (const SpeculativeRun::VerifyCost& v : run.verify_costs) {
       const double cost = step > 0 ? v.seconds / step : 0;
-      print_line("                     %-8d %10.3f %14.3f %21.2fx\n", v.rows, v.seconds * 1e3, cost,
-                 cost > 0 ? static_cast<double>(v.rows) / cost : 0);
+      const double batched = step > 0 ? v.batched_seconds / step : 0;
+      print_line("                     %-8d %10.3f %14.3f %21.2fx %12.3f %14.3f %15.2fx\n", v.rows, v.seconds * 1e3,
+                 cost, cost > 0 ? static_cast<double>(v.rows) / cost : 0, v.batched_seconds * 1e3, batched,
+                 batched > 0 ? static_cast<double>(v.rows) / batched : 0);
     }
+    print_line("  (rows: one decode_rows call of that many rows of one session, as a verification runs them; batched: "
+               "one row for each of that many sessions, as a batched step of baton-edge --max-batch runs them; "
+               "medians of 5 calls each, interleaved)\n");
   }
   print_line("  (greedy; each reply decoded both ways from the same prompt, alternating which goes first; tok/s = "
              "reply tokens / decode time summed over the task's replies; tok/pass = reply tokens per forward pass "
@@ -191,28 +199,44 @@ absl::StatusOr<Decoded> decode_reply(Engine& engine, const std::string& kv_name,
 // Median seconds of one pass of `rows` rows after `prompt` (rolled back
 // after each call) through EngineDecodeRunner, as DecodeStepper runs them:
 // 1 row = decode_step.
-absl::StatusOr<double> verify_seconds(Engine& engine, const std::string& kv_name, const std::vector<int32_t>& prompt,
-                                      int64_t rows, int reps) {
+// Median seconds of one decode_rows call of `rows` rows after `prompt`:
+// rows of one session (a verification) and one row for each of `rows`
+// sessions holding the prompt (a batched step), the two interleaved.
+absl::Status time_rows(Engine& engine, const std::string& kv_name, const std::vector<int32_t>& prompt, int64_t rows,
+                       int reps, SpeculativeRun::VerifyCost* cost) {
   std::string store;
   double bytes_per_token = 0;
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                         bench_kv_cache(engine, kv_name, static_cast<int64_t>(prompt.size()) + rows, &store,
-                                        &bytes_per_token));
+  std::vector<std::unique_ptr<KvCache>> caches;  // [0]: the verification's; all: the batched step's
   std::vector<float> last;
-  BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &last));
-  const int64_t base = kv->size();
+  for (int64_t i = 0; i < rows; ++i) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                           bench_kv_cache(engine, kv_name, static_cast<int64_t>(prompt.size()) + rows, &store,
+                                          &bytes_per_token));
+    BATON_RETURN_IF_ERROR(engine.prefill(prompt, *kv, &last));
+    caches.push_back(std::move(kv));
+  }
+  const int64_t base = caches[0]->size();
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < rows; ++i) tokens.push_back(prompt[static_cast<size_t>(i) % prompt.size()]);
+  std::vector<Engine::DecodeRow> batched;
+  for (int64_t i = 0; i < rows; ++i) batched.push_back({tokens[static_cast<size_t>(i)], caches[static_cast<size_t>(i)].get()});
   EngineDecodeRunner runner(engine);  // 1 row: decode_step; more: decode_rows
-  std::vector<float> logits;
-  std::vector<double> seconds;
+  std::vector<float> logits(static_cast<size_t>(rows * engine.model().spec().n_vocab));
+  std::vector<double> verify, step;
   for (int rep = 0; rep < reps + 1; ++rep) {
-    const auto start = Clock::now();
-    BATON_RETURN_IF_ERROR(runner.decode(tokens, *kv, &logits));
-    if (rep > 0) seconds.push_back(seconds_between(start, Clock::now()));  // the first warms up
-    kv->set_size(base);
+    auto start = Clock::now();
+    BATON_RETURN_IF_ERROR(runner.decode(tokens, *caches[0], &logits));
+    if (rep > 0) verify.push_back(seconds_between(start, Clock::now()));  // the first warms up
+    caches[0]->set_size(base);
+    start = Clock::now();
+    BATON_RETURN_IF_ERROR(engine.decode_rows(batched, logits.data()));
+    if (rep > 0) step.push_back(seconds_between(start, Clock::now()));
+    for (auto& kv : caches) kv->set_size(base);
   }
-  return median(seconds);
+  cost->rows = rows;
+  cost->seconds = median(verify);
+  cost->batched_seconds = median(step);
+  return absl::OkStatus();
 }
 
 // The tasks' prompts from the text's non-empty lines; prompt i starts
@@ -333,8 +357,9 @@ absl::Status bench_decode_speculative(const Args& args) {
     result.tasks.push_back(std::move(row));
     if (result.verify_costs.empty()) {
       for (int64_t rows = 1; rows <= max_draft + 1; rows *= 2) {
-        BATON_ASSIGN_OR_RETURN(const double seconds, verify_seconds(*m.engine, kv_name, task_set[0], rows, 5));
-        result.verify_costs.push_back({rows, seconds});
+        SpeculativeRun::VerifyCost cost;
+        BATON_RETURN_IF_ERROR(time_rows(*m.engine, kv_name, task_set[0], rows, 5, &cost));
+        result.verify_costs.push_back(cost);
       }
     }
   }

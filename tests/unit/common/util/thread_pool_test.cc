@@ -59,6 +59,33 @@ TEST_P(ThreadPoolTest, WorkersWakeAfterSleeping) {
   expect_each_index_once(pool, 50);
 }
 
+TEST_P(ThreadPoolTest, HotWorkersNeverSleepBetweenJobsAndSleepAgainOnceItEnds) {
+  ThreadPool pool(GetParam());
+  expect_each_index_once(pool, 50);
+  {
+    ThreadPool::Hot hot(pool);
+    // A worker may still be asleep from before the scope: one job wakes it,
+    // and from then on none may sleep, however long the gap.
+    expect_each_index_once(pool, 50);
+    const uint64_t before = pool.sleeps();
+    for (int gap = 0; gap < 3; ++gap) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // far beyond the ~50 us spin
+      expect_each_index_once(pool, 50);
+    }
+    EXPECT_EQ(pool.sleeps(), before) << "a worker slept inside a Hot scope";
+  }
+  // Outside the scope an idle worker goes back to sleep after its spin.
+  const uint64_t before = pool.sleeps();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (GetParam() > 1 && pool.sleeps() == before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (GetParam() > 1) {
+    EXPECT_GT(pool.sleeps(), before) << "an idle worker kept spinning after the Hot scope";
+  }
+  expect_each_index_once(pool, 50);  // and wakes for the next job
+}
+
 TEST_P(ThreadPoolTest, ResultsWrittenByWorkersAreVisibleAfterReturn) {
   ThreadPool pool(GetParam());
   std::vector<int64_t> out(1000);  // plain (non-atomic) writes: TSan checks the happens-before

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -163,6 +164,64 @@ TEST_F(DecodeBatcherTest, ConcurrentTurnsShareStepsAndGetTheLogitsTheyWouldGetAl
   EXPECT_EQ(stats.decode_steps, static_cast<uint64_t>(kSteps)) << "a step did not serve all four turns";
   EXPECT_EQ(stats.steps_by_requests[4], static_cast<uint64_t>(kSteps));
   for (const TurnTrace& t : traces) EXPECT_EQ(t.max_shared, 4);
+}
+
+TEST_F(DecodeBatcherTest, TurnsThatJoinDuringAStepShareTheNextStepsInsteadOfAlternating) {
+  // Two turns decode; two more join while the first step runs (the
+  // observer holds each decode step for kStepHold, as a large model's step
+  // would last). When it ends, the newcomers have waited longer than the
+  // straggler wait, but the turns that step served cannot have asked yet:
+  // the next step must wait for them (from the step's end) and serve all
+  // four. Measured from the newcomers' arrival, the pairs alternate for
+  // good, each step serving two (what `baton bench load` showed).
+  constexpr int kSteps = 8;
+  constexpr auto kStepHold = std::chrono::milliseconds(60);
+  // A turn's own work between its steps (sampling, streaming the token):
+  // the turns a step served ask again this long after it, while the others
+  // are waiting already.
+  constexpr auto kThink = std::chrono::milliseconds(3);
+  DecodeBatcherOptions options{.max_batch = 4, .prefill_chunk_tokens = 16};
+  options.min_straggler_wait = std::chrono::milliseconds(20);
+  options.max_straggler_wait = std::chrono::milliseconds(20);
+  DecodeBatcher batcher(*engine_, options);
+  std::atomic<bool> first_step_running{false};
+  std::vector<int> step_sizes;  // the leader's thread only (steps run one at a time)
+  batcher.set_step_observer([&](const DecodeBatcher::Step& step) {
+    if (step.kind != DecodeBatcher::Step::Kind::kDecode) return;
+    step_sizes.push_back(step.requests);
+    first_step_running = true;
+    std::this_thread::sleep_for(kStepHold);  // the engine stays busy meanwhile
+  });
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int i = 0; i < 4; ++i) caches.push_back(new_cache(kSteps + 1));
+  std::vector<absl::Status> statuses(4);
+  auto turn = [&](int i) {
+    DecodeBatcher::Seat seat = batcher.seat();
+    int32_t token = static_cast<int32_t>(7 * i + 1);
+    for (int step = 0; step < kSteps; ++step) {
+      Logits next;
+      statuses[static_cast<size_t>(i)] = seat.decode(std::span<const int32_t>(&token, 1), *caches[static_cast<size_t>(i)], &next);
+      if (!statuses[static_cast<size_t>(i)].ok()) return;
+      token = argmax(next);
+      std::this_thread::sleep_for(kThink);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(turn, 0);
+  threads.emplace_back(turn, 1);
+  while (!first_step_running.load()) std::this_thread::yield();
+  threads.emplace_back(turn, 2);
+  threads.emplace_back(turn, 3);
+  for (auto& t : threads) t.join();
+  for (const absl::Status& status : statuses) ASSERT_TRUE(status.ok()) << status;
+  // Ideally: the first pair's first step, 7 steps of four, the second
+  // pair's last step. A turn the machine delays past the 20 ms wait costs a
+  // step of four; alternation would leave none.
+  const int of_four = static_cast<int>(std::count(step_sizes.begin(), step_sizes.end(), 4));
+  std::string sizes;
+  for (int n : step_sizes) sizes += std::to_string(n) + " ";
+  EXPECT_GE(of_four, 5) << "requests per decode step: " << sizes;
+  EXPECT_LE(step_sizes.size(), 12u) << "requests per decode step: " << sizes;
 }
 
 TEST_F(DecodeBatcherTest, ALoneTurnDoesNotWaitForCompany) {
