@@ -56,6 +56,17 @@ void Sampler::adopt(int32_t token, bool record) {
 int32_t Sampler::sample(std::span<const float> logits) {
   BATON_CHECK(!logits.empty());
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
+  // Greedy with nothing to adjust: the argmax of the logits as they are, the
+  // same token as below without copying the vocabulary first (it runs
+  // between a batched edge's decode steps, which wait for it).
+  const bool no_repeat_penalty = params_.repeat_penalty == 1.0f || recent_.empty();
+  if (params_.temperature <= 0.0f && no_repeat_penalty && generated_counts_.empty()) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+  }
   candidates_.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
 

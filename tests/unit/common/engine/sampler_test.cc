@@ -91,5 +91,18 @@ TEST(Sampler, RepetitionPenaltyDemotesRecentTokens) {
   EXPECT_EQ(s.sample(logits_of({-0.15f, -0.1f})), 0);
 }
 
+TEST(Sampler, GreedyAppliesFrequencyAndPresencePenaltiesToGeneratedTokens) {
+  // The greedy argmax without a copy of the logits must not skip them.
+  SamplingParams p;
+  p.frequency_penalty = 0.3f;
+  p.presence_penalty = 0.1f;
+  Sampler s(p);
+  EXPECT_EQ(s.sample(logits_of({1.0f, 1.3f})), 1);
+  s.accept(1, /*generated=*/true);  // 1.3 - 0.3 - 0.1 = 0.9 < 1.0
+  EXPECT_EQ(s.sample(logits_of({1.0f, 1.3f})), 0);
+  s.accept(0, /*generated=*/false);  // a prompt token: no penalty
+  EXPECT_EQ(s.sample(logits_of({1.0f, 0.95f})), 0);
+}
+
 }  // namespace
 }  // namespace baton
