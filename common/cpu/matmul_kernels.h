@@ -162,5 +162,8 @@ void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
 void scale_f32_scalar(float* y, float a, int64_t n);
 void scale_f32_avx2(float* y, float a, int64_t n);
 void scale_f32_avx512(float* y, float a, int64_t n);
+void silu_mul_f32_scalar(float* gate, const float* up, int64_t n);
+void silu_mul_f32_avx2(float* gate, const float* up, int64_t n);
+void silu_mul_f32_avx512(float* gate, const float* up, int64_t n);
 
 }  // namespace baton::cpu_kernels

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cpu/vec.h"
 #include "common/util/check.h"
 
 namespace baton {
@@ -86,12 +87,7 @@ void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool n
   }
 }
 
-void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void silu_mul(float* gate, const float* up, int64_t n) { silu_mul_f32(gate, up, n); }
 
 void gelu_mul(float* gate, const float* up, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;

@@ -40,7 +40,8 @@ RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_f
 void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool neox, int64_t pos0,
                      const RopeTable& table);
 
-// gate[i] = silu(gate[i]) * up[i], n elements.
+// gate[i] = silu(gate[i]) * up[i], n elements (silu_mul_f32: its exp is
+// silu_exp.h's, the same bits at every SIMD level).
 void silu_mul(float* gate, const float* up, int64_t n);
 
 // gate[i] = gelu(gate[i]) * up[i], n elements, GELU in its tanh approximation

@@ -1,6 +1,6 @@
 // Small dispatched f32 vector kernels (attention's inner loops).
 // Dispatched on active_simd_level(); results differ across levels only by
-// float summation order.
+// float summation order (silu_mul_f32: not at all).
 #pragma once
 
 #include <cstdint>
@@ -13,5 +13,8 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 // y[i] *= a; y: [n] f32.
 void scale_f32(float* y, float a, int64_t n);
+// gate[i] = silu(gate[i]) * up[i] (SwiGLU), exp as silu_exp.h computes it:
+// the same bits at every level.
+void silu_mul_f32(float* gate, const float* up, int64_t n);
 
 }  // namespace baton

@@ -8,7 +8,10 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <limits>
+
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/silu_exp.h"
 
 namespace baton::cpu_kernels {
 namespace {
@@ -47,6 +50,31 @@ void scale_f32_avx512(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void silu_mul_f32_avx512(float* gate, const float* up, int64_t n) {
+  namespace se = silu_exp;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    // silu_exp::exp(-g), lane by lane.
+    __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), g);
+    x = _mm512_max_ps(x, _mm512_set1_ps(se::kLo));
+    const __mmask16 overflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(se::kHi), _CMP_GT_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(se::kHi));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(se::kLog2e)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-se::kLn2Hi), x);
+    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-se::kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(se::kC[7]);
+    for (int c = 6; c >= 0; --c) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(se::kC[c]));
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    const __m512 e = _mm512_mask_blend_ps(overflow, _mm512_mul_ps(p, _mm512_castsi512_ps(bits)),
+                                          _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+    const __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, up + i));
+    _mm512_mask_storeu_ps(gate + i, m, y);
   }
 }
 
