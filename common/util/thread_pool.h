@@ -30,13 +30,15 @@ class ThreadPool {
   // Times a worker went to sleep (futex-waited) for want of a job.
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
-  // While a Hot lives, the workers keep spinning between jobs instead of
-  // going to sleep after the short spin: a forward pass issues its jobs
-  // back to back with serial gaps (norms, RoPE, the KV store) and
-  // imbalances longer than that spin, and a worker that slept costs the
-  // next job a futex wake-up (~40 us on this VM; a decode step has ~100
-  // jobs). Scopes nest; outside them an idle pool sleeps as before (a step
-  // of the edge must not burn a core its turns need between steps).
+  // While a Hot lives, the workers spin ~16x longer between jobs (~1 ms,
+  // yielding their core now and then) before they sleep: a forward pass
+  // issues its jobs back to back with serial gaps (norms, RoPE, the KV
+  // store) and imbalances longer than the usual ~50 us spin, and a worker
+  // that slept costs the next job a futex wake-up (~40 us on this VM; a
+  // decode step has ~100 jobs). Bounded all the same (thread_pool.cc says
+  // why). Scopes nest; outside them an idle pool sleeps after the short
+  // spin (a step of the edge must not burn a core its turns need between
+  // steps).
   class Hot {
    public:
     explicit Hot(ThreadPool& pool) : pool_(pool) { pool_.hot_.fetch_add(1, std::memory_order_relaxed); }

@@ -16,9 +16,9 @@
 //
 // A turn that decodes holds a Seat for its decode loop. A decode step waits
 // for the seated turns that have no request waiting (still sampling their
-// previous token) (a quarter of the
-// last step's time, 1..50 ms at most), so concurrent sessions share every step
-// instead of alternating between a step of one and a step of the rest.
+// previous token): a quarter of the last step's time (1..50 ms at most),
+// counted from that step's end, so concurrent sessions share every step
+// instead of alternating between groups.
 //
 // Output does not depend on company: each row of a step is bit-identical to
 // Engine::decode_step of that token, and a prefill's chunks are cut from its

@@ -59,31 +59,38 @@ TEST_P(ThreadPoolTest, WorkersWakeAfterSleeping) {
   expect_each_index_once(pool, 50);
 }
 
-TEST_P(ThreadPoolTest, HotWorkersNeverSleepBetweenJobsAndSleepAgainOnceItEnds) {
-  ThreadPool pool(GetParam());
-  expect_each_index_once(pool, 50);
-  {
-    ThreadPool::Hot hot(pool);
-    // A worker may still be asleep from before the scope: one job wakes it,
-    // and from then on none may sleep, however long the gap.
-    expect_each_index_once(pool, 50);
-    const uint64_t before = pool.sleeps();
-    for (int gap = 0; gap < 3; ++gap) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // far beyond the ~50 us spin
-      expect_each_index_once(pool, 50);
-    }
-    EXPECT_EQ(pool.sleeps(), before) << "a worker slept inside a Hot scope";
-  }
-  // Outside the scope an idle worker goes back to sleep after its spin.
-  const uint64_t before = pool.sleeps();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (GetParam() > 1 && pool.sleeps() == before && std::chrono::steady_clock::now() < deadline) {
+// A Hot scope only lengthens the spin: jobs stay correct, a worker idle
+// inside the scope for long still goes to sleep (an unbounded spin shares a
+// core with the thread that would hand it work, on a loaded machine), and
+// one idle after the scope sleeps too; sleeping workers wake for the next
+// job. (What the longer spin buys is a speed, measured by the benches.)
+void wait_for_a_sleep(ThreadPool& pool, uint64_t before, const char* where) {
+  if (pool.size() == 1) return;  // no worker
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pool.sleeps() == before && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (GetParam() > 1) {
-    EXPECT_GT(pool.sleeps(), before) << "an idle worker kept spinning after the Hot scope";
+  EXPECT_GT(pool.sleeps(), before) << "an idle worker kept spinning " << where << " (sleeps " << pool.sleeps() << ", before " << before << ")";
+}
+
+TEST_P(ThreadPoolTest, HotWorkersStillSleepWhenIdleLongAndRunEveryJob) {
+  ThreadPool pool(GetParam());
+  {
+    ThreadPool::Hot hot(pool);
+    for (int gap = 0; gap < 3; ++gap) {
+      expect_each_index_once(pool, 50);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    // Read before the job: a worker must sleep after it at the latest.
+    uint64_t before = pool.sleeps();
+    expect_each_index_once(pool, 50);
+    wait_for_a_sleep(pool, before, "inside a Hot scope");
+    expect_each_index_once(pool, 50);
   }
-  expect_each_index_once(pool, 50);  // and wakes for the next job
+  const uint64_t before = pool.sleeps();
+  expect_each_index_once(pool, 50);
+  wait_for_a_sleep(pool, before, "after the Hot scope");
+  expect_each_index_once(pool, 50);
 }
 
 TEST_P(ThreadPoolTest, ResultsWrittenByWorkersAreVisibleAfterReturn) {
