@@ -237,7 +237,7 @@ struct PreparedActivations {
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
 void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool panel_sums,
-                         bool q8_0_sums_for_packed, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+                         bool packed_q4_0, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
                          PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   if (bf16) {
@@ -248,13 +248,17 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     });
     prepared->bf16_x = out;
   }
-  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)] || q8_0_sums_for_packed;
-  const bool q8_0_blocks = q8_0_sums_for_packed;
+  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)] || packed_q4_0;
   if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
     int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
     uint8_t* xu = panel ? grown(scratch.q8_0_xu, n_tokens * cols) : nullptr;
+    // The packed Q4_0 kernel's block-major copy (block b, token t at b * n_tokens + t).
+    const int64_t n_blocks = cols / kQK8_0;
+    int8_t* bqs = packed_q4_0 ? grown(scratch.q8_0_blocks_qs, n_tokens * cols) : nullptr;
+    int32_t* bias = packed_q4_0 ? grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks) : nullptr;
+    float* bd = packed_q4_0 ? grown(scratch.q8_0_blocks_d, n_tokens * n_blocks) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       int8_t* token_qs = qs + t * cols;
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
@@ -266,26 +270,19 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
         for (int i = 0; i < kQK8_0; ++i) sum += token_qs[b * kQK8_0 + i];
         sums[t * cols / kQK8_0 + b] = static_cast<int16_t>(sum);
       }
+      if (bqs == nullptr) return;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        std::copy_n(token_qs + b * kQK8_0, kQK8_0, bqs + (b * n_tokens + t) * kQK8_0);
+        bias[b * n_tokens + t] = -8 * int32_t{sums[t * n_blocks + b]};
+        bd[b * n_tokens + t] = d[t * n_blocks + b];
+      }
     });
     prepared->q8_0_qs = qs;
     prepared->q8_0_d = d;
     prepared->q8_0_sums = sums;
-    if (q8_0_blocks) {  // block-major copy for the packed decode kernel
-      const int64_t n_blocks = cols / kQK8_0;
-      int8_t* bqs = grown(scratch.q8_0_blocks_qs, n_tokens * cols);
-      int32_t* bias = grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks);
-      float* bd = grown(scratch.q8_0_blocks_d, n_tokens * n_blocks);
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          std::copy_n(qs + t * cols + b * kQK8_0, kQK8_0, bqs + (b * n_tokens + t) * kQK8_0);
-          bias[b * n_tokens + t] = -8 * int32_t{sums[t * n_blocks + b]};
-          bd[b * n_tokens + t] = d[t * n_blocks + b];
-        }
-      }
-      prepared->q8_0_blocks_qs = bqs;
-      prepared->q8_0_blocks_bias = bias;
-      prepared->q8_0_blocks_d = bd;
-    }
+    prepared->q8_0_blocks_qs = bqs;
+    prepared->q8_0_blocks_bias = bias;
+    prepared->q8_0_blocks_d = bd;
     prepared->q8_0_xu = xu;
   }
   if (needed[static_cast<int>(ActivationFormat::kQ8_K)]) {
@@ -347,12 +344,12 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr;
   };
   bool needed[4] = {};  // by ActivationFormat
-  bool panel = false, panel_sums = false, packed_sums = false;
+  bool panel = false, panel_sums = false, packed_q4_0 = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
     if (packed_decode(*w)) {
-      packed_sums = true;
+      packed_q4_0 = true;
       needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
       continue;
     }
@@ -376,7 +373,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                     bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
                     needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, panel_sums, packed_sums, bf16, x, n_tokens, ws[0]->cols, pool,
+  prepare_activations(kernels, needed, panel, panel_sums, packed_q4_0, bf16, x, n_tokens, ws[0]->cols, pool,
                       &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
