@@ -1,6 +1,7 @@
 // AVX2 + FMA vec kernels. Entered only when best_simd_level() >= kAvx2.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "common/cpu/matmul_kernels.h"
@@ -47,29 +48,42 @@ void scale_f32_avx2(float* y, float a, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
-void silu_mul_f32_avx2(float* gate, const float* up, int64_t n) {
+namespace {
+
+// silu(g) * up over 8 lanes: silu_exp::exp(-g) step by step (vmaxps /
+// vminps pick as its scalar form does).
+inline __m256 silu8(__m256 g, __m256 up) {
   namespace se = silu_exp;
-  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
+  x = _mm256_max_ps(x, _mm256_set1_ps(se::kLo));
+  const __m256 overflow = _mm256_cmp_ps(x, _mm256_set1_ps(se::kHi), _CMP_GT_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(se::kHi));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(se::kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(k, _mm256_set1_ps(-se::kLn2Hi), x);
+  r = _mm256_fmadd_ps(k, _mm256_set1_ps(-se::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(se::kC[7]);
+  for (int c = 6; c >= 0; --c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(se::kC[c]));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)),
+                                    _mm256_set1_ps(std::numeric_limits<float>::infinity()), overflow);
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), up);
+}
+
+}  // namespace
+
+void silu_mul_f32_avx2(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    // silu_exp::exp(-g), lane by lane (vmaxps / vminps pick as its scalar form).
-    __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
-    x = _mm256_max_ps(x, _mm256_set1_ps(se::kLo));
-    const __m256 overflow = _mm256_cmp_ps(x, _mm256_set1_ps(se::kHi), _CMP_GT_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(se::kHi));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(se::kLog2e)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(k, _mm256_set1_ps(-se::kLn2Hi), x);
-    r = _mm256_fmadd_ps(k, _mm256_set1_ps(-se::kLn2Lo), r);
-    __m256 p = _mm256_set1_ps(se::kC[7]);
-    for (int c = 6; c >= 0; --c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(se::kC[c]));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    const __m256 e = _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)),
-                                      _mm256_set1_ps(std::numeric_limits<float>::infinity()), overflow);
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-  }
-  for (; i < n; ++i) gate[i] = se::silu_times(gate[i], up[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, silu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i == n) return;
+  // The tail through the same lanes (silu_exp.h's scalar form is not
+  // called from this AVX2 file: its inline copy could stand in for the
+  // scalar level's, which must run on any x86-64).
+  float g[8] = {}, u[8] = {};
+  std::copy(gate + i, gate + n, g);
+  std::copy(up + i, up + n, u);
+  _mm256_storeu_ps(g, silu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+  std::copy(g, g + (n - i), gate + i);
 }
 
 }  // namespace baton::cpu_kernels

@@ -199,21 +199,8 @@ void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_
       s[r] = dot * scale;
       tile_max = std::max(tile_max, s[r]);
     }
-    const float m_new = std::max(m[i], tile_max);
-    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
-    // holds, the common case: no exp call, no rescale (x * 1 == x).
-    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
-    float sum = 0.0f;
-    for (int r = lo; r < hi; ++r) {
-      s[r] = std::exp(s[r] - m_new);
-      sum += s[r];
-    }
-    m[i] = m_new;
-    l[i] = l[i] * alpha + sum;
     float* ai = acc + int64_t{i} * head_dim;
-    if (alpha != 1.0f) {
-      for (int d = 0; d < head_dim; ++d) ai[d] *= alpha;
-    }
+    online_softmax_step(s, lo, hi, tile_max, m + i, l + i, ai, head_dim);
     for (int r = lo; r < hi; ++r) {
       const float* vr = v + r * v_stride;
       const float p = s[r];

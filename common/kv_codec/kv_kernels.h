@@ -8,6 +8,8 @@
 // packed low nibble first); scales, mins: [n / group] f16. n % group == 0.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace baton::kv_kernels_impl {
@@ -34,6 +36,27 @@ inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx)
 // multiples of it in absolute positions, so a query's arithmetic never
 // depends on the other queries of a call.
 inline constexpr int kAttentionTileRows = 64;
+
+// The scalar kernels' online-softmax step of one query over a tile's scores
+// s[lo, hi) whose largest is tile_max: the scores become their weights
+// exp(s - m_new), (m, l) take the tile in, and acc [head_dim] is rescaled
+// when the max moved (alpha is exactly 1 when it held, the common case: no
+// exp call, no rescale, x * 1 == x; 0 for the empty state m = -inf).
+inline void online_softmax_step(float* s, int lo, int hi, float tile_max, float* m, float* l, float* acc,
+                                int head_dim) {
+  const float m_new = std::max(*m, tile_max);
+  const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
+  float sum = 0.0f;
+  for (int r = lo; r < hi; ++r) {
+    s[r] = std::exp(s[r] - m_new);
+    sum += s[r];
+  }
+  *m = m_new;
+  *l = *l * alpha + sum;
+  if (alpha != 1.0f) {
+    for (int d = 0; d < head_dim; ++d) acc[d] *= alpha;
+  }
+}
 
 // INT8 keys in place (attend_tile_q8): each query head is quantized like
 // ggml's Q8_0 activations (blocks of kQ8Block dims, one f32 scale per block),

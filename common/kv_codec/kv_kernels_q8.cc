@@ -56,20 +56,8 @@ void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t til
       s[r] = dot;
       tile_max = std::max(tile_max, dot);
     }
-    const float m_new = std::max(m[i], tile_max);
-    // As attend_tile: alpha exactly 1 when the max holds (no rescale).
-    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
-    float sum = 0.0f;
-    for (int r = lo; r < hi; ++r) {
-      s[r] = std::exp(s[r] - m_new);
-      sum += s[r];
-    }
-    m[i] = m_new;
-    l[i] = l[i] * alpha + sum;
     float* ai = acc + int64_t{i} * head_dim;
-    if (alpha != 1.0f) {
-      for (int d = 0; d < head_dim; ++d) ai[d] *= alpha;
-    }
+    online_softmax_step(s, lo, hi, tile_max, m + i, l + i, ai, head_dim);
     for (int r = lo; r < hi; ++r) {
       const int64_t row = tile_row + r;
       const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + row * v.row_code_bytes);
