@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <unordered_set>
 
 #include "common/util/check.h"
@@ -16,6 +17,37 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// The loop `best = 0; for i: if (x[i] > x[best]) best = i` (the lowest id of
+// the largest value; a NaN never wins, a NaN first stays), without its
+// serial dependence: the largest value of each 256-entry chunk in 16
+// running maxima (vectorized), then the first entry equal to the largest in
+// the first chunk that holds it. ~10x faster over a 128K vocabulary.
+int32_t first_argmax(std::span<const float> x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  if (std::isnan(x[0])) return 0;
+  constexpr int64_t kChunk = 256, kLanes = 16;
+  float best = -INFINITY;
+  int64_t best_chunk = 0;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t end = std::min(n, c + kChunk);
+    float lane[kLanes];
+    for (int64_t k = 0; k < kLanes; ++k) lane[k] = -INFINITY;
+    int64_t i = c;
+    for (; i + kLanes <= end; i += kLanes) {
+      for (int64_t k = 0; k < kLanes; ++k) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    }
+    for (; i < end; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    float chunk_max = lane[0];
+    for (int64_t k = 1; k < kLanes; ++k) chunk_max = lane[k] > chunk_max ? lane[k] : chunk_max;
+    if (chunk_max > best) best = chunk_max, best_chunk = c;
+  }
+  for (int64_t i = best_chunk; i < n; ++i) {
+    if (x[i] == best) return static_cast<int32_t>(i);
+  }
+  return 0;  // not reached: x[0] is not NaN, so some entry equals best
+}
+
 }  // namespace
 
 Rng::Rng(uint64_t seed) {
@@ -60,13 +92,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
   // same token as below without copying the vocabulary first (it runs
   // between a batched edge's decode steps, which wait for it).
   const bool no_repeat_penalty = params_.repeat_penalty == 1.0f || recent_.empty();
-  if (params_.temperature <= 0.0f && no_repeat_penalty && generated_counts_.empty()) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n_vocab; ++i) {
-      if (logits[i] > logits[best]) best = i;
-    }
-    return best;
-  }
+  if (params_.temperature <= 0.0f && no_repeat_penalty && generated_counts_.empty()) return first_argmax(logits);
   candidates_.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
 

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 
 namespace baton {
 namespace {
@@ -13,6 +16,36 @@ std::vector<float> logits_of(std::initializer_list<float> v) { return std::vecto
 TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler s(SamplingParams{});
   EXPECT_EQ(s.sample(logits_of({0.1f, 2.0f, -1.0f, 2.0f})), 1);
+}
+
+TEST(Sampler, GreedyIsTheFirstLargestLogitForAnyLengthTiesNansAndInfinities) {
+  // The plain loop greedy sampling stands for: the lowest id of the largest
+  // value, a NaN never taken unless it comes first.
+  auto reference = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return best;
+  };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Sampler s(SamplingParams{});
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = trial < 300 ? 1 + static_cast<size_t>(trial) * 3 : 128256;
+    std::vector<float> x(n);
+    for (float& v : x) v = std::round(u(rng) * 4) / 4;  // coarse values: many ties
+    const int specials = trial % 7;
+    for (int k = 0; k < specials; ++k) {
+      const size_t at = rng() % n;
+      x[at] = k % 4 == 0 ? nan : k % 4 == 1 ? -inf : k % 4 == 2 ? -0.0f : 0.0f;
+    }
+    if (trial % 11 == 0) x[0] = nan;
+    if (trial % 13 == 0) x[rng() % n] = inf;
+    if (trial % 17 == 0) std::fill(x.begin(), x.end(), -inf);
+    ASSERT_EQ(s.sample(x), reference(x)) << "trial " << trial << " n " << n;
+  }
 }
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
