@@ -212,16 +212,17 @@ TEST_P(AttendTile, DequantizedRowsAndTileStepsMatchTheReferenceInEverySet) {
           << name << " row " << j;
     }
     // Tile steps for all heads together, then for each head alone.
-    auto run = [&](int head0, int n_heads, float* out) {
+    // A lambda may not capture a structured binding before clang 16 (the TSan build's compiler).
+    auto run = [&, &kernels = kern](int head0, int n_heads, float* out) {
       std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
       std::vector<float> scratch(static_cast<size_t>(n_heads * kAttentionTileRows), -5.0f);
       for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
         const int lo = static_cast<int>(std::max<int64_t>(first - t0, 0));
         const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
         if (lo >= hi) continue;
-        kern.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
-                         q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
-                         acc.data(), scratch.data());
+        kernels.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
+                            q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
+                            acc.data(), scratch.data());
       }
       for (int h = 0; h < n_heads; ++h) {
         for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
