@@ -11,6 +11,7 @@
 #include "cloud_prefill/state/redis_pack_backend.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
+#include "common/rpc/tsan_annotations.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_stream/cache_salt.h"
@@ -263,6 +264,7 @@ absl::Status PrefillService::check_serving(grpc::CallbackServerContext* context)
 grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* context,
                                                  const v1::HealthRequest* /*request*/,
                                                  v1::HealthResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   const v1::ServingState state = state_.load();
   response->set_state(state);
   if (state == v1::SERVING_STATE_READY || state == v1::SERVING_STATE_DRAINING) {
@@ -491,6 +493,7 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                                        const v1::PrefillRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::Status serving = check_serving(context); !serving.ok()) {
     return refused_stream(context, serving);
   }
@@ -573,18 +576,24 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
   explicit KvCalibrationReactor(const absl::Status& refusal) { Finish(to_grpc_status(refusal)); }
 
   void OnWriteDone(bool ok) override {
+    TsanReaction reaction(this);  // the previous OnWriteDone may have run on another gRPC thread
     if (!ok) {
+      tsan_release(this);
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetKvCalibration: the client went away"));
       return;
     }
     chunk_.Clear();
     next();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    tsan_acquire(this);
+    delete this;
+  }
 
  private:
   void next() {
     if (started_ && offset_ >= bytes_->size()) {
+      tsan_release(this);
       Finish(grpc::Status::OK);
       return;
     }
@@ -592,6 +601,7 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
     chunk_.set_data(bytes_->data() + offset_, n);
     offset_ += n;
     started_ = true;
+    tsan_release(this);
     StartWrite(&chunk_);
   }
 
@@ -605,13 +615,21 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
 
 grpc::ServerWriteReactor<v1::KvCalibrationChunk>* PrefillService::GetKvCalibration(
     grpc::CallbackServerContext* context, const v1::GetKvCalibrationRequest* /*request*/) {
-  if (absl::Status serving = check_serving(context); !serving.ok()) return new KvCalibrationReactor(serving);
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
+  // As in PutPrefix: the constructor's StartWrite or Finish stored into the
+  // reactor, which gRPC gets from this handler.
+  auto released = [](KvCalibrationReactor* reactor) {
+    tsan_release(reactor);
+    return reactor;
+  };
+  if (absl::Status serving = check_serving(context); !serving.ok()) return released(new KvCalibrationReactor(serving));
   absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
-  if (!tenant.ok()) return new KvCalibrationReactor(tenant.status());
+  if (!tenant.ok()) return released(new KvCalibrationReactor(tenant.status()));
   if (calibration_bytes_ == nullptr) {
-    return new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)"));
+    return released(
+        new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)")));
   }
-  return new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest);
+  return released(new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest));
 }
 
 }  // namespace baton

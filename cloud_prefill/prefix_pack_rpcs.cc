@@ -234,6 +234,7 @@ absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tena
 
 grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::CallbackServerContext* context,
                                                                         v1::PutPrefixResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   auto* reactor = new PutPrefixReactor(this, context, response);
   // The constructor may already have called StartRead or Finish, which only
   // store into the reactor until gRPC gets it back from this handler.
@@ -243,6 +244,7 @@ grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::Ca
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::CallbackServerContext* context,
                                                                          const v1::GetPrefixRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::Status serving = check_serving(context); !serving.ok()) {
     return refused_stream(context, serving);
   }
@@ -303,6 +305,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
 grpc::ServerUnaryReactor* PrefillService::DeletePrefix(grpc::CallbackServerContext* context,
                                                        const v1::DeletePrefixRequest* request,
                                                        v1::DeletePrefixResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<RemovedPack> removed = delete_prefix(*context, *request);
   if (removed.ok()) {

@@ -61,4 +61,36 @@ class TsanReaction {
   const void* reactor_;
 };
 
+// The orderings grpc::Server gives a callback service, for TSan (which does
+// not see the locks inside libgrpc.so that make them):
+//  - gRPC runs a handler only after the server started, so all the set-up of
+//    the service happens before: started() right before BuildAndStart, and a
+//    Handler guard, the first statement of every handler, acquires it;
+//  - Server::Shutdown returns only after every handler has returned (it waits
+//    for all its callback requests to drain), so the service may be torn
+//    down afterwards: the guard releases when the handler returns, and
+//    shut_down() acquires right after Server::Shutdown.
+// Two addresses, so that no edge runs from one handler to another: handlers
+// running at the same time stay unordered for TSan, as they are.
+class TsanServiceEdges {
+ public:
+  void started() const { tsan_release(&started_); }
+  void shut_down() const { tsan_acquire(&returned_); }
+
+  class Handler {
+   public:
+    explicit Handler(const TsanServiceEdges& edges) : edges_(edges) { tsan_acquire(&edges_.started_); }
+    ~Handler() { tsan_release(&edges_.returned_); }
+    Handler(const Handler&) = delete;
+    Handler& operator=(const Handler&) = delete;
+
+   private:
+    const TsanServiceEdges& edges_;
+  };
+
+ private:
+  char started_ = 0;
+  char returned_ = 0;
+};
+
 }  // namespace baton
