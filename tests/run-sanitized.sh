@@ -23,6 +23,8 @@ case "${mode}" in
   tsan) sanitize="thread"; dir=build-tsan
         # clang, for -fsanitize-ignorelist (GCC has none): the regular build stays on GCC.
         compilers=(-DCMAKE_C_COMPILER="${BATON_TSAN_CC:-clang}" -DCMAKE_CXX_COMPILER="${BATON_TSAN_CXX:-clang++}")
+        command -v "${BATON_TSAN_CXX:-clang++}" > /dev/null ||
+          { echo "$0: tsan needs clang (deploy/install-deps.sh --profile fuzz)" >&2; exit 2; }
         # Suppressions: only `called_from_lib` for the uninstrumented Debian libraries.
         export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp} ;;
   *) echo "usage: $0 asan|tsan [--gtest-only]" >&2; exit 2 ;;
