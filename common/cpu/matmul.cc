@@ -28,6 +28,8 @@ struct MatmulKernels {
   void (*offset_quants)(const int8_t*, uint8_t*, int64_t) = nullptr;
   // FloatMatmul::kExact prefill of F16 / BF16 / F32 weights over f32 panels.
   void (*f32_panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
+  // Decode (and decode-order) tile over Q4_0 weights packed at load.
+  cpu_kernels::MatmulTileFn packed_decode_tile = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -45,7 +47,7 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
                                      k::panel_tile_avx512,           k::offset_quants_avx512,
-                                     k::f32_panel_tile_avx512};
+                                     k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -110,6 +112,9 @@ struct ActivationScratch {
   std::vector<float> q8_k_xd32;    // K-quant panels: [n_tokens, cols/32] each 32's super-block scale
   std::vector<float> q8_k_xdsum;   // K-quant panels: [n_tokens, cols/32] d * sum of the 32 quants
   std::vector<uint8_t> bf16_x;     // [n_tokens, bf16_padded_cols(cols)] bf16, for FloatMatmul::kBf16
+  std::vector<int8_t> q8_0_blocks_qs;   // packed decode: [cols/32, n_tokens, 32] q8_0_qs block-major
+  std::vector<int32_t> q8_0_blocks_bias;  // [cols/32, n_tokens] -8 x the block's sum of quants
+  std::vector<float> q8_0_blocks_d;     // [cols/32, n_tokens]
 };
 thread_local ActivationScratch t_scratch;
 // The panel kernel's packed weights, per pool thread (panel_scratch_bytes(cols)).
@@ -153,6 +158,22 @@ TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
     t.row_tasks = (rows + t.rows_per_task - 1) / t.rows_per_task;
   }
   t.token_tasks = (n_tokens + t.tokens_per_task - 1) / t.tokens_per_task;
+  return t;
+}
+
+// Decode over packed Q4_0: tasks of whole 16-row strips (32 rows, as
+// split_for's decode tasks; fewer when the matrix is small, so every thread
+// gets work).
+TaskSplit packed_decode_split(int64_t rows, int n_threads) {
+  constexpr int64_t kStrip = cpu_kernels::kPackedStripRows;
+  TaskSplit t{};
+  t.rows_per_task = kDecodeRowsPerTask;
+  if ((rows + t.rows_per_task - 1) / t.rows_per_task < n_threads) {
+    t.rows_per_task = std::max<int64_t>(kStrip, ((rows + n_threads - 1) / n_threads + kStrip - 1) / kStrip * kStrip);
+  }
+  t.row_tasks = (rows + t.rows_per_task - 1) / t.rows_per_task;
+  t.tokens_per_task = 1;  // decode_order runs all tokens in each row task; see matmul_group
+  t.token_tasks = 1;
   return t;
 }
 
@@ -209,11 +230,14 @@ struct PreparedActivations {
   const float* q8_k_xd32 = nullptr;
   const float* q8_k_xdsum = nullptr;
   const uint8_t* bf16_x = nullptr;
+  const int8_t* q8_0_blocks_qs = nullptr;
+  const int32_t* q8_0_blocks_bias = nullptr;
+  const float* q8_0_blocks_d = nullptr;
 };
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
 void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool panel_sums,
-                         bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+                         bool q8_0_sums_for_packed, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
                          PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   if (bf16) {
@@ -224,7 +248,8 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     });
     prepared->bf16_x = out;
   }
-  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
+  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)] || q8_0_sums_for_packed;
+  const bool q8_0_blocks = q8_0_sums_for_packed;
   if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
@@ -245,6 +270,22 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     prepared->q8_0_qs = qs;
     prepared->q8_0_d = d;
     prepared->q8_0_sums = sums;
+    if (q8_0_blocks) {  // block-major copy for the packed decode kernel
+      const int64_t n_blocks = cols / kQK8_0;
+      int8_t* bqs = grown(scratch.q8_0_blocks_qs, n_tokens * cols);
+      int32_t* bias = grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks);
+      float* bd = grown(scratch.q8_0_blocks_d, n_tokens * n_blocks);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          std::copy_n(qs + t * cols + b * kQK8_0, kQK8_0, bqs + (b * n_tokens + t) * kQK8_0);
+          bias[b * n_tokens + t] = -8 * int32_t{sums[t * n_blocks + b]};
+          bd[b * n_tokens + t] = d[t * n_blocks + b];
+        }
+      }
+      prepared->q8_0_blocks_qs = bqs;
+      prepared->q8_0_blocks_bias = bias;
+      prepared->q8_0_blocks_d = bd;
+    }
     prepared->q8_0_xu = xu;
   }
   if (needed[static_cast<int>(ActivationFormat::kQ8_K)]) {
@@ -300,11 +341,21 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return panel_possible && (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
                               type == GgmlType::kQ5_K || type == GgmlType::kQ6_K);
   };
+  // Q4_0 packed at load: every call (decode, decode order, prefill) takes
+  // the packed kernel, with x's Q8_0 quants, sums and scales block-major.
+  auto packed_decode = [&](const WeightMatrix& w) {
+    return w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr;
+  };
   bool needed[4] = {};  // by ActivationFormat
-  bool panel = false, panel_sums = false;
+  bool panel = false, panel_sums = false, packed_sums = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
+    if (packed_decode(*w)) {
+      packed_sums = true;
+      needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
+      continue;
+    }
     if (in_panel(w->type) && activation_format(w->type) == ActivationFormat::kQ8_K) {
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       panel_sums = true;
@@ -325,7 +376,8 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                     bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
                     needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, panel_sums, bf16, x, n_tokens, ws[0]->cols, pool, &prepared);
+  prepare_activations(kernels, needed, panel, panel_sums, packed_sums, bf16, x, n_tokens, ws[0]->cols, pool,
+                      &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
   cpu_kernels::MatmulTileFn tiles[kMaxGroupMatrices];
@@ -333,6 +385,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   bool panels[kMaxGroupMatrices];  // matrix i runs through the panel kernel
   bool bf16s[kMaxGroupMatrices];    // matrix i runs through the bf16 panel kernel
   bool f32s[kMaxGroupMatrices];     // matrix i runs through the f32 panel kernel
+  bool packeds[kMaxGroupMatrices];  // matrix i runs through the packed decode kernel
   TaskSplit splits[kMaxGroupMatrices];
   int64_t first_task[kMaxGroupMatrices + 1];  // task index where matrix i starts
   first_task[0] = 0;
@@ -348,7 +401,15 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     problem.cols = w.cols;
     problem.y = ys[i];
     problem.x = x;
-    panels[i] = in_panel(w.type);
+    packeds[i] = packed_decode(w);
+    panels[i] = in_panel(w.type) && !packeds[i];
+    if (w.packed != nullptr && w.type == GgmlType::kQ4_0 && level == SimdLevel::kAvx512) {
+      problem.packed = static_cast<const uint8_t*>(w.packed);
+    }
+    problem.xq_blocks = prepared.q8_0_blocks_qs;
+    problem.xbias_blocks = prepared.q8_0_blocks_bias;
+    problem.xd_blocks = prepared.q8_0_blocks_d;
+    problem.n_tokens = n_tokens;
     const ActivationFormat format = activation_format(w.type);
     if (format == ActivationFormat::kQ8_K) {
       problem.xq = prepared.q8_k_qs;
@@ -363,13 +424,16 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xu = prepared.q8_0_xu;
     }
     tiles[i] = tile_for(kernels, format);
-    decode_tiles[i] = tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
+    decode_tiles[i] = packeds[i] ? kernels.packed_decode_tile : tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
+    if (packeds[i]) tiles[i] = kernels.packed_decode_tile;
     bf16s[i] = bf16 && format == ActivationFormat::kFloat;
     if (bf16s[i]) problem.xu = prepared.bf16_x;
     f32s[i] = !bf16s[i] && format == ActivationFormat::kFloat && !decode_order && kernels.f32_panel_tile != nullptr &&
               n_tokens >= kPanelMinTokens;
-    splits[i] = panels[i] || bf16s[i] || f32s[i] ? panel_split(w.rows, n_tokens, n_threads)
-                          : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
+    splits[i] = packeds[i] && (decode_order || n_tokens < kPanelMinTokens) ? packed_decode_split(w.rows, n_threads)
+                : packeds[i]                     ? panel_split(w.rows, n_tokens, n_threads)
+                : panels[i] || bf16s[i] || f32s[i] ? panel_split(w.rows, n_tokens, n_threads)
+                                                   : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
   const size_t n_matrices = ws.size();
@@ -423,6 +487,33 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 }
 
 }  // namespace
+
+int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {
+  if (type != GgmlType::kQ4_0 || best_simd_level() != SimdLevel::kAvx512 || rows <= 0 || cols <= 0 ||
+      cols % kQK8_0 != 0) {
+    return 0;
+  }
+  const int64_t strips = (rows + cpu_kernels::kPackedStripRows - 1) / cpu_kernels::kPackedStripRows;
+  return strips * cpu_kernels::packed_strip_bytes(cols);
+}
+
+void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool) {
+  BATON_CHECK(packed_weight_bytes(w.type, w.rows, w.cols) > 0, "pack_weight_matrix: no packed layout for this type");
+  BATON_CHECK(reinterpret_cast<uintptr_t>(out) % 64 == 0, "pack_weight_matrix: out must be 64-byte aligned");
+  MatmulProblem p{};
+  p.type = w.type;
+  p.weights = static_cast<const uint8_t*>(w.data);
+  p.row_bytes = w.cols / kQK8_0 * static_cast<int64_t>(sizeof(BlockQ4_0));
+  p.rows = w.rows;
+  p.cols = w.cols;
+  const int64_t strips = (w.rows + cpu_kernels::kPackedStripRows - 1) / cpu_kernels::kPackedStripRows;
+  auto run = [&](int64_t begin, int64_t end) { cpu_kernels::pack_q4_0_strips_avx512(p, begin, end, out); };
+  if (pool != nullptr) {
+    pool->parallel_for(strips, std::ref(run));
+  } else {
+    run(0, strips);
+  }
+}
 
 int64_t matmul_panel_scratch_bytes(int64_t cols) {
   return std::max({cpu_kernels::panel_scratch_bytes(cols), cpu_kernels::bf16_scratch_bytes(cols),

@@ -36,6 +36,13 @@ struct MatmulProblem {
   float* y;                 // [n_tokens, rows] f32
   const uint8_t* xu;        // panel kernel (Q4_0 / Q8_0 prefill): [n_tokens, cols] xq + 128 as u8
   const float* xdsum;       // panel kernel, K-quants: [n_tokens, cols/32] xd * (sum of xq per 32)
+  const uint8_t* packed;    // Q4_0 weights packed at load (matmul.h), or null
+  // Packed decode, the call's x block-major (one pointer serves every token):
+  // [cols/32, n_tokens] blocks of 32 quants, -8 x their sum, their scale.
+  const int8_t* xq_blocks;
+  const int32_t* xbias_blocks;
+  const float* xd_blocks;
+  int64_t n_tokens;         // tokens of the call (the blocks' stride)
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).
@@ -81,6 +88,21 @@ void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_en
 constexpr int64_t f32_scratch_bytes(int64_t cols) { return kPanelRows * ((cols + 15) / 16 * 16) * 4; }
 void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end, uint8_t* scratch);
+
+// Q4_0 weights packed at load (matmul.h's pack_weight_matrix): strips of 16
+// rows, each packed_strip_bytes(cols) bytes (64-byte multiple): the nibbles
+// of block b at 256 b, then the fp16 scales of block b at 256 n_blocks + 32 b.
+constexpr int64_t kPackedStripRows = 16;
+constexpr int64_t packed_strip_bytes(int64_t cols) { return (cols / 32 * 288 + 63) / 64 * 64; }
+// Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
+// out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
+void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+// Every call over packed Q4_0 (decode, decode order, prefill; p.packed; x as
+// p.xq_blocks, p.xbias_blocks, p.xd_blocks): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of 16)
+// and tokens [tok_begin, tok_end). Each token's outputs are the same bits as
+// a call on that token alone: weights unpacked once serve several tokens.
+void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                               int64_t tok_end);
 
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);

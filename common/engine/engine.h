@@ -23,6 +23,11 @@ struct EngineOptions {
   // F16 / BF16 / F32 weights in prefill micro-batches: exact f32 (golden) or
   // bf16 products (the cloud CPU backend's --cpu-matmul bf16; see matmul.h).
   FloatMatmul float_matmul = FloatMatmul::kExact;
+  // Repack the weights the AVX-512 kernels read faster packed (Q4_0; see
+  // Model::pack_for_cpu) when the engine is made. false: the kernels read
+  // the GGUF rows, unless another engine already packed this model (the
+  // layout before packing, for benchmarks).
+  bool pack_weights = true;
 };
 
 class Engine {

@@ -207,6 +207,18 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return file;
 }
 
+void GgufFile::release_pages(const void* p, uint64_t n) const {
+  if (!mapped_ || n == 0) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  BATON_CHECK(begin >= reinterpret_cast<uintptr_t>(base_) && begin + n <= reinterpret_cast<uintptr_t>(base_) + size_,
+              "release_pages: range outside the mapping");
+  const uintptr_t first = (begin + page - 1) / page * page;  // whole pages only: neighbours keep theirs
+  const uintptr_t last = (begin + n) / page * page;
+  // MAP_PRIVATE, read-only, never written: dropped pages are re-read from the file.
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::vector<uint8_t> bytes) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   // Exact-size allocation so sanitizers catch any read past the end.

@@ -75,6 +75,12 @@ class GgufFile {
   // nullptr if absent.
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
+  // Tells the kernel this process no longer needs the whole pages of the
+  // mapping inside [p, p + n) (a range of tensor data): they leave the
+  // process's resident memory and come back from the file if read again.
+  // No-op for FromBytes images. The data seen through views is unchanged.
+  void release_pages(const void* p, uint64_t n) const;
+
   uint64_t file_size() const { return size_; }
   // Start of the tensor data section in the file, in bytes.
   uint64_t data_offset() const { return data_offset_; }

@@ -2,8 +2,9 @@
 // quantized form (F16, INT8 or INT4 with per-token groups along head_dim; K
 // and V each with their own bits and group, e.g. int4-k8: INT8 keys, INT4
 // values) and attends over it directly (DESIGN.md "Edge memory"): the tiled
-// attention (tiled_attention.h) dequantizes one tile of 64 positions of one
-// KV head at a time into a small per-thread buffer, never the whole cache.
+// attention (tiled_attention.h) reads INT8 and F16 tiles of 64 positions in
+// place and dequantizes other tiles one KV head at a time into a small
+// per-thread buffer, never the whole cache.
 //
 // Layout choice: keys are always stored post-RoPE in per-token groups, so a
 // decode step appends one token without touching earlier ones. Blocks from
@@ -18,7 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -108,13 +111,26 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
                                                 int64_t n_tokens) const;
 
  private:
+  // Code planes start on a 64-byte line: with 64-byte heads (INT8 x 64, F16
+  // x 32) each head's row is one line, never a load split across two.
+  template <typename T>
+  struct LineAllocator {
+    using value_type = T;
+    LineAllocator() = default;
+    template <typename U>
+    LineAllocator(const LineAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+    bool operator==(const LineAllocator&) const { return true; }
+  };
+
   // All layers' K or V: per token a row of codes and a row of group scales.
   struct Plane {
     KvCodecConfig::Bits bits;
     int group;                     // elements per scale group along head_dim (quantized)
     int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
-    std::vector<uint8_t> codes;    // [n_layer, capacity, row_code_bytes]
+    std::vector<uint8_t, LineAllocator<uint8_t>> codes;  // [n_layer, capacity, row_code_bytes]
     std::vector<uint16_t> scales;  // f16 [n_layer, capacity, row_groups]
     std::vector<uint16_t> mins;    // f16, INT4 only, same shape
   };

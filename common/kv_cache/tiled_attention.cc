@@ -14,6 +14,7 @@ namespace {
 
 using kv_kernels_impl::KvHeadRows;
 using kv_kernels_impl::KvKernels;
+using kv_kernels_impl::QueryQ8;
 
 constexpr int64_t kTile = kv_kernels_impl::kAttentionTileRows;
 constexpr int64_t kSegment = kAttentionSegmentRows;
@@ -54,19 +55,32 @@ struct TileScratch {
   std::vector<float> scores;  // [heads_per_kv, kTile]
   std::vector<float> m, l, acc;  // a task's segment and total states (query-block path)
 
-  void reserve(int head_dim, int heads_per_kv) {
+  // in_place: the tiles are read in place (attend_tile_q8, attend_tile_f16;
+  // scratch for the larger, q8), no dequantized K / V.
+  void reserve(int head_dim, int heads_per_kv, bool in_place) {
     const size_t tile = static_cast<size_t>(kTile * head_dim);
     // Zero on growth: rows a tile does not dequantize stay finite.
-    if (k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
-    const size_t scores_floats = static_cast<size_t>(heads_per_kv * kTile);
+    if (!in_place && k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
+    const size_t scores_floats =
+        static_cast<size_t>(in_place ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv, head_dim)
+                                     : heads_per_kv * kTile);
     if (scores.size() < scores_floats) scores.resize(scores_floats);
   }
+};
+
+// The queries of a call quantized for attend_tile_q8 (INT8 K and V): per
+// query and query head, head_dim codes and head_dim / kQ8Block block scales
+// and biases, in q's order ([n, n_head, ...]).
+struct QueriesQ8 {
+  const int8_t* codes = nullptr;  // null: the f32 path
+  const float* scales = nullptr;
+  const int32_t* bias = nullptr;
 };
 
 class LayerAttention {
  public:
   LayerAttention(const KvGeometry& g, int32_t window, float scale, const AttentionRows& rows, int64_t pos,
-                 const float* q)
+                 const float* q, QueriesQ8 q8)
       : kern_(kv_kernels_impl::kv_kernels()),
         head_dim_(g.head_dim),
         heads_per_kv_(g.n_head / g.n_head_kv),
@@ -75,10 +89,15 @@ class LayerAttention {
         scale_(scale),
         rows_(rows),
         pos_(pos),
-        q_(q) {}
+        q_(q),
+        q8_(q8),
+        f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)) {}
 
   int heads_per_kv() const { return heads_per_kv_; }
   int head_dim() const { return head_dim_; }
+  bool q8() const { return q8_.codes != nullptr; }
+  // Tiles read in place (attend_tile_q8 / attend_tile_f16): no dequantized copy.
+  bool in_place() const { return q8() || f16_rows_; }
   // Keys query i sees: positions [first_key(i), end_key(i)).
   int64_t first_key(int64_t i) const { return window_first_kept_position(window_, pos_ + i); }
   int64_t end_key(int64_t i) const { return pos_ + i + 1; }
@@ -102,11 +121,17 @@ class LayerAttention {
       // first_key and end_key grow with i: the block's rows of this tile.
       const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
       const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+      prefetch_scales(rows_.k, next_lo, next_hi);
+      prefetch_scales(rows_.v, next_lo, next_hi);
       for (int kv_h = h0; kv_h < h1; ++kv_h) {
         const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
         prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
         prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
+        if (in_place()) {
+          run_tile_in_place(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, s, scratch);
+          continue;
+        }
         int64_t k_stride = 0, v_stride = 0;
         const float* k = tile_rows(k_rows, t0, union_lo, union_hi, scratch.k.data(), &k_stride);
         const float* v = tile_rows(v_rows, t0, union_lo, union_hi, scratch.v.data(), &v_stride);
@@ -139,14 +164,47 @@ class LayerAttention {
   }
 
  private:
-  // Prefetches (to L2) the codes and scales of positions [lo, hi) of one head.
+  // One tile of one KV head for queries [i0, i1), the rows read in place.
+  void run_tile_in_place(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
+                         int64_t i1, int64_t t0, StateSpan s, TileScratch& scratch) const {
+    const int64_t n_blocks = head_dim_ / kv_kernels_impl::kQ8Block;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
+      if (lo >= hi) continue;
+      const int64_t h = ((i - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
+      const int64_t q_head = i * (q_dim_ / head_dim_) + int64_t{kv_h} * heads_per_kv_;  // first query head
+      if (!q8()) {
+        kern_.attend_tile_f16(k_rows, v_rows, t0 - rows_.first_position, q_ + q_head * head_dim_, heads_per_kv_,
+                              head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h,
+                              s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+        continue;
+      }
+      const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
+      kern_.attend_tile_q8(k_rows, v_rows, t0 - rows_.first_position, q, heads_per_kv_, head_dim_,
+                           static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h, s.l + h,
+                           s.acc + h * head_dim_, scratch.scores.data());
+    }
+  }
+
+  // Prefetches (to L2) the codes of positions [lo, hi) of one head.
   void prefetch_rows(const KvHeadRows& h, int64_t head_code_bytes, int64_t lo, int64_t hi) const {
     for (int64_t p = lo; p < hi; ++p) {
-      const int64_t row = p - rows_.first_position;
-      const uint8_t* codes = h.codes + row * h.row_code_bytes;
+      const uint8_t* codes = h.codes + (p - rows_.first_position) * h.row_code_bytes;
       for (int64_t b = 0; b < head_code_bytes; b += 64) __builtin_prefetch(codes + b, 0, 2);
-      if (h.scales != nullptr && row % 8 == 0) __builtin_prefetch(h.scales + row * h.row_groups, 0, 2);
-      if (h.mins != nullptr && row % 8 == 0) __builtin_prefetch(h.mins + row * h.row_groups, 0, 2);
+    }
+  }
+
+  // Prefetches (to L2) every line of the group scales (and mins) of
+  // positions [lo, hi): whole rows, every head's, so once per tile for all
+  // the heads of a task (one line holds the scales of a row or more).
+  void prefetch_scales(const KvHeadRows& h, int64_t lo, int64_t hi) const {
+    if (lo >= hi) return;
+    for (const uint16_t* plane : {h.scales, h.mins}) {
+      if (plane == nullptr) continue;
+      const auto* begin = reinterpret_cast<const uint8_t*>(plane + (lo - rows_.first_position) * h.row_groups);
+      const auto* end = reinterpret_cast<const uint8_t*>(plane + (hi - rows_.first_position) * h.row_groups);
+      for (const uint8_t* line = begin; line < end; line += 64) __builtin_prefetch(line, 0, 2);
+      __builtin_prefetch(end - 1, 0, 2);
     }
   }
 
@@ -180,11 +238,13 @@ class LayerAttention {
   const AttentionRows& rows_;
   const int64_t pos_;
   const float* q_;
+  const QueriesQ8 q8_;
+  const bool f16_rows_;
 };
 
-TileScratch& thread_scratch(int head_dim, int heads_per_kv) {
+TileScratch& thread_scratch(int head_dim, int heads_per_kv, bool in_place) {
   thread_local TileScratch scratch;
-  scratch.reserve(head_dim, heads_per_kv);
+  scratch.reserve(head_dim, heads_per_kv, in_place);
   return scratch;
 }
 
@@ -219,7 +279,7 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
   run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
-    TileScratch& scratch = thread_scratch(hd, hpk);
+    TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     for (int64_t task = begin; task < end; ++task) {
       const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
       const StateSpan s{m_all + task * task_stride, l_all + task * task_stride, acc_all + task * task_heads * hd};
@@ -254,7 +314,7 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
   const int hpk = a.heads_per_kv(), hd = a.head_dim();
   const int64_t n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
   run_tasks(pool, n_head_kv * n_blocks, [&](int64_t begin, int64_t end) {
-    TileScratch& scratch = thread_scratch(hd, hpk);
+    TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     const size_t heads = static_cast<size_t>(kQueryBlock * hpk);
     // [2, kQueryBlock * hpk]: segment states, then totals.
     if (scratch.m.size() < 2 * heads) scratch.m.resize(2 * heads), scratch.l.resize(2 * heads);
@@ -284,6 +344,24 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
   });
 }
 
+// Every query head of the call quantized (quantize_query_q8), in per-thread
+// buffers that only grow.
+QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const float* q) {
+  thread_local std::vector<int8_t> codes;
+  thread_local std::vector<float> scales;
+  thread_local std::vector<int32_t> bias;
+  const int64_t heads = n * g.n_head, n_blocks = g.head_dim / kv_kernels_impl::kQ8Block;
+  if (codes.size() < static_cast<size_t>(heads * g.head_dim)) codes.resize(static_cast<size_t>(heads * g.head_dim));
+  if (scales.size() < static_cast<size_t>(heads * n_blocks)) {
+    scales.resize(static_cast<size_t>(heads * n_blocks)), bias.resize(static_cast<size_t>(heads * n_blocks));
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    kv_kernels_impl::quantize_query_q8(q + h * g.head_dim, g.head_dim, scale, codes.data() + h * g.head_dim,
+                                       scales.data() + h * n_blocks, bias.data() + h * n_blocks);
+  }
+  return QueriesQ8{codes.data(), scales.data(), bias.data()};
+}
+
 }  // namespace
 
 void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const AttentionRows& rows, int64_t pos,
@@ -291,7 +369,13 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   if (n <= 0) return;
   BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
-  const LayerAttention a(geometry, window, scale, rows, pos, q);
+  // INT8 K and V in place where the kernel set has it (AVX-512, and the
+  // scalar reference level); AVX2 dequantizes the tiles as before.
+  const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8 != nullptr &&
+                               kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
+                           ? quantize_queries(geometry, scale, n, q)
+                           : QueriesQ8{};
+  const LayerAttention a(geometry, window, scale, rows, pos, q, q8);
   BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
   if (n <= kSplitMaxQueries) {
     attend_split(a, geometry.n_head_kv, n, out, pool);

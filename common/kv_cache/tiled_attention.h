@@ -1,10 +1,19 @@
 // Tiled (flash-style) attention over one layer of a KV store, shared by
 // F32KvCache and QuantizedKvCache: KV is read in tiles of
-// kAttentionTileRows positions, each tile dequantized once for every query
-// head that shares its KV head and for every query of the call (instead of
-// once per query), and folded into each head's online-softmax state (running
-// max, sum and rescaled output), so the working set stays in L1/L2 at any
-// context length.
+// kAttentionTileRows positions, each tile read once for every query head
+// that shares its KV head, and folded into each head's online-softmax state
+// (running max, sum and rescaled output), so the working set stays in L1/L2
+// at any context length. How a tile is read depends on the store:
+//   INT8 K and V (kv_kernels.h, attend_tile_q8): in place, no f32 copy;
+//     each query head quantized once per call like ggml's Q8_0 activations
+//     (blocks of 32), q . k an exact integer dot product (VNNI on the AVX-512
+//     set), values converted once per row for the GQA heads.
+//   F16 K and V on sets with attend_tile_f16 (AVX-512): in place, the same
+//     arithmetic as the dequantized tile.
+//   Others (F32, INT4, mixed, or a set without the kernel): the tile is
+//     dequantized once into a per-thread buffer for every query of the call.
+// The choice depends only on the store's formats and the kernel set, never
+// on the queries of a call.
 //
 // Determinism (KvCache::attend's contract): every boundary of the arithmetic
 // is a fixed absolute position: tiles start at multiples of

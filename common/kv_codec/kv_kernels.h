@@ -35,6 +35,40 @@ inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx)
 // depends on the other queries of a call.
 inline constexpr int kAttentionTileRows = 64;
 
+// INT8 keys in place (attend_tile_q8): each query head is quantized like
+// ggml's Q8_0 activations (blocks of kQ8Block dims, one f32 scale per block),
+// so q . k is an exact integer dot product per block (VNNI: u8 x s8, the key
+// codes offset by +128) times the block's query scale and the key's group
+// scale. Decode reads each key byte once, with no dequantized tile.
+inline constexpr int kQ8Block = 32;
+
+// n_q query heads quantized by quantize_query_q8, consecutive: head i's codes
+// at codes + i * head_dim, its block scales and biases at scales / bias +
+// i * (head_dim / kQ8Block).
+struct QueryQ8 {
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;  // block scale x the softmax scale
+  const int32_t* bias = nullptr;  // -128 x the block's code sum (cancels the +128 on the keys)
+};
+
+// One query head, head_dim % kQ8Block == 0: per block b, with
+// amax = max |q[d]| over the block, s = amax / 127, codes[d] =
+// round(q[d] / s) (0 when amax = 0), scales[b] = s * scale, bias[b] = -128 *
+// sum of the block's codes. A pure function of (q, scale): a query's codes
+// never depend on the others of a call.
+void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes, float* scales, int32_t* bias);
+
+// True when attend_tile_q8 takes these K / V rows: INT8 keys with groups a
+// multiple of kQ8Block, INT8 values with groups a multiple of 16, and
+// head_dim a multiple of kQ8Block (at most kQ8MaxHeadDim).
+inline constexpr int kQ8MaxHeadDim = 256;
+bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
+
+// Scratch floats attend_tile_q8 needs for n_q heads.
+inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
+  return int64_t{n_q} * kAttentionTileRows * (1 + head_dim / 16);
+}
+
 struct KvKernels {
   // sum_i q[i] * x[i] for the dequantized x.
   float (*dot_f16)(const float* q, const uint16_t* x, int64_t n);
@@ -97,7 +131,32 @@ struct KvKernels {
   // also as a float), so every set gives the same bits.
   void (*affine_u8_rows)(const uint8_t* a, int64_t lda, int64_t n, int k, const int8_t* b, int m,
                          const float* scale, const float* bias, float* c, int64_t ldc);
+  // attend_tile over INT8 K and V read in place (q8_tile_supported): the
+  // tile's row 0 is row tile_row of k and v (KvHeadRows of one head; rows
+  // [tile_row + lo, tile_row + hi) are read, no other), q the n_q heads'
+  // quantized queries. Score of row r for head i:
+  //   s_r = sum_b float(bias[b] + sum_{d in b} codes[d] * (k_r[d] + 128)) * scales[b] * ks_r[group(b)]
+  // (the integer sum exact), then the online-softmax step of attend_tile,
+  // with each value row as p_r * vs_r[group] * v_r. The same determinism as
+  // attend_tile: a head's result depends on its q, its state, lo, hi and
+  // those rows only. scratch: attend_tile_q8_scratch_floats(n_q, head_dim).
+  void (*attend_tile_q8)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
+                         int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+  // attend_tile over F16 K and V read in place (f16_tile_supported), the
+  // tile as attend_tile_q8's and q, scale as attend_tile's: the same
+  // arithmetic as dequantizing the rows and calling attend_tile, without
+  // the f32 copy of the tile (each value row converted once for the n_q
+  // heads). Null in sets without it (the caller dequantizes). scratch: n_q *
+  // kAttentionTileRows floats.
+  void (*attend_tile_f16)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
+                          int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 };
+
+// True when attend_tile_f16 takes these rows: F16 keys and values, head_dim a
+// multiple of 16 up to 128.
+inline bool f16_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
+  return k.bits == 16 && v.bits == 16 && head_dim % 16 == 0 && head_dim <= 128;
+}
 
 // The most components affine_u8_rows sums (its sums stay below 2^24).
 inline constexpr int kAffineU8MaxK = 512;
@@ -109,7 +168,9 @@ const KvKernels& kv_kernels();
 // not a multiple of 8 (Hadamard: n < 8), so every set handles every valid input.
 KvKernels kv_kernels_scalar();
 KvKernels kv_kernels_avx2();
-// The AVX2 set with affine_rows at 16 lanes (kv_kernels_avx512.cc).
+// The AVX2 set with affine_rows at 16 lanes and the attention tile steps
+// (attend_tile, the in-place INT8 / F16 ones) at 16 lanes with VNNI
+// (kv_kernels_avx512.cc).
 KvKernels kv_kernels_avx512();
 
 float dot_int8_scalar(const float* q, const int8_t* codes, const uint16_t* scales, int64_t n, int group);
@@ -129,6 +190,8 @@ void affine_u8_rows_scalar(const uint8_t* a, int64_t lda, int64_t n, int k, cons
 void dequantize_head_rows_scalar(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out);
 void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
                         int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
+                           int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
                          int64_t n_ctx, float* scratch, float* out);
 

@@ -250,6 +250,46 @@ inline void prefetch_head_row(const KvHeadRows& h, int64_t r, int head_bytes) {
   for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(near + b), _MM_HINT_T0);
 }
 
+// The online-softmax step of one head once its tile scores s[lo, hi) are in
+// place and vmax holds their max (lanes outside [lo, hi) at -inf or below):
+// s becomes the weights exp(s - m') (exactly 0 outside [lo, hi)); m, l and
+// acc [head_dim] move to the new max m'.
+inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float* l, float* acc, int head_dim) {
+  const float m_new = std::max(*m, reduce_max16(vmax));
+  // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
+  // holds, the common case: no exp call, no rescale (x * 1 == x).
+  const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
+  const __m512 vm = _mm512_set1_ps(m_new);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    // Rows outside [lo, hi) weigh exactly 0.
+    const __m512 p = _mm512_maskz_mov_ps(rows_mask(g0, lo, hi), exp512(_mm512_sub_ps(_mm512_loadu_ps(s + g0), vm)));
+    _mm512_storeu_ps(s + g0, p);
+    vsum = _mm512_add_ps(vsum, p);
+  }
+  *m = m_new;
+  *l = *l * alpha + reduce_add16(vsum);
+  const __m512 valpha = _mm512_set1_ps(alpha);
+  if (alpha != 1.0f) {
+    for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(acc + d)));
+  }
+}
+
+// The online-softmax step of every head of an in-place tile: scores of head
+// i at s + i * kAttentionTileRows, rows [lo, hi); each head's tile max, then
+// softmax_step (exp(s - m') in place, m, l and the rescaled acc).
+void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc) {
+  const int g_first = lo / 16 * 16;
+  for (int i = 0; i < n_q; ++i) {
+    float* si = s + int64_t{i} * kAttentionTileRows;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int g0 = g_first; g0 < hi; g0 += 16) {
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
+    }
+    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+  }
+}
+
 }  // namespace
 
 void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t n_rows, int head_dim, float* out) {
@@ -300,7 +340,342 @@ void dequantize_head_rows_avx512(const KvHeadRows& h, int64_t first_row, int64_t
 
 namespace {
 
+// x[j] lane r <- x[r] lane j: a 16x16 transpose of dwords. In: 16 keys' code
+// rows (16 four-byte chunks each); out: per chunk, that chunk of the 16 keys.
+inline void transpose16x16_epi32(__m512i (&x)[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_maskz_unpacklo_epi32(kAll, x[2 * i], x[2 * i + 1]);
+    a[2 * i + 1] = _mm512_maskz_unpackhi_epi32(kAll, x[2 * i], x[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, a[4 * i + 1], a[4 * i + 3]);
+  }
+  // b[4i + c], 128-bit lane L: chunk 4L + c of rows 4i .. 4i + 3.
+  for (int c = 0; c < 4; ++c) {
+    const __m512i e0 = _mm512_maskz_shuffle_i32x4(kAll, b[c], b[4 + c], 0x44);
+    const __m512i e1 = _mm512_maskz_shuffle_i32x4(kAll, b[c], b[4 + c], 0xEE);
+    const __m512i e2 = _mm512_maskz_shuffle_i32x4(kAll, b[8 + c], b[12 + c], 0x44);
+    const __m512i e3 = _mm512_maskz_shuffle_i32x4(kAll, b[8 + c], b[12 + c], 0xEE);
+    x[c] = _mm512_maskz_shuffle_i32x4(kAll, e0, e2, 0x88);
+    x[4 + c] = _mm512_maskz_shuffle_i32x4(kAll, e0, e2, 0xDD);
+    x[8 + c] = _mm512_maskz_shuffle_i32x4(kAll, e1, e3, 0x88);
+    x[12 + c] = _mm512_maskz_shuffle_i32x4(kAll, e1, e3, 0xDD);
+  }
+}
+
+// The rows of a 16-row block of a tile [g0, g0 + 16), clamped into [lo, hi)
+// (reads stay on rows the caller holds; lanes outside are masked later), as
+// offsets from the tile's row 0.
+struct BlockRows {
+  alignas(64) int32_t row[16];
+  bool full;  // every row of the block in [lo, hi): row[r] = g0 + r
+  int g0;
+  BlockRows(int g0_, int lo, int hi) : full(g0_ >= lo && g0_ + 16 <= hi), g0(g0_) {
+    const __m512i r = _mm512_add_epi32(_mm512_set1_epi32(g0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                                                11, 12, 13, 14, 15));
+    const __m512i low = _mm512_maskz_max_epi32(kAll, r, _mm512_set1_epi32(lo));
+    _mm512_store_si512(row, _mm512_maskz_min_epi32(kAll, low, _mm512_set1_epi32(hi - 1)));
+  }
+};
+
+// Lanes r: the f16 scales of the head's groups [0, n_groups) of the block's
+// rows, as floats: out[g]. One dword gather per two groups.
+template <int MaxGroups>
+inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRows& rows, int n_groups,
+                           __m512 (&out)[MaxGroups]) {
+  n_groups = std::min(n_groups, MaxGroups);
+  const uint16_t* base = h.scales + tile_row * h.row_groups;
+  const __m512i index = _mm512_maskz_mullo_epi32(kAll, _mm512_load_si512(rows.row), _mm512_set1_epi32(static_cast<int>(h.row_groups)));
+  auto gather_pair = [&](int g, __m512* low, __m512* high) {
+    // Entries g and g + 1 of each row (both of this head's row: never past it).
+    const __m512i pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, index, base + g, 2);
+    if (low != nullptr) *low = _mm512_maskz_cvtph_ps(kAll, _mm512_maskz_cvtepi32_epi16(kAll, pair));
+    *high = _mm512_maskz_cvtph_ps(kAll, _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, pair, 16)));
+  };
+  int g = 0;
+  for (; g + 2 <= n_groups; g += 2) gather_pair(g, &out[g], &out[g + 1]);
+  if (g == n_groups) return;
+  if (g > 0) return gather_pair(g - 1, nullptr, &out[g]);  // the last of an odd count: with the one before
+  alignas(32) uint16_t halves[16];
+  for (int r = 0; r < 16; ++r) halves[r] = base[int64_t{rows.row[r]} * h.row_groups];
+  out[0] = _mm512_maskz_cvtph_ps(kAll, _mm256_load_si256(reinterpret_cast<const __m256i*>(halves)));
+}
+
+// Prefetches rows [r0, r1) of a head's INT8 codes into L1 (run_segment
+// brought the tile to L2): one line per row when the rows sit on lines (the
+// store aligns its planes), else both lines a row may straddle.
+inline void prefetch_rows_l1(const KvHeadRows& h, int64_t tile_row, int r0, int r1, int head_bytes) {
+  const uint8_t* row = h.codes + (tile_row + r0) * h.row_code_bytes;
+  const bool on_lines = ((reinterpret_cast<uintptr_t>(row) | h.row_code_bytes) & 63) == 0;
+  for (int r = r0; r < r1; ++r, row += h.row_code_bytes) {
+    for (int b = 0; b < head_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
+    if (!on_lines) _mm_prefetch(reinterpret_cast<const char*>(row + head_bytes - 1), _MM_HINT_T0);
+  }
+}
+
+// Key codes of the block's rows + 128, as u8, transposed: cols[j] lane r =
+// bytes 4j .. 4j + 3 of row r of the block.
+inline void load_key_columns(const KvHeadRows& k, int64_t tile_row, const BlockRows& rows, int head_dim,
+                             __m512i* cols) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const uint8_t* base = k.codes + tile_row * k.row_code_bytes;
+  const uint8_t* block = base + int64_t{rows.g0} * k.row_code_bytes;
+  for (int d0 = 0; d0 < head_dim; d0 += 64) {
+    const __mmask64 bytes = head_dim - d0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (head_dim - d0)) - 1;
+    __m512i x[16];
+    if (rows.full) {
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, block + r * k.row_code_bytes + d0), flip);
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, base + int64_t{rows.row[r]} * k.row_code_bytes + d0),
+                                flip);
+      }
+    }
+    transpose16x16_epi32(x);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      if (d0 + 4 * j < head_dim) cols[d0 / 4 + j] = x[j];
+    }
+  }
+}
+
+// Scores of 16 tile rows for heads [h0, h0 + R), NB = head_dim / kQ8Block
+// blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
+// accumulators are independent chains, summed in chunk order); blocks are
+// folded in order, so a head's score never depends on the other heads.
+template <int R, int NB>
+inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, int k_group, __m512* out) {
+  constexpr int head_dim = NB * kQ8Block;
+  __m512i acc[R][NB];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_set1_epi32(q.bias[(h0 + i) * NB + b]);
+  }
+  // Four query codes as one dword, broadcast straight from memory.
+  using Word = int32_t __attribute__((may_alias, aligned(1)));
+  const Word* qw = reinterpret_cast<const Word*>(q.codes + h0 * head_dim);
+#pragma GCC unroll 8
+  for (int j = 0; j < kQ8Block / 4; ++j) {
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
+        acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], cols[b * (kQ8Block / 4) + j], _mm512_set1_epi32(qw[w]));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) {
+      const __m512 t =
+          _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, acc[i][b]), _mm512_set1_ps(q.scales[(h0 + i) * NB + b]));
+      const __m512 kb = ks[b * kQ8Block / k_group];
+      out[i] = b == 0 ? _mm512_mul_ps(t, kb) : _mm512_fmadd_ps(t, kb, out[i]);
+    }
+  }
+}
+
+template <int NB>
+void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q, int lo, int hi, float* s) {
+  constexpr int head_dim = NB * kQ8Block;
+  constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
+  const int k_groups = head_dim / k.group;
+  alignas(64) __m512i cols[head_dim / 4];
+  __m512 ks[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
+  prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim);
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    // While this block computes: the next block's keys, this block's values
+    // (read after the softmax) to L1.
+    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(hi, g0 + 32), head_dim);
+    prefetch_rows_l1(v, tile_row, std::max(lo, g0), std::min(hi, g0 + 16), head_dim);
+    const BlockRows rows(g0, lo, hi);
+    load_key_columns(k, tile_row, rows, head_dim, cols);
+    block_scales16(k, tile_row, rows, k_groups, ks);
+    int h0 = 0;
+    __m512 out[R];
+    for (; h0 + R <= n_q; h0 += R) {
+      q8_scores<R, NB>(cols, q, h0, ks, k.group, out);
+      for (int i = 0; i < R; ++i) _mm512_storeu_ps(s + (h0 + i) * kAttentionTileRows + g0, out[i]);
+    }
+    for (; h0 < n_q; ++h0) {
+      q8_scores<1, NB>(cols, q, h0, ks, k.group, out);
+      _mm512_storeu_ps(s + h0 * kAttentionTileRows + g0, out[0]);
+    }
+  }
+}
+
+// acc[i, d0 .. d0 + 16 NV) += sum_r w_i[chunk, r] v_r[d0 ..] for R heads,
+// rows [lo, hi) of INT8 (kF16: F16) values read in place: head i's weights at
+// w + i * w_head, [head_dim / 16, kAttentionTileRows] (INT8: one row of
+// weights per 16-dim chunk, p_r x the chunk's group scale) or
+// [kAttentionTileRows] (F16: p_r for every chunk); w at chunk d0 / 16.
+template <int R, int NV, bool kF16>
+void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
+                            float* acc, int head_dim, int d0) {
+  constexpr int kChunkWeights = kF16 ? 0 : kAttentionTileRows;
+  __m512 a[R][NV];
+  const float* wi[R];
+  for (int i = 0; i < R; ++i) {
+    wi[i] = w + i * w_head;
+    for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc + i * head_dim + d0 + 16 * c);
+  }
+  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * (kF16 ? 2 : 1);
+  for (int r = lo; r < hi; ++r, vr += v.row_code_bytes) {
+    __m512 x[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) {
+      if constexpr (kF16) {
+        x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
+      } else {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * c));
+        x[c] = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepi8_epi32(kAll, bytes));
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) {
+        a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][c * kChunkWeights + r]), x[c], a[i][c]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NV; ++c) _mm512_storeu_ps(acc + i * head_dim + d0 + 16 * c, a[i][c]);
+  }
+}
+
+template <int R, bool kF16>
+void rows_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi, float* acc,
+                 int head_dim) {
+  for (int d0 = 0; d0 < head_dim; d0 += 64) {
+    const float* wd = kF16 ? w : w + d0 / 16 * kAttentionTileRows;
+    switch (std::min(head_dim - d0, 64) / 16) {
+      case 1: rows_accumulate_values<R, 1, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 2: rows_accumulate_values<R, 2, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 3: rows_accumulate_values<R, 3, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      default: rows_accumulate_values<R, 4, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+    }
+  }
+}
+
+// Values of every head, four at a time: each row converted once for the four.
+template <bool kF16>
+void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int n_q, int lo, int hi,
+                     float* acc, int head_dim) {
+  int i = 0;
+  for (; i + 4 <= n_q; i += 4) {
+    rows_values<4, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  }
+  for (; i + 2 <= n_q; i += 2) {
+    rows_values<2, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  }
+  for (; i < n_q; ++i) {
+    rows_values<1, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+  }
+}
+
 }  // namespace
+
+void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
+                           int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
+  float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
+  float* w = scratch + int64_t{n_q} * kAttentionTileRows;  // [n_q, v_groups, kAttentionTileRows]
+  switch (head_dim / kQ8Block) {
+    case 1: q8_tile_scores<1>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 2: q8_tile_scores<2>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 3: q8_tile_scores<3>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 4: q8_tile_scores<4>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 5: q8_tile_scores<5>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 6: q8_tile_scores<6>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    case 7: q8_tile_scores<7>(k, v, tile_row, q, n_q, lo, hi, s); break;
+    default: q8_tile_scores<8>(k, v, tile_row, q, n_q, lo, hi, s); break;
+  }
+  tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
+  // Each row's weight per 16-dim chunk of the values: p_r x the scale of the
+  // chunk's group (0 outside [lo, hi)), w [n_q, head_dim / 16, kAttentionTileRows].
+  const int v_groups = head_dim / v.group, n_chunks = head_dim / 16;
+  const int64_t w_head = int64_t{n_chunks} * kAttentionTileRows;
+  __m512 vs[kQ8MaxHeadDim / 16], chunk_scale[kQ8MaxHeadDim / 16];
+  const int chunks_per_group = v.group / 16;
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    block_scales16(v, tile_row, BlockRows(g0, lo, hi), v_groups, vs);
+    for (int c = 0, g = 0; g < v_groups; ++g) {
+      for (int e = 0; e < chunks_per_group; ++e) chunk_scale[c++] = vs[g];
+    }
+    for (int i = 0; i < n_q; ++i) {
+      const __m512 p = _mm512_loadu_ps(s + int64_t{i} * kAttentionTileRows + g0);
+      float* wi = w + i * w_head + g0;
+      for (int c = 0; c < n_chunks; ++c) _mm512_storeu_ps(wi + c * kAttentionTileRows, _mm512_mul_ps(p, chunk_scale[c]));
+    }
+  }
+  rows_values_all<false>(v, tile_row, w, w_head, n_q, lo, hi, acc, head_dim);
+}
+
+namespace {
+
+// Rows of the block (clamped into [lo, hi)) of one head's F16 codes as f32:
+// out [16, head_dim].
+void convert_f16_block(const KvHeadRows& h, int64_t tile_row, const BlockRows& rows, int head_dim, float* out) {
+  const uint8_t* base = h.codes + tile_row * h.row_code_bytes;
+  for (int r = 0; r < 16; ++r) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(base + int64_t{rows.row[r]} * h.row_code_bytes);
+    for (int d = 0; d < head_dim; d += 16) {
+      _mm512_store_ps(out + r * head_dim + d,
+                      _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d))));
+    }
+  }
+}
+
+template <int NC>
+void f16_tile_scores(const KvHeadRows& k, int64_t tile_row, const float* q, int n_q, float scale, int lo, int hi,
+                     float* s) {
+  constexpr int head_dim = NC * 16;
+  alignas(64) float kf[16 * head_dim];
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(hi, g0 + 32), head_dim * 2);
+    const BlockRows rows(g0, lo, hi);
+    convert_f16_block(k, tile_row, rows, head_dim, kf);
+    const int r_lo = std::max(lo - g0, 0), r_hi = std::min(hi - g0, 16);
+    for (int i = 0; i < n_q; ++i) {
+      const __m512 dots = group_dots<NC>(kf, head_dim, q + int64_t{i} * head_dim, head_dim, 0, r_lo, r_hi);
+      _mm512_storeu_ps(s + int64_t{i} * kAttentionTileRows + g0, _mm512_mul_ps(dots, vscale));
+    }
+  }
+}
+
+}  // namespace
+
+void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
+                            int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc,
+                            float* scratch) {
+  prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim * 2);
+  prefetch_rows_l1(v, tile_row, lo, hi, head_dim * 2);
+  float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
+  switch (head_dim / 16) {
+    case 1: f16_tile_scores<1>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 2: f16_tile_scores<2>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 3: f16_tile_scores<3>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 4: f16_tile_scores<4>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 5: f16_tile_scores<5>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 6: f16_tile_scores<6>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    case 7: f16_tile_scores<7>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+    default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
+  }
+  tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
+  rows_values_all<true>(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
+}
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
                         int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
@@ -331,25 +706,7 @@ void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_
       _mm512_storeu_ps(s + g0, scores);
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, scores);
     }
-    const float m_new = std::max(m[i], reduce_max16(vmax));
-    // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
-    // holds, the common case: no exp call, no rescale (x * 1 == x).
-    const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
-    const __m512 vm = _mm512_set1_ps(m_new);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int g0 = g_first; g0 < hi; g0 += 16) {
-      // Rows outside [lo, hi) weigh exactly 0.
-      const __m512 p = _mm512_maskz_mov_ps(rows_mask(g0, lo, hi), exp512(_mm512_sub_ps(_mm512_loadu_ps(s + g0), vm)));
-      _mm512_storeu_ps(s + g0, p);
-      vsum = _mm512_add_ps(vsum, p);
-    }
-    m[i] = m_new;
-    l[i] = l[i] * alpha + reduce_add16(vsum);
-    const __m512 valpha = _mm512_set1_ps(alpha);
-    float* ai = acc + int64_t{i} * head_dim;
-    if (alpha != 1.0f) {
-      for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(ai + d)));
-    }
+    softmax_step(s, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
   }
   // Values, two heads at a time: each V row loaded once for both.
   int i = 0;
@@ -395,6 +752,8 @@ KvKernels kv_kernels_avx512() {
   set.affine_u8_rows = affine_u8_rows_avx512;
   set.attend_tile = attend_tile_avx512;
   set.dequantize_head_rows = dequantize_head_rows_avx512;
+  set.attend_tile_q8 = attend_tile_q8_avx512;
+  set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }
 

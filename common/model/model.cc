@@ -1,6 +1,9 @@
 #include "common/model/model.h"
 
+#include <sys/mman.h>
+
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -172,6 +175,44 @@ absl::Status Model::bind() {
     }
   }
   return absl::OkStatus();
+}
+
+void Model::AlignedFree::operator()(uint8_t* p) const { std::free(p); }
+
+void Model::pack_for_cpu(ThreadPool* pool) const {
+  std::call_once(pack_once_, [&] {
+    std::vector<WeightMatrix*> matrices;
+    for (LayerWeights& l : layers_) {
+      for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) matrices.push_back(w);
+    }
+    matrices.push_back(&output_);
+    int64_t total = 0;
+    for (const WeightMatrix* w : matrices) total += packed_weight_bytes(w->type, w->rows, w->cols);
+    if (total == 0) return;
+    // 2 MiB-aligned and asked for transparent huge pages: decode streams the
+    // whole copy per token, and 4 KiB pages cost a TLB miss per 4 KiB (huge
+    // pages measured 1.03-1.09x decode tok/s here, alternating runs).
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t buffer_bytes = (static_cast<size_t>(total) + kHugePage - 1) / kHugePage * kHugePage;
+    auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, buffer_bytes));
+    BATON_CHECK(buffer != nullptr, "pack_for_cpu: out of memory for the packed weights");
+    madvise(buffer, buffer_bytes, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
+    packed_.reset(buffer);
+    packed_bytes_ = total;
+    int64_t offset = 0;
+    for (WeightMatrix* w : matrices) {
+      const int64_t bytes = packed_weight_bytes(w->type, w->rows, w->cols);
+      if (bytes == 0) continue;
+      pack_weight_matrix(*w, buffer + offset, pool);
+      w->packed = buffer + offset;
+      offset += bytes;
+    }
+    // The GGUF copies of what was packed: only the token embedding's rows
+    // (tied output) are still read, a few per token, from the file.
+    for (const WeightMatrix* w : matrices) {
+      if (w->packed != nullptr) file_->release_pages(w->data, static_cast<uint64_t>(ggml_row_bytes(w->type, w->cols) * w->rows));
+    }
+  });
 }
 
 uint64_t Model::weight_bytes() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,16 @@ class Model {
   const std::vector<float>& rope_swa_inv_freq() const { return rope_swa_inv_freq_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }
 
+  // Repacks, once, the matrices this CPU's kernels read faster in another
+  // layout (Q4_0 on AVX-512 VNNI: matmul.h's pack_weight_matrix), points
+  // their WeightMatrix::packed at the copies, and releases the mapped GGUF
+  // pages they came from, so the model stays one copy in memory. Engines
+  // call it; thread-safe; later calls return at once. Views of the GGUF
+  // data (`data`) stay valid: a page read again comes back from the file.
+  void pack_for_cpu(ThreadPool* pool) const;
+  // Bytes of the packed copies (0 before pack_for_cpu, or where none apply).
+  int64_t packed_bytes() const { return packed_bytes_; }
+
   // Bytes of all tensor data in the file.
   uint64_t weight_bytes() const;
   int64_t parameter_count() const;
@@ -68,16 +79,24 @@ class Model {
   Model() = default;
   absl::Status bind();
 
+  struct AlignedFree {
+    void operator()(uint8_t* p) const;
+  };
+
   std::string path_;
   std::unique_ptr<GgufFile> file_;
+  // pack_for_cpu's state: set once under pack_once_, read after it.
+  mutable std::once_flag pack_once_;
+  mutable std::unique_ptr<uint8_t, AlignedFree> packed_;
+  mutable int64_t packed_bytes_ = 0;
   ModelSpec spec_;
   WeightMatrix token_embd_{};
-  WeightMatrix output_{};
+  mutable WeightMatrix output_{};  // mutable: pack_for_cpu sets `packed`
   std::vector<float> output_norm_;
   std::vector<float> rope_inv_freq_;
   std::vector<float> rope_swa_inv_freq_;   // [n_rot / 2]; empty unless rope_swa_freq_base > 0
   std::vector<bool> layer_uses_swa_rope_;  // [n_layer]; empty unless rope_swa_freq_base > 0
-  std::vector<LayerWeights> layers_;
+  mutable std::vector<LayerWeights> layers_;  // mutable: pack_for_cpu sets the matrices' `packed`
 };
 
 // RoPE inverse frequencies for a spec; `freq_factors` may be empty.

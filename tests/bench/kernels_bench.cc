@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -185,7 +186,9 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX-512 level only).
+constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                                     GgmlType::kQ4_0};
 
 // Decode (one token) on a 1B-class matrix, as a fraction of the read
 // bandwidth: after every timed matmul one 256 MiB read pass runs on the same
@@ -202,11 +205,22 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     state.SkipWithError("SIMD level not available on this CPU");
     return;
   }
+  const bool packed = state.range(0) == 4;
+  if (packed && (level != SimdLevel::kAvx512 || packed_weight_bytes(type, rows, cols) == 0)) {
+    state.SkipWithError("packed Q4_0 serves the AVX-512 level only");
+    return;
+  }
   const std::vector<uint8_t> weights =
       is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
-  const WeightMatrix w{type, weights.data(), rows, cols};
+  WeightMatrix w{type, weights.data(), rows, cols};
+  std::unique_ptr<uint8_t, decltype(&std::free)> packed_copy(nullptr, &std::free);
+  if (packed) {
+    packed_copy.reset(static_cast<uint8_t*>(std::aligned_alloc(64, packed_weight_bytes(type, rows, cols))));
+    pack_weight_matrix(w, packed_copy.get(), pool_for(2));
+    w.packed = packed_copy.get();
+  }
   ThreadPool* pool = pool_for(n_threads);
   std::vector<double> matmul_rates, read_rates;
   for (auto _ : state) {
@@ -230,13 +244,13 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
   state.counters["weight_GBps"] = weight_rate / 1e9;
   state.counters["read_GBps"] = read_rate / 1e9;
   state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
-  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_level_name(level));
+  state.SetLabel(std::string(ggml_type_name(type)) + (packed ? " packed " : " ") + simd_level_name(level));
 }
 
 void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "level"});
   for (int64_t level : {1, 2})
-    for (int64_t type = 0; type < 4; ++type)
+    for (int64_t type = 0; type < 5; ++type)
       for (int64_t threads : {1, 2})
         for (const auto& shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}})
           b->Args({type, shape.first, shape.second, threads, level});

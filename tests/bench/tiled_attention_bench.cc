@@ -1,7 +1,8 @@
 // Attention of the edge store (QuantizedKvCache::attend, the tiled kernel of
 // common/kv_cache/tiled_attention.h) on a 16-layer store, so a decode step's
 // KV streams from memory as in a real model (16 x 4.4 MB at 4K, INT8,
-// llama-3.2-1b shapes), next to a plain read of a buffer of the same size.
+// llama-3.2-1b shapes; F16, INT8 and INT4 stores), next to a plain read of a
+// buffer of the same size.
 //   Decode: one query per layer at the end of the context, every layer;
 //     bytes/s = KV bytes of the context read (all layers, K and V, codes
 //     and scales). Compare with BM_KvReadBaseline at the same size and
@@ -85,7 +86,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_TiledAttentionDecode)
     ->ArgNames({"bits", "ctx", "head_dim", "threads"})
-    ->ArgsProduct({{8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
+    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
     ->UseRealTime();
 
 // Args: bits, pos, threads.

@@ -36,11 +36,12 @@ void add_model_bench_flags(FlagSet& flags, ModelBenchFlags& values) {
 }
 
 absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens,
-                                       FloatMatmul float_matmul) {
+                                       FloatMatmul float_matmul, bool pack_weights) {
   LoadedModel loaded;
   BATON_ASSIGN_OR_RETURN(loaded.model, Model::Load(path));
-  loaded.engine = std::make_unique<Engine>(
-      *loaded.model, EngineOptions{static_cast<int>(threads), static_cast<int>(batch_tokens), float_matmul});
+  EngineOptions options{static_cast<int>(threads), static_cast<int>(batch_tokens), float_matmul};
+  options.pack_weights = pack_weights;
+  loaded.engine = std::make_unique<Engine>(*loaded.model, options);
   return loaded;
 }
 

@@ -51,7 +51,7 @@ struct LoadedModel {
   const ModelSpec& spec() const { return model->spec(); }
 };
 absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens = 64,
-                                       FloatMatmul float_matmul = FloatMatmul::kExact);
+                                       FloatMatmul float_matmul = FloatMatmul::kExact, bool pack_weights = true);
 
 // Deterministic pseudo-random token ids in [0, n_vocab) (no tokenizer needed).
 std::vector<int32_t> synthetic_tokens(int64_t n, int n_vocab, uint64_t seed);

@@ -128,6 +128,7 @@ absl::Status bench_decode(const Args& args) {
   std::string contexts = "512,4096", kv_list = "f16,int8-gG-z3,int4-pc-kg128-gG-z3";
   int64_t tokens = 16;
   bool fill_by_prefill = false;
+  std::string weights = "packed";
   FlagSet flags("baton bench decode",
                 "--model FILE [--context 512,4096] [--kv f16,int8-g32-z3,...] [--threads 2] [--json]",
                 "Decode speed of the CPU engine, one row per (context, KV codec): tokens/s, the weight and KV "
@@ -146,8 +147,15 @@ absl::Status bench_decode(const Args& args) {
                    "comma-separated KV codecs (f32 for the F32 cache); G stands for min(32, head_dim)", "LIST");
   flags.add_int64("tokens", &tokens, "tokens to decode and time per row");
   flags.add_bool("prefill", &fill_by_prefill, "fill the context by a real prefill");
+  flags.add_string("weights", &weights,
+                   "packed: Q4_0 weights repacked at load into 16-row strips (what the engine runs); gguf: the "
+                   "kernels over the GGUF rows as stored (the layout before packing, for comparison)",
+                   "packed|gguf");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
+  if (weights != "packed" && weights != "gguf") {
+    return absl::InvalidArgumentError("--weights: '" + weights + "' is neither packed nor gguf");
+  }
   if (tokens < 1 || c.threads < 1) return absl::InvalidArgumentError("--tokens and --threads must be >= 1");
 
   std::vector<int64_t> context_values;
@@ -158,7 +166,8 @@ absl::Status bench_decode(const Args& args) {
     }
     context_values.push_back(value);
   }
-  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
+  BATON_ASSIGN_OR_RETURN(LoadedModel m,
+                         load_model(c.model, c.threads, 64, FloatMatmul::kExact, /*pack_weights=*/weights == "packed"));
   const std::vector<std::string> kv_names =
       absl::StrSplit(expand_codec_list(kv_list, m.spec().head_dim), ',', absl::SkipEmpty());
   if (context_values.empty() || kv_names.empty()) {
@@ -169,6 +178,7 @@ absl::Status bench_decode(const Args& args) {
   result.model = m.spec().name;
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
+  if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
   result.tokens = tokens;
   result.weight_bytes_per_token = static_cast<double>(weight_bytes_per_token(*m.model));
   const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};

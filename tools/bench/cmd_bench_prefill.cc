@@ -108,16 +108,24 @@ absl::Status bench_prefill(const Args& args) {
                    "F16/BF16/F32 weights: exact (f32 products, the golden path) or bf16 (vdpbf16ps, as "
                    "baton-prefill --cpu-matmul bf16)",
                    "MODE");
+  std::string weights = "packed";
+  flags.add_string("weights", &weights,
+                   "packed: Q4_0 weights repacked at load into 16-row strips (what the engine runs); gguf: the "
+                   "kernels over the GGUF rows as stored (for comparison)",
+                   "packed|gguf");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
   if (!local) return absl::InvalidArgumentError("only --local prefill is measured here");
+  if (weights != "packed" && weights != "gguf") {
+    return absl::InvalidArgumentError("--weights: '" + weights + "' is neither packed nor gguf");
+  }
   BATON_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, parse_token_sizes(tokens_list));
   if (batch < 1 || c.threads < 1) return absl::InvalidArgumentError("--batch and --threads must be >= 1");
   if (float_matmul != "exact" && float_matmul != "bf16") {
     return absl::InvalidArgumentError("--float-matmul must be exact or bf16, not '" + float_matmul + "'");
   }
   const FloatMatmul mode = float_matmul == "bf16" ? FloatMatmul::kBf16 : FloatMatmul::kExact;
-  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads, batch, mode));
+  BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads, batch, mode, /*pack_weights=*/weights == "packed"));
   Engine& engine = *m.engine;
   // Warm-up: page the weights in.
   {
@@ -131,6 +139,7 @@ absl::Status bench_prefill(const Args& args) {
   result.batch = batch;
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
+  if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
   result.peak = measure_cpu_peak(engine.pool());
   result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak, mode);
   for (int64_t tokens : sizes) {

@@ -132,6 +132,28 @@ TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, std::mt19937
   return w;
 }
 
+// A packed copy of a matrix (pack_weight_matrix), or none where its type has
+// no packed layout on this CPU.
+struct PackedCopy {
+  std::vector<uint8_t> storage;
+  WeightMatrix matrix{};
+  bool ok = false;
+};
+
+PackedCopy packed_copy(const WeightMatrix& w) {
+  PackedCopy copy;
+  const int64_t bytes = packed_weight_bytes(w.type, w.rows, w.cols);
+  if (bytes == 0) return copy;
+  copy.storage.assign(static_cast<size_t>(bytes + 64), 0xa5);  // garbage where nothing is written
+  auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(copy.storage.data()) + 63) / 64 * 64);
+  ThreadPool pool(2);
+  pack_weight_matrix(w, aligned, &pool);
+  copy.matrix = w;
+  copy.matrix.packed = aligned;
+  copy.ok = true;
+  return copy;
+}
+
 struct MatmulCase {
   SimdLevel level;
   GgmlType type;
@@ -186,6 +208,12 @@ TEST_P(MatmulTest, MatchesDoubleReferenceWithinStatedTolerance) {
   std::vector<float> y(tc.n_tokens * tc.rows, -1234.0f);  // [n_tokens, rows]
   const WeightMatrix matrix{tc.type, w.bytes.data(), tc.rows, tc.cols};
   matmul_with(tc.level, matrix, x.data(), tc.n_tokens, y.data(), tc.threads > 1 ? &pool : nullptr);
+  // Q4_0 packed at load (AVX-512): its decode kernel and the panels unpacked from it.
+  const PackedCopy packed = tc.level == SimdLevel::kAvx512 ? packed_copy(matrix) : PackedCopy{};
+  std::vector<float> y_packed(tc.n_tokens * tc.rows, -4321.0f);
+  if (packed.ok) {
+    matmul_with(tc.level, packed.matrix, x.data(), tc.n_tokens, y_packed.data(), tc.threads > 1 ? &pool : nullptr);
+  }
   std::vector<float> y_scalar(tc.n_tokens * tc.rows);
   matmul_with(SimdLevel::kScalar, matrix, x.data(), tc.n_tokens, y_scalar.data(), nullptr);
 
@@ -216,6 +244,9 @@ TEST_P(MatmulTest, MatchesDoubleReferenceWithinStatedTolerance) {
       ASSERT_NEAR(got, exact, tol) << "token " << t << " row " << r;
       ASSERT_NEAR(got, exact_from_x, tol + activation_error) << "token " << t << " row " << r;
       ASSERT_NEAR(got, y_scalar[t * tc.rows + r], 2 * tol) << "vs scalar, token " << t << " row " << r;
+      if (packed.ok) {
+        ASSERT_NEAR(y_packed[t * tc.rows + r], exact, tol) << "packed, token " << t << " row " << r;
+      }
     }
   }
 }
@@ -244,9 +275,11 @@ TEST(Matmul, DecodeOrderRowsEqualOneTokenCallsBitForBit) {
       std::mt19937 rng(static_cast<uint32_t>(cols));
       const int64_t rows = 45;
       const TestWeights w = make_weights(type, rows, cols, rng);
-      const WeightMatrix matrix{type, w.bytes.data(), rows, cols};
+      const WeightMatrix gguf{type, w.bytes.data(), rows, cols};
+      const PackedCopy packed = packed_copy(gguf);  // Q4_0 on AVX-512: its own decode kernel (1, 2, 4 tokens)
+      for (const WeightMatrix& matrix : {gguf, packed.ok ? packed.matrix : gguf}) {
       ThreadPool pool(2);
-      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{9}}) {
+      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{7}, int64_t{9}}) {
         std::vector<float> x(static_cast<size_t>(n * cols));
         for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i) + 0.1f * n);
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -256,9 +289,11 @@ TEST(Matmul, DecodeOrderRowsEqualOneTokenCallsBitForBit) {
             std::vector<float> one(static_cast<size_t>(rows));
             matmul(matrix, x.data() + t * cols, 1, one.data(), p);
             EXPECT_EQ(std::memcmp(one.data(), batched.data() + t * rows, sizeof(float) * rows), 0)
-                << ggml_type_name(type) << " cols " << cols << " n " << n << " token " << t;
+                << ggml_type_name(type) << (matrix.packed != nullptr ? " packed" : "") << " cols " << cols
+                << " n " << n << " token " << t;
           }
         }
+      }
       }
     }
   }
@@ -335,6 +370,52 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
       }
     }
   }
+}
+
+// Weights packed at load run one kernel for every call: a prefill call's
+// token rows are the same bits as one-token calls (decode steps) on those
+// tokens, for every token count (groups of 6, 4, 2, 1), row count (a partial
+// strip, a partial strip pair) and split; and they agree with the GGUF
+// kernels up to float summation order.
+TEST(Matmul, PackedQ4_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
+  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "packed weights serve the AVX-512 kernels only";
+  for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
+    const int64_t cols = 320;
+    std::mt19937 rng(static_cast<uint32_t>(rows));
+    const TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
+    const WeightMatrix gguf{GgmlType::kQ4_0, w.bytes.data(), rows, cols};
+    const PackedCopy packed = packed_copy(gguf);
+    ASSERT_TRUE(packed.ok);
+    const int64_t n_max = 40;
+    std::vector<float> x(static_cast<size_t>(n_max * cols));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& v : x) v = dist(rng);
+    ThreadPool pool(3);
+    std::vector<float> steps(static_cast<size_t>(n_max * rows));
+    for (int64_t t = 0; t < n_max; ++t) matmul(packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
+    for (int64_t n : {2, 3, 5, 7, 13, 40}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
+        matmul(gguf, x.data() + (n_max - n) * cols, n, a.data(), p);
+        matmul(packed.matrix, x.data() + (n_max - n) * cols, n, b.data(), p);
+        EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << "rows " << rows << " n " << n;
+        for (int64_t i = 0; i < n * rows; ++i) {
+          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << "rows " << rows << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {
+  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "packed weights serve the AVX-512 kernels only";
+  // 16 rows x 2048 columns: 64 blocks of 16 x 18 bytes, a 64-byte multiple.
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_0, 2048, 2048), ggml_row_bytes(GgmlType::kQ4_0, 2048) * 2048);
+  // 17 rows: two strips; 3 blocks: 3 x 288 bytes rounded up to 896.
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_0, 17, 96), 2 * 896);
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ8_0, 64, 64), 0);
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kF16, 64, 64), 0);
 }
 
 // FloatMatmul::kBf16: weights and x rounded to bf16 (round to nearest even),

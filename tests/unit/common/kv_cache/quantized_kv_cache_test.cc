@@ -16,6 +16,7 @@
 #include "common/engine/engine.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/engine/sampler.h"
+#include "common/kv_codec/kv_kernels.h"
 #include "common/kv_codec/kv_quant.h"
 #include "common/model/model.h"
 #include "common/util/thread_pool.h"
@@ -71,6 +72,35 @@ void copy_dequantized(const QuantizedKvCache& q, F32KvCache& f, int64_t n_tokens
   }
 }
 
+// The queries as a store with INT8 K and V multiplies them with its keys
+// where the kernels read INT8 tiles in place (attend_tile_q8): each head in
+// the keys' domain (Hadamard-rotated when the keys are), quantized like a
+// Q8_0 activation, dequantized and rotated back. Other stores: q itself.
+std::vector<float> attended_queries(const KvCodecConfig& c, const KvGeometry& g, const std::vector<float>& q) {
+  kv_kernels_impl::KvHeadRows k, v;  // what q8_tile_supported looks at: bits and groups
+  k.bits = c.bits_for(true) == KvCodecConfig::Bits::kInt8 ? 8 : 0;
+  v.bits = c.bits_for(false) == KvCodecConfig::Bits::kInt8 ? 8 : 0;
+  k.group = c.key_group_size > 0 ? c.key_group_size : c.group_size;
+  v.group = c.group_size;
+  if (kv_kernels_impl::kv_kernels().attend_tile_q8 == nullptr ||
+      !kv_kernels_impl::q8_tile_supported(k, v, g.head_dim)) {
+    return q;
+  }
+  const int64_t heads = static_cast<int64_t>(q.size()) / g.head_dim;
+  std::vector<float> x = q;
+  if (c.hadamard_keys) kv_quant::hadamard_rows(x.data(), heads, g.head_dim);
+  std::vector<int8_t> codes(static_cast<size_t>(g.head_dim));
+  std::vector<float> scales(static_cast<size_t>(g.head_dim / kv_kernels_impl::kQ8Block));
+  std::vector<int32_t> bias(scales.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    float* xh = x.data() + h * g.head_dim;
+    kv_kernels_impl::quantize_query_q8(xh, g.head_dim, 1.0f, codes.data(), scales.data(), bias.data());
+    for (int d = 0; d < g.head_dim; ++d) xh[d] = codes[d] * scales[d / kv_kernels_impl::kQ8Block];
+  }
+  if (c.hadamard_keys) kv_quant::hadamard_rows(x.data(), heads, g.head_dim);
+  return x;
+}
+
 class QuantizedAttend : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QuantizedAttend, EqualsF32AttendOnTheDequantizedData) {
@@ -98,7 +128,9 @@ TEST_P(QuantizedAttend, EqualsF32AttendOnTheDequantizedData) {
   ThreadPool pool(2);
   for (int layer = 0; layer < g.n_layer; ++layer) {
     std::vector<float> expected(queries.size()), got(queries.size()), got_pool(queries.size());
-    f.attend(layer, pos, n_q, queries.data(), expected.data(), nullptr);
+    // INT8 K and V: the F32 cache gets the queries as the store quantizes them.
+    const std::vector<float> as_multiplied = attended_queries(c, g, queries);
+    f.attend(layer, pos, n_q, as_multiplied.data(), expected.data(), nullptr);
     q.attend(layer, pos, n_q, queries.data(), got.data(), nullptr);
     q.attend(layer, pos, n_q, queries.data(), got_pool.data(), &pool);
     for (size_t i = 0; i < expected.size(); ++i) {

@@ -258,6 +258,134 @@ TEST_P(AttendTile, DequantizedRowsAndTileStepsMatchTheReferenceInEverySet) {
 
 INSTANTIATE_TEST_SUITE_P(Stores, AttendTile, testing::ValuesIn(all_cases()), case_name);
 
+// The tile steps that read a store's rows in place (tiled_attention.h):
+//   INT8 K and V (attend_tile_q8), every set: the heads' query quantized by
+//   quantize_query_q8; equal to a double-precision softmax over the
+//   dequantized rows with that quantized query (same tolerance as
+//   AttendTile: the integer q.k is exact, the rest differs in summation
+//   order and the polynomial exp), tiles stepped from a window's edge.
+//   F16 K and V (attend_tile_f16, sets that have it): the same bits as
+//   dequantize_head_rows + attend_tile of that set.
+// Both: a head's result is the same bits stepped with the others or alone.
+using AttendTileInPlace = AttendHeads;
+
+TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
+  const Case& c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.bits * 91 + c.head_dim + c.n_ctx));
+  const Plane k = make_plane(c, rng), v = make_plane(c, rng);
+  std::vector<float> q(static_cast<size_t>(c.n_q * c.head_dim));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t first = std::min<int64_t>(5, c.n_ctx - 1);  // rows [first, n_ctx)
+  const int blocks = c.head_dim / kQ8Block;
+  // Quantized query heads and their values (times the scale) for the reference.
+  std::vector<int8_t> codes(q.size());
+  std::vector<float> q_scales(static_cast<size_t>(c.n_q * blocks)), q_used(q.size());
+  std::vector<int32_t> q_bias(q_scales.size());
+  if (c.bits == 8) {
+    for (int h = 0; h < c.n_q; ++h) {
+      quantize_query_q8(q.data() + h * c.head_dim, c.head_dim, scale, codes.data() + h * c.head_dim,
+                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
+      for (int d = 0; d < c.head_dim; ++d) {
+        q_used[h * c.head_dim + d] = codes[h * c.head_dim + d] * q_scales[h * blocks + d / kQ8Block];
+      }
+    }
+  } else {
+    for (size_t e = 0; e < q.size(); ++e) q_used[e] = q[e] * scale;
+  }
+  std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}};
+  if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  sets.emplace_back("dispatched", kv_kernels());
+  int sets_run = 0;
+  for (const auto& [name, kern] : sets) {
+    if (c.bits == 16 && kern.attend_tile_f16 == nullptr) continue;
+    if (c.bits == 8 && kern.attend_tile_q8 == nullptr) continue;  // AVX2: dequantize + attend_tile
+    ++sets_run;
+    std::vector<float> kf(static_cast<size_t>(c.n_ctx * c.head_dim)), vf(kf.size());
+    kern.dequantize_head_rows(k.head, 0, c.n_ctx, c.head_dim, kf.data());
+    kern.dequantize_head_rows(v.head, 0, c.n_ctx, c.head_dim, vf.data());
+    // Tile steps of heads [head0, head0 + n_heads): in place, or (dequantized)
+    // attend_tile on the f32 rows.
+    auto run = [&](int head0, int n_heads, bool in_place, float* out) {
+      std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
+      std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(n_heads, c.head_dim)), -5.0f);
+      for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
+        const int lo = static_cast<int>(std::max<int64_t>(first - t0, 0));
+        const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
+        if (lo >= hi) continue;
+        if (!in_place) {
+          kern.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
+                           q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
+                           acc.data(), scratch.data());
+        } else if (c.bits == 8) {
+          const QueryQ8 qh{codes.data() + head0 * c.head_dim, q_scales.data() + head0 * blocks,
+                           q_bias.data() + head0 * blocks};
+          kern.attend_tile_q8(k.head, v.head, t0, qh, n_heads, c.head_dim, lo, hi, m.data(), l.data(), acc.data(),
+                              scratch.data());
+        } else {
+          kern.attend_tile_f16(k.head, v.head, t0, q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo,
+                               hi, m.data(), l.data(), acc.data(), scratch.data());
+        }
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
+      }
+    };
+    std::vector<float> together(q.size()), alone(q.size());
+    run(0, c.n_q, true, together.data());
+    for (int h = 0; h < c.n_q; ++h) run(h, 1, true, alone.data() + h * c.head_dim);
+    ASSERT_EQ(std::memcmp(together.data(), alone.data(), sizeof(float) * q.size()), 0) << name;
+    if (c.bits == 16) {
+      std::vector<float> dequantized(q.size());
+      run(0, c.n_q, false, dequantized.data());
+      ASSERT_EQ(std::memcmp(together.data(), dequantized.data(), sizeof(float) * q.size()), 0) << name;
+      continue;
+    }
+    for (int h = 0; h < c.n_q; ++h) {
+      const float* qh = q_used.data() + h * c.head_dim;
+      std::vector<double> s;
+      double max_s = -INFINITY, sum = 0;
+      for (int64_t j = first; j < c.n_ctx; ++j) {
+        double dot = 0;
+        for (int d = 0; d < c.head_dim; ++d) dot += double{qh[d]} * kf[j * c.head_dim + d];
+        s.push_back(dot);
+        max_s = std::max(max_s, s.back());
+      }
+      for (double& x : s) sum += (x = std::exp(x - max_s));
+      for (int d = 0; d < c.head_dim; ++d) {
+        double want = 0, magnitude = 0;
+        for (int64_t j = first; j < c.n_ctx; ++j) {
+          const double p = s[static_cast<size_t>(j - first)] / sum;
+          want += p * vf[j * c.head_dim + d];
+          magnitude += p * std::fabs(vf[j * c.head_dim + d]);
+        }
+        ASSERT_NEAR(together[h * c.head_dim + d], want, 2e-5 * magnitude + 1e-6) << name << " head " << h << " d " << d;
+      }
+    }
+  }
+  ASSERT_GT(sets_run, 0) << "no set has the kernel";
+}
+
+// INT8 cases attend_tile_q8 takes, and F16 cases attend_tile_f16 takes (on
+// a CPU whose dispatched set has it).
+std::vector<Case> in_place_cases() {
+  std::vector<Case> cases;
+  for (const Case& c : all_cases()) {
+    KvHeadRows rows;
+    rows.bits = c.bits;
+    rows.group = c.group;
+    if (c.bits == 8 && q8_tile_supported(rows, rows, c.head_dim)) cases.push_back(c);
+    if (c.bits == 16 && kv_kernels().attend_tile_f16 != nullptr && f16_tile_supported(rows, rows, c.head_dim)) {
+      cases.push_back(c);
+    }
+  }
+  cases.push_back({8, 128, 64, 8, 200});  // key and value groups of 64: two query blocks per group
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, AttendTileInPlace, testing::ValuesIn(in_place_cases()), case_name);
+
 }  // namespace
 }  // namespace baton::kv_kernels_impl
 

@@ -1,0 +1,195 @@
+// AVX-512 VNNI decode over Q4_0 weights packed at load (matmul.h's
+// pack_weight_matrix). Entered only when best_simd_level() == kAvx512 (see
+// matmul_kernels.h for why nothing here may be an inline function or
+// template shared with other files).
+//
+// Why a packed copy: GGUF's Q4_0 rows put 32 weights of ONE row in 18
+// bytes, so a decode kernel over them multiplies two or four blocks of a row
+// per vpdpbusd and then pays shuffles to line up the x quants, a per-block
+// scale spread, and a reduction across lanes per row: measured ~33 GB/s of
+// weights on two cores, about half of what this machine's memory delivers.
+// Packed, a register's 16 int32 lanes are 16 ROWS: one 64-byte load holds 4
+// columns' nibbles (low) and 4 more (high) of 16 rows, vpdpbusd multiplies
+// them by x's 4 quants broadcast, and a 32-column block of 16 rows is 4
+// loads, 6 ands/shifts, 8 vpdpbusd, then one convert, multiply and FMA. Each
+// thread streams its strips front to back (one stream of nibbles, one of
+// scales), which the prefetchers follow.
+//
+// Signs: the nibbles enter unsigned (0..15, the stored value) and x signed,
+// so sum (n - 8) * xq = sum n * xq - 8 * sum xq: the block's accumulator
+// starts at -8 * (sum of x's quants), p.xbias_blocks. x comes block-major
+// (block b of every token of the call together): one pointer for all the
+// tokens of a pass, where a pointer per token ran out of general registers
+// (the compiler kept them in vector registers and moved them back per use). Exact in int32, so
+// splitting a block's products over two chains changes nothing.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "common/cpu/matmul_kernels.h"
+
+namespace baton::cpu_kernels {
+namespace {
+
+// Four x quants read as one int32 wherever they sit (may alias the int8s).
+typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
+
+constexpr int64_t kBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
+constexpr int64_t kBlockScaleBytes = 32;    // 16 rows x fp16
+// How far ahead of the block being multiplied each strip's nibble stream is
+// prefetched (4 KiB). In the engine's decode, 8 to 64 blocks and an extra L2
+// prefetch further on measured the same within this machine's noise.
+constexpr int64_t kPrefetchBlocks = 16;
+
+// S strips (16 rows each, consecutive) x T tokens. Every (row, token) goes
+// through the same float operations in the same order whatever S and T are,
+// and its int32 block sums are exact whichever chains add them, so a token's
+// outputs are the same bits alone or with others, in decode or in prefill.
+// Up to 2 tokens a (strip, token) pair has two int32 chains (low and high
+// nibbles: half the latency of a block for one decode token); from 3 on, one
+// (the registers: 2 strips x 6 tokens x (int32 + f32 accumulator) = 24).
+template <int S, int T>
+void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  const uint8_t* strip = p.packed + r0 / kPackedStripRows * strip_bytes;
+  const uint8_t* scales = strip + n_blocks * kBlockNibbleBytes;
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  __m512 acc[S][T];
+  for (int s = 0; s < S; ++s)
+    for (int t = 0; t < T; ++t) acc[s][t] = _mm512_setzero_ps();
+  const int64_t n = p.n_tokens;
+  const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
+  const int32_t* xbias = p.xbias_blocks + t0;
+  const float* xd = p.xd_blocks + t0;
+  for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
+    const uint8_t* nibbles = strip + b * kBlockNibbleBytes;
+    for (int s = 0; s < S; ++s) {
+      const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + kPrefetchBlocks * kBlockNibbleBytes);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      if ((b & 1) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(scales + s * strip_bytes + (b + kPrefetchBlocks) * kBlockScaleBytes),
+                     _MM_HINT_T0);
+      }
+    }
+    // Chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
+    constexpr bool kTwoChains = T <= 2;
+    __m512i low[S][T], high[S][kTwoChains ? T : 1];
+    for (int t = 0; t < T; ++t) {
+      const __m512i bias = _mm512_set1_epi32(xbias[t]);
+      for (int s = 0; s < S; ++s) {
+        low[s][t] = bias;
+        if constexpr (kTwoChains) high[s][t] = _mm512_setzero_si512();
+      }
+    }
+    if constexpr (!kTwoChains) {
+      for (int j = 0; j < 8; ++j) {  // columns 4j..4j+3: step j % 4's low (j < 4) or high nibbles
+        __m512i w[S];
+        for (int s = 0; s < S; ++s) {
+          const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * (j % 4));
+          w[s] = _mm512_and_si512(j < 4 ? v : _mm512_srli_epi16(v, 4), low_nibbles);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(xq + t * kQK8_0 + 4 * j));
+          for (int s = 0; s < S; ++s) low[s][t] = _mm512_dpbusd_epi32(low[s][t], w[s], x);
+        }
+      }
+    }
+    for (int j = 0; j < (kTwoChains ? 4 : 0); ++j) {
+      __m512i w_low[S], w_high[S];
+      for (int s = 0; s < S; ++s) {
+        const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * j);
+        w_low[s] = _mm512_and_si512(v, low_nibbles);
+        w_high[s] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low_nibbles);
+      }
+      for (int t = 0; t < T; ++t) {
+        // Loaded straight into the broadcast (vpdpbusd's memory operand
+        // {1to16}), not through a general register.
+        const int8_t* x4 = xq + t * kQK8_0 + 4 * j;
+        const __m512i x_low = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4));
+        const __m512i x_high = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4 + 16));
+        for (int s = 0; s < S; ++s) {
+          low[s][t] = _mm512_dpbusd_epi32(low[s][t], w_low[s], x_low);
+          if constexpr (kTwoChains) high[s][t] = _mm512_dpbusd_epi32(high[s][t], w_high[s], x_high);
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s) {
+      const __m512 d = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + s * strip_bytes + b * kBlockScaleBytes)));
+      for (int t = 0; t < T; ++t) {
+        __m512i sum = low[s][t];
+        if constexpr (kTwoChains) sum = _mm512_add_epi32(sum, high[s][t]);
+        const __m512 dot = _mm512_cvtepi32_ps(sum);
+        acc[s][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, _mm512_set1_ps(xd[t])), acc[s][t]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const __mmask16 mask = s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff);
+    for (int t = 0; t < T; ++t) {
+      _mm512_mask_storeu_ps(p.y + (t0 + t) * p.rows + r0 + s * kPackedStripRows, mask, acc[s][t]);
+    }
+  }
+}
+
+// Tokens [tok_begin, tok_end) over S strips from r0: groups of 6 (prefill;
+// the strips come from cache after the first group), then 4, 2, 1.
+template <int S>
+void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_t tok_end, __mmask16 last_mask) {
+  int64_t t = tok_begin;
+  for (; t + 6 <= tok_end; t += 6) packed_kernel<S, 6>(p, r0, t, last_mask);
+  switch (tok_end - t) {
+    case 5:
+      packed_kernel<S, 4>(p, r0, t, last_mask);
+      return packed_kernel<S, 1>(p, r0, t + 4, last_mask);
+    case 4: return packed_kernel<S, 4>(p, r0, t, last_mask);
+    case 3:
+      packed_kernel<S, 2>(p, r0, t, last_mask);
+      return packed_kernel<S, 1>(p, r0, t + 2, last_mask);
+    case 2: return packed_kernel<S, 2>(p, r0, t, last_mask);
+    case 1: return packed_kernel<S, 1>(p, r0, t, last_mask);
+    default: return;
+  }
+}
+
+}  // namespace
+
+void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  for (int64_t s = strip_begin; s < strip_end; ++s) {
+    uint8_t* strip = out + s * strip_bytes;
+    __builtin_memset(strip, 0, static_cast<size_t>(strip_bytes));  // padding rows: scale 0, nibbles 0
+    uint8_t* scales = strip + n_blocks * kBlockNibbleBytes;
+    for (int64_t i = 0; i < kPackedStripRows; ++i) {
+      const int64_t r = s * kPackedStripRows + i;
+      if (r >= p.rows) break;
+      const BlockQ4_0* row = reinterpret_cast<const BlockQ4_0*>(p.weights + r * p.row_bytes);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        // Dword j of the block's 16 nibble bytes goes to lane i of step j.
+        for (int j = 0; j < 4; ++j) __builtin_memcpy(strip + b * kBlockNibbleBytes + 64 * j + 4 * i, row[b].qs + 4 * j, 4);
+        __builtin_memcpy(scales + b * kBlockScaleBytes + 2 * i, &row[b].d, 2);
+      }
+    }
+  }
+}
+
+void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                               int64_t tok_end) {
+  int64_t r = row_begin;
+  for (; r < row_end; r += 2 * kPackedStripRows) {
+    const int64_t rows = row_end - r < 2 * kPackedStripRows ? row_end - r : 2 * kPackedStripRows;
+    const int64_t last_rows = rows > kPackedStripRows ? rows - kPackedStripRows : rows;
+    const __mmask16 last_mask = static_cast<__mmask16>(last_rows >= 16 ? 0xffff : (1u << last_rows) - 1);
+    if (rows > kPackedStripRows) {
+      packed_tokens<2>(p, r, tok_begin, tok_end, last_mask);
+    } else {
+      packed_tokens<1>(p, r, tok_begin, tok_end, last_mask);
+    }
+  }
+}
+
+}  // namespace baton::cpu_kernels
