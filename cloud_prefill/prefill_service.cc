@@ -576,24 +576,18 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
   explicit KvCalibrationReactor(const absl::Status& refusal) { Finish(to_grpc_status(refusal)); }
 
   void OnWriteDone(bool ok) override {
-    TsanReaction reaction(this);  // the previous OnWriteDone may have run on another gRPC thread
     if (!ok) {
-      tsan_release(this);
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetKvCalibration: the client went away"));
       return;
     }
     chunk_.Clear();
     next();
   }
-  void OnDone() override {
-    tsan_acquire(this);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   void next() {
     if (started_ && offset_ >= bytes_->size()) {
-      tsan_release(this);
       Finish(grpc::Status::OK);
       return;
     }
@@ -601,7 +595,6 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
     chunk_.set_data(bytes_->data() + offset_, n);
     offset_ += n;
     started_ = true;
-    tsan_release(this);
     StartWrite(&chunk_);
   }
 
@@ -616,20 +609,13 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
 grpc::ServerWriteReactor<v1::KvCalibrationChunk>* PrefillService::GetKvCalibration(
     grpc::CallbackServerContext* context, const v1::GetKvCalibrationRequest* /*request*/) {
   const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
-  // As in PutPrefix: the constructor's StartWrite or Finish stored into the
-  // reactor, which gRPC gets from this handler.
-  auto released = [](KvCalibrationReactor* reactor) {
-    tsan_release(reactor);
-    return reactor;
-  };
-  if (absl::Status serving = check_serving(context); !serving.ok()) return released(new KvCalibrationReactor(serving));
+  if (absl::Status serving = check_serving(context); !serving.ok()) return new KvCalibrationReactor(serving);
   absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
-  if (!tenant.ok()) return released(new KvCalibrationReactor(tenant.status()));
+  if (!tenant.ok()) return new KvCalibrationReactor(tenant.status());
   if (calibration_bytes_ == nullptr) {
-    return released(
-        new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)")));
+    return new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)"));
   }
-  return released(new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest));
+  return new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest);
 }
 
 }  // namespace baton

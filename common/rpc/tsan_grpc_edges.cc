@@ -1,6 +1,7 @@
 // ThreadSanitizer build only (CMakeLists.txt links this object into every
-// executable when BATON_SANITIZE=thread; baton_common leaves it out): shows
-// TSan the orderings that Debian's gRPC gives between its own threads.
+// executable when BATON_SANITIZE=thread; baton_common leaves it out, and the
+// regular build never compiles it): shows TSan the orderings that Debian's
+// gRPC gives between its own threads, so that our code needs no annotations.
 //
 // Why: Debian's libgrpc.so, libgpr.so, libgrpc++.so and Abseil are not built
 // with -fsanitize=thread, so TSan sees none of the hand-offs between gRPC's
@@ -8,32 +9,44 @@
 // std::function built at service construction and read at dispatch, messages
 // and statuses written on one gRPC thread and read on another, the CallOpSet
 // and the callback tags that StartWrite fills on our worker thread and that
-// the completion reads on a gRPC thread. Two kinds of ordering make them:
+// the completion reads on a gRPC thread, the call torn down after its last
+// reaction. These orderings make them:
 //  - locks: every lock in gRPC is an absl::Mutex (grpc_core::Mutex and gpr_mu
 //    wrap it; so does grpc::internal::Mutex in the reactor headers), with
 //    absl::CondVar, and the library's ABSL_TSAN_MUTEX_* annotations are
 //    compiled out;
-//  - a batch and its completion: grpc_call_start_batch hands the batch to
-//    the call combiner and the transport, which pass it between threads
-//    through lock-free queues, and gRPC guarantees that everything before
-//    grpc_call_start_batch(tag) happens before the completion of `tag`
-//    (grpc_cq_end_op, which runs or queues the callback, or wakes the thread
-//    plucking it).
+//  - a batch and its completion: everything before grpc_call_start_batch(tag)
+//    happens before the completion of `tag` (grpc_cq_end_op), and everything
+//    before grpc_cq_end_op(tag) before the thread that takes the event
+//    (grpc_completion_queue_next / _pluck; the C++ callback API's threads take
+//    every callback through grpc_completion_queue_next on Linux). In between,
+//    the call combiner, the transport and the queue pass it on lock-free;
+//  - the end of a callback server call: the reference count that decides
+//    when OnDone runs is dropped once in libgrpc++.so (after a non-inline
+//    OnCancel), out of TSan's sight (ServerCallbackCall::ScheduleOnDone below).
 //
 // How: the definitions below interpose on the libraries' (an executable's
 // definition comes first in the dynamic linker's search order, and the
 // libraries call these functions through their PLT: checked with objdump for
-// Debian 12's libgrpc.so.29), call the library's own (dlsym RTLD_NEXT) and
-// tell TSan what the call does: a lock acquires the mutex's address, an
-// unlock releases it, a condition wait releases it before blocking and
-// acquires it after waking; grpc_call_start_batch releases its tag and
-// grpc_cq_end_op acquires it before the completion is delivered. These are
-// the orderings the calls really give, no more: nothing is suppressed or
-// left uninstrumented by this file. Lock-order (deadlock) detection is not
-// done for gRPC's mutexes.
-#include "common/rpc/tsan_annotations.h"
+// Debian 12's libgrpc.so.29 and libgrpc++.so.1.51), call the library's own
+// (dlsym RTLD_NEXT) and tell TSan what the call does: a lock acquires the
+// mutex's address, an unlock releases it, a condition wait releases it before
+// blocking and acquires it after waking; grpc_call_start_batch releases its
+// tag, grpc_cq_end_op acquires and releases it, the queue's consumer acquires
+// it. These are the orderings the calls really give, no more: nothing is
+// suppressed or left uninstrumented by this file, and the orderings between
+// our own threads (a worker and a reactor callback) must come from our own
+// mutexes and atomics, as before. Lock-order (deadlock) detection is not done
+// for gRPC's mutexes.
+#if defined(__SANITIZE_THREAD__)
+#define BATON_TSAN_GRPC_EDGES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BATON_TSAN_GRPC_EDGES 1
+#endif
+#endif
 
-#if defined(BATON_TSAN_ANNOTATIONS)
+#if defined(BATON_TSAN_GRPC_EDGES)
 
 #include <dlfcn.h>
 
@@ -44,7 +57,10 @@
 #include <string>
 #include <utility>
 
+#include <sanitizer/tsan_interface.h>
+
 #include <grpc/grpc.h>
+#include <grpcpp/support/server_callback.h>
 
 #include "absl/base/config.h"
 #include "absl/status/status.h"
@@ -53,6 +69,12 @@
 
 namespace baton {
 namespace {
+
+// TSan's happens-before annotations (sanitizer/tsan_interface.h): everything
+// this thread did before tsan_release(addr) happens before what a thread
+// does after a later tsan_acquire(addr).
+void tsan_release(const void* addr) { __tsan_release(const_cast<void*>(addr)); }
+void tsan_acquire(const void* addr) { __tsan_acquire(const_cast<void*>(addr)); }
 
 // The libraries' definition of the symbol `mangled`, which this file
 // interposes on; resolved once (a relaxed atomic: a second thread resolving it
@@ -216,4 +238,19 @@ extern "C" grpc_event grpc_completion_queue_pluck(grpc_completion_queue* cq, voi
   return event;
 }
 
-#endif  // BATON_TSAN_ANNOTATIONS
+// A callback server call ends (OnDone, then the call object is destroyed) once
+// its reference count drops to zero: every reaction drops a reference
+// (std::atomic fetch_sub, acq_rel) and the thread that drops the last one calls
+// ScheduleOnDone. The drops compiled from grpcpp's headers into our binary are
+// atomics that TSan sees; the one in libgrpc++.so after a non-inline OnCancel
+// is not, which left the end of the call unordered after the other reactions.
+// Acquiring both counters here stands for that last acq_rel drop.
+void grpc::internal::ServerCallbackCall::ScheduleOnDone(bool inline_ondone) {
+  static std::atomic<void*> real{nullptr};
+  baton::tsan_acquire(&callbacks_outstanding_);
+  baton::tsan_acquire(&on_cancel_conditions_remaining_);
+  baton::next_definition<void (*)(ServerCallbackCall*, bool)>(
+      real, "_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb")(this, inline_ondone);
+}
+
+#endif  // BATON_TSAN_GRPC_EDGES
