@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(const std::s
   int port = 0;
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&service);
+  service.tsan_edges().started();
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
                          start_grpc_server(builder, {{address, *credentials, &port}}));
   return std::unique_ptr<PrefillServer>(new PrefillServer(std::move(server), port, &service));
@@ -30,6 +31,7 @@ void PrefillServer::Shutdown(int64_t grace_ms) {
   if (shut_down_) return;
   shut_down_ = true;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  service_->tsan_edges().shut_down();  // every handler has returned
 }
 
 }  // namespace baton

@@ -11,6 +11,7 @@
 #include "cloud_prefill/state/redis_pack_backend.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/queued_write_reactor.h"
+#include "common/rpc/tsan_annotations.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_stream/cache_salt.h"
@@ -263,6 +264,7 @@ absl::Status PrefillService::check_serving(grpc::CallbackServerContext* context)
 grpc::ServerUnaryReactor* PrefillService::Health(grpc::CallbackServerContext* context,
                                                  const v1::HealthRequest* /*request*/,
                                                  v1::HealthResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   const v1::ServingState state = state_.load();
   response->set_state(state);
   if (state == v1::SERVING_STATE_READY || state == v1::SERVING_STATE_DRAINING) {
@@ -491,6 +493,7 @@ absl::StatusOr<PrefillJobInput> PrefillService::plan_request(const v1::PrefillRe
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                                        const v1::PrefillRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::Status serving = check_serving(context); !serving.ok()) {
     return refused_stream(context, serving);
   }
@@ -605,6 +608,7 @@ class KvCalibrationReactor final : public grpc::ServerWriteReactor<v1::KvCalibra
 
 grpc::ServerWriteReactor<v1::KvCalibrationChunk>* PrefillService::GetKvCalibration(
     grpc::CallbackServerContext* context, const v1::GetKvCalibrationRequest* /*request*/) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::Status serving = check_serving(context); !serving.ok()) return new KvCalibrationReactor(serving);
   absl::StatusOr<std::string> tenant = options_.auth.authenticate(*context);
   if (!tenant.ok()) return new KvCalibrationReactor(tenant.status());

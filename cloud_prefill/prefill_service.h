@@ -68,6 +68,7 @@
 #include "common/model/model_fingerprint.h"
 #include "common/rpc/grpc_status.h"  // kRetryAfterMetadataKey
 #include "common/rpc/queued_write_reactor.h"
+#include "common/rpc/tsan_annotations.h"
 #include "common/rpc/write_stall_watchdog.h"
 #include "common/tokenizer/tokenizer.h"
 #include "proto/baton.grpc.pb.h"
@@ -137,6 +138,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   // every GetPrefix call is done (OnDone); idempotent. ~PrefillServer calls it after shutting the
   // gRPC server down and before destroying it.
   void StopWorkers();
+  // For ThreadSanitizer: the orderings between PrefillServer and the handlers.
+  const TsanServiceEdges& tsan_edges() const { return tsan_edges_; }
   PrefillService(const PrefillService&) = delete;
   PrefillService& operator=(const PrefillService&) = delete;
 
@@ -229,6 +232,7 @@ class PrefillService final : public v1::Prefill::CallbackService {
   void record_throughput(int64_t computed_tokens, double prefill_ms);
 
   PrefillServiceOptions options_;
+  TsanServiceEdges tsan_edges_;
   WriteStallWatchdog write_stall_;  // the write-progress deadline of Prefill and GetPrefix
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
   std::chrono::steady_clock::time_point start_time_;

@@ -48,7 +48,6 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
   }
 
   void OnReadDone(bool ok) override {
-    TsanReaction reaction(this);
     if (!ok) {  // the client finished sending
       absl::Status status = complete();
       // An upload that ends before its header or trailer is malformed input too (baton.proto, PutPrefix).
@@ -75,18 +74,13 @@ class PutPrefixReactor final : public grpc::ServerReadReactor<v1::KvStreamMessag
     start_read();
   }
 
-  void OnDone() override {
-    tsan_acquire(this);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   void start_read() {
-    tsan_release(this);
     StartRead(&message_);
   }
   void finish(const grpc::Status& status) {
-    tsan_release(this);
     Finish(status);
   }
 
@@ -146,7 +140,6 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   }
 
   void OnWriteDone(bool ok) override {
-    TsanReaction reaction(this);
     if (watch_ != nullptr) watch_->write_done();
     if (!ok) {  // the client went away, stopped reading past the deadline, or the stream broke
       finish(grpc::Status(grpc::StatusCode::CANCELLED, "GetPrefix: the stream ended before the pack was sent"));
@@ -160,7 +153,6 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   }
 
   void OnDone() override {
-    tsan_acquire(this);
     if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
     --*calls_;
     delete this;
@@ -170,12 +162,10 @@ class PackStreamReactor final : public grpc::ServerWriteReactor<v1::KvStreamMess
   void start_write() {
     if (watch_ != nullptr) watch_->write_started();
     const v1::KvStreamMessage* message = &pack_->messages[next_];
-    tsan_release(this);
     StartWrite(message);
   }
   void finish(const grpc::Status& status) {
     if (watch_ != nullptr) watch_->write_started();  // the status may stall behind unread data too
-    tsan_release(this);
     Finish(status);
   }
 
@@ -234,15 +224,13 @@ absl::StatusOr<PutPackResult> PrefillService::store_pack(const std::string& tena
 
 grpc::ServerReadReactor<v1::KvStreamMessage>* PrefillService::PutPrefix(grpc::CallbackServerContext* context,
                                                                         v1::PutPrefixResponse* response) {
-  auto* reactor = new PutPrefixReactor(this, context, response);
-  // The constructor may already have called StartRead or Finish, which only
-  // store into the reactor until gRPC gets it back from this handler.
-  tsan_release(reactor);
-  return reactor;
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
+  return new PutPrefixReactor(this, context, response);
 }
 
 grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::CallbackServerContext* context,
                                                                          const v1::GetPrefixRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::Status serving = check_serving(context); !serving.ok()) {
     return refused_stream(context, serving);
   }
@@ -295,14 +283,13 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::GetPrefix(grpc::C
                                        "(--max-pack-calls); retry after %u ms",
                                        options_.max_pack_calls, options_.retry_after_ms)));
   }
-  auto* reactor = new PackStreamReactor(context, &write_stall_, &pack_streams_, std::move(pack));
-  tsan_release(reactor);  // as in PutPrefix: the constructor's StartWrite stored into the reactor
-  return reactor;
+  return new PackStreamReactor(context, &write_stall_, &pack_streams_, std::move(pack));
 }
 
 grpc::ServerUnaryReactor* PrefillService::DeletePrefix(grpc::CallbackServerContext* context,
                                                        const v1::DeletePrefixRequest* request,
                                                        v1::DeletePrefixResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<RemovedPack> removed = delete_prefix(*context, *request);
   if (removed.ok()) {

@@ -21,7 +21,8 @@
 #   train  the tiny-model trainer (train_tiny_model.py): python3-torch,
 #          NumPy, the KJV text, sentencepiece, OpenBLAS.
 #   fuzz   the libFuzzer targets (tests/fuzz/build.sh): clang, its libFuzzer
-#          runtime and the libraries of the run profile.
+#          runtime and the libraries of the run profile; clang also builds
+#          tests/run-sanitized.sh tsan.
 #   all    every profile.
 #   --test      the same as --profile test
 #   --dry-run   only print what would be installed

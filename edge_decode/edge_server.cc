@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<EdgeServer>> EdgeServer::Start(const std::string&
   }
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&service);
+  service.tsan_edges().started();
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, start_grpc_server(builder, ports));
   auto edge_server = std::unique_ptr<EdgeServer>(new EdgeServer(std::move(server), port, &service));
   edge_server->relay_port_ = relay_port;
@@ -35,6 +36,7 @@ void EdgeServer::Shutdown(int64_t grace_ms) {
   if (shut_down_) return;
   shut_down_ = true;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  service_->tsan_edges().shut_down();  // every handler has returned
 }
 
 }  // namespace baton

@@ -264,6 +264,7 @@ void EdgeService::Drain() {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* EdgeService::Generate(grpc::CallbackServerContext* context,
                                                                       const v1::GenerateRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   auto* reactor = new QueuedWriteReactor<v1::GenerateResponse>(context, &write_stall_, "Generate",
                                                                 generate_max_pending(options_.max_tokens_cap));
   absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
@@ -373,6 +374,7 @@ void EdgeService::fill_health(v1::EdgeHealthResponse* response) const {
 
 grpc::ServerUnaryReactor* EdgeService::Health(grpc::CallbackServerContext* context, const v1::HealthRequest*,
                                               v1::EdgeHealthResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   fill_health(response);
   return reply(context, absl::OkStatus());
 }
@@ -380,6 +382,7 @@ grpc::ServerUnaryReactor* EdgeService::Health(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext* context,
                                                     const v1::ListSessionsRequest*,
                                                     v1::ListSessionsResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
   if (!owner.ok()) return reply(context, owner.status());
   if (state_.load() == v1::SERVING_STATE_LOADING) {
@@ -410,6 +413,7 @@ grpc::ServerUnaryReactor* EdgeService::ListSessions(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* EdgeService::DeleteSession(grpc::CallbackServerContext* context,
                                                      const v1::DeleteSessionRequest* request,
                                                      v1::DeleteSessionResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context);
   if (!owner.ok()) return reply(context, owner.status());
   if (state_.load() == v1::SERVING_STATE_LOADING) {
@@ -427,6 +431,7 @@ grpc::ServerUnaryReactor* EdgeService::DeleteSession(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* context, const v1::ListPacksRequest*,
                                                  v1::ListPacksResponse* response) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   if (absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context); !owner.ok()) {
     return reply(context, owner.status());
   }
@@ -448,6 +453,7 @@ grpc::ServerUnaryReactor* EdgeService::ListPacks(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::PullPackResponse>* EdgeService::PullPack(grpc::CallbackServerContext* context,
                                                                       const v1::PullPackRequest* request) {
+  const TsanServiceEdges::Handler tsan_handler(tsan_edges_);  // the first statement: see TsanServiceEdges
   auto* reactor = new QueuedWriteReactor<v1::PullPackResponse>(context, &write_stall_, "PullPack");
   if (absl::StatusOr<std::string> owner = authenticate_call(options_.api_keys.get(), *context); !owner.ok()) {
     reactor->refuse(owner.status());

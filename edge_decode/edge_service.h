@@ -34,6 +34,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/rpc/api_keys.h"
 #include "common/rpc/cancel_slot.h"
+#include "common/rpc/tsan_annotations.h"
 #include "common/rpc/write_stall_watchdog.h"
 #include "edge_decode/link/cloud_client.h"
 #include "edge_decode/edge_metrics.h"
@@ -129,6 +130,8 @@ class EdgeService final : public v1::Edge::CallbackService {
   // ~EdgeServer calls it after shutting the gRPC server down and before
   // destroying it, so no worker is inside a call of that server then.
   void StopWorkers();
+  // For ThreadSanitizer: the orderings between EdgeServer and the handlers.
+  const TsanServiceEdges& tsan_edges() const { return tsan_edges_; }
   EdgeService(const EdgeService&) = delete;
   EdgeService& operator=(const EdgeService&) = delete;
 
@@ -168,6 +171,7 @@ class EdgeService final : public v1::Edge::CallbackService {
                          const std::function<absl::Status(v1::PullPackResponse)>& emit, CancelSlot& cancel_slot);
 
   EdgeServiceOptions options_;
+  TsanServiceEdges tsan_edges_;
   WriteStallWatchdog write_stall_;  // the write-progress deadline of Generate and PullPack
   std::atomic<v1::ServingState> state_{v1::SERVING_STATE_LOADING};
   std::chrono::steady_clock::time_point start_time_;

@@ -50,7 +50,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       // TryCancel is safe until OnDone, and OnDone waits in close() for a cancel running elsewhere.
       watch_ = watchdog->watch(absl::StrCat(call_name, " from ", context->peer()), [context] { context->TryCancel(); });
     }
-    tsan_release(this);  // the handler returns the reactor to gRPC, which may call OnCancel at once
   }
 
   // Ends the call at once with `status` (a refused request), from the
@@ -59,9 +58,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   void refuse(const absl::Status& status, uint32_t retry_after_ms = 0) {
     if (retry_after_ms > 0) add_retry_after(*context_, retry_after_ms);
     done(status);
-    // gRPC has not got the reactor yet (the handler returns it), so it is
-    // alive here; Finish only stored the status in it, after done()'s release.
-    tsan_release(this);
   }
 
   // Queues a message; CANCELLED once the client is gone.
@@ -126,7 +122,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   CancelSlot& cancel_slot() { return cancel_slot_; }
 
   void OnWriteDone(bool ok) override {
-    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
@@ -143,7 +138,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
   }
 
   void OnCancel() override {
-    TsanReaction reaction(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       cancelled_ = true;
@@ -151,10 +145,11 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     }
     room_cv_.notify_all();
     cancel_slot_.cancel();
+    TsanOnCancelEdge::cancelled(this);
   }
 
   void OnDone() override {
-    tsan_acquire(this);
+    TsanOnCancelEdge::done(this);
     if (watch_ != nullptr) watch_->close();  // no TryCancel of this call runs elsewhere after this
     delete this;
   }
@@ -193,7 +188,6 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
       }
       lock.unlock();
     }
-    if (write || finish) tsan_release(this);
     if (write) this->StartWrite(&current_);
     if (finish) this->Finish(final_status);  // `this` may be gone after this line
   }

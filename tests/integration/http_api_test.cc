@@ -240,13 +240,20 @@ class FakeEdge final : public v1::Edge::Service {
     retry_after_ms = std::move(retry);
     error_after_text = after_text;
   }
+  // Under mu, as Generate reads it: the test thread sets it while the
+  // server runs (the HTTP request that follows orders them only through
+  // sockets, which ThreadSanitizer does not see).
+  void set_slow() {
+    std::lock_guard<std::mutex> lock(mu);
+    slow = true;
+  }
 
   std::mutex mu;
   std::vector<v1::GenerateRequest> requests;
   grpc::Status error;
   std::string retry_after_ms;
   bool error_after_text = false;
-  bool slow = false;
+  bool slow = false;  // guarded by mu
   std::vector<std::string> pieces = {"Hello", ",", " world"};
   v1::ServingState state = v1::SERVING_STATE_READY;
   std::vector<std::string> sessions;
@@ -444,7 +451,7 @@ TEST(HttpApiFakeEdgeTest, AnErrorAfterTheFirstTextEndsTheStreamWithAnErrorEvent)
 
 TEST(HttpApiFakeEdgeTest, AClientThatGoesAwayCancelsItsGenerate) {
   auto agent = start_fake();
-  agent->service.slow = true;
+  agent->service.set_slow();
   // curl gives up after 1 s; the next piece the front end writes fails.
   const std::string stream =
       curl_post(agent->port(), "/v1/completions", R"({"prompt": "p", "stream": true})", "--max-time 1");
@@ -491,7 +498,10 @@ TEST(HttpApiFakeEdgeTest, ChatPromptsUseTheTemplateAndASessionGetsOnlyNewMessage
   EXPECT_EQ(first.stop(first.stop_size() - 1), "<|user|>");
 
   // The agent holds session s1: only the turn after the last answer is sent.
-  agent->service.sessions = {"s1"};
+  {
+    std::lock_guard<std::mutex> lock(agent->service.mu);  // the server is running
+    agent->service.sessions = {"s1"};
+  }
   ASSERT_EQ(post(agent->port(), "/v1/chat/completions",
                  R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                                   {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}],
@@ -547,7 +557,10 @@ TEST(HttpApiFakeEdgeTest, HealthAndMetrics) {
     EXPECT_NE(metrics.body.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << metrics.body;
   }
 
-  agent->service.state = v1::SERVING_STATE_LOADING;
+  {
+    std::lock_guard<std::mutex> lock(agent->service.mu);  // the server is running
+    agent->service.state = v1::SERVING_STATE_LOADING;
+  }
   const HttpReply loading = get(agent->port(), "/health");
   EXPECT_EQ(loading.status, 503);
   EXPECT_EQ(loading.retry_after, "2");

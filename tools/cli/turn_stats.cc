@@ -18,8 +18,9 @@ const char* finish_name(v1::FinishReason reason) {
 }
 
 void print_turn_stats(const std::string& address, const v1::Stats& stats, std::FILE* out, bool interrupted) {
-  Report r(absl::StrFormat(interrupted ? "stats (edge %s; interrupted: as seen by this client)" : "stats (edge %s)",
-                           address));
+  // Two literal formats, not one chosen at run time: clang checks them at compile time.
+  Report r(interrupted ? absl::StrFormat("stats (edge %s; interrupted: as seen by this client)", address)
+                       : absl::StrFormat("stats (edge %s)", address));
   r.add_text("place", "prefill place", std::string(prefill_place_name(stats.plan().place())));
   if (stats.plan().place() == v1::PREFILL_PLACE_OVERLAP) {
     r.add_int("split_position", "  split position", stats.plan().split_position());

@@ -212,16 +212,17 @@ TEST_P(AttendTile, DequantizedRowsAndTileStepsMatchTheReferenceInEverySet) {
           << name << " row " << j;
     }
     // Tile steps for all heads together, then for each head alone.
-    auto run = [&](int head0, int n_heads, float* out) {
+    // A lambda may not capture a structured binding before clang 16 (the TSan build's compiler).
+    auto run = [&, &kernels = kern](int head0, int n_heads, float* out) {
       std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
       std::vector<float> scratch(static_cast<size_t>(n_heads * kAttentionTileRows), -5.0f);
       for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
         const int lo = static_cast<int>(std::max<int64_t>(first - t0, 0));
         const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
         if (lo >= hi) continue;
-        kern.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
-                         q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
-                         acc.data(), scratch.data());
+        kernels.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
+                            q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
+                            acc.data(), scratch.data());
       }
       for (int h = 0; h < n_heads; ++h) {
         for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
@@ -306,7 +307,8 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
     kern.dequantize_head_rows(v.head, 0, c.n_ctx, c.head_dim, vf.data());
     // Tile steps of heads [head0, head0 + n_heads): in place, or (dequantized)
     // attend_tile on the f32 rows.
-    auto run = [&](int head0, int n_heads, bool in_place, float* out) {
+    // A lambda may not capture a structured binding before clang 16 (the TSan build's compiler).
+    auto run = [&, &kernels = kern](int head0, int n_heads, bool in_place, float* out) {
       std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
       std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(n_heads, c.head_dim)), -5.0f);
       for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
@@ -314,17 +316,17 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
         const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
         if (lo >= hi) continue;
         if (!in_place) {
-          kern.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
-                           q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
-                           acc.data(), scratch.data());
+          kernels.attend_tile(kf.data() + t0 * c.head_dim, c.head_dim, vf.data() + t0 * c.head_dim, c.head_dim,
+                              q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
+                              acc.data(), scratch.data());
         } else if (c.bits == 8) {
           const QueryQ8 qh{codes.data() + head0 * c.head_dim, q_scales.data() + head0 * blocks,
                            q_bias.data() + head0 * blocks};
-          kern.attend_tile_q8(k.head, v.head, t0, qh, n_heads, c.head_dim, lo, hi, m.data(), l.data(), acc.data(),
-                              scratch.data());
+          kernels.attend_tile_q8(k.head, v.head, t0, qh, n_heads, c.head_dim, lo, hi, m.data(), l.data(), acc.data(),
+                                 scratch.data());
         } else {
-          kern.attend_tile_f16(k.head, v.head, t0, q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo,
-                               hi, m.data(), l.data(), acc.data(), scratch.data());
+          kernels.attend_tile_f16(k.head, v.head, t0, q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo,
+                                  hi, m.data(), l.data(), acc.data(), scratch.data());
         }
       }
       for (int h = 0; h < n_heads; ++h) {
