@@ -6,7 +6,7 @@
 // two FMA steps (Cody-Waite), e^r by its Taylor polynomial of degree 7
 // (|r| <= ln2/2: truncation ~5e-9, below float's half ulp) in FMA Horner
 // steps, times 2^n built from its exponent bits (n in [-126, 127]: normal).
-// Measured against std::exp in vec_test: within 2 ulp.
+// silu_mul_test: the gate within 4 ulp of silu in double precision.
 #pragma once
 
 #include <bit>

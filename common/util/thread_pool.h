@@ -91,7 +91,7 @@ class ThreadPool {
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stop_{false};        // set (before a final bump) by the destructor
   std::atomic<bool> in_call_{false};     // a parallel_for is running
-  std::atomic<int> hot_{0};              // live Hot scopes: workers do not sleep
+  std::atomic<int> hot_{0};              // live Hot scopes: workers spin longer before sleeping
   std::atomic<uint64_t> sleeps_{0};
 
   void run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);

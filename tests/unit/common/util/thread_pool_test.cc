@@ -82,7 +82,7 @@ TEST_P(ThreadPoolTest, HotWorkersStillSleepWhenIdleLongAndRunEveryJob) {
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     }
     // Read before the job: a worker must sleep after it at the latest.
-    uint64_t before = pool.sleeps();
+    const uint64_t before = pool.sleeps();
     expect_each_index_once(pool, 50);
     wait_for_a_sleep(pool, before, "inside a Hot scope");
     expect_each_index_once(pool, 50);
