@@ -62,12 +62,17 @@ start_cloud() {
 start_cloud
 # Sanitized builds (tests/run-sanitized.sh sets BATON_SANITIZER) run several
 # times slower: a whole cloud turn over the lossy link needs longer.
-cloud_timeout=8s
+# In step 4 the stall timeout must end the silent stream before the turn's
+# whole deadline does: the stream reaches its quarter after the cloud's
+# prefill, which took ~2.5 s on a loaded 2-core CI machine (8 s against a
+# 6 s stall timeout failed there), so the two are 12 s and 4 s.
+cloud_timeout=12s
+stall_timeout=4s
 local_tps=100
 # A sanitized cloud prefills ~10x slower (its Health says so, and the split
 # policy believes it): the assumed local speed drops with it, so auto still
 # prefers the cloud in step 3.
-[[ -z "${BATON_SANITIZER:-}" ]] || { cloud_timeout=40s; local_tps=20; }
+[[ -z "${BATON_SANITIZER:-}" ]] || { cloud_timeout=40s; stall_timeout=6s; local_tps=20; }
 # The edge assumes local prefill at ${local_tps} tok/s (the tiny model is far
 # faster here): then auto prefers a cloud on this link, and abandoning a
 # collapsed stream is measured against a local estimate of about 6 s (30 s
@@ -75,7 +80,7 @@ local_tps=100
 start_server baton-edge '.*listening on [^:]*:\([0-9]*\).*' \
   "${wan}/wan-exec.sh" edge "${bin}/baton-edge" --model "${model}" --listen 127.0.0.1:0 \
   --cloud "${cloud_ip}:${cloud_port}" --cloud-plaintext --threads 1 --codec f16 --cloud-timeout "${cloud_timeout}" \
-  --cloud-stall-timeout 6s --local-prefill-tps "${local_tps}"
+  --cloud-stall-timeout "${stall_timeout}" --local-prefill-tps "${local_tps}"
 edge="127.0.0.1:${server_port}"
 in_ns edge "${baton}" health --edge "${edge}" --wait 60s > /dev/null || fail "edge agent not READY"
 wait_cloud_ready() {
