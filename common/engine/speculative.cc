@@ -26,7 +26,15 @@ std::vector<int32_t> prompt_lookup_draft(std::span<const int32_t> history, int m
 }
 
 DraftController::DraftController(int max_draft, bool adaptive)
-    : max_draft_(std::max(0, max_draft)), adaptive_(adaptive) {}
+    : max_draft_(std::max(0, max_draft)), adaptive_(adaptive), pass_cost_(static_cast<size_t>(max_draft_) + 2, 0.0) {}
+
+double DraftController::pass_cost(int rows) const {
+  if (rows <= 1) return 1.0;
+  if (rows < static_cast<int>(pass_cost_.size()) && pass_cost_[static_cast<size_t>(rows)] > 0) {
+    return pass_cost_[static_cast<size_t>(rows)];
+  }
+  return 1.0 + beta_ * (rows - 1);
+}
 
 double DraftController::acceptance() const { return taken_ / (taken_ + rejected_); }
 
@@ -39,7 +47,7 @@ int DraftController::choose() {
   for (int k = 1; k <= max_draft_; ++k) {
     power *= a;
     expected += power;
-    const double value = expected / (1.0 + beta_ * k);
+    const double value = expected / pass_cost(k + 1);
     if (value > best) {
       best = value;
       best_k = k;
@@ -69,7 +77,16 @@ void DraftController::record_time(int rows, double seconds) {
     return;
   }
   if (step_seconds_ <= 0) return;
-  const double sample = std::clamp((seconds / step_seconds_ - 1.0) / (rows - 1), 0.01, 2.0);
+  const double steps = seconds / step_seconds_;
+  const double sample = std::clamp((steps - 1.0) / (rows - 1), 0.01, 2.0);
+  if (rows < static_cast<int>(pass_cost_.size())) {
+    // A row count's first sample moves its estimate from the fit, not to the
+    // sample alone: one pass slowed by a page fault or a busy core must not
+    // rule its row count out for good.
+    double& cost = pass_cost_[static_cast<size_t>(rows)];
+    if (cost == 0) cost = 1.0 + beta_ * (rows - 1);
+    cost += 2 * kWeight * (std::clamp(steps, 1.0, 1.0 + 2.0 * (rows - 1)) - cost);
+  }
   beta_ += kWeight * (sample - beta_);
 }
 

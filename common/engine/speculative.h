@@ -54,13 +54,22 @@ std::vector<int32_t> prompt_lookup_draft(std::span<const int32_t> history, int m
                                          const PromptLookupOptions& options = {});
 
 // How many tokens to draft, from the running acceptance rate and the cost of
-// a verification row relative to a decode step, both measured as it runs.
+// a verification relative to a decode step, both measured as it runs.
 // Draft tokens are taken in order until the first rejection; with each taken
 // with probability a, verifying k of them yields E(k) = 1 + a + ... + a^k
-// tokens for a cost of 1 + beta * k decode steps; choose() returns the k in
-// [0, max_draft] that maximizes E(k) / (1 + beta * k). k = 0 (plain decode)
+// tokens for a cost of C(k + 1) decode steps; choose() returns the k in
+// [0, max_draft] that maximizes E(k) / C(k + 1). k = 0 (plain decode)
 // when no draft pays, with a probe every kProbeInterval steps so a reply
 // that starts copying later switches speculation back on.
+//
+// C(rows) is measured per row count, not assumed linear: the weights kernel
+// takes a few tokens per pass over a strip and then starts another, and past
+// ~4 rows a memory-bound model's pass turns compute-bound (measured on the
+// 1B shape: 2 / 4 / 8 rows cost 1.08 / 1.34 / 2.30 steps; one slope fitted
+// to those drafted 8 tokens where 3 pay ~1.4x more). A row count not yet
+// measured is estimated as 1 + beta * (rows - 1), beta fitted to every
+// verification, so it is tried when that estimate says it pays, and then
+// judged by its own cost.
 class DraftController {
  public:
   // adaptive false: always max_draft (tests that exercise every rollback).
@@ -75,7 +84,10 @@ class DraftController {
   // Seconds of a plain step / of a verification of `rows` rows (1 + drafted).
   void record_time(int rows, double seconds);
   double acceptance() const;
+  // The fitted cost of one row over a step (beta).
   double row_cost() const { return beta_; }
+  // C(rows) in decode steps: measured for that row count, else the fit.
+  double pass_cost(int rows) const;
 
   static constexpr int kProbeInterval = 16;
 
@@ -87,6 +99,9 @@ class DraftController {
   double taken_ = 1.0, rejected_ = 1.0;
   double step_seconds_ = 0;  // moving average of a plain step (0: not measured)
   double beta_ = 0.25;       // cost of one extra row over a step; refined by record_time
+  // pass_cost_[rows]: moving average of the measured cost of a pass of that
+  // many rows, in steps; 0 = not measured.
+  std::vector<double> pass_cost_;
   int plain_steps_ = 0;      // plain steps since the last draft
 };
 

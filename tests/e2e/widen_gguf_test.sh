@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tools/train/widen_gguf.py: the widened model computes what the original
-# does (the memory-bound stand-in for speculative decoding's figures). The
+# tools/train/widen_gguf.py: the widened model (wider embedding and FFN,
+# added heads and zero layers) computes what the original does (the memory-bound stand-in for speculative decoding's figures). The
 # NumPy reference (tests/tools/gguf_numpy_reference.py, float64) runs both
 # GGUFs; their logits must agree to float rounding, and Baton's engine must
 # load the widened shape (key_length set, width no longer n_head x head_dim).
@@ -13,10 +13,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bundled_models
 
 "${python}" "${src}/tools/train/widen_gguf.py" "${cloud_model}" "${work}/wide.gguf" --embd 512 --ff 1024 \
+  --heads 16 --kv-heads 4 --layers 8 \
   > "${work}/widen.log" 2>&1 || fail "widen_gguf.py failed: $(cat "${work}/widen.log")"
 "${bin}/baton" model info "${work}/wide.gguf" > "${work}/info.txt"
 grep -Eq "embedding width +512" "${work}/info.txt" || fail "widened width: $(cat "${work}/info.txt")"
 grep -Eq "ffn width +1024" "${work}/info.txt" || fail "widened ffn: $(cat "${work}/info.txt")"
+grep -Eq "layers +8" "${work}/info.txt" || fail "deepened layers: $(cat "${work}/info.txt")"
+grep -Eq "query heads +16" "${work}/info.txt" && grep -Eq "key/value heads +4" "${work}/info.txt" ||
+  fail "added heads: $(cat "${work}/info.txt")"
 
 # A narrower target is refused.
 set +e
@@ -25,6 +29,13 @@ set +e
 set -e
 [[ ${rc} -ne 0 ]] || fail "a narrower --embd was accepted"
 grep -q "must be >=" "${work}/err.txt" || fail "narrower --embd message: $(cat "${work}/err.txt")"
+# Heads that would change which KV head an original query head reads are refused.
+set +e
+"${python}" "${src}/tools/train/widen_gguf.py" "${cloud_model}" "${work}/bad.gguf" --embd 512 --ff 1024 \
+  --heads 16 --kv-heads 8 2> "${work}/err.txt"; rc=$?
+set -e
+[[ ${rc} -ne 0 ]] || fail "a different query-heads-per-KV-head ratio was accepted"
+grep -q "query heads per KV head" "${work}/err.txt" || fail "heads ratio message: $(cat "${work}/err.txt")"
 
 PYTHONPATH="${src}/tests/tools" "${python}" - "${cloud_model}" "${work}/wide.gguf" <<'PY' || fail "widened logits differ"
 import sys

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -89,6 +90,32 @@ TEST(DraftController, ExpensiveRowsShortenTheDraft) {
   EXPECT_NEAR(dear.row_cost(), 0.5, 0.05);
   EXPECT_GT(cheap.choose(), dear.choose());
   EXPECT_EQ(dear.choose(), 1);  // (1 + a) / 1.5 = 1.11 beats (1 + a + a^2) / 2 = 1.05
+}
+
+TEST(DraftController, LearnsEachRowCountsCostAndDraftsWhereTheKernelStillPays) {
+  // A kernel that takes 4 tokens per pass over the weights: up to 4 rows cost
+  // 0.1 step each, the fifth starts a second, compute-bound pass (the 1B
+  // shape measured 1.08 / 1.34 / 2.30 steps at 2 / 4 / 8 rows).
+  const auto steps = [](int rows) { return rows <= 4 ? 1.0 + 0.1 * (rows - 1) : 2.3 + 0.1 * (rows - 5); };
+  DraftController c(8);
+  for (int i = 0; i < 30; ++i) c.record_verify(8, 4);  // a ~ 0.8
+  ASSERT_NEAR(c.acceptance(), 0.8, 0.02);
+  for (int i = 0; i < 10; ++i) c.record_time(1, 0.010);
+  std::map<int, int> chosen;
+  for (int i = 0; i < 300; ++i) {
+    const int k = c.choose();
+    ++chosen[k];
+    c.record_time(k + 1, 0.010 * steps(k + 1));
+  }
+  // With every row count measured, 3 drafts (4 rows, E = 2.95 tokens for 1.3
+  // steps) beat 8 (E = 4.33 for 2.7 steps), which one fitted slope (~0.2 per
+  // row) would choose: 4.33 / 2.6 > 2.95 / 1.6.
+  EXPECT_NEAR(c.pass_cost(4), 1.3, 0.02);
+  // Tried once or twice, then left: judged dearer than the slope says.
+  EXPECT_GT(c.pass_cost(9), 2.0);
+  EXPECT_GT(c.pass_cost(9), 1.0 + 8 * c.row_cost());
+  EXPECT_EQ(c.choose(), 3);
+  EXPECT_GT(chosen[3], 250) << "tried others too often";
 }
 
 // The bundled model (Q4_0 copy) and held-out text that repeats: a passage,
