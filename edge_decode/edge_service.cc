@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/engine/draft_model.h"
 #include "common/gguf/ggml_types.h"
 #include "common/kv_stream/kv_calibration_check.h"
 #include "common/kv_stream/kv_codec_params.h"
@@ -116,6 +117,18 @@ absl::Status EdgeService::load(const std::string& model_path) {
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(model_path));
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(model->file()));
   BATON_ASSIGN_OR_RETURN(ModelFingerprint fingerprint, model_fingerprint(*model));
+  std::unique_ptr<Model> draft_model;
+  if (!options_.draft_model_path.empty()) {
+    absl::StatusOr<std::unique_ptr<Model>> draft = Model::Load(options_.draft_model_path);
+    if (!draft.ok()) {
+      return absl::Status(draft.status().code(),
+                          "--draft " + options_.draft_model_path + ": " + std::string(draft.status().message()));
+    }
+    BATON_RETURN_IF_ERROR(check_draft_model(*model, **draft));
+    draft_model = std::move(*draft);
+    BATON_INFO("draft model %s (%d layers x %d wide) drafts for speculative decoding", draft_model->spec().name.c_str(),
+               draft_model->spec().n_layer, draft_model->spec().n_embd);
+  }
   EngineOptions engine_options;
   engine_options.n_threads = options_.threads;
   auto engine = std::make_unique<Engine>(*model, engine_options);
@@ -219,6 +232,8 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.keep_tokens = std::min(options_.keep_tokens, kMaxKeepTokens);
   runtime_.early_tokens = std::min(options_.early_tokens, kMaxEarlyTokens);
   runtime_.speculative = std::min(options_.speculative, kMaxSpeculativeTokens);
+  runtime_.draft_model = draft_model.get();
+  runtime_.draft_threads = std::max(1, options_.draft_threads);
   runtime_.sessions = sessions.get();
   runtime_.packs = packs.get();
   runtime_.cloud = cloud.get();
@@ -228,6 +243,7 @@ absl::Status EdgeService::load(const std::string& model_path) {
   runtime_.assumed_link_bytes_per_s = options_.assumed_link_bytes_per_s;
   runtime_.decode_tokens_per_s = &decode_tokens_per_s_;
   model_ = std::move(model);
+  draft_model_ = std::move(draft_model);
   tokenizer_ = std::move(tokenizer);
   engine_ = std::move(engine);
   batcher_ = std::move(batcher);

@@ -83,6 +83,11 @@ struct EdgeServiceOptions {
   // when a request leaves GenerateRequest.speculative unset; at most
   // kMaxSpeculativeTokens; 0: off.
   uint32_t speculative = kDefaultSpeculativeTokens;
+  // A draft model for speculative decoding (--draft; the same tokenizer as
+  // the model, checked at load); empty: drafts by prompt lookup. Its
+  // engines' threads (--draft-threads).
+  std::string draft_model_path;
+  int draft_threads = 1;
   std::string sessions_dir;               // empty: sessions in memory only
   int max_sessions = 16;                  // sessions kept in memory (more are evicted to disk)
   int max_session_files = 0;              // session files on disk (LRU of idle ones); 0: no cap
@@ -179,6 +184,7 @@ class EdgeService final : public v1::Edge::CallbackService {
   // Set by Load() before state_ leaves LOADING; read-only afterwards (the
   // engine is used by the generation worker only).
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> draft_model_;  // --draft; null without
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<DecodeBatcher> batcher_;

@@ -87,6 +87,8 @@ struct EdgeConfig {
   int64_t keep_tokens = 0;              // truncate: tokens at the start never dropped (besides the pack)
   int64_t early_tokens = 0;             // reply tokens the cloud samples ahead of the KV
   int64_t speculative = kDefaultSpeculativeTokens;  // most draft tokens per decode step
+  std::string draft;                                 // --draft: a draft model's GGUF
+  int64_t draft_threads = 1;
   std::chrono::milliseconds write_stall_timeout{10'000};  // a stream the client stops reading is cancelled
 };
 
@@ -195,6 +197,12 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                   "own tokens) and verified in one pass over the weights, when a request leaves it unset; the "
                   "reply is plain decoding's, the draft length adapts to the acceptance rate and speculation "
                   "switches itself off when it does not pay; 0..16, 0: off");
+  flags.add_string("draft", &config.draft,
+                   "a smaller GGUF with the same tokenizer that drafts the speculative tokens instead of prompt "
+                   "lookup (checked at start); the reply is still the model's own",
+                   "F");
+  flags.add_int64("draft-threads", &config.draft_threads,
+                  "threads of each decoding turn's draft-model engine (1..64; with --draft)");
   flags.add_duration("write-stall-timeout", &config.write_stall_timeout,
                      "cancel a Generate or PullPack stream whose writes make no progress for this long (a client "
                      "that stopped reading); 0: never");
@@ -310,6 +318,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--speculative %d must be in [0, %u]", config.speculative, kMaxSpeculativeTokens));
   }
+  if (config.draft_threads < 1 || config.draft_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrFormat("--draft-threads %d must be in [1, 64]", config.draft_threads));
+  }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-tokens-cap %d must be in [1, 1000000] and at least --max-tokens (%d)", config.max_tokens_cap,
@@ -333,6 +344,8 @@ absl::StatusOr<EdgeServiceOptions> service_options(const EdgeConfig& config) {
   options.keep_tokens = static_cast<uint32_t>(config.keep_tokens);
   options.early_tokens = static_cast<uint32_t>(config.early_tokens);
   options.speculative = static_cast<uint32_t>(config.speculative);
+  options.draft_model_path = config.draft;
+  options.draft_threads = static_cast<int>(config.draft_threads);
   options.write_stall_timeout = config.write_stall_timeout;
   options.sessions_dir = config.sessions_dir;
   options.max_sessions = static_cast<int>(config.max_sessions);

@@ -164,12 +164,22 @@ absl::Status DecodeStepper::run(int32_t token, std::span<const int32_t> history,
   // (the last token it keeps is sampled from the row before it).
   k = std::min({k, kv_.capacity() - base_ - 1, std::max<int64_t>(0, tokens_left - 1)});
   rows_.assign(1, token);
+  const auto begin = std::chrono::steady_clock::now();
   if (k > 0) {
-    const std::vector<int32_t> draft = prompt_lookup_draft(history, static_cast<int>(k), lookup_);
+    // Prompt lookup first (free); the draft model where it finds nothing.
+    std::vector<int32_t> draft = prompt_lookup_draft(history, static_cast<int>(k), lookup_);
+    if (draft.empty() && drafter_ != nullptr) {
+      absl::StatusOr<std::vector<int32_t>> guessed = drafter_->draft(history, static_cast<int>(k));
+      if (!guessed.ok()) {
+        rows_.clear();
+        return guessed.status();
+      }
+      draft = std::move(*guessed);
+      if (std::ssize(draft) > k) draft.resize(static_cast<size_t>(k));
+    }
     rows_.insert(rows_.end(), draft.begin(), draft.end());
   }
   row_ = 0;
-  const auto begin = std::chrono::steady_clock::now();
   if (absl::Status status = runner_.decode(rows_, kv_, &logits_); !status.ok()) {
     rows_.clear();
     return status;

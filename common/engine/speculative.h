@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/engine/engine.h"
 #include "common/kv_cache/kv_cache.h"
 
@@ -52,6 +53,18 @@ struct PromptLookupOptions {
 // the end occurs earlier.
 std::vector<int32_t> prompt_lookup_draft(std::span<const int32_t> history, int max_tokens,
                                          const PromptLookupOptions& options = {});
+
+// Where draft tokens come from when not from prompt lookup (a draft model:
+// draft_model.h). A draft is only a guess: the verification keeps the
+// output the target model's own, whatever a Drafter proposes.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max_tokens tokens that may follow `history` (every token so far;
+  // the last one is the pending token the target runs next). Empty: no
+  // draft this step.
+  virtual absl::StatusOr<std::vector<int32_t>> draft(std::span<const int32_t> history, int max_tokens) = 0;
+};
 
 // How many tokens to draft, from the running acceptance rate and the cost of
 // a verification relative to a decode step, both measured as it runs.
@@ -175,6 +188,10 @@ class DecodeStepper {
 
   const DecodeStepperStats& stats() const { return stats_; }
   const DraftController& controller() const { return controller_; }
+  // Drafts from `drafter` (which must outlive the stepper) instead of
+  // prompt lookup; null: prompt lookup. A pass's measured cost (the
+  // controller's C) then includes the drafting.
+  void set_drafter(Drafter* drafter) { drafter_ = drafter; }
 
  private:
   // Runs `token` and a draft continuing `history` as rows from kv.size().
@@ -184,6 +201,7 @@ class DecodeStepper {
   DecodeRunner& runner_;
   KvCache& kv_;
   PromptLookupOptions lookup_;
+  Drafter* drafter_ = nullptr;
   DraftController controller_;
   int64_t n_vocab_;
   int64_t base_ = 0;             // kv size before the rows of the last run

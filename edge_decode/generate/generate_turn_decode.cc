@@ -183,6 +183,22 @@ absl::Status GenerateTurn::start_steps(std::span<const int32_t> run) {
   seat_ = rt_.batcher->seat();  // held until finish_steps
   runner_.emplace(seat_);
   stepper_.emplace(*runner_, *rt_.engine, *kv_, static_cast<int>(speculative_));
+  if (rt_.draft_model != nullptr && speculative_ > 0) {
+    // The draft model's KV covers what it can draft for: this turn's
+    // context, within the draft model's own trained context (past it, the
+    // target decodes plainly). Its engine runs on this turn's thread,
+    // between the batched passes.
+    const int64_t trained = rt_.draft_model->spec().n_ctx_train;
+    int64_t capacity = max_context_ + static_cast<int64_t>(speculative_);
+    if (trained > 0) capacity = std::min(capacity, trained);
+    if (!draft_engine_.has_value()) {
+      EngineOptions options;
+      options.n_threads = rt_.draft_threads;
+      draft_engine_.emplace(*rt_.draft_model, options);
+    }
+    drafter_.emplace(*draft_engine_, capacity);
+    stepper_->set_drafter(&*drafter_);
+  }
   const int64_t left = static_cast<int64_t>(max_tokens_) - static_cast<int64_t>(generated_);
   return stepper_->start(run, (**session_).tokens, left);
 }

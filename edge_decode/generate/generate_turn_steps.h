@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/engine/draft_model.h"
 #include "common/engine/speculative.h"
 #include "common/kv_cache/f32_kv_cache.h"
 #include "common/kv_stream/cache_salt.h"
@@ -300,6 +301,10 @@ class GenerateTurn {
   DecodeBatcher::Seat seat_;
   std::optional<SeatRunner> runner_;
   std::optional<DecodeStepper> stepper_;
+  // With --draft: the draft model's engine (this turn's own: an Engine is
+  // one caller at a time, and turns decode at once) and the drafter on it.
+  std::optional<Engine> draft_engine_;
+  std::optional<ModelDrafter> drafter_;
   v1::FinishReason finish_ = v1::FINISH_REASON_LENGTH;
   uint32_t generated_ = 0;
   Clock::time_point first_token_time_{};

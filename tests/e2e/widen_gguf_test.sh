@@ -61,4 +61,20 @@ done
 [[ -s "${work}/orig.txt" ]] || fail "the original model generated nothing"
 cmp -s "${work}/orig.txt" "${work}/wide.txt" ||
   fail "greedy text differs: original '$(cat "${work}/orig.txt")', widened '$(cat "${work}/wide.txt")'"
+# tools/train/truncate_gguf.py (the layer-skip self-draft): the first 4 layers
+# load and run, and a draft model made of them keeps the model's reply.
+"${python}" "${src}/tools/train/truncate_gguf.py" "${cloud_model}" "${work}/cut.gguf" --layers 4 \
+  > "${work}/cut.log" 2>&1 || fail "truncate_gguf.py failed: $(cat "${work}/cut.log")"
+"${bin}/baton" model info "${work}/cut.gguf" > "${work}/cut-info.txt"
+grep -Eq "^ +layers +4$" "${work}/cut-info.txt" || fail "truncated layers: $(cat "${work}/cut-info.txt")"
+set +e
+"${python}" "${src}/tools/train/truncate_gguf.py" "${cloud_model}" "${work}/bad.gguf" --layers 7 2> "${work}/err.txt"
+rc=$?
+set -e
+[[ ${rc} -ne 0 ]] || fail "--layers past the model's was accepted"
+grep -q "must be in \[1, 6\]" "${work}/err.txt" || fail "--layers 7 message: $(cat "${work}/err.txt")"
+"${bin}/baton" bench decode --speculative 4 --model "${work}/orig-q4_0.gguf" --draft "${work}/cut.gguf" --task free \
+  --tokens 16 --prompts 1 --text-file "${src}/deploy/models/baton-tiny-kjv.heldout.txt" > "${work}/draft.txt" 2>&1 || fail "bench with the truncated draft: $(cat "${work}/draft.txt")"
+grep -q "draft model .*-4l" "${work}/draft.txt" || fail "the bench did not draft with it: $(cat "${work}/draft.txt")"
+
 echo "PASS widen_gguf: logits agree, greedy text: $(head -c 80 "${work}/wide.txt")"

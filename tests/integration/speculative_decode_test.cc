@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,52 @@ TEST_F(SpeculativeDecodeTest, AStopStringInsideATakenDraftEndsTheReplyWhereItWou
   const GenerateResult next_spec = generate(request("\nAnd", "s1", 8, 16));
   const GenerateResult next_plain = generate(request("\nAnd", "s2", 0, 16));
   EXPECT_EQ(next_spec.tokens, next_plain.tokens);
+}
+
+// --draft: the bundled model's F16 source drafts for its Q4_0 copy (the
+// same tokenizer). Free text (little for prompt lookup to find), several
+// turns at once: replies and sessions are plain decoding's, and the draft
+// model's guesses were taken.
+TEST(SpeculativeDraftModelTest, RepliesAreThoseOfPlainDecodingAndTheDraftModelsGuessesAreTaken) {
+  EdgeServiceOptions options = edge_test::edge_options("");
+  options.threads = 2;
+  options.max_tokens = 48;
+  options.draft_model_path = testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf";
+  std::unique_ptr<Edge> edge = edge_test::start_edge(bundled_q4_0(), options);
+  ASSERT_NE(edge->stub, nullptr);
+  const std::string prompts[] = {"And the LORD said unto Moses,", "Blessed are they", "In the beginning"};
+  std::vector<std::thread> threads;
+  GenerateResult spec[3], plain[3];
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] { spec[i] = edge_test::generate(*edge->stub, request(prompts[i], "d" + std::to_string(i), 4)); });
+  }
+  for (std::thread& t : threads) t.join();
+  uint64_t drafted = 0, accepted = 0;
+  for (int i = 0; i < 3; ++i) {
+    plain[i] = edge_test::generate(*edge->stub, request(prompts[i], "p" + std::to_string(i), 0));
+    ASSERT_TRUE(spec[i].status.ok()) << spec[i].status.error_message();
+    ASSERT_TRUE(plain[i].status.ok()) << plain[i].status.error_message();
+    EXPECT_EQ(spec[i].tokens, plain[i].tokens) << prompts[i];
+    EXPECT_EQ(spec[i].stats.context_tokens(), plain[i].stats.context_tokens());
+    const v1::SessionInfo a = edge_test::session_info(*edge->stub, "d" + std::to_string(i));
+    const v1::SessionInfo b = edge_test::session_info(*edge->stub, "p" + std::to_string(i));
+    EXPECT_EQ(a.prefix_digest(), b.prefix_digest());
+    drafted += spec[i].stats.speculative_drafted();
+    accepted += spec[i].stats.speculative_accepted();
+  }
+  // Prompt lookup alone takes few drafts in 48 tokens of free text; with
+  // the draft model most are taken.
+  EXPECT_GT(drafted, 0u);
+  EXPECT_GT(accepted * 2, drafted) << accepted << "/" << drafted;
+}
+
+TEST(SpeculativeDraftModelTest, ADraftModelWithAnotherTokenizerFailsTheLoadNamingIt) {
+  EdgeServiceOptions options = edge_test::edge_options("");
+  options.draft_model_path = testing::synth_model_path("tiny", GgmlType::kF16);
+  auto service = std::make_unique<EdgeService>(options);
+  const absl::Status status = service->Load(bundled_q4_0());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("tokenizer"), std::string::npos) << status;
 }
 
 TEST_F(SpeculativeDecodeTest, OutOfRangeIsInvalidArgumentNamingTheBound) {

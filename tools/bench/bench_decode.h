@@ -75,6 +75,7 @@ struct SpeculativeRun {
   std::string kernels;
   std::string store;      // the KV store the replies decode over
   int64_t max_draft = 0;  // --speculative
+  std::string draft;      // --draft: the draft model's name; empty: prompt lookup
   std::vector<SpeculativeTask> tasks;
   // What a verification costs: rows (1 = a decode step) and the median
   // seconds of one decode_rows call of that many rows after the first quote

@@ -10,12 +10,14 @@
 // store, and the two replies must agree token for token.
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench_decode.h"
 #include "bench_harness.h"
+#include "common/engine/draft_model.h"
 #include "common/engine/sampler.h"
 #include "common/engine/speculative.h"
 #include "common/tokenizer/tokenizer.h"
@@ -107,13 +109,15 @@ Json speculative_json(const SpeculativeRun& run) {
                      {"batched_cost_in_steps", fixed(step > 0 ? v.batched_seconds / step : 0, 4)}});
   }
   return {{"model", run.model},     {"threads", run.threads},         {"kernels", run.kernels},
-          {"store", run.store},     {"max_draft", run.max_draft},     {"tasks", std::move(tasks)},
+          {"store", run.store},     {"max_draft", run.max_draft},     {"draft", run.draft},
+          {"tasks", std::move(tasks)},
           {"verify_costs", std::move(costs)}};
 }
 
 void print_speculative_table(const SpeculativeRun& run) {
-  print_line("speculative decode: %s, %d threads, %s kernels, KV store %s, drafts of up to %d tokens (prompt lookup)\n",
-             run.model, run.threads, run.kernels, run.store, run.max_draft);
+  print_line("speculative decode: %s, %d threads, %s kernels, KV store %s, drafts of up to %d tokens (%s)\n",
+             run.model, run.threads, run.kernels, run.store, run.max_draft,
+             run.draft.empty() ? "prompt lookup" : "draft model " + run.draft);
   print_line("  %-6s %7s %10s %11s %11s %7s %15s %11s %9s\n", "task", "replies", "tokens", "plain tok/s",
              "spec tok/s", "ratio", "taken/drafted", "tok/pass", "identical");
   for (const SpeculativeTask& t : run.tasks) {
@@ -159,8 +163,9 @@ struct Decoded {
 
 // `count` greedy tokens after `prompt` (prefilled untimed): plain decode
 // steps (max_draft < 0) or a DecodeStepper drafting up to max_draft.
+// draft_engine (optional): a draft model's, drafting instead of prompt lookup.
 absl::StatusOr<Decoded> decode_reply(Engine& engine, const std::string& kv_name, const std::vector<int32_t>& prompt,
-                                     int64_t count, int max_draft, std::string* store) {
+                                     int64_t count, int max_draft, std::string* store, Engine* draft_engine) {
   double bytes_per_token = 0;
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
                          bench_kv_cache(engine, kv_name, static_cast<int64_t>(prompt.size()) + count + 1, store,
@@ -181,6 +186,11 @@ absl::StatusOr<Decoded> decode_reply(Engine& engine, const std::string& kv_name,
     }
   } else {
     DecodeStepper stepper(engine, *kv, max_draft);
+    std::optional<ModelDrafter> drafter;
+    if (draft_engine != nullptr) {
+      drafter.emplace(*draft_engine, static_cast<int64_t>(prompt.size()) + count + max_draft);
+      stepper.set_drafter(&*drafter);
+    }
     BATON_RETURN_IF_ERROR(stepper.start(std::span(prompt).last(1), history, count));
     for (int64_t i = 0; i < count; ++i) {
       const int32_t t = sampler.sample(stepper.logits());
@@ -279,10 +289,11 @@ absl::Status bench_decode_speculative(const Args& args) {
   ModelBenchFlags c;
   int64_t max_draft = kDefaultSpeculativeTokens, tokens = 128, prompts = 4, prompt_tokens = 384;
   std::string text_file = "deploy/models/baton-tiny-kjv.heldout.txt";
-  std::string task_list = "quote,free", kv_name = "int8-g32";
+  std::string task_list = "quote,free", kv_name = "int8-g32", draft_path;
+  int64_t draft_threads = 1;
   FlagSet flags("baton bench decode --speculative",
-                "--speculative N --model FILE [--task quote,free] [--tokens 128] [--prompts 4] [--text-file F] "
-                "[--kv int8-g32] [--threads 2] [--json]",
+                "--speculative N --model FILE [--draft F] [--draft-threads 1] [--task quote,free] [--tokens 128] "
+                "[--prompts 4] [--text-file F] [--kv int8-g32] [--threads 2] [--json]",
                 "Greedy replies decoded with plain decode steps and with prompt-lookup speculative decoding (drafts "
                 "of up to N tokens verified in one pass over the weights), side by side in one run: tokens/s both "
                 "ways and their ratio, the drafts taken, reply tokens per forward pass, and whether the replies "
@@ -298,6 +309,9 @@ absl::Status bench_decode_speculative(const Args& args) {
   flags.add_string("text-file", &text_file, "text the prompts come from (default: the bundled model's held-out text)",
                    "F");
   flags.add_string("kv", &kv_name, "the KV store: a wire codec name (its edge store) or f32", "CODEC");
+  flags.add_string("draft", &draft_path,
+                   "a draft model (same tokenizer) drafts instead of prompt lookup, as baton-edge --draft", "F");
+  flags.add_int64("draft-threads", &draft_threads, "threads of the draft model's engine (1..64)");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
   if (max_draft < 1 || max_draft > kMaxSpeculativeTokens) {
@@ -315,7 +329,15 @@ absl::Status bench_decode_speculative(const Args& args) {
   }
   if (lines.size() < 4) return absl::InvalidArgumentError("--text-file needs at least 4 non-empty lines");
 
+  if (draft_threads < 1 || draft_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrFormat("--draft-threads %d is outside [1, 64]", draft_threads));
+  }
   BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
+  LoadedModel draft;
+  if (!draft_path.empty()) {
+    BATON_ASSIGN_OR_RETURN(draft, load_model(draft_path, draft_threads));
+    BATON_RETURN_IF_ERROR(check_draft_model(*m.model, *draft.model));
+  }
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(m.model->file()));
   const int64_t max_prompt = m.spec().n_ctx_train > 0 ? m.spec().n_ctx_train - tokens - 1 : 1 << 20;
   SpeculativeRun result;
@@ -323,6 +345,7 @@ absl::Status bench_decode_speculative(const Args& args) {
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
   result.max_draft = max_draft;
+  if (draft.model != nullptr) result.draft = draft.spec().name;
   for (const std::string& task : std::vector<std::string>(absl::StrSplit(task_list, ',', absl::SkipEmpty()))) {
     if (task != "quote" && task != "free") return absl::InvalidArgumentError("--task: unknown task '" + task + "'");
     SpeculativeTask row;
@@ -335,9 +358,10 @@ absl::Status bench_decode_speculative(const Args& args) {
       absl::StatusOr<Decoded> plain, spec;
       for (int pass = 0; pass < 2; ++pass) {
         if ((pass == 0) == (i % 2 == 0)) {
-          plain = decode_reply(*m.engine, kv_name, prompt, tokens, -1, &result.store);
+          plain = decode_reply(*m.engine, kv_name, prompt, tokens, -1, &result.store, nullptr);
         } else {
-          spec = decode_reply(*m.engine, kv_name, prompt, tokens, static_cast<int>(max_draft), &result.store);
+          spec = decode_reply(*m.engine, kv_name, prompt, tokens, static_cast<int>(max_draft), &result.store,
+                              draft.engine.get());
         }
       }
       BATON_RETURN_IF_ERROR(plain.status());

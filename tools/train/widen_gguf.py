@@ -61,6 +61,28 @@ def gguf_string(s):
     return struct.pack("<Q", len(b)) + b
 
 
+def write_gguf(path, kvs, tensors, align):
+    """A GGUF v3 file: kvs [(key, vtype, raw value bytes)], tensors [(name,
+    numpy array in the file's type, ggml type)]."""
+    header = bytearray(b"GGUF" + struct.pack("<I", 3) + struct.pack("<Q", len(tensors)) + struct.pack("<Q", len(kvs)))
+    for key, vtype, raw in kvs:
+        header += gguf_string(key) + struct.pack("<I", vtype) + raw
+    blobs, offset = [], 0
+    for name, w, ttype in tensors:
+        data = w.astype("<f4" if ttype == F32 else "<f2").tobytes()
+        dims = list(reversed(w.shape))
+        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        header += struct.pack("<I", ttype) + struct.pack("<Q", offset)
+        blobs.append(data)
+        offset += (len(data) + align - 1) // align * align
+    with open(path, "wb") as out:
+        out.write(header)
+        out.write(b"\0" * ((-len(header)) % align))
+        for data in blobs:
+            out.write(data)
+            out.write(b"\0" * ((-len(data)) % align))
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("src")
@@ -150,25 +172,7 @@ def main(argv):
             vtype, raw = changed.pop(key)
         out_kv.append((key, vtype, raw))
     out_kv += [(k, t, r) for k, (t, r) in changed.items()]
-    align = int(g.kv.get("general.alignment", 32))
-
-    header = bytearray(b"GGUF" + struct.pack("<I", 3) + struct.pack("<Q", len(tensors)) + struct.pack("<Q", len(out_kv)))
-    for key, vtype, raw in out_kv:
-        header += gguf_string(key) + struct.pack("<I", vtype) + raw
-    blobs, offset = [], 0
-    for name, w, ttype in tensors:
-        data = w.astype("<f4" if ttype == F32 else "<f2").tobytes()
-        dims = list(reversed(w.shape))
-        header += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
-        header += struct.pack("<I", ttype) + struct.pack("<Q", offset)
-        blobs.append(data)
-        offset += (len(data) + align - 1) // align * align
-    with open(a.dst, "wb") as out:
-        out.write(header)
-        out.write(b"\0" * ((-len(header)) % align))
-        for data in blobs:
-            out.write(data)
-            out.write(b"\0" * ((-len(data)) % align))
+    write_gguf(a.dst, out_kv, tensors, int(g.kv.get("general.alignment", 32)))
     print("widen_gguf: %s -> %s: embedding %d -> %d, ffn %d -> %d, heads %d/%d -> %d/%d, layers %d -> %d, %d tensors"
           % (a.src, a.dst, n, N, f, F, n_head, n_kv, H, HK, n_layer, L, len(tensors)))
 

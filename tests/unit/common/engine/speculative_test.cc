@@ -4,6 +4,7 @@
 // for every seed, the KV left exactly as plain decoding leaves it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/draft_model.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/engine/speculative.h"
@@ -179,8 +181,9 @@ class DecodeStepperTest : public ::testing::Test {
   // `count` tokens after `prompt`, plain (max_draft < 0) or through a
   // DecodeStepper drafting up to max_draft.
   // adaptive false: every step drafts what lookup finds (the most rollbacks).
+  // drafter: drafts from it instead of prompt lookup.
   Decoded decode(const std::vector<int32_t>& prompt, int count, const SamplingParams& params, int max_draft,
-                 bool adaptive = false) const {
+                 bool adaptive = false, Drafter* drafter = nullptr) const {
     Engine engine(*model_, EngineOptions{2, 16});
     auto kv = new_store(static_cast<int64_t>(prompt.size()) + count + 8);
     Sampler sampler(params);
@@ -202,6 +205,7 @@ class DecodeStepperTest : public ::testing::Test {
       }
     } else {
       DecodeStepper stepper(engine, *kv, max_draft, PromptLookupOptions{}, adaptive);
+      stepper.set_drafter(drafter);
       EXPECT_TRUE(stepper.start(std::span(prompt).last(1), history).ok());
       for (int i = 0; i < count; ++i) {
         const int32_t t = sampler.sample(stepper.logits());
@@ -283,6 +287,95 @@ TEST_F(DecodeStepperTest, AdaptiveDraftsAreIdenticalToo) {
   const Decoded adaptive = decode(prompt, 48, SamplingParams{}, 8, /*adaptive=*/true);
   EXPECT_EQ(adaptive.tokens, plain.tokens);
   EXPECT_EQ(adaptive.kv_size, plain.kv_size);
+}
+
+// A draft model: the bundled model's F16 source drafting for its Q4_0 copy
+// (the same tokenizer; close, not equal, logits).
+TEST_F(DecodeStepperTest, ADraftModelKeepsTheReplyAndIsTakenWherePromptLookupHasNothing) {
+  auto draft_model = Model::Load(testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf");
+  ASSERT_TRUE(draft_model.ok()) << draft_model.status();
+  ASSERT_TRUE(check_draft_model(*model_, **draft_model).ok());
+  Engine draft_engine(**draft_model, EngineOptions{1, 16});
+  // Free text: two lines, then whatever the model writes (little to look up).
+  std::vector<int32_t> prompt = tokenizer_->encode("And the LORD said unto Moses,\n");
+  const Decoded plain = decode(prompt, 48, SamplingParams{}, -1);
+  const Decoded lookup = decode(prompt, 48, SamplingParams{}, 4);
+  ModelDrafter drafter(draft_engine, 256);
+  const Decoded drafted = decode(prompt, 48, SamplingParams{}, 4, /*adaptive=*/false, &drafter);
+  EXPECT_EQ(drafted.tokens, plain.tokens);
+  EXPECT_EQ(drafted.kv_size, plain.kv_size);
+  ASSERT_EQ(drafted.next_logits.size(), plain.next_logits.size());
+  EXPECT_EQ(std::memcmp(drafted.next_logits.data(), plain.next_logits.data(), plain.next_logits.size() * sizeof(float)),
+            0);
+  // Every step drafted 4 (the controller is off), and the model's guesses
+  // were mostly taken: more than prompt lookup's.
+  EXPECT_GT(drafted.stats.drafted_tokens, 0u);
+  EXPECT_GT(drafted.stats.accepted_tokens * 10, drafted.stats.drafted_tokens * 7)
+      << drafted.stats.accepted_tokens << "/" << drafted.stats.drafted_tokens;
+  EXPECT_GT(drafted.stats.accepted_tokens, lookup.stats.accepted_tokens);
+  // The drafter's KV holds a prefix of the conversation plus at most the
+  // draft it made last (its rollback kept it in step with the history).
+  std::vector<int32_t> history = prompt;
+  history.insert(history.end(), plain.tokens.begin(), plain.tokens.end());
+  const std::vector<int32_t>& cached = drafter.cached();
+  const size_t shared = static_cast<size_t>(
+      std::mismatch(cached.begin(), cached.end(), history.begin(), history.end()).first - cached.begin());
+  EXPECT_GE(shared + 4, cached.size());
+  EXPECT_GT(shared, prompt.size());
+  std::printf("[ figures  ] free text, 48 tokens, drafts of 4: lookup then draft model %llu/%llu taken, prompt lookup alone %llu/%llu\n",
+              static_cast<unsigned long long>(drafted.stats.accepted_tokens),
+              static_cast<unsigned long long>(drafted.stats.drafted_tokens),
+              static_cast<unsigned long long>(lookup.stats.accepted_tokens),
+              static_cast<unsigned long long>(lookup.stats.drafted_tokens));
+}
+
+TEST_F(DecodeStepperTest, SeededSamplingWithADraftModelIsSampleIdentical) {
+  auto draft_model = Model::Load(testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf");
+  ASSERT_TRUE(draft_model.ok()) << draft_model.status();
+  Engine draft_engine(**draft_model, EngineOptions{1, 16});
+  const std::vector<int32_t> prompt = quote_prompt(10, 4, 5);
+  uint64_t accepted = 0, drafted = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_k = 8;
+    params.seed = seed;
+    ModelDrafter drafter(draft_engine, 512);
+    const Decoded plain = decode(prompt, 24, params, -1);
+    const Decoded spec = decode(prompt, 24, params, 5, /*adaptive=*/false, &drafter);
+    EXPECT_EQ(spec.tokens, plain.tokens) << "seed " << seed;
+    EXPECT_EQ(spec.kv_size, plain.kv_size) << "seed " << seed;
+    accepted += spec.stats.accepted_tokens;
+    drafted += spec.stats.drafted_tokens;
+  }
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, drafted);  // sampling rejects some greedy drafts
+}
+
+TEST_F(DecodeStepperTest, ADraftModelDraftsNothingPastItsCapacity) {
+  auto draft_model = Model::Load(testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf");
+  ASSERT_TRUE(draft_model.ok()) << draft_model.status();
+  Engine draft_engine(**draft_model, EngineOptions{1, 16});
+  ModelDrafter drafter(draft_engine, 16);
+  std::vector<int32_t> history(14, 5);
+  auto two = drafter.draft(history, 8);  // 14 history rows + 2 draft rows fill 16: 3 tokens
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->size(), 3u);
+  history.resize(17, 5);
+  auto none = drafter.draft(history, 8);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(DraftModel, AModelWithAnotherTokenizerIsRefusedByName) {
+  auto target = Model::Load(testing::source_dir() + "/deploy/models/baton-tiny-kjv-f16.gguf");
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto other = Model::Load(testing::synth_model_path("tiny", GgmlType::kF16));
+  ASSERT_TRUE(other.ok()) << other.status();
+  const absl::Status status = check_draft_model(**target, **other);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("tokenizer"), std::string::npos) << status;
+  EXPECT_TRUE(check_draft_model(**target, **target).ok());
 }
 
 TEST_F(DecodeStepperTest, ZeroDraftIsPlainDecode) {
