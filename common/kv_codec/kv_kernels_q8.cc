@@ -30,9 +30,39 @@ void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes,
 }
 
 bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
-  return k.bits == 8 && v.bits == 8 && k.group > 0 && k.group % kQ8Block == 0 && v.group > 0 && v.group % 16 == 0 &&
+  return k.bits == 8 && v.bits == 8 && k.group > 0 && k.group % kQ8Block == 0 && v.group > 0 && v.group % 32 == 0 &&
          head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim && head_dim % k.group == 0 && head_dim % v.group == 0;
 }
+
+namespace {
+
+// The value product of one head over tile rows [lo, hi) (kv_kernels.h,
+// kQ8WeightMax): p [kAttentionTileRows] the weights exp(s - m'), acc
+// [head_dim].
+void values_q8_scalar(const KvHeadRows& v, int64_t tile_row, const float* p, int lo, int hi, float* acc,
+                      int head_dim) {
+  float w[kAttentionTileRows];
+  int32_t sum[kQ8MaxHeadDim];
+  for (int g = 0; g * v.group < head_dim; ++g) {
+    float w_max = 0.0f;
+    for (int r = lo; r < hi; ++r) {
+      w[r] = p[r] * fp16_to_fp32(v.scales[(tile_row + r) * v.row_groups + g]);
+      w_max = std::max(w_max, w[r]);
+    }
+    const float inv = w_max > kQ8WeightTiny ? static_cast<float>(kQ8WeightMax) / w_max : 0.0f;
+    const float step = w_max / static_cast<float>(kQ8WeightMax);
+    std::fill(sum, sum + v.group, 0);
+    for (int r = lo; r < hi; ++r) {
+      const int32_t code = std::min(static_cast<int32_t>(std::lrint(w[r] * inv)), int32_t{kQ8WeightMax});
+      const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + (tile_row + r) * v.row_code_bytes) + g * v.group;
+      for (int d = 0; d < v.group; ++d) sum[d] += code * int32_t{vr[d]};
+    }
+    float* ag = acc + g * v.group;
+    for (int d = 0; d < v.group; ++d) ag[d] = std::fma(static_cast<float>(sum[d]), step, ag[d]);
+  }
+}
+
+}  // namespace
 
 void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                            int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
@@ -58,15 +88,21 @@ void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t til
     }
     float* ai = acc + int64_t{i} * head_dim;
     online_softmax_step(s, lo, hi, tile_max, m + i, l + i, ai, head_dim);
-    for (int r = lo; r < hi; ++r) {
-      const int64_t row = tile_row + r;
-      const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + row * v.row_code_bytes);
-      const uint16_t* vs = v.scales + row * v.row_groups;
-      for (int g = 0; g * v.group < head_dim; ++g) {
-        const float w = s[r] * fp16_to_fp32(vs[g]);
-        for (int d = g * v.group; d < (g + 1) * v.group; ++d) ai[d] += w * static_cast<float>(vr[d]);
-      }
-    }
+    values_q8_scalar(v, tile_row, s, lo, hi, ai, head_dim);
+  }
+}
+
+// Each position on its own: the arithmetic of a head never depends on the
+// others, so this is the reference the AVX-512 kernel's shared reads must match.
+void attend_tile_q8_positions_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  const int64_t n_blocks = head_dim / kQ8Block;
+  for (int j = 0; j < pos.n; ++j) {
+    const int64_t qh = j * pos.q_heads_stride, sh = j * pos.state_stride;
+    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * n_blocks, q.bias + qh * n_blocks};
+    attend_tile_q8_scalar(k, v, tile_row, qj, n_q, head_dim, pos.lo[j], pos.hi[j], m + sh, l + sh,
+                          acc + sh * head_dim, scratch);
   }
 }
 
