@@ -91,22 +91,27 @@ bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // The integer value product of attend_tile_q8. After the online-softmax step
 // a head's tile weights are p_r = exp(s_r - m') (m and l are updated from
 // these float p_r, unquantized). For each value group g the weights with the
-// rows' group scales folded in, w_r = p_r * vs_r[g] (float), are quantized
-// with one step per (head, tile, group), a function of that head's own
-// weights only:
-//   w_max = max_{r in [lo, hi)} w_r; step = w_max / kQ8WeightMax;
-//   code_r = min(lrint(w_r * (kQ8WeightMax / w_max)), kQ8WeightMax)
-//   (all codes 0 when w_max <= kQ8WeightTiny: such a tile weighs under
-//   2^-96 of the row that set m, whose p is 1),
-// and acc[d] = fma(float(sum_r code_r * v_r[d]), step, acc[d]) with the sum
-// over the tile's rows exact in int32 (|sum| <= 64 * 32767 * 127 < 2^31).
-// Error: |code_r * step - w_r| <= step / 2, so a tile moves acc[d] by at
-// most n_rows * step / 2 * 127 = n_rows * max_r(p_r * amax_r[g]) / (2 *
-// kQ8WeightMax) (amax_r[g] = 127 vs_r[g], the group's largest magnitude),
-// and the normalized output (acc / l, l >= each tile's sum of p) by at most
-// kAttentionTileRows / (2 * kQ8WeightMax) * max_r amax_r = max amax / 1024:
-// a quarter of the error bound of the INT8 value codes themselves (amax /
-// 254). (u8 weights, 255 levels, would allow max amax / 8: too coarse.)
+// rows' group scales folded in, p_r * vs_r[g], are quantized to codes in
+// [0, kQ8WeightMax] with one step per (head, tile, group), a function of
+// that head's own scores and rows only:
+//   p_ref = exp(t - m') (t the tile's largest score: exactly 1 when t = m',
+//     the common case, no exp call); c = 1 / p_ref (0 when p_ref <=
+//     kQ8WeightTiny: such a tile weighs under 2^-96 of the row that set m);
+//   vs_max = max_{r in [lo, hi)} vs_r[g]; ratio = kQ8WeightMax / vs_max (0
+//     when vs_max = 0);
+//   code_r = min(lrint((p_r * c) * (vs_r[g] * ratio)), kQ8WeightMax);
+//   step = p_ref * (vs_max / kQ8WeightMax)
+// (vs_max and ratio are shared by the heads of one query position), and
+// acc[d] = fma(float(sum_r code_r * v_r[d]), step, acc[d]) with the sum over
+// the tile's rows exact in int32 (|sum| <= 64 * 32767 * 128 < 2^31).
+// Error: |code_r * step - p_r * vs_r[g]| <= step / 2 (up to float
+// rounding), so a tile moves acc[d] by at most n_rows * step / 2 * 127 =
+// n_rows * p_ref * amax / (2 * kQ8WeightMax) (amax = 127 vs_max, the
+// group's largest magnitude over the tile), and the normalized output (acc /
+// l, l >= p_ref: the row of score t is in l) by at most kAttentionTileRows /
+// (2 * kQ8WeightMax) * max amax = max amax / 1024: a quarter of the error
+// bound of the INT8 value codes themselves (amax / 254). (u8 weights, 255
+// levels, would allow max amax / 8: too coarse.)
 inline constexpr int kQ8WeightMax = 32767;
 inline constexpr float kQ8WeightTiny = 0x1p-96f;
 

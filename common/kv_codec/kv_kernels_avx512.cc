@@ -254,8 +254,9 @@ inline void prefetch_head_row(const KvHeadRows& h, int64_t r, int head_bytes) {
 // place and vmax holds their max (lanes outside [lo, hi) at -inf or below):
 // s becomes the weights exp(s - m') (exactly 0 outside [lo, hi)); m, l and
 // acc [head_dim] move to the new max m'.
-inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float* l, float* acc, int head_dim) {
-  const float m_new = std::max(*m, reduce_max16(vmax));
+inline float softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float* l, float* acc, int head_dim) {
+  const float tile_max = reduce_max16(vmax);
+  const float m_new = std::max(*m, tile_max);
   // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
   // holds, the common case: no exp call, no rescale (x * 1 == x).
   const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
@@ -273,12 +274,15 @@ inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float*
   if (alpha != 1.0f) {
     for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(acc + d)));
   }
+  return tile_max;
 }
 
 // The online-softmax step of every head of an in-place tile: scores of head
 // i at s + i * kAttentionTileRows, rows [lo, hi); each head's tile max, then
-// softmax_step (exp(s - m') in place, m, l and the rescaled acc).
-void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc) {
+// softmax_step (exp(s - m') in place, m, l and the rescaled acc). p_ref
+// (when given) [n_q]: exp(t - m') of each head's tile max t (kQ8WeightMax).
+void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc,
+                  float* p_ref = nullptr) {
   const int g_first = lo / 16 * 16;
   for (int i = 0; i < n_q; ++i) {
     float* si = s + int64_t{i} * kAttentionTileRows;
@@ -286,7 +290,8 @@ void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, flo
     for (int g0 = g_first; g0 < hi; g0 += 16) {
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
     }
-    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+    const float t = softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+    if (p_ref != nullptr) p_ref[i] = t == m[i] ? 1.0f : std::exp(t - m[i]);
   }
 }
 
@@ -447,6 +452,21 @@ inline void load_key_columns(const KvHeadRows& k, int64_t tile_row, const BlockR
   }
 }
 
+// acc += x (u8) . (the dword at w, s8, broadcast): vpdpbusd with its memory
+// operand broadcast, written out because GCC 12 compiles the intrinsic with
+// a separate broadcast (and, in some loops, a register copy per instruction).
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i x, const void* w) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*static_cast<const int32_t*>(w)));
+  return acc;
+}
+
+// acc += x . (the dword at w, broadcast) by int16 pairs: vpdpwssd with its
+// memory operand broadcast (as dpbusd_broadcast).
+inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int32_t* w) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+  return acc;
+}
+
 // Scores of 16 tile rows for heads [h0, h0 + R), NB = head_dim / kQ8Block
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
@@ -470,7 +490,7 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
-        acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], cols[b * (kQ8Block / 4) + j], _mm512_set1_epi32(qw[w]));
+        acc[i][b] = dpbusd_broadcast(acc[i][b], cols[b * (kQ8Block / 4) + j], &qw[w]);
       }
     }
   }
@@ -537,45 +557,57 @@ void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, 
 // (unpermute_chunk puts them back).
 void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp) {
   constexpr __mmask32 kAll32 = 0xffffffffu;
-  const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2, chunks = head_dim / 16;
+  const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2;
   const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
+  __m512i* out = vp;
   for (int k = k_lo; k < k_hi; ++k) {
     const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * v.row_code_bytes;
     const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * v.row_code_bytes;
-    __m512i* out = vp + (k - k_lo) * chunks;
-    for (int d0 = 0; d0 < head_dim; d0 += 32) {
+    for (int d0 = 0; d0 < head_dim; d0 += 32, out += 2) {
       const __m512i a =
           _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + d0)));
       const __m512i b =
           _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + d0)));
-      out[d0 / 16] = _mm512_maskz_unpacklo_epi16(kAll32, a, b);
-      out[d0 / 16 + 1] = _mm512_maskz_unpackhi_epi16(kAll32, a, b);
+      _mm512_store_si512(out, _mm512_maskz_unpacklo_epi16(kAll32, a, b));
+      _mm512_store_si512(out + 1, _mm512_maskz_unpackhi_epi16(kAll32, a, b));
     }
   }
 }
 
-// One head's quantized weights (kv_kernels.h, kQ8WeightMax): p [64] the
-// weights exp(s - m') of rows [lo, hi) (other lanes masked to 0), vs the
-// union blocks' value group scales (vs[b][g] lane r: row 16 b + r of the
-// tile, b from u_lo / 16), wq [v_groups, kAttentionTileRows] int16 codes (0
-// outside [lo, hi); written for every row of the union blocks), step
-// [v_groups].
-void quantize_weights(const float* p, int lo, int hi, int u_lo, int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32],
-                      int v_groups, int16_t* wq, float* step) {
+// The per-position part of the weight codes (kv_kernels.h, kQ8WeightMax)
+// over rows [lo, hi): vs the union blocks' value group scales (vs[b][g] lane
+// r: row 16 (b + u_lo / 16) + r of the tile); u[b][g] = vs_r[g] * ratio_g,
+// and vs_max[g] per group.
+void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int hi, int u_lo, int u_hi, int v_groups,
+                            __m512 (*u)[kQ8MaxHeadDim / 32], float* vs_max) {
   const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
   for (int g = 0; g < v_groups; ++g) {
-    __m512 w[kAttentionTileRows / 16];
     __m512 vmax = _mm512_setzero_ps();
     for (int b = b_first; b < b_end; ++b) {
-      w[b] = _mm512_maskz_mul_ps(rows_mask(16 * b, lo, hi), _mm512_loadu_ps(p + 16 * b), vs[b - b_first][g]);
-      vmax = _mm512_maskz_max_ps(kAll, vmax, w[b]);
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(16 * b, lo, hi), vmax, vs[b - b_first][g]);
     }
-    const float w_max = reduce_max16(vmax);
-    const __m512 inv = _mm512_set1_ps(w_max > kQ8WeightTiny ? static_cast<float>(kQ8WeightMax) / w_max : 0.0f);
-    step[g] = w_max / static_cast<float>(kQ8WeightMax);
-    for (int b = b_first; b < b_end; ++b) {
-      const __m512i codes = _mm512_maskz_min_epi32(kAll, _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(w[b], inv)),
-                                                   _mm512_set1_epi32(kQ8WeightMax));
+    vs_max[g] = reduce_max16(vmax);
+    const __m512 ratio = _mm512_set1_ps(vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / vs_max[g] : 0.0f);
+    for (int b = b_first; b < b_end; ++b) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], ratio);
+  }
+}
+
+// One head's weight codes: p [64] the weights exp(s - m') of rows [lo, hi)
+// (other lanes masked to 0), wq [v_groups, kAttentionTileRows] int16 (0
+// outside [lo, hi); written for every row of the union blocks), step
+// [v_groups].
+void quantize_weights(const float* p, float p_ref, int lo, int hi, int u_lo, int u_hi,
+                      const __m512 (*u)[kQ8MaxHeadDim / 32], const float* vs_max, int v_groups, int16_t* wq,
+                      float* step) {
+  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
+  const __m512 c = _mm512_set1_ps(p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f);
+  for (int g = 0; g < v_groups; ++g) step[g] = p_ref * (vs_max[g] / static_cast<float>(kQ8WeightMax));
+  for (int b = b_first; b < b_end; ++b) {
+    const __m512 a = _mm512_maskz_mul_ps(rows_mask(16 * b, lo, hi), _mm512_loadu_ps(p + 16 * b), c);
+    for (int g = 0; g < v_groups; ++g) {
+      const __m512i codes =
+          _mm512_maskz_min_epi32(kAll, _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g])),
+                                 _mm512_set1_epi32(kQ8WeightMax));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + g * kAttentionTileRows + 16 * b),
                           _mm512_maskz_cvtepi32_epi16(kAll, codes));
     }
@@ -602,20 +634,21 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
   }
-  using Word = int32_t __attribute__((may_alias, aligned(1)));
-  const Word* w[R][NCH / 2];
+  // Dword k of a head's group row: the codes of rows 2k and 2k + 1 (read
+  // only by the asm's memory operand).
+  const int32_t* w[R][NCH / 2];
   for (int i = 0; i < R; ++i) {
     for (int c2 = 0; c2 < NCH / 2; ++c2) {
-      w[i][c2] = reinterpret_cast<const Word*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
+      w[i][c2] = reinterpret_cast<const int32_t*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
     }
   }
-  for (int k = k_lo; k < k_hi; ++k) {
-    const __m512i* x = vp + (k - vp_k_lo) * NCH;
+  const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
+  for (int k = k_lo; k < k_hi; ++k, x += NCH) {
 #pragma GCC unroll 16
     for (int c = 0; c < NCH; ++c) {
       const __m512i xc = _mm512_load_si512(x + c);
 #pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) isum[i][c] = _mm512_dpwssd_epi32(isum[i][c], xc, _mm512_set1_epi32(w[i][c / 2][k]));
+      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w[i][c / 2] + k);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -747,20 +780,26 @@ void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, i
     case 7: q8_tile_scores<7>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
     default: q8_tile_scores<8>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
   }
-  for (int j = 0; j < pos.n; ++j) {
-    const int64_t st = j * pos.state_stride;
-    tile_softmax(s + int64_t{j} * n_q * kAttentionTileRows, n_q, head_dim, pos.lo[j], pos.hi[j], m + st, l + st,
-                 acc + st * head_dim);
-  }
   // The value group scales of the union's blocks, once for every head.
-  __m512 vs[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
+  __m512 vs[kAttentionTileRows / 16][kQ8MaxHeadDim / 32], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
     block_scales16(v, tile_row, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
   }
-  for (int h = 0; h < heads; ++h) {
-    const int j = h / n_q;
-    quantize_weights(s + int64_t{h} * kAttentionTileRows, pos.lo[j], pos.hi[j], u_lo, u_hi, vs, v_groups,
-                     wq + int64_t{h} * v_groups * kAttentionTileRows, steps + int64_t{h} * v_groups);
+  constexpr int kHeadsAtOnce = 64;  // p_ref's size: a position's heads in runs of it
+  float p_ref[kHeadsAtOnce], vs_max[kQ8MaxHeadDim / 32];
+  for (int j = 0; j < pos.n; ++j) {
+    const int64_t st = j * pos.state_stride;
+    for (int h0 = 0; h0 < n_q; h0 += kHeadsAtOnce) {
+      const int nh = std::min(n_q - h0, kHeadsAtOnce);
+      tile_softmax(s + (int64_t{j} * n_q + h0) * kAttentionTileRows, nh, head_dim, pos.lo[j], pos.hi[j],
+                   m + st + h0, l + st + h0, acc + (st + h0) * head_dim, p_ref);
+      if (h0 == 0) position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, u, vs_max);
+      for (int i = 0; i < nh; ++i) {
+        const int64_t h = int64_t{j} * n_q + h0 + i;
+        quantize_weights(s + h * kAttentionTileRows, p_ref[i], pos.lo[j], pos.hi[j], u_lo, u_hi, u, vs_max, v_groups,
+                         wq + h * v_groups * kAttentionTileRows, steps + h * v_groups);
+      }
+    }
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (kQ8MaxHeadDim / 16)];
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp);

@@ -37,23 +37,22 @@ bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
 namespace {
 
 // The value product of one head over tile rows [lo, hi) (kv_kernels.h,
-// kQ8WeightMax): p [kAttentionTileRows] the weights exp(s - m'), acc
-// [head_dim].
-void values_q8_scalar(const KvHeadRows& v, int64_t tile_row, const float* p, int lo, int hi, float* acc,
+// kQ8WeightMax): p [kAttentionTileRows] the weights exp(s - m'), p_ref =
+// exp(t - m'), acc [head_dim].
+void values_q8_scalar(const KvHeadRows& v, int64_t tile_row, const float* p, float p_ref, int lo, int hi, float* acc,
                       int head_dim) {
-  float w[kAttentionTileRows];
+  const float c = p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f;
   int32_t sum[kQ8MaxHeadDim];
   for (int g = 0; g * v.group < head_dim; ++g) {
-    float w_max = 0.0f;
-    for (int r = lo; r < hi; ++r) {
-      w[r] = p[r] * fp16_to_fp32(v.scales[(tile_row + r) * v.row_groups + g]);
-      w_max = std::max(w_max, w[r]);
-    }
-    const float inv = w_max > kQ8WeightTiny ? static_cast<float>(kQ8WeightMax) / w_max : 0.0f;
-    const float step = w_max / static_cast<float>(kQ8WeightMax);
+    auto scale = [&](int r) { return fp16_to_fp32(v.scales[(tile_row + r) * v.row_groups + g]); };
+    float vs_max = 0.0f;
+    for (int r = lo; r < hi; ++r) vs_max = std::max(vs_max, scale(r));
+    const float ratio = vs_max > 0.0f ? static_cast<float>(kQ8WeightMax) / vs_max : 0.0f;
+    const float step = p_ref * (vs_max / static_cast<float>(kQ8WeightMax));
     std::fill(sum, sum + v.group, 0);
     for (int r = lo; r < hi; ++r) {
-      const int32_t code = std::min(static_cast<int32_t>(std::lrint(w[r] * inv)), int32_t{kQ8WeightMax});
+      const float w = (p[r] * c) * (scale(r) * ratio);
+      const int32_t code = std::min(static_cast<int32_t>(std::lrint(w)), int32_t{kQ8WeightMax});
       const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + (tile_row + r) * v.row_code_bytes) + g * v.group;
       for (int d = 0; d < v.group; ++d) sum[d] += code * int32_t{vr[d]};
     }
@@ -88,7 +87,8 @@ void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t til
     }
     float* ai = acc + int64_t{i} * head_dim;
     online_softmax_step(s, lo, hi, tile_max, m + i, l + i, ai, head_dim);
-    values_q8_scalar(v, tile_row, s, lo, hi, ai, head_dim);
+    const float p_ref = tile_max == m[i] ? 1.0f : std::exp(tile_max - m[i]);
+    values_q8_scalar(v, tile_row, s, p_ref, lo, hi, ai, head_dim);
   }
 }
 

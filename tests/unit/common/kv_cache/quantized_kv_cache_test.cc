@@ -105,9 +105,9 @@ std::vector<float> attended_queries(const KvCodecConfig& c, const KvGeometry& g,
 // Where the store takes the INT8 in-place path (attended_queries changes q):
 // the bound of its integer value product (kv_kernels.h, kQ8WeightMax) on
 // each output of queries [pos, pos + n) (no window), [n, n_head]: per tile
-// of keys, n_t rows off by at most 0.51 weight steps of max_r pn_r amax_r /
-// kQ8WeightMax (pn the softmax probabilities from f's keys and the queries as
-// multiplied, amax_r the row's largest magnitude in the stored domain);
+// of keys, n_t rows off by at most 0.51 weight steps of max_r pn_r max_r
+// amax_r / kQ8WeightMax (pn the softmax probabilities from f's keys and the
+// queries as multiplied, amax_r the row's largest magnitude in the stored domain);
 // rotated values gather up to sqrt(head_dim) of it in one dim. Otherwise 0.
 std::vector<double> value_product_bound(const KvCodecConfig& c, const KvGeometry& g, const F32KvCache& f, int layer,
                                         int64_t pos, int64_t n, const std::vector<float>& as_multiplied, bool q8) {
@@ -131,15 +131,14 @@ std::vector<double> value_product_bound(const KvCodecConfig& c, const KvGeometry
       double b = 0;
       for (int64_t t0 = 0; t0 < end; t0 += kv_kernels_impl::kAttentionTileRows) {
         const int64_t t1 = std::min(end, t0 + kv_kernels_impl::kAttentionTileRows);
-        double w_max = 0;
+        double p_max = 0, amax = 0;
         for (int64_t p = t0; p < t1; ++p) {
           std::copy(f.v_row(layer, p) + kv_off, f.v_row(layer, p) + kv_off + g.head_dim, row.begin());
           if (c.hadamard_values) kv_quant::hadamard_rows(row.data(), 1, g.head_dim);
-          double amax = 0;
           for (float x : row) amax = std::max(amax, std::fabs(double{x}));
-          w_max = std::max(w_max, e[p] / sum * amax);
+          p_max = std::max(p_max, e[p] / sum);
         }
-        b += static_cast<double>(t1 - t0) * w_max * 0.51 / kv_kernels_impl::kQ8WeightMax;
+        b += static_cast<double>(t1 - t0) * p_max * amax * 0.51 / kv_kernels_impl::kQ8WeightMax;
       }
       bound[i * g.n_head + h] = c.hadamard_values ? b * std::sqrt(static_cast<double>(g.head_dim)) : b;
     }

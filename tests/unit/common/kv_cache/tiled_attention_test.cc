@@ -150,8 +150,9 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
   // one output of query head h, e = exp(s - max) of its keys [first, end),
   // sum their sum, v its rows [first_all, ...) in the model's domain: per
   // tile t of the keys, n_t rows each off by at most 0.51 weight steps of
-  // max_{r in t} pn_r vs_r[g] / kQ8WeightMax times |code| <= 127, that is
-  //   sum_t n_t max_{r in t}(pn_r amax_r) * 0.51 / kQ8WeightMax
+  // max_{r in t} pn_r max_{r in t} vs_r[g] / kQ8WeightMax times |code| <=
+  // 127, that is
+  //   sum_t n_t max_{r in t} pn_r max_{r in t} amax_r * 0.51 / kQ8WeightMax
   // (amax_r = 127 vs_r: the row's largest magnitude in the stored domain;
   // taken over the head's dims here). Hadamard-rotated values: the error
   // vector is rotated back, so one dim may gather sqrt(head_dim) times it.
@@ -164,15 +165,14 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
     for (int64_t t0 = first / kv_kernels_impl::kAttentionTileRows * kv_kernels_impl::kAttentionTileRows; t0 < end;
          t0 += kv_kernels_impl::kAttentionTileRows) {
       const int64_t lo = std::max(first, t0), hi = std::min(end, t0 + kv_kernels_impl::kAttentionTileRows);
-      double w_max = 0;
+      double p_max = 0, amax = 0;
       for (int64_t p = lo; p < hi; ++p) {
         std::memcpy(row.data(), v.data() + (p - first_all) * g.kv_dim() + kv_off, sizeof(float) * g.head_dim);
         if (hadamard) kv_quant::hadamard_rows(row.data(), 1, g.head_dim);
-        double amax = 0;
         for (float x : row) amax = std::max(amax, std::fabs(double{x}));
-        w_max = std::max(w_max, e[static_cast<size_t>(p - first)] / sum * amax);
+        p_max = std::max(p_max, e[static_cast<size_t>(p - first)] / sum);
       }
-      bound += static_cast<double>(hi - lo) * w_max * 0.51 / kv_kernels_impl::kQ8WeightMax;
+      bound += static_cast<double>(hi - lo) * p_max * amax * 0.51 / kv_kernels_impl::kQ8WeightMax;
     }
     return hadamard ? bound * std::sqrt(static_cast<double>(g.head_dim)) : bound;
   }

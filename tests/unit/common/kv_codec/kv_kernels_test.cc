@@ -273,10 +273,10 @@ using AttendTileInPlace = AttendHeads;
 
 // What the integer value product of attend_tile_q8 (kv_kernels.h,
 // kQ8WeightMax) may move output dim d of a head by: per tile t, the weights
-// w_r = p_r vs_r[g] are quantized with step max_{r in t} w_r / kQ8WeightMax,
-// each off by at most half a step (0.51: the float rounding of w_r times the
-// inverse step), so the normalized output moves by at most
-//   sum_t max_{r in t}(pn_r vs_r[g]) * 0.51 / kQ8WeightMax * sum_{r in t} |c_r[d]|
+// p_r vs_r[g] are quantized with step max_{r in t} p_r * max_{r in t}
+// vs_r[g] / kQ8WeightMax, each off by at most half a step (0.51: float
+// rounding), so the normalized output moves by at most
+//   sum_t max_{r in t} pn_r * max_{r in t} vs_r[g] * 0.51 / kQ8WeightMax * sum_{r in t} |c_r[d]|
 // with pn the softmax probabilities. e: exp(s - max) of rows [first, n_ctx), sum their sum.
 double weight_bound(const KvHeadRows& v, const std::vector<double>& e, double sum, int64_t first, int64_t n_ctx,
                     int d) {
@@ -284,13 +284,13 @@ double weight_bound(const KvHeadRows& v, const std::vector<double>& e, double su
   const int g = d / v.group;
   double bound = 0;
   for (int64_t t0 = 0; t0 < n_ctx; t0 += kAttentionTileRows) {
-    double w_max = 0, codes = 0;
+    double p_max = 0, vs_max = 0, codes = 0;
     for (int64_t j = std::max(t0, first); j < std::min(n_ctx, t0 + kAttentionTileRows); ++j) {
-      const double pn = e[static_cast<size_t>(j - first)] / sum;
-      w_max = std::max(w_max, pn * fp16_to_fp32(v.scales[j * v.row_groups + g]));
+      p_max = std::max(p_max, e[static_cast<size_t>(j - first)] / sum);
+      vs_max = std::max(vs_max, double{fp16_to_fp32(v.scales[j * v.row_groups + g])});
       codes += std::abs(int{reinterpret_cast<const int8_t*>(v.codes + j * v.row_code_bytes)[d]});
     }
-    bound += w_max * 0.51 / kQ8WeightMax * codes;
+    bound += p_max * vs_max * 0.51 / kQ8WeightMax * codes;
   }
   return bound;
 }
