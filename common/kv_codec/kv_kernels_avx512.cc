@@ -689,39 +689,29 @@ void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_
   for (; h0 < heads; ++h0) run.template operator()<1>(h0);
 }
 
-// acc[i, d0 .. d0 + 16 NV) += sum_r w_i[chunk, r] v_r[d0 ..] for R heads,
-// rows [lo, hi) of INT8 (kF16: F16) values read in place: head i's weights at
-// w + i * w_head, [head_dim / 16, kAttentionTileRows] (INT8: one row of
-// weights per 16-dim chunk, p_r x the chunk's group scale) or
-// [kAttentionTileRows] (F16: p_r for every chunk); w at chunk d0 / 16.
-template <int R, int NV, bool kF16>
+// acc[i, d0 .. d0 + 16 NV) += sum_r p_i[r] v_r[d0 ..] for R heads, rows
+// [lo, hi) of F16 values read in place: head i's weights p_r at w + i *
+// w_head ([kAttentionTileRows]).
+template <int R, int NV>
 void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
                             float* acc, int head_dim, int d0) {
-  constexpr int kChunkWeights = kF16 ? 0 : kAttentionTileRows;
   __m512 a[R][NV];
   const float* wi[R];
   for (int i = 0; i < R; ++i) {
     wi[i] = w + i * w_head;
     for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc + i * head_dim + d0 + 16 * c);
   }
-  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * (kF16 ? 2 : 1);
+  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * 2;
   for (int r = lo; r < hi; ++r, vr += v.row_code_bytes) {
     __m512 x[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) {
-      if constexpr (kF16) {
-        x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
-      } else {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * c));
-        x[c] = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepi8_epi32(kAll, bytes));
-      }
+      x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
-      for (int c = 0; c < NV; ++c) {
-        a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][c * kChunkWeights + r]), x[c], a[i][c]);
-      }
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][r]), x[c], a[i][c]);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -729,33 +719,31 @@ void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* 
   }
 }
 
-template <int R, bool kF16>
+template <int R>
 void rows_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi, float* acc,
                  int head_dim) {
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
-    const float* wd = kF16 ? w : w + d0 / 16 * kAttentionTileRows;
     switch (std::min(head_dim - d0, 64) / 16) {
-      case 1: rows_accumulate_values<R, 1, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 2: rows_accumulate_values<R, 2, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 3: rows_accumulate_values<R, 3, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      default: rows_accumulate_values<R, 4, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 1: rows_accumulate_values<R, 1>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      case 2: rows_accumulate_values<R, 2>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      case 3: rows_accumulate_values<R, 3>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      default: rows_accumulate_values<R, 4>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
     }
   }
 }
 
-// Values of every head, four at a time: each row converted once for the four.
-template <bool kF16>
+// F16 values of every head, four at a time: each row converted once for the four.
 void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int n_q, int lo, int hi,
                      float* acc, int head_dim) {
   int i = 0;
   for (; i + 4 <= n_q; i += 4) {
-    rows_values<4, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<4>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
   for (; i + 2 <= n_q; i += 2) {
-    rows_values<2, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<2>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
   for (; i < n_q; ++i) {
-    rows_values<1, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<1>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
 }
 
@@ -875,7 +863,7 @@ void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t ti
     default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
   }
   tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
-  rows_values_all<true>(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
+  rows_values_all(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
 }
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,

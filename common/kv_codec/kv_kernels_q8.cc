@@ -1,6 +1,7 @@
-// The ISA-independent parts of the INT8-key attention step (kv_kernels.h,
+// The ISA-independent parts of the INT8 in-place attention step (kv_kernels.h,
 // attend_tile_q8): query quantization, the support check, and the scalar
-// kernel (the scalar and AVX2 sets; the AVX-512 set has its own, VNNI).
+// kernels, which define the arithmetic (the integer q . k, the quantized
+// weights and the integer p . V) that the AVX-512 set computes with VNNI.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
