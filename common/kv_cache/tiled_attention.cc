@@ -61,9 +61,10 @@ struct TileScratch {
     const size_t tile = static_cast<size_t>(kTile * head_dim);
     // Zero on growth: rows a tile does not dequantize stay finite.
     if (!in_place && k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
-    const size_t scores_floats =
-        static_cast<size_t>(in_place ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv, head_dim)
-                                     : heads_per_kv * kTile);
+    const size_t scores_floats = static_cast<size_t>(
+        in_place ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv * kv_kernels_impl::kQ8MaxPositions,
+                                                                  head_dim)
+                 : heads_per_kv * kTile);
     if (scores.size() < scores_floats) scores.resize(scores_floats);
   }
 };
@@ -167,23 +168,53 @@ class LayerAttention {
   // One tile of one KV head for queries [i0, i1), the rows read in place.
   void run_tile_in_place(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
                          int64_t i1, int64_t t0, StateSpan s, TileScratch& scratch) const {
-    const int64_t n_blocks = head_dim_ / kv_kernels_impl::kQ8Block;
+    if (q8()) return run_tile_q8(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, s, scratch);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
       if (lo >= hi) continue;
       const int64_t h = ((i - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
       const int64_t q_head = i * (q_dim_ / head_dim_) + int64_t{kv_h} * heads_per_kv_;  // first query head
-      if (!q8()) {
-        kern_.attend_tile_f16(k_rows, v_rows, t0 - rows_.first_position, q_ + q_head * head_dim_, heads_per_kv_,
-                              head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h,
-                              s.l + h, s.acc + h * head_dim_, scratch.scores.data());
-        continue;
-      }
-      const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
-      kern_.attend_tile_q8(k_rows, v_rows, t0 - rows_.first_position, q, heads_per_kv_, head_dim_,
-                           static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h, s.l + h,
-                           s.acc + h * head_dim_, scratch.scores.data());
+      kern_.attend_tile_f16(k_rows, v_rows, t0 - rows_.first_position, q_ + q_head * head_dim_, heads_per_kv_,
+                            head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h, s.l + h,
+                            s.acc + h * head_dim_, scratch.scores.data());
     }
+  }
+
+  // INT8 K and V: the queries of [i0, i1) that see rows of the tile (a
+  // contiguous run: first_key and end_key grow with i) in calls of up to
+  // kQ8MaxPositions, so the tile's K and V are read and rearranged once per
+  // call (each query's bits are those of a call of its own).
+  void run_tile_q8(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
+                   int64_t i1, int64_t t0, StateSpan s, TileScratch& scratch) const {
+    const int64_t n_blocks = head_dim_ / kv_kernels_impl::kQ8Block;
+    const int64_t n_head = q_dim_ / head_dim_;
+    int lo[kv_kernels_impl::kQ8MaxPositions], hi[kv_kernels_impl::kQ8MaxPositions];
+    kv_kernels_impl::TilePositions pos;
+    pos.q_heads_stride = n_head;
+    pos.state_stride = int64_t{h1 - h0} * heads_per_kv_;
+    pos.lo = lo;
+    pos.hi = hi;
+    int64_t first = -1;  // the call's first query
+    pos.n = 0;
+    auto flush = [&] {
+      if (pos.n == 0) return;
+      const int64_t h = ((first - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
+      const int64_t q_head = first * n_head + int64_t{kv_h} * heads_per_kv_;
+      const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
+      kern_.attend_tile_q8_positions(k_rows, v_rows, t0 - rows_.first_position, q, pos, heads_per_kv_, head_dim_,
+                                     s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+      pos.n = 0;
+    };
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t lo_i = std::max(first_key(i), t0), hi_i = std::min(end_key(i), t0 + kTile);
+      if (lo_i >= hi_i) continue;
+      if (pos.n > 0 && i != first + pos.n) flush();  // (never: the run is contiguous) the strides need one
+      if (pos.n == 0) first = i;
+      lo[pos.n] = static_cast<int>(lo_i - t0);
+      hi[pos.n] = static_cast<int>(hi_i - t0);
+      if (++pos.n == kv_kernels_impl::kQ8MaxPositions) flush();
+    }
+    flush();
   }
 
   // Prefetches (to L2) the codes of positions [lo, hi) of one head.
@@ -371,7 +402,7 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
   // INT8 K and V in place where the kernel set has it (AVX-512, and the
   // scalar reference level); AVX2 dequantizes the tiles as before.
-  const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8 != nullptr &&
+  const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8_positions != nullptr &&
                                kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
                            ? quantize_queries(geometry, scale, n, q)
                            : QueriesQ8{};

@@ -7,7 +7,11 @@
 //   INT8 K and V (kv_kernels.h, attend_tile_q8): in place, no f32 copy;
 //     each query head quantized once per call like ggml's Q8_0 activations
 //     (blocks of 32), q . k an exact integer dot product (VNNI on the AVX-512
-//     set), values converted once per row for the GQA heads.
+//     set); the softmax weights times the value group scales quantized to
+//     15-bit codes per (query head, tile, group) and p . V an exact integer
+//     sum too (kv_kernels.h, kQ8WeightMax: the bound of that error); a
+//     prefill's queries in calls of up to kQ8MaxPositions positions, so a
+//     tile's K and V are rearranged once for all of them.
 //   F16 K and V on sets with attend_tile_f16 (AVX-512): in place, the same
 //     arithmetic as the dequantized tile.
 //   Others (F32, INT4, mixed, or a set without the kernel): the tile is

@@ -82,15 +82,62 @@ struct QueryQ8 {
 void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes, float* scales, int32_t* bias);
 
 // True when attend_tile_q8 takes these K / V rows: INT8 keys with groups a
-// multiple of kQ8Block, INT8 values with groups a multiple of 16, and
-// head_dim a multiple of kQ8Block (at most kQ8MaxHeadDim).
+// multiple of kQ8Block, INT8 values with groups a multiple of 32 (a 32-dim
+// chunk of the integer value product shares one weight scale), and head_dim
+// a multiple of kQ8Block (at most kQ8MaxHeadDim).
 inline constexpr int kQ8MaxHeadDim = 256;
 bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 
-// Scratch floats attend_tile_q8 needs for n_q heads.
+// The integer value product of attend_tile_q8. After the online-softmax step
+// a head's tile weights are p_r = exp(s_r - m') (m and l are updated from
+// these float p_r, unquantized). For each value group g the weights with the
+// rows' group scales folded in, p_r * vs_r[g], are quantized to codes in
+// [0, kQ8WeightMax] with one step per (head, tile, group), a function of
+// that head's own scores and rows only:
+//   p_ref = exp(t - m') (t the tile's largest score: exactly 1 when t = m',
+//     the common case, no exp call); c = 1 / p_ref (0 when p_ref <=
+//     kQ8WeightTiny: such a tile weighs under 2^-96 of the row that set m);
+//   vs_max = max_{r in [lo, hi)} vs_r[g]; ratio = kQ8WeightMax / vs_max (0
+//     when vs_max = 0);
+//   code_r = min(lrint((p_r * c) * (vs_r[g] * ratio)), kQ8WeightMax);
+//   step = p_ref * (vs_max / kQ8WeightMax)
+// (vs_max and ratio are shared by the heads of one query position), and
+// acc[d] = fma(float(sum_r code_r * v_r[d]), step, acc[d]) with the sum over
+// the tile's rows exact in int32 (|sum| <= 64 * 32767 * 128 < 2^31).
+// Error: |code_r * step - p_r * vs_r[g]| <= step / 2 (up to float
+// rounding), so a tile moves acc[d] by at most n_rows * step / 2 * 127 =
+// n_rows * p_ref * amax / (2 * kQ8WeightMax) (amax = 127 vs_max, the
+// group's largest magnitude over the tile), and the normalized output (acc /
+// l, l >= p_ref: the row of score t is in l) by at most kAttentionTileRows /
+// (2 * kQ8WeightMax) * max amax = max amax / 1024: a quarter of the error
+// bound of the INT8 value codes themselves (amax / 254). (u8 weights, 255
+// levels, would allow max amax / 8: too coarse.)
+inline constexpr int kQ8WeightMax = 32767;
+inline constexpr float kQ8WeightTiny = 0x1p-96f;
+
+// Query positions that attend_tile_q8_positions takes in one call.
+inline constexpr int kQ8MaxPositions = 16;
+
+// Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
+// n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
+// quantized weights [n_q, head_dim / 32, kAttentionTileRows] int16.
 inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
   return int64_t{n_q} * kAttentionTileRows * (1 + head_dim / 16);
 }
+
+// The query positions of one attend_tile_q8_positions call: position j's
+// n_q quantized query heads at head offset j * q_heads_stride of the
+// QueryQ8 (codes + j * q_heads_stride * head_dim, scales and bias + j *
+// q_heads_stride * (head_dim / kQ8Block)); its states at m + j *
+// state_stride, l + j * state_stride, acc + j * state_stride * head_dim; its
+// rows of the tile [lo[j], hi[j]) (lo[j] < hi[j]).
+struct TilePositions {
+  int n = 1;  // 1 .. kQ8MaxPositions
+  int64_t q_heads_stride = 0;
+  int64_t state_stride = 0;
+  const int* lo = nullptr;
+  const int* hi = nullptr;
+};
 
 struct KvKernels {
   // sum_i q[i] * x[i] for the dequantized x.
@@ -160,11 +207,21 @@ struct KvKernels {
   // quantized queries. Score of row r for head i:
   //   s_r = sum_b float(bias[b] + sum_{d in b} codes[d] * (k_r[d] + 128)) * scales[b] * ks_r[group(b)]
   // (the integer sum exact), then the online-softmax step of attend_tile,
-  // with each value row as p_r * vs_r[group] * v_r. The same determinism as
+  // with each value row as p_r * vs_r[group] * v_r, the weights quantized
+  // and the product summed in integers (kQ8WeightMax). The same determinism as
   // attend_tile: a head's result depends on its q, its state, lo, hi and
   // those rows only. scratch: attend_tile_q8_scratch_floats(n_q, head_dim).
+  // (The value product in integers: kQ8WeightMax.)
   void (*attend_tile_q8)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                          int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+  // attend_tile_q8 for several query positions at once (prefill): the
+  // tile's K and V rows (the union of the positions' [lo, hi)) are read and
+  // rearranged once for all of them; each position's heads get the same bits
+  // as attend_tile_q8 on that position alone. scratch:
+  // attend_tile_q8_scratch_floats(pos.n * n_q, head_dim).
+  void (*attend_tile_q8_positions)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* scratch);
   // attend_tile over F16 K and V read in place (f16_tile_supported), the
   // tile as attend_tile_q8's and q, scale as attend_tile's: the same
   // arithmetic as dequantizing the rows and calling attend_tile, without
@@ -215,6 +272,9 @@ void attend_tile_scalar(const float* k, int64_t k_stride, const float* v, int64_
                         int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                            int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+void attend_tile_q8_positions_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch);
 void attend_heads_scalar(const KvHeadRows& k, const KvHeadRows& v, const float* q, int n_q, int head_dim, float scale,
                          int64_t n_ctx, float* scratch, float* out);
 

@@ -254,8 +254,9 @@ inline void prefetch_head_row(const KvHeadRows& h, int64_t r, int head_bytes) {
 // place and vmax holds their max (lanes outside [lo, hi) at -inf or below):
 // s becomes the weights exp(s - m') (exactly 0 outside [lo, hi)); m, l and
 // acc [head_dim] move to the new max m'.
-inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float* l, float* acc, int head_dim) {
-  const float m_new = std::max(*m, reduce_max16(vmax));
+inline float softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float* l, float* acc, int head_dim) {
+  const float tile_max = reduce_max16(vmax);
+  const float m_new = std::max(*m, tile_max);
   // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
   // holds, the common case: no exp call, no rescale (x * 1 == x).
   const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
@@ -273,12 +274,15 @@ inline void softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float*
   if (alpha != 1.0f) {
     for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(valpha, _mm512_loadu_ps(acc + d)));
   }
+  return tile_max;
 }
 
 // The online-softmax step of every head of an in-place tile: scores of head
 // i at s + i * kAttentionTileRows, rows [lo, hi); each head's tile max, then
-// softmax_step (exp(s - m') in place, m, l and the rescaled acc).
-void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc) {
+// softmax_step (exp(s - m') in place, m, l and the rescaled acc). p_ref
+// (when given) [n_q]: exp(t - m') of each head's tile max t (kQ8WeightMax).
+void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc,
+                  float* p_ref = nullptr) {
   const int g_first = lo / 16 * 16;
   for (int i = 0; i < n_q; ++i) {
     float* si = s + int64_t{i} * kAttentionTileRows;
@@ -286,7 +290,8 @@ void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, flo
     for (int g0 = g_first; g0 < hi; g0 += 16) {
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
     }
-    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+    const float t = softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
+    if (p_ref != nullptr) p_ref[i] = t == m[i] ? 1.0f : std::exp(t - m[i]);
   }
 }
 
@@ -447,6 +452,21 @@ inline void load_key_columns(const KvHeadRows& k, int64_t tile_row, const BlockR
   }
 }
 
+// acc += x (u8) . (the dword at w, s8, broadcast): vpdpbusd with its memory
+// operand broadcast, written out because GCC 12 compiles the intrinsic with
+// a separate broadcast (and, in some loops, a register copy per instruction).
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i x, const void* w) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*static_cast<const int32_t*>(w)));
+  return acc;
+}
+
+// acc += x . (the dword at w, broadcast) by int16 pairs: vpdpwssd with its
+// memory operand broadcast (as dpbusd_broadcast).
+inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int32_t* w) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+  return acc;
+}
+
 // Scores of 16 tile rows for heads [h0, h0 + R), NB = head_dim / kQ8Block
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
@@ -470,7 +490,7 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
-        acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], cols[b * (kQ8Block / 4) + j], _mm512_set1_epi32(qw[w]));
+        acc[i][b] = dpbusd_broadcast(acc[i][b], cols[b * (kQ8Block / 4) + j], &qw[w]);
       }
     }
   }
@@ -486,68 +506,212 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   }
 }
 
+// Scores of every position's heads over the union of their rows [u_lo,
+// u_hi) of the tile: each 16-row block's key columns loaded once for all of
+// them; position j's heads at s + (j * n_q + i) * kAttentionTileRows. A
+// position skips the blocks outside its own rows (their lanes are masked
+// later); a lane depends only on its row, so a head's scores are the same
+// bits whatever else the call holds.
 template <int NB>
-void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q, int lo, int hi, float* s) {
+void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                    const TilePositions& pos, int n_q, int u_lo, int u_hi, float* s) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   const int k_groups = head_dim / k.group;
   alignas(64) __m512i cols[head_dim / 4];
   __m512 ks[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
-  prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim);
-  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
+  prefetch_rows_l1(k, tile_row, u_lo, std::min(u_hi, u_lo / 16 * 16 + 16), head_dim);
+  for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
     // While this block computes: the next block's keys, this block's values
     // (read after the softmax) to L1.
-    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(hi, g0 + 32), head_dim);
-    prefetch_rows_l1(v, tile_row, std::max(lo, g0), std::min(hi, g0 + 16), head_dim);
-    const BlockRows rows(g0, lo, hi);
+    prefetch_rows_l1(k, tile_row, g0 + 16, std::min(u_hi, g0 + 32), head_dim);
+    prefetch_rows_l1(v, tile_row, std::max(u_lo, g0), std::min(u_hi, g0 + 16), head_dim);
+    const BlockRows rows(g0, u_lo, u_hi);
     load_key_columns(k, tile_row, rows, head_dim, cols);
     block_scales16(k, tile_row, rows, k_groups, ks);
-    int h0 = 0;
-    __m512 out[R];
-    for (; h0 + R <= n_q; h0 += R) {
-      q8_scores<R, NB>(cols, q, h0, ks, k.group, out);
-      for (int i = 0; i < R; ++i) _mm512_storeu_ps(s + (h0 + i) * kAttentionTileRows + g0, out[i]);
-    }
-    for (; h0 < n_q; ++h0) {
-      q8_scores<1, NB>(cols, q, h0, ks, k.group, out);
-      _mm512_storeu_ps(s + h0 * kAttentionTileRows + g0, out[0]);
+    for (int j = 0; j < pos.n; ++j) {
+      if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
+      const int64_t qh = j * pos.q_heads_stride;
+      const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
+      float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
+      int h0 = 0;
+      __m512 out[R];
+      for (; h0 + R <= n_q; h0 += R) {
+        q8_scores<R, NB>(cols, qj, h0, ks, k.group, out);
+        for (int i = 0; i < R; ++i) _mm512_storeu_ps(sj + (h0 + i) * kAttentionTileRows + g0, out[i]);
+      }
+      for (; h0 < n_q; ++h0) {
+        q8_scores<1, NB>(cols, qj, h0, ks, k.group, out);
+        _mm512_storeu_ps(sj + h0 * kAttentionTileRows + g0, out[0]);
+      }
     }
   }
 }
 
-// acc[i, d0 .. d0 + 16 NV) += sum_r w_i[chunk, r] v_r[d0 ..] for R heads,
-// rows [lo, hi) of INT8 (kF16: F16) values read in place: head i's weights at
-// w + i * w_head, [head_dim / 16, kAttentionTileRows] (INT8: one row of
-// weights per 16-dim chunk, p_r x the chunk's group scale) or
-// [kAttentionTileRows] (F16: p_r for every chunk); w at chunk d0 / 16.
-template <int R, int NV, bool kF16>
+// The value rows of the union [u_lo, u_hi) as int16 row pairs for vpdpwssd,
+// once per tile for every head: vp[(k - k_lo) * (head_dim / 16) + c] holds
+// rows 2k and 2k + 1 (clamped into the union: rows outside it weigh 0) of 16
+// dims, dword lane t = (v_2k, v_2k+1) of one dim. Chunk pair (2c2, 2c2 + 1)
+// covers dims [32 c2, 32 c2 + 32) in unpack order: 128-bit lane L of chunk
+// 2c2 holds dims 32 c2 + 8L + [0, 4), of chunk 2c2 + 1 dims 32 c2 + 8L + [4, 8)
+// (unpermute_chunk puts them back).
+void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp) {
+  constexpr __mmask32 kAll32 = 0xffffffffu;
+  const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2;
+  const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
+  __m512i* out = vp;
+  for (int k = k_lo; k < k_hi; ++k) {
+    const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * v.row_code_bytes;
+    const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * v.row_code_bytes;
+    for (int d0 = 0; d0 < head_dim; d0 += 32, out += 2) {
+      const __m512i a =
+          _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + d0)));
+      const __m512i b =
+          _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + d0)));
+      _mm512_store_si512(out, _mm512_maskz_unpacklo_epi16(kAll32, a, b));
+      _mm512_store_si512(out + 1, _mm512_maskz_unpackhi_epi16(kAll32, a, b));
+    }
+  }
+}
+
+// The per-position part of the weight codes (kv_kernels.h, kQ8WeightMax)
+// over rows [lo, hi): vs the union blocks' value group scales (vs[b][g] lane
+// r: row 16 (b + u_lo / 16) + r of the tile); u[b][g] = vs_r[g] * ratio_g,
+// and vs_max[g] per group.
+void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int hi, int u_lo, int u_hi, int v_groups,
+                            __m512 (*u)[kQ8MaxHeadDim / 32], float* vs_max) {
+  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
+  for (int g = 0; g < v_groups; ++g) {
+    __m512 vmax = _mm512_setzero_ps();
+    for (int b = b_first; b < b_end; ++b) {
+      vmax = _mm512_mask_max_ps(vmax, rows_mask(16 * b, lo, hi), vmax, vs[b - b_first][g]);
+    }
+    vs_max[g] = reduce_max16(vmax);
+    const __m512 ratio = _mm512_set1_ps(vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / vs_max[g] : 0.0f);
+    for (int b = b_first; b < b_end; ++b) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], ratio);
+  }
+}
+
+// One head's weight codes: p [64] the weights exp(s - m') of rows [lo, hi)
+// (other lanes masked to 0), wq [v_groups, kAttentionTileRows] int16 (0
+// outside [lo, hi); written for every row of the union blocks), step
+// [v_groups].
+void quantize_weights(const float* p, float p_ref, int lo, int hi, int u_lo, int u_hi,
+                      const __m512 (*u)[kQ8MaxHeadDim / 32], const float* vs_max, int v_groups, int16_t* wq,
+                      float* step) {
+  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
+  const __m512 c = _mm512_set1_ps(p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f);
+  for (int g = 0; g < v_groups; ++g) step[g] = p_ref * (vs_max[g] / static_cast<float>(kQ8WeightMax));
+  for (int b = b_first; b < b_end; ++b) {
+    const __m512 a = _mm512_maskz_mul_ps(rows_mask(16 * b, lo, hi), _mm512_loadu_ps(p + 16 * b), c);
+    for (int g = 0; g < v_groups; ++g) {
+      const __m512i codes =
+          _mm512_maskz_min_epi32(kAll, _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g])),
+                                 _mm512_set1_epi32(kQ8WeightMax));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + g * kAttentionTileRows + 16 * b),
+                          _mm512_maskz_cvtepi32_epi16(kAll, codes));
+    }
+  }
+}
+
+// Dims [32 c2, 32 c2 + 32) of a head in order from the unpack-ordered
+// chunk pair (lo, hi) of interleave_value_pairs: first, then second 16.
+inline void unpermute_chunk(__m512i lo, __m512i hi, __m512i* first, __m512i* second) {
+  const __m512i idx0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i idx1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  *first = _mm512_maskz_permutex2var_epi32(kAll, lo, idx0, hi);
+  *second = _mm512_maskz_permutex2var_epi32(kAll, lo, idx1, hi);
+}
+
+// acc of R heads += the integer value product over pairs [k_lo, k_hi) (the
+// pairs of the heads' rows; pairs outside a head's rows have weight codes
+// 0): head i's codes at wq[i] ([v_groups, kAttentionTileRows] int16), steps
+// at step[i]. NCH = head_dim / 16 int32 accumulators per head, exact.
+template <int R, int NCH>
+void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* const* wq, const float* const* step,
+               int v_group, float* const* acc) {
+  __m512i isum[R][NCH];
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
+  }
+  // Dword k of a head's group row: the codes of rows 2k and 2k + 1 (read
+  // only by the asm's memory operand).
+  const int32_t* w[R][NCH / 2];
+  for (int i = 0; i < R; ++i) {
+    for (int c2 = 0; c2 < NCH / 2; ++c2) {
+      w[i][c2] = reinterpret_cast<const int32_t*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
+    }
+  }
+  const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
+  for (int k = k_lo; k < k_hi; ++k, x += NCH) {
+#pragma GCC unroll 16
+    for (int c = 0; c < NCH; ++c) {
+      const __m512i xc = _mm512_load_si512(x + c);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w[i][c / 2] + k);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int c2 = 0; c2 < NCH / 2; ++c2) {
+      __m512i first, second;
+      unpermute_chunk(isum[i][2 * c2], isum[i][2 * c2 + 1], &first, &second);
+      const __m512 st = _mm512_set1_ps(step[i][c2 * 32 / v_group]);
+      float* a = acc[i] + 32 * c2;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, first), st, _mm512_loadu_ps(a)));
+      _mm512_storeu_ps(a + 16, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, second), st, _mm512_loadu_ps(a + 16)));
+    }
+  }
+}
+
+// Every head of every position: R at a time, each V pair loaded once for the R.
+template <int NCH>
+void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, const int16_t* wq,
+                   const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
+  constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
+  const int heads = pos.n * n_q;
+  auto run = [&]<int RR>(int h0) {
+    const int16_t* wq_i[RR];
+    const float* step_i[RR];
+    float* acc_i[RR];
+    int k_lo = kAttentionTileRows, k_hi = 0;
+    for (int i = 0; i < RR; ++i) {
+      const int h = h0 + i, j = h / n_q;
+      wq_i[i] = wq + int64_t{h} * v_groups * kAttentionTileRows;
+      step_i[i] = steps + int64_t{h} * v_groups;
+      acc_i[i] = acc + (j * pos.state_stride + h % n_q) * head_dim;
+      k_lo = std::min(k_lo, pos.lo[j] / 2);
+      k_hi = std::max(k_hi, (pos.hi[j] + 1) / 2);
+    }
+    q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i);
+  };
+  int h0 = 0;
+  for (; h0 + R <= heads; h0 += R) run.template operator()<R>(h0);
+  for (; h0 < heads; ++h0) run.template operator()<1>(h0);
+}
+
+// acc[i, d0 .. d0 + 16 NV) += sum_r p_i[r] v_r[d0 ..] for R heads, rows
+// [lo, hi) of F16 values read in place: head i's weights p_r at w + i *
+// w_head ([kAttentionTileRows]).
+template <int R, int NV>
 void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
                             float* acc, int head_dim, int d0) {
-  constexpr int kChunkWeights = kF16 ? 0 : kAttentionTileRows;
   __m512 a[R][NV];
   const float* wi[R];
   for (int i = 0; i < R; ++i) {
     wi[i] = w + i * w_head;
     for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc + i * head_dim + d0 + 16 * c);
   }
-  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * (kF16 ? 2 : 1);
+  const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * 2;
   for (int r = lo; r < hi; ++r, vr += v.row_code_bytes) {
     __m512 x[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) {
-      if constexpr (kF16) {
-        x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
-      } else {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * c));
-        x[c] = _mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_cvtepi8_epi32(kAll, bytes));
-      }
+      x[c] = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 32 * c)));
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
-      for (int c = 0; c < NV; ++c) {
-        a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][c * kChunkWeights + r]), x[c], a[i][c]);
-      }
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(wi[i][r]), x[c], a[i][c]);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -555,71 +719,96 @@ void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* 
   }
 }
 
-template <int R, bool kF16>
+template <int R>
 void rows_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi, float* acc,
                  int head_dim) {
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
-    const float* wd = kF16 ? w : w + d0 / 16 * kAttentionTileRows;
     switch (std::min(head_dim - d0, 64) / 16) {
-      case 1: rows_accumulate_values<R, 1, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 2: rows_accumulate_values<R, 2, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      case 3: rows_accumulate_values<R, 3, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
-      default: rows_accumulate_values<R, 4, kF16>(v, tile_row, wd, w_head, lo, hi, acc, head_dim, d0); break;
+      case 1: rows_accumulate_values<R, 1>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      case 2: rows_accumulate_values<R, 2>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      case 3: rows_accumulate_values<R, 3>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      default: rows_accumulate_values<R, 4>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
     }
   }
 }
 
-// Values of every head, four at a time: each row converted once for the four.
-template <bool kF16>
+// F16 values of every head, four at a time: each row converted once for the four.
 void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int n_q, int lo, int hi,
                      float* acc, int head_dim) {
   int i = 0;
   for (; i + 4 <= n_q; i += 4) {
-    rows_values<4, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<4>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
   for (; i + 2 <= n_q; i += 2) {
-    rows_values<2, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<2>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
   for (; i < n_q; ++i) {
-    rows_values<1, kF16>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<1>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
   }
 }
 
 }  // namespace
 
+void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  int u_lo = kAttentionTileRows, u_hi = 0;
+  for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
+  const int heads = pos.n * n_q, v_groups = head_dim / v.group;
+  float* s = scratch;  // [heads, kAttentionTileRows]: scores, then exp(s - m')
+  auto* wq = reinterpret_cast<int16_t*>(scratch + int64_t{heads} * kAttentionTileRows);  // [heads, v_groups, 64]
+  float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
+  switch (head_dim / kQ8Block) {
+    case 1: q8_tile_scores<1>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 2: q8_tile_scores<2>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 3: q8_tile_scores<3>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 4: q8_tile_scores<4>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 5: q8_tile_scores<5>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 6: q8_tile_scores<6>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    case 7: q8_tile_scores<7>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+    default: q8_tile_scores<8>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
+  }
+  // The value group scales of the union's blocks, once for every head.
+  __m512 vs[kAttentionTileRows / 16][kQ8MaxHeadDim / 32], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
+  for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
+    block_scales16(v, tile_row, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
+  }
+  constexpr int kHeadsAtOnce = 64;  // p_ref's size: a position's heads in runs of it
+  float p_ref[kHeadsAtOnce], vs_max[kQ8MaxHeadDim / 32];
+  for (int j = 0; j < pos.n; ++j) {
+    const int64_t st = j * pos.state_stride;
+    for (int h0 = 0; h0 < n_q; h0 += kHeadsAtOnce) {
+      const int nh = std::min(n_q - h0, kHeadsAtOnce);
+      tile_softmax(s + (int64_t{j} * n_q + h0) * kAttentionTileRows, nh, head_dim, pos.lo[j], pos.hi[j],
+                   m + st + h0, l + st + h0, acc + (st + h0) * head_dim, p_ref);
+      if (h0 == 0) position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, u, vs_max);
+      for (int i = 0; i < nh; ++i) {
+        const int64_t h = int64_t{j} * n_q + h0 + i;
+        quantize_weights(s + h * kAttentionTileRows, p_ref[i], pos.lo[j], pos.hi[j], u_lo, u_hi, u, vs_max, v_groups,
+                         wq + h * v_groups * kAttentionTileRows, steps + h * v_groups);
+      }
+    }
+  }
+  alignas(64) __m512i vp[kAttentionTileRows / 2 * (kQ8MaxHeadDim / 16)];
+  interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp);
+  switch (head_dim / 32) {
+    case 1: q8_values_all<2>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 2: q8_values_all<4>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 3: q8_values_all<6>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 4: q8_values_all<8>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 5: q8_values_all<10>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 6: q8_values_all<12>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    case 7: q8_values_all<14>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+    default: q8_values_all<16>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+  }
+}
+
 void attend_tile_q8_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                            int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
-  float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
-  float* w = scratch + int64_t{n_q} * kAttentionTileRows;  // [n_q, v_groups, kAttentionTileRows]
-  switch (head_dim / kQ8Block) {
-    case 1: q8_tile_scores<1>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 2: q8_tile_scores<2>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 3: q8_tile_scores<3>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 4: q8_tile_scores<4>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 5: q8_tile_scores<5>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 6: q8_tile_scores<6>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    case 7: q8_tile_scores<7>(k, v, tile_row, q, n_q, lo, hi, s); break;
-    default: q8_tile_scores<8>(k, v, tile_row, q, n_q, lo, hi, s); break;
-  }
-  tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
-  // Each row's weight per 16-dim chunk of the values: p_r x the scale of the
-  // chunk's group (0 outside [lo, hi)), w [n_q, head_dim / 16, kAttentionTileRows].
-  const int v_groups = head_dim / v.group, n_chunks = head_dim / 16;
-  const int64_t w_head = int64_t{n_chunks} * kAttentionTileRows;
-  __m512 vs[kQ8MaxHeadDim / 16], chunk_scale[kQ8MaxHeadDim / 16];
-  const int chunks_per_group = v.group / 16;
-  for (int g0 = lo / 16 * 16; g0 < hi; g0 += 16) {
-    block_scales16(v, tile_row, BlockRows(g0, lo, hi), v_groups, vs);
-    for (int c = 0, g = 0; g < v_groups; ++g) {
-      for (int e = 0; e < chunks_per_group; ++e) chunk_scale[c++] = vs[g];
-    }
-    for (int i = 0; i < n_q; ++i) {
-      const __m512 p = _mm512_loadu_ps(s + int64_t{i} * kAttentionTileRows + g0);
-      float* wi = w + i * w_head + g0;
-      for (int c = 0; c < n_chunks; ++c) _mm512_storeu_ps(wi + c * kAttentionTileRows, _mm512_mul_ps(p, chunk_scale[c]));
-    }
-  }
-  rows_values_all<false>(v, tile_row, w, w_head, n_q, lo, hi, acc, head_dim);
+  TilePositions pos;
+  pos.lo = &lo;
+  pos.hi = &hi;
+  attend_tile_q8_positions_avx512(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc, scratch);
 }
 
 namespace {
@@ -674,7 +863,7 @@ void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t ti
     default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
   }
   tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
-  rows_values_all<true>(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
+  rows_values_all(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
 }
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,
@@ -753,6 +942,7 @@ KvKernels kv_kernels_avx512() {
   set.attend_tile = attend_tile_avx512;
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
+  set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
   set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }

@@ -1,6 +1,7 @@
-// The ISA-independent parts of the INT8-key attention step (kv_kernels.h,
+// The ISA-independent parts of the INT8 in-place attention step (kv_kernels.h,
 // attend_tile_q8): query quantization, the support check, and the scalar
-// kernel (the scalar and AVX2 sets; the AVX-512 set has its own, VNNI).
+// kernels, which define the arithmetic (the integer q . k, the quantized
+// weights and the integer p . V) that the AVX-512 set computes with VNNI.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -30,9 +31,38 @@ void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes,
 }
 
 bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
-  return k.bits == 8 && v.bits == 8 && k.group > 0 && k.group % kQ8Block == 0 && v.group > 0 && v.group % 16 == 0 &&
+  return k.bits == 8 && v.bits == 8 && k.group > 0 && k.group % kQ8Block == 0 && v.group > 0 && v.group % 32 == 0 &&
          head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim && head_dim % k.group == 0 && head_dim % v.group == 0;
 }
+
+namespace {
+
+// The value product of one head over tile rows [lo, hi) (kv_kernels.h,
+// kQ8WeightMax): p [kAttentionTileRows] the weights exp(s - m'), p_ref =
+// exp(t - m'), acc [head_dim].
+void values_q8_scalar(const KvHeadRows& v, int64_t tile_row, const float* p, float p_ref, int lo, int hi, float* acc,
+                      int head_dim) {
+  const float c = p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f;
+  int32_t sum[kQ8MaxHeadDim];
+  for (int g = 0; g * v.group < head_dim; ++g) {
+    auto scale = [&](int r) { return fp16_to_fp32(v.scales[(tile_row + r) * v.row_groups + g]); };
+    float vs_max = 0.0f;
+    for (int r = lo; r < hi; ++r) vs_max = std::max(vs_max, scale(r));
+    const float ratio = vs_max > 0.0f ? static_cast<float>(kQ8WeightMax) / vs_max : 0.0f;
+    const float step = p_ref * (vs_max / static_cast<float>(kQ8WeightMax));
+    std::fill(sum, sum + v.group, 0);
+    for (int r = lo; r < hi; ++r) {
+      const float w = (p[r] * c) * (scale(r) * ratio);
+      const int32_t code = std::min(static_cast<int32_t>(std::lrint(w)), int32_t{kQ8WeightMax});
+      const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + (tile_row + r) * v.row_code_bytes) + g * v.group;
+      for (int d = 0; d < v.group; ++d) sum[d] += code * int32_t{vr[d]};
+    }
+    float* ag = acc + g * v.group;
+    for (int d = 0; d < v.group; ++d) ag[d] = std::fma(static_cast<float>(sum[d]), step, ag[d]);
+  }
+}
+
+}  // namespace
 
 void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                            int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
@@ -58,15 +88,22 @@ void attend_tile_q8_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t til
     }
     float* ai = acc + int64_t{i} * head_dim;
     online_softmax_step(s, lo, hi, tile_max, m + i, l + i, ai, head_dim);
-    for (int r = lo; r < hi; ++r) {
-      const int64_t row = tile_row + r;
-      const int8_t* vr = reinterpret_cast<const int8_t*>(v.codes + row * v.row_code_bytes);
-      const uint16_t* vs = v.scales + row * v.row_groups;
-      for (int g = 0; g * v.group < head_dim; ++g) {
-        const float w = s[r] * fp16_to_fp32(vs[g]);
-        for (int d = g * v.group; d < (g + 1) * v.group; ++d) ai[d] += w * static_cast<float>(vr[d]);
-      }
-    }
+    const float p_ref = tile_max == m[i] ? 1.0f : std::exp(tile_max - m[i]);
+    values_q8_scalar(v, tile_row, s, p_ref, lo, hi, ai, head_dim);
+  }
+}
+
+// Each position on its own: the arithmetic of a head never depends on the
+// others, so this is the reference the AVX-512 kernel's shared reads must match.
+void attend_tile_q8_positions_scalar(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  const int64_t n_blocks = head_dim / kQ8Block;
+  for (int j = 0; j < pos.n; ++j) {
+    const int64_t qh = j * pos.q_heads_stride, sh = j * pos.state_stride;
+    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * n_blocks, q.bias + qh * n_blocks};
+    attend_tile_q8_scalar(k, v, tile_row, qj, n_q, head_dim, pos.lo[j], pos.hi[j], m + sh, l + sh,
+                          acc + sh * head_dim, scratch);
   }
 }
 

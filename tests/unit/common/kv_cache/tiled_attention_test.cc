@@ -89,6 +89,7 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
       const std::vector<float> k = random_rows(rng, context, g.kv_dim(), 1.0f);
       const std::vector<float> v = random_rows(rng, context, g.kv_dim(), 1.0f);
       EXPECT_TRUE(kv->store(layer, 0, context, k.data(), v.data()).ok());
+      original_v_[layer] = v;
     }
     kv->set_size(context);
     return kv;
@@ -145,13 +146,48 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
     return x;
   }
 
+  // The bound of the integer value product (kv_kernels.h, kQ8WeightMax) on
+  // one output of query head h, e = exp(s - max) of its keys [first, end),
+  // sum their sum, v its rows [first_all, ...) in the model's domain: per
+  // tile t of the keys, n_t rows each off by at most 0.51 weight steps of
+  // max_{r in t} pn_r max_{r in t} vs_r[g] / kQ8WeightMax times |code| <=
+  // 127, that is
+  //   sum_t n_t max_{r in t} pn_r max_{r in t} amax_r * 0.51 / kQ8WeightMax
+  // (amax_r = 127 vs_r: the row's largest magnitude in the stored domain;
+  // taken over the head's dims here). Hadamard-rotated values: the error
+  // vector is rotated back, so one dim may gather sqrt(head_dim) times it.
+  double value_bound(const std::vector<double>& e, double sum, int64_t first, int64_t first_all, int64_t end,
+                     const std::vector<float>& v, int64_t kv_off) const {
+    const KvGeometry g = geometry();
+    const bool hadamard = quantized_->config().hadamard_values;
+    std::vector<float> row(static_cast<size_t>(g.head_dim));
+    double bound = 0;
+    for (int64_t t0 = first / kv_kernels_impl::kAttentionTileRows * kv_kernels_impl::kAttentionTileRows; t0 < end;
+         t0 += kv_kernels_impl::kAttentionTileRows) {
+      const int64_t lo = std::max(first, t0), hi = std::min(end, t0 + kv_kernels_impl::kAttentionTileRows);
+      double p_max = 0, amax = 0;
+      for (int64_t p = lo; p < hi; ++p) {
+        std::memcpy(row.data(), v.data() + (p - first_all) * g.kv_dim() + kv_off, sizeof(float) * g.head_dim);
+        if (hadamard) kv_quant::hadamard_rows(row.data(), 1, g.head_dim);
+        for (float x : row) amax = std::max(amax, std::fabs(double{x}));
+        p_max = std::max(p_max, e[static_cast<size_t>(p - first)] / sum);
+      }
+      bound += static_cast<double>(hi - lo) * p_max * amax * 0.51 / kv_kernels_impl::kQ8WeightMax;
+    }
+    return hadamard ? bound * std::sqrt(static_cast<double>(g.head_dim)) : bound;
+  }
+
   // Double-precision attention of queries [pos, pos + n) with the causal and
-  // window masks: [n, q_dim].
-  std::vector<float> reference(int layer, int64_t pos, int64_t n, const float* q) const {
+  // window masks: [n, q_dim]. bound (INT8 K and V stores): [n, n_head] the
+  // value_bound of each query head. values: V rows [first_all, pos + n)
+  // to use instead of the store's.
+  std::vector<float> reference(int layer, int64_t pos, int64_t n, const float* q,
+                               std::vector<double>* bound = nullptr, const std::vector<float>* values = nullptr) const {
     const KvGeometry g = geometry();
     const int64_t first_all = g.window(layer) > 0 ? std::max<int64_t>(0, pos - g.window(layer) + 1) : 0;
     const std::vector<float> k = held_rows(layer, true, first_all, pos + n);
-    const std::vector<float> v = held_rows(layer, false, first_all, pos + n);
+    const std::vector<float> v = values != nullptr ? *values : held_rows(layer, false, first_all, pos + n);
+    if (bound != nullptr) bound->assign(static_cast<size_t>(n * g.n_head), 0.0);
     const int group = g.n_head / g.n_head_kv;
     const double scale = 1.0 / std::sqrt(static_cast<double>(g.head_dim));
     std::vector<float> out(static_cast<size_t>(n * g.q_dim()));
@@ -171,6 +207,7 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
         }
         double sum = 0;
         for (double& x : s) sum += (x = std::exp(x - max_s));
+        if (bound != nullptr) (*bound)[i * g.n_head + h] = value_bound(s, sum, first, first_all, pos + i + 1, v, kv_off);
         for (int d = 0; d < g.head_dim; ++d) {
           double o = 0;
           for (int64_t p = first; p <= pos + i; ++p) {
@@ -186,6 +223,7 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
  protected:
   const F32KvCache* f32_ = nullptr;
   const QuantizedKvCache* quantized_ = nullptr;
+  std::vector<float> original_v_[2];  // each layer's f32 values as stored, [context, kv_dim]
 };
 
 // Contexts on both sides of the 64-position tiles (and past the 512-position
@@ -205,9 +243,12 @@ TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWind
       for (int layer = 0; layer < g.n_layer; ++layer) {
         std::vector<float> got(q.size());
         kv->attend(layer, pos, n, q.data(), got.data(), nullptr);
-        const std::vector<float> want = reference(layer, pos, n, attended_queries(q).data());
+        std::vector<double> bound;  // INT8 K and V: the integer value product's
+        const std::vector<float> want =
+            reference(layer, pos, n, attended_queries(q).data(), quantizes_queries() ? &bound : nullptr);
         for (size_t e = 0; e < got.size(); ++e) {
-          ASSERT_NEAR(got[e], want[e], 3e-5) << "layer " << layer << " n " << n << " element " << e;
+          const double tolerance = 3e-5 + (bound.empty() ? 0.0 : bound[e / g.head_dim]);
+          ASSERT_NEAR(got[e], want[e], tolerance) << "layer " << layer << " n " << n << " element " << e;
           worst = std::max(worst, std::fabs(double{got[e]} - want[e]));
         }
       }
@@ -272,6 +313,48 @@ TEST_P(TiledAttentionQ8, QuantizedQueriesStayWithinTheBoundTheirQuantizationImpl
     }
   }
   std::printf("  %s: worst |q8 - f32 reference| / bound %.3f\n", GetParam().store.c_str(), worst_ratio);
+}
+
+// INT8 K and V: the integer value product (weights quantized to 15 bits per
+// head, tile and value group; kv_kernels.h, kQ8WeightMax) against the
+// double-precision reference on the same quantized query and the store's
+// values: within value_bound (plus 3e-5 of float rounding), for a spread
+// softmax (queries of sigma 2) and a peaked one (sigma 8: a few rows carry
+// the weight, where the bound is tightest). Printed beside it: the error the
+// INT8 value codes themselves carry (the reference on the stored values
+// against the reference on the f32 values), which the new error should not
+// exceed.
+TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
+  const KvGeometry g = geometry();
+  const int64_t context = 1000;
+  const std::unique_ptr<KvCache> kv = make_store(context);
+  ASSERT_TRUE(quantizes_queries()) << "the case list holds INT8 K and V stores only";
+  double worst_err = 0, worst_ratio = 0, worst_codes = 0;
+  for (const float sigma : {2.0f, 8.0f}) {
+    std::mt19937 rng(13);
+    const std::vector<float> q = random_rows(rng, 1, g.q_dim(), sigma);
+    const std::vector<float> q_used = attended_queries(q);
+    for (int layer = 0; layer < g.n_layer; ++layer) {
+      std::vector<float> got(q.size());
+      kv->attend(layer, context - 1, 1, q.data(), got.data(), nullptr);
+      std::vector<double> bound;
+      const std::vector<float> want = reference(layer, context - 1, 1, q_used.data(), &bound);
+      const int64_t first_all = g.window(layer) > 0 ? std::max<int64_t>(0, context - g.window(layer)) : 0;
+      const std::vector<float> original(original_v_[layer].begin() + first_all * g.kv_dim(),
+                                        original_v_[layer].end());
+      const std::vector<float> exact_values = reference(layer, context - 1, 1, q_used.data(), nullptr, &original);
+      for (size_t e = 0; e < got.size(); ++e) {
+        const double err = std::fabs(double{got[e]} - want[e]);
+        const double b = bound[e / g.head_dim];
+        ASSERT_LE(err, b + 3e-5) << "sigma " << sigma << " layer " << layer << " element " << e;
+        worst_err = std::max(worst_err, err);
+        worst_ratio = std::max(worst_ratio, err / (b + 3e-5));
+        worst_codes = std::max(worst_codes, std::fabs(double{want[e]} - exact_values[e]));
+      }
+    }
+  }
+  std::printf("  %s: worst |q8 - reference| %.2e (/ bound %.3f); the value codes' own error %.2e\n",
+              GetParam().store.c_str(), worst_err, worst_ratio, worst_codes);
 }
 
 // Queries attended alone, in one call of many (both the split and the
