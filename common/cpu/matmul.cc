@@ -131,7 +131,7 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 // came in one chunk or several, on the cloud or on the edge). One token is
 // a decode step (the decode tile), as before.
 constexpr int64_t kPanelMinTokens = 2;
-// Dynamic hand-out granularity: chunks per thread per call.
+// Decode calls' dynamic hand-out granularity: chunks per thread per call.
 constexpr int64_t kChunksPerThread = 8;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
 constexpr size_t kMaxGroupMatrices = 8;
@@ -472,12 +472,20 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   const int64_t n_tasks = first_task[n_matrices];
   if (n_tasks == 0) return;
   if (pool != nullptr && n_threads > 1) {
-    // Chunks of ~1/8 of a thread's share, claimed dynamically: on a shared
-    // machine a thread that wakes late or loses its core does fewer chunks
-    // instead of holding up the others at the end of every matmul. A chunk
-    // is still a run of consecutive rows (one weight stream).
-    const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
-    pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation
+    // Chunks claimed dynamically: on a shared machine a thread that wakes
+    // late or loses its core does fewer chunks instead of holding up the
+    // others at the end of every matmul. A chunk is still a run of
+    // consecutive rows (one weight stream). Decode: ~1/8 of a thread's share
+    // each (its tasks take ~1 us; more claims would cost more than they
+    // balance). Prefill: 1/(2 n_threads) of the tasks left, down to single
+    // tasks (~15 us and up), so the threads end within a task of each other;
+    // fixed chunks of 1/16 of the call left one thread idle for up to ~3%.
+    if (decode_order || n_tokens < kPanelMinTokens) {
+      const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
+      pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation
+    } else {
+      pool->parallel_for_guided(n_tasks, 1, std::ref(run_tasks));
+    }
   } else {
     run_tasks(0, n_tasks);
   }
