@@ -28,8 +28,11 @@ struct MatmulKernels {
   void (*offset_quants)(const int8_t*, uint8_t*, int64_t) = nullptr;
   // FloatMatmul::kExact prefill of F16 / BF16 / F32 weights over f32 panels.
   void (*f32_panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
-  // Decode (and decode-order) tile over Q4_0 weights packed at load.
+  // Decode (and decode-order) tile over Q4_0 weights packed at load, and
+  // the block-major x it reads.
   cpu_kernels::MatmulTileFn packed_decode_tile = nullptr;
+  void (*packed_activations)(const int8_t*, const float*, int64_t, int64_t, int64_t, int8_t*, int32_t*,
+                             float*) = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -47,7 +50,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
                                      k::panel_tile_avx512,           k::offset_quants_avx512,
-                                     k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512};
+                                     k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512,
+                                     k::packed_activations_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -248,8 +252,8 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     });
     prepared->bf16_x = out;
   }
-  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)] || packed_q4_0;
-  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
+  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
+  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums || packed_q4_0) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
     int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
@@ -264,17 +268,14 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
       if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
 
+      if (bqs != nullptr) {
+        kernels.packed_activations(token_qs, d + t * n_blocks, cols, n_tokens, t, bqs, bias, bd);
+      }
       if (sums == nullptr) return;
       for (int64_t b = 0; b < cols / kQK8_0; ++b) {
         int sum = 0;
         for (int i = 0; i < kQK8_0; ++i) sum += token_qs[b * kQK8_0 + i];
         sums[t * cols / kQK8_0 + b] = static_cast<int16_t>(sum);
-      }
-      if (bqs == nullptr) return;
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        std::copy_n(token_qs + b * kQK8_0, kQK8_0, bqs + (b * n_tokens + t) * kQK8_0);
-        bias[b * n_tokens + t] = -8 * int32_t{sums[t * n_blocks + b]};
-        bd[b * n_tokens + t] = d[t * n_blocks + b];
       }
     });
     prepared->q8_0_qs = qs;

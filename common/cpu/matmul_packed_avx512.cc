@@ -200,6 +200,24 @@ void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_
   }
 }
 
+void packed_activations_avx512(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
+                               int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
+  const int64_t n_blocks = cols / kQK8_0;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * kQK8_0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + (b * n_tokens + t) * kQK8_0), q);
+    // Sum of the 32 signed quants: as unsigned (q + 128), four sums of 8
+    // bytes (vpsadbw against zero), less 32 x 128.
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+    const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(pair, _mm_unpackhi_epi64(pair, pair)))) -
+                        32 * 128;
+    xbias_blocks[b * n_tokens + t] = -8 * sum;
+    xd_blocks[b * n_tokens + t] = d[b];
+  }
+}
+
 void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                                int64_t tok_end) {
   int64_t r = row_begin;
