@@ -28,8 +28,11 @@ struct MatmulKernels {
   void (*offset_quants)(const int8_t*, uint8_t*, int64_t) = nullptr;
   // FloatMatmul::kExact prefill of F16 / BF16 / F32 weights over f32 panels.
   void (*f32_panel_tile)(const MatmulProblem&, int64_t, int64_t, int64_t, int64_t, uint8_t*) = nullptr;
-  // Decode (and decode-order) tile over Q4_0 weights packed at load.
+  // Decode (and decode-order) tile over Q4_0 weights packed at load, and
+  // the block-major x it reads.
   cpu_kernels::MatmulTileFn packed_decode_tile = nullptr;
+  void (*packed_activations)(const int8_t*, const float*, int64_t, int64_t, int64_t, int8_t*, int32_t*,
+                             float*) = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -47,7 +50,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
                                      k::panel_tile_avx512,           k::offset_quants_avx512,
-                                     k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512};
+                                     k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512,
+                                     k::packed_activations_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -131,7 +135,7 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 // came in one chunk or several, on the cloud or on the edge). One token is
 // a decode step (the decode tile), as before.
 constexpr int64_t kPanelMinTokens = 2;
-// Dynamic hand-out granularity: chunks per thread per call.
+// Decode calls' dynamic hand-out granularity: chunks per thread per call.
 constexpr int64_t kChunksPerThread = 8;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
 constexpr size_t kMaxGroupMatrices = 8;
@@ -248,8 +252,8 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     });
     prepared->bf16_x = out;
   }
-  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)] || packed_q4_0;
-  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums) {
+  const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
+  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums || packed_q4_0) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
     int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
@@ -264,17 +268,14 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
       if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
 
+      if (bqs != nullptr) {
+        kernels.packed_activations(token_qs, d + t * n_blocks, cols, n_tokens, t, bqs, bias, bd);
+      }
       if (sums == nullptr) return;
       for (int64_t b = 0; b < cols / kQK8_0; ++b) {
         int sum = 0;
         for (int i = 0; i < kQK8_0; ++i) sum += token_qs[b * kQK8_0 + i];
         sums[t * cols / kQK8_0 + b] = static_cast<int16_t>(sum);
-      }
-      if (bqs == nullptr) return;
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        std::copy_n(token_qs + b * kQK8_0, kQK8_0, bqs + (b * n_tokens + t) * kQK8_0);
-        bias[b * n_tokens + t] = -8 * int32_t{sums[t * n_blocks + b]};
-        bd[b * n_tokens + t] = d[t * n_blocks + b];
       }
     });
     prepared->q8_0_qs = qs;
@@ -472,12 +473,20 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   const int64_t n_tasks = first_task[n_matrices];
   if (n_tasks == 0) return;
   if (pool != nullptr && n_threads > 1) {
-    // Chunks of ~1/8 of a thread's share, claimed dynamically: on a shared
-    // machine a thread that wakes late or loses its core does fewer chunks
-    // instead of holding up the others at the end of every matmul. A chunk
-    // is still a run of consecutive rows (one weight stream).
-    const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
-    pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation
+    // Chunks claimed dynamically: on a shared machine a thread that wakes
+    // late or loses its core does fewer chunks instead of holding up the
+    // others at the end of every matmul. A chunk is still a run of
+    // consecutive rows (one weight stream). Decode: ~1/8 of a thread's share
+    // each (its tasks take ~1 us; more claims would cost more than they
+    // balance). Prefill: 1/(2 n_threads) of the tasks left, down to single
+    // tasks (~15 us and up), so the threads end within a task of each other;
+    // fixed chunks of 1/16 of the call left one thread idle for up to ~3%.
+    if (decode_order || n_tokens < kPanelMinTokens) {
+      const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
+      pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation
+    } else {
+      pool->parallel_for_guided(n_tasks, 1, std::ref(run_tasks));
+    }
   } else {
     run_tasks(0, n_tasks);
   }

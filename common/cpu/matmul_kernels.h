@@ -104,6 +104,13 @@ void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_
 void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                                int64_t tok_end);
 
+// The packed kernel's x for token t of n_tokens (its Q8_0 quants qs [cols]
+// and scales d [cols/32]): block b's 32 quants to xq_blocks + (b n_tokens +
+// t) 32, -8 x their sum to xbias_blocks[b n_tokens + t], d[b] to
+// xd_blocks[b n_tokens + t].
+void packed_activations_avx512(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
+                               int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
+
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);
 

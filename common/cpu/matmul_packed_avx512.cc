@@ -53,7 +53,8 @@ constexpr int64_t kPrefetchBlocks = 16;
 // step of 4 sessions measured ~3% faster than with one chain); from 5 on, one
 // (the registers: 2 strips x 6 tokens x (int32 + f32 accumulator) = 24).
 template <int S, int T>
-void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
+void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask, const char* l2_lines,
+                   int64_t l2_count) {
   const int64_t n_blocks = p.cols / kQK8_0;
   const int64_t strip_bytes = packed_strip_bytes(p.cols);
   const uint8_t* strip = p.packed + r0 / kPackedStripRows * strip_bytes;
@@ -68,6 +69,7 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   const float* xd = p.xd_blocks + t0;
   for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
     const uint8_t* nibbles = strip + b * kBlockNibbleBytes;
+    if (b < l2_count) _mm_prefetch(l2_lines + 64 * b, _MM_HINT_T1);
     for (int s = 0; s < S; ++s) {
       const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + kPrefetchBlocks * kBlockNibbleBytes);
       for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
@@ -139,20 +141,39 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
 
 // Tokens [tok_begin, tok_end) over S strips from r0: groups of 6 (prefill;
 // the strips come from cache after the first group), then 4, 2, 1.
+// The first group reads the strips from memory; while the later groups find
+// them in cache, the strips after them (the next row task's, usually this
+// thread's next) go to L2, one line per block of each group from the second
+// on, so the next task's first group does not wait on memory either
+// (measured +2 to +5% per matmul, one thread).
 template <int S>
 void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_t tok_end, __mmask16 last_mask) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
+  const int64_t next_strip = r0 / kPackedStripRows + S;
+  const int64_t next_strips = n_strips - next_strip < S ? n_strips - next_strip : S;
+  const int64_t next_lines = next_strips > 0 ? next_strips * strip_bytes / 64 : 0;
+  const char* next = next_lines > 0 ? reinterpret_cast<const char*>(p.packed + next_strip * strip_bytes) : nullptr;
+  int64_t group = 0;
+  // Group g >= 1 prefetches lines [(g - 1) n_blocks, g n_blocks) of the next strips.
+  auto count = [&]() {
+    const int64_t left = next_lines - (group - 1) * n_blocks;
+    return group == 0 || left <= 0 ? 0 : left;
+  };
+  auto lines = [&]() { return count() > 0 ? next + (group - 1) * n_blocks * 64 : nullptr; };
   int64_t t = tok_begin;
-  for (; t + 6 <= tok_end; t += 6) packed_kernel<S, 6>(p, r0, t, last_mask);
+  for (; t + 6 <= tok_end; t += 6, ++group) packed_kernel<S, 6>(p, r0, t, last_mask, lines(), count());
   switch (tok_end - t) {
     case 5:
-      packed_kernel<S, 4>(p, r0, t, last_mask);
-      return packed_kernel<S, 1>(p, r0, t + 4, last_mask);
-    case 4: return packed_kernel<S, 4>(p, r0, t, last_mask);
+      packed_kernel<S, 4>(p, r0, t, last_mask, lines(), count());
+      return packed_kernel<S, 1>(p, r0, t + 4, last_mask, nullptr, 0);
+    case 4: return packed_kernel<S, 4>(p, r0, t, last_mask, lines(), count());
     case 3:
-      packed_kernel<S, 2>(p, r0, t, last_mask);
-      return packed_kernel<S, 1>(p, r0, t + 2, last_mask);
-    case 2: return packed_kernel<S, 2>(p, r0, t, last_mask);
-    case 1: return packed_kernel<S, 1>(p, r0, t, last_mask);
+      packed_kernel<S, 2>(p, r0, t, last_mask, lines(), count());
+      return packed_kernel<S, 1>(p, r0, t + 2, last_mask, nullptr, 0);
+    case 2: return packed_kernel<S, 2>(p, r0, t, last_mask, lines(), count());
+    case 1: return packed_kernel<S, 1>(p, r0, t, last_mask, lines(), count());
     default: return;
   }
 }
@@ -176,6 +197,24 @@ void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_
         __builtin_memcpy(scales + b * kBlockScaleBytes + 2 * i, &row[b].d, 2);
       }
     }
+  }
+}
+
+void packed_activations_avx512(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
+                               int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
+  const int64_t n_blocks = cols / kQK8_0;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * kQK8_0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + (b * n_tokens + t) * kQK8_0), q);
+    // Sum of the 32 signed quants: as unsigned (q + 128), four sums of 8
+    // bytes (vpsadbw against zero), less 32 x 128.
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+    const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(pair, _mm_unpackhi_epi64(pair, pair)))) -
+                        32 * 128;
+    xbias_blocks[b * n_tokens + t] = -8 * sum;
+    xd_blocks[b * n_tokens + t] = d[b];
   }
 }
 

@@ -57,6 +57,17 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_share(int thread_index) {
+  if (job_guided_) {
+    int64_t begin = next_task_.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t left = job_tasks_ - begin;
+      if (left <= 0) return;
+      const int64_t chunk = std::min(left, std::max(job_grain_, left / (2 * int64_t{n_threads_})));
+      if (!next_task_.compare_exchange_weak(begin, begin + chunk, std::memory_order_relaxed)) continue;
+      (*job_fn_)(begin, begin + chunk);
+      begin = next_task_.load(std::memory_order_relaxed);
+    }
+  }
   if (job_grain_ > 0) {
     for (;;) {
       const int64_t begin = next_task_.fetch_add(job_grain_, std::memory_order_relaxed);
@@ -96,16 +107,23 @@ void ThreadPool::worker_main(int thread_index, uint32_t seen) {
 
 void ThreadPool::parallel_for(int64_t n_tasks,
                               const std::function<void(int64_t begin, int64_t end)>& fn) {
-  run_job(n_tasks, 0, fn);
+  run_job(n_tasks, 0, /*guided=*/false, fn);
 }
 
 void ThreadPool::parallel_for_dynamic(int64_t n_tasks, int64_t grain,
                                       const std::function<void(int64_t begin, int64_t end)>& fn) {
   BATON_CHECK(grain >= 1, "parallel_for_dynamic: grain must be >= 1");
-  run_job(n_tasks, grain, fn);
+  run_job(n_tasks, grain, /*guided=*/false, fn);
 }
 
-void ThreadPool::run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for_guided(int64_t n_tasks, int64_t min_grain,
+                                     const std::function<void(int64_t begin, int64_t end)>& fn) {
+  BATON_CHECK(min_grain >= 1, "parallel_for_guided: min_grain must be >= 1");
+  run_job(n_tasks, min_grain, /*guided=*/true, fn);
+}
+
+void ThreadPool::run_job(int64_t n_tasks, int64_t grain, bool guided,
+                         const std::function<void(int64_t, int64_t)>& fn) {
   if (n_tasks <= 0) return;
   if (n_threads_ == 1 || n_tasks == 1 || t_inside_pool_job || (grain > 0 && grain >= n_tasks)) {
     fn(0, n_tasks);
@@ -117,6 +135,7 @@ void ThreadPool::run_job(int64_t n_tasks, int64_t grain, const std::function<voi
   job_fn_ = &fn;
   job_tasks_ = n_tasks;
   job_grain_ = grain;
+  job_guided_ = guided;
   next_task_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);

@@ -69,6 +69,16 @@ class ThreadPool {
   void parallel_for_dynamic(int64_t n_tasks, int64_t grain,
                             const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  // The same dynamic hand-out (consecutive chunks, increasing order, every
+  // thread claiming), but a chunk is 1/(2 size()) of the tasks left, never
+  // under min_grain: long runs while much is left, single tasks at the end,
+  // so the threads finish within about a task of each other instead of a
+  // fixed chunk (a prefill matmul's last chunk of 1/16 of the work left one
+  // thread idle for ~3% of the call). min_grain >= 1; one-thread pools, jobs
+  // of one chunk and nested calls run fn(0, n_tasks) inline.
+  void parallel_for_guided(int64_t n_tasks, int64_t min_grain,
+                           const std::function<void(int64_t begin, int64_t end)>& fn);
+
  private:
   // `seen`: the last generation this worker has handled (0 at construction).
   void worker_main(int thread_index, uint32_t seen);
@@ -81,7 +91,8 @@ class ThreadPool {
   // read by workers after they observe the new generation (release/acquire).
   const std::function<void(int64_t, int64_t)>* job_fn_ = nullptr;
   int64_t job_tasks_ = 0;
-  int64_t job_grain_ = 0;  // 0: static split; else chunk size of a dynamic job
+  int64_t job_grain_ = 0;  // 0: static split; else chunk size of a dynamic job (least chunk of a guided one)
+  bool job_guided_ = false;  // chunks shrink with the tasks left (parallel_for_guided)
 
   // Next unclaimed task of a dynamic job; on its own cache line (every
   // thread increments it).
@@ -94,7 +105,7 @@ class ThreadPool {
   std::atomic<int> hot_{0};              // live Hot scopes: workers spin longer before sleeping
   std::atomic<uint64_t> sleeps_{0};
 
-  void run_job(int64_t n_tasks, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void run_job(int64_t n_tasks, int64_t grain, bool guided, const std::function<void(int64_t, int64_t)>& fn);
 };
 
 }  // namespace baton

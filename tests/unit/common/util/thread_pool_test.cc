@@ -146,17 +146,50 @@ TEST_P(ThreadPoolTest, DynamicCoversEveryIndexOnceInGrainAlignedChunks) {
   }
 }
 
-TEST_P(ThreadPoolTest, DynamicAndStaticCallsInterleaveBackToBack) {
+TEST_P(ThreadPoolTest, GuidedCoversEveryIndexOnceInShrinkingChunksOfAtLeastTheGrain) {
+  ThreadPool pool(GetParam());
+  for (int64_t min_grain : {1, 3, 16}) {
+    for (int64_t n : {0, 1, 2, 5, 13, 100, 1000, 4097}) {
+      std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+      std::vector<std::atomic<int64_t>> chunk_at(static_cast<size_t>(n));  // size of the chunk starting there
+      pool.parallel_for_guided(n, min_grain, [&](int64_t begin, int64_t end) {
+        ASSERT_LT(begin, end);
+        ASSERT_GE(begin, 0);
+        ASSERT_LE(end, n);
+        chunk_at[begin].store(end - begin, std::memory_order_relaxed);
+        for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+      if (pool.size() == 1 || min_grain >= n) continue;  // one inline call
+      // Chunk k is 1/(2 size()) of what it left, at least min_grain (the
+      // last one: what remains), so sizes never grow along [0, n).
+      int64_t previous = n, begin = 0;
+      while (begin < n) {
+        const int64_t size = chunk_at[begin].load();
+        const int64_t left = n - begin;
+        ASSERT_EQ(size, std::min(left, std::max(min_grain, left / (2 * int64_t{pool.size()}))))
+            << "chunk at " << begin << " of " << n << ", grain " << min_grain;
+        ASSERT_LE(size, previous);
+        previous = size;
+        begin += size;
+      }
+    }
+  }
+}
+
+TEST_P(ThreadPoolTest, StaticDynamicAndGuidedCallsInterleaveBackToBack) {
   ThreadPool pool(GetParam());
   std::atomic<int64_t> total{0};
   int64_t want = 0;
   for (int call = 0; call < 3000; ++call) {
     const int64_t n = call % 41;
     auto add = [&](int64_t begin, int64_t end) { total.fetch_add(end - begin, std::memory_order_relaxed); };
-    if (call % 2 == 0) {
+    if (call % 3 == 0) {
       pool.parallel_for(n, add);
-    } else {
+    } else if (call % 3 == 1) {
       pool.parallel_for_dynamic(n, 1 + call % 5, add);
+    } else {
+      pool.parallel_for_guided(n, 1 + call % 5, add);
     }
     want += n;
   }
