@@ -656,6 +656,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     const float* sh = s + h * kAttentionTileRows;
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
     const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
+    __m512 sum = _mm512_setzero_ps();  // (in a register: sums[r] would go through memory)
     for (int b = b_first; b < b_end; ++b) {
       const __mmask16 rows = rows_mask(16 * b, lo[r], hi[r]);
       if (rows == 0) {
@@ -665,7 +666,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         continue;
       }
       const __m512 p = _mm512_maskz_mov_ps(rows, exp512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm)));
-      sums[r] = _mm512_add_ps(sums[r], p);
+      sum = _mm512_add_ps(sum, p);
       const __m512 a = _mm512_maskz_mul_ps(rows, p, vc);
       for (int g = 0; g < v_groups; ++g) {
         const __m512 u = _mm512_mul_ps(vs[b - b_first][g], _mm512_set1_ps(scales.ratio[g]));
@@ -675,6 +676,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
                             _mm512_maskz_cvtepi32_epi16(kAll, codes));
       }
     }
+    sums[r] = sum;
   }
   alignas(64) float l_new[16];
   _mm512_store_ps(l_new, _mm512_fmadd_ps(_mm512_load_ps(l_old), alpha, reduce16x16(sums)));
