@@ -505,43 +505,57 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   }
 }
 
-// Scores of every position's heads over the union of their rows [u_lo,
-// u_hi) of the tile: each 16-row block's key columns loaded once for all of
-// them; position j's heads at s + (j * n_q + i) * kAttentionTileRows. A
-// position skips the blocks outside its own rows (their lanes are masked
-// later); a lane depends only on its row, so a head's scores are the same
-// bits whatever else the call holds.
+// The key columns of the union's 16-row blocks [u_lo, u_hi) of the tile,
+// once for every head of the call: block bi (row 16 (bi + u_lo / 16) of the
+// tile) at cols + bi * (head_dim / 4) (load_key_columns), its rows' key
+// group scales at ks + bi * NB.
 template <int NB>
-void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
-                    const TilePositions& pos, int n_q, int u_lo, int u_hi, float* s) {
+void q8_key_columns(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, __m512i* cols,
+                    __m512* ks) {
   constexpr int head_dim = NB * kQ8Block;
-  constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   const int k_groups = head_dim / k.group;
-  alignas(64) __m512i cols[head_dim / 4];
-  __m512 ks[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
   prefetch_rows_l1(k, tile_row, u_lo, std::min(u_hi, u_lo / 16 * 16 + 16), head_dim);
-  for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
-    // While this block computes: the next block's keys, this block's values
-    // (read after the softmax) to L1.
+  for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
+    // While this block is transposed: the next block's keys, this block's
+    // values (rearranged next) to L1.
     prefetch_rows_l1(k, tile_row, g0 + 16, std::min(u_hi, g0 + 32), head_dim);
     prefetch_rows_l1(v, tile_row, std::max(u_lo, g0), std::min(u_hi, g0 + 16), head_dim);
     const BlockRows rows(g0, u_lo, u_hi);
-    load_key_columns(k, tile_row, rows, head_dim, cols);
-    block_scales16(k, tile_row, rows, k_groups, ks);
-    for (int j = 0; j < pos.n; ++j) {
+    load_key_columns(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+    __m512 block[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
+    block_scales16(k, tile_row, rows, k_groups, block);
+    for (int b = 0; b < NB; ++b) ks[bi * NB + b] = block[b];
+  }
+}
+
+// Scores of heads [h0, h0 + nh) of the call (head h = j * n_q + i: position
+// j's query head i) at s + h * kAttentionTileRows, from the union's key
+// columns (q8_key_columns). A position skips the blocks outside its own
+// rows (their lanes are masked later); a lane depends only on its row and
+// head, so a head's scores are the same bits whatever else the call holds.
+template <int NB>
+void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
+                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s) {
+  constexpr int head_dim = NB * kQ8Block;
+  constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
+  for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
+    const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
+    const int64_t qh = j * pos.q_heads_stride;
+    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
+    float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
+    for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
-      const int64_t qh = j * pos.q_heads_stride;
-      const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
-      float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
-      int h0 = 0;
+      const __m512i* block = cols + bi * (head_dim / 4);
+      const __m512* kb = ks + bi * NB;
       __m512 out[R];
-      for (; h0 + R <= n_q; h0 += R) {
-        q8_scores<R, NB>(cols, qj, h0, ks, k.group, out);
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(sj + (h0 + i) * kAttentionTileRows + g0, out[i]);
+      int i = i_begin;
+      for (; i + R <= i_end; i += R) {
+        q8_scores<R, NB>(block, qj, i, kb, k_group, out);
+        for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + (i + r) * kAttentionTileRows + g0, out[r]);
       }
-      for (; h0 < n_q; ++h0) {
-        q8_scores<1, NB>(cols, qj, h0, ks, k.group, out);
-        _mm512_storeu_ps(sj + h0 * kAttentionTileRows + g0, out[0]);
+      for (; i < i_end; ++i) {
+        q8_scores<1, NB>(block, qj, i, kb, k_group, out);
+        _mm512_storeu_ps(sj + i * kAttentionTileRows + g0, out[0]);
       }
     }
   }
@@ -738,12 +752,12 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   }
 }
 
-// Every head of every position: R at a time, each V pair loaded once for the R.
+// Heads [h_begin, h_end) of the call (h = j * n_q + i, as q8_head_scores):
+// R at a time, each V pair loaded once for the R.
 template <int NCH>
-void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, const int16_t* wq,
-                   const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
+void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, int h_begin, int h_end,
+                     const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
   constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
-  const int heads = pos.n * n_q;
   auto run = [&]<int RR>(int h0) {
     const int16_t* wq_i[RR];
     const float* step_i[RR];
@@ -759,9 +773,9 @@ void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_
     }
     q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i);
   };
-  int h0 = 0;
-  for (; h0 + R <= heads; h0 += R) run.template operator()<R>(h0);
-  for (; h0 < heads; ++h0) run.template operator()<1>(h0);
+  int h0 = h_begin;
+  for (; h0 + R <= h_end; h0 += R) run.template operator()<R>(h0);
+  for (; h0 < h_end; ++h0) run.template operator()<1>(h0);
 }
 
 // acc[i, d0 .. d0 + 16 NV) += sum_r p_i[r] v_r[d0 ..] for R heads, rows
@@ -824,27 +838,28 @@ void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int6
 
 }  // namespace
 
-void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
-                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
-                                     float* scratch) {
+namespace {
+
+// attend_tile_q8_positions for head_dim = NB * kQ8Block. The tile's key
+// columns and value pairs are made once for the call; then the heads go
+// through scores, softmax step with weight codes and value product 16 at a
+// time, so the scores, codes and states a step reads are still in L1 (the
+// whole call's would not fit).
+template <int NB>
+void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                       const TilePositions& pos, int n_q, float* m, float* l, float* acc, float* scratch) {
+  constexpr int head_dim = NB * kQ8Block, kBlocks = kAttentionTileRows / 16;
   int u_lo = kAttentionTileRows, u_hi = 0;
   for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
   const int heads = pos.n * n_q, v_groups = head_dim / v.group;
   float* s = scratch;  // [heads, kAttentionTileRows]: scores
   auto* wq = reinterpret_cast<int16_t*>(scratch + int64_t{heads} * kAttentionTileRows);  // [heads, v_groups, 64]
   float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
-  switch (head_dim / kQ8Block) {
-    case 1: q8_tile_scores<1>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 2: q8_tile_scores<2>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 3: q8_tile_scores<3>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 4: q8_tile_scores<4>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 5: q8_tile_scores<5>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 6: q8_tile_scores<6>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 7: q8_tile_scores<7>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    default: q8_tile_scores<8>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-  }
+  alignas(64) __m512i cols[kBlocks * head_dim / 4];
+  __m512 ks[kBlocks * NB];
+  q8_key_columns<NB>(k, v, tile_row, u_lo, u_hi, cols, ks);
   // The value group scales of the union's blocks, once for every head.
-  __m512 vs[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
+  __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
     block_scales16(v, tile_row, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
   }
@@ -857,21 +872,30 @@ void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, i
     }
     position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
-  for (int h0 = 0; h0 < heads; h0 += 16) {
-    softmax_codes16(s, pos, n_q, head_dim, h0, std::min(16, heads - h0), u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq,
-                    steps);
-  }
-  alignas(64) __m512i vp[kAttentionTileRows / 2 * (kQ8MaxHeadDim / 16)];
+  alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp);
-  switch (head_dim / 32) {
-    case 1: q8_values_all<2>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 2: q8_values_all<4>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 3: q8_values_all<6>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 4: q8_values_all<8>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 5: q8_values_all<10>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 6: q8_values_all<12>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 7: q8_values_all<14>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    default: q8_values_all<16>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+  for (int h0 = 0; h0 < heads; h0 += 16) {
+    const int nh = std::min(16, heads - h0);
+    q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
+    softmax_codes16(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim);
+  }
+}
+
+}  // namespace
+
+void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  switch (head_dim / kQ8Block) {
+    case 1: return q8_tile_positions<1>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 2: return q8_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 3: return q8_tile_positions<3>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 4: return q8_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 5: return q8_tile_positions<5>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 6: return q8_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 7: return q8_tile_positions<7>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    default: return q8_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
   }
 }
 
