@@ -142,6 +142,27 @@ inline __m512 exp512(__m512 x) {
   return _mm512_maskz_scalef_ps(kAll, y, fx);
 }
 
+// exp of 16 floats x <= 0 (the weights of the INT8 tile, s - m' and t - m'),
+// lanes outside `lanes` 0: fewer steps than exp512 (its error is far below
+// the weights' 15-bit codes): no clamps (a very negative x scales to 0; x is
+// never -inf or NaN where it counts), x = n ln2 + f with |f| <= ln2 / 2 (two
+// steps, Cody-Waite), e^f by its Taylor polynomial of degree 6 (truncation
+// under 1.2e-7 relative), then 2^n by scalef, zeroing the other lanes.
+inline __m512 exp_weights512(__m512 x, __mmask16 lanes) {
+  const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), f);
+  __m512 y = _mm512_set1_ps(1.0f / 720.0f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 120.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 24.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 6.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(lanes, y, n);
+}
+
 // Lane r of the result = the sum (kMax: the max) of the 16 lanes of a[r], by
 // the same tree for every r (each step joins partial results of one vector
 // only, so a lane never sees another row's values).
@@ -652,7 +673,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       _mm512_maskz_mov_ps(static_cast<__mmask16>(~empty), exp512(_mm512_maskz_sub_ps(moved, vm_old, vm_new))));
   const __mmask16 below = _mm512_cmp_ps_mask(t, vm_new, _CMP_NEQ_UQ);
   const __m512 p_ref =
-      _mm512_mask_blend_ps(below, _mm512_set1_ps(1.0f), exp512(_mm512_maskz_sub_ps(below, t, vm_new)));
+      _mm512_mask_blend_ps(below, _mm512_set1_ps(1.0f), exp_weights512(_mm512_maskz_sub_ps(below, t, vm_new), kAll));
   const __mmask16 weighs = _mm512_cmp_ps_mask(p_ref, _mm512_set1_ps(kQ8WeightTiny), _CMP_GT_OQ);
   alignas(64) float m_new[16], alphas[16], p_refs[16], c[16];
   _mm512_store_ps(m_new, vm_new);
@@ -660,12 +681,18 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
   _mm512_store_ps(p_refs, p_ref);
   _mm512_store_ps(c, _mm512_maskz_div_ps(weighs, _mm512_set1_ps(1.0f), p_ref));
   const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
-  __m512 sums[16];
+  __m512 sums[16], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
   for (int r = 0; r < 16; ++r) {
     sums[r] = _mm512_setzero_ps();
     if (r >= nh) continue;
     const int64_t h = h0 + r;
     const PositionScales& scales = ps[position[r]];
+    if (r == 0 || position[r] != position[r - 1]) {
+      // u = vs_r[g] * ratio_g of the position's blocks (kv_kernels.h, kQ8WeightMax), for its heads.
+      for (int b = b_first; b < b_end; ++b) {
+        for (int g = 0; g < v_groups; ++g) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], _mm512_set1_ps(scales.ratio[g]));
+      }
+    }
     for (int g = 0; g < v_groups; ++g) steps[h * v_groups + g] = p_refs[r] * (scales.vs_max[g] / static_cast<float>(kQ8WeightMax));
     const float* sh = s + h * kAttentionTileRows;
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
@@ -679,15 +706,14 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         }
         continue;
       }
-      const __m512 p = _mm512_maskz_mov_ps(rows, exp512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm)));
+      const __m512 p = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), rows);
       sum = _mm512_add_ps(sum, p);
-      const __m512 a = _mm512_maskz_mul_ps(rows, p, vc);
+      const __m512 a = _mm512_mul_ps(p, vc);
       for (int g = 0; g < v_groups; ++g) {
-        const __m512 u = _mm512_mul_ps(vs[b - b_first][g], _mm512_set1_ps(scales.ratio[g]));
-        const __m512i codes = _mm512_maskz_min_epi32(kAll, _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u)),
-                                                     _mm512_set1_epi32(kQ8WeightMax));
+        // Codes >= 0: the saturating narrowing is min(code, kQ8WeightMax).
+        const __m512i codes = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g]));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b),
-                            _mm512_maskz_cvtepi32_epi16(kAll, codes));
+                            _mm512_maskz_cvtsepi32_epi16(kAll, codes));
       }
     }
     sums[r] = sum;
