@@ -635,9 +635,11 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 // scores at s + h * kAttentionTileRows, its state at j * state_stride + i),
 // the per-head scalars one head per lane: the tile max t (a max tree per
 // lane), m' = max(m, t), alpha = exp(m - m') (exactly 1 where the max held:
-// no rescale; 0 for the empty state), p_ref = exp(t - m') (exactly 1 where
-// t = m') and c = 1 / p_ref. Then per head the weights p_r = exp(s_r - m')
-// (rows outside [lo, hi) exactly 0), summed for l (an add tree per lane)
+// no rescale; 0 for the empty state; exp512), p_ref = exp(t - m') (exactly
+// 1 where t = m'; exp_weights512, as the weights: the best row's p_r * c is
+// 1) and c = 1 / p_ref. Then per head the weights p_r = exp(s_r - m') (rows
+// outside [lo, hi) exactly 0), summed for l (an add tree per lane: the tree
+// of reduce_add16)
 // and quantized to codes straight from registers: wq [v_groups,
 // kAttentionTileRows] int16 per head, written for every row of the union
 // blocks, and step [v_groups] per head (kv_kernels.h, kQ8WeightMax). No
