@@ -142,29 +142,52 @@ inline __m512 exp512(__m512 x) {
   return _mm512_maskz_scalef_ps(kAll, y, fx);
 }
 
-// Lane r of the result = the sum of the 16 lanes of a[r], by the same tree
-// for every r (each add joins partial sums of one vector only, so a lane
-// never sees another row's values).
+// exp of 16 floats x <= 0 (the weights of the INT8 tile, s - m' and t - m'),
+// lanes outside `lanes` 0: fewer steps than exp512 (its error is far below
+// the weights' 15-bit codes): no clamps (a very negative x scales to 0; x is
+// never -inf or NaN where it counts), x = n ln2 + f with |f| <= ln2 / 2 (two
+// steps, Cody-Waite), e^f by its Taylor polynomial of degree 6 (truncation
+// under 1.2e-7 relative), then 2^n by scalef, zeroing the other lanes.
+inline __m512 exp_weights512(__m512 x, __mmask16 lanes) {
+  const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  f = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), f);
+  __m512 y = _mm512_set1_ps(1.0f / 720.0f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 120.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 24.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f / 6.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(lanes, y, n);
+}
+
+// Lane r of the result = the sum (kMax: the max) of the 16 lanes of a[r], by
+// the same tree for every r (each step joins partial results of one vector
+// only, so a lane never sees another row's values).
+template <bool kMax = false>
 inline __m512 reduce16x16(const __m512 (&a)[16]) {
+  const auto join = [](__m512 x, __m512 y) { return kMax ? _mm512_maskz_max_ps(kAll, x, y) : _mm512_add_ps(x, y); };
   __m512 b[8], c[4], d[2];
   for (int i = 0; i < 8; ++i) {
-    // Low 256 bits: a[2i]'s halves summed; high: a[2i+1]'s.
-    b[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0x44),
-                         _mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0xEE));
+    // Low 256 bits: a[2i]'s halves joined; high: a[2i+1]'s.
+    b[i] = join(_mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0x44),
+                _mm512_maskz_shuffle_f32x4(kAll, a[2 * i], a[2 * i + 1], 0xEE));
   }
   for (int i = 0; i < 4; ++i) {
-    // 128-bit block j: four partial sums of row 4i + j.
-    c[i] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0x88),
-                         _mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0xDD));
+    // 128-bit block j: four partial results of row 4i + j.
+    c[i] = join(_mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0x88),
+                _mm512_maskz_shuffle_f32x4(kAll, b[2 * i], b[2 * i + 1], 0xDD));
   }
   for (int i = 0; i < 2; ++i) {
-    // Block j: two partial sums of row 8i + j, then two of row 8i + 4 + j.
-    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Block j: two partial results of row 8i + j, then two of row 8i + 4 + j.
+    d[i] = join(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
   }
   // Block j: rows j, 4 + j, 8 + j, 12 + j; lane 4j + t holds row 4t + j.
-  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 e = join(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_maskz_permutexvar_ps(kAll, order, e);
 }
@@ -279,10 +302,8 @@ inline float softmax_step(float* s, __m512 vmax, int lo, int hi, float* m, float
 
 // The online-softmax step of every head of an in-place tile: scores of head
 // i at s + i * kAttentionTileRows, rows [lo, hi); each head's tile max, then
-// softmax_step (exp(s - m') in place, m, l and the rescaled acc). p_ref
-// (when given) [n_q]: exp(t - m') of each head's tile max t (kQ8WeightMax).
-void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc,
-                  float* p_ref = nullptr) {
+// softmax_step (exp(s - m') in place, m, l and the rescaled acc).
+void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, float* l, float* acc) {
   const int g_first = lo / 16 * 16;
   for (int i = 0; i < n_q; ++i) {
     float* si = s + int64_t{i} * kAttentionTileRows;
@@ -290,8 +311,7 @@ void tile_softmax(float* s, int n_q, int head_dim, int lo, int hi, float* m, flo
     for (int g0 = g_first; g0 < hi; g0 += 16) {
       vmax = _mm512_mask_max_ps(vmax, rows_mask(g0, lo, hi), vmax, _mm512_loadu_ps(si + g0));
     }
-    const float t = softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
-    if (p_ref != nullptr) p_ref[i] = t == m[i] ? 1.0f : std::exp(t - m[i]);
+    softmax_step(si, vmax, lo, hi, m + i, l + i, acc + int64_t{i} * head_dim, head_dim);
   }
 }
 
@@ -506,43 +526,57 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   }
 }
 
-// Scores of every position's heads over the union of their rows [u_lo,
-// u_hi) of the tile: each 16-row block's key columns loaded once for all of
-// them; position j's heads at s + (j * n_q + i) * kAttentionTileRows. A
-// position skips the blocks outside its own rows (their lanes are masked
-// later); a lane depends only on its row, so a head's scores are the same
-// bits whatever else the call holds.
+// The key columns of the union's 16-row blocks [u_lo, u_hi) of the tile,
+// once for every head of the call: block bi (row 16 (bi + u_lo / 16) of the
+// tile) at cols + bi * (head_dim / 4) (load_key_columns), its rows' key
+// group scales at ks + bi * NB.
 template <int NB>
-void q8_tile_scores(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
-                    const TilePositions& pos, int n_q, int u_lo, int u_hi, float* s) {
+void q8_key_columns(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, __m512i* cols,
+                    __m512* ks) {
   constexpr int head_dim = NB * kQ8Block;
-  constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   const int k_groups = head_dim / k.group;
-  alignas(64) __m512i cols[head_dim / 4];
-  __m512 ks[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
   prefetch_rows_l1(k, tile_row, u_lo, std::min(u_hi, u_lo / 16 * 16 + 16), head_dim);
-  for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
-    // While this block computes: the next block's keys, this block's values
-    // (read after the softmax) to L1.
+  for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
+    // While this block is transposed: the next block's keys, this block's
+    // values (rearranged next) to L1.
     prefetch_rows_l1(k, tile_row, g0 + 16, std::min(u_hi, g0 + 32), head_dim);
     prefetch_rows_l1(v, tile_row, std::max(u_lo, g0), std::min(u_hi, g0 + 16), head_dim);
     const BlockRows rows(g0, u_lo, u_hi);
-    load_key_columns(k, tile_row, rows, head_dim, cols);
-    block_scales16(k, tile_row, rows, k_groups, ks);
-    for (int j = 0; j < pos.n; ++j) {
+    load_key_columns(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+    __m512 block[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
+    block_scales16(k, tile_row, rows, k_groups, block);
+    for (int b = 0; b < NB; ++b) ks[bi * NB + b] = block[b];
+  }
+}
+
+// Scores of heads [h0, h0 + nh) of the call (head h = j * n_q + i: position
+// j's query head i) at s + h * kAttentionTileRows, from the union's key
+// columns (q8_key_columns). A position skips the blocks outside its own
+// rows (their lanes are masked later); a lane depends only on its row and
+// head, so a head's scores are the same bits whatever else the call holds.
+template <int NB>
+void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
+                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s) {
+  constexpr int head_dim = NB * kQ8Block;
+  constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
+  for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
+    const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
+    const int64_t qh = j * pos.q_heads_stride;
+    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
+    float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
+    for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
-      const int64_t qh = j * pos.q_heads_stride;
-      const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
-      float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
-      int h0 = 0;
+      const __m512i* block = cols + bi * (head_dim / 4);
+      const __m512* kb = ks + bi * NB;
       __m512 out[R];
-      for (; h0 + R <= n_q; h0 += R) {
-        q8_scores<R, NB>(cols, qj, h0, ks, k.group, out);
-        for (int i = 0; i < R; ++i) _mm512_storeu_ps(sj + (h0 + i) * kAttentionTileRows + g0, out[i]);
+      int i = i_begin;
+      for (; i + R <= i_end; i += R) {
+        q8_scores<R, NB>(block, qj, i, kb, k_group, out);
+        for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + (i + r) * kAttentionTileRows + g0, out[r]);
       }
-      for (; h0 < n_q; ++h0) {
-        q8_scores<1, NB>(cols, qj, h0, ks, k.group, out);
-        _mm512_storeu_ps(sj + h0 * kAttentionTileRows + g0, out[0]);
+      for (; i < i_end; ++i) {
+        q8_scores<1, NB>(block, qj, i, kb, k_group, out);
+        _mm512_storeu_ps(sj + i * kAttentionTileRows + g0, out[0]);
       }
     }
   }
@@ -575,42 +609,125 @@ void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int
 }
 
 // The per-position part of the weight codes (kv_kernels.h, kQ8WeightMax)
-// over rows [lo, hi): vs the union blocks' value group scales (vs[b][g] lane
-// r: row 16 (b + u_lo / 16) + r of the tile); u[b][g] = vs_r[g] * ratio_g,
-// and vs_max[g] per group.
+// over rows [lo, hi): vs_max[g] per value group and ratio[g] = kQ8WeightMax
+// / vs_max[g] (0 when vs_max[g] = 0), from vs the union blocks' value group
+// scales (vs[b][g] lane r: row 16 (b + u_lo / 16) + r of the tile).
+struct PositionScales {
+  float vs_max[kQ8MaxHeadDim / 32];
+  float ratio[kQ8MaxHeadDim / 32];
+};
+
 void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int hi, int u_lo, int u_hi, int v_groups,
-                            __m512 (*u)[kQ8MaxHeadDim / 32], float* vs_max) {
+                            PositionScales* out) {
   const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
   for (int g = 0; g < v_groups; ++g) {
     __m512 vmax = _mm512_setzero_ps();
     for (int b = b_first; b < b_end; ++b) {
       vmax = _mm512_mask_max_ps(vmax, rows_mask(16 * b, lo, hi), vmax, vs[b - b_first][g]);
     }
-    vs_max[g] = reduce_max16(vmax);
-    const __m512 ratio = _mm512_set1_ps(vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / vs_max[g] : 0.0f);
-    for (int b = b_first; b < b_end; ++b) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], ratio);
+    out->vs_max[g] = reduce_max16(vmax);
+    out->ratio[g] = out->vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / out->vs_max[g] : 0.0f;
   }
 }
 
-// One head's weight codes: p [64] the weights exp(s - m') of rows [lo, hi)
-// (other lanes masked to 0), wq [v_groups, kAttentionTileRows] int16 (0
-// outside [lo, hi); written for every row of the union blocks), step
-// [v_groups].
-void quantize_weights(const float* p, float p_ref, int lo, int hi, int u_lo, int u_hi,
-                      const __m512 (*u)[kQ8MaxHeadDim / 32], const float* vs_max, int v_groups, int16_t* wq,
-                      float* step) {
-  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
-  const __m512 c = _mm512_set1_ps(p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f);
-  for (int g = 0; g < v_groups; ++g) step[g] = p_ref * (vs_max[g] / static_cast<float>(kQ8WeightMax));
-  for (int b = b_first; b < b_end; ++b) {
-    const __m512 a = _mm512_maskz_mul_ps(rows_mask(16 * b, lo, hi), _mm512_loadu_ps(p + 16 * b), c);
-    for (int g = 0; g < v_groups; ++g) {
-      const __m512i codes =
-          _mm512_maskz_min_epi32(kAll, _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g])),
-                                 _mm512_set1_epi32(kQ8WeightMax));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + g * kAttentionTileRows + 16 * b),
-                          _mm512_maskz_cvtepi32_epi16(kAll, codes));
+// The online-softmax step and the weight codes of heads [h0, h0 + nh) of a
+// call (nh <= 16; head h = j * n_q + i is position j's query head i, its
+// scores at s + h * kAttentionTileRows, its state at j * state_stride + i),
+// the per-head scalars one head per lane: the tile max t (a max tree per
+// lane), m' = max(m, t), alpha = exp(m - m') (exactly 1 where the max held:
+// no rescale; 0 for the empty state; exp512), p_ref = exp(t - m') (exactly
+// 1 where t = m'; exp_weights512, as the weights: the best row's p_r * c is
+// 1) and c = 1 / p_ref. Then per head the weights p_r = exp(s_r - m') (rows
+// outside [lo, hi) exactly 0), summed for l (an add tree per lane: the tree
+// of reduce_add16)
+// and quantized to codes straight from registers: wq [v_groups,
+// kAttentionTileRows] int16 per head, written for every row of the union
+// blocks, and step [v_groups] per head (kv_kernels.h, kQ8WeightMax). No
+// lane's arithmetic reads another's, so a head's bits never depend on the
+// other heads or positions of the call.
+void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
+                     int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups,
+                     float* m, float* l, float* acc, int16_t* wq, float* steps) {
+  int64_t state[16];
+  int lo[16], hi[16], position[16];
+  __m512 part[16];
+  alignas(64) float m_old[16], l_old[16];
+  for (int r = 0; r < 16; ++r) {
+    part[r] = _mm512_set1_ps(-INFINITY);
+    m_old[r] = -INFINITY, l_old[r] = 0.0f;
+    if (r >= nh) continue;
+    const int h = h0 + r, j = h / n_q;
+    position[r] = j, lo[r] = pos.lo[j], hi[r] = pos.hi[j];
+    state[r] = j * pos.state_stride + h % n_q;
+    m_old[r] = m[state[r]], l_old[r] = l[state[r]];
+    const float* sh = s + int64_t{h} * kAttentionTileRows;
+    for (int g0 = lo[r] / 16 * 16; g0 < hi[r]; g0 += 16) {
+      part[r] = _mm512_mask_max_ps(part[r], rows_mask(g0, lo[r], hi[r]), part[r], _mm512_loadu_ps(sh + g0));
     }
+  }
+  const __m512 t = reduce16x16<true>(part);
+  const __m512 vm_old = _mm512_load_ps(m_old), minus_inf = _mm512_set1_ps(-INFINITY);
+  const __m512 vm_new = _mm512_maskz_max_ps(kAll, vm_old, t);
+  const __mmask16 moved = _mm512_cmp_ps_mask(vm_new, vm_old, _CMP_NEQ_UQ);
+  const __mmask16 empty = _mm512_cmp_ps_mask(vm_old, minus_inf, _CMP_EQ_OQ);
+  const __m512 alpha = _mm512_mask_blend_ps(
+      moved, _mm512_set1_ps(1.0f),
+      _mm512_maskz_mov_ps(static_cast<__mmask16>(~empty), exp512(_mm512_maskz_sub_ps(moved, vm_old, vm_new))));
+  const __mmask16 below = _mm512_cmp_ps_mask(t, vm_new, _CMP_NEQ_UQ);
+  const __m512 p_ref =
+      _mm512_mask_blend_ps(below, _mm512_set1_ps(1.0f), exp_weights512(_mm512_maskz_sub_ps(below, t, vm_new), kAll));
+  const __mmask16 weighs = _mm512_cmp_ps_mask(p_ref, _mm512_set1_ps(kQ8WeightTiny), _CMP_GT_OQ);
+  alignas(64) float m_new[16], alphas[16], p_refs[16], c[16];
+  _mm512_store_ps(m_new, vm_new);
+  _mm512_store_ps(alphas, alpha);
+  _mm512_store_ps(p_refs, p_ref);
+  _mm512_store_ps(c, _mm512_maskz_div_ps(weighs, _mm512_set1_ps(1.0f), p_ref));
+  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
+  __m512 sums[16], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
+  for (int r = 0; r < 16; ++r) {
+    sums[r] = _mm512_setzero_ps();
+    if (r >= nh) continue;
+    const int64_t h = h0 + r;
+    const PositionScales& scales = ps[position[r]];
+    if (r == 0 || position[r] != position[r - 1]) {
+      // u = vs_r[g] * ratio_g of the position's blocks (kv_kernels.h, kQ8WeightMax), for its heads.
+      for (int b = b_first; b < b_end; ++b) {
+        for (int g = 0; g < v_groups; ++g) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], _mm512_set1_ps(scales.ratio[g]));
+      }
+    }
+    for (int g = 0; g < v_groups; ++g) steps[h * v_groups + g] = p_refs[r] * (scales.vs_max[g] / static_cast<float>(kQ8WeightMax));
+    const float* sh = s + h * kAttentionTileRows;
+    int16_t* wh = wq + h * v_groups * kAttentionTileRows;
+    const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
+    __m512 sum = _mm512_setzero_ps();  // (in a register: sums[r] would go through memory)
+    for (int b = b_first; b < b_end; ++b) {
+      const __mmask16 rows = rows_mask(16 * b, lo[r], hi[r]);
+      if (rows == 0) {
+        for (int g = 0; g < v_groups; ++g) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b), _mm256_setzero_si256());
+        }
+        continue;
+      }
+      const __m512 p = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), rows);
+      sum = _mm512_add_ps(sum, p);
+      const __m512 a = _mm512_mul_ps(p, vc);
+      for (int g = 0; g < v_groups; ++g) {
+        // Codes >= 0: the saturating narrowing is min(code, kQ8WeightMax).
+        const __m512i codes = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b),
+                            _mm512_maskz_cvtsepi32_epi16(kAll, codes));
+      }
+    }
+    sums[r] = sum;
+  }
+  alignas(64) float l_new[16];
+  _mm512_store_ps(l_new, _mm512_fmadd_ps(_mm512_load_ps(l_old), alpha, reduce16x16(sums)));
+  for (int r = 0; r < nh; ++r) {
+    m[state[r]] = m_new[r], l[state[r]] = l_new[r];
+    if (alphas[r] == 1.0f) continue;
+    float* a = acc + state[r] * head_dim;
+    const __m512 va = _mm512_set1_ps(alphas[r]);
+    for (int d = 0; d < head_dim; d += 16) _mm512_storeu_ps(a + d, _mm512_mul_ps(va, _mm512_loadu_ps(a + d)));
   }
 }
 
@@ -663,12 +780,12 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   }
 }
 
-// Every head of every position: R at a time, each V pair loaded once for the R.
+// Heads [h_begin, h_end) of the call (h = j * n_q + i, as q8_head_scores):
+// R at a time, each V pair loaded once for the R.
 template <int NCH>
-void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, const int16_t* wq,
-                   const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
+void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, int h_begin, int h_end,
+                     const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
   constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
-  const int heads = pos.n * n_q;
   auto run = [&]<int RR>(int h0) {
     const int16_t* wq_i[RR];
     const float* step_i[RR];
@@ -684,9 +801,9 @@ void q8_values_all(const __m512i* vp, int u_lo, const TilePositions& pos, int n_
     }
     q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i);
   };
-  int h0 = 0;
-  for (; h0 + R <= heads; h0 += R) run.template operator()<R>(h0);
-  for (; h0 < heads; ++h0) run.template operator()<1>(h0);
+  int h0 = h_begin;
+  for (; h0 + R <= h_end; h0 += R) run.template operator()<R>(h0);
+  for (; h0 < h_end; ++h0) run.template operator()<1>(h0);
 }
 
 // acc[i, d0 .. d0 + 16 NV) += sum_r p_i[r] v_r[d0 ..] for R heads, rows
@@ -749,57 +866,64 @@ void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int6
 
 }  // namespace
 
-void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
-                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
-                                     float* scratch) {
+namespace {
+
+// attend_tile_q8_positions for head_dim = NB * kQ8Block. The tile's key
+// columns and value pairs are made once for the call; then the heads go
+// through scores, softmax step with weight codes and value product 16 at a
+// time, so the scores, codes and states a step reads are still in L1 (the
+// whole call's would not fit).
+template <int NB>
+void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                       const TilePositions& pos, int n_q, float* m, float* l, float* acc, float* scratch) {
+  constexpr int head_dim = NB * kQ8Block, kBlocks = kAttentionTileRows / 16;
   int u_lo = kAttentionTileRows, u_hi = 0;
   for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
   const int heads = pos.n * n_q, v_groups = head_dim / v.group;
-  float* s = scratch;  // [heads, kAttentionTileRows]: scores, then exp(s - m')
+  float* s = scratch;  // [heads, kAttentionTileRows]: scores
   auto* wq = reinterpret_cast<int16_t*>(scratch + int64_t{heads} * kAttentionTileRows);  // [heads, v_groups, 64]
   float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
-  switch (head_dim / kQ8Block) {
-    case 1: q8_tile_scores<1>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 2: q8_tile_scores<2>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 3: q8_tile_scores<3>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 4: q8_tile_scores<4>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 5: q8_tile_scores<5>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 6: q8_tile_scores<6>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    case 7: q8_tile_scores<7>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-    default: q8_tile_scores<8>(k, v, tile_row, q, pos, n_q, u_lo, u_hi, s); break;
-  }
+  alignas(64) __m512i cols[kBlocks * head_dim / 4];
+  __m512 ks[kBlocks * NB];
+  q8_key_columns<NB>(k, v, tile_row, u_lo, u_hi, cols, ks);
   // The value group scales of the union's blocks, once for every head.
-  __m512 vs[kAttentionTileRows / 16][kQ8MaxHeadDim / 32], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
+  __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
     block_scales16(v, tile_row, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
   }
-  constexpr int kHeadsAtOnce = 64;  // p_ref's size: a position's heads in runs of it
-  float p_ref[kHeadsAtOnce], vs_max[kQ8MaxHeadDim / 32];
+  // Rows [lo, hi) of neighbouring positions are mostly the same (the whole tile).
+  PositionScales ps[kQ8MaxPositions];
   for (int j = 0; j < pos.n; ++j) {
-    const int64_t st = j * pos.state_stride;
-    for (int h0 = 0; h0 < n_q; h0 += kHeadsAtOnce) {
-      const int nh = std::min(n_q - h0, kHeadsAtOnce);
-      tile_softmax(s + (int64_t{j} * n_q + h0) * kAttentionTileRows, nh, head_dim, pos.lo[j], pos.hi[j],
-                   m + st + h0, l + st + h0, acc + (st + h0) * head_dim, p_ref);
-      if (h0 == 0) position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, u, vs_max);
-      for (int i = 0; i < nh; ++i) {
-        const int64_t h = int64_t{j} * n_q + h0 + i;
-        quantize_weights(s + h * kAttentionTileRows, p_ref[i], pos.lo[j], pos.hi[j], u_lo, u_hi, u, vs_max, v_groups,
-                         wq + h * v_groups * kAttentionTileRows, steps + h * v_groups);
-      }
+    if (j > 0 && pos.lo[j] == pos.lo[j - 1] && pos.hi[j] == pos.hi[j - 1]) {
+      ps[j] = ps[j - 1];
+      continue;
     }
+    position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
-  alignas(64) __m512i vp[kAttentionTileRows / 2 * (kQ8MaxHeadDim / 16)];
+  alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp);
-  switch (head_dim / 32) {
-    case 1: q8_values_all<2>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 2: q8_values_all<4>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 3: q8_values_all<6>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 4: q8_values_all<8>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 5: q8_values_all<10>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 6: q8_values_all<12>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    case 7: q8_values_all<14>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
-    default: q8_values_all<16>(vp, u_lo, pos, n_q, wq, steps, v_groups, v.group, acc, head_dim); break;
+  for (int h0 = 0; h0 < heads; h0 += 16) {
+    const int nh = std::min(16, heads - h0);
+    q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
+    softmax_codes16(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim);
+  }
+}
+
+}  // namespace
+
+void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  switch (head_dim / kQ8Block) {
+    case 1: return q8_tile_positions<1>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 2: return q8_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 3: return q8_tile_positions<3>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 4: return q8_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 5: return q8_tile_positions<5>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 6: return q8_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 7: return q8_tile_positions<7>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    default: return q8_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
   }
 }
 
