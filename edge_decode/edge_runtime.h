@@ -53,9 +53,9 @@ struct EdgeRuntime {
   // Most draft tokens per decode step when a request leaves
   // GenerateRequest.speculative unset (--speculative); 0: off.
   uint32_t speculative = 0;
-  // --draft: a smaller model with the same tokenizer drafts instead of
-  // prompt lookup (draft_model.h); each decoding turn runs its own engine
-  // on it with draft_threads threads. nullptr: prompt lookup.
+  // --draft: a smaller model with the same tokenizer drafts where prompt
+  // lookup finds nothing (draft_model.h); each decoding turn runs its own
+  // engine on it with draft_threads threads. nullptr: prompt lookup alone.
   const Model* draft_model = nullptr;
   int draft_threads = 1;
   SessionStore* sessions = nullptr;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/engine/draft_model.h"
 #include "common/engine/sampling_proto.h"
 #include "common/engine/speculative.h"
 #include "common/model/model.h"
@@ -198,8 +199,8 @@ void register_flags(FlagSet& flags, EdgeConfig& config) {
                   "reply is plain decoding's, the draft length adapts to the acceptance rate and speculation "
                   "switches itself off when it does not pay; 0..16, 0: off");
   flags.add_string("draft", &config.draft,
-                   "a smaller GGUF with the same tokenizer that drafts the speculative tokens instead of prompt "
-                   "lookup (checked at start); the reply is still the model's own",
+                   "a smaller GGUF with the same tokenizer that drafts the speculative tokens where prompt lookup "
+                   "finds nothing (checked at start); the reply is still the model's own",
                    "F");
   flags.add_int64("draft-threads", &config.draft_threads,
                   "threads of each decoding turn's draft-model engine (1..64; with --draft)");
@@ -318,8 +319,9 @@ absl::Status validate(const FlagSet& flags, const EdgeConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--speculative %d must be in [0, %u]", config.speculative, kMaxSpeculativeTokens));
   }
-  if (config.draft_threads < 1 || config.draft_threads > 64) {
-    return absl::InvalidArgumentError(absl::StrFormat("--draft-threads %d must be in [1, 64]", config.draft_threads));
+  if (config.draft_threads < 1 || config.draft_threads > kMaxDraftThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--draft-threads %d must be in [1, %d]", config.draft_threads, kMaxDraftThreads));
   }
   if (config.max_tokens_cap < 1 || config.max_tokens_cap > 1'000'000 || config.max_tokens > config.max_tokens_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -32,6 +32,9 @@ namespace baton {
 // a draft token id means the same text. The error names both.
 absl::Status check_draft_model(const Model& target, const Model& draft);
 
+// The most threads of a draft model's engine (--draft-threads).
+inline constexpr int kMaxDraftThreads = 64;
+
 class ModelDrafter final : public Drafter {
  public:
   // engine: the draft model's, used by this drafter alone (one caller at a

@@ -188,9 +188,9 @@ class DecodeStepper {
 
   const DecodeStepperStats& stats() const { return stats_; }
   const DraftController& controller() const { return controller_; }
-  // Drafts from `drafter` (which must outlive the stepper) instead of
-  // prompt lookup; null: prompt lookup. A pass's measured cost (the
-  // controller's C) then includes the drafting.
+  // Drafts from `drafter` (which must outlive the stepper) where prompt
+  // lookup finds nothing; null: prompt lookup alone. A pass's measured cost
+  // (the controller's C) then includes the drafting.
   void set_drafter(Drafter* drafter) { drafter_ = drafter; }
 
  private:

@@ -163,7 +163,7 @@ struct Decoded {
 
 // `count` greedy tokens after `prompt` (prefilled untimed): plain decode
 // steps (max_draft < 0) or a DecodeStepper drafting up to max_draft.
-// draft_engine (optional): a draft model's, drafting instead of prompt lookup.
+// draft_engine (optional): a draft model's, drafting where prompt lookup finds nothing.
 absl::StatusOr<Decoded> decode_reply(Engine& engine, const std::string& kv_name, const std::vector<int32_t>& prompt,
                                      int64_t count, int max_draft, std::string* store, Engine* draft_engine) {
   double bytes_per_token = 0;
@@ -310,7 +310,8 @@ absl::Status bench_decode_speculative(const Args& args) {
                    "F");
   flags.add_string("kv", &kv_name, "the KV store: a wire codec name (its edge store) or f32", "CODEC");
   flags.add_string("draft", &draft_path,
-                   "a draft model (same tokenizer) drafts instead of prompt lookup, as baton-edge --draft", "F");
+                   "a draft model (same tokenizer) drafts where prompt lookup finds nothing, as baton-edge --draft",
+                   "F");
   flags.add_int64("draft-threads", &draft_threads, "threads of the draft model's engine (1..64)");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return absl::OkStatus();
@@ -329,8 +330,9 @@ absl::Status bench_decode_speculative(const Args& args) {
   }
   if (lines.size() < 4) return absl::InvalidArgumentError("--text-file needs at least 4 non-empty lines");
 
-  if (draft_threads < 1 || draft_threads > 64) {
-    return absl::InvalidArgumentError(absl::StrFormat("--draft-threads %d is outside [1, 64]", draft_threads));
+  if (draft_threads < 1 || draft_threads > kMaxDraftThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--draft-threads %d is outside [1, %d]", draft_threads, kMaxDraftThreads));
   }
   BATON_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, c.threads));
   LoadedModel draft;
