@@ -44,14 +44,17 @@ const MatmulKernels& kernels_for(SimdLevel level) {
   static const MatmulKernels kAvx2{k::matmul_tile_avx2,          nullptr,
                                    k::kquant_tile_avx2,          k::legacy_tile_avx2,
                                    k::quantize_q8_0_avx2,        k::quantize_q8_0_split_avx2,
-                                   k::quantize_q8_k_avx2,        k::quantize_q8_k_split_avx2};
+                                   k::quantize_q8_k_avx2,        k::quantize_q8_k_split_avx2,
+                                   nullptr,                      nullptr,
+                                   nullptr,                      k::packed_decode_tile_avx2,
+                                   k::packed_activations_avx2};
   static const MatmulKernels kAvx512{k::matmul_tile_avx512,          k::decode_tile_avx512,
                                      k::kquant_tile_avx512,          k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
                                      k::panel_tile_avx512,           k::offset_quants_avx512,
                                      k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512,
-                                     k::packed_activations_avx512};
+                                     k::packed_activations_avx2};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -401,7 +404,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     problem.x = x;
     packeds[i] = packed_decode(w);
     panels[i] = in_panel(w.type) && !packeds[i];
-    if (w.packed != nullptr && w.type == GgmlType::kQ4_0 && level == SimdLevel::kAvx512) {
+    if (w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr) {
       problem.packed = static_cast<const uint8_t*>(w.packed);
     }
     problem.xq_blocks = prepared.q8_0_blocks_qs;
@@ -495,7 +498,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 }  // namespace
 
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {
-  if (type != GgmlType::kQ4_0 || best_simd_level() != SimdLevel::kAvx512 || rows <= 0 || cols <= 0 ||
+  if (type != GgmlType::kQ4_0 || best_simd_level() < SimdLevel::kAvx2 || rows <= 0 || cols <= 0 ||
       cols % kQK8_0 != 0) {
     return 0;
   }
@@ -513,7 +516,7 @@ void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool) {
   p.rows = w.rows;
   p.cols = w.cols;
   const int64_t strips = (w.rows + cpu_kernels::kPackedStripRows - 1) / cpu_kernels::kPackedStripRows;
-  auto run = [&](int64_t begin, int64_t end) { cpu_kernels::pack_q4_0_strips_avx512(p, begin, end, out); };
+  auto run = [&](int64_t begin, int64_t end) { cpu_kernels::pack_q4_0_strips_avx2(p, begin, end, out); };
   if (pool != nullptr) {
     pool->parallel_for(strips, std::ref(run));
   } else {

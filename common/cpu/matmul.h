@@ -23,19 +23,20 @@ struct WeightMatrix {
   int64_t rows;
   int64_t cols;      // a multiple of the block: 32 for Q4_0/Q8_0/Q5_0/Q4_1/Q5_1, 256 for K-quants
   // The same weights repacked at load for this CPU's kernels
-  // (pack_weight_matrix), or null. When set, the AVX-512 level reads them
-  // instead of `data` (decode and prefill); other levels read `data`.
+  // (pack_weight_matrix), or null. When set, the AVX-512 and AVX2 levels
+  // read them instead of `data` (decode and prefill); scalar reads `data`.
   const void* packed = nullptr;
 };
 
-// Weights repacked once, at load, into 16-row strips (Q4_0 on AVX-512 VNNI):
+// Weights repacked once, at load, into 16-row strips (Q4_0, at the AVX2 and
+// AVX-512 levels; one layout, and the two kernels' outputs are the same bits):
 // for each strip of 16 rows and each 32-column block, the 16 rows' packed
 // nibbles as 4 x 64 bytes (lane i = row i's 4 bytes: the stored nibbles of
 // columns 4j..4j+3 and 16+4j..16+4j+3), then the 16 fp16 scales of the
 // block after all blocks' nibbles. The same bytes as GGUF's (18 per 32
 // weights), so a packed copy replaces the mapped one. One kernel serves
 // decode and prefill: it reads one contiguous stream per strip, multiplies
-// 16 rows per vpdpbusd with no per-row reduction, and the tokens of a call
+// 16 rows per vpdpbusd (AVX2: 8 per vpmaddubsw) with no per-row reduction, and the tokens of a call
 // share each unpacked strip; a token's outputs are the same bits in any call.
 // packed_weight_bytes: bytes of w's packed copy on this CPU; 0 when its type
 // has no packed layout here (the kernels read the GGUF rows).

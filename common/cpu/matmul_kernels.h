@@ -96,20 +96,26 @@ constexpr int64_t kPackedStripRows = 16;
 constexpr int64_t packed_strip_bytes(int64_t cols) { return (cols / 32 * 288 + 63) / 64 * 64; }
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
 // out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
-void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+// (Both ISAs' packed kernels read this layout.)
+void pack_q4_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
 // Every call over packed Q4_0 (decode, decode order, prefill; p.packed; x as
 // p.xq_blocks, p.xbias_blocks, p.xd_blocks): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of 16)
 // and tokens [tok_begin, tok_end). Each token's outputs are the same bits as
 // a call on that token alone: weights unpacked once serve several tokens.
+// The AVX2 kernel's outputs are the same bits as the AVX-512 one's (each
+// block's exact int32 sum, then the same float operations in the same order).
 void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                                int64_t tok_end);
+void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                             int64_t tok_end);
 
 // The packed kernel's x for token t of n_tokens (its Q8_0 quants qs [cols]
 // and scales d [cols/32]): block b's 32 quants to xq_blocks + (b n_tokens +
 // t) 32, -8 x their sum to xbias_blocks[b n_tokens + t], d[b] to
 // xd_blocks[b n_tokens + t].
-void packed_activations_avx512(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
-                               int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
+// (AVX2 instructions: it serves the AVX-512 level too.)
+void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
+                             int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
 
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);

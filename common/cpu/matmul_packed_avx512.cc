@@ -180,44 +180,6 @@ void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_
 
 }  // namespace
 
-void pack_q4_0_strips_avx512(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
-  const int64_t n_blocks = p.cols / kQK8_0;
-  const int64_t strip_bytes = packed_strip_bytes(p.cols);
-  for (int64_t s = strip_begin; s < strip_end; ++s) {
-    uint8_t* strip = out + s * strip_bytes;
-    __builtin_memset(strip, 0, static_cast<size_t>(strip_bytes));  // padding rows: scale 0, nibbles 0
-    uint8_t* scales = strip + n_blocks * kBlockNibbleBytes;
-    for (int64_t i = 0; i < kPackedStripRows; ++i) {
-      const int64_t r = s * kPackedStripRows + i;
-      if (r >= p.rows) break;
-      const BlockQ4_0* row = reinterpret_cast<const BlockQ4_0*>(p.weights + r * p.row_bytes);
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        // Dword j of the block's 16 nibble bytes goes to lane i of step j.
-        for (int j = 0; j < 4; ++j) __builtin_memcpy(strip + b * kBlockNibbleBytes + 64 * j + 4 * i, row[b].qs + 4 * j, 4);
-        __builtin_memcpy(scales + b * kBlockScaleBytes + 2 * i, &row[b].d, 2);
-      }
-    }
-  }
-}
-
-void packed_activations_avx512(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
-                               int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
-  const int64_t n_blocks = cols / kQK8_0;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * kQK8_0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + (b * n_tokens + t) * kQK8_0), q);
-    // Sum of the 32 signed quants: as unsigned (q + 128), four sums of 8
-    // bytes (vpsadbw against zero), less 32 x 128.
-    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
-    const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-    const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(pair, _mm_unpackhi_epi64(pair, pair)))) -
-                        32 * 128;
-    xbias_blocks[b * n_tokens + t] = -8 * sum;
-    xd_blocks[b * n_tokens + t] = d[b];
-  }
-}
-
 void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                                int64_t tok_end) {
   int64_t r = row_begin;

@@ -52,8 +52,8 @@ absl::Status check_tokens(std::span<const int32_t> tokens, int n_vocab) {
 Engine::Engine(const Model& model, const EngineOptions& options)
     : model_(model), options_(options), pool_(resolve_thread_count(options.n_threads)) {
   BATON_CHECK(options_.max_batch_tokens >= 1);
-  // The packed layouts serve the AVX-512 kernels only (matmul.h).
-  if (options_.pack_weights && active_simd_level() == SimdLevel::kAvx512) model.pack_for_cpu(&pool_);
+  // The packed layout serves the AVX2 and AVX-512 kernels (matmul.h).
+  if (options_.pack_weights && active_simd_level() >= SimdLevel::kAvx2) model.pack_for_cpu(&pool_);
   const ModelSpec& s = model.spec();
   const size_t b = static_cast<size_t>(options_.max_batch_tokens);
   x_.resize(b * s.n_embd);

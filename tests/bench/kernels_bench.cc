@@ -186,7 +186,7 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX-512 level only).
+// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX2 and AVX-512 levels).
 constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
                                      GgmlType::kQ4_0};
 
@@ -206,8 +206,8 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     return;
   }
   const bool packed = state.range(0) == 4;
-  if (packed && (level != SimdLevel::kAvx512 || packed_weight_bytes(type, rows, cols) == 0)) {
-    state.SkipWithError("packed Q4_0 serves the AVX-512 level only");
+  if (packed && (level < SimdLevel::kAvx2 || packed_weight_bytes(type, rows, cols) == 0)) {
+    state.SkipWithError("packed Q4_0 serves the AVX2 and AVX-512 levels only");
     return;
   }
   const std::vector<uint8_t> weights =

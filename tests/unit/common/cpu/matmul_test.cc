@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -208,8 +209,8 @@ TEST_P(MatmulTest, MatchesDoubleReferenceWithinStatedTolerance) {
   std::vector<float> y(tc.n_tokens * tc.rows, -1234.0f);  // [n_tokens, rows]
   const WeightMatrix matrix{tc.type, w.bytes.data(), tc.rows, tc.cols};
   matmul_with(tc.level, matrix, x.data(), tc.n_tokens, y.data(), tc.threads > 1 ? &pool : nullptr);
-  // Q4_0 packed at load (AVX-512): its decode kernel and the panels unpacked from it.
-  const PackedCopy packed = tc.level == SimdLevel::kAvx512 ? packed_copy(matrix) : PackedCopy{};
+  // Q4_0 packed at load (AVX2, AVX-512): the packed kernel.
+  const PackedCopy packed = tc.level >= SimdLevel::kAvx2 ? packed_copy(matrix) : PackedCopy{};
   std::vector<float> y_packed(tc.n_tokens * tc.rows, -4321.0f);
   if (packed.ok) {
     matmul_with(tc.level, packed.matrix, x.data(), tc.n_tokens, y_packed.data(), tc.threads > 1 ? &pool : nullptr);
@@ -276,7 +277,7 @@ TEST(Matmul, DecodeOrderRowsEqualOneTokenCallsBitForBit) {
       const int64_t rows = 45;
       const TestWeights w = make_weights(type, rows, cols, rng);
       const WeightMatrix gguf{type, w.bytes.data(), rows, cols};
-      const PackedCopy packed = packed_copy(gguf);  // Q4_0 on AVX-512: its own decode kernel (1, 2, 4 tokens)
+      const PackedCopy packed = packed_copy(gguf);  // Q4_0 on AVX2 / AVX-512: the packed kernel
       for (const WeightMatrix& matrix : {gguf, packed.ok ? packed.matrix : gguf}) {
       ThreadPool pool(2);
       for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{7}, int64_t{9}}) {
@@ -378,38 +379,100 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
 // strip, a partial strip pair) and split; and they agree with the GGUF
 // kernels up to float summation order.
 TEST(Matmul, PackedQ4_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
-  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "packed weights serve the AVX-512 kernels only";
-  for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
-    const int64_t cols = 320;
-    std::mt19937 rng(static_cast<uint32_t>(rows));
-    const TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
-    const WeightMatrix gguf{GgmlType::kQ4_0, w.bytes.data(), rows, cols};
-    const PackedCopy packed = packed_copy(gguf);
-    ASSERT_TRUE(packed.ok);
-    const int64_t n_max = 40;
-    std::vector<float> x(static_cast<size_t>(n_max * cols));
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (float& v : x) v = dist(rng);
-    ThreadPool pool(3);
-    std::vector<float> steps(static_cast<size_t>(n_max * rows));
-    for (int64_t t = 0; t < n_max; ++t) matmul(packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
-    for (int64_t n : {2, 3, 5, 7, 13, 40}) {
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
-        matmul(gguf, x.data() + (n_max - n) * cols, n, a.data(), p);
-        matmul(packed.matrix, x.data() + (n_max - n) * cols, n, b.data(), p);
-        EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
-            << "rows " << rows << " n " << n;
-        for (int64_t i = 0; i < n * rows; ++i) {
-          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << "rows " << rows << " n " << n << " at " << i;
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "packed weights serve the AVX2 and AVX-512 kernels only";
+  for (const SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (level > best_simd_level()) continue;
+    for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
+      const int64_t cols = 320;
+      std::mt19937 rng(static_cast<uint32_t>(rows));
+      const TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
+      const WeightMatrix gguf{GgmlType::kQ4_0, w.bytes.data(), rows, cols};
+      const PackedCopy packed = packed_copy(gguf);
+      ASSERT_TRUE(packed.ok);
+      const int64_t n_max = 40;
+      std::vector<float> x(static_cast<size_t>(n_max * cols));
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      for (float& v : x) v = dist(rng);
+      ThreadPool pool(3);
+      std::vector<float> steps(static_cast<size_t>(n_max * rows));
+      for (int64_t t = 0; t < n_max; ++t) {
+        matmul_with(level, packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
+      }
+      for (int64_t n : {2, 3, 5, 7, 13, 40}) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
+          matmul_with(level, gguf, x.data() + (n_max - n) * cols, n, a.data(), p);
+          matmul_with(level, packed.matrix, x.data() + (n_max - n) * cols, n, b.data(), p);
+          EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+              << simd_level_name(level) << " rows " << rows << " n " << n;
+          for (int64_t i = 0; i < n * rows; ++i) {
+            ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i])))
+                << simd_level_name(level) << " rows " << rows << " n " << n << " at " << i;
+          }
         }
       }
     }
   }
 }
 
+// The packed kernels' arithmetic, written out: per row and token, for each
+// block in order, the exact int32 sum of (nibble - 8) x quant, converted to
+// float, times (weight scale x x scale) added by one fused multiply-add.
+// Each ISA's packed kernel equals it bit for bit, so the AVX2 and AVX-512
+// kernels equal each other (a machine with AVX-512 checks both), for
+// decode, prefill and every row remainder.
+TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "packed weights serve the AVX2 and AVX-512 kernels only";
+  for (const int64_t rows : {int64_t{7}, int64_t{45}, int64_t{96}}) {
+    const int64_t cols = 256;
+    const int64_t n_blocks = cols / kQK8_0;
+    std::mt19937 rng(static_cast<uint32_t>(100 + rows));
+    TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
+    // Row 0 at the int16 sums' bound: every nibble 15, against token 0's
+    // quants all 127 (x all 1): 8 pairs of 15 x 127 x 2 = 30480 per block.
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      std::memset(reinterpret_cast<BlockQ4_0*>(w.bytes.data())[b].qs, 0xff, 16);
+    }
+    const WeightMatrix gguf{GgmlType::kQ4_0, w.bytes.data(), rows, cols};
+    const PackedCopy packed = packed_copy(gguf);
+    ASSERT_TRUE(packed.ok);
+    for (const int64_t n : {int64_t{1}, int64_t{6}, int64_t{11}}) {
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+      for (float& v : x) v = dist(rng);
+      std::fill(x.begin(), x.begin() + cols, 1.0f);
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      std::vector<BlockQ8_0> xq(static_cast<size_t>(n_blocks));
+      for (int64_t t = 0; t < n; ++t) {
+        ref_quantize_q8_0(x.data() + t * cols, xq.data(), cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto* row = reinterpret_cast<const BlockQ4_0*>(w.bytes.data() + r * ggml_row_bytes(GgmlType::kQ4_0, cols));
+          float acc = 0.0f;
+          for (int64_t b = 0; b < n_blocks; ++b) {
+            int32_t sum = 0;
+            for (int i = 0; i < 16; ++i) {
+              sum += ((row[b].qs[i] & 0x0f) - 8) * xq[b].qs[i];
+              sum += ((row[b].qs[i] >> 4) - 8) * xq[b].qs[i + 16];
+            }
+            const float scale = fp16_to_fp32(row[b].d) * fp16_to_fp32(xq[b].d);
+            acc = std::fma(static_cast<float>(sum), scale, acc);
+          }
+          want[t * rows + r] = acc;
+        }
+      }
+      for (const SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+        if (level > best_simd_level()) continue;
+        std::vector<float> got(static_cast<size_t>(n * rows), -1.0f);
+        matmul_with(level, packed.matrix, x.data(), n, got.data(), nullptr);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * n * rows), 0)
+            << simd_level_name(level) << " rows " << rows << " n " << n;
+      }
+    }
+  }
+}
+
 TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {
-  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "packed weights serve the AVX-512 kernels only";
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "packed weights serve the AVX2 and AVX-512 kernels only";
   // 16 rows x 2048 columns: 64 blocks of 16 x 18 bytes, a 64-byte multiple.
   EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_0, 2048, 2048), ggml_row_bytes(GgmlType::kQ4_0, 2048) * 2048);
   // 17 rows: two strips; 3 blocks: 3 x 288 bytes rounded up to 896.

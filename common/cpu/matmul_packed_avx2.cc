@@ -1,0 +1,201 @@
+// AVX2 kernel over Q4_0 weights packed at load (matmul.h's
+// pack_weight_matrix), the packing itself and the block-major x both ISAs'
+// packed kernels read. Entered only when best_simd_level() >= kAvx2 (see
+// matmul_kernels.h for why nothing here may be an inline function or
+// template shared with other files).
+//
+// The layout is the AVX-512 kernel's (matmul_packed_avx512.cc): strips of 16
+// rows, block b's nibbles as 4 lines of 64 bytes, dword i of line j holding
+// columns 4j..4j+3 (low nibbles) and 16+4j..16+4j+3 (high) of row i. A ymm
+// register takes half a line: 8 rows. There is no vpdpbusd here, so each
+// 4-column step is vpmaddubsw (nibble x quant, pairs summed to int16), and
+// the block's 8 of them are summed in int16 before one vpmaddwd widens them:
+// a pair is at most 2 x 15 x 127 = 3810, eight 30480 < 2^15, so the int16
+// sums are exact (Q4_0's unsigned nibbles are what make this hold; int8
+// weights would overflow at the second add). The block's int32 sum is then
+// the same exact integer as the AVX-512 kernel's, and every (row, token)
+// goes through the same float operations in the same order: cvt, d_w x d_x,
+// one FMA per block. So a row's output is the same bits on either ISA, alone
+// or with other tokens, in decode or in prefill.
+#include <immintrin.h>
+
+#include "common/cpu/matmul_kernels.h"
+
+namespace baton::cpu_kernels {
+namespace {
+
+typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
+
+constexpr int64_t kBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
+constexpr int64_t kBlockScaleBytes = 32;    // 16 rows x fp16
+constexpr int64_t kHalfRows = 8;            // rows per ymm
+// How far ahead of the block being multiplied the nibble stream is
+// prefetched in decode (4 KiB, as the AVX-512 kernel).
+constexpr int64_t kPrefetchBlocks = 16;
+
+// H halves (8 rows each) starting at half `half0` of the strip at `strip`
+// (halves run on into the next strip: half 2 is strip + 1's first), T
+// tokens from t0. 16 ymm registers: H T int16 sums + H T f32 accumulators +
+// 2 weights + 2 broadcasts + 2 constants: (H, T) = (4, 1), (2, 2) or (1, 4).
+template <int H, int T>
+void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int64_t t0, int64_t first_row,
+                   int64_t last_rows) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* nib[H];
+  const uint8_t* scl[H];
+  for (int h = 0; h < H; ++h) {
+    const int64_t half = half0 + h;
+    const uint8_t* s = strip + half / 2 * strip_bytes;
+    nib[h] = s + 32 * (half % 2);
+    scl[h] = s + n_blocks * kBlockNibbleBytes + 16 * (half % 2);
+  }
+  __m256 acc[H][T];
+  for (int h = 0; h < H; ++h)
+    for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
+  const int64_t n = p.n_tokens;
+  const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
+  const int32_t* xbias = p.xbias_blocks + t0;
+  const float* xd = p.xd_blocks + t0;
+  for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
+    if constexpr (T == 1) {
+      // Decode streams from memory (prefill, T > 1, revisits the strip from
+      // cache). Each strip's stream is prefetched kPrefetchBlocks ahead; in
+      // the last blocks, the same place of the strips after this call's (the
+      // next row task, usually this thread's next), so a task does not
+      // start on a cold stream: with 2048 columns (64 blocks) that start
+      // was a quarter of every strip.
+      const int64_t ahead_block = b + kPrefetchBlocks;
+      const bool next = ahead_block >= n_blocks;
+      const int64_t shift = next ? (H + 1) / 2 * strip_bytes : 0;
+      const int64_t block = next ? ahead_block - n_blocks : ahead_block;
+      for (int h = 0; h < H; h += 2) {
+        const char* ahead = reinterpret_cast<const char*>(nib[h] + shift + block * kBlockNibbleBytes);
+        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+        if ((b & 1) == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(scl[h] + shift + block * kBlockScaleBytes), _MM_HINT_T0);
+        }
+      }
+    }
+    __m256i sum16[H][T];
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < H; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib[h] + b * kBlockNibbleBytes + 64 * j));
+        const __m256i w_low = _mm256_and_si256(v, low_nibbles);
+        const __m256i w_high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* x4 = xq + t * kQK8_0 + 4 * j;
+          const __m256i x_low = _mm256_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4));
+          const __m256i x_high = _mm256_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4 + 16));
+          const __m256i pair =
+              _mm256_add_epi16(_mm256_maddubs_epi16(w_low, x_low), _mm256_maddubs_epi16(w_high, x_high));
+          sum16[h][t] = j == 0 ? pair : _mm256_add_epi16(sum16[h][t], pair);
+        }
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      const __m256 d =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scl[h] + b * kBlockScaleBytes)));
+      for (int t = 0; t < T; ++t) {
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(sum16[h][t], ones), _mm256_set1_epi32(xbias[t]));
+        acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(xd[t])), acc[h][t]);
+      }
+    }
+  }
+  // Half h covers rows first_row + 8 h ..; the last half keeps last_rows of them.
+  for (int h = 0; h < H; ++h) {
+    const int64_t row = first_row + kHalfRows * h;
+    const int64_t keep = h == H - 1 ? last_rows : kHalfRows;
+    for (int t = 0; t < T; ++t) {
+      float* out = p.y + (t0 + t) * p.rows + row;
+      if (keep == kHalfRows) {
+        _mm256_storeu_ps(out, acc[h][t]);
+      } else {
+        alignas(32) float lanes[kHalfRows];
+        _mm256_store_ps(lanes, acc[h][t]);
+        for (int64_t i = 0; i < keep; ++i) out[i] = lanes[i];
+      }
+    }
+  }
+}
+
+// Rows [r, r + 8 H) of the call (r a multiple of 8; the last half may hold
+// fewer, `rows_left` in all) for tokens [t0, t0 + T).
+template <int H, int T>
+void run_halves(const MatmulProblem& p, int64_t r, int64_t rows_left, int64_t t0) {
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  const uint8_t* strip = p.packed + r / kPackedStripRows * strip_bytes;
+  const int half0 = static_cast<int>(r % kPackedStripRows / kHalfRows);
+  const int64_t last_rows = rows_left - kHalfRows * (H - 1);
+  packed_kernel<H, T>(p, strip, half0, t0, r, last_rows);
+}
+
+}  // namespace
+
+void pack_q4_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
+  const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  for (int64_t s = strip_begin; s < strip_end; ++s) {
+    uint8_t* strip = out + s * strip_bytes;
+    __builtin_memset(strip, 0, static_cast<size_t>(strip_bytes));  // padding rows: scale 0, nibbles 0
+    uint8_t* scales = strip + n_blocks * kBlockNibbleBytes;
+    for (int64_t i = 0; i < kPackedStripRows; ++i) {
+      const int64_t r = s * kPackedStripRows + i;
+      if (r >= p.rows) break;
+      const BlockQ4_0* row = reinterpret_cast<const BlockQ4_0*>(p.weights + r * p.row_bytes);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        // Dword j of the block's 16 nibble bytes goes to lane i of step j.
+        for (int j = 0; j < 4; ++j) __builtin_memcpy(strip + b * kBlockNibbleBytes + 64 * j + 4 * i, row[b].qs + 4 * j, 4);
+        __builtin_memcpy(scales + b * kBlockScaleBytes + 2 * i, &row[b].d, 2);
+      }
+    }
+  }
+}
+
+void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
+                             int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
+  const int64_t n_blocks = cols / kQK8_0;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * kQK8_0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + (b * n_tokens + t) * kQK8_0), q);
+    // Sum of the 32 signed quants: as unsigned (q + 128), four sums of 8
+    // bytes (vpsadbw against zero), less 32 x 128.
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+    const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(pair, _mm_unpackhi_epi64(pair, pair)))) -
+                        32 * 128;
+    xbias_blocks[b * n_tokens + t] = -8 * sum;
+    xd_blocks[b * n_tokens + t] = d[b];
+  }
+}
+
+void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                             int64_t tok_end) {
+  if (tok_end - tok_begin == 1) {
+    // Decode: 4 halves (two strips, 32 rows) per pass, like the AVX-512 kernel's two strips.
+    int64_t r = row_begin;
+    for (; r + 4 * kHalfRows <= row_end; r += 4 * kHalfRows) run_halves<4, 1>(p, r, 4 * kHalfRows, tok_begin);
+    for (; r < row_end; r += kHalfRows) {
+      const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
+      run_halves<1, 1>(p, r, rows, tok_begin);
+    }
+    return;
+  }
+  // Several tokens: one half (8 rows) at a time against groups of 4 tokens;
+  // its 9 KiB (2048 columns) stay in L1 from the first group on.
+  for (int64_t r = row_begin; r < row_end; r += kHalfRows) {
+    const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
+    int64_t t = tok_begin;
+    for (; t + 4 <= tok_end; t += 4) run_halves<1, 4>(p, r, rows, t);
+    if (tok_end - t >= 2) {
+      run_halves<1, 2>(p, r, rows, t);
+      t += 2;
+    }
+    if (t < tok_end) run_halves<1, 1>(p, r, rows, t);
+  }
+}
+
+}  // namespace baton::cpu_kernels
