@@ -32,26 +32,29 @@ constexpr int64_t kHalfRows = 8;            // rows per ymm
 // How far ahead of the block being multiplied the nibble stream is
 // prefetched in decode (4 KiB, as the AVX-512 kernel).
 constexpr int64_t kPrefetchBlocks = 16;
+// Decode: halves per pass (two strips, 32 rows, as the AVX-512 kernel's two
+// strips: two streams per thread; one strip measured 0.89-0.99 of the read
+// bandwidth against 0.96-1.00 in the microbenchmark).
+constexpr int kDecodeHalves = 4;
 
-// H halves (8 rows each) starting at half `half0` of the strip at `strip`
-// (halves run on into the next strip: half 2 is strip + 1's first), T
-// tokens from t0. 16 ymm registers: H T int16 sums + H T f32 accumulators +
-// 2 weights + 2 broadcasts + 2 constants: (H, T) = (4, 1), (2, 2) or (1, 4).
+// H halves (8 rows each) from half `half0` of the strip at `strip` (H >= 2:
+// half0 0, and halves 2, 3 are the next strip's), T tokens from t0. 16 ymm
+// registers: H T int16 sums + H T f32 accumulators + 2 weights + 2
+// broadcasts + 2 constants: (H, T) = (4, 1) (decode; a few spills of the
+// rarely used accumulators, memory-bound anyway), (1, 4), (1, 2), (1, 1).
 template <int H, int T>
 void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int64_t t0, int64_t first_row,
                    int64_t last_rows) {
+  static_assert(H == 1 || H == 2 || H == 4, "halves of one strip, or of two");
   const int64_t n_blocks = p.cols / kQK8_0;
   const int64_t strip_bytes = packed_strip_bytes(p.cols);
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* nib[H];
-  const uint8_t* scl[H];
-  for (int h = 0; h < H; ++h) {
-    const int64_t half = half0 + h;
-    const uint8_t* s = strip + half / 2 * strip_bytes;
-    nib[h] = s + 32 * (half % 2);
-    scl[h] = s + n_blocks * kBlockNibbleBytes + 16 * (half % 2);
-  }
+  // Running pointers to block b's nibbles and scales of the first half;
+  // half h is at + (h / 2) strip_bytes + 32 (h % 2) (scales: 16 (h % 2)).
+  const uint8_t* nib = strip + 32 * half0;
+  const uint8_t* scl = strip + n_blocks * kBlockNibbleBytes + 16 * half0;
+  auto half_offset = [&](int h, int64_t in_strip) { return h / 2 * strip_bytes + in_strip * (h % 2); };
   __m256 acc[H][T];
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
@@ -59,7 +62,8 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
   const int32_t* xbias = p.xbias_blocks + t0;
   const float* xd = p.xd_blocks + t0;
-  for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
+  for (int64_t b = 0; b < n_blocks;
+       ++b, xq += n * kQK8_0, xbias += n, xd += n, nib += kBlockNibbleBytes, scl += kBlockScaleBytes) {
     if constexpr (T == 1) {
       // Decode streams from memory (prefill, T > 1, revisits the strip from
       // cache). Each strip's stream is prefetched kPrefetchBlocks ahead; in
@@ -67,24 +71,27 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
       // next row task, usually this thread's next), so a task does not
       // start on a cold stream: with 2048 columns (64 blocks) that start
       // was a quarter of every strip.
-      const int64_t ahead_block = b + kPrefetchBlocks;
-      const bool next = ahead_block >= n_blocks;
-      const int64_t shift = next ? (H + 1) / 2 * strip_bytes : 0;
-      const int64_t block = next ? ahead_block - n_blocks : ahead_block;
+      const bool next = b + kPrefetchBlocks >= n_blocks;
+      const int64_t shift = (H + 1) / 2 * strip_bytes;  // the next call's first strip
+      const int64_t nib_ahead = kPrefetchBlocks * kBlockNibbleBytes - (next ? n_blocks * kBlockNibbleBytes - shift : 0);
+      const int64_t scl_ahead = kPrefetchBlocks * kBlockScaleBytes - (next ? n_blocks * kBlockScaleBytes - shift : 0);
       for (int h = 0; h < H; h += 2) {
-        const char* ahead = reinterpret_cast<const char*>(nib[h] + shift + block * kBlockNibbleBytes);
-        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-        if ((b & 1) == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(scl[h] + shift + block * kBlockScaleBytes), _MM_HINT_T0);
-        }
+        const char* line = reinterpret_cast<const char*>(nib + half_offset(h, 0) + nib_ahead);
+        for (int i = 0; i < 4; ++i) _mm_prefetch(line + 64 * i, _MM_HINT_T0);
+        if ((b & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(scl + half_offset(h, 0) + scl_ahead), _MM_HINT_T0);
       }
     }
     __m256i sum16[H][T];
     for (int j = 0; j < 4; ++j) {
       for (int h = 0; h < H; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib[h] + b * kBlockNibbleBytes + 64 * j));
-        const __m256i w_low = _mm256_and_si256(v, low_nibbles);
-        const __m256i w_high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib + half_offset(h, 32) + 64 * j));
+        __m256i w_low = _mm256_and_si256(v, low_nibbles);
+        __m256i w_high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles);
+        // Ordering fences (empty asm, no instructions): GCC 12 otherwise
+        // computes the products of all 4 steps first and spills them to the
+        // stack (16 ymm registers), running ~3x slower. This step's weights
+        // come after the previous step's sums are in registers.
+        asm volatile("" : "+x"(w_low), "+x"(w_high));
         for (int t = 0; t < T; ++t) {
           const int8_t* x4 = xq + t * kQK8_0 + 4 * j;
           const __m256i x_low = _mm256_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4));
@@ -92,12 +99,12 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
           const __m256i pair =
               _mm256_add_epi16(_mm256_maddubs_epi16(w_low, x_low), _mm256_maddubs_epi16(w_high, x_high));
           sum16[h][t] = j == 0 ? pair : _mm256_add_epi16(sum16[h][t], pair);
+          asm volatile("" : "+x"(sum16[h][t]));
         }
       }
     }
     for (int h = 0; h < H; ++h) {
-      const __m256 d =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scl[h] + b * kBlockScaleBytes)));
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scl + half_offset(h, 16))));
       for (int t = 0; t < T; ++t) {
         const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(sum16[h][t], ones), _mm256_set1_epi32(xbias[t]));
         acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(xd[t])), acc[h][t]);
@@ -175,9 +182,11 @@ void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int
 void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                              int64_t tok_end) {
   if (tok_end - tok_begin == 1) {
-    // Decode: 4 halves (two strips, 32 rows) per pass, like the AVX-512 kernel's two strips.
+    // Decode: kDecodeHalves halves per pass.
     int64_t r = row_begin;
-    for (; r + 4 * kHalfRows <= row_end; r += 4 * kHalfRows) run_halves<4, 1>(p, r, 4 * kHalfRows, tok_begin);
+    for (; r + kDecodeHalves * kHalfRows <= row_end; r += kDecodeHalves * kHalfRows) {
+      run_halves<kDecodeHalves, 1>(p, r, kDecodeHalves * kHalfRows, tok_begin);
+    }
     for (; r < row_end; r += kHalfRows) {
       const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
       run_halves<1, 1>(p, r, rows, tok_begin);
