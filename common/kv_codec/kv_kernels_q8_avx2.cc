@@ -119,11 +119,11 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
     const uint8_t* b = v.codes + r1 * v.row_code_bytes;
     int16_t* out = t->value_pairs + p * 2 * HeadDim;
     for (int d = 0; d < HeadDim; d += 16) {
-      // Quadwords (dims 0-3, 8-11 | 4-7, 12-15): the unpacks then give dims 0-7, 8-15.
-      const __m256i x = _mm256_permute4x64_epi64(widen16(a + d), 0xD8);
-      const __m256i y = _mm256_permute4x64_epi64(widen16(b + d), 0xD8);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d), _mm256_unpacklo_epi16(x, y));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d + 16), _mm256_unpackhi_epi16(x, y));
+      // The two rows' bytes interleaved in dim order, then widened: dword d = (v_2p[d], v_2p+1[d]).
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + d));
+      const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + d));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, y)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d + 16), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x, y)));
     }
   }
 }
