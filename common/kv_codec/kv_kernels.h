@@ -61,8 +61,8 @@ inline void online_softmax_step(float* s, int lo, int hi, float tile_max, float*
 // INT8 keys in place (attend_tile_q8): each query head is quantized like
 // ggml's Q8_0 activations (blocks of kQ8Block dims, one f32 scale per block),
 // so q . k is an exact integer dot product per block (VNNI: u8 x s8, the key
-// codes offset by +128) times the block's query scale and the key's group
-// scale. Decode reads each key byte once, with no dequantized tile.
+// codes offset by +128; AVX2: both widened to int16, vpmaddwd) times the
+// block's query scale and the key's group scale. Decode reads each key byte once, with no dequantized tile.
 inline constexpr int kQ8Block = 32;
 
 // n_q query heads quantized by quantize_query_q8, consecutive: head i's codes
