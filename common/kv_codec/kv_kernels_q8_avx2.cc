@@ -81,10 +81,11 @@ __m256i widen16(const void* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(sta
 
 // One call's tile, read from the store once for every position and head of
 // the call: the rows of the union [u_lo, u_hi) of the positions' rows, in
-// the 8-row groups [g_lo, g_hi) that cover it (rows of those groups outside
-// the union are zeros: never read from the store; no head's result reads
-// them, its rows outside [lo, hi) are masked or weigh 0). HeadDim =
-// head_dim, a multiple of kQ8Block.
+// the 8-row groups [g_lo, g_hi) that cover it. Rows of those groups outside
+// the union are never read from the store: their keys and scales are zeros,
+// their value pairs repeat a row of the union. A head's rows outside its
+// [lo, hi) never count: their scores are masked, their weight codes 0.
+// HeadDim = head_dim, a multiple of kQ8Block.
 template <int HeadDim>
 struct Q8Tile {
   static constexpr int kGroups = HeadDim / kQ8Block;  // the most key or value groups (groups >= 32 dims)
