@@ -61,8 +61,8 @@ inline void online_softmax_step(float* s, int lo, int hi, float tile_max, float*
 // INT8 keys in place (attend_tile_q8): each query head is quantized like
 // ggml's Q8_0 activations (blocks of kQ8Block dims, one f32 scale per block),
 // so q . k is an exact integer dot product per block (VNNI: u8 x s8, the key
-// codes offset by +128) times the block's query scale and the key's group
-// scale. Decode reads each key byte once, with no dequantized tile.
+// codes offset by +128; AVX2: both widened to int16, vpmaddwd) times the
+// block's query scale and the key's group scale. Decode reads each key byte once, with no dequantized tile.
 inline constexpr int kQ8Block = 32;
 
 // n_q query heads quantized by quantize_query_q8, consecutive: head i's codes
@@ -248,6 +248,13 @@ const KvKernels& kv_kernels();
 // not a multiple of 8 (Hadamard: n < 8), so every set handles every valid input.
 KvKernels kv_kernels_scalar();
 KvKernels kv_kernels_avx2();
+// The AVX2 set's in-place INT8 tile step (kv_kernels_q8_avx2.cc): integer
+// products by vpmaddwd, exact as the scalar's.
+void attend_tile_q8_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
+                         int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* scratch);
 // The AVX2 set with affine_rows at 16 lanes and the attention tile steps
 // (attend_tile, the in-place INT8 / F16 ones) at 16 lanes with VNNI
 // (kv_kernels_avx512.cc).

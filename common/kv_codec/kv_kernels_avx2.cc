@@ -613,8 +613,8 @@ KvKernels kv_kernels_avx2() {
                    dequantize_int8_avx2, dequantize_int4_avx2, hadamard_rows_avx2,
                    attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
                    f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
-                   affine_u8_rows_avx2,  nullptr,  nullptr,  // INT8 in place: AVX-512 only (the scalar
-                   nullptr};  // one is slower than dequantize + attend_tile here)
+                   affine_u8_rows_avx2,  attend_tile_q8_avx2, attend_tile_q8_positions_avx2,  // kv_kernels_q8_avx2.cc
+                   nullptr};
 }
 
 }  // namespace baton::kv_kernels_impl

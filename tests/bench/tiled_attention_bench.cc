@@ -13,6 +13,8 @@
 //   build/bin/baton_microbench --benchmark_filter='TiledAttention|KvReadBaseline' --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -170,6 +172,91 @@ BENCHMARK(BM_AttentionOldVsTiled)
 BENCHMARK(BM_AttentionOldVsTiled)
     ->ArgNames({"ctx", "queries", "tiled"})
     ->ArgsProduct({{512, 2048, 8192}, {64}, {0, 1}})
+    ->UseRealTime();
+
+// The INT8 tile step alone, on one layer of `kContext` rows (8 KV heads of
+// 64, groups of 32, 4 query heads per KV head: llama-3.2-1b; 4.4 MB, so the
+// tiles come from cache), every tile of every KV head, in the dispatched
+// set's two ways: path 0 dequantizes each tile's K and V rows once
+// (dequantize_head_rows) and runs attend_tile per position (what
+// tiled_attention.cc does when the set has no attend_tile_q8_positions);
+// path 1 reads them in place with quantized queries
+// (attend_tile_q8_positions); path 2 is path 1 in the scalar set. Args:
+// positions (1: a decode step; kQ8MaxPositions: a prefill call, every
+// position seeing the whole tile), path. items/s = query-head tile steps.
+//   build/bin/baton_microbench --benchmark_filter=Q8TileStep
+void BM_Q8TileStep(benchmark::State& state) {
+  const int n_pos = static_cast<int>(state.range(0));
+  const int path = static_cast<int>(state.range(1));
+  constexpr int kHeadsKv = 8, kHeadDim = 64, kGqa = 4, kGroup = 32, kTile = kv_kernels_impl::kAttentionTileRows;
+  constexpr int64_t kContext = 4096, kRowBytes = kHeadsKv * kHeadDim, kRowGroups = kRowBytes / kGroup;
+  constexpr int kQHeads = kHeadsKv * kGqa, kBlocks = kHeadDim / kv_kernels_impl::kQ8Block;
+  std::mt19937 rng(11);
+  std::vector<uint8_t> k_codes(static_cast<size_t>(kContext * kRowBytes)), v_codes(k_codes.size());
+  for (auto& b : k_codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : v_codes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale_dist(0.005f, 0.02f);
+  std::vector<uint16_t> k_scales(static_cast<size_t>(kContext * kRowGroups)), v_scales(k_scales.size());
+  for (auto& x : k_scales) x = fp32_to_fp16(scale_dist(rng));
+  for (auto& x : v_scales) x = fp32_to_fp16(scale_dist(rng));
+  const std::vector<float> q = random_queries(n_pos, kQHeads * kHeadDim);
+  constexpr float kScale = 0.125f;
+  std::vector<int8_t> q_codes(q.size());
+  std::vector<float> q_scales(static_cast<size_t>(n_pos * kQHeads * kBlocks));
+  std::vector<int32_t> q_bias(q_scales.size());
+  for (int h = 0; h < n_pos * kQHeads; ++h) {
+    kv_kernels_impl::quantize_query_q8(q.data() + h * kHeadDim, kHeadDim, kScale, q_codes.data() + h * kHeadDim,
+                                       q_scales.data() + h * kBlocks, q_bias.data() + h * kBlocks);
+  }
+  static const kv_kernels_impl::KvKernels scalar = kv_kernels_impl::kv_kernels_scalar();
+  const kv_kernels_impl::KvKernels& kern = path == 2 ? scalar : kv_kernels_impl::kv_kernels();
+  if (path != 0 && kern.attend_tile_q8_positions == nullptr) return state.SkipWithError("no in-place INT8 kernel");
+  std::vector<float> kf(static_cast<size_t>(kTile * kHeadDim)), vf(kf.size());
+  std::vector<float> scratch(
+      static_cast<size_t>(kv_kernels_impl::attend_tile_q8_scratch_floats(n_pos * kGqa, kHeadDim)));
+  std::vector<float> m(static_cast<size_t>(n_pos * kGqa)), l(m.size()), acc(m.size() * kHeadDim);
+  std::vector<int> lo(static_cast<size_t>(n_pos), 0), hi(static_cast<size_t>(n_pos), kTile);
+  kv_kernels_impl::TilePositions pos;
+  pos.n = n_pos;
+  pos.q_heads_stride = kQHeads;
+  pos.state_stride = kGqa;
+  pos.lo = lo.data();
+  pos.hi = hi.data();
+  for (auto _ : state) {
+    for (int h = 0; h < kHeadsKv; ++h) {
+      const kv_kernels_impl::KvHeadRows kh{8, k_codes.data() + h * kHeadDim, kRowBytes, k_scales.data() + h * 2,
+                                           nullptr, kRowGroups, kGroup};
+      const kv_kernels_impl::KvHeadRows vh{8, v_codes.data() + h * kHeadDim, kRowBytes, v_scales.data() + h * 2,
+                                           nullptr, kRowGroups, kGroup};
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const int64_t q_head = int64_t{h} * kGqa;
+      for (int64_t t0 = 0; t0 < kContext; t0 += kTile) {
+        if (path == 0) {
+          kern.dequantize_head_rows(kh, t0, kTile, kHeadDim, kf.data());
+          kern.dequantize_head_rows(vh, t0, kTile, kHeadDim, vf.data());
+          for (int j = 0; j < n_pos; ++j) {
+            kern.attend_tile(kf.data(), kHeadDim, vf.data(), kHeadDim, q.data() + (j * kQHeads + q_head) * kHeadDim,
+                             kGqa, kHeadDim, kScale, 0, kTile, m.data() + j * kGqa, l.data() + j * kGqa,
+                             acc.data() + j * kGqa * kHeadDim, scratch.data());
+          }
+        } else {
+          const kv_kernels_impl::QueryQ8 qq{q_codes.data() + q_head * kHeadDim, q_scales.data() + q_head * kBlocks,
+                                            q_bias.data() + q_head * kBlocks};
+          kern.attend_tile_q8_positions(kh, vh, t0, qq, pos, kGqa, kHeadDim, m.data(), l.data(), acc.data(),
+                                        scratch.data());
+        }
+      }
+      benchmark::DoNotOptimize(acc.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kHeadsKv * (kContext / kTile) * n_pos * kGqa);
+  state.SetLabel(path == 0 ? "dequantize+attend_tile" : path == 1 ? "in place" : "in place, scalar");
+}
+BENCHMARK(BM_Q8TileStep)
+    ->ArgNames({"positions", "path"})
+    ->ArgsProduct({{1, kv_kernels_impl::kQ8MaxPositions}, {0, 1, 2}})
     ->UseRealTime();
 
 // Plain read of `mib` MiB split across the threads: the bandwidth the decode

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/util/cpu_features.h"
@@ -327,7 +328,7 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
   double worst_ratio = 0;
   for (const auto& [name, kern] : sets) {
     if (c.bits == 16 && kern.attend_tile_f16 == nullptr) continue;
-    if (c.bits == 8 && kern.attend_tile_q8 == nullptr) continue;  // AVX2: dequantize + attend_tile
+    if (c.bits == 8 && kern.attend_tile_q8 == nullptr) continue;  // (every set has it today)
     ++sets_run;
     std::vector<float> kf(static_cast<size_t>(c.n_ctx * c.head_dim)), vf(kf.size());
     kern.dequantize_head_rows(k.head, 0, c.n_ctx, c.head_dim, kf.data());
@@ -409,6 +410,7 @@ TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
     const Plane k = make_plane(c, rng), v = make_plane(c, rng);
     const int blocks = head_dim / kQ8Block;
     std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}, {"dispatched", kv_kernels()}};
+    if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
     for (const auto& [name, kern] : sets) {
       if (kern.attend_tile_q8_positions == nullptr) continue;
       for (const int n_pos : {1, 3, kQ8MaxPositions}) {
@@ -460,6 +462,61 @@ TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
         ASSERT_EQ(std::memcmp(m.data(), m1.data(), sizeof(float) * m.size()), 0);
         ASSERT_EQ(std::memcmp(l.data(), l1.data(), sizeof(float) * l.size()), 0);
         ASSERT_EQ(std::memcmp(acc.data(), acc1.data(), sizeof(float) * acc.size()), 0);
+      }
+    }
+  }
+}
+
+// The AVX2 set's attend_tile_q8 against the scalar one that defines its
+// arithmetic, tile by tile over a window's edge and partial tiles, for every
+// head_dim and group it takes: the scores are the scalar's bits (the integer
+// q . k exact, the same float steps in the same order), so m is too; l and
+// acc differ only by the polynomial exp of the weights (~2e-7 relative),
+// which may move a weight code by one: at most one step per row.
+TEST(AttendTileQ8Avx2, ScoresAreTheScalarBitsAndTheStateIsClose) {
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2";
+  const KvKernels avx2 = kv_kernels_avx2(), scalar = kv_kernels_scalar();
+  ASSERT_NE(avx2.attend_tile_q8, nullptr);
+  for (const auto& [head_dim, k_group, v_group] :
+       {std::tuple{32, 32, 32}, std::tuple{64, 32, 32}, std::tuple{96, 32, 96}, std::tuple{128, 64, 32},
+        std::tuple{160, 32, 32}, std::tuple{256, 32, 64}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " groups " + std::to_string(k_group) + " / " +
+                 std::to_string(v_group));
+    constexpr int kQ = 3;
+    const int64_t n_ctx = 3 * kAttentionTileRows - 9;
+    std::mt19937 rng(static_cast<unsigned>(head_dim * 7 + v_group));
+    const Plane k = make_plane({8, head_dim, k_group, kQ, n_ctx}, rng);
+    const Plane v = make_plane({8, head_dim, v_group, kQ, n_ctx}, rng);
+    ASSERT_TRUE(q8_tile_supported(k.head, v.head, head_dim));
+    const int blocks = head_dim / kQ8Block;
+    std::vector<float> q(static_cast<size_t>(kQ * head_dim));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<int8_t> codes(q.size());
+    std::vector<float> q_scales(static_cast<size_t>(kQ * blocks));
+    std::vector<int32_t> q_bias(q_scales.size());
+    for (int h = 0; h < kQ; ++h) {
+      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.2f, codes.data() + h * head_dim,
+                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
+    }
+    const QueryQ8 qq{codes.data(), q_scales.data(), q_bias.data()};
+    std::vector<float> m(kQ, -INFINITY), l(kQ, 0.0f), acc(q.size(), 0.0f), m1 = m, l1 = l, acc1 = acc;
+    std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(kQ, head_dim)));
+    // acc's difference per dim: one weight code per row, a step (<= vs_max / kQ8WeightMax, scales
+    // <= 0.05) x |v code| <= 128 (the rescales by alpha <= 1 only shrink it).
+    double step_bound = 0;
+    for (int64_t t0 = 0; t0 < n_ctx; t0 += kAttentionTileRows) {
+      const int lo = t0 == 0 ? 11 : 0;  // a window's edge in the first tile
+      const int hi = static_cast<int>(std::min<int64_t>(n_ctx - t0, kAttentionTileRows));
+      avx2.attend_tile_q8(k.head, v.head, t0, qq, kQ, head_dim, lo, hi, m.data(), l.data(), acc.data(),
+                          scratch.data());
+      scalar.attend_tile_q8(k.head, v.head, t0, qq, kQ, head_dim, lo, hi, m1.data(), l1.data(), acc1.data(),
+                            scratch.data());
+      ASSERT_EQ(std::memcmp(m.data(), m1.data(), sizeof(float) * kQ), 0) << "tile " << t0;
+      for (int h = 0; h < kQ; ++h) ASSERT_NEAR(l[h], l1[h], 1e-5 * l1[h]) << "tile " << t0 << " head " << h;
+      step_bound += 128.0 * (hi - lo) * 0.05 / kQ8WeightMax;
+      for (size_t e = 0; e < acc.size(); ++e) {
+        ASSERT_NEAR(acc[e], acc1[e], 1e-5 * std::fabs(acc1[e]) + step_bound) << "tile " << t0 << " element " << e;
       }
     }
   }

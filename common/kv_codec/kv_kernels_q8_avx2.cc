@@ -1,0 +1,316 @@
+// AVX2 kernels of the INT8 in-place attention tile step (kv_kernels.h,
+// attend_tile_q8 / attend_tile_q8_positions): the arithmetic of the scalar
+// reference (kv_kernels_q8.cc) without VNNI. Both integer products go
+// through vpmaddwd (int16 x int16 pairs summed into int32), exact:
+//   q . k: query and key codes widened to int16 (|q| <= 127, |k| <= 128, a
+//     pair <= 32512), which sums q * k directly: the scalar's bias + sum q *
+//     (k + 128) is that same integer, so no bias term is added here;
+//     vpmaddubsw on (k + 128) x q would saturate int16 (2 * 255 * 127).
+//   p . V: two rows' 15-bit weight codes x their int8 values per dword.
+// The float steps around them are the scalar's, in its order (each block's
+// fma of the score, the weight code's products, the value fma), except the
+// weights exp(s - m') (a polynomial, exp8) and the sums of l (8 lanes, then
+// a fixed tree), as attend_tile_avx2.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/kv_codec/kv_kernels.h"
+
+namespace baton::kv_kernels_impl {
+namespace {
+
+constexpr int kTile = kAttentionTileRows;
+
+float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp of 8 floats (Cephes' polynomial, as exp256 in kv_kernels_avx2.cc):
+// relative error ~2e-7 for the x <= 0 that softmax passes; the clamp keeps
+// 2^n a normal float.
+__m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+// All-ones lanes for the rows [lo, hi) of the 8-row group at g0.
+__m256 rows_mask8(int g0, int lo, int hi) {
+  const __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(g0));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lanes),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lanes));
+  return _mm256_castsi256_ps(in);
+}
+
+// Lane r of the result = the sum of the 8 int32 lanes of a[r] (exact: any
+// order gives the same integer).
+__m256i reduce8x8_epi32(const __m256i (&a)[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
+  // 128-bit half h of u0: rows 0..3's sums of their half h; of u1: rows 4..7's.
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// 16 int8 codes -> 16 int16.
+__m256i widen16(const void* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
+
+// One call's tile, read from the store once for every position and head of
+// the call: the rows of the union [u_lo, u_hi) of the positions' rows, in
+// the 8-row groups [g_lo, g_hi) that cover it. Rows of those groups outside
+// the union are never read from the store: their keys and scales are zeros,
+// their value pairs repeat a row of the union. A head's rows outside its
+// [lo, hi) never count: their scores are masked, their weight codes 0.
+// HeadDim = head_dim, a multiple of kQ8Block.
+template <int HeadDim>
+struct Q8Tile {
+  static constexpr int kGroups = HeadDim / kQ8Block;  // the most key or value groups (groups >= 32 dims)
+  int g_lo = 0, g_hi = 0;
+  alignas(32) int16_t keys[kTile * HeadDim];  // row r's codes at r * HeadDim, widened
+  // Row pair p (rows 2p, 2p + 1, clamped into the union) at p * 2 * HeadDim:
+  // dword d = (v_2p[d], v_2p+1[d]), dims in order.
+  alignas(32) int16_t value_pairs[kTile * HeadDim];
+  alignas(32) float key_scales[kGroups][kTile];    // [key group][row]
+  alignas(32) float value_scales[kGroups][kTile];  // [value group][row]
+};
+
+template <int HeadDim>
+void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, Q8Tile<HeadDim>* t) {
+  t->g_lo = u_lo / 8 * 8;
+  t->g_hi = (u_hi + 7) / 8 * 8;
+  const int k_groups = HeadDim / k.group, v_groups = HeadDim / v.group;
+  for (int r = t->g_lo; r < t->g_hi; ++r) {
+    int16_t* kr = t->keys + r * HeadDim;
+    const bool in = r >= u_lo && r < u_hi;
+    const int64_t row = tile_row + r;
+    const uint8_t* codes = k.codes + row * k.row_code_bytes;
+    for (int d = 0; d < HeadDim; d += 16) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d), in ? widen16(codes + d) : _mm256_setzero_si256());
+    }
+    for (int g = 0; g < k_groups; ++g) t->key_scales[g][r] = in ? _cvtsh_ss(k.scales[row * k.row_groups + g]) : 0.0f;
+    for (int g = 0; g < v_groups; ++g) t->value_scales[g][r] = in ? _cvtsh_ss(v.scales[row * v.row_groups + g]) : 0.0f;
+  }
+  for (int p = t->g_lo / 2; p < t->g_hi / 2; ++p) {
+    const int64_t r0 = tile_row + std::clamp(2 * p, u_lo, u_hi - 1), r1 = tile_row + std::clamp(2 * p + 1, u_lo, u_hi - 1);
+    const uint8_t* a = v.codes + r0 * v.row_code_bytes;
+    const uint8_t* b = v.codes + r1 * v.row_code_bytes;
+    int16_t* out = t->value_pairs + p * 2 * HeadDim;
+    for (int d = 0; d < HeadDim; d += 16) {
+      // The two rows' bytes interleaved in dim order, then widened: dword d = (v_2p[d], v_2p+1[d]).
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + d));
+      const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + d));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, y)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d + 16), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x, y)));
+    }
+  }
+}
+
+// The per-position part of the weight codes over rows [lo, hi) (kv_kernels.h,
+// kQ8WeightMax): per value group, vs_max and ratio = kQ8WeightMax / vs_max
+// (0 when vs_max = 0).
+struct PositionScales {
+  int lo = -1, hi = -1;
+  float vs_max[kQ8MaxHeadDim / 32];
+  float ratio[kQ8MaxHeadDim / 32];
+};
+
+template <int HeadDim>
+void position_scales(const Q8Tile<HeadDim>& t, int v_groups, int lo, int hi, PositionScales* out) {
+  out->lo = lo, out->hi = hi;
+  for (int g = 0; g < v_groups; ++g) {
+    // Scales are >= 0: the masked lanes' 0 never raise the max (the scalar's starts at 0 too).
+    __m256 vmax = _mm256_setzero_ps();
+    for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
+      vmax = _mm256_max_ps(vmax, _mm256_and_ps(rows_mask8(g0, lo, hi), _mm256_load_ps(t.value_scales[g] + g0)));
+    }
+    out->vs_max[g] = hmax8(vmax);
+    out->ratio[g] = out->vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / out->vs_max[g] : 0.0f;
+  }
+}
+
+// Scores of one head over the 8-row groups of [lo, hi): s[r] = sum_b
+// fma(float(q_b . k_r) * qs[b], ks_r[group(b)], ...) from 0, in block order
+// (the scalar's), q_b . k_r the exact integer dot of block b. Lanes of rows
+// outside [lo, hi) hold finite values the caller masks. Returns the max over
+// [lo, hi).
+template <int HeadDim>
+float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs, int k_group, int lo, int hi,
+                  float* s) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
+    __m256 dot = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int b = 0; b < HeadDim / kQ8Block; ++b) {
+      const __m256i q0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q16 + b * kQ8Block));
+      const __m256i q1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q16 + b * kQ8Block + 16));
+      __m256i part[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        const int16_t* kr = t.keys + (g0 + r) * HeadDim + b * kQ8Block;
+        part[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr)), q0),
+                                   _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr + 16)), q1));
+      }
+      const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8x8_epi32(part)), _mm256_set1_ps(qs[b]));
+      dot = _mm256_fmadd_ps(sum, _mm256_load_ps(t.key_scales[b * kQ8Block / k_group] + g0), dot);
+    }
+    _mm256_store_ps(s + g0, dot);
+    vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, dot), rows_mask8(g0, lo, hi));
+  }
+  return hmax8(vmax);
+}
+
+// acc[d0, d0 + 8 NC) += the integer value product of one head over row
+// pairs [p_lo, p_hi): wq[g] its weight codes of value group g ([kTile]
+// int16, 0 outside its rows), step[g] their step. Chunks of 32 dims share a
+// group (value groups are multiples of 32).
+template <int HeadDim, int NC>
+void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int16_t (*wq)[kTile],
+                 const float* step, int v_group, float* acc) {
+  __m256i isum[NC];
+  for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+  const int16_t* w0 = wq[d0 / v_group];
+  const int16_t* w1 = NC > 4 ? wq[(d0 + 32) / v_group] : w0;  // chunks 4..7
+  for (int p = p_lo; p < p_hi; ++p) {
+    int32_t pair0, pair1;
+    std::memcpy(&pair0, w0 + 2 * p, sizeof(pair0));
+    std::memcpy(&pair1, w1 + 2 * p, sizeof(pair1));
+    const __m256i c0 = _mm256_set1_epi32(pair0), c1 = _mm256_set1_epi32(pair1);
+    const int16_t* x = t.value_pairs + p * 2 * HeadDim + 2 * d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const __m256i xc = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 16 * c));
+      isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(xc, c < 4 ? c0 : c1));
+    }
+  }
+  for (int c = 0; c < NC; ++c) {
+    float* a = acc + d0 + 8 * c;
+    const __m256 st = _mm256_set1_ps(step[(d0 + 8 * c) / v_group]);
+    _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), st, _mm256_loadu_ps(a)));
+  }
+}
+
+// One query head's tile step over rows [lo, hi) of the prepared tile:
+// scores, the online-softmax step (m, l, the rescaled acc), the weight codes
+// and the value product. Reads only its own q, state and rows.
+template <int HeadDim>
+void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, int v_group,
+               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc) {
+  constexpr int kGroups = HeadDim / kQ8Block;
+  alignas(32) int16_t q16[HeadDim];
+  for (int d = 0; d < HeadDim; d += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(q16 + d), widen16(qc + d));
+  alignas(32) float s[kTile];
+  const float tile_max = head_scores(t, q16, qs, k_group, lo, hi, s);
+  const float m_new = std::max(*m, tile_max);
+  // 0 for the empty state (m = -inf); exactly 1 when the max holds, the
+  // common case: no exp call, no rescale (x * 1 == x).
+  const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
+  const float p_ref = tile_max == m_new ? 1.0f : std::exp(tile_max - m_new);
+  const float c = p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f;
+  const int v_groups = HeadDim / v_group;
+  float step[kGroups] = {};
+  for (int g = 0; g < v_groups; ++g) step[g] = p_ref * (ps.vs_max[g] / static_cast<float>(kQ8WeightMax));
+  alignas(32) int16_t wq[kGroups][kTile];
+  const __m256 vm = _mm256_set1_ps(m_new), vc = _mm256_set1_ps(c);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
+    // Rows outside [lo, hi) weigh exactly 0, so their codes are 0.
+    const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp8(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
+    vsum = _mm256_add_ps(vsum, p);
+    const __m256 a = _mm256_mul_ps(p, vc);
+    for (int g = 0; g < v_groups; ++g) {
+      const __m256 u = _mm256_mul_ps(_mm256_load_ps(t.value_scales[g] + g0), _mm256_set1_ps(ps.ratio[g]));
+      // lrint (the rounding mode's nearest even), then min(code, kQ8WeightMax):
+      // codes are >= 0, so the saturating pack is that min.
+      const __m256i code = _mm256_cvtps_epi32(_mm256_mul_ps(a, u));
+      _mm_store_si128(reinterpret_cast<__m128i*>(wq[g] + g0),
+                      _mm_packs_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1)));
+    }
+  }
+  *m = m_new;
+  *l = *l * alpha + hsum8(vsum);
+  if (alpha != 1.0f) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    for (int d = 0; d < HeadDim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(va, _mm256_loadu_ps(acc + d)));
+  }
+  const int p_lo = lo / 2, p_hi = (hi + 1) / 2;
+  for (int d0 = 0; d0 < HeadDim; d0 += 64) {
+    if (HeadDim - d0 >= 64) {
+      head_values<HeadDim, 8>(t, d0, p_lo, p_hi, wq, step, v_group, acc);
+    } else {
+      head_values<HeadDim, 4>(t, d0, p_lo, p_hi, wq, step, v_group, acc);
+    }
+  }
+}
+
+template <int NB>
+void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                       const TilePositions& pos, int n_q, float* m, float* l, float* acc) {
+  constexpr int head_dim = NB * kQ8Block;
+  int u_lo = kTile, u_hi = 0;
+  for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
+  Q8Tile<head_dim> tile;
+  load_tile(k, v, tile_row, u_lo, u_hi, &tile);
+  const int v_groups = head_dim / v.group;
+  PositionScales ps;
+  for (int j = 0; j < pos.n; ++j) {
+    const int lo = pos.lo[j], hi = pos.hi[j];
+    // Neighbouring positions mostly share their rows (the whole tile).
+    if (lo != ps.lo || hi != ps.hi) position_scales(tile, v_groups, lo, hi, &ps);
+    for (int i = 0; i < n_q; ++i) {
+      const int64_t qh = j * pos.q_heads_stride + i, sh = j * pos.state_stride + i;
+      head_step(tile, q.codes + qh * head_dim, q.scales + qh * NB, k.group, v.group, ps, lo, hi, m + sh, l + sh,
+                acc + sh * head_dim);
+    }
+  }
+}
+
+}  // namespace
+
+void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* /*scratch*/) {
+  switch (head_dim / kQ8Block) {
+    case 1: return q8_tile_positions<1>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 2: return q8_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 3: return q8_tile_positions<3>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 4: return q8_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 5: return q8_tile_positions<5>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 6: return q8_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 7: return q8_tile_positions<7>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    default: return q8_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc);
+  }
+}
+
+void attend_tile_q8_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
+                         int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch) {
+  TilePositions pos;
+  pos.lo = &lo;
+  pos.hi = &hi;
+  attend_tile_q8_positions_avx2(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc, scratch);
+}
+
+}  // namespace baton::kv_kernels_impl
