@@ -53,6 +53,7 @@ constexpr int64_t kHalfRows = 8;
 // a strip), and in the last ones the next row task's first records.
 constexpr int64_t kPrefetchSupers = 2;
 constexpr int64_t kLinesPerRecord = kSuperBytes / 64;
+constexpr int64_t kPrefetchLinesPerSub = (kLinesPerRecord + 7) / 8;
 // Decode: halves per pass (two strips: two weight streams per thread).
 constexpr int kDecodeHalves = 4;
 
@@ -91,22 +92,28 @@ void packed_q4_k_kernel(const MatmulProblem& p, const uint8_t* strip, int half0,
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
   const int64_t sums_per_token = p.cols / kQK8_0;
   for (int64_t s = 0; s < n_super; ++s, rec += kSuperBytes) {
-    if constexpr (T == 1) {
-      // Decode streams from memory; prefill (T > 1) revisits the strip from cache.
-      const bool next = s + kPrefetchSupers >= n_super;
-      const int64_t shift = (H + half0 + 1) / 2 * strip_bytes;  // the next call's first strip
-      const int64_t ahead = kPrefetchSupers * kSuperBytes - (next ? n_super * kSuperBytes - shift : 0);
-      for (int h = 0; h < H; h += 2) {
-        const char* line = reinterpret_cast<const char*>(rec + half_offset(h, strip_bytes, 0) + ahead);
-        for (int64_t i = 0; i < kLinesPerRecord; ++i) _mm_prefetch(line + 64 * i, _MM_HINT_T0);
-      }
-    }
+    // Decode streams from memory; prefill (T > 1) revisits the strip from
+    // cache. Decode prefetches each strip's record kPrefetchSupers ahead, a
+    // few lines per sub-block (a burst of all 37 at once measured slower); in
+    // the last records, the next call's first ones (the next row task,
+    // usually this thread's next), so a task does not start on a cold stream.
+    const bool next = s + kPrefetchSupers >= n_super;
+    const int64_t next_shift = (H + half0 + 1) / 2 * strip_bytes;  // the next call's first strip
+    const int64_t ahead = kPrefetchSupers * kSuperBytes - (next ? n_super * kSuperBytes - next_shift : 0);
     __m256i isum[H][T];
     for (int h = 0; h < H; ++h)
       for (int t = 0; t < T; ++t) isum[h][t] = _mm256_setzero_si256();
     for (int sub = 0; sub < 8; ++sub) {
       const int chunk = sub / 2;
       const bool high = sub % 2 == 1;  // the high nibbles of the chunk's bytes
+      if constexpr (T == 1) {
+        for (int h = 0; h < H; h += 2) {
+          const char* line = reinterpret_cast<const char*>(rec + half_offset(h, strip_bytes, 0) + ahead);
+          for (int64_t i = kPrefetchLinesPerSub * sub; i < kPrefetchLinesPerSub * (sub + 1) && i < kLinesPerRecord; ++i) {
+            _mm_prefetch(line + 64 * i, _MM_HINT_T0);
+          }
+        }
+      }
       __m256i sum16[H][T];
       for (int k = 0; k < 8; ++k) {
         for (int h = 0; h < H; ++h) {
