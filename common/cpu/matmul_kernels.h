@@ -43,6 +43,9 @@ struct MatmulProblem {
   const int32_t* xbias_blocks;
   const float* xd_blocks;
   int64_t n_tokens;         // tokens of the call (the blocks' stride)
+  // Packed Q4_K (p.packed): [n_tokens, cols/32] sums of the Q8_K quants per
+  // 32 columns (pairs of xsums), beside xq and xd (Q8_K's, row-major).
+  const int16_t* xsums32 = nullptr;
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).
@@ -108,6 +111,22 @@ void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_
                                int64_t tok_end);
 void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                              int64_t tok_end);
+
+// Q4_K weights packed at load on AVX2 (not AVX-512: its K-quant kernels read
+// the GGUF rows): strips of 16 rows, one record of kPackedQ4KSuperBytes per
+// 256 columns (layout in matmul_packed_kquant_avx2.cc): nibbles 2048, scales
+// and mins as u8 128 + 128, d and dmin fp16 32 + 32.
+constexpr int64_t kPackedQ4KSuperBytes = 2368;
+constexpr int64_t packed_q4_k_strip_bytes(int64_t cols) { return cols / 256 * kPackedQ4KSuperBytes; }
+// Packs strips [strip_begin, strip_end) of p's GGUF Q4_K rows into out
+// (strip s at s * packed_q4_k_strip_bytes(p.cols)). Rows past p.rows: zeros.
+void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+// Every call over packed Q4_K (p.packed; x as Q8_K: p.xq, p.xd per 256,
+// p.xsums32): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of
+// 16) and tokens [tok_begin, tok_end). Each (row, token) output is the same
+// bits as a call on that token alone, whatever the row split.
+void packed_q4_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end);
 
 // The packed kernel's x for token t of n_tokens (its Q8_0 quants qs [cols]
 // and scales d [cols/32]): block b's 32 quants to xq_blocks + (b n_tokens +

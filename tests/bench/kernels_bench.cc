@@ -120,6 +120,47 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 
+// BM_Matmul with the weights packed at load (pack_weight_matrix: Q4_0 on
+// AVX2 and AVX-512, Q4_K on AVX2), for before/after ratios against BM_Matmul
+// on the same arguments in one run. Same args as BM_Matmul.
+void BM_MatmulPacked(benchmark::State& state) {
+  const GgmlType type = kBenchTypes[state.range(0)];
+  const int64_t rows = state.range(1), cols = state.range(2);
+  const int n_threads = static_cast<int>(state.range(3));
+  const int64_t n_tokens = state.range(4);
+  const int64_t packed_bytes = packed_weight_bytes(type, rows, cols);
+  if (packed_bytes == 0) {
+    state.SkipWithError("no packed layout for this type on this CPU");
+    return;
+  }
+  const std::vector<uint8_t> weights =
+      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
+  std::vector<float> x(n_tokens * cols), y(n_tokens * rows);  // [n_tokens, cols], [n_tokens, rows]
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  WeightMatrix w{type, weights.data(), rows, cols};
+  std::unique_ptr<uint8_t, decltype(&std::free)> packed(static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes)),
+                                                        &std::free);
+  pack_weight_matrix(w, packed.get(), pool_for(2));
+  w.packed = packed.get();
+  ThreadPool* pool = pool_for(n_threads);
+  for (auto _ : state) {
+    matmul(w, x.data(), n_tokens, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
+  state.SetItemsProcessed(state.iterations() * 2 * rows * cols * n_tokens);  // flop
+  state.SetLabel(std::string(ggml_type_name(type)) + " packed " + simd_level_name(active_simd_level()));
+}
+
+void packed_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "rows", "cols", "threads", "tokens"});
+  for (int64_t type : {0, 3})
+    for (int64_t tokens : {1, 64})
+      for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, tokens});
+}
+BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
+
 // F16 weights in prefill, FloatMatmul::kBf16 (vdpbf16ps) beside BM_Matmul's
 // exact f32 path. Args: threads, n_tokens.
 void BM_MatmulF16Bf16(benchmark::State& state) {
@@ -186,9 +227,10 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX2 and AVX-512 levels).
+// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX2 and AVX-512
+// levels); index 5: Q4_K packed at load (the AVX2 level).
 constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                                     GgmlType::kQ4_0};
+                                     GgmlType::kQ4_0, GgmlType::kQ4_K};
 
 // Decode (one token) on a 1B-class matrix, as a fraction of the read
 // bandwidth: after every timed matmul one 256 MiB read pass runs on the same
@@ -205,9 +247,9 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     state.SkipWithError("SIMD level not available on this CPU");
     return;
   }
-  const bool packed = state.range(0) == 4;
+  const bool packed = state.range(0) >= 4;
   if (packed && (level < SimdLevel::kAvx2 || packed_weight_bytes(type, rows, cols) == 0)) {
-    state.SkipWithError("packed Q4_0 serves the AVX2 and AVX-512 levels only");
+    state.SkipWithError("no packed layout for this type at this level");
     return;
   }
   const std::vector<uint8_t> weights =
@@ -250,7 +292,7 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
 void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "level"});
   for (int64_t level : {1, 2})
-    for (int64_t type = 0; type < 5; ++type)
+    for (int64_t type = 0; type < 6; ++type)
       for (int64_t threads : {1, 2})
         for (const auto& shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}})
           b->Args({type, shape.first, shape.second, threads, level});

@@ -692,5 +692,184 @@ std::string level_name(const testing::TestParamInfo<SimdLevel>& info) { return s
 INSTANTIATE_TEST_SUITE_P(AllLevels, QuantizeQ8Test, testing::ValuesIn(kAllLevels), level_name);
 INSTANTIATE_TEST_SUITE_P(AllLevels, VecTest, testing::ValuesIn(kAllLevels), level_name);
 
+// --- Q4_K packed at load (AVX2 only; the AVX-512 level reads the GGUF rows) ---
+
+// Q4_K rows [rows, cols] of random bytes with moderate fp16 d and dmin
+// (both signs); row 0 at the kernel's integer bounds: every nibble 15 and
+// every 6-bit scale and min 63 (all 12 scale bytes 0xff).
+std::vector<uint8_t> q4_k_test_rows(int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t n_blocks = rows * cols / kQK_K;
+  std::vector<uint8_t> bytes(static_cast<size_t>(n_blocks * sizeof(BlockQ4_K)));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  auto* blocks = reinterpret_cast<BlockQ4_K*>(bytes.data());
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    blocks[b].d = fp32_to_fp16(scale(rng));
+    blocks[b].dmin = fp32_to_fp16(scale(rng));
+  }
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    std::memset(blocks[b].qs, 0xff, sizeof(blocks[b].qs));
+    std::memset(blocks[b].scales, 0xff, sizeof(blocks[b].scales));
+  }
+  return bytes;
+}
+
+// ggml's get_scale_min_k4: sub-block j's 6-bit scale and min.
+void q4_k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// x [n, cols]: uniform in [-2, 2], token 0 all 1 (its Q8_K quants all -127:
+// the int16 sums at their bound against nibbles 15), token 1 alternating
+// +-1 (quants +-127).
+std::vector<float> q4_k_test_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& v : x) v = dist(rng);
+  for (int64_t c = 0; c < cols; ++c) {
+    x[c] = 1.0f;
+    if (n > 1) x[cols + c] = c % 2 == 0 ? 1.0f : -1.0f;
+  }
+  return x;
+}
+
+// The packed Q4_K kernel's arithmetic written out, per row and token: for
+// each super-block in order, A = sum over sub-blocks of sc x (exact int sum of
+// nibble x quant) and B = sum of m x (sum of the sub-block's quants), then
+// acc = fma(A, d xd, acc), acc = fma(-B, dmin xd, acc) in float. Also returns
+// each output's magnitude sum_c |dequant(w) x dequant(q8_k(x))| (the scale of
+// float error) in `magnitude`.
+std::vector<float> q4_k_packed_arithmetic(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                                          const std::vector<float>& x, int64_t n, std::vector<double>* magnitude) {
+  const int64_t n_super = cols / kQK_K;
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  magnitude->assign(static_cast<size_t>(n * rows), 0.0);
+  std::vector<BlockQ8_K> xq(static_cast<size_t>(n_super));
+  for (int64_t t = 0; t < n; ++t) {
+    quantize_row_q8_k_with(SimdLevel::kScalar, x.data() + t * cols, xq.data(), cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* row = reinterpret_cast<const BlockQ4_K*>(bytes.data()) + r * n_super;
+      float acc = 0.0f;
+      double mag = 0.0;
+      for (int64_t s = 0; s < n_super; ++s) {
+        int64_t a = 0, b = 0;
+        const float d = fp16_to_fp32(row[s].d), dmin = fp16_to_fp32(row[s].dmin);
+        for (int sub = 0; sub < 8; ++sub) {
+          int sc = 0, m = 0;
+          q4_k_scale_min(row[s].scales, sub, &sc, &m);
+          int64_t dot = 0, sum = 0;
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t byte = row[s].qs[32 * (sub / 2) + l];
+            const int q = sub % 2 == 0 ? byte & 0x0f : byte >> 4;
+            const int xv = xq[s].qs[32 * sub + l];
+            dot += q * xv;
+            sum += xv;
+            mag += std::fabs((static_cast<double>(d) * sc * q - static_cast<double>(dmin) * m) * xq[s].d * xv);
+          }
+          a += sc * dot;
+          b += m * sum;
+        }
+        EXPECT_LT(std::llabs(a), int64_t{1} << 31);
+        acc = std::fma(static_cast<float>(a), d * xq[s].d, acc);
+        acc = std::fma(-static_cast<float>(b), dmin * xq[s].d, acc);
+      }
+      y[t * rows + r] = acc;
+      (*magnitude)[t * rows + r] = mag;
+    }
+  }
+  return y;
+}
+
+// The packed Q4_K kernel equals its arithmetic written out bit for bit (so
+// decode and prefill, every row remainder and strip pair), and agrees with
+// the scalar K-quant kernel over the GGUF rows (KquantMatmulTest's bound:
+// 4e-6 of the magnitude), including row 0 at the integer bounds.
+TEST(Matmul, PackedQ4_KKernelEqualsItsArithmeticWrittenOutAndAgreesWithScalar) {
+  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q4_K is packed at the AVX2 level only";
+  for (const int64_t rows : {int64_t{7}, int64_t{45}, int64_t{96}}) {
+    for (const int64_t cols : {int64_t{256}, int64_t{768}}) {
+      std::mt19937 rng(static_cast<uint32_t>(300 + rows + cols));
+      const std::vector<uint8_t> bytes = q4_k_test_rows(rows, cols, rng);
+      const WeightMatrix gguf{GgmlType::kQ4_K, bytes.data(), rows, cols};
+      const PackedCopy packed = packed_copy(gguf);
+      ASSERT_TRUE(packed.ok);
+      for (const int64_t n : {int64_t{1}, int64_t{6}, int64_t{11}}) {
+        const std::vector<float> x = q4_k_test_x(n, cols, rng);
+        std::vector<double> magnitude;
+        const std::vector<float> want = q4_k_packed_arithmetic(bytes, rows, cols, x, n, &magnitude);
+        std::vector<float> got(static_cast<size_t>(n * rows), -1.0f), scalar(static_cast<size_t>(n * rows), -2.0f);
+        matmul_with(SimdLevel::kAvx2, packed.matrix, x.data(), n, got.data(), nullptr);
+        matmul_with(SimdLevel::kScalar, gguf, x.data(), n, scalar.data(), nullptr);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * n * rows), 0)
+            << "rows " << rows << " cols " << cols << " n " << n;
+        for (int64_t i = 0; i < n * rows; ++i) {
+          ASSERT_NEAR(got[i], scalar[i], 4e-6 * magnitude[i] + 1e-7)
+              << "rows " << rows << " cols " << cols << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// Packed Q4_K runs one kernel for every call: a prefill call's token rows
+// are the same bits as one-token calls (decode steps), for every token count
+// (groups of 4, 2, 1), row count (partial strip, partial strip pair) and
+// split (pool or not, decode order); and they agree with the GGUF AVX2
+// K-quant kernel up to float summation order.
+TEST(Matmul, PackedQ4_KPrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
+  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q4_K is packed at the AVX2 level only";
+  for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
+    const int64_t cols = 512;
+    std::mt19937 rng(static_cast<uint32_t>(400 + rows));
+    const std::vector<uint8_t> bytes = q4_k_test_rows(rows, cols, rng);
+    const WeightMatrix gguf{GgmlType::kQ4_K, bytes.data(), rows, cols};
+    const PackedCopy packed = packed_copy(gguf);
+    ASSERT_TRUE(packed.ok);
+    const int64_t n_max = 40;
+    const std::vector<float> x = q4_k_test_x(n_max, cols, rng);
+    ThreadPool pool(3);
+    std::vector<float> steps(static_cast<size_t>(n_max * rows));
+    for (int64_t t = 0; t < n_max; ++t) {
+      matmul_with(SimdLevel::kAvx2, packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
+    }
+    for (int64_t n : {2, 3, 5, 7, 13, 40}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        const float* xn = x.data() + (n_max - n) * cols;
+        std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
+        std::vector<float> c(static_cast<size_t>(n * rows), 3.0f);
+        matmul_with(SimdLevel::kAvx2, gguf, xn, n, a.data(), p);
+        matmul_with(SimdLevel::kAvx2, packed.matrix, xn, n, b.data(), p);
+        matmul_decode_order(packed.matrix, xn, n, c.data(), p);
+        EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << "rows " << rows << " n " << n;
+        EXPECT_EQ(std::memcmp(c.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
+            << "decode order, rows " << rows << " n " << n;
+        for (int64_t i = 0; i < n * rows; ++i) {
+          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << "rows " << rows << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, PackedQ4_KBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
+  if (best_simd_level() == SimdLevel::kAvx2) {
+    // 2368 bytes per strip and super-block: 16 x 144 GGUF bytes plus 64.
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 2048, 2048), 128 * 8 * 2368);
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 17, 256), 2 * 2368);
+  } else {
+    // AVX-512: its K-quant kernels read the GGUF rows; scalar: nothing is packed.
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 2048, 2048), 0);
+  }
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ5_K, 64, 256), 0);
+  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ6_K, 64, 256), 0);
+}
+
 }  // namespace
 }  // namespace baton
