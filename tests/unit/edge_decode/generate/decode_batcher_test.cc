@@ -443,6 +443,10 @@ TEST_F(DecodeBatcherTest, AnExclusiveStepUsesTheEngineAloneBetweenTheOthersDecod
   while (barrier.prefilled.load() < barrier.turns) std::this_thread::yield();
   DecodeBatcher::Seat seat = batcher.seat();
   ++barrier.seated;
+  // Both seated before b's first step, as batched_turn waits too: else b's
+  // steps could all run while a has prefilled but not yet taken its seat
+  // (nothing to wait for), the "back to back" this test rules out.
+  while (barrier.seated.load() < barrier.turns) std::this_thread::yield();
   ASSERT_TRUE(seat.exclusive([&](Engine& engine) { return engine.prefill(b_prompt, *b_kv, &b_trace[0]); }).ok());
   for (int i = 0; i < kSteps; ++i) {
     Logits next;
