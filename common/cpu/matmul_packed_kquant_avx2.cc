@@ -36,6 +36,7 @@
 #include <immintrin.h>
 
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/matmul_packed_avx2_store.h"
 
 namespace baton::cpu_kernels {
 namespace {
@@ -48,7 +49,6 @@ constexpr int64_t kScOffset = 2048;
 constexpr int64_t kMinOffset = 2176;
 constexpr int64_t kDOffset = 2304;
 constexpr int64_t kDminOffset = 2336;
-constexpr int64_t kHalfRows = 8;
 // Decode prefetches the strips' records this many super-blocks ahead (4.6 KiB
 // a strip), and in the last ones the next row task's first records.
 constexpr int64_t kPrefetchSupers = 2;
@@ -163,21 +163,7 @@ void packed_q4_k_kernel(const MatmulProblem& p, const uint8_t* strip, int half0,
       }
     }
   }
-  // Half h covers rows first_row + 8 h ..; the last half keeps last_rows of them.
-  for (int h = 0; h < H; ++h) {
-    const int64_t row = first_row + kHalfRows * h;
-    const int64_t keep = h == H - 1 ? last_rows : kHalfRows;
-    for (int t = 0; t < T; ++t) {
-      float* out = p.y + (t0 + t) * p.rows + row;
-      if (keep == kHalfRows) {
-        _mm256_storeu_ps(out, acc[h][t]);
-      } else {
-        alignas(32) float lanes[kHalfRows];
-        _mm256_store_ps(lanes, acc[h][t]);
-        for (int64_t i = 0; i < keep; ++i) out[i] = lanes[i];
-      }
-    }
-  }
+  store_halves<H, T>(p, acc, t0, first_row, last_rows);
 }
 
 // Rows [r, r + 8 H) of the call (r a multiple of 8; the last half may hold
@@ -234,30 +220,8 @@ void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t 
 
 void packed_q4_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end) {
-  if (tok_end - tok_begin == 1) {
-    // Decode: kDecodeHalves halves per pass.
-    int64_t r = row_begin;
-    for (; r + kDecodeHalves * kHalfRows <= row_end && r % kPackedStripRows == 0; r += kDecodeHalves * kHalfRows) {
-      run_halves<kDecodeHalves, 1>(p, r, kDecodeHalves * kHalfRows, tok_begin);
-    }
-    for (; r < row_end; r += kHalfRows) {
-      const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
-      run_halves<1, 1>(p, r, rows, tok_begin);
-    }
-    return;
-  }
-  // Several tokens: one half (8 rows, 9.25 KiB a 2048-column row set) at a
-  // time against groups of 4 tokens; it stays in L1 from the first group on.
-  for (int64_t r = row_begin; r < row_end; r += kHalfRows) {
-    const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
-    int64_t t = tok_begin;
-    for (; t + 4 <= tok_end; t += 4) run_halves<1, 4>(p, r, rows, t);
-    if (tok_end - t >= 2) {
-      run_halves<1, 2>(p, r, rows, t);
-      t += 2;
-    }
-    if (t < tok_end) run_halves<1, 1>(p, r, rows, t);
-  }
+  for_each_pass<kDecodeHalves>(row_begin, row_end, tok_begin, tok_end,
+                               [&]<int H, int T>(int64_t r, int64_t rows, int64_t t) { run_halves<H, T>(p, r, rows, t); });
 }
 
 }  // namespace baton::cpu_kernels

@@ -9,7 +9,7 @@
 //   p . V: two rows' 15-bit weight codes x their int8 values per dword.
 // The float steps around them are the scalar's, in its order (each block's
 // fma of the score, the weight code's products, the value fma), except the
-// weights exp(s - m') (a polynomial, exp8) and the sums of l (8 lanes, then
+// weights exp(s - m') (a polynomial, exp256) and the sums of l (8 lanes, then
 // a fixed tree), as attend_tile_avx2.
 #include <immintrin.h>
 
@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/kv_codec/kv_exp_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
@@ -38,25 +39,6 @@ float hmax8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp of 8 floats (Cephes' polynomial, as exp256 in kv_kernels_avx2.cc):
-// relative error ~2e-7 for the x <= 0 that softmax passes; the clamp keeps
-// 2^n a normal float.
-__m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
-}
 
 // All-ones lanes for the rows [lo, hi) of the 8-row group at g0.
 __m256 rows_mask8(int g0, int lo, int hi) {
@@ -238,7 +220,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
   __m256 vsum = _mm256_setzero_ps();
   for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
     // Rows outside [lo, hi) weigh exactly 0, so their codes are 0.
-    const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp8(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
+    const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp256(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
     vsum = _mm256_add_ps(vsum, p);
     const __m256 a = _mm256_mul_ps(p, vc);
     for (int g = 0; g < v_groups; ++g) {
