@@ -96,7 +96,11 @@ void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t ro
 // rows, each packed_strip_bytes(cols) bytes (64-byte multiple): the nibbles
 // of block b at 256 b, then the fp16 scales of block b at 256 n_blocks + 32 b.
 constexpr int64_t kPackedStripRows = 16;
-constexpr int64_t packed_strip_bytes(int64_t cols) { return (cols / 32 * 288 + 63) / 64 * 64; }
+constexpr int64_t kPackedBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
+constexpr int64_t kPackedBlockScaleBytes = 32;    // 16 rows x fp16
+constexpr int64_t packed_strip_bytes(int64_t cols) {
+  return (cols / 32 * (kPackedBlockNibbleBytes + kPackedBlockScaleBytes) + 63) / 64 * 64;
+}
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
 // out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
 // (Both ISAs' packed kernels read this layout.)
@@ -118,6 +122,10 @@ void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t 
 // and mins as u8 128 + 128, d and dmin fp16 32 + 32.
 constexpr int64_t kPackedQ4KSuperBytes = 2368;
 constexpr int64_t packed_q4_k_strip_bytes(int64_t cols) { return cols / 256 * kPackedQ4KSuperBytes; }
+// The 8 6-bit scales and mins of a Q4_K / Q5_K super-block from its 12
+// packed bytes (ggml's get_scale_min_k4). Baseline code (the scalar file):
+// any level may call it.
+void unpack_scales_mins_k4(const uint8_t* s, int* sc, int* m);
 // Packs strips [strip_begin, strip_end) of p's GGUF Q4_K rows into out
 // (strip s at s * packed_q4_k_strip_bytes(p.cols)). Rows past p.rows: zeros.
 void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);

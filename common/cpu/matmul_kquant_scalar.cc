@@ -51,18 +51,6 @@ float quantize_q8_k_block(const float* x, int8_t* qs, int16_t* bsums) {
   return 1.0f / iscale;
 }
 
-// The 8 6-bit scales and mins of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
-void unpack_scales_mins(const uint8_t* s, int* sc, int* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-  }
-  for (int j = 4; j < 8; ++j) {
-    sc[j] = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    m[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 // Q4_K (kHighBits false) or Q5_K (true) row . one token's Q8_K quants.
 // Sub-block 2j is the low nibbles of qs[32j..32j+31], 2j+1 the high nibbles;
 // Q5_K's 5th bit of element 64j+l (+32) is bit 2j (2j+1) of qh[l].
@@ -77,7 +65,7 @@ float dot_q45_k_row(const uint8_t* row, const int8_t* xq, const float* xd, const
     const uint8_t* qs = kHighBits ? reinterpret_cast<const BlockQ5_K*>(row)->qs
                                   : reinterpret_cast<const BlockQ4_K*>(row)->qs;
     int sc[8], m[8];
-    unpack_scales_mins(scales, sc, m);
+    unpack_scales_mins_k4(scales, sc, m);
     const int8_t* q = xq + s * kQK_K;
     int32_t dot = 0;
     for (int j = 0; j < 4; ++j) {
@@ -168,6 +156,17 @@ void quantize_q8_k_scalar(const float* x, BlockQ8_K* y, int64_t n) {
 void quantize_q8_k_split_scalar(const float* x, int8_t* qs, float* d, int16_t* bsums, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b)
     d[b] = quantize_q8_k_block(x + b * kQK_K, qs + b * kQK_K, bsums + b * (kQK_K / 16));
+}
+
+void unpack_scales_mins_k4(const uint8_t* s, int* sc, int* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+  }
+  for (int j = 4; j < 8; ++j) {
+    sc[j] = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    m[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
 }
 
 }  // namespace baton::cpu_kernels

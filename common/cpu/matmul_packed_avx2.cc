@@ -27,8 +27,8 @@ namespace {
 
 typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
-constexpr int64_t kBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
-constexpr int64_t kBlockScaleBytes = 32;    // 16 rows x fp16
+constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
+constexpr int64_t kBlockScaleBytes = kPackedBlockScaleBytes;
 // How far ahead of the block being multiplied the nibble stream is
 // prefetched in decode (4 KiB, as the AVX-512 kernel).
 constexpr int64_t kPrefetchBlocks = 16;
@@ -114,17 +114,6 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
   store_halves<H, T>(p, acc, t0, first_row, last_rows);
 }
 
-// Rows [r, r + 8 H) of the call (r a multiple of 8; the last half may hold
-// fewer, `rows_left` in all) for tokens [t0, t0 + T).
-template <int H, int T>
-void run_halves(const MatmulProblem& p, int64_t r, int64_t rows_left, int64_t t0) {
-  const int64_t strip_bytes = packed_strip_bytes(p.cols);
-  const uint8_t* strip = p.packed + r / kPackedStripRows * strip_bytes;
-  const int half0 = static_cast<int>(r % kPackedStripRows / kHalfRows);
-  const int64_t last_rows = rows_left - kHalfRows * (H - 1);
-  packed_kernel<H, T>(p, strip, half0, t0, r, last_rows);
-}
-
 }  // namespace
 
 void pack_q4_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
@@ -168,7 +157,9 @@ void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int
 void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                              int64_t tok_end) {
   for_each_pass<kDecodeHalves>(row_begin, row_end, tok_begin, tok_end,
-                               [&]<int H, int T>(int64_t r, int64_t rows, int64_t t) { run_halves<H, T>(p, r, rows, t); });
+                               [&]<int H, int T>(int64_t strip, int half0, int64_t r, int64_t last_rows, int64_t t) {
+                                 packed_kernel<H, T>(p, p.packed + strip * packed_strip_bytes(p.cols), half0, t, r, last_rows);
+                               });
 }
 
 }  // namespace baton::cpu_kernels

@@ -36,34 +36,40 @@ void store_halves(const MatmulProblem& p, const __m256 (&acc)[H][T], int64_t t0,
   }
 }
 
-// Cuts rows [row_begin, row_end) x tokens [tok_begin, tok_end) into the
-// passes run(r, rows, t) of run.template operator()<H, T> (H halves of 8
-// rows from row r, `rows` of them in all; T tokens from t):
+// Cuts rows [row_begin, row_end) x tokens [tok_begin, tok_end) into passes
+// of H halves (8 rows each) x T tokens, each run as
+// run.template operator()<H, T>(strip, half0, r, last_rows, t): rows from r
+// (a multiple of 8), i.e. from half half0 of strip `strip` (H >= 2: half0 is
+// 0), the last half keeping last_rows of its 8; tokens from t.
 //  - one token (decode): kDecodeHalves halves per pass from a strip's start
 //    (two strips: two streams per thread), then single halves;
 //  - several tokens: one half at a time (its weights stay in L1 from the
 //    first group on) against groups of 4 tokens, then 2, then 1.
 template <int kDecodeHalves, typename Run>
 void for_each_pass(int64_t row_begin, int64_t row_end, int64_t tok_begin, int64_t tok_end, Run&& run) {
+  auto pass = [&]<int H, int T>(int64_t r, int64_t rows, int64_t t) {
+    run.template operator()<H, T>(r / kPackedStripRows, static_cast<int>(r % kPackedStripRows / kHalfRows), r,
+                                  rows - kHalfRows * (H - 1), t);
+  };
   if (tok_end - tok_begin == 1) {
     int64_t r = row_begin;
     for (; r + kDecodeHalves * kHalfRows <= row_end && r % kPackedStripRows == 0; r += kDecodeHalves * kHalfRows) {
-      run.template operator()<kDecodeHalves, 1>(r, kDecodeHalves * kHalfRows, tok_begin);
+      pass.template operator()<kDecodeHalves, 1>(r, kDecodeHalves * kHalfRows, tok_begin);
     }
     for (; r < row_end; r += kHalfRows) {
-      run.template operator()<1, 1>(r, row_end - r < kHalfRows ? row_end - r : kHalfRows, tok_begin);
+      pass.template operator()<1, 1>(r, row_end - r < kHalfRows ? row_end - r : kHalfRows, tok_begin);
     }
     return;
   }
   for (int64_t r = row_begin; r < row_end; r += kHalfRows) {
     const int64_t rows = row_end - r < kHalfRows ? row_end - r : kHalfRows;
     int64_t t = tok_begin;
-    for (; t + 4 <= tok_end; t += 4) run.template operator()<1, 4>(r, rows, t);
+    for (; t + 4 <= tok_end; t += 4) pass.template operator()<1, 4>(r, rows, t);
     if (tok_end - t >= 2) {
-      run.template operator()<1, 2>(r, rows, t);
+      pass.template operator()<1, 2>(r, rows, t);
       t += 2;
     }
-    if (t < tok_end) run.template operator()<1, 1>(r, rows, t);
+    if (t < tok_end) pass.template operator()<1, 1>(r, rows, t);
   }
 }
 

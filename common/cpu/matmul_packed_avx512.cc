@@ -36,8 +36,8 @@ namespace {
 // Four x quants read as one int32 wherever they sit (may alias the int8s).
 typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
-constexpr int64_t kBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
-constexpr int64_t kBlockScaleBytes = 32;    // 16 rows x fp16
+constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
+constexpr int64_t kBlockScaleBytes = kPackedBlockScaleBytes;
 // How far ahead of the block being multiplied each strip's nibble stream is
 // prefetched (4 KiB). In the engine's decode, 8 to 64 blocks and an extra L2
 // prefetch further on measured the same within this machine's noise.

@@ -166,29 +166,6 @@ void packed_q4_k_kernel(const MatmulProblem& p, const uint8_t* strip, int half0,
   store_halves<H, T>(p, acc, t0, first_row, last_rows);
 }
 
-// Rows [r, r + 8 H) of the call (r a multiple of 8; the last half may hold
-// fewer, `rows_left` in all) for tokens [t0, t0 + T).
-template <int H, int T>
-void run_halves(const MatmulProblem& p, int64_t r, int64_t rows_left, int64_t t0) {
-  const int64_t strip_bytes = packed_q4_k_strip_bytes(p.cols);
-  const uint8_t* strip = p.packed + r / kPackedStripRows * strip_bytes;
-  const int half0 = static_cast<int>(r % kPackedStripRows / kHalfRows);
-  const int64_t last_rows = rows_left - kHalfRows * (H - 1);
-  packed_q4_k_kernel<H, T>(p, strip, half0, t0, r, last_rows);
-}
-
-// The 8 6-bit scales and mins of a Q4_K super-block (ggml's get_scale_min_k4).
-void unpack_scales_mins(const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-  }
-  for (int j = 4; j < 8; ++j) {
-    sc[j] = static_cast<uint8_t>((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
-    m[j] = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
 }  // namespace
 
 void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
@@ -205,9 +182,13 @@ void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t 
         uint8_t* rec = strip + s * kSuperBytes;
         for (int j = 0; j < 4; ++j)
           for (int k = 0; k < 8; ++k) __builtin_memcpy(rec + 512 * j + 64 * k + 4 * i, row[s].qs + 32 * j + 4 * k, 4);
-        uint8_t sc[8], m[8];
-        unpack_scales_mins(row[s].scales, sc, m);
-        for (int sub = 0; sub < 8; ++sub) rec[kScOffset + 16 * sub + i] = sc[sub];
+        int sc[8], m_int[8];
+        unpack_scales_mins_k4(row[s].scales, sc, m_int);
+        uint8_t m[8];  // 6 bits each
+        for (int sub = 0; sub < 8; ++sub) {
+          rec[kScOffset + 16 * sub + i] = static_cast<uint8_t>(sc[sub]);
+          m[sub] = static_cast<uint8_t>(m_int[sub]);
+        }
         // Row i = 8 h + g (+ 4): group g % 4 of half h, first or second 8 bytes.
         const int64_t h = i / 8, g = i % 4, second = i % 8 / 4;
         __builtin_memcpy(rec + kMinOffset + 64 * h + 16 * g + 8 * second, m, 8);
@@ -221,7 +202,9 @@ void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t 
 void packed_q4_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end) {
   for_each_pass<kDecodeHalves>(row_begin, row_end, tok_begin, tok_end,
-                               [&]<int H, int T>(int64_t r, int64_t rows, int64_t t) { run_halves<H, T>(p, r, rows, t); });
+                               [&]<int H, int T>(int64_t strip, int half0, int64_t r, int64_t last_rows, int64_t t) {
+                                 packed_q4_k_kernel<H, T>(p, p.packed + strip * packed_q4_k_strip_bytes(p.cols), half0, t, r, last_rows);
+                               });
 }
 
 }  // namespace baton::cpu_kernels

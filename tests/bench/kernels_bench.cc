@@ -84,16 +84,29 @@ bool is_kquant(GgmlType type) {
 }
 
 // Args: type index into kBenchTypes, rows, cols, threads, n_tokens.
-void BM_Matmul(benchmark::State& state) {
+// packed: the weights packed first (pack_weight_matrix), as an engine does
+// at load; skipped where the type has no packed layout on this CPU.
+void run_matmul_bench(benchmark::State& state, bool packed) {
   const GgmlType type = kBenchTypes[state.range(0)];
   const int64_t rows = state.range(1), cols = state.range(2);
   const int n_threads = static_cast<int>(state.range(3));
   const int64_t n_tokens = state.range(4);
+  const int64_t packed_bytes = packed ? packed_weight_bytes(type, rows, cols) : 0;
+  if (packed && packed_bytes == 0) {
+    state.SkipWithError("no packed layout for this type on this CPU");
+    return;
+  }
   const std::vector<uint8_t> weights =
       is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
   std::vector<float> x(n_tokens * cols), y(n_tokens * rows);  // [n_tokens, cols], [n_tokens, rows]
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
-  const WeightMatrix w{type, weights.data(), rows, cols};
+  WeightMatrix w{type, weights.data(), rows, cols};
+  std::unique_ptr<uint8_t, decltype(&std::free)> packed_copy(nullptr, &std::free);
+  if (packed) {
+    packed_copy.reset(static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes)));
+    pack_weight_matrix(w, packed_copy.get(), pool_for(2));
+    w.packed = packed_copy.get();
+  }
   ThreadPool* pool = pool_for(n_threads);
   for (auto _ : state) {
     matmul(w, x.data(), n_tokens, y.data(), pool);
@@ -102,8 +115,10 @@ void BM_Matmul(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
   state.SetItemsProcessed(state.iterations() * 2 * rows * cols * n_tokens);  // flop
-  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_level_name(active_simd_level()));
+  state.SetLabel(std::string(ggml_type_name(type)) + (packed ? " packed " : " ") + simd_level_name(active_simd_level()));
 }
+
+void BM_Matmul(benchmark::State& state) { run_matmul_bench(state, /*packed=*/false); }
 
 void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "tokens"});
@@ -123,35 +138,7 @@ BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 // BM_Matmul with the weights packed at load (pack_weight_matrix: Q4_0 on
 // AVX2 and AVX-512, Q4_K on AVX2), for before/after ratios against BM_Matmul
 // on the same arguments in one run. Same args as BM_Matmul.
-void BM_MatmulPacked(benchmark::State& state) {
-  const GgmlType type = kBenchTypes[state.range(0)];
-  const int64_t rows = state.range(1), cols = state.range(2);
-  const int n_threads = static_cast<int>(state.range(3));
-  const int64_t n_tokens = state.range(4);
-  const int64_t packed_bytes = packed_weight_bytes(type, rows, cols);
-  if (packed_bytes == 0) {
-    state.SkipWithError("no packed layout for this type on this CPU");
-    return;
-  }
-  const std::vector<uint8_t> weights =
-      is_kquant(type) ? make_kquant_weights(type, rows, cols) : make_weights(type, rows, cols);
-  std::vector<float> x(n_tokens * cols), y(n_tokens * rows);  // [n_tokens, cols], [n_tokens, rows]
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
-  WeightMatrix w{type, weights.data(), rows, cols};
-  std::unique_ptr<uint8_t, decltype(&std::free)> packed(static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes)),
-                                                        &std::free);
-  pack_weight_matrix(w, packed.get(), pool_for(2));
-  w.packed = packed.get();
-  ThreadPool* pool = pool_for(n_threads);
-  for (auto _ : state) {
-    matmul(w, x.data(), n_tokens, y.data(), pool);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
-  state.SetItemsProcessed(state.iterations() * 2 * rows * cols * n_tokens);  // flop
-  state.SetLabel(std::string(ggml_type_name(type)) + " packed " + simd_level_name(active_simd_level()));
-}
+void BM_MatmulPacked(benchmark::State& state) { run_matmul_bench(state, /*packed=*/true); }
 
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "tokens"});
