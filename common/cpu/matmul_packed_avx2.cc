@@ -2,7 +2,8 @@
 // pack_weight_matrix), the packing itself and the block-major x both ISAs'
 // packed kernels read. Entered only when best_simd_level() >= kAvx2 (see
 // matmul_kernels.h for why nothing here may be an inline function or
-// template shared with other files).
+// template shared with other files; matmul_packed_avx2_store.h's are
+// internal to each AVX2 file that includes it).
 //
 // The layout is the AVX-512 kernel's (matmul_packed_avx512.cc): strips of 16
 // rows, block b's nibbles as 4 lines of 64 bytes, dword i of line j holding

@@ -2,7 +2,8 @@
 // pack_weight_matrix), and the packing itself. Entered only when
 // best_simd_level() == kAvx2 (the AVX-512 level keeps its own K-quant
 // kernels; see matmul_kernels.h for why nothing here may be an inline
-// function or template shared with other files).
+// function or template shared with other files; matmul_packed_avx2_store.h's
+// are internal to each AVX2 file that includes it).
 //
 // Layout (matmul_kernels.h, packed_q4_k_strip_bytes): strips of 16 rows, one
 // record of kSuperBytes per 256-column super-block:

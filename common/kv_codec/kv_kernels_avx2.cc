@@ -6,18 +6,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/kv_codec/kv_exp_avx2.h"
+#include "common/kv_codec/kv_simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
 namespace {
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -221,16 +214,12 @@ void hadamard_rows_avx2(float* x, int64_t n_vectors, int n) {
   }
 }
 
-
 // In-place softmax of n floats.
 void softmax_avx2(float* s, int64_t n) {
   __m256 max8 = _mm256_set1_ps(-__builtin_inff());
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) max8 = _mm256_max_ps(max8, _mm256_loadu_ps(s + j));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(max8), _mm256_extractf128_ps(max8, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  float max_score = _mm_cvtss_f32(m4);
+  float max_score = hmax256(max8);
   for (; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
   const __m256 vmax = _mm256_set1_ps(max_score);
   __m256 sum8 = _mm256_setzero_ps();
@@ -389,14 +378,6 @@ inline __m256 group8_dots(const float* k, int64_t k_stride, const float* q, int 
   return hsum8x8(acc);
 }
 
-// Lanes of rows [lo, hi) of the 8-row group at g0.
-inline __m256 rows_mask8(int g0, int lo, int hi) {
-  const __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(g0));
-  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lanes),
-                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lanes));
-  return _mm256_castsi256_ps(in);
-}
-
 // acc[i, d0 .. d0 + 8 NV) += sum_r p[i, r] v_r[d0 ..] for R heads, rows [lo, hi).
 template <int R, int NV>
 void accumulate_tile_values8(const float* v, int64_t v_stride, const float* p, int lo, int hi, float* acc,
@@ -446,10 +427,7 @@ void attend_tile_avx2(const float* k, int64_t k_stride, const float* v, int64_t 
       _mm256_storeu_ps(s + g0, scores);
       vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, scores), rows_mask8(g0, lo, hi));
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float m_new = std::max(m[i], _mm_cvtss_f32(m4));
+    const float m_new = std::max(m[i], hmax256(vmax));
     // 0 for the empty state (m = -inf); exactly 1 (exp(0)) when the max
     // holds, the common case: no exp call, no rescale (x * 1 == x).
     const float alpha = m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);

@@ -17,36 +17,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/kv_codec/kv_exp_avx2.h"
+#include "common/kv_codec/kv_simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
 namespace {
 
 constexpr int kTile = kAttentionTileRows;
-
-float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-
-// All-ones lanes for the rows [lo, hi) of the 8-row group at g0.
-__m256 rows_mask8(int g0, int lo, int hi) {
-  const __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(g0));
-  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lanes),
-                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lanes));
-  return _mm256_castsi256_ps(in);
-}
 
 // Lane r of the result = the sum of the 8 int32 lanes of a[r] (exact: any
 // order gives the same integer).
@@ -129,7 +106,7 @@ void position_scales(const Q8Tile<HeadDim>& t, int v_groups, int lo, int hi, Pos
     for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
       vmax = _mm256_max_ps(vmax, _mm256_and_ps(rows_mask8(g0, lo, hi), _mm256_load_ps(t.value_scales[g] + g0)));
     }
-    out->vs_max[g] = hmax8(vmax);
+    out->vs_max[g] = hmax256(vmax);
     out->ratio[g] = out->vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / out->vs_max[g] : 0.0f;
   }
 }
@@ -162,7 +139,7 @@ float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs,
     _mm256_store_ps(s + g0, dot);
     vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, dot), rows_mask8(g0, lo, hi));
   }
-  return hmax8(vmax);
+  return hmax256(vmax);
 }
 
 // acc[d0, d0 + 8 NC) += the integer value product of one head over row
@@ -233,7 +210,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
     }
   }
   *m = m_new;
-  *l = *l * alpha + hsum8(vsum);
+  *l = *l * alpha + hsum256(vsum);
   if (alpha != 1.0f) {
     const __m256 va = _mm256_set1_ps(alpha);
     for (int d = 0; d < HeadDim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(va, _mm256_loadu_ps(acc + d)));

@@ -1,5 +1,6 @@
-// The 8-lane exp of the AVX2 attention kernels (kv_kernels_avx2.cc,
-// kv_kernels_q8_avx2.cc). Include it from *_avx2.cc files only: it is
+// What the AVX2 attention kernels (kv_kernels_avx2.cc, kv_kernels_q8_avx2.cc)
+// share: the 8-lane exp, horizontal sum and max, the row mask of a tile's
+// 8-row group. Include it from *_avx2.cc files only: it is
 // compiled with their flags, and its unnamed namespace gives each file its
 // own copy, so no AVX2 code can reach a baseline caller through the linker
 // (matmul_kernels.h's rule for ISA files).
@@ -9,6 +10,28 @@
 
 namespace baton::kv_kernels_impl {
 namespace {
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax256(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// All-ones lanes for the rows [lo, hi) of the 8-row group at g0.
+inline __m256 rows_mask8(int g0, int lo, int hi) {
+  const __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(g0));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lanes),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lanes));
+  return _mm256_castsi256_ps(in);
+}
 
 // exp of 8 floats (Cephes' polynomial, as in avx_mathfun): relative error
 // ~2e-7 over the range softmax uses (x <= 0 after the max is subtracted);
