@@ -40,9 +40,8 @@ constexpr int kDecodeHalves = 4;
 
 // H halves (8 rows each) from half `half0` of the strip at `strip` (H >= 2:
 // half0 0, and halves 2, 3 are the next strip's), T tokens from t0. 16 ymm
-// registers: H T int16 sums + H T f32 accumulators + 2 weights + 2
-// broadcasts + 2 constants: (H, T) = (4, 1) (decode; a few spills of the
-// rarely used accumulators, memory-bound anyway), (1, 4), (1, 2), (1, 1).
+// registers: T int16 sums + H T f32 accumulators + 2 weights + 2
+// broadcasts + 2 constants: (H, T) = (4, 1) (decode), (1, 4), (1, 2), (1, 1).
 template <int H, int T>
 void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int64_t t0, int64_t first_row,
                    int64_t last_rows) {
@@ -82,9 +81,12 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
         if ((b & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(scl + half_offset(h, 0) + scl_ahead), _MM_HINT_T0);
       }
     }
-    __m256i sum16[H][T];
-    for (int j = 0; j < 4; ++j) {
-      for (int h = 0; h < H; ++h) {
+    // Half by half (H > 1 only in decode, T = 1): one int16 sum live at a
+    // time, so nothing spills (with the 4 halves' sums live across the steps
+    // GCC kept them on the stack: a store and a reload per step).
+    for (int h = 0; h < H; ++h) {
+      __m256i sum16[T];
+      for (int j = 0; j < 4; ++j) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib + half_offset(h, 32) + 64 * j));
         __m256i w_low = _mm256_and_si256(v, low_nibbles);
         __m256i w_high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles);
@@ -99,15 +101,13 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int half0, int6
           const __m256i x_high = _mm256_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(x4 + 16));
           const __m256i pair =
               _mm256_add_epi16(_mm256_maddubs_epi16(w_low, x_low), _mm256_maddubs_epi16(w_high, x_high));
-          sum16[h][t] = j == 0 ? pair : _mm256_add_epi16(sum16[h][t], pair);
-          asm volatile("" : "+x"(sum16[h][t]));
+          sum16[t] = j == 0 ? pair : _mm256_add_epi16(sum16[t], pair);
+          asm volatile("" : "+x"(sum16[t]));
         }
       }
-    }
-    for (int h = 0; h < H; ++h) {
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scl + half_offset(h, 16))));
       for (int t = 0; t < T; ++t) {
-        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(sum16[h][t], ones), _mm256_set1_epi32(xbias[t]));
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(sum16[t], ones), _mm256_set1_epi32(xbias[t]));
         acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(xd[t])), acc[h][t]);
       }
     }
