@@ -451,15 +451,22 @@ std::vector<float> packed_block_arithmetic(GgmlType type, const std::vector<uint
       float acc = 0.0f;
       double mag = 0.0;
       for (int64_t b = 0; b < n_blocks; ++b) {
-        const auto* q4 = reinterpret_cast<const BlockQ4_0*>(row) + b;
-        const auto* q8 = reinterpret_cast<const BlockQ8_0*>(row) + b;
-        const float d_w = fp16_to_fp32(type == GgmlType::kQ4_0 ? q4->d : q8->d);
+        int w[kQK8_0];
+        float d_w = 0.0f;
+        if (type == GgmlType::kQ4_0) {
+          const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+          d_w = fp16_to_fp32(blk.d);
+          for (int i = 0; i < kQK8_0; ++i) w[i] = (i < 16 ? blk.qs[i] & 0x0f : blk.qs[i - 16] >> 4) - 8;
+        } else {
+          const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+          d_w = fp16_to_fp32(blk.d);
+          for (int i = 0; i < kQK8_0; ++i) w[i] = blk.qs[i];
+        }
         const float d_x = fp16_to_fp32(xq[b].d);
         int32_t sum = 0;
         for (int i = 0; i < kQK8_0; ++i) {
-          const int w = type == GgmlType::kQ4_0 ? (i < 16 ? q4->qs[i] & 0x0f : q4->qs[i - 16] >> 4) - 8 : q8->qs[i];
-          sum += w * xq[b].qs[i];
-          mag += std::fabs(static_cast<double>(d_w) * w * d_x * xq[b].qs[i]);
+          sum += w[i] * xq[b].qs[i];
+          mag += std::fabs(static_cast<double>(d_w) * w[i] * d_x * xq[b].qs[i]);
         }
         acc = std::fma(static_cast<float>(sum), d_w * d_x, acc);
       }
@@ -526,7 +533,9 @@ TestWeights q8_0_extreme_weights(int64_t rows, int64_t cols, std::mt19937& rng) 
   for (int64_t r = 0; r < std::min<int64_t>(rows, 3); ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int8_t q = r == 0 ? -128 : r == 1 ? 127 : c % 2 == 0 ? -128 : 127;
-      blocks[r * cols / kQK8_0 + c / kQK8_0].qs[c % kQK8_0] = q;
+      BlockQ8_0& blk = blocks[r * cols / kQK8_0 + c / kQK8_0];
+      blk.qs[c % kQK8_0] = q;
+      w.dequant[r * cols + c] = static_cast<double>(fp16_to_fp32(blk.d)) * q;
     }
   }
   return w;
