@@ -36,6 +36,9 @@ struct MatmulKernels {
   // Every call over Q4_K weights packed at load (AVX2 only: the AVX-512
   // level's K-quant kernels read the GGUF rows), x as Q8_K plus xsums32.
   cpu_kernels::MatmulTileFn packed_q4_k_tile = nullptr;
+  // Every call over Q8_0 weights packed at load (AVX2 only: the AVX-512
+  // level keeps its panels and decode tile), x block-major as for Q4_0.
+  cpu_kernels::MatmulTileFn packed_q8_0_tile = nullptr;
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -50,7 +53,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                    k::quantize_q8_k_avx2,        k::quantize_q8_k_split_avx2,
                                    nullptr,                      nullptr,
                                    nullptr,                      k::packed_decode_tile_avx2,
-                                   k::packed_activations_avx2,   k::packed_q4_k_tile_avx2};
+                                   k::packed_activations_avx2,   k::packed_q4_k_tile_avx2,
+                                   k::packed_q8_0_tile_avx2};
   static const MatmulKernels kAvx512{k::matmul_tile_avx512,          k::decode_tile_avx512,
                                      k::kquant_tile_avx512,          k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
@@ -122,8 +126,8 @@ struct ActivationScratch {
   std::vector<float> q8_k_xd32;    // K-quant panels: [n_tokens, cols/32] each 32's super-block scale
   std::vector<float> q8_k_xdsum;   // K-quant panels: [n_tokens, cols/32] d * sum of the 32 quants
   std::vector<uint8_t> bf16_x;     // [n_tokens, bf16_padded_cols(cols)] bf16, for FloatMatmul::kBf16
-  std::vector<int8_t> q8_0_blocks_qs;   // packed decode: [cols/32, n_tokens, 32] q8_0_qs block-major
-  std::vector<int32_t> q8_0_blocks_bias;  // [cols/32, n_tokens] -8 x the block's sum of quants
+  std::vector<int8_t> q8_0_blocks_qs;   // packed Q4_0 / Q8_0: [cols/32, n_tokens, 32] q8_0_qs block-major
+  std::vector<int32_t> q8_0_blocks_bias;  // [cols/32, n_tokens] -8 x the block's sum of quants (Q4_0's)
   std::vector<float> q8_0_blocks_d;     // [cols/32, n_tokens]
   std::vector<int16_t> q8_k_sums32;     // packed Q4_K: [n_tokens, cols/32] sums of q8_k_qs per 32
 };
@@ -172,7 +176,7 @@ TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
   return t;
 }
 
-// Decode over packed Q4_0: tasks of whole 16-row strips (32 rows, as
+// Decode over packed weights: tasks of whole 16-row strips (32 rows, as
 // split_for's decode tasks; fewer when the matrix is small, so every thread
 // gets work).
 TaskSplit packed_decode_split(int64_t rows, int n_threads) {
@@ -249,7 +253,7 @@ struct PreparedActivations {
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
 void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool panel_sums,
-                         bool packed_q4_0, bool packed_q4_k, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+                         bool block_major_x, bool packed_q4_k, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
                          PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   if (bf16) {
@@ -261,16 +265,16 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     prepared->bf16_x = out;
   }
   const bool q8_0_sums = needed[static_cast<int>(ActivationFormat::kQ8_0WithSums)];
-  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums || packed_q4_0) {
+  if (needed[static_cast<int>(ActivationFormat::kQ8_0)] || q8_0_sums || block_major_x) {
     int8_t* qs = grown(scratch.q8_0_qs, n_tokens * cols);
     float* d = grown(scratch.q8_0_d, n_tokens * cols / kQK8_0);
     int16_t* sums = q8_0_sums ? grown(scratch.q8_0_sums, n_tokens * cols / kQK8_0) : nullptr;
     uint8_t* xu = panel ? grown(scratch.q8_0_xu, n_tokens * cols) : nullptr;
-    // The packed Q4_0 kernel's block-major copy (block b, token t at b * n_tokens + t).
+    // The packed Q4_0 / Q8_0 kernels' block-major copy (block b, token t at b * n_tokens + t).
     const int64_t n_blocks = cols / kQK8_0;
-    int8_t* bqs = packed_q4_0 ? grown(scratch.q8_0_blocks_qs, n_tokens * cols) : nullptr;
-    int32_t* bias = packed_q4_0 ? grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks) : nullptr;
-    float* bd = packed_q4_0 ? grown(scratch.q8_0_blocks_d, n_tokens * n_blocks) : nullptr;
+    int8_t* bqs = block_major_x ? grown(scratch.q8_0_blocks_qs, n_tokens * cols) : nullptr;
+    int32_t* bias = block_major_x ? grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks) : nullptr;
+    float* bd = block_major_x ? grown(scratch.q8_0_blocks_d, n_tokens * n_blocks) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       int8_t* token_qs = qs + t * cols;
       kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
@@ -357,10 +361,12 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return panel_possible && (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
                               type == GgmlType::kQ5_K || type == GgmlType::kQ6_K);
   };
-  // Q4_0 packed at load: every call (decode, decode order, prefill) takes
-  // the packed kernel, with x's Q8_0 quants, sums and scales block-major.
+  // Q4_0 (AVX2, AVX-512) and Q8_0 (AVX2) packed at load: every call
+  // (decode, decode order, prefill) takes the packed kernel of its type,
+  // with x's Q8_0 quants, sums and scales block-major.
   auto packed_decode = [&](const WeightMatrix& w) {
-    return w.packed != nullptr && w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr;
+    return w.packed != nullptr && ((w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr) ||
+                                   (w.type == GgmlType::kQ8_0 && kernels.packed_q8_0_tile != nullptr));
   };
   // Q4_K packed at load (AVX2 level only; null packed_q4_k_tile elsewhere):
   // every call takes the packed K-quant kernel, with x's Q8_K quants.
@@ -368,7 +374,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return w.packed != nullptr && w.type == GgmlType::kQ4_K && kernels.packed_q4_k_tile != nullptr;
   };
   bool needed[4] = {};  // by ActivationFormat
-  bool panel = false, panel_sums = false, packed_q4_0 = false, packed_q4_k = false;
+  bool panel = false, panel_sums = false, block_major_x = false, packed_q4_k = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
@@ -378,7 +384,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       continue;
     }
     if (packed_decode(*w)) {
-      packed_q4_0 = true;
+      block_major_x = true;
       needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
       continue;
     }
@@ -402,7 +408,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                     bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
                     needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, panel_sums, packed_q4_0, packed_q4_k, bf16, x, n_tokens, ws[0]->cols, pool,
+  prepare_activations(kernels, needed, panel, panel_sums, block_major_x, packed_q4_k, bf16, x, n_tokens, ws[0]->cols, pool,
                       &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
@@ -450,7 +456,9 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xu = prepared.q8_0_xu;
     }
     tiles[i] = tile_for(kernels, format);
-    const cpu_kernels::MatmulTileFn packed_tile = packed_k ? kernels.packed_q4_k_tile : kernels.packed_decode_tile;
+    const cpu_kernels::MatmulTileFn packed_tile = packed_k                       ? kernels.packed_q4_k_tile
+                                                  : w.type == GgmlType::kQ8_0 ? kernels.packed_q8_0_tile
+                                                                              : kernels.packed_decode_tile;
     decode_tiles[i] = packeds[i] ? packed_tile : tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
     if (packeds[i]) tiles[i] = packed_tile;
     bf16s[i] = bf16 && format == ActivationFormat::kFloat;
@@ -529,6 +537,11 @@ int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {
   if (type == GgmlType::kQ4_0 && best_simd_level() >= SimdLevel::kAvx2 && cols % kQK8_0 == 0) {
     return strips * cpu_kernels::packed_strip_bytes(cols);
   }
+  // Q8_0: AVX2 only; the AVX-512 level keeps its VNNI panels (prefill) and
+  // its decode tile over the GGUF rows.
+  if (type == GgmlType::kQ8_0 && best_simd_level() == SimdLevel::kAvx2 && cols % kQK8_0 == 0) {
+    return strips * cpu_kernels::packed_q8_0_strip_bytes(cols);
+  }
   // Q4_K: AVX2 only; the AVX-512 level keeps its K-quant kernels over the GGUF rows.
   if (type == GgmlType::kQ4_K && best_simd_level() == SimdLevel::kAvx2 && cols % kQK_K == 0) {
     return strips * cpu_kernels::packed_q4_k_strip_bytes(cols);
@@ -549,6 +562,8 @@ void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool) {
   auto run = [&](int64_t begin, int64_t end) {
     if (w.type == GgmlType::kQ4_K) {
       cpu_kernels::pack_q4_k_strips_avx2(p, begin, end, out);
+    } else if (w.type == GgmlType::kQ8_0) {
+      cpu_kernels::pack_q8_0_strips_avx2(p, begin, end, out);
     } else {
       cpu_kernels::pack_q4_0_strips_avx2(p, begin, end, out);
     }

@@ -44,6 +44,13 @@ struct WeightMatrix {
 // 6-bit scales and mins unpacked to bytes, fp16 d and dmin per row (layout in
 // matmul_packed_kquant_avx2.cc); exact integer sums per super-block, a
 // token's outputs the same bits in any call.
+// Q8_0, at the AVX2 level only (AVX-512 keeps its VNNI panels for prefill and
+// its decode tile over the GGUF rows): Q4_0's strips with the 16 rows' int8
+// quants of a block as 8 x 64 bytes (lane i = row i's 4 bytes of columns
+// 4j..4j+3), then the fp16 scales: the GGUF bytes (34 per 32 weights) plus
+// padding to 64 per strip. One kernel for decode and prefill, 8 rows per
+// vpmaddubsw (sign trick) widened by vpmaddwd per 4 columns: exact int32
+// block sums, a token's outputs the same bits in any call.
 // packed_weight_bytes: bytes of w's packed copy on this CPU; 0 when its type
 // has no packed layout here (the kernels read the GGUF rows).
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols);

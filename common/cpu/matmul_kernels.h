@@ -36,9 +36,10 @@ struct MatmulProblem {
   float* y;                 // [n_tokens, rows] f32
   const uint8_t* xu;        // panel kernel (Q4_0 / Q8_0 prefill): [n_tokens, cols] xq + 128 as u8
   const float* xdsum;       // panel kernel, K-quants: [n_tokens, cols/32] xd * (sum of xq per 32)
-  const uint8_t* packed;    // Q4_0 weights packed at load (matmul.h), or null
-  // Packed decode, the call's x block-major (one pointer serves every token):
-  // [cols/32, n_tokens] blocks of 32 quants, -8 x their sum, their scale.
+  const uint8_t* packed;    // Q4_0 / Q8_0 / Q4_K weights packed at load (matmul.h), or null
+  // Packed Q4_0 / Q8_0, the call's x block-major (one pointer serves every
+  // token): [cols/32, n_tokens] blocks of 32 quants, -8 x their sum (Q4_0's
+  // bias), their scale.
   const int8_t* xq_blocks;
   const int32_t* xbias_blocks;
   const float* xd_blocks;
@@ -95,12 +96,19 @@ void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t ro
 // Q4_0 weights packed at load (matmul.h's pack_weight_matrix): strips of 16
 // rows, each packed_strip_bytes(cols) bytes (64-byte multiple): the nibbles
 // of block b at 256 b, then the fp16 scales of block b at 256 n_blocks + 32 b.
+// Q8_0 (AVX2 level only): the same with 512 bytes of int8 quants per block,
+// packed_q8_0_strip_bytes(cols) a strip (layout in matmul_packed_avx2.cc).
 constexpr int64_t kPackedStripRows = 16;
 constexpr int64_t kPackedBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
+constexpr int64_t kPackedQ8BlockBytes = 512;      // 16 rows x 32 columns x 8 bits
 constexpr int64_t kPackedBlockScaleBytes = 32;    // 16 rows x fp16
-constexpr int64_t packed_strip_bytes(int64_t cols) {
-  return (cols / 32 * (kPackedBlockNibbleBytes + kPackedBlockScaleBytes) + 63) / 64 * 64;
+// A strip of cols / 32 blocks of block_quant_bytes each, then their scales,
+// rounded up to a 64-byte multiple.
+constexpr int64_t packed_block_strip_bytes(int64_t cols, int64_t block_quant_bytes) {
+  return (cols / 32 * (block_quant_bytes + kPackedBlockScaleBytes) + 63) / 64 * 64;
 }
+constexpr int64_t packed_strip_bytes(int64_t cols) { return packed_block_strip_bytes(cols, kPackedBlockNibbleBytes); }
+constexpr int64_t packed_q8_0_strip_bytes(int64_t cols) { return packed_block_strip_bytes(cols, kPackedQ8BlockBytes); }
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
 // out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
 // (Both ISAs' packed kernels read this layout.)
@@ -115,6 +123,20 @@ void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_
                                int64_t tok_end);
 void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                              int64_t tok_end);
+
+// Q8_0 weights packed at load on AVX2 (not AVX-512: that level keeps its
+// kernels, the VNNI panels for prefill and its GGUF-row decode tile).
+// Packs strips [strip_begin, strip_end) of p's GGUF Q8_0 rows into out
+// (strip s at s * packed_q8_0_strip_bytes(p.cols)). Rows past p.rows: zeros.
+void pack_q8_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+// Every call over packed Q8_0 (p.packed; x as p.xq_blocks and p.xd_blocks,
+// as the packed Q4_0 kernel's, xbias_blocks unused): y[t, r] for rows
+// [row_begin, row_end) (row_begin a multiple of 16) and tokens [tok_begin,
+// tok_end). Each (row, token) output is the same bits as a call on that
+// token alone, whatever the row split: each block's exact int32 sum, then
+// one FMA per block in block order.
+void packed_q8_0_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end);
 
 // Q4_K weights packed at load on AVX2 (not AVX-512: its K-quant kernels read
 // the GGUF rows): strips of 16 rows, one record of kPackedQ4KSuperBytes per

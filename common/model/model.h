@@ -62,7 +62,7 @@ class Model {
   const LayerWeights& layer(int i) const { return layers_[i]; }
 
   // Repacks, once, the matrices this CPU's kernels read faster in another
-  // layout (Q4_0 on AVX2 and AVX-512, Q4_K on AVX2: matmul.h's
+  // layout (Q4_0 on AVX2 and AVX-512, Q8_0 and Q4_K on AVX2: matmul.h's
   // pack_weight_matrix), points their WeightMatrix::packed at the copies,
   // and releases the mapped GGUF pages they came from, so the model stays
   // one copy in memory. Engines

@@ -137,15 +137,18 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 
 // BM_Matmul with the weights packed at load (pack_weight_matrix: Q4_0 on
-// AVX2 and AVX-512, Q4_K on AVX2), for before/after ratios against BM_Matmul
-// on the same arguments in one run. Same args as BM_Matmul.
+// AVX2 and AVX-512, Q8_0 and Q4_K on AVX2), for before/after ratios against
+// BM_Matmul on the same arguments in one run. Same args as BM_Matmul.
 void BM_MatmulPacked(benchmark::State& state) { run_matmul_bench(state, /*packed=*/true); }
 
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "tokens"});
-  for (int64_t type : {0, 3})
+  for (int64_t type : {0, 1, 3})
     for (int64_t tokens : {1, 64})
       for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, tokens});
+  // Q8_0 at BM_Matmul's other shapes: decode on 8192 rows, prefill of 256 tokens.
+  for (int64_t threads : {1, 2}) b->Args({1, 8192, 2048, threads, 1});
+  for (int64_t threads : {1, 2}) b->Args({1, 2048, 2048, threads, 256});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
 

@@ -209,7 +209,7 @@ TEST_P(MatmulTest, MatchesDoubleReferenceWithinStatedTolerance) {
   std::vector<float> y(tc.n_tokens * tc.rows, -1234.0f);  // [n_tokens, rows]
   const WeightMatrix matrix{tc.type, w.bytes.data(), tc.rows, tc.cols};
   matmul_with(tc.level, matrix, x.data(), tc.n_tokens, y.data(), tc.threads > 1 ? &pool : nullptr);
-  // Q4_0 packed at load (AVX2, AVX-512): the packed kernel.
+  // Q4_0 packed at load (AVX2, AVX-512), Q8_0 (AVX2): the packed kernel.
   const PackedCopy packed = tc.level >= SimdLevel::kAvx2 ? packed_copy(matrix) : PackedCopy{};
   std::vector<float> y_packed(tc.n_tokens * tc.rows, -4321.0f);
   if (packed.ok) {
@@ -277,7 +277,7 @@ TEST(Matmul, DecodeOrderRowsEqualOneTokenCallsBitForBit) {
       const int64_t rows = 45;
       const TestWeights w = make_weights(type, rows, cols, rng);
       const WeightMatrix gguf{type, w.bytes.data(), rows, cols};
-      const PackedCopy packed = packed_copy(gguf);  // Q4_0 on AVX2 / AVX-512: the packed kernel
+      const PackedCopy packed = packed_copy(gguf);  // Q4_0 on AVX2 / AVX-512, Q8_0 on AVX2: the packed kernel
       for (const WeightMatrix& matrix : {gguf, packed.ok ? packed.matrix : gguf}) {
       ThreadPool pool(2);
       for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{7}, int64_t{9}}) {
@@ -374,10 +374,43 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
 }
 
 // Weights packed at load run one kernel for every call: a prefill call's
-// token rows are the same bits as one-token calls (decode steps) on those
-// tokens, for every token count (groups of 6, 4, 2, 1), row count (a partial
-// strip, a partial strip pair) and split; and they agree with the GGUF
-// kernels up to float summation order.
+// token rows (tokens [n_max - n, n_max) of x for each n in ns, on the pool
+// and without, and in decode order where `level` is the active one) are the
+// same bits as one-token calls (decode steps) on those tokens, and agree
+// with the GGUF kernels at `level` up to float summation order.
+void expect_packed_prefill_rows_equal_decode_steps(SimdLevel level, const WeightMatrix& gguf, const WeightMatrix& packed,
+                                                   const std::vector<float>& x, int64_t n_max,
+                                                   const std::vector<int64_t>& ns) {
+  const int64_t rows = gguf.rows, cols = gguf.cols;
+  const std::string what = std::string(simd_level_name(level)) + " " + std::string(ggml_type_name(gguf.type)) +
+                           " rows " + std::to_string(rows);
+  ThreadPool pool(3);
+  std::vector<float> steps(static_cast<size_t>(n_max * rows));
+  for (int64_t t = 0; t < n_max; ++t) {
+    matmul_with(level, packed, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
+  }
+  for (const int64_t n : ns) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const float* xn = x.data() + (n_max - n) * cols;
+      const float* want = steps.data() + (n_max - n) * rows;
+      std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
+      matmul_with(level, gguf, xn, n, a.data(), p);
+      matmul_with(level, packed, xn, n, b.data(), p);
+      EXPECT_EQ(std::memcmp(b.data(), want, sizeof(float) * n * rows), 0) << what << " n " << n;
+      if (level == active_simd_level()) {
+        std::vector<float> c(static_cast<size_t>(n * rows), 3.0f);
+        matmul_decode_order(packed, xn, n, c.data(), p);
+        EXPECT_EQ(std::memcmp(c.data(), want, sizeof(float) * n * rows), 0) << what << " decode order, n " << n;
+      }
+      for (int64_t i = 0; i < n * rows; ++i) {
+        ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << what << " n " << n << " at " << i;
+      }
+    }
+  }
+}
+
+// Packed Q4_0: token groups of 6, 4, 2, 1 (AVX-512) or 4, 2, 1 (AVX2), row
+// counts with a partial strip and a partial strip pair.
 TEST(Matmul, PackedQ4_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
   if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "packed weights serve the AVX2 and AVX-512 kernels only";
   for (const SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
@@ -393,34 +426,60 @@ TEST(Matmul, PackedQ4_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
       std::vector<float> x(static_cast<size_t>(n_max * cols));
       std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
       for (float& v : x) v = dist(rng);
-      ThreadPool pool(3);
-      std::vector<float> steps(static_cast<size_t>(n_max * rows));
-      for (int64_t t = 0; t < n_max; ++t) {
-        matmul_with(level, packed.matrix, x.data() + t * cols, 1, steps.data() + t * rows, nullptr);
-      }
-      for (int64_t n : {2, 3, 5, 7, 13, 40}) {
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> a(static_cast<size_t>(n * rows), 1.0f), b(static_cast<size_t>(n * rows), 2.0f);
-          matmul_with(level, gguf, x.data() + (n_max - n) * cols, n, a.data(), p);
-          matmul_with(level, packed.matrix, x.data() + (n_max - n) * cols, n, b.data(), p);
-          EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
-              << simd_level_name(level) << " rows " << rows << " n " << n;
-          for (int64_t i = 0; i < n * rows; ++i) {
-            ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i])))
-                << simd_level_name(level) << " rows " << rows << " n " << n << " at " << i;
-          }
-        }
-      }
+      expect_packed_prefill_rows_equal_decode_steps(level, gguf, packed.matrix, x, n_max, {2, 3, 5, 7, 13, 40});
     }
   }
 }
 
-// The packed kernels' arithmetic, written out: per row and token, for each
-// block in order, the exact int32 sum of (nibble - 8) x quant, converted to
-// float, times (weight scale x x scale) added by one fused multiply-add.
-// Each ISA's packed kernel equals it bit for bit, so the AVX2 and AVX-512
-// kernels equal each other (a machine with AVX-512 checks both), for
-// decode, prefill and every row remainder.
+// The packed Q4_0 / Q8_0 kernels' arithmetic, written out: per row and
+// token, for each block in order, the exact int32 sum of weight x quant
+// (Q4_0's weight: nibble - 8), converted to float, times (weight scale x x
+// scale) added by one fused multiply-add. Also returns each output's
+// magnitude sum_c |dequant(w) x dequant(q8_0(x))| (the scale of float error).
+std::vector<float> packed_block_arithmetic(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows,
+                                           int64_t cols, const std::vector<float>& x, int64_t n,
+                                           std::vector<double>* magnitude) {
+  const int64_t n_blocks = cols / kQK8_0;
+  const int64_t row_bytes = ggml_row_bytes(type, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  magnitude->assign(static_cast<size_t>(n * rows), 0.0);
+  std::vector<BlockQ8_0> xq(static_cast<size_t>(n_blocks));
+  for (int64_t t = 0; t < n; ++t) {
+    ref_quantize_q8_0(x.data() + t * cols, xq.data(), cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = bytes.data() + r * row_bytes;
+      float acc = 0.0f;
+      double mag = 0.0;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        int w[kQK8_0];
+        float d_w = 0.0f;
+        if (type == GgmlType::kQ4_0) {
+          const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+          d_w = fp16_to_fp32(blk.d);
+          for (int i = 0; i < kQK8_0; ++i) w[i] = (i < 16 ? blk.qs[i] & 0x0f : blk.qs[i - 16] >> 4) - 8;
+        } else {
+          const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+          d_w = fp16_to_fp32(blk.d);
+          for (int i = 0; i < kQK8_0; ++i) w[i] = blk.qs[i];
+        }
+        const float d_x = fp16_to_fp32(xq[b].d);
+        int32_t sum = 0;
+        for (int i = 0; i < kQK8_0; ++i) {
+          sum += w[i] * xq[b].qs[i];
+          mag += std::fabs(static_cast<double>(d_w) * w[i] * d_x * xq[b].qs[i]);
+        }
+        acc = std::fma(static_cast<float>(sum), d_w * d_x, acc);
+      }
+      y[t * rows + r] = acc;
+      (*magnitude)[t * rows + r] = mag;
+    }
+  }
+  return y;
+}
+
+// Each ISA's packed Q4_0 kernel equals its arithmetic written out bit for
+// bit, so the AVX2 and AVX-512 kernels equal each other (a machine with
+// AVX-512 checks both), for decode, prefill and every row remainder.
 TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
   if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "packed weights serve the AVX2 and AVX-512 kernels only";
   for (const int64_t rows : {int64_t{7}, int64_t{45}, int64_t{96}}) {
@@ -441,25 +500,8 @@ TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
       std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
       for (float& v : x) v = dist(rng);
       std::fill(x.begin(), x.begin() + cols, 1.0f);
-      std::vector<float> want(static_cast<size_t>(n * rows));
-      std::vector<BlockQ8_0> xq(static_cast<size_t>(n_blocks));
-      for (int64_t t = 0; t < n; ++t) {
-        ref_quantize_q8_0(x.data() + t * cols, xq.data(), cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          const auto* row = reinterpret_cast<const BlockQ4_0*>(w.bytes.data() + r * ggml_row_bytes(GgmlType::kQ4_0, cols));
-          float acc = 0.0f;
-          for (int64_t b = 0; b < n_blocks; ++b) {
-            int32_t sum = 0;
-            for (int i = 0; i < 16; ++i) {
-              sum += ((row[b].qs[i] & 0x0f) - 8) * xq[b].qs[i];
-              sum += ((row[b].qs[i] >> 4) - 8) * xq[b].qs[i + 16];
-            }
-            const float scale = fp16_to_fp32(row[b].d) * fp16_to_fp32(xq[b].d);
-            acc = std::fma(static_cast<float>(sum), scale, acc);
-          }
-          want[t * rows + r] = acc;
-        }
-      }
+      std::vector<double> magnitude;
+      const std::vector<float> want = packed_block_arithmetic(GgmlType::kQ4_0, w.bytes, rows, cols, x, n, &magnitude);
       for (const SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
         if (level > best_simd_level()) continue;
         std::vector<float> got(static_cast<size_t>(n * rows), -1.0f);
@@ -477,8 +519,116 @@ TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {
   EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_0, 2048, 2048), ggml_row_bytes(GgmlType::kQ4_0, 2048) * 2048);
   // 17 rows: two strips; 3 blocks: 3 x 288 bytes rounded up to 896.
   EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_0, 17, 96), 2 * 896);
-  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ8_0, 64, 64), 0);
   EXPECT_EQ(packed_weight_bytes(GgmlType::kF16, 64, 64), 0);
+}
+
+// --- Q8_0 packed at load (AVX2 only; the AVX-512 level keeps its panels and GGUF-row decode) ---
+
+// Q8_0 rows [rows, cols] (make_weights' values) with rows 0..2 at the
+// kernel's integer extremes: all -128 (a hostile file's value: |w| = 128
+// enters vpmaddubsw as u8), all 127, and -128 / 127 alternating.
+TestWeights q8_0_extreme_weights(int64_t rows, int64_t cols, std::mt19937& rng) {
+  TestWeights w = make_weights(GgmlType::kQ8_0, rows, cols, rng);
+  auto* blocks = reinterpret_cast<BlockQ8_0*>(w.bytes.data());
+  for (int64_t r = 0; r < std::min<int64_t>(rows, 3); ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int8_t q = r == 0 ? -128 : r == 1 ? 127 : c % 2 == 0 ? -128 : 127;
+      BlockQ8_0& blk = blocks[r * cols / kQK8_0 + c / kQK8_0];
+      blk.qs[c % kQK8_0] = q;
+      w.dequant[r * cols + c] = static_cast<double>(fp16_to_fp32(blk.d)) * q;
+    }
+  }
+  return w;
+}
+
+// x [n, cols]: uniform in [-2, 2]; tokens 0..2 quantize to the extremes: all
+// 127 (x all 1), +-127 alternating, all -127. Token 0 against row 0: every
+// vpmaddubsw pair 2 x 128 x 127 = 32512, the int16 bound; two steps summed
+// in int16 would overflow.
+std::vector<float> q8_0_extreme_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& v : x) v = dist(rng);
+  for (int64_t t = 0; t < std::min<int64_t>(n, 3); ++t) {
+    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] = t == 0 ? 1.0f : t == 2 ? -1.0f : c % 2 == 0 ? 1.0f : -1.0f;
+  }
+  return x;
+}
+
+// A packed kernel's outputs at the AVX2 level (n tokens of x) equal `want`,
+// its arithmetic written out, bit for bit, and the scalar kernel's over the
+// GGUF rows within 4e-6 of each output's magnitude (MatmulTest's bound).
+void expect_packed_avx2_equals_arithmetic_near_scalar(const WeightMatrix& gguf, const WeightMatrix& packed,
+                                                      const std::vector<float>& x, int64_t n,
+                                                      const std::vector<float>& want,
+                                                      const std::vector<double>& magnitude) {
+  const int64_t rows = gguf.rows, cols = gguf.cols;
+  std::vector<float> got(static_cast<size_t>(n * rows), -1.0f), scalar(static_cast<size_t>(n * rows), -2.0f);
+  matmul_with(SimdLevel::kAvx2, packed, x.data(), n, got.data(), nullptr);
+  matmul_with(SimdLevel::kScalar, gguf, x.data(), n, scalar.data(), nullptr);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * n * rows), 0)
+      << ggml_type_name(gguf.type) << " rows " << rows << " cols " << cols << " n " << n;
+  for (int64_t i = 0; i < n * rows; ++i) {
+    ASSERT_NEAR(got[i], scalar[i], 4e-6 * magnitude[i] + 1e-7)
+        << ggml_type_name(gguf.type) << " rows " << rows << " cols " << cols << " n " << n << " at " << i;
+  }
+}
+
+// The packed Q8_0 kernel equals its arithmetic written out bit for bit (so
+// decode and prefill, every row remainder and strip pair), at the integer
+// extremes, and agrees with the scalar kernel over the GGUF rows (4e-6 of
+// the magnitude, MatmulTest's bound).
+TEST(Matmul, PackedQ8_0KernelEqualsItsArithmeticWrittenOutBitForBitAndAgreesWithScalar) {
+  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q8_0 is packed at the AVX2 level only";
+  for (const int64_t rows : {int64_t{7}, int64_t{45}, int64_t{96}}) {
+    for (const int64_t cols : {int64_t{96}, int64_t{256}}) {
+      std::mt19937 rng(static_cast<uint32_t>(500 + rows + cols));
+      const TestWeights w = q8_0_extreme_weights(rows, cols, rng);
+      const WeightMatrix gguf{GgmlType::kQ8_0, w.bytes.data(), rows, cols};
+      const PackedCopy packed = packed_copy(gguf);
+      ASSERT_TRUE(packed.ok);
+      for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{11}}) {
+        const std::vector<float> x = q8_0_extreme_x(n, cols, rng);
+        std::vector<double> magnitude;
+        const std::vector<float> want = packed_block_arithmetic(GgmlType::kQ8_0, w.bytes, rows, cols, x, n, &magnitude);
+        expect_packed_avx2_equals_arithmetic_near_scalar(gguf, packed.matrix, x, n, want, magnitude);
+      }
+    }
+  }
+}
+
+// Packed Q8_0: every token count from 1 to 40 (groups of 4, 2, 1), row
+// counts that are not multiples of 16 (a partial strip, a partial strip
+// pair) and one strip, the extremes among the rows and tokens.
+TEST(Matmul, PackedQ8_0PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
+  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q8_0 is packed at the AVX2 level only";
+  std::vector<int64_t> ns;
+  for (int64_t n = 1; n <= 40; ++n) ns.push_back(n);
+  for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
+    const int64_t cols = 320;
+    std::mt19937 rng(static_cast<uint32_t>(600 + rows));
+    const TestWeights w = q8_0_extreme_weights(rows, cols, rng);
+    const WeightMatrix gguf{GgmlType::kQ8_0, w.bytes.data(), rows, cols};
+    const PackedCopy packed = packed_copy(gguf);
+    ASSERT_TRUE(packed.ok);
+    const int64_t n_max = 40;
+    // The extreme tokens last, so that every call (tokens n_max - n ..) holds some.
+    std::vector<float> x = q8_0_extreme_x(n_max, cols, rng);
+    std::rotate(x.begin(), x.begin() + 3 * cols, x.end());
+    expect_packed_prefill_rows_equal_decode_steps(SimdLevel::kAvx2, gguf, packed.matrix, x, n_max, ns);
+  }
+}
+
+TEST(Matmul, PackedQ8_0BytesAreGgufBytesPlusStripPaddingOnAvx2Only) {
+  if (best_simd_level() == SimdLevel::kAvx2) {
+    // 16 rows x 2048 columns: 64 blocks of 16 x 34 bytes, a 64-byte multiple.
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ8_0, 2048, 2048), ggml_row_bytes(GgmlType::kQ8_0, 2048) * 2048);
+    // 17 rows: two strips; 3 blocks: 3 x 544 bytes rounded up to 1664.
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ8_0, 17, 96), 2 * 1664);
+  } else {
+    // AVX-512: its panels and decode tile read the GGUF rows; scalar: nothing is packed.
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ8_0, 2048, 2048), 0);
+  }
 }
 
 // FloatMatmul::kBf16: weights and x rounded to bf16 (round to nearest even),
@@ -803,15 +953,7 @@ TEST(Matmul, PackedQ4_KKernelEqualsItsArithmeticWrittenOutAndAgreesWithScalar) {
         const std::vector<float> x = q4_k_test_x(n, cols, rng);
         std::vector<double> magnitude;
         const std::vector<float> want = q4_k_packed_arithmetic(bytes, rows, cols, x, n, &magnitude);
-        std::vector<float> got(static_cast<size_t>(n * rows), -1.0f), scalar(static_cast<size_t>(n * rows), -2.0f);
-        matmul_with(SimdLevel::kAvx2, packed.matrix, x.data(), n, got.data(), nullptr);
-        matmul_with(SimdLevel::kScalar, gguf, x.data(), n, scalar.data(), nullptr);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * n * rows), 0)
-            << "rows " << rows << " cols " << cols << " n " << n;
-        for (int64_t i = 0; i < n * rows; ++i) {
-          ASSERT_NEAR(got[i], scalar[i], 4e-6 * magnitude[i] + 1e-7)
-              << "rows " << rows << " cols " << cols << " n " << n << " at " << i;
-        }
+        expect_packed_avx2_equals_arithmetic_near_scalar(gguf, packed.matrix, x, n, want, magnitude);
       }
     }
   }
