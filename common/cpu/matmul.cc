@@ -33,12 +33,25 @@ struct MatmulKernels {
   cpu_kernels::MatmulTileFn packed_decode_tile = nullptr;
   void (*packed_activations)(const int8_t*, const float*, int64_t, int64_t, int64_t, int8_t*, int32_t*,
                              float*) = nullptr;
-  // Every call over Q4_K weights packed at load (AVX2 only: the AVX-512
-  // level's K-quant kernels read the GGUF rows), x as Q8_K plus xsums32.
+  // Every call over Q4_K / Q5_K / Q6_K weights packed at load (AVX2 only:
+  // the AVX-512 level's K-quant kernels read the GGUF rows), x as Q8_K (plus
+  // xsums32 for Q4_K / Q5_K).
   cpu_kernels::MatmulTileFn packed_q4_k_tile = nullptr;
   // Every call over Q8_0 weights packed at load (AVX2 only: the AVX-512
   // level keeps its panels and decode tile), x block-major as for Q4_0.
   cpu_kernels::MatmulTileFn packed_q8_0_tile = nullptr;
+  cpu_kernels::MatmulTileFn packed_q5_k_tile = nullptr;
+  cpu_kernels::MatmulTileFn packed_q6_k_tile = nullptr;
+
+  // The packed K-quant tile for `type`, or null (not a K-quant, or none here).
+  cpu_kernels::MatmulTileFn packed_kquant_tile(GgmlType type) const {
+    switch (type) {
+      case GgmlType::kQ4_K: return packed_q4_k_tile;
+      case GgmlType::kQ5_K: return packed_q5_k_tile;
+      case GgmlType::kQ6_K: return packed_q6_k_tile;
+      default: return nullptr;
+    }
+  }
 };
 
 const MatmulKernels& kernels_for(SimdLevel level) {
@@ -54,7 +67,8 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                    nullptr,                      nullptr,
                                    nullptr,                      k::packed_decode_tile_avx2,
                                    k::packed_activations_avx2,   k::packed_q4_k_tile_avx2,
-                                   k::packed_q8_0_tile_avx2};
+                                   k::packed_q8_0_tile_avx2,     k::packed_q5_k_tile_avx2,
+                                   k::packed_q6_k_tile_avx2};
   static const MatmulKernels kAvx512{k::matmul_tile_avx512,          k::decode_tile_avx512,
                                      k::kquant_tile_avx512,          k::legacy_tile_avx2,
                                      k::quantize_q8_0_avx512,        k::quantize_q8_0_split_avx512,
@@ -129,7 +143,7 @@ struct ActivationScratch {
   std::vector<int8_t> q8_0_blocks_qs;   // packed Q4_0 / Q8_0: [cols/32, n_tokens, 32] q8_0_qs block-major
   std::vector<int32_t> q8_0_blocks_bias;  // [cols/32, n_tokens] -8 x the block's sum of quants (Q4_0's)
   std::vector<float> q8_0_blocks_d;     // [cols/32, n_tokens]
-  std::vector<int16_t> q8_k_sums32;     // packed Q4_K: [n_tokens, cols/32] sums of q8_k_qs per 32
+  std::vector<int16_t> q8_k_sums32;     // packed Q4_K / Q5_K: [n_tokens, cols/32] sums of q8_k_qs per 32
 };
 thread_local ActivationScratch t_scratch;
 // The panel kernel's packed weights, per pool thread (panel_scratch_bytes(cols)).
@@ -253,7 +267,7 @@ struct PreparedActivations {
 
 // Fills `prepared` with every format `needed` (indexed by ActivationFormat) asks for.
 void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], bool panel, bool panel_sums,
-                         bool block_major_x, bool packed_q4_k, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
+                         bool block_major_x, bool packed_sums32, bool bf16, const float* x, int64_t n_tokens, int64_t cols, ThreadPool* pool,
                          PreparedActivations* prepared) {
   ActivationScratch& scratch = t_scratch;
   if (bf16) {
@@ -309,9 +323,9 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     uint8_t* xu = panel_sums ? grown(scratch.q8_k_xu, n_tokens * cols) : nullptr;
     float* xd32 = panel_sums ? grown(scratch.q8_k_xd32, n_tokens * blocks) : nullptr;
     float* xdsum = panel_sums ? grown(scratch.q8_k_xdsum, n_tokens * blocks) : nullptr;
-    // Packed Q4_K: the sums per 32 (a sub-block's, for its min), exact in
-    // int16 (at most 32 x 127).
-    int16_t* sums32 = packed_q4_k ? grown(scratch.q8_k_sums32, n_tokens * blocks) : nullptr;
+    // Packed Q4_K / Q5_K: the sums per 32 (a sub-block's, for its min),
+    // exact in int16 (at most 32 x 127).
+    int16_t* sums32 = packed_sums32 ? grown(scratch.q8_k_sums32, n_tokens * blocks) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       kernels.quantize_q8_k_split(x + t * cols, qs + t * cols, d + t * cols / kQK_K, sums + t * cols / 16, cols);
       if (sums32 != nullptr) {
@@ -368,18 +382,19 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     return w.packed != nullptr && ((w.type == GgmlType::kQ4_0 && kernels.packed_decode_tile != nullptr) ||
                                    (w.type == GgmlType::kQ8_0 && kernels.packed_q8_0_tile != nullptr));
   };
-  // Q4_K packed at load (AVX2 level only; null packed_q4_k_tile elsewhere):
-  // every call takes the packed K-quant kernel, with x's Q8_K quants.
+  // Q4_K / Q5_K / Q6_K packed at load (AVX2 level only; null packed K-quant
+  // tiles elsewhere): every call takes the packed K-quant kernel, with x's
+  // Q8_K quants.
   auto packed_kquant = [&](const WeightMatrix& w) {
-    return w.packed != nullptr && w.type == GgmlType::kQ4_K && kernels.packed_q4_k_tile != nullptr;
+    return w.packed != nullptr && kernels.packed_kquant_tile(w.type) != nullptr;
   };
   bool needed[4] = {};  // by ActivationFormat
-  bool panel = false, panel_sums = false, block_major_x = false, packed_q4_k = false;
+  bool panel = false, panel_sums = false, block_major_x = false, packed_sums32 = false;
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
     if (packed_kquant(*w)) {
-      packed_q4_k = true;
+      packed_sums32 = packed_sums32 || w->type != GgmlType::kQ6_K;  // the mins' sums per 32
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       continue;
     }
@@ -408,7 +423,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
                     bf16_matmul_available() && n_tokens >= kPanelMinTokens &&
                     needed[static_cast<int>(ActivationFormat::kFloat)];
   PreparedActivations prepared;
-  prepare_activations(kernels, needed, panel, panel_sums, block_major_x, packed_q4_k, bf16, x, n_tokens, ws[0]->cols, pool,
+  prepare_activations(kernels, needed, panel, panel_sums, block_major_x, packed_sums32, bf16, x, n_tokens, ws[0]->cols, pool,
                       &prepared);
 
   MatmulProblem problems[kMaxGroupMatrices];
@@ -456,7 +471,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       problem.xu = prepared.q8_0_xu;
     }
     tiles[i] = tile_for(kernels, format);
-    const cpu_kernels::MatmulTileFn packed_tile = packed_k                       ? kernels.packed_q4_k_tile
+    const cpu_kernels::MatmulTileFn packed_tile = packed_k                       ? kernels.packed_kquant_tile(w.type)
                                                   : w.type == GgmlType::kQ8_0 ? kernels.packed_q8_0_tile
                                                                               : kernels.packed_decode_tile;
     decode_tiles[i] = packeds[i] ? packed_tile : tiles[i] == kernels.tile ? kernels.decode_tile : nullptr;
@@ -537,16 +552,17 @@ int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {
   if (type == GgmlType::kQ4_0 && best_simd_level() >= SimdLevel::kAvx2 && cols % kQK8_0 == 0) {
     return strips * cpu_kernels::packed_strip_bytes(cols);
   }
-  // Q8_0: AVX2 only; the AVX-512 level keeps its VNNI panels (prefill) and
-  // its decode tile over the GGUF rows.
-  if (type == GgmlType::kQ8_0 && best_simd_level() == SimdLevel::kAvx2 && cols % kQK8_0 == 0) {
-    return strips * cpu_kernels::packed_q8_0_strip_bytes(cols);
+  // Q8_0 and the K-quants: AVX2 only; the AVX-512 level keeps its VNNI panels
+  // (prefill), its decode tile and its K-quant kernels over the GGUF rows.
+  if (best_simd_level() != SimdLevel::kAvx2) return 0;
+  if (type == GgmlType::kQ8_0 && cols % kQK8_0 == 0) return strips * cpu_kernels::packed_q8_0_strip_bytes(cols);
+  if (cols % kQK_K != 0) return 0;
+  switch (type) {
+    case GgmlType::kQ4_K: return strips * cpu_kernels::packed_q4_k_strip_bytes(cols);
+    case GgmlType::kQ5_K: return strips * cpu_kernels::packed_q5_k_strip_bytes(cols);
+    case GgmlType::kQ6_K: return strips * cpu_kernels::packed_q6_k_strip_bytes(cols);
+    default: return 0;
   }
-  // Q4_K: AVX2 only; the AVX-512 level keeps its K-quant kernels over the GGUF rows.
-  if (type == GgmlType::kQ4_K && best_simd_level() == SimdLevel::kAvx2 && cols % kQK_K == 0) {
-    return strips * cpu_kernels::packed_q4_k_strip_bytes(cols);
-  }
-  return 0;
 }
 
 void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool) {
@@ -560,12 +576,12 @@ void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool) {
   p.cols = w.cols;
   const int64_t strips = (w.rows + cpu_kernels::kPackedStripRows - 1) / cpu_kernels::kPackedStripRows;
   auto run = [&](int64_t begin, int64_t end) {
-    if (w.type == GgmlType::kQ4_K) {
-      cpu_kernels::pack_q4_k_strips_avx2(p, begin, end, out);
-    } else if (w.type == GgmlType::kQ8_0) {
-      cpu_kernels::pack_q8_0_strips_avx2(p, begin, end, out);
-    } else {
-      cpu_kernels::pack_q4_0_strips_avx2(p, begin, end, out);
+    switch (w.type) {
+      case GgmlType::kQ4_K: return cpu_kernels::pack_q4_k_strips_avx2(p, begin, end, out);
+      case GgmlType::kQ5_K: return cpu_kernels::pack_q5_k_strips_avx2(p, begin, end, out);
+      case GgmlType::kQ6_K: return cpu_kernels::pack_q6_k_strips_avx2(p, begin, end, out);
+      case GgmlType::kQ8_0: return cpu_kernels::pack_q8_0_strips_avx2(p, begin, end, out);
+      default: return cpu_kernels::pack_q4_0_strips_avx2(p, begin, end, out);
     }
   };
   if (pool != nullptr) {

@@ -38,12 +38,14 @@ struct WeightMatrix {
 // decode and prefill: it reads one contiguous stream per strip, multiplies
 // 16 rows per vpdpbusd (AVX2: 8 per vpmaddubsw) with no per-row reduction, and the tokens of a call
 // share each unpacked strip; a token's outputs are the same bits in any call.
-// Q4_K, at the AVX2 level only (AVX-512 keeps its K-quant kernels over the
-// GGUF rows): the same 16-row strips, one 2368-byte record per 256 columns
-// (16 x 144 GGUF bytes plus 64): the nibbles as Q4_0's 64-byte lines, the
-// 6-bit scales and mins unpacked to bytes, fp16 d and dmin per row (layout in
-// matmul_packed_kquant_avx2.cc); exact integer sums per super-block, a
-// token's outputs the same bits in any call.
+// Q4_K, Q5_K and Q6_K (every K-quant matrix of a Q4_K_M file), at the AVX2
+// level only (AVX-512 keeps its K-quant kernels over the GGUF rows): the same
+// 16-row strips, one record per 256 columns: the quants' low 4 bits as Q4_0's
+// 64-byte lines, Q5_K's 5th and Q6_K's 2 high bits in lines beside them;
+// Q4_K / Q5_K's 6-bit scales and mins unpacked to bytes with fp16 d and dmin
+// per row, Q6_K's int8 scales and fp16 d (2368 / 2880 / 3392 bytes against 16
+// x 144 / 176 / 210 in GGUF; layouts in matmul_packed_kquant_avx2.cc); exact
+// integer sums per super-block, a token's outputs the same bits in any call.
 // Q8_0, at the AVX2 level only (AVX-512 keeps its VNNI panels for prefill and
 // its decode tile over the GGUF rows): Q4_0's strips with the 16 rows' int8
 // quants of a block as 8 x 64 bytes (lane i = row i's 4 bytes of columns

@@ -36,7 +36,7 @@ struct MatmulProblem {
   float* y;                 // [n_tokens, rows] f32
   const uint8_t* xu;        // panel kernel (Q4_0 / Q8_0 prefill): [n_tokens, cols] xq + 128 as u8
   const float* xdsum;       // panel kernel, K-quants: [n_tokens, cols/32] xd * (sum of xq per 32)
-  const uint8_t* packed;    // Q4_0 / Q8_0 / Q4_K weights packed at load (matmul.h), or null
+  const uint8_t* packed;    // Q4_0 / Q8_0 / K-quant weights packed at load (matmul.h), or null
   // Packed Q4_0 / Q8_0, the call's x block-major (one pointer serves every
   // token): [cols/32, n_tokens] blocks of 32 quants, -8 x their sum (Q4_0's
   // bias), their scale.
@@ -44,8 +44,9 @@ struct MatmulProblem {
   const int32_t* xbias_blocks;
   const float* xd_blocks;
   int64_t n_tokens;         // tokens of the call (the blocks' stride)
-  // Packed Q4_K (p.packed): [n_tokens, cols/32] sums of the Q8_K quants per
-  // 32 columns (pairs of xsums), beside xq and xd (Q8_K's, row-major).
+  // Packed Q4_K / Q5_K (p.packed): [n_tokens, cols/32] sums of the Q8_K
+  // quants per 32 columns (pairs of xsums), beside xq and xd (Q8_K's,
+  // row-major). Packed Q6_K reads xsums.
   const int16_t* xsums32 = nullptr;
 };
 
@@ -138,24 +139,38 @@ void pack_q8_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t 
 void packed_q8_0_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end);
 
-// Q4_K weights packed at load on AVX2 (not AVX-512: its K-quant kernels read
-// the GGUF rows): strips of 16 rows, one record of kPackedQ4KSuperBytes per
-// 256 columns (layout in matmul_packed_kquant_avx2.cc): nibbles 2048, scales
-// and mins as u8 128 + 128, d and dmin fp16 32 + 32.
+// K-quant weights packed at load on AVX2 (not AVX-512: its K-quant kernels
+// read the GGUF rows): strips of 16 rows, one record per 256 columns (layouts
+// in matmul_packed_kquant_avx2.cc), each a multiple of 64 bytes:
+//   Q4_K 2368: nibbles 2048, scales and mins as u8 128 + 128, d and dmin fp16 32 + 32;
+//   Q5_K 2880: Q4_K's plus the 5th bits, 512, after the nibbles;
+//   Q6_K 3392: nibbles 2048, the 2 high bits 1024, int8 scales 256, d fp16 32, 32 of padding.
 constexpr int64_t kPackedQ4KSuperBytes = 2368;
+constexpr int64_t kPackedQ5KSuperBytes = 2880;
+constexpr int64_t kPackedQ6KSuperBytes = 3392;
 constexpr int64_t packed_q4_k_strip_bytes(int64_t cols) { return cols / 256 * kPackedQ4KSuperBytes; }
+constexpr int64_t packed_q5_k_strip_bytes(int64_t cols) { return cols / 256 * kPackedQ5KSuperBytes; }
+constexpr int64_t packed_q6_k_strip_bytes(int64_t cols) { return cols / 256 * kPackedQ6KSuperBytes; }
 // The 8 6-bit scales and mins of a Q4_K / Q5_K super-block from its 12
 // packed bytes (ggml's get_scale_min_k4). Baseline code (the scalar file):
 // any level may call it.
 void unpack_scales_mins_k4(const uint8_t* s, int* sc, int* m);
-// Packs strips [strip_begin, strip_end) of p's GGUF Q4_K rows into out
-// (strip s at s * packed_q4_k_strip_bytes(p.cols)). Rows past p.rows: zeros.
+// Pack strips [strip_begin, strip_end) of p's GGUF Q4_K / Q5_K / Q6_K rows
+// into out (strip s at s * packed_q*_k_strip_bytes(p.cols)). Rows past
+// p.rows: zeros.
 void pack_q4_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
-// Every call over packed Q4_K (p.packed; x as Q8_K: p.xq, p.xd per 256,
-// p.xsums32): y[t, r] for rows [row_begin, row_end) (row_begin a multiple of
-// 16) and tokens [tok_begin, tok_end). Each (row, token) output is the same
-// bits as a call on that token alone, whatever the row split.
+void pack_q5_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+void pack_q6_k_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
+// Every call over packed Q4_K / Q5_K / Q6_K (p.packed; x as Q8_K: p.xq, p.xd
+// per 256, p.xsums per 16 (Q6_K), p.xsums32 (Q4_K, Q5_K)): y[t, r] for rows
+// [row_begin, row_end) (row_begin a multiple of 16) and tokens [tok_begin,
+// tok_end). Each (row, token) output is the same bits as a call on that
+// token alone, whatever the row split.
 void packed_q4_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end);
+void packed_q5_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                           int64_t tok_end);
+void packed_q6_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end);
 
 // The packed kernel's x for token t of n_tokens (its Q8_0 quants qs [cols]

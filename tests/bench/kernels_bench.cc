@@ -126,6 +126,9 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
   for (int64_t type = 0; type < 3; ++type)
     for (int64_t rows : {2048, 8192})
       for (int64_t threads : {1, 2}) b->Args({type, rows, 2048, threads, 1});
+  // The K-quants' decode, beside BM_MatmulPacked's.
+  for (int64_t type = 3; type < 6; ++type)
+    for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 1});
   for (int64_t type = 0; type < 6; ++type)
     for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, 64});
   // Prefill micro-batches of 256 tokens (the panel kernel's packing amortized further).
@@ -137,13 +140,13 @@ void decode_and_prefill_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(decode_and_prefill_args)->UseRealTime();
 
 // BM_Matmul with the weights packed at load (pack_weight_matrix: Q4_0 on
-// AVX2 and AVX-512, Q8_0 and Q4_K on AVX2), for before/after ratios against
-// BM_Matmul on the same arguments in one run. Same args as BM_Matmul.
+// AVX2 and AVX-512, Q8_0 and Q4_K / Q5_K / Q6_K on AVX2), for before/after
+// ratios against BM_Matmul on the same arguments in one run.
 void BM_MatmulPacked(benchmark::State& state) { run_matmul_bench(state, /*packed=*/true); }
 
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "tokens"});
-  for (int64_t type : {0, 1, 3})
+  for (int64_t type : {0, 1, 3, 4, 5})
     for (int64_t tokens : {1, 64})
       for (int64_t threads : {1, 2}) b->Args({type, 2048, 2048, threads, tokens});
   // Q8_0 at BM_Matmul's other shapes: decode on 8192 rows, prefill of 256 tokens.
@@ -218,10 +221,11 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-// Index 4: Q4_0 packed at load (pack_weight_matrix; the AVX2 and AVX-512
-// levels); index 5: Q4_K packed at load (the AVX2 level).
+// Indices 4..7: Q4_0 packed at load (pack_weight_matrix; the AVX2 and
+// AVX-512 levels), then Q4_K, Q5_K, Q6_K packed at load (the AVX2 level).
 constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                                     GgmlType::kQ4_0, GgmlType::kQ4_K};
+                                     GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+constexpr int64_t kFirstPackedDecodeType = 4;
 
 // Decode (one token) on a 1B-class matrix, as a fraction of the read
 // bandwidth: after every timed matmul one 256 MiB read pass runs on the same
@@ -238,7 +242,7 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     state.SkipWithError("SIMD level not available on this CPU");
     return;
   }
-  const bool packed = state.range(0) >= 4;
+  const bool packed = state.range(0) >= kFirstPackedDecodeType;
   if (packed && (level < SimdLevel::kAvx2 || packed_weight_bytes(type, rows, cols) == 0)) {
     state.SkipWithError("no packed layout for this type at this level");
     return;
@@ -283,7 +287,7 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
 void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "rows", "cols", "threads", "level"});
   for (int64_t level : {1, 2})
-    for (int64_t type = 0; type < 6; ++type)
+    for (int64_t type = 0; type < 8; ++type)
       for (int64_t threads : {1, 2})
         for (const auto& shape : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}})
           b->Args({type, shape.first, shape.second, threads, level});

@@ -148,7 +148,8 @@ absl::Status bench_decode(const Args& args) {
   flags.add_int64("tokens", &tokens, "tokens to decode and time per row");
   flags.add_bool("prefill", &fill_by_prefill, "fill the context by a real prefill");
   flags.add_string("weights", &weights,
-                   "packed: Q4_0 weights repacked at load into 16-row strips (what the engine runs); gguf: the "
+                   "packed: Q4_0 (on AVX2 also Q8_0, Q4_K, Q5_K, Q6_K) weights repacked at load into 16-row strips (what "
+                   "the engine runs); gguf: the "
                    "kernels over the GGUF rows as stored (the layout before packing, for comparison)",
                    "packed|gguf");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));

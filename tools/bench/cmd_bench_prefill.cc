@@ -110,7 +110,8 @@ absl::Status bench_prefill(const Args& args) {
                    "MODE");
   std::string weights = "packed";
   flags.add_string("weights", &weights,
-                   "packed: Q4_0 weights repacked at load into 16-row strips (what the engine runs); gguf: the "
+                   "packed: Q4_0 (on AVX2 also Q8_0, Q4_K, Q5_K, Q6_K) weights repacked at load into 16-row strips (what "
+                   "the engine runs); gguf: the "
                    "kernels over the GGUF rows as stored (for comparison)",
                    "packed|gguf");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));

@@ -842,24 +842,48 @@ std::string level_name(const testing::TestParamInfo<SimdLevel>& info) { return s
 INSTANTIATE_TEST_SUITE_P(AllLevels, QuantizeQ8Test, testing::ValuesIn(kAllLevels), level_name);
 INSTANTIATE_TEST_SUITE_P(AllLevels, VecTest, testing::ValuesIn(kAllLevels), level_name);
 
-// --- Q4_K packed at load (AVX2 only; the AVX-512 level reads the GGUF rows) ---
+// --- K-quants (Q4_K, Q5_K, Q6_K) packed at load (AVX2 only; the AVX-512 level reads the GGUF rows) ---
 
-// Q4_K rows [rows, cols] of random bytes with moderate fp16 d and dmin
-// (both signs); row 0 at the kernel's integer bounds: every nibble 15 and
-// every 6-bit scale and min 63 (all 12 scale bytes 0xff).
-std::vector<uint8_t> q4_k_test_rows(int64_t rows, int64_t cols, std::mt19937& rng) {
-  const int64_t n_blocks = rows * cols / kQK_K;
-  std::vector<uint8_t> bytes(static_cast<size_t>(n_blocks * sizeof(BlockQ4_K)));
+int64_t kquant_block_bytes(GgmlType type) {
+  return type == GgmlType::kQ4_K ? sizeof(BlockQ4_K) : type == GgmlType::kQ5_K ? sizeof(BlockQ5_K) : sizeof(BlockQ6_K);
+}
+
+// K-quant rows [rows, cols] of random bytes with moderate fp16 d (and dmin),
+// both signs. Row 0 at the kernels' integer bounds: every quant at its
+// largest (Q4_K 15, Q5_K 31, Q6_K 63), the scales at theirs (Q4_K / Q5_K:
+// 6-bit scales and mins 63, all 12 scale bytes 0xff; Q6_K: +127 and -128 in
+// turn). Row 1: every quant 0 (Q6_K's weight -32), scales as row 0's.
+std::vector<uint8_t> kquant_test_rows(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t block_bytes = kquant_block_bytes(type);
+  const int64_t n_blocks = rows * cols / kQK_K, row_blocks = cols / kQK_K;
+  std::vector<uint8_t> bytes(static_cast<size_t>(n_blocks * block_bytes));
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  auto* blocks = reinterpret_cast<BlockQ4_K*>(bytes.data());
   for (int64_t b = 0; b < n_blocks; ++b) {
-    blocks[b].d = fp32_to_fp16(scale(rng));
-    blocks[b].dmin = fp32_to_fp16(scale(rng));
-  }
-  for (int64_t b = 0; b < cols / kQK_K; ++b) {
-    std::memset(blocks[b].qs, 0xff, sizeof(blocks[b].qs));
-    std::memset(blocks[b].scales, 0xff, sizeof(blocks[b].scales));
+    uint8_t* block = bytes.data() + b * block_bytes;
+    const int64_t row = b / row_blocks;
+    const uint8_t quant_bytes = row == 0 ? 0xff : 0x00;
+    if (type == GgmlType::kQ6_K) {
+      auto* q6 = reinterpret_cast<BlockQ6_K*>(block);
+      q6->d = fp32_to_fp16(scale(rng));
+      if (row > 1) continue;
+      std::memset(q6->ql, quant_bytes, sizeof(q6->ql));
+      std::memset(q6->qh, quant_bytes, sizeof(q6->qh));
+      for (int j = 0; j < 16; ++j) q6->scales[j] = static_cast<int8_t>(j % 2 == 0 ? 127 : -128);
+      continue;
+    }
+    auto* q4 = reinterpret_cast<BlockQ4_K*>(block);  // Q5_K starts alike: d, dmin, scales
+    q4->d = fp32_to_fp16(scale(rng));
+    q4->dmin = fp32_to_fp16(scale(rng));
+    if (row > 1) continue;
+    std::memset(q4->scales, 0xff, sizeof(q4->scales));
+    if (type == GgmlType::kQ4_K) {
+      std::memset(q4->qs, quant_bytes, sizeof(q4->qs));
+    } else {
+      auto* q5 = reinterpret_cast<BlockQ5_K*>(block);
+      std::memset(q5->qs, quant_bytes, sizeof(q5->qs));
+      std::memset(q5->qh, quant_bytes, sizeof(q5->qh));
+    }
   }
   return bytes;
 }
@@ -875,10 +899,31 @@ void q4_k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
   }
 }
 
+// The stored (unsigned) quant of column c (0..255) of a GGUF block, from
+// ggml's layouts: Q4_K / Q5_K: sub-block 2 j the low nibbles of qs[32 j ..],
+// 2 j + 1 the high ones, Q5_K's 5th bit of column 32 u + l bit u of qh[l];
+// Q6_K: per half of 128, column l + 32 f (f 0..3) from ql[l + 32 (f % 2)]'s
+// low (f < 2) or high nibble and bits 2 f of qh[l].
+int kquant_quant(GgmlType type, const uint8_t* block, int c) {
+  if (type == GgmlType::kQ6_K) {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(block);
+    const int half = c / 128, f = c % 128 / 32, l = c % 32;
+    const uint8_t low = b->ql[64 * half + l + 32 * (f % 2)];
+    return (f < 2 ? low & 0x0f : low >> 4) | ((b->qh[32 * half + l] >> (2 * f)) & 3) << 4;
+  }
+  const int u = c / 32, l = c % 32;
+  const uint8_t* qs = type == GgmlType::kQ4_K ? reinterpret_cast<const BlockQ4_K*>(block)->qs
+                                              : reinterpret_cast<const BlockQ5_K*>(block)->qs;
+  const uint8_t byte = qs[32 * (u / 2) + l];
+  const int nibble = u % 2 == 0 ? byte & 0x0f : byte >> 4;
+  if (type == GgmlType::kQ4_K) return nibble;
+  return nibble | ((reinterpret_cast<const BlockQ5_K*>(block)->qh[l] >> u) & 1) << 4;
+}
+
 // x [n, cols]: uniform in [-2, 2], token 0 all 1 (its Q8_K quants all -127:
-// the int16 sums at their bound against nibbles 15), token 1 alternating
-// +-1 (quants +-127).
-std::vector<float> q4_k_test_x(int64_t n, int64_t cols, std::mt19937& rng) {
+// the int16 sums at their bound against row 0's largest quants), token 1
+// alternating +-1 (quants +-127).
+std::vector<float> kquant_test_x(int64_t n, int64_t cols, std::mt19937& rng) {
   std::vector<float> x(static_cast<size_t>(n * cols));
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   for (float& v : x) v = dist(rng);
@@ -889,45 +934,68 @@ std::vector<float> q4_k_test_x(int64_t n, int64_t cols, std::mt19937& rng) {
   return x;
 }
 
-// The packed Q4_K kernel's arithmetic written out, per row and token: for
-// each super-block in order, A = sum over sub-blocks of sc x (exact int sum of
-// nibble x quant) and B = sum of m x (sum of the sub-block's quants), then
-// acc = fma(A, d xd, acc), acc = fma(-B, dmin xd, acc) in float. Also returns
-// each output's magnitude sum_c |dequant(w) x dequant(q8_k(x))| (the scale of
-// float error) in `magnitude`.
-std::vector<float> q4_k_packed_arithmetic(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
-                                          const std::vector<float>& x, int64_t n, std::vector<double>* magnitude) {
-  const int64_t n_super = cols / kQK_K;
+// The packed K-quant kernels' arithmetic written out, per row and token and
+// super-block in order:
+//   Q4_K / Q5_K: A = sum over sub-blocks of sc x (exact int sum of quant x
+//   x quant), B = sum of m x (sum of the sub-block's x quants), then
+//   acc = fma(A, d xd, acc), acc = fma(-B, dmin xd, acc) in float;
+//   Q6_K: S = sum over the 16-column halves of sc x (exact int sum of
+//   (quant - 32) x x quant), then acc = fma(S, d xd, acc).
+// Also returns each output's magnitude sum_c |dequant(w) x dequant(q8_k(x))|
+// (the scale of float error) in `magnitude`.
+std::vector<float> kquant_packed_arithmetic(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows,
+                                            int64_t cols, const std::vector<float>& x, int64_t n,
+                                            std::vector<double>* magnitude) {
+  const int64_t n_super = cols / kQK_K, block_bytes = kquant_block_bytes(type);
   std::vector<float> y(static_cast<size_t>(n * rows));
   magnitude->assign(static_cast<size_t>(n * rows), 0.0);
   std::vector<BlockQ8_K> xq(static_cast<size_t>(n_super));
   for (int64_t t = 0; t < n; ++t) {
     quantize_row_q8_k_with(SimdLevel::kScalar, x.data() + t * cols, xq.data(), cols);
     for (int64_t r = 0; r < rows; ++r) {
-      const auto* row = reinterpret_cast<const BlockQ4_K*>(bytes.data()) + r * n_super;
       float acc = 0.0f;
       double mag = 0.0;
       for (int64_t s = 0; s < n_super; ++s) {
-        int64_t a = 0, b = 0;
-        const float d = fp16_to_fp32(row[s].d), dmin = fp16_to_fp32(row[s].dmin);
-        for (int sub = 0; sub < 8; ++sub) {
+        const uint8_t* block = bytes.data() + (r * n_super + s) * block_bytes;
+        const double xd = xq[s].d;
+        if (type == GgmlType::kQ6_K) {
+          const auto* b = reinterpret_cast<const BlockQ6_K*>(block);
+          const float d = fp16_to_fp32(b->d);
+          int64_t sum = 0;
+          for (int j = 0; j < 16; ++j) {
+            int64_t dot = 0;
+            for (int l = 0; l < 16; ++l) {
+              const int q = kquant_quant(type, block, 16 * j + l) - 32;
+              const int xv = xq[s].qs[16 * j + l];
+              dot += q * xv;
+              mag += std::fabs(static_cast<double>(d) * b->scales[j] * q * xd * xv);
+            }
+            sum += b->scales[j] * dot;
+          }
+          EXPECT_LT(std::llabs(sum), int64_t{1} << 31);
+          acc = std::fma(static_cast<float>(sum), d * xq[s].d, acc);
+          continue;
+        }
+        const auto* b = reinterpret_cast<const BlockQ4_K*>(block);  // Q5_K starts alike
+        const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+        int64_t a = 0, mins = 0;
+        for (int u = 0; u < 8; ++u) {
           int sc = 0, m = 0;
-          q4_k_scale_min(row[s].scales, sub, &sc, &m);
+          q4_k_scale_min(b->scales, u, &sc, &m);
           int64_t dot = 0, sum = 0;
           for (int l = 0; l < 32; ++l) {
-            const uint8_t byte = row[s].qs[32 * (sub / 2) + l];
-            const int q = sub % 2 == 0 ? byte & 0x0f : byte >> 4;
-            const int xv = xq[s].qs[32 * sub + l];
+            const int q = kquant_quant(type, block, 32 * u + l);
+            const int xv = xq[s].qs[32 * u + l];
             dot += q * xv;
             sum += xv;
-            mag += std::fabs((static_cast<double>(d) * sc * q - static_cast<double>(dmin) * m) * xq[s].d * xv);
+            mag += std::fabs((static_cast<double>(d) * sc * q - static_cast<double>(dmin) * m) * xd * xv);
           }
           a += sc * dot;
-          b += m * sum;
+          mins += m * sum;
         }
         EXPECT_LT(std::llabs(a), int64_t{1} << 31);
         acc = std::fma(static_cast<float>(a), d * xq[s].d, acc);
-        acc = std::fma(-static_cast<float>(b), dmin * xq[s].d, acc);
+        acc = std::fma(-static_cast<float>(mins), dmin * xq[s].d, acc);
       }
       y[t * rows + r] = acc;
       (*magnitude)[t * rows + r] = mag;
@@ -936,45 +1004,57 @@ std::vector<float> q4_k_packed_arithmetic(const std::vector<uint8_t>& bytes, int
   return y;
 }
 
-// The packed Q4_K kernel equals its arithmetic written out bit for bit (so
-// decode and prefill, every row remainder and strip pair), and agrees with
-// the scalar K-quant kernel over the GGUF rows (KquantMatmulTest's bound:
-// 4e-6 of the magnitude), including row 0 at the integer bounds.
-TEST(Matmul, PackedQ4_KKernelEqualsItsArithmeticWrittenOutAndAgreesWithScalar) {
-  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q4_K is packed at the AVX2 level only";
+std::string kquant_type_name(const testing::TestParamInfo<GgmlType>& info) {
+  return std::string(ggml_type_name(info.param));
+}
+
+// One test body per K-quant type (PackedKquantTest/q4_K, q5_K, q6_K).
+class PackedKquantTest : public testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override {
+    if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "K-quants are packed at the AVX2 level only";
+  }
+};
+
+// The packed kernel of each type equals its arithmetic written out bit for bit
+// (so decode and prefill, every row remainder and strip pair), and agrees
+// with the scalar K-quant kernel over the GGUF rows (KquantMatmulTest's
+// bound: 4e-6 of the magnitude), including rows 0 and 1 at the integer bounds.
+TEST_P(PackedKquantTest, KernelEqualsItsArithmeticWrittenOutAndAgreesWithScalar) {
+  const GgmlType type = GetParam();
   for (const int64_t rows : {int64_t{7}, int64_t{45}, int64_t{96}}) {
     for (const int64_t cols : {int64_t{256}, int64_t{768}}) {
       std::mt19937 rng(static_cast<uint32_t>(300 + rows + cols));
-      const std::vector<uint8_t> bytes = q4_k_test_rows(rows, cols, rng);
-      const WeightMatrix gguf{GgmlType::kQ4_K, bytes.data(), rows, cols};
+      const std::vector<uint8_t> bytes = kquant_test_rows(type, rows, cols, rng);
+      const WeightMatrix gguf{type, bytes.data(), rows, cols};
       const PackedCopy packed = packed_copy(gguf);
       ASSERT_TRUE(packed.ok);
       for (const int64_t n : {int64_t{1}, int64_t{6}, int64_t{11}}) {
-        const std::vector<float> x = q4_k_test_x(n, cols, rng);
+        const std::vector<float> x = kquant_test_x(n, cols, rng);
         std::vector<double> magnitude;
-        const std::vector<float> want = q4_k_packed_arithmetic(bytes, rows, cols, x, n, &magnitude);
+        const std::vector<float> want = kquant_packed_arithmetic(type, bytes, rows, cols, x, n, &magnitude);
         expect_packed_avx2_equals_arithmetic_near_scalar(gguf, packed.matrix, x, n, want, magnitude);
       }
     }
   }
 }
 
-// Packed Q4_K runs one kernel for every call: a prefill call's token rows
-// are the same bits as one-token calls (decode steps), for every token count
-// (groups of 4, 2, 1), row count (partial strip, partial strip pair) and
-// split (pool or not, decode order); and they agree with the GGUF AVX2
-// K-quant kernel up to float summation order.
-TEST(Matmul, PackedQ4_KPrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
-  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "Q4_K is packed at the AVX2 level only";
+// A packed K-quant matrix runs one kernel for every call: a prefill call's
+// token rows are the same bits as one-token calls (decode steps), for every
+// token count (groups of 4, 2, 1), row count (partial strip, partial strip
+// pair) and split (pool or not, decode order); and they agree with the GGUF
+// AVX2 K-quant kernel up to float summation order.
+TEST_P(PackedKquantTest, PrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
+  const GgmlType type = GetParam();
   for (const int64_t rows : {int64_t{83}, int64_t{16}, int64_t{130}}) {
     const int64_t cols = 512;
     std::mt19937 rng(static_cast<uint32_t>(400 + rows));
-    const std::vector<uint8_t> bytes = q4_k_test_rows(rows, cols, rng);
-    const WeightMatrix gguf{GgmlType::kQ4_K, bytes.data(), rows, cols};
+    const std::vector<uint8_t> bytes = kquant_test_rows(type, rows, cols, rng);
+    const WeightMatrix gguf{type, bytes.data(), rows, cols};
     const PackedCopy packed = packed_copy(gguf);
     ASSERT_TRUE(packed.ok);
     const int64_t n_max = 40;
-    const std::vector<float> x = q4_k_test_x(n_max, cols, rng);
+    const std::vector<float> x = kquant_test_x(n_max, cols, rng);
     ThreadPool pool(3);
     std::vector<float> steps(static_cast<size_t>(n_max * rows));
     for (int64_t t = 0; t < n_max; ++t) {
@@ -989,28 +1069,79 @@ TEST(Matmul, PackedQ4_KPrefillRowsEqualDecodeStepsBitForBitAndAgreeWithGguf) {
         matmul_with(SimdLevel::kAvx2, packed.matrix, xn, n, b.data(), p);
         matmul_decode_order(packed.matrix, xn, n, c.data(), p);
         EXPECT_EQ(std::memcmp(b.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
-            << "rows " << rows << " n " << n;
+            << ggml_type_name(type) << " rows " << rows << " n " << n;
         EXPECT_EQ(std::memcmp(c.data(), steps.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
-            << "decode order, rows " << rows << " n " << n;
+            << ggml_type_name(type) << " decode order, rows " << rows << " n " << n;
         for (int64_t i = 0; i < n * rows; ++i) {
-          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << "rows " << rows << " n " << n << " at " << i;
+          ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i])))
+              << ggml_type_name(type) << " rows " << rows << " n " << n << " at " << i;
         }
       }
     }
   }
 }
 
-TEST(Matmul, PackedQ4_KBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
+INSTANTIATE_TEST_SUITE_P(AllKquants, PackedKquantTest,
+                         testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
+                         kquant_type_name);
+
+// A Q4_K_M layer's grouped calls mix packed types (Q4_K wq / wk beside a
+// Q6_K wv; Q6_K alone needs no sums per 32, whatever its place in the group)
+// and may hold a GGUF matrix beside them: matmul_many gives exactly what one
+// matmul per matrix gives, decode and prefill.
+TEST(Matmul, PackedKquantManyWithMixedTypesEqualsOneCallPerMatrixBitForBit) {
+  if (best_simd_level() != SimdLevel::kAvx2) GTEST_SKIP() << "K-quants are packed at the AVX2 level only";
+  const GgmlType types[4] = {GgmlType::kQ6_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  const int64_t rows[4] = {40, 64, 23, 16};
+  const int64_t cols = 512;
+  std::mt19937 rng(77);
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<PackedCopy> copies;
+  std::vector<WeightMatrix> matrices;
+  for (int i = 0; i < 4; ++i) bytes.push_back(kquant_test_rows(types[i], rows[i], cols, rng));
+  for (int i = 0; i < 4; ++i) copies.push_back(packed_copy(WeightMatrix{types[i], bytes[i].data(), rows[i], cols}));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(copies[i].ok);
+    matrices.push_back(i == 3 ? WeightMatrix{types[i], bytes[i].data(), rows[i], cols} : copies[i].matrix);
+  }
+  for (const int64_t n_tokens : {int64_t{1}, int64_t{9}}) {
+    const std::vector<float> x = kquant_test_x(n_tokens, cols, rng);
+    ThreadPool pool(3);
+    for (const size_t first : {size_t{0}, size_t{2}}) {  // Q6_K first, or Q5_K then a GGUF Q6_K
+      std::vector<const WeightMatrix*> ws;
+      std::vector<std::vector<float>> one, many;
+      for (size_t i = first; i < 4; ++i) {
+        ws.push_back(&matrices[i]);
+        one.emplace_back(static_cast<size_t>(n_tokens * rows[i]), -1.0f);
+        many.emplace_back(static_cast<size_t>(n_tokens * rows[i]), -2.0f);
+        matmul_with(SimdLevel::kAvx2, matrices[i], x.data(), n_tokens, one.back().data(), &pool);
+      }
+      std::vector<float*> ys;
+      for (std::vector<float>& y : many) ys.push_back(y.data());
+      matmul_many_with(SimdLevel::kAvx2, ws, x.data(), n_tokens, ys, &pool);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        EXPECT_EQ(many[i], one[i]) << "matrix " << first + i << " tokens " << n_tokens;
+      }
+    }
+  }
+}
+
+TEST(Matmul, PackedKquantBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
   if (best_simd_level() == SimdLevel::kAvx2) {
-    // 2368 bytes per strip and super-block: 16 x 144 GGUF bytes plus 64.
+    // Per strip and super-block: Q4_K 2368 bytes (16 x 144 GGUF bytes plus
+    // 64), Q5_K 2880 (16 x 176 + 64), Q6_K 3392 (16 x 210 + 32).
     EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 2048, 2048), 128 * 8 * 2368);
     EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 17, 256), 2 * 2368);
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ5_K, 2048, 2048), 128 * 8 * 2880);
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ5_K, 17, 512), 2 * 2 * 2880);
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ6_K, 8192, 2048), 512 * 8 * 3392);
+    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ6_K, 1, 256), 3392);
   } else {
     // AVX-512: its K-quant kernels read the GGUF rows; scalar: nothing is packed.
-    EXPECT_EQ(packed_weight_bytes(GgmlType::kQ4_K, 2048, 2048), 0);
+    for (const GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+      EXPECT_EQ(packed_weight_bytes(type, 2048, 2048), 0) << ggml_type_name(type);
+    }
   }
-  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ5_K, 64, 256), 0);
-  EXPECT_EQ(packed_weight_bytes(GgmlType::kQ6_K, 64, 256), 0);
 }
 
 }  // namespace
