@@ -8,16 +8,13 @@
 #include <immintrin.h>
 
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/simd_avx2.h"
 
 namespace baton::cpu_kernels {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd_avx2::hmax256;
+using simd_avx2::hsum256;
 
 inline float bf16_bits_to_f32(uint16_t h) {
   return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h) << 16)));
@@ -89,7 +86,7 @@ void quant_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
     }
   }
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) p.y[(t0 + t) * p.rows + r0 + r] = hsum(acc[r][t]);
+    for (int r = 0; r < R; ++r) p.y[(t0 + t) * p.rows + r0 + r] = hsum256(acc[r][t]);
 }
 
 template <GgmlType kType>
@@ -137,7 +134,7 @@ void float_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
   }
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < R; ++r) {
-      float sum = hsum(acc[r][t]);
+      float sum = hsum256(acc[r][t]);
       for (int64_t k = c; k < p.cols; ++k) sum += load1_f32<kType>(rows[r], k) * xs[t][k];
       p.y[(t0 + t) * p.rows + r0 + r] = sum;
     }
@@ -196,10 +193,7 @@ inline uint16_t quantize_block(const float* x, int8_t* qs) {
   for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
   __m256 amax = _mm256_andnot_ps(sign_bit, v[0]);
   for (int i = 1; i < 4; ++i) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float d = _mm_cvtss_f32(m4) / 127.0f;
+  const float d = hmax256(amax) / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const __m256 vid = _mm256_set1_ps(id);
   const __m256 half = _mm256_set1_ps(0.5f);

@@ -15,20 +15,18 @@
 #include <cstring>
 
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/simd_avx2.h"
 
 namespace baton::cpu_kernels {
 namespace {
+
+using simd_avx2::hmax256;
+using simd_avx2::hsum256;
 
 // Software prefetch distance for decode: a few super-blocks ahead of the one
 // being multiplied.
 constexpr int64_t kPrefetchBytes = 1024;
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float half_to_float(const uint8_t* p) {
   uint16_t h;
@@ -114,7 +112,7 @@ void q45_k_row(const MatmulProblem& p, int64_t r, int64_t t0) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * dx), _mm256_set_m128(_mm_setzero_ps(), mins_dot), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) p.y[(t0 + t) * p.rows + r] = hsum(acc[t]);
+  for (int t = 0; t < T; ++t) p.y[(t0 + t) * p.rows + r] = hsum256(acc[t]);
 }
 
 // One Q6_K row times T tokens. 32-element vector v (v = 4 * half + i) holds
@@ -174,7 +172,7 @@ void q6_k_row(const MatmulProblem& p, int64_t r, int64_t t0) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], offset)), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) p.y[(t0 + t) * p.rows + r] = hsum(acc[t]);
+  for (int t = 0; t < T; ++t) p.y[(t0 + t) * p.rows + r] = hsum256(acc[t]);
 }
 
 template <int T>
@@ -193,10 +191,7 @@ inline float quantize_q8_k_block(const float* x, int8_t* qs, int16_t* bsums) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   __m256 amax_v = _mm256_setzero_ps();
   for (int i = 0; i < kQK_K; i += 8) amax_v = _mm256_max_ps(amax_v, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + i)));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax_v), _mm256_extractf128_ps(amax_v, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
+  const float amax = hmax256(amax_v);
   if (amax == 0.0f) {
     std::memset(qs, 0, kQK_K);
     std::memset(bsums, 0, kQK_K / 16 * sizeof(int16_t));

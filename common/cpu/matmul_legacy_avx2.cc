@@ -13,16 +13,12 @@
 #include <cstring>
 
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/simd_avx2.h"
 
 namespace baton::cpu_kernels {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd_avx2::hsum256;
 
 // Byte i = 16 where bit i of `bits` is set, else 0.
 inline __m256i fifth_bits(uint32_t bits) {
@@ -65,7 +61,7 @@ float legacy_row(const MatmulProblem& p, int64_t r, int64_t t) {
       extra += _cvtsh_ss(blk.m) * xd[b] * static_cast<float>(xsums[b]);
     }
   }
-  return hsum(acc) + extra;
+  return hsum256(acc) + extra;
 }
 
 }  // namespace

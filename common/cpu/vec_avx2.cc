@@ -5,19 +5,11 @@
 #include <limits>
 
 #include "common/cpu/matmul_kernels.h"
+#include "common/cpu/simd_avx2.h"
 #include "common/cpu/silu_exp.h"
 
 namespace baton::cpu_kernels {
-namespace {
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-}  // namespace
+using simd_avx2::hsum256;
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/cpu/simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
@@ -108,21 +109,9 @@ inline __m256 fold_halves(__m512 v, bool max) {
   return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(folded), 0));
 }
 
-inline float reduce_max16(__m512 v) {
-  const __m256 x = fold_halves(v, /*max=*/true);
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float reduce_max16(__m512 v) { return simd_avx2::hmax256(fold_halves(v, /*max=*/true)); }
 
-inline float reduce_add16(__m512 v) {
-  const __m256 x = fold_halves(v, /*max=*/false);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float reduce_add16(__m512 v) { return simd_avx2::hsum256(fold_halves(v, /*max=*/false)); }
 
 // exp of 16 floats (Cephes' polynomial, as exp256 in kv_kernels_avx2.cc):
 // relative error ~2e-7 for the x <= 0 that softmax passes.

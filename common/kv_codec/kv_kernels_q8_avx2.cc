@@ -17,11 +17,16 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/kv_codec/kv_simd_avx2.h"
+#include "common/cpu/simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 
 namespace baton::kv_kernels_impl {
 namespace {
+
+using simd_avx2::exp256;
+using simd_avx2::hmax256;
+using simd_avx2::hsum256;
+using simd_avx2::rows_mask8;
 
 constexpr int kTile = kAttentionTileRows;
 

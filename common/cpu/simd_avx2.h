@@ -1,16 +1,17 @@
-// What the AVX2 attention kernels (kv_kernels_avx2.cc, kv_kernels_q8_avx2.cc)
-// share: the 8-lane exp, horizontal sum and max, the row mask of a tile's
-// 8-row group. Include it from *_avx2.cc files only: it is
-// compiled with their flags, and its unnamed namespace gives each file its
-// own copy, so no AVX2 code can reach a baseline caller through the linker
-// (matmul_kernels.h's rule for ISA files).
+// The 8-lane helpers the AVX2 (and AVX-512) kernel files share: horizontal
+// sum and max, the 8-lane exp, the row mask of an attention tile's 8-row
+// group. Include it from *_avx2.cc / *_avx512.cc files only: it is compiled
+// with their flags (AVX2 + FMA at least), and its unnamed namespace gives each
+// file its own copy, so no AVX2 code can reach a baseline caller through the
+// linker (matmul_kernels.h's rule for ISA files).
 #pragma once
 
 #include <immintrin.h>
 
-namespace baton::kv_kernels_impl {
+namespace baton::simd_avx2 {
 namespace {
 
+// Sum of the 8 lanes.
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -18,6 +19,7 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Largest of the 8 lanes.
 inline float hmax256(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
@@ -54,4 +56,4 @@ inline __m256 exp256(__m256 x) {
 }
 
 }  // namespace
-}  // namespace baton::kv_kernels_impl
+}  // namespace baton::simd_avx2
