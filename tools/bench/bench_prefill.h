@@ -28,7 +28,11 @@ struct PrefillRun {
   int64_t threads = 0;
   std::string kernels;  // SIMD level of the engine's kernels
   std::string kv_store;
-  CpuPeak peak;         // measured on the engine's pool before the cells
+  // The peaks of the cell being reported, measured on the engine's pool
+  // just before it (after the previous cell) and just after it; the cell is
+  // held against the larger, figure by figure (larger_peaks).
+  CpuPeak peak_before, peak_after;
+  CpuPeak peak;
   MatmulPeak matmul_peak;
   std::vector<PrefillCell> cells;
 };

@@ -6,6 +6,11 @@ namespace {
 
 double peak_ops(const std::optional<PeakFigure>& figure) { return figure ? figure->ops_per_s : 0.0; }
 
+// The figure of `kind` ("int8", "bf16", "f32") in `peak`.
+const std::optional<PeakFigure>& figure_of(const CpuPeak& peak, const std::string& kind) {
+  return kind == "int8" ? peak.int8 : kind == "bf16" ? peak.bf16 : peak.f32;
+}
+
 }  // namespace
 
 BenchReport prefill_cell_report(const PrefillRun& run, const PrefillCell& cell) {
@@ -17,7 +22,7 @@ BenchReport prefill_cell_report(const PrefillRun& run, const PrefillCell& cell) 
   const std::string instruction = run.matmul_peak.figure ? run.matmul_peak.figure->instruction : "none";
   BenchReport r(absl::StrFormat(
       "prefill (local): %s, %d tokens, batches of %d, %d threads, %s kernels, KV %s; %s weights against the %s "
-      "peak (%s, all %d threads, measured in this run)",
+      "peak (%s, all %d threads, measured in this run just before and just after this cell, the larger held)",
       run.model, cell.tokens, run.batch, run.threads, run.kernels, run.kv_store, run.matmul_peak.weights, kind,
       instruction, run.peak.threads));
   r.add_int("tokens", "tokens", cell.tokens);
@@ -32,7 +37,11 @@ BenchReport prefill_cell_report(const PrefillRun& run, const PrefillCell& cell) 
   r.add_text("peak_kind", "peak held against", kind);
   r.add_text("peak_weights", "deciding weight type", run.matmul_peak.weights);
   r.add_text("peak_instruction", "peak instruction", instruction);
-  r.add_measured("peak_gop_per_s", "peak", peak / 1e9, "GOP/s");
+  r.add_measured("peak_gop_per_s", "peak (the larger of before and after)", peak / 1e9, "GOP/s");
+  r.add_measured("peak_before_gop_per_s", "peak measured before the cell", peak_ops(figure_of(run.peak_before, kind)) / 1e9,
+                 "GOP/s");
+  r.add_measured("peak_after_gop_per_s", "peak measured after the cell", peak_ops(figure_of(run.peak_after, kind)) / 1e9,
+                 "GOP/s");
   r.add_measured("matmul_fraction_of_peak", "matmul fraction of peak", peak > 0 ? matmul_rate / peak : 0, "", 4);
   r.add_measured("all_fraction_of_peak", "matmul + attention fraction of peak", peak > 0 ? all_rate / peak : 0, "",
                  4);

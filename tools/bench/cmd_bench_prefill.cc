@@ -95,7 +95,8 @@ absl::Status bench_prefill(const Args& args) {
                 "Local prefill speed of the CPU engine (the edge's own prefill on its Q4_0 model: batched "
                 "Q4_0 matmuls over micro-batches of --batch tokens): one prompt of N synthetic tokens per --tokens "
                 "size into the KV store a codec implies (\"f32\": the engine's F32 cache), each held against the "
-                "CPU's peak measured first in the same run on the same threads (in-register vpdpbusd / vdpbf16ps / "
+                "CPU's peak measured in the same run on the same threads just before and just after that size, the "
+                "larger held (in-register vpdpbusd / vdpbf16ps / "
                 "vfmadd loops): int8 ops of the matmuls for quantized weights, the BF16 peak for BF16 weights, the "
                 "F32 FMA peak for F16/BF16/F32 weights (the BF16 peak with --float-matmul bf16). Attention (QK^T and PV, sliding windows respected) is counted "
                 "apart and in the all-ops fraction. One table, or with --json one JSON object, per size.");
@@ -141,10 +142,14 @@ absl::Status bench_prefill(const Args& args) {
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
   if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
-  result.peak = measure_cpu_peak(engine.pool());
-  result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak, mode);
+  // The peak before each cell is the one measured after the previous cell.
+  result.peak_after = measure_cpu_peak(engine.pool());
   for (int64_t tokens : sizes) {
+    result.peak_before = result.peak_after;
     BATON_ASSIGN_OR_RETURN(PrefillCell cell, measure_prefill_cell(engine, *m.model, kv_name, tokens, &result.kv_store));
+    result.peak_after = measure_cpu_peak(engine.pool());
+    result.peak = larger_peaks(result.peak_before, result.peak_after);
+    result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak, mode);
     result.cells.push_back(cell);
     prefill_cell_report(result, cell).print(c.json);
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/util/check.h"
 #include "common/util/cpu_features.h"
 #include "cpu_peak_kernels.h"
 
@@ -90,6 +91,19 @@ CpuPeak measure_cpu_peak(ThreadPool& pool, const CpuPeakOptions& options) {
   if (std::optional<PeakLoop> loop = peak_loop("bf16")) peak.bf16 = measure_loop(pool, *loop, options);
   if (std::optional<PeakLoop> loop = peak_loop("f32")) peak.f32 = measure_loop(pool, *loop, options);
   return peak;
+}
+
+CpuPeak larger_peaks(const CpuPeak& a, const CpuPeak& b) {
+  BATON_CHECK(a.threads == b.threads && a.level == b.level, "peaks of different pools or levels");
+  auto larger = [](const std::optional<PeakFigure>& x, const std::optional<PeakFigure>& y) {
+    if (!x || !y) return x ? x : y;
+    return x->ops_per_s >= y->ops_per_s ? x : y;
+  };
+  CpuPeak out = a;
+  out.int8 = larger(a.int8, b.int8);
+  out.bf16 = larger(a.bf16, b.bf16);
+  out.f32 = larger(a.f32, b.f32);
+  return out;
 }
 
 }  // namespace baton::cli

@@ -45,6 +45,13 @@ struct CpuPeakOptions {
 // Measures every peak the active SIMD level has, on all of `pool`'s threads.
 CpuPeak measure_cpu_peak(ThreadPool& pool, const CpuPeakOptions& options = {});
 
+// Figure by figure, the larger of two measurements of the same pool (a
+// figure only one has is that one's). A bench that measures before and
+// after its work holds the work against the machine's better moment: on a
+// shared VM the compute two threads get can halve and come back within
+// minutes.
+CpuPeak larger_peaks(const CpuPeak& a, const CpuPeak& b);
+
 // A peak loop of the active level, for the bench and the tests:
 // `run(iterations, a, b)` executes iterations x `instructions_per_iteration`
 // instructions (maddubs+madd+add triples for AVX2 int8) with every input

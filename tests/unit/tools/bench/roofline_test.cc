@@ -74,9 +74,44 @@ PrefillRun run_of(const CpuPeak& peak) {
   run.threads = 2;
   run.kernels = "avx512";
   run.kv_store = "f16";
-  run.peak = peak;
+  run.peak_before = run.peak_after = run.peak = peak;
   run.matmul_peak = matmul_peak_for(GgmlType::kQ4_0, peak);
   return run;
+}
+
+TEST(RooflineTest, LargerPeaksKeepTheLargerFigureByFigure) {
+  CpuPeak slow = all_peaks(), fast = all_peaks();
+  slow.int8->ops_per_s = 400e9;  // the int8 loop got one core's worth
+  fast.f32->ops_per_s = 100e9;   // the f32 loop did, in the other pass
+  fast.bf16.reset();             // (a figure only one pass has is kept)
+  const CpuPeak larger = larger_peaks(slow, fast);
+  EXPECT_EQ(larger.int8->ops_per_s, 800e9);
+  EXPECT_EQ(larger.f32->ops_per_s, 200e9);
+  ASSERT_TRUE(larger.bf16.has_value());
+  EXPECT_EQ(larger.bf16->ops_per_s, 400e9);
+  EXPECT_EQ(larger.threads, 2);
+  EXPECT_EQ(larger_peaks(fast, slow).int8->ops_per_s, 800e9);  // either order
+  CpuPeak none;
+  none.threads = 2;  // the scalar level: no figure at all
+  EXPECT_FALSE(larger_peaks(none, none).int8.has_value());
+}
+
+TEST(RooflineTest, PrefillCellIsHeldAgainstTheLargerOfThePeaksAroundIt) {
+  PrefillRun run = run_of(all_peaks());
+  run.peak_before.int8->ops_per_s = 400e9;
+  run.peak = larger_peaks(run.peak_before, run.peak_after);
+  run.matmul_peak = matmul_peak_for(GgmlType::kQ4_0, run.peak);
+  const Json json = prefill_cell_report(run, PrefillCell{512, 2.0, 400e9, 40e9}).to_json();
+  EXPECT_DOUBLE_EQ(json["peak_before_gop_per_s"].get<double>(), 400);
+  EXPECT_DOUBLE_EQ(json["peak_after_gop_per_s"].get<double>(), 800);
+  EXPECT_DOUBLE_EQ(json["peak_gop_per_s"].get<double>(), 800);
+  EXPECT_DOUBLE_EQ(json["matmul_fraction_of_peak"].get<double>(), 0.25);
+  // An F16 model is held against the f32 figures before and after.
+  run.matmul_peak = matmul_peak_for(GgmlType::kF16, run.peak);
+  run.peak_after.f32->ops_per_s = 150e9;
+  const Json f16 = prefill_cell_report(run, PrefillCell{512, 2.0, 400e9, 40e9}).to_json();
+  EXPECT_DOUBLE_EQ(f16["peak_before_gop_per_s"].get<double>(), 200);
+  EXPECT_DOUBLE_EQ(f16["peak_after_gop_per_s"].get<double>(), 150);
 }
 
 TEST(RooflineTest, PrefillFractionsAreAchievedOverTheMeasuredPeak) {
