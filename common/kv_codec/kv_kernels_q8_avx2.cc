@@ -30,13 +30,21 @@ using simd_avx2::rows_mask8;
 
 constexpr int kTile = kAttentionTileRows;
 
-// Lane r of the result = the sum of the 8 int32 lanes of a[r] (exact: any
-// order gives the same integer).
-__m256i reduce8x8_epi32(const __m256i (&a)[8]) {
-  const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
-  const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
+// Lane r of the result = the exact int32 dot of the 32 widened codes at
+// k + r * HeadDim with q (q0: its first 16, q1: the next 16), r < 8. Each
+// pair of rows is folded (hadd) as soon as both are done, so a few vectors
+// are live, not eight: with eight (the two blocks of head_dim 64 unrolled)
+// GCC spilled them inside the score loop. Any order gives the same integer.
+template <int HeadDim>
+__m256i block_dots8(const int16_t* k, __m256i q0, __m256i q1) {
+  auto row = [&](int r) {
+    const int16_t* kr = k + r * HeadDim;
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr)), q0),
+                            _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr + 16)), q1));
+  };
   // 128-bit half h of u0: rows 0..3's sums of their half h; of u1: rows 4..7's.
-  const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
+  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(row(4), row(5)), _mm256_hadd_epi32(row(6), row(7)));
   return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
@@ -131,14 +139,8 @@ float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs,
     for (int b = 0; b < HeadDim / kQ8Block; ++b) {
       const __m256i q0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q16 + b * kQ8Block));
       const __m256i q1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q16 + b * kQ8Block + 16));
-      __m256i part[8];
-#pragma GCC unroll 8
-      for (int r = 0; r < 8; ++r) {
-        const int16_t* kr = t.keys + (g0 + r) * HeadDim + b * kQ8Block;
-        part[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr)), q0),
-                                   _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr + 16)), q1));
-      }
-      const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8x8_epi32(part)), _mm256_set1_ps(qs[b]));
+      const __m256i dots = block_dots8<HeadDim>(t.keys + g0 * HeadDim + b * kQ8Block, q0, q1);
+      const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(qs[b]));
       dot = _mm256_fmadd_ps(sum, _mm256_load_ps(t.key_scales[b * kQ8Block / k_group] + g0), dot);
     }
     _mm256_store_ps(s + g0, dot);
