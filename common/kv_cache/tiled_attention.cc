@@ -427,8 +427,8 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   if (n <= 0) return;
   BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
-  // INT8 K and V in place where the kernel set has it (AVX-512, and the
-  // scalar reference level); AVX2 dequantizes the tiles as before.
+  // INT8 K and V in place where the kernel set has it (AVX-512, AVX2 and
+  // the scalar reference level), with the queries quantized once per call.
   const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8_positions != nullptr &&
                                kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
                            ? quantize_queries(geometry, scale, n, q)
