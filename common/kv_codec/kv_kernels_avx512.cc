@@ -113,7 +113,7 @@ inline float reduce_max16(__m512 v) { return simd_avx2::hmax256(fold_halves(v, /
 
 inline float reduce_add16(__m512 v) { return simd_avx2::hsum256(fold_halves(v, /*max=*/false)); }
 
-// exp of 16 floats (Cephes' polynomial, as exp256 in kv_kernels_avx2.cc):
+// exp of 16 floats (Cephes' polynomial, as exp256 in common/cpu/simd_avx2.h):
 // relative error ~2e-7 for the x <= 0 that softmax passes.
 inline __m512 exp512(__m512 x) {
   x = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
