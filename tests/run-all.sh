@@ -16,10 +16,10 @@ ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
 # scripts under sanitizers: tests/run-sanitized.sh). Its instrumented build
 # and run take ~20 minutes from a cold compiler cache, so it runs only when
 # the suite above was quick (a warm cache: <= 420 s), and then under a
-# `timeout` that ends it by minute 29 (CI has 30); a pass cut short says so
+# `timeout` that ends it by minute 28 (CI has 30); a pass cut short says so
 # and which binaries it did not finish, and a sanitizer error still fails.
 # BATON_SKIP_ASAN=1 skips it.
-budget=$(( 1740 - SECONDS ))
+budget=$(( 1680 - SECONDS ))
 if [[ "${BATON_SKIP_ASAN:-0}" == 1 ]]; then
   echo "run-all.sh: ASan/UBSan pass skipped (BATON_SKIP_ASAN=1)"
 elif (( SECONDS > 420 )); then
