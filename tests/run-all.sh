@@ -17,7 +17,8 @@ ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
 # and run take ~20 minutes from a cold compiler cache, so it runs only when
 # the suite above was quick (a warm cache: <= 420 s), and then under a
 # `timeout` that ends it by minute 28 (CI has 30); a pass cut short says so
-# and which binaries it did not finish, and a sanitizer error still fails.
+# (its logs so far: build-asan/*.log), and a sanitizer error or failed test
+# in what it did run still fails.
 # BATON_SKIP_ASAN=1 skips it.
 budget=$(( 1680 - SECONDS ))
 if [[ "${BATON_SKIP_ASAN:-0}" == 1 ]]; then

@@ -142,6 +142,7 @@ absl::Status bench_prefill(const Args& args) {
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
   if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
+  const GgmlType weight_type = dominant_weight_type(*m.model);
   // The peak before each cell is the one measured after the previous cell.
   result.peak_after = measure_cpu_peak(engine.pool());
   for (int64_t tokens : sizes) {
@@ -149,7 +150,7 @@ absl::Status bench_prefill(const Args& args) {
     BATON_ASSIGN_OR_RETURN(PrefillCell cell, measure_prefill_cell(engine, *m.model, kv_name, tokens, &result.kv_store));
     result.peak_after = measure_cpu_peak(engine.pool());
     result.peak = larger_peaks(result.peak_before, result.peak_after);
-    result.matmul_peak = matmul_peak_for(dominant_weight_type(*m.model), result.peak, mode);
+    result.matmul_peak = matmul_peak_for(weight_type, result.peak, mode);
     result.cells.push_back(cell);
     prefill_cell_report(result, cell).print(c.json);
   }
