@@ -1,6 +1,13 @@
 #include "common/util/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/util/check.h"
 
@@ -33,20 +40,118 @@ inline void cpu_relax() {
 // Set while a thread runs a pool job, so nested parallel_for runs inline.
 thread_local bool t_inside_pool_job = false;
 
+// Where the next pinning pool starts in the CPU order (see thread_pool.h).
+std::atomic<int> g_next_first_cpu{0};
+
+// The CPUs this thread may run on, in increasing order (empty on error).
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// An id of cpu's physical core from sysfs (package x 2^16 + core id), -1 when
+// unreadable.
+int core_id_of(int cpu) {
+  const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+  int package = -1, core = -1;
+  std::ifstream(dir + "physical_package_id") >> package;
+  std::ifstream(dir + "core_id") >> core;
+  if (package < 0 || core < 0) return -1;
+  return package * 65536 + core;
+}
+
+// The CPUs an n-thread pool pins to, from the next free place in the order;
+// empty when it should not pin.
+std::vector<int> choose_cpus(int n_threads, Pinning pinning) {
+  if (n_threads < 2 || pinning == Pinning::kNever) return {};
+  const std::vector<int> allowed = allowed_cpus();
+  if (!should_pin(pinning, std::getenv("BATON_PIN_THREADS"), n_threads, static_cast<int>(allowed.size()))) return {};
+  std::vector<int> core_of;
+  core_of.reserve(allowed.size());
+  for (int cpu : allowed) core_of.push_back(core_id_of(cpu));
+  const std::vector<int> order = cpus_by_core(allowed, core_of);
+  const int n = static_cast<int>(order.size());
+  const int first = g_next_first_cpu.fetch_add(n_threads, std::memory_order_relaxed) % n;
+  std::vector<int> cpus;
+  for (int i = 0; i < n_threads; ++i) cpus.push_back(order[(first + i) % n]);
+  return cpus;
+}
+
+// Pins the calling thread to one CPU; false (and nothing changed) on error.
+bool pin_this_thread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
 }  // namespace
+
+std::vector<int> cpus_by_core(const std::vector<int>& allowed, const std::vector<int>& core_of) {
+  BATON_CHECK(allowed.size() == core_of.size(), "cpus_by_core: one core id per CPU");
+  std::vector<int> first, rest;
+  std::vector<int> seen;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    const bool known = core_of[i] >= 0;
+    if (known && std::find(seen.begin(), seen.end(), core_of[i]) != seen.end()) {
+      rest.push_back(allowed[i]);
+      continue;
+    }
+    if (known) seen.push_back(core_of[i]);
+    first.push_back(allowed[i]);
+  }
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
+
+bool should_pin(Pinning pinning, const char* env, int n_threads, int n_cpus) {
+  if (n_threads < 2 || n_cpus < n_threads || pinning == Pinning::kNever) return false;
+  if (pinning == Pinning::kAlways) return true;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (env != nullptr && std::strcmp(env, "1") == 0) return true;
+  return n_threads == n_cpus;
+}
 
 int resolve_thread_count(int requested) {
   if (requested > 0) return requested;
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+ThreadPool::ThreadPool(int n_threads, Pinning pinning) : n_threads_(n_threads) {
   BATON_CHECK(n_threads >= 1, "a pool needs at least the calling thread");
+  cpus_ = choose_cpus(n_threads, pinning);
   workers_.reserve(n_threads - 1);
   // Workers start from generation 0 as passed here, not from a load of
   // generation_ once running: a job published before a worker got scheduled
   // would otherwise be skipped, and the caller would wait for it forever.
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_main(i, 0); });
+}
+
+ThreadPool::Hot::Hot(ThreadPool& pool) : pool_(pool) {
+  pool_.hot_.fetch_add(1, std::memory_order_relaxed);
+  if (pool_.cpus_.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return;
+  if (CPU_COUNT(&set) == 1 && CPU_ISSET(pool_.cpus_[0], &set)) return;  // already there (an outer scope)
+  if (!pin_this_thread(pool_.cpus_[0])) return;
+  saved_mask_.resize(sizeof(set) / sizeof(uint64_t));
+  std::memcpy(saved_mask_.data(), &set, sizeof(set));
+  restore_ = true;
+}
+
+ThreadPool::Hot::~Hot() {
+  if (restore_) {
+    cpu_set_t set;
+    std::memcpy(&set, saved_mask_.data(), sizeof(set));
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  pool_.hot_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 ThreadPool::~ThreadPool() {
@@ -82,6 +187,7 @@ void ThreadPool::run_share(int thread_index) {
 
 void ThreadPool::worker_main(int thread_index, uint32_t seen) {
   t_inside_pool_job = true;  // a worker only ever runs pool jobs
+  if (!cpus_.empty()) pin_this_thread(cpus_[thread_index]);  // a hint: on error it runs unpinned
   for (;;) {
     uint32_t now = generation_.load(std::memory_order_acquire);
     for (int spin = 0; now == seen; ++spin) {

@@ -4,6 +4,19 @@
 // microseconds, not a thread start: workers spin briefly on a generation counter
 // after each job (the next call usually comes soon), then sleep on a futex
 // (std::atomic::wait) so an idle pool burns no CPU.
+//
+// Pinning: a pool that takes every CPU its process may run on pins worker i
+// to the i-th CPU (one per physical core first), and a Hot scope (a forward
+// pass) pins its calling thread to the 0th for the scope's life, restoring
+// the caller's own mask after. Unpinned, Linux often puts a thread woken from
+// the futex beside the one that woke it, so for a while both run on one core:
+// on a 2-core VM a 2-thread decode step ran no faster than a 1-thread one.
+// Pinned, 1B Q4_0 decode at context 512 was +11-20% (the README has the
+// figures and the command). A pool of fewer threads than CPUs leaves them
+// unpinned (the other CPUs are other processes'), unless
+// BATON_PIN_THREADS=1; BATON_PIN_THREADS=0 never pins. Each pinning pool of
+// a process starts at the CPU after the previous one's, so concurrent pools
+// on a large machine spread.
 #pragma once
 
 #include <atomic>
@@ -17,16 +30,38 @@ namespace baton {
 // Threads for a pool: `requested` when > 0, else one per hardware thread.
 int resolve_thread_count(int requested);
 
+// The order in which a pool takes CPUs: `allowed` (the process's CPUs, in
+// increasing order) with, first, the first CPU of each physical core
+// (core_of[i]: an id of allowed[i]'s core, equal for SMT siblings), then the
+// siblings left, each group in the order given. A core id of -1 (unknown)
+// counts as a core of its own.
+std::vector<int> cpus_by_core(const std::vector<int>& allowed, const std::vector<int>& core_of);
+
+// How a pool chooses whether to pin (see the top of this file).
+enum class Pinning {
+  kAuto,    // BATON_PIN_THREADS: "0" never, "1" whenever the CPUs suffice, else when the pool takes them all
+  kAlways,  // whenever the process may run on at least n_threads CPUs
+  kNever,
+};
+
+// Whether an n_threads pool pins, given its Pinning, BATON_PIN_THREADS's
+// value (nullptr when unset) and the number of CPUs the process may run on.
+bool should_pin(Pinning pinning, const char* env, int n_threads, int n_cpus);
+
 class ThreadPool {
  public:
   // n_threads counts the calling thread, which takes part in every call:
   // ThreadPool(1) starts no worker and runs everything inline. Must be >= 1.
-  explicit ThreadPool(int n_threads);
+  // pinning: see the top of this file.
+  explicit ThreadPool(int n_threads, Pinning pinning = Pinning::kAuto);
   ~ThreadPool();  // wakes and joins the workers
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // The CPUs the threads are pinned to (the caller's, in a Hot scope, first);
+  // empty when the pool does not pin.
+  const std::vector<int>& pinned_cpus() const { return cpus_; }
   // Times a worker went to sleep (futex-waited) for want of a job.
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
@@ -38,16 +73,19 @@ class ThreadPool {
   // decode step has ~100 jobs). Bounded all the same (thread_pool.cc says
   // why). Scopes nest; outside them an idle pool sleeps after the short
   // spin (a step of the edge must not burn a core its turns need between
-  // steps).
+  // steps). A pinning pool also pins the scope's thread to pinned_cpus()[0]
+  // while the scope lives, and gives it back the mask it had.
   class Hot {
    public:
-    explicit Hot(ThreadPool& pool) : pool_(pool) { pool_.hot_.fetch_add(1, std::memory_order_relaxed); }
-    ~Hot() { pool_.hot_.fetch_sub(1, std::memory_order_relaxed); }
+    explicit Hot(ThreadPool& pool);
+    ~Hot();
     Hot(const Hot&) = delete;
     Hot& operator=(const Hot&) = delete;
 
    private:
     ThreadPool& pool_;
+    bool restore_ = false;  // the caller's mask was changed and is saved below
+    std::vector<uint64_t> saved_mask_;
   };
 
   // Calls fn(begin, end) over contiguous ranges that together cover [0, n_tasks)
@@ -85,6 +123,7 @@ class ThreadPool {
   void run_share(int thread_index);
 
   const int n_threads_;
+  std::vector<int> cpus_;  // pinned_cpus(): thread i's CPU; empty: unpinned
   std::vector<std::thread> workers_;  // n_threads_ - 1 threads, index 1..n
 
   // The current job, written by the caller before it bumps generation_ and

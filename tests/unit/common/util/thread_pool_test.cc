@@ -1,8 +1,11 @@
 #include "common/util/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -247,6 +250,108 @@ TEST(ThreadPool, StaticSplitGivesContiguousBalancedRanges) {
     EXPECT_GE(s.load(), 2);
     EXPECT_LE(s.load(), 3);
   }
+}
+
+// The CPUs the calling thread may run on, in increasing order.
+std::vector<int> thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// Each thread's CPU mask during one static job of size() tasks (thread i
+// runs task i: StaticSplitGivesContiguousBalancedRanges).
+std::vector<std::vector<int>> masks_in_a_job(ThreadPool& pool) {
+  std::vector<std::vector<int>> masks(static_cast<size_t>(pool.size()));
+  pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) masks[static_cast<size_t>(i)] = thread_cpus();
+  });
+  return masks;
+}
+
+TEST(ThreadPoolPinning, CpusByCoreTakesOneCpuPerCoreBeforeAnySibling) {
+  // Linux's usual numbering on a 4-core SMT machine: siblings n and n + 4.
+  EXPECT_EQ(cpus_by_core({0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 0, 1, 2, 3}),
+            (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Siblings numbered next to each other (0/1 share a core, 2/3 another).
+  EXPECT_EQ(cpus_by_core({0, 1, 2, 3}, {7, 7, 9, 9}), (std::vector<int>{0, 2, 1, 3}));
+  // A process limited to a few CPUs, one of them of unknown core: its own.
+  EXPECT_EQ(cpus_by_core({2, 3, 5, 8}, {1, 1, -1, 4}), (std::vector<int>{2, 5, 8, 3}));
+  EXPECT_EQ(cpus_by_core({4, 6}, {-1, -1}), (std::vector<int>{4, 6}));
+  EXPECT_TRUE(cpus_by_core({}, {}).empty());
+}
+
+TEST(ThreadPoolPinning, AutoPinsAPoolThatTakesEveryCpuUnlessTheEnvironmentSaysOtherwise) {
+  EXPECT_TRUE(should_pin(Pinning::kAuto, nullptr, 2, 2));
+  EXPECT_TRUE(should_pin(Pinning::kAuto, "", 16, 16));
+  EXPECT_FALSE(should_pin(Pinning::kAuto, nullptr, 2, 16));  // the other CPUs are other processes'
+  EXPECT_TRUE(should_pin(Pinning::kAuto, "1", 2, 16));
+  EXPECT_FALSE(should_pin(Pinning::kAuto, "0", 2, 2));
+  EXPECT_FALSE(should_pin(Pinning::kAuto, "1", 3, 2));  // more threads than CPUs: never
+  EXPECT_FALSE(should_pin(Pinning::kAuto, "1", 1, 2));  // nothing to place
+  EXPECT_TRUE(should_pin(Pinning::kAlways, "0", 2, 16));
+  EXPECT_FALSE(should_pin(Pinning::kAlways, nullptr, 3, 2));
+  EXPECT_FALSE(should_pin(Pinning::kNever, "1", 2, 2));
+}
+
+TEST(ThreadPoolPinning, WorkersGetACpuEachAndAHotScopeLendsTheCallerTheFirst) {
+  const std::vector<int> process = thread_cpus();
+  if (process.size() < 2) GTEST_SKIP() << "needs 2 CPUs; this process may run on " << process.size();
+  ThreadPool pool(2, Pinning::kAlways);
+  const std::vector<int> cpus = pool.pinned_cpus();
+  ASSERT_EQ(cpus.size(), 2u);
+  EXPECT_NE(cpus[0], cpus[1]);
+  for (int cpu : cpus) EXPECT_NE(std::find(process.begin(), process.end(), cpu), process.end()) << cpu;
+
+  // Outside a Hot scope the caller keeps its mask; the worker is pinned.
+  std::vector<std::vector<int>> masks = masks_in_a_job(pool);
+  EXPECT_EQ(masks[0], process);
+  EXPECT_EQ(masks[1], std::vector<int>{cpus[1]});
+  {
+    ThreadPool::Hot hot(pool);
+    masks = masks_in_a_job(pool);
+    EXPECT_EQ(masks[0], std::vector<int>{cpus[0]});
+    EXPECT_EQ(masks[1], std::vector<int>{cpus[1]});
+    {
+      ThreadPool::Hot inner(pool);  // nested: stays, and does not restore early
+      EXPECT_EQ(thread_cpus(), std::vector<int>{cpus[0]});
+    }
+    EXPECT_EQ(thread_cpus(), std::vector<int>{cpus[0]});
+  }
+  EXPECT_EQ(thread_cpus(), process);  // given back
+}
+
+TEST(ThreadPoolPinning, NoPinningWhenAskedOrWhenThereAreMoreThreadsThanCpus) {
+  const std::vector<int> process = thread_cpus();
+  ThreadPool unpinned(2, Pinning::kNever);
+  EXPECT_TRUE(unpinned.pinned_cpus().empty());
+  for (const std::vector<int>& mask : masks_in_a_job(unpinned)) EXPECT_EQ(mask, process);
+  {
+    ThreadPool::Hot hot(unpinned);
+    EXPECT_EQ(thread_cpus(), process);
+  }
+  ThreadPool crowded(static_cast<int>(process.size()) + 1, Pinning::kAlways);
+  EXPECT_TRUE(crowded.pinned_cpus().empty());
+  for (const std::vector<int>& mask : masks_in_a_job(crowded)) EXPECT_EQ(mask, process);
+  ThreadPool single(1, Pinning::kAlways);
+  EXPECT_TRUE(single.pinned_cpus().empty());
+}
+
+TEST(ThreadPoolPinning, TheNextPoolStartsAtTheCpuAfterThePreviousPools) {
+  const std::vector<int> process = thread_cpus();
+  if (process.size() < 3) GTEST_SKIP() << "needs 3 CPUs to tell pools apart; this process may run on " << process.size();
+  ThreadPool first(2, Pinning::kAlways);
+  ThreadPool second(2, Pinning::kAlways);
+  ASSERT_EQ(first.pinned_cpus().size(), 2u);
+  ASSERT_EQ(second.pinned_cpus().size(), 2u);
+  // With at least 3 CPUs the second pool's first CPU is neither of the first
+  // pool's unless the order wrapped (3 CPUs: it takes the third, then the first).
+  EXPECT_NE(second.pinned_cpus()[0], first.pinned_cpus()[0]);
+  EXPECT_NE(second.pinned_cpus()[0], first.pinned_cpus()[1]);
 }
 
 }  // namespace
