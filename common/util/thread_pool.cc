@@ -41,7 +41,8 @@ inline void cpu_relax() {
 thread_local bool t_inside_pool_job = false;
 
 // Where the next pinning pool starts in the CPU order (see thread_pool.h).
-std::atomic<int> g_next_first_cpu{0};
+// Unsigned: a server that makes a pool per request wraps it, harmlessly.
+std::atomic<unsigned> g_next_first_cpu{0};
 
 // The CPUs this thread may run on, in increasing order (empty on error).
 std::vector<int> allowed_cpus() {
@@ -75,10 +76,10 @@ std::vector<int> choose_cpus(int n_threads, Pinning pinning) {
   core_of.reserve(allowed.size());
   for (int cpu : allowed) core_of.push_back(core_id_of(cpu));
   const std::vector<int> order = cpus_by_core(allowed, core_of);
-  const int n = static_cast<int>(order.size());
-  const int first = g_next_first_cpu.fetch_add(n_threads, std::memory_order_relaxed) % n;
+  const size_t n = order.size();
+  const size_t first = g_next_first_cpu.fetch_add(static_cast<unsigned>(n_threads), std::memory_order_relaxed) % n;
   std::vector<int> cpus;
-  for (int i = 0; i < n_threads; ++i) cpus.push_back(order[(first + i) % n]);
+  for (size_t i = 0; i < static_cast<size_t>(n_threads); ++i) cpus.push_back(order[(first + i) % n]);
   return cpus;
 }
 
