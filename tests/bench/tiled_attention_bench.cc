@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,6 +79,10 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(1, q_dim);
   std::vector<float> out(static_cast<size_t>(q_dim));
+  // As the engine's decode step: the caller is the pool's thread 0 (pinned
+  // with a pinning pool) while the step runs.
+  std::optional<ThreadPool::Hot> hot;
+  if (pool != nullptr) hot.emplace(*pool);
   for (auto _ : state) {
     // Position context - 1 attends over [0, context): the stored rows.
     for (int layer = 0; layer < kLayers; ++layer) store->attend(layer, context - 1, 1, q.data(), out.data(), pool);
