@@ -16,7 +16,8 @@
 #          redis-tools (the state tier's tests), openssl (test certificates),
 #          iproute2 and nftables (WAN emulation), gnuplot-nox (the split
 #          benchmark's plot), Debian's chromium, Node.js and npm, and
-#          `npm ci` in tests/js (the official openai client, playwright-core).
+#          `npm ci` in tests/js (the official openai client, playwright-core),
+#          oneDNN (the microbenchmark that compares our kernels with it).
 #          What tests/run-all.sh installs.
 #   train  the tiny-model trainer (train_tiny_model.py): python3-torch,
 #          NumPy, the KJV text, sentencepiece, OpenBLAS.
@@ -59,6 +60,9 @@ readonly TEST_PACKAGES=(
   # the web page's browser test; nodejs/npm are added below only when no node
   # and npm are on PATH (a NodeSource or distro install both do)
   chromium
+  # oneDNN: tests/bench/onednn_bench.cc (our prefill kernels against its
+  # GEMMs) compiles where it is found; CI builds it so it stays compiling
+  libdnnl-dev
 )
 # train: the tiny-model trainer (the bundled model's recipe).
 readonly TRAIN_PACKAGES=(

@@ -165,13 +165,31 @@ constexpr int64_t kChunksPerThread = 8;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
 constexpr size_t kMaxGroupMatrices = 8;
 
+// F32 / F16 / BF16 weights through the plain tile (every ISA without a
+// float panel kernel, e.g. AVX2): calls of more tokens run in blocks of this
+// many, block after block (TaskSplit::tokens_outer). Each row tile reads its
+// tokens' f32 activations whole (cols x 4 bytes each); with 512 tokens of
+// 8192 columns those are 16 MiB, streamed again for every 16 rows, and the
+// tile ran at half its 64-token rate (baton_microbench BM_OursPrefill, the
+// AVX2 host: 2048 x 8192 at 512 tokens 31.6 GFLOP/s against 67.7 at 64).
+// A token's outputs are the same bits in any block (each (row, token) is its
+// own chain of FMAs).
+constexpr int64_t kFloatTokenBlock = 64;
+
 // How one matrix's output is cut into parallel tasks.
 struct TaskSplit {
   int64_t rows_per_task;
   int64_t tokens_per_task;
   int64_t row_tasks;
   int64_t token_tasks;
+  // Task order: false, the token tasks of a row task are consecutive; true,
+  // the row tasks of a token task are (a token block's activations stay in
+  // cache while every row goes by).
+  bool tokens_outer = false;
   int64_t tasks() const { return row_tasks * token_tasks; }
+  // Rows and tokens of task `local` (0 <= local < tasks()).
+  int64_t row_task(int64_t local) const { return tokens_outer ? local % row_tasks : local / token_tasks; }
+  int64_t token_task(int64_t local) const { return tokens_outer ? local / row_tasks : local % token_tasks; }
 };
 
 TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
@@ -187,6 +205,18 @@ TaskSplit split_for(int64_t rows, int64_t n_tokens, int n_threads) {
     t.row_tasks = (rows + t.rows_per_task - 1) / t.rows_per_task;
   }
   t.token_tasks = (n_tokens + t.tokens_per_task - 1) / t.tokens_per_task;
+  return t;
+}
+
+// The plain tile's split for float weights: split_for's, in token blocks of
+// kFloatTokenBlock (tokens outer) when the call has more.
+TaskSplit float_split(int64_t rows, int64_t n_tokens, int n_threads) {
+  TaskSplit t = split_for(rows, n_tokens, n_threads);
+  if (n_tokens > kFloatTokenBlock && t.tokens_per_task > kFloatTokenBlock) {
+    t.tokens_per_task = kFloatTokenBlock;
+    t.token_tasks = (n_tokens + kFloatTokenBlock - 1) / kFloatTokenBlock;
+    t.tokens_outer = true;
+  }
   return t;
 }
 
@@ -483,12 +513,13 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     splits[i] = packeds[i] && (decode_order || n_tokens < kPanelMinTokens) ? packed_decode_split(w.rows, n_threads)
                 : packeds[i]                     ? panel_split(w.rows, n_tokens, n_threads)
                 : panels[i] || bf16s[i] || f32s[i] ? panel_split(w.rows, n_tokens, n_threads)
+                : format == ActivationFormat::kFloat && !decode_order ? float_split(w.rows, n_tokens, n_threads)
                                                    : split_for(w.rows, decode_order ? 1 : n_tokens, n_threads);
     first_task[i + 1] = first_task[i] + (w.rows == 0 ? 0 : splits[i].tasks());
   }
   const size_t n_matrices = ws.size();
 
-  // Task = first_task[i] + row_task * token_tasks + token_task.
+  // Task = first_task[i] + local: TaskSplit::row_task / token_task of local.
   auto run_tasks = [&](int64_t begin, int64_t end) {
     size_t i = 0;
     while (first_task[i + 1] <= begin) ++i;
@@ -496,7 +527,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       while (task >= first_task[i + 1]) ++i;
       const TaskSplit& sp = splits[i];
       const int64_t local = task - first_task[i];
-      const int64_t r0 = local / sp.token_tasks * sp.rows_per_task;
+      const int64_t r0 = sp.row_task(local) * sp.rows_per_task;
       const int64_t r1 = std::min(r0 + sp.rows_per_task, problems[i].rows);
       if (decode_order) {
         if (decode_tiles[i] != nullptr) {
@@ -506,7 +537,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
         }
         continue;
       }
-      const int64_t t0 = local % sp.token_tasks * sp.tokens_per_task;
+      const int64_t t0 = sp.token_task(local) * sp.tokens_per_task;
       const int64_t t1 = std::min(t0 + sp.tokens_per_task, n_tokens);
       if (panels[i]) {
         kernels.panel_tile(problems[i], r0, r1, t0, t1,
