@@ -31,11 +31,10 @@ using simd_avx2::rows_mask8;
 constexpr int kTile = kAttentionTileRows;
 
 // Lane r of the result = the exact int32 dot of the 32 widened codes at
-// k + r * HeadDim with q (q0: its first 16, q1: the next 16), r < 8. The
-// eight rows' partial sums are folded by unpacks and adds (single-uop
-// shuffles; vphaddd is several on Zen), a pair of rows as soon as both are
-// done, so a few vectors are live, not eight. Any order gives the same
-// integer.
+// k + r * HeadDim with q (q0: its first 16, q1: the next 16), r < 8. Each
+// pair of rows is folded (hadd) as soon as both are done, so a few vectors
+// are live, not eight: with eight (the two blocks of head_dim 64 unrolled)
+// GCC spilled them inside the score loop. Any order gives the same integer.
 template <int HeadDim>
 __m256i block_dots8(const int16_t* k, __m256i q0, __m256i q1) {
   auto row = [&](int r) {
@@ -43,16 +42,9 @@ __m256i block_dots8(const int16_t* k, __m256i q0, __m256i q1) {
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr)), q0),
                             _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kr + 16)), q1));
   };
-  // Rows a, b -> per 128-bit half: (a0+a2, b0+b2, a1+a3, b1+b3).
-  auto fold2 = [](__m256i a, __m256i b) {
-    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-  };
-  // Two folded pairs (rows a, b and c, d) -> per 128-bit half: the half's sums of a, b, c, d.
-  auto fold4 = [](__m256i ab, __m256i cd) {
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-  };
-  const __m256i u0 = fold4(fold2(row(0), row(1)), fold2(row(2), row(3)));
-  const __m256i u1 = fold4(fold2(row(4), row(5)), fold2(row(6), row(7)));
+  // 128-bit half h of u0: rows 0..3's sums of their half h; of u1: rows 4..7's.
+  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(row(0), row(1)), _mm256_hadd_epi32(row(2), row(3)));
+  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(row(4), row(5)), _mm256_hadd_epi32(row(6), row(7)));
   return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
@@ -78,47 +70,11 @@ struct Q8Tile {
   alignas(32) float value_scales[kGroups][kTile];  // [value group][row]
 };
 
-// The group scales of rows [g_lo, g_hi) of a tile (8-row groups) as
-// floats, out[g][r]; 0 for rows outside [u_lo, u_hi), which are not read. A
-// head's groups in pairs: one masked dword gather per 8 rows reads both
-// halves (groups g, g + 1 of a row are adjacent), instead of a scalar load
-// and conversion per row and group. An odd count (HeadDim / group odd): one
-// by one.
-template <int HeadDim>
-void load_scales(const KvHeadRows& h, int64_t tile_row, int u_lo, int u_hi, int g_lo, int g_hi, float (*out)[kTile]) {
-  const int groups = HeadDim / h.group;
-  const uint16_t* first = h.scales + tile_row * h.row_groups;
-  if (groups % 2 != 0) {
-    for (int r = g_lo; r < g_hi; ++r) {
-      const bool in = r >= u_lo && r < u_hi;
-      for (int g = 0; g < groups; ++g) out[g][r] = in ? _cvtsh_ss(first[r * h.row_groups + g]) : 0.0f;
-    }
-    return;
-  }
-  // Per 128-bit half: the low 16 bits of its 4 dwords, then the high 16 bits.
-  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
-                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  const __m256i row_step = _mm256_set1_epi32(static_cast<int>(h.row_groups));
-  for (int g0 = g_lo; g0 < g_hi; g0 += 8) {
-    const __m256i in = _mm256_castps_si256(rows_mask8(g0, u_lo, u_hi));
-    // Offsets in halves from `first`: (g0 + lane) * row_groups (< 2^31: a tile's rows).
-    const __m256i at = _mm256_mullo_epi32(_mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                                           _mm256_set1_epi32(g0)), row_step);
-    for (int g = 0; g < groups; g += 2) {
-      const __m256i pairs = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                                        reinterpret_cast<const int*>(first + g), at, in, 2);
-      // [group g of rows 0..3, of rows 4..7 | group g + 1 of rows 0..3, of rows 4..7]
-      const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(pairs, split), 0xD8);
-      _mm256_store_ps(out[g] + g0, _mm256_cvtph_ps(_mm256_castsi256_si128(halves)));
-      _mm256_store_ps(out[g + 1] + g0, _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1)));
-    }
-  }
-}
-
 template <int HeadDim>
 void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, Q8Tile<HeadDim>* t) {
   t->g_lo = u_lo / 8 * 8;
   t->g_hi = (u_hi + 7) / 8 * 8;
+  const int k_groups = HeadDim / k.group, v_groups = HeadDim / v.group;
   for (int r = t->g_lo; r < t->g_hi; ++r) {
     int16_t* kr = t->keys + r * HeadDim;
     const bool in = r >= u_lo && r < u_hi;
@@ -127,9 +83,9 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
     for (int d = 0; d < HeadDim; d += 16) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d), in ? widen16(codes + d) : _mm256_setzero_si256());
     }
+    for (int g = 0; g < k_groups; ++g) t->key_scales[g][r] = in ? _cvtsh_ss(k.scales[row * k.row_groups + g]) : 0.0f;
+    for (int g = 0; g < v_groups; ++g) t->value_scales[g][r] = in ? _cvtsh_ss(v.scales[row * v.row_groups + g]) : 0.0f;
   }
-  load_scales<HeadDim>(k, tile_row, u_lo, u_hi, t->g_lo, t->g_hi, t->key_scales);
-  load_scales<HeadDim>(v, tile_row, u_lo, u_hi, t->g_lo, t->g_hi, t->value_scales);
   for (int p = t->g_lo / 2; p < t->g_hi / 2; ++p) {
     const int64_t r0 = tile_row + std::clamp(2 * p, u_lo, u_hi - 1), r1 = tile_row + std::clamp(2 * p + 1, u_lo, u_hi - 1);
     const uint8_t* a = v.codes + r0 * v.row_code_bytes;
@@ -147,13 +103,11 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
 
 // The per-position part of the weight codes over rows [lo, hi) (kv_kernels.h,
 // kQ8WeightMax): per value group, vs_max and ratio = kQ8WeightMax / vs_max
-// (0 when vs_max = 0), and each row's vs_r * ratio (the factor every head of
-// the position multiplies its weight by), rows [lo / 8 * 8, hi).
+// (0 when vs_max = 0).
 struct PositionScales {
   int lo = -1, hi = -1;
   float vs_max[kQ8MaxHeadDim / 32];
   float ratio[kQ8MaxHeadDim / 32];
-  alignas(32) float vs_ratio[kQ8MaxHeadDim / 32][kTile];
 };
 
 template <int HeadDim>
@@ -167,10 +121,6 @@ void position_scales(const Q8Tile<HeadDim>& t, int v_groups, int lo, int hi, Pos
     }
     out->vs_max[g] = hmax256(vmax);
     out->ratio[g] = out->vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / out->vs_max[g] : 0.0f;
-    const __m256 ratio = _mm256_set1_ps(out->ratio[g]);
-    for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
-      _mm256_store_ps(out->vs_ratio[g] + g0, _mm256_mul_ps(_mm256_load_ps(t.value_scales[g] + g0), ratio));
-    }
   }
 }
 
@@ -258,7 +208,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
     vsum = _mm256_add_ps(vsum, p);
     const __m256 a = _mm256_mul_ps(p, vc);
     for (int g = 0; g < v_groups; ++g) {
-      const __m256 u = _mm256_load_ps(ps.vs_ratio[g] + g0);
+      const __m256 u = _mm256_mul_ps(_mm256_load_ps(t.value_scales[g] + g0), _mm256_set1_ps(ps.ratio[g]));
       // lrint (the rounding mode's nearest even), then min(code, kQ8WeightMax):
       // codes are >= 0, so the saturating pack is that min.
       const __m256i code = _mm256_cvtps_epi32(_mm256_mul_ps(a, u));

@@ -13,7 +13,9 @@
 
 namespace baton::cli {
 
-// A 64-byte aligned buffer of `bytes` (a multiple of 64), every page written
+// A buffer of `bytes` (a multiple of 64) on transparent huge pages where the
+// kernel gives them (2 MiB-aligned, MADV_HUGEPAGE, as the packed weights
+// decode streams), every page written
 // (so a pass reads memory, not the shared zero page). Element i of its
 // uint64 view holds i, so a full read sums to n (n - 1) / 2.
 class ReadBuffer {
