@@ -65,7 +65,7 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                    k::quantize_q8_0_avx2,        k::quantize_q8_0_split_avx2,
                                    k::quantize_q8_k_avx2,        k::quantize_q8_k_split_avx2,
                                    nullptr,                      nullptr,
-                                   nullptr,                      k::packed_decode_tile_avx2,
+                                   k::f32_panel_tile_avx2,       k::packed_decode_tile_avx2,
                                    k::packed_activations_avx2,   k::packed_q4_k_tile_avx2,
                                    k::packed_q8_0_tile_avx2,     k::packed_q5_k_tile_avx2,
                                    k::packed_q6_k_tile_avx2};
@@ -165,14 +165,14 @@ constexpr int64_t kChunksPerThread = 8;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
 constexpr size_t kMaxGroupMatrices = 8;
 
-// F32 / F16 / BF16 weights through the plain tile (every ISA without a
-// float panel kernel, e.g. AVX2): calls of more tokens run in blocks of this
-// many, block after block (TaskSplit::tokens_outer). Each row tile reads its
-// tokens' f32 activations whole (cols x 4 bytes each); with 512 tokens of
-// 8192 columns those are 16 MiB, streamed again for every 16 rows, and the
-// tile ran at half its 64-token rate (baton_microbench BM_OursPrefill, the
-// AVX2 host: 2048 x 8192 at 512 tokens 31.6 GFLOP/s against 67.7 at 64).
-// A token's outputs are the same bits in any block (each (row, token) is its
+// F32 / F16 / BF16 weights through the plain tile in prefill (the scalar
+// level; AVX2 and AVX-512 run f32 panels): calls of more tokens run in
+// blocks of this many, block after block (TaskSplit::tokens_outer). Each row
+// tile reads its tokens' f32 activations whole (cols x 4 bytes each); with
+// 512 tokens of 8192 columns those are 16 MiB, streamed again for every 16
+// rows. Measured on the AVX2 tile before AVX2 had panels (baton_microbench
+// BM_OursPrefill, 2048 x 8192 at 512 tokens): 111.7 vs 50.6 GFLOP/s. A
+// token's outputs are the same bits in any block (each (row, token) is its
 // own chain of FMAs).
 constexpr int64_t kFloatTokenBlock = 64;
 

@@ -347,9 +347,12 @@ TEST(Matmul, ManyEqualsOneCallPerMatrixBitForBit) {
 // the call, how many there are or how the pool splits them: the same prompt
 // then gives the same KV whatever the micro-batch (the AVX-512 panel kernel
 // runs 6-token groups plus a 1..5-token tail, the f32 one for float weights
-// 12 / 4 / 1-token groups, the plain tile for float weights blocks of 64
-// tokens, block after block; all go through the same operations per token).
+// 12 / 4 / 1-token groups (AVX2: 6 / 4 / 2 / 1 over 16 rows, 12 / 4 / 2 / 1
+// over a last 8), the scalar level's plain tile for float weights blocks of
+// 64 tokens, block after block; all go through the same operations per
+// token). At the active level and the scalar one.
 TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
+  for (const SimdLevel level : {active_simd_level(), SimdLevel::kScalar})
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
     const int64_t rows = 83, cols = 320;  // 3 panels, the last one partial; 10 blocks
     std::mt19937 rng(5);
@@ -361,14 +364,14 @@ TEST(Matmul, PrefillTokenRowsDoNotDependOnTheOtherTokensBitForBit) {
     for (float& v : x) v = dist(rng);
     ThreadPool pool(3);
     std::vector<float> all(static_cast<size_t>(n_max * rows));
-    matmul(matrix, x.data(), n_max, all.data(), nullptr);
+    matmul_with(level, matrix, x.data(), n_max, all.data(), nullptr);
     for (int64_t n : {2, 5, 16, 17, 23, 40, 70, 129, 150}) {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         // Tokens [n_max - n, n_max): the same rows as in the big call, at other offsets in their group.
         std::vector<float> part(static_cast<size_t>(n * rows));
-        matmul(matrix, x.data() + (n_max - n) * cols, n, part.data(), p);
+        matmul_with(level, matrix, x.data() + (n_max - n) * cols, n, part.data(), p);
         EXPECT_EQ(std::memcmp(part.data(), all.data() + (n_max - n) * rows, sizeof(float) * n * rows), 0)
-            << ggml_type_name(type) << " n " << n << (p != nullptr ? " pool" : "");
+            << simd_level_name(level) << " " << ggml_type_name(type) << " n " << n << (p != nullptr ? " pool" : "");
       }
     }
   }
