@@ -93,7 +93,7 @@ void panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_en
 constexpr int64_t f32_scratch_bytes(int64_t cols) { return kPanelRows * ((cols + 15) / 16 * 16) * 4; }
 void f32_panel_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                            int64_t tok_end, uint8_t* scratch);
-// The same at the AVX2 level (matmul_f32_panel_avx2.cc): strips of 8 rows,
+// The same at the AVX2 level (matmul_avx2.cc): strips of 8 rows,
 // the same scratch.
 void f32_panel_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                          int64_t tok_end, uint8_t* scratch);
