@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -44,15 +45,15 @@ namespace {
 
 ThreadPool& pool_of(int n_threads) {
   static std::unique_ptr<ThreadPool> pools[3];
-  auto& p = pools[std::clamp(n_threads, 1, 2)];
-  if (!p) p = std::make_unique<ThreadPool>(n_threads);
-  return *p;
+  const int n = std::clamp(n_threads, 1, 2);
+  if (!pools[n]) pools[n] = std::make_unique<ThreadPool>(n);
+  return *pools[n];
 }
 
 // The peaks of n_threads threads, measured just before a benchmark's timed
 // loop (a shared VM's speed moves within minutes; each figure is held
 // against the machine's moment).
-cli::CpuPeak peak_of(int n_threads) { return cli::measure_cpu_peak(pool_of(std::clamp(n_threads, 1, 2))); }
+cli::CpuPeak peak_of(int n_threads) { return cli::measure_cpu_peak(pool_of(n_threads)); }
 
 void set_peak_counter(benchmark::State& state, const char* name, double ops, const std::optional<cli::PeakFigure>& peak) {
   if (!peak) return;
@@ -71,7 +72,7 @@ void BM_OnednnGemmU8S8S32(benchmark::State& state) {
   std::vector<int32_t> c(static_cast<size_t>(m * n));
   const int32_t co = 0;
   omp_set_num_threads(threads);
-  const double peak_ops = 2.0 * static_cast<double>(m * n * k);
+  const double call_ops = 2.0 * static_cast<double>(m * n * k);
   const cli::CpuPeak peak = peak_of(threads);
   for (auto _ : state) {
     // C[m, n] = (A - 128)[m, k] x B^T: B is [n, k] row-major, op(B) = B^T.
@@ -90,8 +91,8 @@ void BM_OnednnGemmU8S8S32(benchmark::State& state) {
     }
   }
   state.counters["exact"] = exact ? 1 : 0;
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(peak_ops));
-  set_peak_counter(state, "of_int8_peak", static_cast<double>(state.iterations()) * peak_ops, peak.int8);
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(call_ops));
+  set_peak_counter(state, "of_int8_peak", static_cast<double>(state.iterations()) * call_ops, peak.int8);
   state.SetLabel("oneDNN u8s8s32, no block scales");
 }
 
