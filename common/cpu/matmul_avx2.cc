@@ -220,8 +220,9 @@ inline uint16_t quantize_block(const float* x, int8_t* qs) {
 // --- F16 / BF16 / F32 prefill, FloatMatmul::kExact: f32 panels ---
 //
 // The AVX-512 f32 panels (matmul_panel_avx512.cc) at 8 lanes. Why: the
-// plain tile above (4 rows x 2 tokens, each (row, token) summed across 8 lanes) converts 4 weight vectors per 8 FMAs and reads its
-// rows once per token pair; here a task packs its rows once, widened to f32,
+// plain tile above (4 rows x 2 tokens, each (row, token) summed across 8
+// lanes) converts 4 weight vectors per 8 FMAs and reads its rows once per
+// token pair; here a task packs its rows once, widened to f32,
 // "one column of 8 rows per 32 bytes", and every token of the call runs over
 // them: 2 strips x 6 tokens = 12 accumulators, each column 2 weight loads, 6
 // broadcasts of x and 12 FMAs (no conversion). f32 products and f32 sums as
@@ -230,14 +231,12 @@ inline uint16_t quantize_block(const float* x, int8_t* qs) {
 // other tokens of the call or on the task split.
 //
 // Panel of one task (up to kPanelRows rows = 4 strips of 8), strip s at
-// s * strip_bytes (strip_bytes = cols rounded up to 8, x 32): column c at
-// + 32 c, lane i = row 8 s + i's weight. Rows past the matrix (a last strip
+// s * strip_floats (cols rounded up to 8, x 8 floats): column c at + 8 c,
+// lane i = row 8 s + i's weight. Rows past the matrix (a last strip
 // that is not full) repeat the last row and are never stored.
 
 constexpr int kStripRows = 8;
-constexpr int kStrips = static_cast<int>(kPanelRows) / kStripRows;
-
-int64_t strip_bytes_for(int64_t cols) { return (cols + 7) / 8 * 8 * 32; }
+static_assert(kPanelRows % kStripRows == 0, "a panel is whole strips");
 
 // 8 x 8 floats in place: r[j] lane i = r[i] lane j.
 inline void transpose8(__m256 (&r)[8]) {
@@ -324,7 +323,7 @@ void f32_tokens(const MatmulProblem& p, const float* panel, int64_t strip_floats
 template <GgmlType kType>
 void f32_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin, int64_t tok_end,
               uint8_t* scratch) {
-  const int64_t strip_floats = strip_bytes_for(p.cols) / 4;
+  const int64_t strip_floats = (p.cols + 7) / 8 * 8 * kStripRows;
   float* panel = reinterpret_cast<float*>(scratch);
   for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
     const int64_t rows = row_end - r < kPanelRows ? row_end - r : kPanelRows;
@@ -343,8 +342,6 @@ void f32_rows(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_
     }
   }
 }
-
-static_assert(kStrips * kStripRows == kPanelRows);
 
 }  // namespace
 

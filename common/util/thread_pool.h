@@ -12,11 +12,11 @@
 // the futex beside the one that woke it, so for a while both run on one core:
 // on a 2-core VM a 2-thread decode step ran no faster than a 1-thread one.
 // Pinned, 1B Q4_0 decode was +12% / +22% / +37% at context 512 / 4096 /
-// 16384 (medians of interleaved runs; the README has them and the command). A pool of fewer threads than CPUs leaves them
-// unpinned (the other CPUs are other processes'), unless
-// BATON_PIN_THREADS=1; BATON_PIN_THREADS=0 never pins. Each pinning pool of
-// a process starts at the CPU after the previous one's, so concurrent pools
-// on a large machine spread.
+// 16384 (medians of interleaved runs; the README has them and the command).
+// A pool of fewer threads than CPUs leaves them unpinned (the other CPUs are
+// other processes'), unless BATON_PIN_THREADS=1; BATON_PIN_THREADS=0 never
+// pins. Each pinning pool of a process starts at the CPU after the previous
+// one's, so concurrent pools on a large machine spread.
 #pragma once
 
 #include <atomic>

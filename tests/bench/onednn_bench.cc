@@ -55,7 +55,8 @@ ThreadPool& pool_of(int n_threads) {
 // against the machine's moment).
 cli::CpuPeak peak_of(int n_threads) { return cli::measure_cpu_peak(pool_of(n_threads)); }
 
-void set_peak_counter(benchmark::State& state, const char* name, double ops, const std::optional<cli::PeakFigure>& peak) {
+void set_peak_counter(benchmark::State& state, const char* name, double ops,
+                      const std::optional<cli::PeakFigure>& peak) {
   if (!peak) return;
   state.counters[name] = benchmark::Counter(ops / peak->ops_per_s, benchmark::Counter::kIsRate);
 }
