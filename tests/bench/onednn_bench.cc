@@ -3,8 +3,14 @@
 // int8 (or f32 FMA) peak measured in that run (cli::measure_cpu_peak, the
 // figure `baton bench prefill` divides by). Built when CMake finds oneDNN.
 //
-//   OMP_PROC_BIND=close OMP_PLACES=cores build/bin/baton_microbench
-//       --benchmark_filter='Onednn|OursPrefill' --benchmark_min_time=0.5
+//   build/bin/baton_microbench --benchmark_filter='Onednn|OursPrefill'
+//       --benchmark_min_time=0.3
+//
+// Without OMP_PROC_BIND: libgomp binds the main thread to one place when it
+// loads, before any benchmark, and the threads our pool starts inherit that
+// mask, so a 2-thread pool ran on one CPU (the fifteenth session's table was
+// taken so, and understated our 2-thread rows about 2x). Every benchmark here
+// refuses to run when the calling thread may use fewer CPUs than it asks for.
 //
 // What each computes for one weight matrix (rows x cols, the Llama-3.2-1B
 // projections: 2048 x 2048, 8192 x 2048, 2048 x 8192) and a micro-batch of
@@ -24,6 +30,7 @@
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -50,6 +57,18 @@ ThreadPool& pool_of(int n_threads) {
   return *pools[n];
 }
 
+// False (and the benchmark skipped with the reason) when the calling thread
+// may run on fewer CPUs than `threads`: its pool's workers would share them.
+bool cpus_suffice(benchmark::State& state, int threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) >= threads) return true;
+  state.SkipWithError(("the calling thread may run on " + std::to_string(CPU_COUNT(&set)) + " CPU(s), fewer than " +
+                       std::to_string(threads) + " threads (OMP_PROC_BIND binds it when libgomp loads; unset it)")
+                          .c_str());
+  return false;
+}
+
 // The peaks of n_threads threads, measured just before a benchmark's timed
 // loop (a shared VM's speed moves within minutes; each figure is held
 // against the machine's moment).
@@ -65,6 +84,7 @@ void set_peak_counter(benchmark::State& state, const char* name, double ops,
 void BM_OnednnGemmU8S8S32(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int threads = static_cast<int>(state.range(3));
+  if (!cpus_suffice(state, threads)) return;
   std::mt19937 rng(7);
   std::vector<uint8_t> a(static_cast<size_t>(m * k));  // activations + 128
   std::vector<int8_t> b(static_cast<size_t>(n * k));   // weights, row-major [rows, cols]
@@ -100,6 +120,7 @@ void BM_OnednnGemmU8S8S32(benchmark::State& state) {
 void BM_OnednnSgemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int threads = static_cast<int>(state.range(3));
+  if (!cpus_suffice(state, threads)) return;
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), c(static_cast<size_t>(m * n));
@@ -124,6 +145,7 @@ void BM_OursPrefill(benchmark::State& state) {
   const GgmlType type = state.range(0) == 0 ? GgmlType::kQ4_0 : state.range(0) == 1 ? GgmlType::kQ8_0 : GgmlType::kF16;
   const int64_t m = state.range(1), rows = state.range(2), cols = state.range(3);
   const int threads = static_cast<int>(state.range(4));
+  if (!cpus_suffice(state, threads)) return;
   std::mt19937 rng(9);
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * ggml_row_bytes(type, cols)));
   for (auto& x : bytes) x = static_cast<uint8_t>(rng());
