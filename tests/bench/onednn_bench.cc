@@ -34,11 +34,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,6 +198,18 @@ void BM_OursPrefill(benchmark::State& state) {
 // between benchmarks minutes apart): the weight matrices of the 1B model's
 // projections, the engine's 64-token micro-batch and a 512-token one.
 [[maybe_unused]] const bool kRegistered = [] {
+  // This file links libgomp into the whole microbenchmark binary: say so at
+  // start when it has already bound the main thread (every pool of every
+  // benchmark inherits the mask).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const unsigned online = std::thread::hardware_concurrency();
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && static_cast<unsigned>(CPU_COUNT(&set)) < online) {
+    std::fprintf(stderr,
+                 "warning: this thread may run on %d of %u CPUs (OMP_PROC_BIND=%s); the thread pools of every "
+                 "benchmark inherit that mask\n",
+                 CPU_COUNT(&set), online, std::getenv("OMP_PROC_BIND") ? std::getenv("OMP_PROC_BIND") : "unset");
+  }
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}}) {
     for (const int64_t tokens : {64, 512}) {
       for (const int64_t threads : {2, 1}) {
