@@ -152,6 +152,9 @@ void packed_args(benchmark::internal::Benchmark* b) {
   // Q8_0 at BM_Matmul's other shapes: decode on 8192 rows, prefill of 256 tokens.
   for (int64_t threads : {1, 2}) b->Args({1, 8192, 2048, threads, 1});
   for (int64_t threads : {1, 2}) b->Args({1, 2048, 2048, threads, 256});
+  // Q4_0 decode on a matrix that stays in L2 (288 KiB): the kernel's own
+  // rate, beside the 2048 x 2048 one from L3 and the read-bandwidth ones.
+  for (int64_t threads : {1, 2}) b->Args({0, 512, 1024, threads, 1});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
 
