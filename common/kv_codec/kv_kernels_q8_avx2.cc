@@ -70,11 +70,64 @@ struct Q8Tile {
   alignas(32) float value_scales[kGroups][kTile];  // [value group][row]
 };
 
+// The f16 scales of 8 consecutive rows, 2 groups per row (head_dim 64 in
+// groups of 32: the common shape), as floats: out[g][i] = row i's group g.
+// The 8 rows' 4-byte pairs go into two vectors (rows 0..3, 4..7), convert
+// 8 at a time and deinterleave: scalar conversions cost 4 instructions per
+// scale and were a tenth of the tile step.
+void scales8_pairs(const uint16_t* first, int64_t row_stride, float* out0, float* out1) {
+  auto pair = [&](int i) {
+    int32_t x;
+    std::memcpy(&x, first + i * row_stride, sizeof(x));
+    return x;
+  };
+  // Lanes: (row i group 0, row i group 1), rows in order.
+  const __m256 a = _mm256_cvtph_ps(_mm_setr_epi32(pair(0), pair(1), pair(2), pair(3)));
+  const __m256 b = _mm256_cvtph_ps(_mm_setr_epi32(pair(4), pair(5), pair(6), pair(7)));
+  // shuffle: rows (0 1 4 5 | 2 3 6 7) per 128-bit half; the permute puts them in order.
+  const __m256 g0 = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m256 g1 = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  _mm256_store_ps(out0, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(g0), _MM_SHUFFLE(3, 1, 2, 0))));
+  _mm256_store_ps(out1, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(g1), _MM_SHUFFLE(3, 1, 2, 0))));
+}
+
+// Scales of rows [g0, g0 + 8) of one head (zeros outside [u_lo, u_hi)) into
+// out[g][g0..]: whole groups of rows with 2 scale groups go 8 at a time.
+template <int HeadDim>
+void load_scales(const KvHeadRows& h, int64_t tile_row, int g0, int u_lo, int u_hi, float (*out)[kTile]) {
+  const int groups = HeadDim / h.group;
+  if (groups == 2 && g0 >= u_lo && g0 + 8 <= u_hi) {
+    return scales8_pairs(h.scales + (tile_row + g0) * h.row_groups, h.row_groups, out[0] + g0, out[1] + g0);
+  }
+  for (int r = g0; r < g0 + 8; ++r) {
+    const bool in = r >= u_lo && r < u_hi;
+    for (int g = 0; g < groups; ++g) out[g][r] = in ? _cvtsh_ss(h.scales[(tile_row + r) * h.row_groups + g]) : 0.0f;
+  }
+}
+
+// Rows a and b's value codes interleaved and widened: dword d of out =
+// (a[d], b[d]), dims in order. 32 dims per step: the 256-bit unpacks
+// interleave within each 128-bit half (dims 0..7 and 16..23 in lo, 8..15
+// and 24..31 in hi).
+template <int HeadDim>
+void value_pair(const uint8_t* a, const uint8_t* b, int16_t* out) {
+  static_assert(HeadDim % 32 == 0);
+  for (int d = 0; d < HeadDim; d += 32) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + d));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + d));
+    const __m256i lo = _mm256_unpacklo_epi8(x, y), hi = _mm256_unpackhi_epi8(x, y);
+    __m256i* o = reinterpret_cast<__m256i*>(out + 2 * d);
+    _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)));
+    _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)));
+    _mm256_store_si256(o + 2, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1)));
+    _mm256_store_si256(o + 3, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1)));
+  }
+}
+
 template <int HeadDim>
 void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, Q8Tile<HeadDim>* t) {
   t->g_lo = u_lo / 8 * 8;
   t->g_hi = (u_hi + 7) / 8 * 8;
-  const int k_groups = HeadDim / k.group, v_groups = HeadDim / v.group;
   for (int r = t->g_lo; r < t->g_hi; ++r) {
     int16_t* kr = t->keys + r * HeadDim;
     const bool in = r >= u_lo && r < u_hi;
@@ -83,22 +136,23 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
     for (int d = 0; d < HeadDim; d += 16) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d), in ? widen16(codes + d) : _mm256_setzero_si256());
     }
-    for (int g = 0; g < k_groups; ++g) t->key_scales[g][r] = in ? _cvtsh_ss(k.scales[row * k.row_groups + g]) : 0.0f;
-    for (int g = 0; g < v_groups; ++g) t->value_scales[g][r] = in ? _cvtsh_ss(v.scales[row * v.row_groups + g]) : 0.0f;
   }
-  for (int p = t->g_lo / 2; p < t->g_hi / 2; ++p) {
+  for (int g0 = t->g_lo; g0 < t->g_hi; g0 += 8) {
+    load_scales<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales);
+    load_scales<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales);
+  }
+  // Pairs with both rows in the union go by pointer steps; the ends clamp.
+  const int64_t stride = v.row_code_bytes;
+  const int p_in_lo = std::max((u_lo + 1) / 2, t->g_lo / 2), p_in_hi = std::max(u_hi / 2, p_in_lo);
+  auto clamped_pair = [&](int p) {
     const int64_t r0 = tile_row + std::clamp(2 * p, u_lo, u_hi - 1), r1 = tile_row + std::clamp(2 * p + 1, u_lo, u_hi - 1);
-    const uint8_t* a = v.codes + r0 * v.row_code_bytes;
-    const uint8_t* b = v.codes + r1 * v.row_code_bytes;
-    int16_t* out = t->value_pairs + p * 2 * HeadDim;
-    for (int d = 0; d < HeadDim; d += 16) {
-      // The two rows' bytes interleaved in dim order, then widened: dword d = (v_2p[d], v_2p+1[d]).
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + d));
-      const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + d));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, y)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 2 * d + 16), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x, y)));
-    }
-  }
+    value_pair<HeadDim>(v.codes + r0 * stride, v.codes + r1 * stride, t->value_pairs + p * 2 * HeadDim);
+  };
+  for (int p = t->g_lo / 2; p < p_in_lo; ++p) clamped_pair(p);
+  const uint8_t* a = v.codes + (tile_row + 2 * p_in_lo) * stride;
+  int16_t* out = t->value_pairs + p_in_lo * 2 * HeadDim;
+  for (int p = p_in_lo; p < p_in_hi; ++p, a += 2 * stride, out += 2 * HeadDim) value_pair<HeadDim>(a, a + stride, out);
+  for (int p = p_in_hi; p < t->g_hi / 2; ++p) clamped_pair(p);
 }
 
 // The per-position part of the weight codes over rows [lo, hi) (kv_kernels.h,
@@ -150,16 +204,16 @@ float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs,
 }
 
 // acc[d0, d0 + 8 NC) += the integer value product of one head over row
-// pairs [p_lo, p_hi): wq[g] its weight codes of value group g ([kTile]
-// int16, 0 outside its rows), step[g] their step. Chunks of 32 dims share a
-// group (value groups are multiples of 32).
+// pairs [p_lo, p_hi): block_w[b] the weight codes ([kTile] int16, 0 outside
+// its rows) of the value group of the b-th 32-dim block from d0, block_step[b]
+// their step (value groups are multiples of 32).
 template <int HeadDim, int NC>
-void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int16_t (*wq)[kTile],
-                 const float* step, int v_group, float* acc) {
+void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int16_t* const* block_w,
+                 const float* block_step, float* acc) {
   __m256i isum[NC];
   for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
-  const int16_t* w0 = wq[d0 / v_group];
-  const int16_t* w1 = NC > 4 ? wq[(d0 + 32) / v_group] : w0;  // chunks 4..7
+  const int16_t* w0 = block_w[0];
+  const int16_t* w1 = NC > 4 ? block_w[1] : w0;  // chunks 4..7
   for (int p = p_lo; p < p_hi; ++p) {
     int32_t pair0, pair1;
     std::memcpy(&pair0, w0 + 2 * p, sizeof(pair0));
@@ -174,7 +228,7 @@ void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int
   }
   for (int c = 0; c < NC; ++c) {
     float* a = acc + d0 + 8 * c;
-    const __m256 st = _mm256_set1_ps(step[(d0 + 8 * c) / v_group]);
+    const __m256 st = _mm256_set1_ps(block_step[c / 4]);
     _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), st, _mm256_loadu_ps(a)));
   }
 }
@@ -182,8 +236,22 @@ void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int
 // One query head's tile step over rows [lo, hi) of the prepared tile:
 // scores, the online-softmax step (m, l, the rescaled acc), the weight codes
 // and the value product. Reads only its own q, state and rows.
+// The value group of each 32-dim block, found once per call (no division in
+// the per-head steps).
+struct GroupMap {
+  int v_groups = 0;
+  int block_group[kQ8MaxHeadDim / kQ8Block] = {};
+};
+
+GroupMap group_map(int head_dim, int v_group) {
+  GroupMap map;
+  map.v_groups = head_dim / v_group;
+  for (int b = 0; b < head_dim / kQ8Block; ++b) map.block_group[b] = b * kQ8Block / v_group;
+  return map;
+}
+
 template <int HeadDim>
-void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, int v_group,
+void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, const GroupMap& map,
                const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc) {
   constexpr int kGroups = HeadDim / kQ8Block;
   alignas(32) int16_t q16[HeadDim];
@@ -196,7 +264,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
   const float alpha = m_new == *m ? 1.0f : std::exp(*m - m_new);
   const float p_ref = tile_max == m_new ? 1.0f : std::exp(tile_max - m_new);
   const float c = p_ref > kQ8WeightTiny ? 1.0f / p_ref : 0.0f;
-  const int v_groups = HeadDim / v_group;
+  const int v_groups = map.v_groups;
   float step[kGroups] = {};
   for (int g = 0; g < v_groups; ++g) step[g] = p_ref * (ps.vs_max[g] / static_cast<float>(kQ8WeightMax));
   alignas(32) int16_t wq[kGroups][kTile];
@@ -222,12 +290,16 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
     const __m256 va = _mm256_set1_ps(alpha);
     for (int d = 0; d < HeadDim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(va, _mm256_loadu_ps(acc + d)));
   }
+  float block_step[kGroups];
+  const int16_t* block_w[kGroups];
+  for (int b = 0; b < kGroups; ++b) block_step[b] = step[map.block_group[b]], block_w[b] = wq[map.block_group[b]];
   const int p_lo = lo / 2, p_hi = (hi + 1) / 2;
   for (int d0 = 0; d0 < HeadDim; d0 += 64) {
+    const int b0 = d0 / kQ8Block;
     if (HeadDim - d0 >= 64) {
-      head_values<HeadDim, 8>(t, d0, p_lo, p_hi, wq, step, v_group, acc);
+      head_values<HeadDim, 8>(t, d0, p_lo, p_hi, block_w + b0, block_step + b0, acc);
     } else {
-      head_values<HeadDim, 4>(t, d0, p_lo, p_hi, wq, step, v_group, acc);
+      head_values<HeadDim, 4>(t, d0, p_lo, p_hi, block_w + b0, block_step + b0, acc);
     }
   }
 }
@@ -240,15 +312,15 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
   Q8Tile<head_dim> tile;
   load_tile(k, v, tile_row, u_lo, u_hi, &tile);
-  const int v_groups = head_dim / v.group;
+  const GroupMap map = group_map(head_dim, v.group);
   PositionScales ps;
   for (int j = 0; j < pos.n; ++j) {
     const int lo = pos.lo[j], hi = pos.hi[j];
     // Neighbouring positions mostly share their rows (the whole tile).
-    if (lo != ps.lo || hi != ps.hi) position_scales(tile, v_groups, lo, hi, &ps);
+    if (lo != ps.lo || hi != ps.hi) position_scales(tile, map.v_groups, lo, hi, &ps);
     for (int i = 0; i < n_q; ++i) {
       const int64_t qh = j * pos.q_heads_stride + i, sh = j * pos.state_stride + i;
-      head_step(tile, q.codes + qh * head_dim, q.scales + qh * NB, k.group, v.group, ps, lo, hi, m + sh, l + sh,
+      head_step(tile, q.codes + qh * head_dim, q.scales + qh * NB, k.group, map, ps, lo, hi, m + sh, l + sh,
                 acc + sh * head_dim);
     }
   }
