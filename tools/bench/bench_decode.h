@@ -22,6 +22,9 @@ struct DecodeCell {
   double kv_bytes_per_token = 0;     // KV read per decoded token at the mean context
   double achieved_bytes_per_s = 0;
   double bandwidth_bytes_per_s = 0;  // best of the read passes interleaved with this row's steps
+  // Attention alone, as a step runs it (every layer, one query at the
+  // store's last position, from memory): median seconds per token.
+  double attention_seconds = 0;
   std::string error;
 };
 

@@ -4,6 +4,17 @@
 
 namespace baton::cli {
 
+namespace {
+
+// The step without its attention: weight bytes over (median step - attention
+// alone), as a fraction of the run's best read pass.
+double rest_ratio(const DecodeRun& run, const DecodeCell& r) {
+  const double rest_seconds = 1.0 / r.tok_per_s - r.attention_seconds;
+  return rest_seconds > 0 ? run.weight_bytes_per_token / rest_seconds / run.bandwidth_bytes_per_s : 0.0;
+}
+
+}  // namespace
+
 Json decode_json(const DecodeRun& run) {
   Json rows = Json::array();
   for (const DecodeCell& r : run.cells) {
@@ -22,6 +33,10 @@ Json decode_json(const DecodeRun& run) {
     row["achieved_gb_per_s"] = fixed(r.achieved_bytes_per_s / 1e9, 3);
     row["memory_read_gb_per_s"] = fixed(r.bandwidth_bytes_per_s / 1e9, 3);
     row["ratio_to_bandwidth"] = fixed(r.achieved_bytes_per_s / run.bandwidth_bytes_per_s, 4);
+    row["attention_ms_per_token"] = fixed(r.attention_seconds * 1e3, 3);
+    row["attention_share_of_step"] = fixed(r.attention_seconds * r.tok_per_s, 4);
+    row["attention_kv_gb_per_s"] = fixed(r.kv_bytes_per_token / r.attention_seconds / 1e9, 3);
+    row["rest_ratio_to_bandwidth"] = fixed(rest_ratio(run, r), 4);
     rows.push_back(std::move(row));
   }
   return {{"model", run.model},
@@ -38,23 +53,30 @@ void print_decode_table(const DecodeRun& run) {
              "memory read bandwidth (best pass of the run) %.2f GB/s\n",
              run.model, run.threads, run.kernels, run.tokens, run.weight_bytes_per_token / 1e6,
              run.bandwidth_bytes_per_s / 1e9);
-  print_line("  %7s  %-22s %-16s %8s %8s %10s %10s %12s %12s %7s\n", "context", "kv codec", "store", "tok/s", "mean",
-             "KV MB/tok", "W+KV MB/tok", "read GB/s", "memory GB/s", "ratio");
+  print_line("  %7s  %-22s %-16s %8s %8s %10s %10s %12s %12s %7s %8s %6s %9s %7s\n", "context", "kv codec",
+             "store", "tok/s", "mean", "KV MB/tok", "W+KV MB/tok", "read GB/s", "memory GB/s", "ratio", "attn ms",
+             "share", "attn GB/s", "rest");
   for (const DecodeCell& r : run.cells) {
     if (!r.error.empty()) {
       print_line("  %7d  %-22s failed: %s\n", r.context, r.kv, r.error);
       continue;
     }
-    print_line("  %7d  %-22s %-16s %8.2f %8.2f %10.3f %10.3f %12.2f %12.2f %7.3f\n", r.context, r.kv, r.store,
-               r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6,
+    print_line("  %7d  %-22s %-16s %8.2f %8.2f %10.3f %10.3f %12.2f %12.2f %7.3f %8.2f %6.3f %9.2f %7.3f\n", r.context,
+               r.kv, r.store, r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6,
                (run.weight_bytes_per_token + r.kv_bytes_per_token) / 1e6, r.achieved_bytes_per_s / 1e9,
-               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / run.bandwidth_bytes_per_s);
+               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / run.bandwidth_bytes_per_s,
+               r.attention_seconds * 1e3, r.attention_seconds * r.tok_per_s, r.kv_bytes_per_token / r.attention_seconds / 1e9,
+               rest_ratio(run, r));
   }
   print_line("  (tok/s = 1 / median step time, mean = tokens / total time; KV = K and V bytes the store holds for "
              "the tokens a step attends over (all layers, codes plus scales; sliding-window layers: their window) "
              "at the mean context of the timed steps; W+KV = weights + KV bytes per token; read = W+KV x tok/s; "
              "memory = best of this row's full-pool 1 GiB passes of the tuned reader (baton bench bandwidth), one "
-             "after each timed step; ratio = read / the run's best pass (the header's figure))\n");
+             "after each timed step; ratio = read / the run's best pass (the header's figure); attn ms = one token's "
+             "attention alone (every layer, one query at the store's last position, on the same threads, after a "
+             "read pass that evicts the store), median of 5; share = attn ms / the median step; attn GB/s = KV "
+             "MB/tok / attn ms: the rate attention reads the KV at; rest = weight bytes / (median step - attn ms) / the "
+             "run's best pass: the ratio of the step without its attention)\n");
 }
 
 }  // namespace baton::cli

@@ -82,6 +82,29 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
   return absl::OkStatus();
 }
 
+// Repetitions of the attention-alone timing per cell; a read pass before
+// each evicts the store from cache (a step's weight stream does that too).
+constexpr int kAttentionRepetitions = 5;
+
+// One token's attention alone over the cell's store, as decode_step runs it:
+// every layer, one query (seeded random) at the store's last position, on
+// the engine's pool. Seconds of each repetition.
+std::vector<double> time_attention(const DecodeSetup& s, KvCache& kv) {
+  const KvGeometry& g = kv.geometry();
+  Rng rng(11);
+  std::vector<float> q(static_cast<size_t>(g.q_dim())), out(q.size());
+  for (float& x : q) x = static_cast<float>(rng.uniform() * 2 - 1);
+  std::vector<double> seconds;
+  for (int r = 0; r < kAttentionRepetitions; ++r) {
+    measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1);
+    ThreadPool::Hot hot(s.engine->pool());
+    const auto start = Clock::now();
+    for (int l = 0; l < g.n_layer; ++l) kv.attend(l, kv.size() - 1, 1, q.data(), out.data(), &s.engine->pool());
+    seconds.push_back(seconds_between(start, Clock::now()));
+  }
+  return seconds;
+}
+
 DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string& kv_name) {
   DecodeCell cell;
   cell.context = context;
@@ -100,6 +123,7 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
     cell.error = std::string(st.message());
     return cell;
   }
+  cell.attention_seconds = median(time_attention(s, **kv));
   double total_seconds = 0;
   for (double x : step_seconds) total_seconds += x;
   cell.tok_per_s = 1.0 / median(step_seconds);
