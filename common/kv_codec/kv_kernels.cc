@@ -241,7 +241,7 @@ KvKernels kv_kernels_scalar() {
                    attend_heads_scalar,    dequantize_head_rows_scalar, attend_tile_scalar,
                    f32_to_f16_scalar,      f16_to_f32_scalar,   affine_rows_scalar,
                    affine_u8_rows_scalar,  attend_tile_q8_scalar, attend_tile_q8_positions_scalar,
-                   nullptr};
+                   nullptr,                /*q8_spreads_prefetch=*/false};
 }
 
 const KvKernels& kv_kernels() {

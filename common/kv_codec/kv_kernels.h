@@ -131,12 +131,28 @@ inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
 // q_heads_stride * (head_dim / kQ8Block)); its states at m + j *
 // state_stride, l + j * state_stride, acc + j * state_stride * head_dim; its
 // rows of the tile [lo[j], hi[j]) (lo[j] < hi[j]).
+//
+// next: optional rows to prefetch (to L2) while the call computes, the same
+// head's rows of the next tile: K and V codes of `rows` rows, `stride` bytes
+// apart, `lines` cache lines each. A kernel that takes them spreads them
+// over its steps: a burst of them at once fills the core's miss buffers and
+// stalls it until they drain, so the memory stream would not overlap the
+// arithmetic.
+struct TilePrefetch {
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  int64_t stride = 0;
+  int rows = 0;
+  int lines = 0;
+};
+
 struct TilePositions {
   int n = 1;  // 1 .. kQ8MaxPositions
   int64_t q_heads_stride = 0;
   int64_t state_stride = 0;
   const int* lo = nullptr;
   const int* hi = nullptr;
+  TilePrefetch next;
 };
 
 struct KvKernels {
@@ -230,6 +246,9 @@ struct KvKernels {
   // kAttentionTileRows floats.
   void (*attend_tile_f16)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
                           int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+  // attend_tile_q8_positions issues TilePositions::next's prefetches (else
+  // the caller prefetches those rows itself).
+  bool q8_spreads_prefetch;
 };
 
 // True when attend_tile_f16 takes these rows: F16 keys and values, head_dim a

@@ -580,7 +580,7 @@ KvKernels kv_kernels_avx2() {
                    attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
                    f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
                    affine_u8_rows_avx2,  attend_tile_q8_avx2, attend_tile_q8_positions_avx2,  // kv_kernels_q8_avx2.cc
-                   nullptr};
+                   nullptr,              /*q8_spreads_prefetch=*/true};
 }
 
 }  // namespace baton::kv_kernels_impl

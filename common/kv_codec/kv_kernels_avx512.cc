@@ -1056,6 +1056,7 @@ KvKernels kv_kernels_avx512() {
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
+  set.q8_spreads_prefetch = false;  // its own row prefetches (prefetch_rows_l1); the caller's to L2 stay
   set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }

@@ -155,6 +155,28 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
   for (int p = p_in_hi; p < t->g_hi / 2; ++p) clamped_pair(p);
 }
 
+// Spreads the call's TilePrefetch (kv_kernels.h) over its 8-row steps: each
+// step prefetches the next kRowsPerStep rows' K and V lines, so a decode
+// call (4 heads x 8 steps) covers a 64-row tile.
+class NextRows {
+ public:
+  explicit NextRows(const TilePrefetch& p) : p_(p) {}
+  void step() {
+    for (int i = 0; i < kRowsPerStep && r_ < p_.rows; ++i, ++r_) {
+      const int64_t offset = r_ * p_.stride;
+      for (int line = 0; line < p_.lines; ++line) {
+        _mm_prefetch(reinterpret_cast<const char*>(p_.k + offset + 64 * line), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p_.v + offset + 64 * line), _MM_HINT_T1);
+      }
+    }
+  }
+
+ private:
+  static constexpr int kRowsPerStep = 2;
+  TilePrefetch p_;
+  int r_ = 0;
+};
+
 // The per-position part of the weight codes over rows [lo, hi) (kv_kernels.h,
 // kQ8WeightMax): per value group, vs_max and ratio = kQ8WeightMax / vs_max
 // (0 when vs_max = 0).
@@ -252,7 +274,7 @@ GroupMap group_map(int head_dim, int v_group) {
 
 template <int HeadDim>
 void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, const GroupMap& map,
-               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc) {
+               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc, NextRows& next) {
   constexpr int kGroups = HeadDim / kQ8Block;
   alignas(32) int16_t q16[HeadDim];
   for (int d = 0; d < HeadDim; d += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(q16 + d), widen16(qc + d));
@@ -271,6 +293,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
   const __m256 vm = _mm256_set1_ps(m_new), vc = _mm256_set1_ps(c);
   __m256 vsum = _mm256_setzero_ps();
   for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
+    next.step();
     // Rows outside [lo, hi) weigh exactly 0, so their codes are 0.
     const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp256(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
     vsum = _mm256_add_ps(vsum, p);
@@ -314,6 +337,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   load_tile(k, v, tile_row, u_lo, u_hi, &tile);
   const GroupMap map = group_map(head_dim, v.group);
   PositionScales ps;
+  NextRows next(pos.next);
   for (int j = 0; j < pos.n; ++j) {
     const int lo = pos.lo[j], hi = pos.hi[j];
     // Neighbouring positions mostly share their rows (the whole tile).
@@ -321,7 +345,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     for (int i = 0; i < n_q; ++i) {
       const int64_t qh = j * pos.q_heads_stride + i, sh = j * pos.state_stride + i;
       head_step(tile, q.codes + qh * head_dim, q.scales + qh * NB, k.group, map, ps, lo, hi, m + sh, l + sh,
-                acc + sh * head_dim);
+                acc + sh * head_dim, next);
     }
   }
 }
