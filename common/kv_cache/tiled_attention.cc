@@ -95,7 +95,9 @@ class LayerAttention {
         pos_(pos),
         q_(q),
         q8_(q8),
-        f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)) {}
+        f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
+        spread_(q8.codes != nullptr && kern_.q8_spreads_prefetch && rows.k.row_code_bytes == rows.v.row_code_bytes &&
+                rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
   int heads_per_kv() const { return heads_per_kv_; }
   int head_dim() const { return head_dim_; }
@@ -129,23 +131,30 @@ class LayerAttention {
       const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
       prefetch_scales(rows_.k, next_lo, next_hi);
       prefetch_scales(rows_.v, next_lo, next_hi);
-      // INT8 with a spreading kernel: only the block's first tile is
-      // touched; the others came in by its prefetch during the tile before (measured on the
-      // AVX2 host, BM_TiledAttentionDecode, 2 threads, 5 interleaved runs,
-      // medians: 16384 34.3 -> 31.7 ms, 4096 7.8 -> 7.6 ms against touching
-      // every tile; burst prefetches of the next tile's rows before each
-      // kernel call instead of the spread: 36.5 and 9.3 ms).
-      if (in_place() && (!q8() || !kern_.q8_spreads_prefetch || t0 == block_lo / kTile * kTile)) {
+      // A spreading INT8 kernel call prefetches the rows of the call after
+      // it: the next head's of this tile, or the first head's of the next
+      // tile. Only the block's first call reads cold rows: they are touched.
+      // Measured on the AVX2 host (BM_TiledAttentionDecode, 2 threads,
+      // interleaved runs, medians), context 16384: every tile touched and
+      // burst prefetches before each call 36.5 ms against 32.3 spreading the
+      // next tile's rows (4 runs); that against the next call's rows 34.1 vs
+      // 31.7 ms (8 runs, a noisier hour; 4096: 9.6 vs 9.4).
+      if (in_place() && !spread_) {
         touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h1, union_lo, union_hi);
         touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h1, union_lo, union_hi);
+      } else if (spread_ && t0 == block_lo / kTile * kTile) {
+        touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h0 + 1, union_lo, union_hi);
+        touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h0 + 1, union_lo, union_hi);
       }
       for (int kv_h = h0; kv_h < h1; ++kv_h) {
         const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
-        // The INT8 kernel takes the next tile's rows and spreads their
-        // prefetches over its steps (kv_kernels.h, TilePrefetch).
-        const kv_kernels_impl::TilePrefetch next = q8_prefetch(k_rows, v_rows, next_lo, next_hi);
-        if (next.rows == 0) {
+        kv_kernels_impl::TilePrefetch next;
+        if (spread_ && kv_h + 1 < h1) {
+          next = call_rows(kv_h + 1, union_lo, union_hi);
+        } else if (spread_) {
+          next = call_rows(h0, next_lo, next_hi);
+        } else {
           prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
           prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
         }
@@ -186,19 +195,15 @@ class LayerAttention {
 
  private:
   // One tile of one KV head for queries [i0, i1), the rows read in place.
-  // The next tile's rows of one head for the INT8 kernel's spread prefetch:
-  // none (rows 0) off that path, with a kernel set that does not take them,
-  // past the segment, or where K and V rows differ in stride.
-  kv_kernels_impl::TilePrefetch q8_prefetch(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int64_t lo,
-                                            int64_t hi) const {
+  // Rows [lo, hi) of KV head kv_h (K and V codes) as a spread prefetch
+  // (spread_ only); none (rows 0) when the range is empty.
+  kv_kernels_impl::TilePrefetch call_rows(int kv_h, int64_t lo, int64_t hi) const {
     kv_kernels_impl::TilePrefetch p;
-    if (!q8() || !kern_.q8_spreads_prefetch || lo >= hi || k_rows.row_code_bytes != v_rows.row_code_bytes ||
-        rows_.k_head_code_bytes != rows_.v_head_code_bytes) {
-      return p;
-    }
-    p.k = k_rows.codes + (lo - rows_.first_position) * k_rows.row_code_bytes;
-    p.v = v_rows.codes + (lo - rows_.first_position) * v_rows.row_code_bytes;
-    p.stride = k_rows.row_code_bytes;
+    if (lo >= hi) return p;
+    const int64_t row = lo - rows_.first_position;
+    p.k = rows_.k.codes + row * rows_.k.row_code_bytes + kv_h * rows_.k_head_code_bytes;
+    p.v = rows_.v.codes + row * rows_.v.row_code_bytes + kv_h * rows_.v_head_code_bytes;
+    p.stride = rows_.k.row_code_bytes;
     p.rows = static_cast<int>(hi - lo);
     p.lines = static_cast<int>((rows_.k_head_code_bytes + 63) / 64);
     return p;
@@ -333,6 +338,9 @@ class LayerAttention {
   const float* q_;
   const QueriesQ8 q8_;
   const bool f16_rows_;
+  // The INT8 kernel spreads the prefetch of the rows it reads next
+  // (TilePositions::next) over its steps.
+  const bool spread_;
 };
 
 TileScratch& thread_scratch(int head_dim, int heads_per_kv, bool in_place) {
