@@ -150,10 +150,8 @@ class LayerAttention {
         const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
         kv_kernels_impl::TilePrefetch next;
-        if (spread_ && kv_h + 1 < h1) {
-          next = call_rows(kv_h + 1, union_lo, union_hi);
-        } else if (spread_) {
-          next = call_rows(h0, next_lo, next_hi);
+        if (spread_) {
+          next = kv_h + 1 < h1 ? call_rows(kv_h + 1, union_lo, union_hi) : call_rows(h0, next_lo, next_hi);
         } else {
           prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
           prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
@@ -194,21 +192,21 @@ class LayerAttention {
   }
 
  private:
-  // One tile of one KV head for queries [i0, i1), the rows read in place.
   // Rows [lo, hi) of KV head kv_h (K and V codes) as a spread prefetch
   // (spread_ only); none (rows 0) when the range is empty.
   kv_kernels_impl::TilePrefetch call_rows(int kv_h, int64_t lo, int64_t hi) const {
     kv_kernels_impl::TilePrefetch p;
     if (lo >= hi) return p;
     const int64_t row = lo - rows_.first_position;
-    p.k = rows_.k.codes + row * rows_.k.row_code_bytes + kv_h * rows_.k_head_code_bytes;
-    p.v = rows_.v.codes + row * rows_.v.row_code_bytes + kv_h * rows_.v_head_code_bytes;
+    p.k = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h).codes + row * rows_.k.row_code_bytes;
+    p.v = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h).codes + row * rows_.v.row_code_bytes;
     p.stride = rows_.k.row_code_bytes;
     p.rows = static_cast<int>(hi - lo);
     p.lines = static_cast<int>((rows_.k_head_code_bytes + 63) / 64);
     return p;
   }
 
+  // One tile of one KV head for queries [i0, i1), the rows read in place.
   void run_tile_in_place(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {

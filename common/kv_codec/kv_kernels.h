@@ -132,9 +132,10 @@ inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
 // state_stride, l + j * state_stride, acc + j * state_stride * head_dim; its
 // rows of the tile [lo[j], hi[j]) (lo[j] < hi[j]).
 //
-// next: optional rows to prefetch (to L2) while the call computes, the same
-// head's rows of the next tile: K and V codes of `rows` rows, `stride` bytes
-// apart, `lines` cache lines each. A kernel that takes them spreads them
+// next: optional rows to prefetch (to L2) while the call computes, those the
+// caller's next call reads (tiled_attention.cc: the next KV head's rows of
+// this tile, or the first head's of the next tile): K and V codes of `rows`
+// rows, `stride` bytes apart, `lines` cache lines each. A kernel that takes them spreads them
 // over its steps: a burst of them at once fills the core's miss buffers and
 // stalls it until they drain, so the memory stream would not overlap the
 // arithmetic.

@@ -255,9 +255,6 @@ void head_values(const Q8Tile<HeadDim>& t, int d0, int p_lo, int p_hi, const int
   }
 }
 
-// One query head's tile step over rows [lo, hi) of the prepared tile:
-// scores, the online-softmax step (m, l, the rescaled acc), the weight codes
-// and the value product. Reads only its own q, state and rows.
 // The value group of each 32-dim block, found once per call (no division in
 // the per-head steps).
 struct GroupMap {
@@ -272,6 +269,10 @@ GroupMap group_map(int head_dim, int v_group) {
   return map;
 }
 
+// One query head's tile step over rows [lo, hi) of the prepared tile:
+// scores, the online-softmax step (m, l, the rescaled acc), the weight codes
+// and the value product. Reads only its own q, state and rows; each 8-row
+// step also issues its share of the call's prefetch (next).
 template <int HeadDim>
 void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, const GroupMap& map,
                const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc, NextRows& next) {

@@ -6,6 +6,11 @@ namespace baton::cli {
 
 namespace {
 
+// Attention alone as a share of the median step, and the rate it reads the
+// KV at (bytes/s).
+double attention_share(const DecodeCell& r) { return r.attention_seconds * r.tok_per_s; }
+double attention_kv_rate(const DecodeCell& r) { return r.kv_bytes_per_token / r.attention_seconds; }
+
 // The step without its attention: weight bytes over (median step - attention
 // alone), as a fraction of the run's best read pass.
 double rest_ratio(const DecodeRun& run, const DecodeCell& r) {
@@ -34,8 +39,8 @@ Json decode_json(const DecodeRun& run) {
     row["memory_read_gb_per_s"] = fixed(r.bandwidth_bytes_per_s / 1e9, 3);
     row["ratio_to_bandwidth"] = fixed(r.achieved_bytes_per_s / run.bandwidth_bytes_per_s, 4);
     row["attention_ms_per_token"] = fixed(r.attention_seconds * 1e3, 3);
-    row["attention_share_of_step"] = fixed(r.attention_seconds * r.tok_per_s, 4);
-    row["attention_kv_gb_per_s"] = fixed(r.kv_bytes_per_token / r.attention_seconds / 1e9, 3);
+    row["attention_share_of_step"] = fixed(attention_share(r), 4);
+    row["attention_kv_gb_per_s"] = fixed(attention_kv_rate(r) / 1e9, 3);
     row["rest_ratio_to_bandwidth"] = fixed(rest_ratio(run, r), 4);
     rows.push_back(std::move(row));
   }
@@ -65,8 +70,7 @@ void print_decode_table(const DecodeRun& run) {
                r.kv, r.store, r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6,
                (run.weight_bytes_per_token + r.kv_bytes_per_token) / 1e6, r.achieved_bytes_per_s / 1e9,
                r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / run.bandwidth_bytes_per_s,
-               r.attention_seconds * 1e3, r.attention_seconds * r.tok_per_s, r.kv_bytes_per_token / r.attention_seconds / 1e9,
-               rest_ratio(run, r));
+               r.attention_seconds * 1e3, attention_share(r), attention_kv_rate(r) / 1e9, rest_ratio(run, r));
   }
   print_line("  (tok/s = 1 / median step time, mean = tokens / total time; KV = K and V bytes the store holds for "
              "the tokens a step attends over (all layers, codes plus scales; sliding-window layers: their window) "
