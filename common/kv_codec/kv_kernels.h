@@ -147,6 +147,31 @@ struct TilePrefetch {
   int lines = 0;
 };
 
+// Issues a TilePrefetch a few rows at a time, so a kernel spreads it over
+// its steps: each step() prefetches (to L2: prefetcht1) the K and V lines of
+// the next rows_per_step rows; finish() the rows still left.
+class TilePrefetchSpread {
+ public:
+  TilePrefetchSpread(const TilePrefetch& p, int rows_per_step) : p_(p), rows_per_step_(rows_per_step) {}
+  void step() { rows(rows_per_step_); }
+  void finish() { rows(p_.rows); }
+
+ private:
+  void rows(int n) {
+    for (int i = 0; i < n && r_ < p_.rows; ++i, ++r_) {
+      const int64_t offset = r_ * p_.stride;
+      for (int line = 0; line < p_.lines; ++line) {
+        __builtin_prefetch(p_.k + offset + 64 * line, 0, 2);
+        __builtin_prefetch(p_.v + offset + 64 * line, 0, 2);
+      }
+    }
+  }
+
+  TilePrefetch p_;
+  int rows_per_step_;
+  int r_ = 0;
+};
+
 struct TilePositions {
   int n = 1;  // 1 .. kQ8MaxPositions
   int64_t q_heads_stride = 0;
@@ -247,8 +272,9 @@ struct KvKernels {
   // kAttentionTileRows floats.
   void (*attend_tile_f16)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
                           int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
-  // attend_tile_q8_positions issues TilePositions::next's prefetches (else
-  // the caller prefetches those rows itself).
+  // attend_tile_q8_positions issues TilePositions::next's prefetches, spread
+  // over its steps (TilePrefetchSpread; AVX2 and AVX-512); else the caller
+  // prefetches those rows itself before the call (scalar).
   bool q8_spreads_prefetch;
 };
 

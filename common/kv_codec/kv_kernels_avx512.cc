@@ -578,12 +578,14 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
 // covers dims [32 c2, 32 c2 + 32) in unpack order: 128-bit lane L of chunk
 // 2c2 holds dims 32 c2 + 8L + [0, 4), of chunk 2c2 + 1 dims 32 c2 + 8L + [4, 8)
 // (unpermute_chunk puts them back).
-void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp) {
+void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp,
+                            TilePrefetchSpread& next) {
   constexpr __mmask32 kAll32 = 0xffffffffu;
   const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2;
   const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
   __m512i* out = vp;
   for (int k = k_lo; k < k_hi; ++k) {
+    next.step();
     const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * v.row_code_bytes;
     const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * v.row_code_bytes;
     for (int d0 = 0; d0 < head_dim; d0 += 32, out += 2) {
@@ -735,7 +737,7 @@ inline void unpermute_chunk(__m512i lo, __m512i hi, __m512i* first, __m512i* sec
 // at step[i]. NCH = head_dim / 16 int32 accumulators per head, exact.
 template <int R, int NCH>
 void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* const* wq, const float* const* step,
-               int v_group, float* const* acc) {
+               int v_group, float* const* acc, TilePrefetchSpread& next) {
   __m512i isum[R][NCH];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
@@ -750,6 +752,7 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   }
   const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
   for (int k = k_lo; k < k_hi; ++k, x += NCH) {
+    next.step();
 #pragma GCC unroll 16
     for (int c = 0; c < NCH; ++c) {
       const __m512i xc = _mm512_load_si512(x + c);
@@ -773,7 +776,8 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
 // R at a time, each V pair loaded once for the R.
 template <int NCH>
 void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, int h_begin, int h_end,
-                     const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim) {
+                     const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim,
+                     TilePrefetchSpread& next) {
   constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
   auto run = [&]<int RR>(int h0) {
     const int16_t* wq_i[RR];
@@ -788,7 +792,7 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
       k_lo = std::min(k_lo, pos.lo[j] / 2);
       k_hi = std::max(k_hi, (pos.hi[j] + 1) / 2);
     }
-    q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i);
+    q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
   };
   int h0 = h_begin;
   for (; h0 + R <= h_end; h0 += R) run.template operator()<R>(h0);
@@ -890,13 +894,15 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
-  interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp);
+  TilePrefetchSpread next(pos.next, /*rows_per_step=*/1);
+  interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
     softmax_codes16(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
-    q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim);
+    q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
   }
+  next.finish();
 }
 
 }  // namespace
@@ -1056,7 +1062,7 @@ KvKernels kv_kernels_avx512() {
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
-  set.q8_spreads_prefetch = false;  // its own row prefetches (prefetch_rows_l1); the caller's to L2 stay
+  set.q8_spreads_prefetch = true;
   set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }

@@ -155,28 +155,6 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
   for (int p = p_in_hi; p < t->g_hi / 2; ++p) clamped_pair(p);
 }
 
-// Spreads the call's TilePrefetch (kv_kernels.h) over its 8-row steps: each
-// step prefetches the next kRowsPerStep rows' K and V lines, so a decode
-// call (4 heads x 8 steps) covers a 64-row tile.
-class NextRows {
- public:
-  explicit NextRows(const TilePrefetch& p) : p_(p) {}
-  void step() {
-    for (int i = 0; i < kRowsPerStep && r_ < p_.rows; ++i, ++r_) {
-      const int64_t offset = r_ * p_.stride;
-      for (int line = 0; line < p_.lines; ++line) {
-        _mm_prefetch(reinterpret_cast<const char*>(p_.k + offset + 64 * line), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(p_.v + offset + 64 * line), _MM_HINT_T1);
-      }
-    }
-  }
-
- private:
-  static constexpr int kRowsPerStep = 2;
-  TilePrefetch p_;
-  int r_ = 0;
-};
-
 // The per-position part of the weight codes over rows [lo, hi) (kv_kernels.h,
 // kQ8WeightMax): per value group, vs_max and ratio = kQ8WeightMax / vs_max
 // (0 when vs_max = 0).
@@ -275,7 +253,7 @@ GroupMap group_map(int head_dim, int v_group) {
 // step also issues its share of the call's prefetch (next).
 template <int HeadDim>
 void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, const GroupMap& map,
-               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc, NextRows& next) {
+               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc, TilePrefetchSpread& next) {
   constexpr int kGroups = HeadDim / kQ8Block;
   alignas(32) int16_t q16[HeadDim];
   for (int d = 0; d < HeadDim; d += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(q16 + d), widen16(qc + d));
@@ -338,7 +316,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   load_tile(k, v, tile_row, u_lo, u_hi, &tile);
   const GroupMap map = group_map(head_dim, v.group);
   PositionScales ps;
-  NextRows next(pos.next);
+  // A decode call (4 heads x 8 steps of 8 rows) covers a 64-row tile.
+  TilePrefetchSpread next(pos.next, /*rows_per_step=*/2);
   for (int j = 0; j < pos.n; ++j) {
     const int lo = pos.lo[j], hi = pos.hi[j];
     // Neighbouring positions mostly share their rows (the whole tile).

@@ -402,7 +402,8 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
 
 // attend_tile_q8_positions: positions with their own rows of a tile (a
 // causal diagonal, a window's edge) and their own queries, in one call and
-// one position at a time through attend_tile_q8: the same bits (m, l, acc).
+// one position at a time through attend_tile_q8: the same bits (m, l, acc),
+// with the rows of a next call to prefetch (TilePositions::next) or not.
 TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
   for (const int head_dim : {64, 128, 256}) {
     const Case c{8, head_dim, 32, 4, 3 * kAttentionTileRows};
@@ -451,6 +452,10 @@ TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
         pos.state_stride = s_stride;
         pos.lo = lo;
         pos.hi = hi;
+        // The rows of a next call (the third tile), which the kernel only prefetches.
+        pos.next = TilePrefetch{k.head.codes + 2 * kAttentionTileRows * k.head.row_code_bytes,
+                                v.head.codes + 2 * kAttentionTileRows * v.head.row_code_bytes, k.head.row_code_bytes,
+                                kAttentionTileRows, (head_dim + 63) / 64};
         kern.attend_tile_q8_positions(k.head, v.head, kAttentionTileRows, q_all, pos, c.n_q, head_dim, m.data(),
                                       l.data(), acc.data(), scratch.data());
         for (int j = 0; j < n_pos; ++j) {
