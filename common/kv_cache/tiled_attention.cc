@@ -131,27 +131,28 @@ class LayerAttention {
       const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
       prefetch_scales(rows_.k, next_lo, next_hi);
       prefetch_scales(rows_.v, next_lo, next_hi);
-      // A spreading INT8 kernel call prefetches the rows of the call after
-      // it: the next head's of this tile, or the first head's of the next
-      // tile. Only the block's first call reads cold rows: they are touched.
-      // Measured on the AVX2 host (BM_TiledAttentionDecode, 2 threads,
-      // interleaved runs, medians), context 16384: every tile touched and
-      // burst prefetches before each call 36.5 ms against 32.3 spreading the
-      // next tile's rows (4 runs); that against the next call's rows 34.1 vs
-      // 31.7 ms (8 runs, a noisier hour; 4096: 9.6 vs 9.4).
-      if (in_place() && !spread_) {
+      // A spreading INT8 kernel call prefetches a part of the next tile: the
+      // task's heads' bytes of 1 / (h1 - h0) of its rows, row by row (whole
+      // rows when the task holds every head: one contiguous run, which the
+      // L2 streamer follows too), so the tile's calls bring all of it. Only
+      // the block's first tile is read cold: it is touched. Measured here
+      // (AVX-512 host, BM_TiledAttentionDecode, INT8, 2 threads, interleaved
+      // runs), context 16384 / 4096: the next call's rows (the next head's of
+      // this tile, strided) 22.3-23.1 / 4.1-4.6 ms against 19.8-20.9 /
+      // 4.0-4.8 ms this way; 2 tiles ahead 20.8-21.3 ms; the scales with each
+      // part instead of once per tile 21.2-22.1 ms. On the AVX2 host the next
+      // call's rows had beaten the burst before each call 31.7 vs 34.1 ms.
+      if (in_place() && (!spread_ || t0 == block_lo / kTile * kTile)) {
         touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h1, union_lo, union_hi);
         touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h1, union_lo, union_hi);
-      } else if (spread_ && t0 == block_lo / kTile * kTile) {
-        touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h0 + 1, union_lo, union_hi);
-        touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h0 + 1, union_lo, union_hi);
       }
       for (int kv_h = h0; kv_h < h1; ++kv_h) {
         const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
         const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
         kv_kernels_impl::TilePrefetch next;
         if (spread_) {
-          next = kv_h + 1 < h1 ? call_rows(kv_h + 1, union_lo, union_hi) : call_rows(h0, next_lo, next_hi);
+          const int64_t n_next = std::max<int64_t>(next_hi - next_lo, 0), parts = h1 - h0, part = kv_h - h0;
+          next = tile_part_rows(h0, h1, next_lo + n_next * part / parts, next_lo + n_next * (part + 1) / parts);
         } else {
           prefetch_rows(k_rows, rows_.k_head_code_bytes, next_lo, next_hi);
           prefetch_rows(v_rows, rows_.v_head_code_bytes, next_lo, next_hi);
@@ -192,17 +193,18 @@ class LayerAttention {
   }
 
  private:
-  // Rows [lo, hi) of KV head kv_h (K and V codes) as a spread prefetch
-  // (spread_ only); none (rows 0) when the range is empty.
-  kv_kernels_impl::TilePrefetch call_rows(int kv_h, int64_t lo, int64_t hi) const {
+  // The K and V codes of KV heads [h0, h1) at positions [lo, hi) as a spread
+  // prefetch (spread_ only), row by row; none (rows 0) when the range is
+  // empty.
+  kv_kernels_impl::TilePrefetch tile_part_rows(int h0, int h1, int64_t lo, int64_t hi) const {
     kv_kernels_impl::TilePrefetch p;
     if (lo >= hi) return p;
     const int64_t row = lo - rows_.first_position;
-    p.k = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h).codes + row * rows_.k.row_code_bytes;
-    p.v = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h).codes + row * rows_.v.row_code_bytes;
+    p.k = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, h0).codes + row * rows_.k.row_code_bytes;
+    p.v = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, h0).codes + row * rows_.v.row_code_bytes;
     p.stride = rows_.k.row_code_bytes;
     p.rows = static_cast<int>(hi - lo);
-    p.lines = static_cast<int>((rows_.k_head_code_bytes + 63) / 64);
+    p.lines = static_cast<int>(((h1 - h0) * rows_.k_head_code_bytes + 63) / 64);
     return p;
   }
 

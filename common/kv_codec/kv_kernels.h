@@ -132,10 +132,10 @@ inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
 // state_stride, l + j * state_stride, acc + j * state_stride * head_dim; its
 // rows of the tile [lo[j], hi[j]) (lo[j] < hi[j]).
 //
-// next: optional rows to prefetch (to L2) while the call computes, those the
-// caller's next call reads (tiled_attention.cc: the next KV head's rows of
-// this tile, or the first head's of the next tile): K and V codes of `rows`
-// rows, `stride` bytes apart, `lines` cache lines each. A kernel that takes them spreads them
+// next: optional rows to prefetch (to L2) while the call computes, rows the
+// caller's later calls read (tiled_attention.cc: a part of the next tile's
+// rows, every head of the task): K and V codes of `rows` rows, `stride`
+// bytes apart, `lines` cache lines each. A kernel that takes them spreads them
 // over its steps: a burst of them at once fills the core's miss buffers and
 // stalls it until they drain, so the memory stream would not overlap the
 // arithmetic.
@@ -147,29 +147,30 @@ struct TilePrefetch {
   int lines = 0;
 };
 
-// Issues a TilePrefetch a few rows at a time, so a kernel spreads it over
-// its steps: each step() prefetches (to L2: prefetcht1) the K and V lines of
-// the next rows_per_step rows; finish() the rows still left.
+// Issues a TilePrefetch a few lines at a time, so a kernel spreads it over
+// its steps: each step() prefetches (to L2: prefetcht1) the next lines of
+// the K rows and as many of the V rows, in address order, so that `steps`
+// steps issue them all; finish() the lines still left.
 class TilePrefetchSpread {
  public:
-  TilePrefetchSpread(const TilePrefetch& p, int rows_per_step) : p_(p), rows_per_step_(rows_per_step) {}
-  void step() { rows(rows_per_step_); }
-  void finish() { rows(p_.rows); }
+  TilePrefetchSpread(const TilePrefetch& p, int steps)
+      : p_(p), lines_per_step_((p.rows * p.lines + steps - 1) / steps) {}
+  void step() { lines(lines_per_step_); }
+  void finish() { lines(p_.rows * p_.lines); }
 
  private:
-  void rows(int n) {
-    for (int i = 0; i < n && r_ < p_.rows; ++i, ++r_) {
-      const int64_t offset = r_ * p_.stride;
-      for (int line = 0; line < p_.lines; ++line) {
-        __builtin_prefetch(p_.k + offset + 64 * line, 0, 2);
-        __builtin_prefetch(p_.v + offset + 64 * line, 0, 2);
-      }
+  void lines(int n) {
+    for (int i = 0; i < n && r_ < p_.rows; ++i) {
+      const int64_t offset = r_ * p_.stride + 64 * line_;
+      __builtin_prefetch(p_.k + offset, 0, 2);
+      __builtin_prefetch(p_.v + offset, 0, 2);
+      if (++line_ == p_.lines) line_ = 0, ++r_;
     }
   }
 
   TilePrefetch p_;
-  int rows_per_step_;
-  int r_ = 0;
+  int lines_per_step_;
+  int r_ = 0, line_ = 0;
 };
 
 struct TilePositions {

@@ -894,7 +894,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
-  TilePrefetchSpread next(pos.next, /*rows_per_step=*/1);
+  // Over a decode call's value pairs and value product (a step per row pair each).
+  TilePrefetchSpread next(pos.next, /*steps=*/kAttentionTileRows);
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);

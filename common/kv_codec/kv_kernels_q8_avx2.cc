@@ -316,8 +316,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   load_tile(k, v, tile_row, u_lo, u_hi, &tile);
   const GroupMap map = group_map(head_dim, v.group);
   PositionScales ps;
-  // A decode call (4 heads x 8 steps of 8 rows) covers a 64-row tile.
-  TilePrefetchSpread next(pos.next, /*rows_per_step=*/2);
+  // Over the 32 steps of a decode call (4 heads x 8 steps of 8 rows).
+  TilePrefetchSpread next(pos.next, /*steps=*/n_q * kTile / 8);
   for (int j = 0; j < pos.n; ++j) {
     const int lo = pos.lo[j], hi = pos.hi[j];
     // Neighbouring positions mostly share their rows (the whole tile).
