@@ -120,15 +120,21 @@ class LayerAttention {
   // every head), which the hardware prefetchers follow poorly. A kernel set
   // with q8_spreads_prefetch gets them as TilePositions::next and spreads
   // them over its steps instead of a burst before the call.
-  void run_segment(int h0, int h1, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch) const {
+  //
+  // stream_end: the task reads the rows up to there next (the segments after
+  // this one), so the last tile prefetches the next segment's first; cold:
+  // the segment's first tile was not prefetched (the task's first segment).
+  void run_segment(int h0, int h1, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch,
+                   int64_t stream_end = 0, bool cold = true) const {
     const int64_t seg_begin = seg * kSegment;
     const int64_t block_lo = std::max(first_key(i0), seg_begin);
     const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + kSegment);
     if (block_lo >= block_hi) return;
+    const int64_t prefetch_hi = std::max(block_hi, std::min(stream_end, end_key(i1 - 1)));
     for (int64_t t0 = block_lo / kTile * kTile; t0 < block_hi; t0 += kTile) {
       // first_key and end_key grow with i: the block's rows of this tile.
       const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
-      const int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+      const int64_t next_lo = t0 + kTile, next_hi = std::min(prefetch_hi, t0 + 2 * kTile);
       prefetch_scales(rows_.k, next_lo, next_hi);
       prefetch_scales(rows_.v, next_lo, next_hi);
       // A spreading INT8 kernel call prefetches a part of the next tile: the
@@ -142,7 +148,7 @@ class LayerAttention {
       // 4.0-4.8 ms this way; 2 tiles ahead 20.8-21.3 ms; the scales with each
       // part instead of once per tile 21.2-22.1 ms. On the AVX2 host the next
       // call's rows had beaten the burst before each call 31.7 vs 34.1 ms.
-      if (in_place() && (!spread_ || t0 == block_lo / kTile * kTile)) {
+      if (in_place() && (!spread_ || (cold && t0 == block_lo / kTile * kTile))) {
         touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h1, union_lo, union_hi);
         touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h1, union_lo, union_hi);
       }
@@ -379,13 +385,23 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   if (m.size() < tasks * task_stride) m.resize(tasks * task_stride), l.resize(tasks * task_stride);
   if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
-  run_tasks(pool, n_blocks * n_seg, [&](int64_t begin, int64_t end) {
+  // A task folds a run of consecutive segments of its block (each into its
+  // own state): its thread streams on across their edges, prefetching each
+  // next segment's first tile, and only its first tile is read cold.
+  const int64_t runs = std::min(n_seg, (kMinTasks + n_blocks - 1) / n_blocks);
+  run_tasks(pool, n_blocks * runs, [&](int64_t begin, int64_t end) {
     TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     for (int64_t task = begin; task < end; ++task) {
-      const int h0 = static_cast<int>(task / n_seg) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
-      const StateSpan s{m_all + task * task_stride, l_all + task * task_stride, acc_all + task * task_heads * hd};
-      reset_states(s, task_heads, hd);
-      a.run_segment(h0, h1, 0, n, seg_lo + task % n_seg, s, scratch);
+      const int64_t block = task / runs, run = task % runs;
+      const int h0 = static_cast<int>(block) * block_heads, h1 = std::min(n_head_kv, h0 + block_heads);
+      const int64_t s_begin = n_seg * run / runs, s_end = n_seg * (run + 1) / runs;
+      for (int64_t seg = s_begin; seg < s_end; ++seg) {
+        const int64_t state = block * n_seg + seg;
+        const StateSpan s{m_all + state * task_stride, l_all + state * task_stride,
+                          acc_all + state * task_heads * hd};
+        reset_states(s, task_heads, hd);
+        a.run_segment(h0, h1, 0, n, seg_lo + seg, s, scratch, (seg_lo + s_end) * kSegment, seg == s_begin);
+      }
     }
   });
   run_tasks(pool, n_head_kv * n, [&](int64_t begin, int64_t end) {
