@@ -358,27 +358,31 @@ TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
 }
 
 // Queries attended alone, in one call of many (both the split and the
-// query-block schedules), and with 0, 1 or 2 threads: the same bits.
+// query-block schedules), and with 0, 1, 2 or 3 threads (decode tasks fold
+// runs of segments, as many runs as the pool has threads to fill): the same
+// bits.
 TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
   const KvGeometry g = geometry();
-  ThreadPool one(1), two(2);
+  ThreadPool one(1), two(2), three(3);
   // [pos, pos + n): crossing a tile boundary (64), a segment boundary (512),
-  // and a prefill micro-batch past both.
+  // a prefill micro-batch past both, and decode over 8 segments.
   struct Run {
     int64_t pos, n;
   };
-  for (const Run run : {Run{60, 3}, Run{509, 4}, Run{500, 37}, Run{1000, 64}}) {
+  for (const Run run : {Run{60, 3}, Run{509, 4}, Run{500, 37}, Run{1000, 64}, Run{4090, 2}}) {
     SCOPED_TRACE("pos " + std::to_string(run.pos) + " n " + std::to_string(run.n));
     const std::unique_ptr<KvCache> kv = make_store(run.pos + run.n);
     std::mt19937 rng(static_cast<uint32_t>(run.pos));
     const std::vector<float> q = random_rows(rng, run.n, g.q_dim(), 2.0f);
     for (int layer = 0; layer < g.n_layer; ++layer) {
-      std::vector<float> batched(q.size()), batched_one(q.size()), batched_two(q.size());
+      std::vector<float> batched(q.size()), batched_one(q.size()), batched_two(q.size()), batched_three(q.size());
       kv->attend(layer, run.pos, run.n, q.data(), batched.data(), nullptr);
       kv->attend(layer, run.pos, run.n, q.data(), batched_one.data(), &one);
       kv->attend(layer, run.pos, run.n, q.data(), batched_two.data(), &two);
+      kv->attend(layer, run.pos, run.n, q.data(), batched_three.data(), &three);
       ASSERT_EQ(std::memcmp(batched.data(), batched_one.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
       ASSERT_EQ(std::memcmp(batched.data(), batched_two.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
+      ASSERT_EQ(std::memcmp(batched.data(), batched_three.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
       for (int64_t i = 0; i < run.n; ++i) {
         std::vector<float> alone(static_cast<size_t>(g.q_dim()));
         kv->attend(layer, run.pos + i, 1, q.data() + i * g.q_dim(), alone.data(), &two);
