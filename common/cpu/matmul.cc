@@ -565,9 +565,10 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     // others at the end of every matmul. A chunk is still a run of
     // consecutive rows (one weight stream). Decode: half a thread's share
     // each (kChunksPerThread: a chunk starts a cold stream; more claims
-    // cost more than they balance). Prefill: 1/(2 n_threads) of the tasks left, down to single
-    // tasks (~15 us and up), so the threads end within a task of each other;
-    // fixed chunks of 1/16 of the call left one thread idle for up to ~3%.
+    // cost more than they balance). Prefill: 1/(2 n_threads) of the tasks
+    // left, down to single tasks (~15 us and up), so the threads end within
+    // a task of each other; fixed chunks of 1/16 of the call left one thread
+    // idle for up to ~3%.
     if (decode_order || n_tokens < kPanelMinTokens) {
       const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
       pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation

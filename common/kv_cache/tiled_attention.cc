@@ -141,7 +141,8 @@ class LayerAttention {
       // task's heads' bytes of 1 / (h1 - h0) of its rows, row by row (whole
       // rows when the task holds every head: one contiguous run, which the
       // L2 streamer follows too), so the tile's calls bring all of it. Only
-      // the block's first tile is read cold: it is touched. Measured here
+      // a cold segment's first tile (a task's first) is read unprefetched:
+      // it is touched. Measured here
       // (AVX-512 host, BM_TiledAttentionDecode, INT8, 2 threads, interleaved
       // runs), context 16384 / 4096: the next call's rows (the next head's of
       // this tile, strided) 22.3-23.1 / 4.1-4.6 ms against 19.8-20.9 /
@@ -370,11 +371,14 @@ void run_tasks(ThreadPool* pool, int64_t n_tasks, const std::function<void(int64
 void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out, ThreadPool* pool) {
   const int hpk = a.heads_per_kv(), hd = a.head_dim();
   const int64_t seg_lo = a.first_segment(0), n_seg = a.last_segment(n - 1) + 1 - seg_lo;
-  constexpr int64_t kMinTasks = 4;  // two per thread of the engine's usual pool
-  const int64_t head_blocks = std::min<int64_t>(n_head_kv, (kMinTasks + n_seg - 1) / n_seg);
+  // Two tasks per thread, at least 4 (measured on 2 threads: 1 and 4 runs
+  // of segments per thread the same or slower than 2).
+  constexpr int64_t kMinTasks = 4;
+  const int64_t wanted_tasks = std::max<int64_t>(kMinTasks, 2 * int64_t{pool != nullptr ? pool->size() : 1});
+  const int64_t head_blocks = std::min<int64_t>(n_head_kv, (wanted_tasks + n_seg - 1) / n_seg);
   const int block_heads = static_cast<int>((n_head_kv + head_blocks - 1) / head_blocks);
   const int64_t n_blocks = (n_head_kv + block_heads - 1) / block_heads;
-  // States of task (block b, segment s): [n, block_heads, hpk] at
+  // States of (block b, segment s): [n, block_heads, hpk] at
   // (b * n_seg + s) * task_stride (m, l; rounded up to a cache line, as the
   // tasks of two threads write them) and (b * n_seg + s) * task_heads * hd
   // (acc).
@@ -387,12 +391,8 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
   // A task folds a run of consecutive segments of its block (each into its
   // own state): its thread streams on across their edges, prefetching each
-  // next segment's first tile, and only its first tile is read cold. Two
-  // runs per thread (measured on 2 threads against 1 and 4 per thread:
-  // the same or slower).
-  const int64_t threads = pool != nullptr ? pool->size() : 1;
-  const int64_t run_tasks_wanted = std::max<int64_t>(kMinTasks, 2 * threads);
-  const int64_t runs = std::min(n_seg, (run_tasks_wanted + n_blocks - 1) / n_blocks);
+  // next segment's first tile, and only its first tile is read cold.
+  const int64_t runs = std::min(n_seg, (wanted_tasks + n_blocks - 1) / n_blocks);
   run_tasks(pool, n_blocks * runs, [&](int64_t begin, int64_t end) {
     TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
     for (int64_t task = begin; task < end; ++task) {

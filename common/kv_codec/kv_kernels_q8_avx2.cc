@@ -328,6 +328,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
                 acc + sh * head_dim, next);
     }
   }
+  next.finish();  // a call of fewer rows has fewer steps
 }
 
 }  // namespace
