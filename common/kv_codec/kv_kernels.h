@@ -154,23 +154,40 @@ struct TilePrefetch {
 class TilePrefetchSpread {
  public:
   TilePrefetchSpread(const TilePrefetch& p, int steps)
-      : p_(p), lines_per_step_((p.rows * p.lines + steps - 1) / steps) {}
+      : k_(p.k),
+        v_(p.v),
+        row_skip_(p.stride - 64 * int64_t{p.lines - 1}),
+        left_(p.rows * p.lines),
+        lines_(p.lines),
+        in_row_(p.lines),
+        lines_per_step_((left_ + steps - 1) / steps) {}
   void step() { lines(lines_per_step_); }
-  void finish() { lines(p_.rows * p_.lines); }
+  void finish() { lines(left_); }
 
  private:
+  // The next n lines (fewer when fewer are left): two pointers walked line
+  // by line, a row's last line stepping to the next row (a step is a few
+  // instructions: the kernels call it in their inner loops).
   void lines(int n) {
-    for (int i = 0; i < n && r_ < p_.rows; ++i) {
-      const int64_t offset = r_ * p_.stride + 64 * line_;
-      __builtin_prefetch(p_.k + offset, 0, 2);
-      __builtin_prefetch(p_.v + offset, 0, 2);
-      if (++line_ == p_.lines) line_ = 0, ++r_;
+    n = n < left_ ? n : left_;
+    left_ -= n;
+    for (; n > 0; --n) {
+      __builtin_prefetch(k_, 0, 2);
+      __builtin_prefetch(v_, 0, 2);
+      int64_t advance = 64;
+      if (--in_row_ == 0) in_row_ = lines_, advance = row_skip_;
+      k_ += advance;
+      v_ += advance;
     }
   }
 
-  TilePrefetch p_;
+  const uint8_t* k_;
+  const uint8_t* v_;
+  int64_t row_skip_;  // from a row's last line to the next row's first
+  int left_;          // lines of K (and as many of V) not yet issued
+  int lines_;
+  int in_row_;        // lines of the current row not yet issued
   int lines_per_step_;
-  int r_ = 0, line_ = 0;
 };
 
 struct TilePositions {

@@ -11,6 +11,19 @@
 
 namespace baton::kv_kernels_impl {
 
+namespace {
+
+// std::lround for |y| < 2^24 (a query code's range is +-127): the nearest
+// integer, halves away from zero, inline (lround is a libm call per code).
+// y - trunc(y) is exact there, so the comparison with 0.5 decides as lround.
+inline int round_half_away(float y) {
+  const int t = static_cast<int>(y);  // toward zero
+  const float frac = y - static_cast<float>(t);
+  return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
+}
+
+}  // namespace
+
 void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes, float* scales, int32_t* bias) {
   for (int b = 0; b * kQ8Block < head_dim; ++b) {
     const float* x = q + b * kQ8Block;
@@ -21,7 +34,7 @@ void quantize_query_q8(const float* q, int head_dim, float scale, int8_t* codes,
     int32_t sum = 0;
     for (int d = 0; d < kQ8Block; ++d) {
       // |x * inv| <= 127 (up to rounding of inv): clamp so the code is a byte.
-      const int code = std::clamp(static_cast<int>(std::lround(x[d] * inv)), -127, 127);
+      const int code = std::clamp(round_half_away(x[d] * inv), -127, 127);
       codes[b * kQ8Block + d] = static_cast<int8_t>(code);
       sum += code;
     }

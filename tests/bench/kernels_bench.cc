@@ -155,6 +155,10 @@ void packed_args(benchmark::internal::Benchmark* b) {
   // Q4_0 decode on a matrix that stays in L2 (288 KiB): the kernel's own
   // rate, beside the 2048 x 2048 one from L3 and the read-bandwidth ones.
   for (int64_t threads : {1, 2}) b->Args({0, 512, 1024, threads, 1});
+  // Q4_0 prefill at the 1B shape's FFN matrices (gate/up 8192 x 2048, down
+  // 2048 x 8192), 64 tokens (the engine's micro-batch).
+  for (int64_t threads : {1, 2}) b->Args({0, 8192, 2048, threads, 64});
+  for (int64_t threads : {1, 2}) b->Args({0, 2048, 8192, threads, 64});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
 

@@ -555,6 +555,40 @@ namespace {
 // affine_rows (the transform codec's projection and reconstruction): every
 // ISA set against a double-precision reference, over tile edges (rows not a
 // multiple of 4, widths not a multiple of 8 or 32) and row strides.
+// Query codes round as std::lround (halves away from zero): a block whose
+// largest |x| is 127 has inverse scale 1, so its codes are lround(x) of
+// values placed on halves, near them and across the range; the bias is -128
+// x their sum and the scale amax / 127 x the softmax scale.
+TEST(QuantizeQueryQ8, CodesAreLroundOfTheScaledValuesHalvesAwayFromZero) {
+  std::vector<float> q(kQ8Block);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-127.0f, 127.0f);
+  for (int trial = 0; trial < 64; ++trial) {
+    q[0] = trial % 2 == 0 ? 127.0f : -127.0f;
+    for (int d = 1; d < kQ8Block; ++d) {
+      const float base = std::floor(dist(rng));
+      switch ((trial + d) % 4) {
+        case 0: q[d] = base + 0.5f; break;                                      // a half
+        case 1: q[d] = std::nextafter(base + 0.5f, 0.0f); break;               // just below one's magnitude
+        case 2: q[d] = std::nextafter(base + 0.5f, base + 0.5f > 0 ? 200.0f : -200.0f); break;  // just above
+        default: q[d] = dist(rng); break;
+      }
+      q[d] = std::clamp(q[d], -127.0f, 127.0f);
+    }
+    int8_t codes[kQ8Block];
+    float scale = 0.0f;
+    int32_t bias = 0;
+    quantize_query_q8(q.data(), kQ8Block, 0.25f, codes, &scale, &bias);
+    int32_t sum = 0;
+    for (int d = 0; d < kQ8Block; ++d) {
+      ASSERT_EQ(codes[d], static_cast<int8_t>(std::lround(q[d]))) << "trial " << trial << " x " << q[d];
+      sum += codes[d];
+    }
+    EXPECT_EQ(bias, -128 * sum);
+    EXPECT_EQ(scale, 127.0f / 127.0f * 0.25f);
+  }
+}
+
 TEST(AffineRows, EveryKernelSetMatchesTheReference) {
   std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}};
   if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
