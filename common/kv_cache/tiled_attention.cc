@@ -96,8 +96,8 @@ class LayerAttention {
         q_(q),
         q8_(q8),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
-        spread_(q8.codes != nullptr && kern_.q8_spreads_prefetch && rows.k.row_code_bytes == rows.v.row_code_bytes &&
-                rows.k_head_code_bytes == rows.v_head_code_bytes) {}
+        spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_) &&
+                rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
   int heads_per_kv() const { return heads_per_kv_; }
   int head_dim() const { return head_dim_; }
@@ -220,6 +220,7 @@ class LayerAttention {
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {
     if (q8()) return run_tile_q8(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
+    kv_kernels_impl::TilePrefetch prefetch = next;  // the first call takes them (a decode step makes one call)
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
       if (lo >= hi) continue;
@@ -227,7 +228,8 @@ class LayerAttention {
       const int64_t q_head = i * (q_dim_ / head_dim_) + int64_t{kv_h} * heads_per_kv_;  // first query head
       kern_.attend_tile_f16(k_rows, v_rows, t0 - rows_.first_position, q_ + q_head * head_dim_, heads_per_kv_,
                             head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0), s.m + h, s.l + h,
-                            s.acc + h * head_dim_, scratch.scores.data());
+                            s.acc + h * head_dim_, scratch.scores.data(), prefetch);
+      prefetch = kv_kernels_impl::TilePrefetch{};
     }
   }
 

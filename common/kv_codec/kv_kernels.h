@@ -287,12 +287,15 @@ struct KvKernels {
   // arithmetic as dequantizing the rows and calling attend_tile, without
   // the f32 copy of the tile (each value row converted once for the n_q
   // heads). Null in sets without it (the caller dequantizes). scratch: n_q *
-  // kAttentionTileRows floats.
+  // kAttentionTileRows floats. next: rows to prefetch (as
+  // TilePositions::next), spread over the call's value rows.
   void (*attend_tile_f16)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
-                          int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch);
+                          int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc, float* scratch,
+                          const TilePrefetch& next);
   // attend_tile_q8_positions issues TilePositions::next's prefetches, spread
   // over its steps (TilePrefetchSpread; AVX2 and AVX-512); else the caller
-  // prefetches those rows itself before the call (scalar).
+  // prefetches those rows itself before the call (scalar). attend_tile_f16,
+  // where a set has it, always spreads its `next`.
   bool q8_spreads_prefetch;
 };
 

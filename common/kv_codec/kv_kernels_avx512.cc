@@ -803,7 +803,7 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
 // w_head ([kAttentionTileRows]).
 template <int R, int NV>
 void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi,
-                            float* acc, int head_dim, int d0) {
+                            float* acc, int head_dim, int d0, TilePrefetchSpread& next) {
   __m512 a[R][NV];
   const float* wi[R];
   for (int i = 0; i < R; ++i) {
@@ -812,6 +812,7 @@ void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* 
   }
   const uint8_t* vr = v.codes + (tile_row + lo) * v.row_code_bytes + d0 * 2;
   for (int r = lo; r < hi; ++r, vr += v.row_code_bytes) {
+    next.step();
     __m512 x[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) {
@@ -830,29 +831,31 @@ void rows_accumulate_values(const KvHeadRows& v, int64_t tile_row, const float* 
 
 template <int R>
 void rows_values(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int lo, int hi, float* acc,
-                 int head_dim) {
+                 int head_dim, TilePrefetchSpread& next) {
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
     switch (std::min(head_dim - d0, 64) / 16) {
-      case 1: rows_accumulate_values<R, 1>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
-      case 2: rows_accumulate_values<R, 2>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
-      case 3: rows_accumulate_values<R, 3>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
-      default: rows_accumulate_values<R, 4>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0); break;
+      case 1: rows_accumulate_values<R, 1>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0, next); break;
+      case 2: rows_accumulate_values<R, 2>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0, next); break;
+      case 3: rows_accumulate_values<R, 3>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0, next); break;
+      default: rows_accumulate_values<R, 4>(v, tile_row, w, w_head, lo, hi, acc, head_dim, d0, next); break;
     }
   }
 }
 
-// F16 values of every head, four at a time: each row converted once for the four.
+// F16 values of every head, four at a time: each row converted once for the
+// four. Each row step issues a part of `next` (the first pass over the rows
+// issues it all).
 void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int64_t w_head, int n_q, int lo, int hi,
-                     float* acc, int head_dim) {
+                     float* acc, int head_dim, TilePrefetchSpread& next) {
   int i = 0;
   for (; i + 4 <= n_q; i += 4) {
-    rows_values<4>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<4>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim, next);
   }
   for (; i + 2 <= n_q; i += 2) {
-    rows_values<2>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<2>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim, next);
   }
   for (; i < n_q; ++i) {
-    rows_values<1>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim);
+    rows_values<1>(v, tile_row, w + i * w_head, w_head, lo, hi, acc + int64_t{i} * head_dim, head_dim, next);
   }
 }
 
@@ -967,7 +970,7 @@ void f16_tile_scores(const KvHeadRows& k, int64_t tile_row, const float* q, int 
 
 void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const float* q, int n_q,
                             int head_dim, float scale, int lo, int hi, float* m, float* l, float* acc,
-                            float* scratch) {
+                            float* scratch, const TilePrefetch& next_rows) {
   prefetch_rows_l1(k, tile_row, lo, std::min(hi, lo / 16 * 16 + 16), head_dim * 2);
   prefetch_rows_l1(v, tile_row, lo, hi, head_dim * 2);
   float* s = scratch;  // [n_q, kAttentionTileRows]: scores, then exp(s - m')
@@ -982,7 +985,10 @@ void attend_tile_f16_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t ti
     default: f16_tile_scores<8>(k, tile_row, q, n_q, scale, lo, hi, s); break;
   }
   tile_softmax(s, n_q, head_dim, lo, hi, m, l, acc);
-  rows_values_all(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim);
+  // The next rows over the value product's row steps (a decode tile's 64).
+  TilePrefetchSpread next(next_rows, /*steps=*/kAttentionTileRows);
+  rows_values_all(v, tile_row, s, kAttentionTileRows, n_q, lo, hi, acc, head_dim, next);
+  next.finish();
 }
 
 void attend_tile_avx512(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* q, int n_q,

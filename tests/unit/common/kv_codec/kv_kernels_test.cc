@@ -336,7 +336,9 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
     // Tile steps of heads [head0, head0 + n_heads): in place, or (dequantized)
     // attend_tile on the f32 rows.
     // A lambda may not capture a structured binding before clang 16 (the TSan build's compiler).
-    auto run = [&, &kernels = kern](int head0, int n_heads, bool in_place, float* out) {
+    // `prefetch`: F16 calls take the next tile's rows to prefetch (what a
+    // decode step passes), which must not change a bit.
+    auto run = [&, &kernels = kern](int head0, int n_heads, bool in_place, float* out, bool prefetch = false) {
       std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
       std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(n_heads, c.head_dim)), -5.0f);
       for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
@@ -353,8 +355,17 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
           kernels.attend_tile_q8(k.head, v.head, t0, qh, n_heads, c.head_dim, lo, hi, m.data(), l.data(), acc.data(),
                                  scratch.data());
         } else {
+          TilePrefetch next;
+          const int64_t next_rows = std::min<int64_t>(c.n_ctx - t0 - kAttentionTileRows, kAttentionTileRows);
+          if (prefetch && next_rows > 0) {
+            next.k = k.head.codes + (t0 + kAttentionTileRows) * k.head.row_code_bytes;
+            next.v = v.head.codes + (t0 + kAttentionTileRows) * v.head.row_code_bytes;
+            next.stride = k.head.row_code_bytes;
+            next.rows = static_cast<int>(next_rows);
+            next.lines = static_cast<int>((c.head_dim * 2 + 63) / 64);
+          }
           kernels.attend_tile_f16(k.head, v.head, t0, q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo,
-                                  hi, m.data(), l.data(), acc.data(), scratch.data());
+                                  hi, m.data(), l.data(), acc.data(), scratch.data(), next);
         }
       }
       for (int h = 0; h < n_heads; ++h) {
@@ -362,7 +373,7 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
       }
     };
     std::vector<float> together(q.size()), alone(q.size());
-    run(0, c.n_q, true, together.data());
+    run(0, c.n_q, true, together.data(), /*prefetch=*/true);
     for (int h = 0; h < c.n_q; ++h) run(h, 1, true, alone.data() + h * c.head_dim);
     ASSERT_EQ(std::memcmp(together.data(), alone.data(), sizeof(float) * q.size()), 0) << name;
     if (c.bits == 16) {
