@@ -165,28 +165,29 @@ class TilePrefetchSpread {
   void finish() { lines(left_); }
 
  private:
-  // The next n lines (fewer when fewer are left): two pointers walked line
-  // by line, a row's last line stepping to the next row (a step is a few
-  // instructions: the kernels call it in their inner loops).
+  // The next n lines (fewer when fewer are left): an offset walked line by
+  // line, a row's last line stepping to the next row (a step is a few
+  // instructions: the kernels call it in their inner loops). Only issued
+  // lines form a pointer.
   void lines(int n) {
     n = n < left_ ? n : left_;
     left_ -= n;
     for (; n > 0; --n) {
-      __builtin_prefetch(k_, 0, 2);
-      __builtin_prefetch(v_, 0, 2);
+      __builtin_prefetch(k_ + offset_, 0, 2);
+      __builtin_prefetch(v_ + offset_, 0, 2);
       int64_t advance = 64;
       if (--in_row_ == 0) in_row_ = lines_, advance = row_skip_;
-      k_ += advance;
-      v_ += advance;
+      offset_ += advance;
     }
   }
 
   const uint8_t* k_;
   const uint8_t* v_;
-  int64_t row_skip_;  // from a row's last line to the next row's first
-  int left_;          // lines of K (and as many of V) not yet issued
+  int64_t offset_ = 0;  // of the next line from k_ (and v_)
+  int64_t row_skip_;    // from a row's last line to the next row's first
+  int left_;            // lines of K (and as many of V) not yet issued
   int lines_;
-  int in_row_;        // lines of the current row not yet issued
+  int in_row_;          // lines of the current row not yet issued
   int lines_per_step_;
 };
 
