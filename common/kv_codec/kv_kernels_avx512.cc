@@ -736,36 +736,60 @@ inline void unpermute_chunk(__m512i lo, __m512i hi, __m512i* first, __m512i* sec
 // pairs of the heads' rows; pairs outside a head's rows have weight codes
 // 0): head i's codes at wq[i] ([v_groups, kAttentionTileRows] int16), steps
 // at step[i]. NCH = head_dim / 16 int32 accumulators per head, exact.
-template <int R, int NCH>
+// VG > 0: the R heads' codes are consecutive (head i's at wq[0] + i * VG *
+// kAttentionTileRows), VG value groups a head: every broadcast reads
+// wq[0] + k plus a constant, one base register for the 4R of a step (the
+// pointer array spilled and reloaded per broadcast otherwise). VG = 0: any
+// pointers. The same products in the same order either way.
+template <int R, int NCH, int VG = 0>
 void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* const* wq, const float* const* step,
                int v_group, float* const* acc, TilePrefetchSpread& next) {
   __m512i isum[R][NCH];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
   }
-  // Dword k of a head's group row: the codes of rows 2k and 2k + 1 (read
-  // only by the asm's memory operand).
-  const int32_t* w[R][NCH / 2];
-  for (int i = 0; i < R; ++i) {
-    for (int c2 = 0; c2 < NCH / 2; ++c2) {
-      w[i][c2] = reinterpret_cast<const int32_t*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
-    }
-  }
   const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
-  for (int k = k_lo; k < k_hi; ++k, x += NCH) {
-    next.step();
+  if constexpr (VG > 0) {
+    constexpr int kGroupDims = NCH * 16 / VG;
+    // Dword k of head i's group g: rows 2k and 2k + 1.
+    const int32_t* w = reinterpret_cast<const int32_t*>(wq[0]) + k_lo;
+    for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
+      next.step();
 #pragma GCC unroll 16
-    for (int c = 0; c < NCH; ++c) {
-      const __m512i xc = _mm512_load_si512(x + c);
+      for (int c = 0; c < NCH; ++c) {
+        const __m512i xc = _mm512_load_si512(x + c);
 #pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w[i][c / 2] + k);
+        for (int i = 0; i < R; ++i) {
+          constexpr int kDwords = kAttentionTileRows / 2;
+          isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w + (i * VG + (c / 2) * 32 / kGroupDims) * kDwords);
+        }
+      }
+    }
+  } else {
+    // Dword k of a head's group row: the codes of rows 2k and 2k + 1 (read
+    // only by the asm's memory operand).
+    const int32_t* w[R][NCH / 2];
+    for (int i = 0; i < R; ++i) {
+      for (int c2 = 0; c2 < NCH / 2; ++c2) {
+        w[i][c2] = reinterpret_cast<const int32_t*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
+      }
+    }
+    for (int k = k_lo; k < k_hi; ++k, x += NCH) {
+      next.step();
+#pragma GCC unroll 16
+      for (int c = 0; c < NCH; ++c) {
+        const __m512i xc = _mm512_load_si512(x + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w[i][c / 2] + k);
+      }
     }
   }
+  const int group_dims = VG > 0 ? NCH * 16 / VG : v_group;  // (a constant divisor where VG is known)
   for (int i = 0; i < R; ++i) {
     for (int c2 = 0; c2 < NCH / 2; ++c2) {
       __m512i first, second;
       unpermute_chunk(isum[i][2 * c2], isum[i][2 * c2 + 1], &first, &second);
-      const __m512 st = _mm512_set1_ps(step[i][c2 * 32 / v_group]);
+      const __m512 st = _mm512_set1_ps(step[i][c2 * 32 / group_dims]);
       float* a = acc[i] + 32 * c2;
       _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, first), st, _mm512_loadu_ps(a)));
       _mm512_storeu_ps(a + 16, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, second), st, _mm512_loadu_ps(a + 16)));
@@ -793,7 +817,13 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
       k_lo = std::min(k_lo, pos.lo[j] / 2);
       k_hi = std::max(k_hi, (pos.hi[j] + 1) / 2);
     }
-    q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+    // Consecutive heads: their codes at a constant stride (q8_values' VG).
+    switch (RR > 1 ? v_groups : 0) {
+      case 1: return q8_values<RR, NCH, 1>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+      case 2: return q8_values<RR, NCH, 2>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+      case 4: return q8_values<RR, NCH, (NCH >= 8 ? 4 : 0)>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+      default: return q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+    }
   };
   int h0 = h_begin;
   for (; h0 + R <= h_end; h0 += R) run.template operator()<R>(h0);
