@@ -482,8 +482,10 @@ inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int32_t* w) {
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
 // folded in order, so a head's score never depends on the other heads.
+// Block b's key scales are ks[k_block[b]].
 template <int R, int NB>
-inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, int k_group, __m512* out) {
+inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, const int* k_block,
+                      __m512* out) {
   constexpr int head_dim = NB * kQ8Block;
   __m512i acc[R][NB];
 #pragma GCC unroll 4
@@ -511,7 +513,7 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
     for (int b = 0; b < NB; ++b) {
       const __m512 t =
           _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, acc[i][b]), _mm512_set1_ps(q.scales[(h0 + i) * NB + b]));
-      const __m512 kb = ks[b * kQ8Block / k_group];
+      const __m512 kb = ks[k_block[b]];
       out[i] = b == 0 ? _mm512_mul_ps(t, kb) : _mm512_fmadd_ps(t, kb, out[i]);
     }
   }
@@ -549,6 +551,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
                     int n_q, int u_lo, int u_hi, int h0, int nh, float* s) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
+  int k_block[NB];  // query block b's key group (its scale in ks): once here, not a division per block and head
+  for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k_group;
   for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
     const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
     const int64_t qh = j * pos.q_heads_stride;
@@ -561,11 +565,11 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
       __m512 out[R];
       int i = i_begin;
       for (; i + R <= i_end; i += R) {
-        q8_scores<R, NB>(block, qj, i, kb, k_group, out);
+        q8_scores<R, NB>(block, qj, i, kb, k_block, out);
         for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + (i + r) * kAttentionTileRows + g0, out[r]);
       }
       for (; i < i_end; ++i) {
-        q8_scores<1, NB>(block, qj, i, kb, k_group, out);
+        q8_scores<1, NB>(block, qj, i, kb, k_block, out);
         _mm512_storeu_ps(sj + i * kAttentionTileRows + g0, out[0]);
       }
     }
@@ -644,13 +648,15 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
   int lo[16], hi[16], position[16];
   __m512 part[16];
   alignas(64) float m_old[16], l_old[16];
+  int j = h0 / n_q, i = h0 % n_q;  // head h0 + r: position j's query head i, counted (no division per head)
   for (int r = 0; r < 16; ++r) {
     part[r] = _mm512_set1_ps(-INFINITY);
     m_old[r] = -INFINITY, l_old[r] = 0.0f;
     if (r >= nh) continue;
-    const int h = h0 + r, j = h / n_q;
+    const int h = h0 + r;
     position[r] = j, lo[r] = pos.lo[j], hi[r] = pos.hi[j];
-    state[r] = j * pos.state_stride + h % n_q;
+    state[r] = j * pos.state_stride + i;
+    if (++i == n_q) i = 0, ++j;
     m_old[r] = m[state[r]], l_old[r] = l[state[r]];
     const float* sh = s + int64_t{h} * kAttentionTileRows;
     for (int g0 = lo[r] / 16 * 16; g0 < hi[r]; g0 += 16) {
@@ -809,13 +815,15 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
     const float* step_i[RR];
     float* acc_i[RR];
     int k_lo = kAttentionTileRows, k_hi = 0;
+    int j = h0 / n_q, jh = h0 % n_q;  // head h0 + i: position j's query head jh, counted
     for (int i = 0; i < RR; ++i) {
-      const int h = h0 + i, j = h / n_q;
+      const int h = h0 + i;
       wq_i[i] = wq + int64_t{h} * v_groups * kAttentionTileRows;
       step_i[i] = steps + int64_t{h} * v_groups;
-      acc_i[i] = acc + (j * pos.state_stride + h % n_q) * head_dim;
+      acc_i[i] = acc + (j * pos.state_stride + jh) * head_dim;
       k_lo = std::min(k_lo, pos.lo[j] / 2);
       k_hi = std::max(k_hi, (pos.hi[j] + 1) / 2);
+      if (++jh == n_q) jh = 0, ++j;
     }
     // Consecutive heads: their codes at a constant stride (q8_values' VG).
     switch (RR > 1 ? v_groups : 0) {
