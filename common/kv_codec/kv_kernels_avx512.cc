@@ -740,57 +740,39 @@ inline void unpermute_chunk(__m512i lo, __m512i hi, __m512i* first, __m512i* sec
 
 // acc of R heads += the integer value product over pairs [k_lo, k_hi) (the
 // pairs of the heads' rows; pairs outside a head's rows have weight codes
-// 0): head i's codes at wq[i] ([v_groups, kAttentionTileRows] int16), steps
-// at step[i]. NCH = head_dim / 16 int32 accumulators per head, exact.
-// VG > 0: the R heads' codes are consecutive (head i's at wq[0] + i * VG *
-// kAttentionTileRows), VG value groups a head: every broadcast reads
-// wq[0] + k plus a constant, one base register for the 4R of a step (the
-// pointer array spilled and reloaded per broadcast otherwise). VG = 0: any
-// pointers. The same products in the same order either way.
+// 0): head i's codes ([v_groups, kAttentionTileRows] int16) at wq0 + i *
+// v_groups * kAttentionTileRows (the R heads are consecutive), steps at
+// step[i]. NCH = head_dim / 16 int32 accumulators per head, exact. VG > 0 is v_groups known at compile time: every
+// broadcast then reads wq0 + k plus a constant, one base register for the 4R
+// of a step (a pointer per head and group spilled and was reloaded per
+// broadcast). VG = 0: the offsets at run time. The same products in the same
+// order either way.
 template <int R, int NCH, int VG = 0>
-void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* const* wq, const float* const* step,
-               int v_group, float* const* acc, TilePrefetchSpread& next) {
+void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* wq0, int v_groups,
+               const float* const* step, int v_group, float* const* acc, TilePrefetchSpread& next) {
+  const int groups = VG > 0 ? VG : v_groups, group_dims = VG > 0 ? NCH * 16 / VG : v_group;
+  // Dword offset, from head 0's codes, of head i's group for chunk pair c2:
+  // its dword k holds the codes of rows 2k and 2k + 1 (read only by the
+  // asm's memory operand).
+  int offset[R][NCH / 2];
+  for (int i = 0; i < R; ++i) {
+    for (int c2 = 0; c2 < NCH / 2; ++c2) offset[i][c2] = (i * groups + c2 * 32 / group_dims) * (kAttentionTileRows / 2);
+  }
   __m512i isum[R][NCH];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
   }
   const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
-  if constexpr (VG > 0) {
-    constexpr int kGroupDims = NCH * 16 / VG;
-    // Dword k of head i's group g: rows 2k and 2k + 1.
-    const int32_t* w = reinterpret_cast<const int32_t*>(wq[0]) + k_lo;
-    for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
-      next.step();
+  const int32_t* w = reinterpret_cast<const int32_t*>(wq0) + k_lo;
+  for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
+    next.step();
 #pragma GCC unroll 16
-      for (int c = 0; c < NCH; ++c) {
-        const __m512i xc = _mm512_load_si512(x + c);
+    for (int c = 0; c < NCH; ++c) {
+      const __m512i xc = _mm512_load_si512(x + c);
 #pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) {
-          constexpr int kDwords = kAttentionTileRows / 2;
-          isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w + (i * VG + (c / 2) * 32 / kGroupDims) * kDwords);
-        }
-      }
-    }
-  } else {
-    // Dword k of a head's group row: the codes of rows 2k and 2k + 1 (read
-    // only by the asm's memory operand).
-    const int32_t* w[R][NCH / 2];
-    for (int i = 0; i < R; ++i) {
-      for (int c2 = 0; c2 < NCH / 2; ++c2) {
-        w[i][c2] = reinterpret_cast<const int32_t*>(wq[i] + (c2 * 32 / v_group) * kAttentionTileRows);
-      }
-    }
-    for (int k = k_lo; k < k_hi; ++k, x += NCH) {
-      next.step();
-#pragma GCC unroll 16
-      for (int c = 0; c < NCH; ++c) {
-        const __m512i xc = _mm512_load_si512(x + c);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w[i][c / 2] + k);
-      }
+      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w + offset[i][c / 2]);
     }
   }
-  const int group_dims = VG > 0 ? NCH * 16 / VG : v_group;  // (a constant divisor where VG is known)
   for (int i = 0; i < R; ++i) {
     for (int c2 = 0; c2 < NCH / 2; ++c2) {
       __m512i first, second;
@@ -811,26 +793,27 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
                      TilePrefetchSpread& next) {
   constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
   auto run = [&]<int RR>(int h0) {
-    const int16_t* wq_i[RR];
     const float* step_i[RR];
     float* acc_i[RR];
     int k_lo = kAttentionTileRows, k_hi = 0;
     int j = h0 / n_q, jh = h0 % n_q;  // head h0 + i: position j's query head jh, counted
     for (int i = 0; i < RR; ++i) {
       const int h = h0 + i;
-      wq_i[i] = wq + int64_t{h} * v_groups * kAttentionTileRows;
       step_i[i] = steps + int64_t{h} * v_groups;
       acc_i[i] = acc + (j * pos.state_stride + jh) * head_dim;
       k_lo = std::min(k_lo, pos.lo[j] / 2);
       k_hi = std::max(k_hi, (pos.hi[j] + 1) / 2);
       if (++jh == n_q) jh = 0, ++j;
     }
-    // Consecutive heads: their codes at a constant stride (q8_values' VG).
-    switch (RR > 1 ? v_groups : 0) {
-      case 1: return q8_values<RR, NCH, 1>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
-      case 2: return q8_values<RR, NCH, 2>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
-      case 4: return q8_values<RR, NCH, (NCH >= 8 ? 4 : 0)>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
-      default: return q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq_i, step_i, v_group, acc_i, next);
+    // Heads h0.. consecutive: their codes at a constant stride (q8_values' VG).
+    const int16_t* wq0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
+    switch (v_groups) {
+      case 1: return q8_values<RR, NCH, 1>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next);
+      case 2: return q8_values<RR, NCH, 2>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next);
+      case 4:
+        return q8_values<RR, NCH, (NCH >= 8 ? 4 : 0)>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i,
+                                                     next);
+      default: return q8_values<RR, NCH>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next);
     }
   };
   int h0 = h_begin;
