@@ -29,6 +29,10 @@
 #include "common/util/clock.h"
 #include "in_process_cloud.h"
 
+#if BATON_HAVE_CUDA
+#include "cloud_prefill/cuda/cuda_prefill_backend.h"
+#endif
+
 namespace baton::cli {
 namespace {
 
@@ -77,6 +81,20 @@ PrefillServiceOptions bench_service_options(const ModelBenchFlags& c, int64_t pr
   options.max_context_tokens = prompt_len + 1;
   options.prefix_cache_bytes = uint64_t{16} << 30;
   return options;
+}
+
+// --backend: cpu (the service's own threads), or cuda (the CUDA backend on
+// GPU 0, as baton-prefill --backend cuda runs it).
+absl::Status select_bench_backend(const std::string& backend, PrefillServiceOptions& options) {
+  if (backend == "cpu") return absl::OkStatus();
+  if (backend != "cuda") return absl::InvalidArgumentError("--backend '" + backend + "' is not one of cpu, cuda");
+#if BATON_HAVE_CUDA
+  BATON_ASSIGN_OR_RETURN(options.backend_factory, cuda::make_cuda_prefill_backend_factory(cuda::CudaBackendOptions{}));
+  return absl::OkStatus();
+#else
+  (void)options;
+  return absl::FailedPreconditionError("--backend cuda: this baton was built without CUDA");
+#endif
 }
 
 // Redis's used_memory, bytes, summed over every node the client knows
@@ -164,14 +182,15 @@ absl::Status bench_prefill_service(const Args& args) {
   std::string codec_name = "int8";
   int64_t prompt_len = 1024, chunk_tokens = 256;
   double cached_fraction = 0.75;
-  std::string state_url;
+  std::string state_url, backend = "cpu";
   FlagSet flags("baton bench prefill-service",
                 "--model FILE [--prompt-len N] [--cached-fraction F] [--state redis://HOST:PORT] [--json]",
-                "baton-prefill on loopback (real server, real gRPC client, CPU backend): time to the first KV "
+                "baton-prefill on loopback (real server, real gRPC client, CPU or CUDA backend): time to the first KV "
                 "block vs the whole stream, prefill tokens/s, and the prefix-cache speedup for a prompt whose "
                 "first F of the tokens were prefilled before.");
   flags.add_string("model", &c.model, "GGUF model file the service loads", "FILE");
   flags.add_int64("threads", &c.threads, "CPU threads of the service's backend");
+  flags.add_string("backend", &backend, "compute backend: cpu or cuda (GPU 0)", "NAME");
   flags.add_int64("prompt-len", &prompt_len, "prompt tokens");
   flags.add_int64("chunk-tokens", &chunk_tokens, "tokens per compute chunk / stream slice");
   flags.add_double("cached-fraction", &cached_fraction, "share of the second prompt that the first one covers");
@@ -192,9 +211,13 @@ absl::Status bench_prefill_service(const Args& args) {
                             : codec_name == "int8" ? v1::KV_CODEC_INT8
                                                    : v1::KV_CODEC_UNSPECIFIED;
   if (codec == v1::KV_CODEC_UNSPECIFIED) return absl::InvalidArgumentError("--codec must be f16, int8 or int4");
+  if (!state_url.empty() && backend != "cpu") {
+    return absl::InvalidArgumentError("--state measures the CPU backend's replicas; leave --backend out");
+  }
   if (!state_url.empty()) return bench_shared_state(c, state_url, prompt_len, chunk_tokens, codec, codec_name);
 
-  const PrefillServiceOptions options = bench_service_options(c, prompt_len, chunk_tokens);
+  PrefillServiceOptions options = bench_service_options(c, prompt_len, chunk_tokens);
+  BATON_RETURN_IF_ERROR(select_bench_backend(backend, options));
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, InProcessCloud::Start(options));
   BATON_RETURN_IF_ERROR(cloud->Load(c.model));
   BATON_ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, Model::Load(c.model));
@@ -215,6 +238,7 @@ absl::Status bench_prefill_service(const Args& args) {
   BenchReport report(absl::StrFormat("baton-prefill on loopback: %d-token prompt, %s, %d threads, chunk %d, codec %s",
                                      prompt_len, spec.arch, c.threads, chunk_tokens, codec_name));
   report.add_text("backend", "backend", cold.producer.backend());
+  report.add_text("codec", "codec", codec_name);
   report.add_int("n_layer", "layers", spec.n_layer);
   report.add_int("chunks", "compute chunks", chunks);
   report.add("first_block_ms", "cold: time to first KV block", cold.first_block_ms, "ms", 1);
@@ -229,6 +253,8 @@ absl::Status bench_prefill_service(const Args& args) {
   report.add("stream_tokens_per_s", "cold: tokens/s end to end (to trailer)",
              static_cast<double>(prompt_len) * 1000.0 / cold.total_ms, "tok/s", 1);
   report.add_int("wire_bytes", "cold: KV payload bytes", static_cast<long long>(cold.wire_bytes), "B");
+  report.add("stream_mb_per_s", "cold: KV payload MB/s end to end (to trailer)",
+             static_cast<double>(cold.wire_bytes) / 1e3 / cold.total_ms, "MB/s", 1);
   report.add_int("warm_cached_tokens", "warm: tokens from the prefix cache", warm.producer.cached_tokens());
   report.add_int("warm_computed_tokens", "warm: tokens computed", warm.producer.computed_tokens());
   report.add("warm_total_ms", "warm: time to trailer", warm.total_ms, "ms", 1);

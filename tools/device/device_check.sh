@@ -18,8 +18,11 @@
 #
 # Environment: BATON_BUILD_DIR (default build-cuda) for --prepare; OUT;
 # BATON_BIN; DEVICE_CHECK_SHAPES (default "llama-3.2-1b llama-3.2-3b");
-# DEVICE_CHECK_TOKENS (default 2048,8192,32768); DEVICE_CHECK_FORCE=1 runs
-# every step even without a GPU (to test this script itself).
+# DEVICE_CHECK_TOKENS (default 2048,8192,32768); DEVICE_CHECK_BUDGET (seconds
+# for the tests and benches, default 450); DEVICE_CHECK_SERVICE_TOKENS (the
+# prompt of the end-to-end stream step, default 8192; 0 leaves it out);
+# DEVICE_CHECK_FORCE=1 runs every step even without a GPU (to test this
+# script itself).
 set -u -o pipefail
 
 repo_root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -47,6 +50,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
 fi
 
 start_time=$SECONDS
+budget="${DEVICE_CHECK_BUDGET:-450}"
 out_dir="${OUT:-$repo_root/device-check}"
 mkdir -p "$out_dir"
 report="$out_dir/device_check.md"
@@ -164,9 +168,9 @@ say ""
 say "## baton bench prefill-cuda (tokens $tokens)"
 : >"$out_dir/bench.jsonl"
 for shape in $shapes; do
-  left=$((450 - (SECONDS - start_time)))
+  left=$((budget - (SECONDS - start_time)))
   if [[ $left -lt 60 ]]; then
-    say "- $shape: skipped, $left s left of the 8-minute budget"
+    say "- $shape: skipped, $left s left of the $budget s budget"
     continue
   fi
   timeout "$left" "$bin_dir/baton" bench prefill-cuda --shape "$shape" --tokens "$tokens" --json \
@@ -182,7 +186,7 @@ for shape in $shapes; do
 done
 # The first tensor-core kernel (WMMA, S/P/O in shared memory) at the target
 # point, to compare with the default (mma.sync) one, when time is left.
-left=$((450 - (SECONDS - start_time)))
+left=$((budget - (SECONDS - start_time)))
 if [[ -z "${DEVICE_CHECK_SHAPES:-}" && $left -ge 90 ]]; then
   timeout "$left" "$bin_dir/baton" bench prefill-cuda --shape llama-3.2-3b --tokens 8192 --attention wmma --json \
     >>"$out_dir/bench.jsonl" 2>>"$out_dir/bench.err" || say "- llama-3.2-3b with wmma attention: failed (see bench.err)"
@@ -205,7 +209,46 @@ EOF
 else
   sed 's/^/    /' "$out_dir/bench.jsonl" | tee -a "$report"
 fi
+# 6. End to end: a baton-prefill service on the CUDA backend streaming to a
+# gRPC client on loopback (quantize + zstd on the host CPU), per codec.
+service_tokens="${DEVICE_CHECK_SERVICE_TOKENS:-8192}"
+if [[ "$service_tokens" != 0 ]]; then
+  say ""
+  say "## baton bench prefill-service --backend cuda ($service_tokens-token prompt, llama-3.2-1b F16)"
+  : >"$out_dir/service.jsonl"
+  model_dir="$(mktemp -d)"
+  left=$((budget - (SECONDS - start_time)))
+  if [[ $left -ge 60 ]] && timeout "$left" "$bin_dir/baton" model synth --shape llama-3.2-1b --type f16 \
+      -o "$model_dir/1b-f16.gguf" >>"$out_dir/bench.err" 2>&1; then
+    for codec in int8 int4 f16; do
+      left=$((budget - (SECONDS - start_time)))
+      if [[ $left -lt 30 ]]; then
+        say "- codec $codec: skipped, $left s left of the $budget s budget"
+        continue
+      fi
+      timeout "$left" "$bin_dir/baton" bench prefill-service --backend cuda --model "$model_dir/1b-f16.gguf" \
+        --prompt-len "$service_tokens" --chunk-tokens 2048 --codec "$codec" --threads 8 --json \
+        >>"$out_dir/service.jsonl" 2>>"$out_dir/bench.err" || say "- codec $codec: failed (see bench.err)"
+    done
+  else
+    say "- no model for the service step (see bench.err)"
+  fi
+  rm -rf "$model_dir"
+  if command -v python3 >/dev/null; then
+    python3 - "$out_dir/service.jsonl" <<'EOF' | tee -a "$report"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print("| codec | backend | compute ms | encode tail ms | first block ms | total ms | first / total | KV MB | KV MB/s |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    print(f"| {r.get('codec', '?')} | {r['backend']} | {r['prefill_ms']:.1f} | {r['encode_tail_ms']:.1f} | "
+          f"{r['first_block_ms']:.1f} | {r['total_ms']:.1f} | {r['first_block_fraction']:.4f} | "
+          f"{r['wire_bytes'] / 1e6:.1f} | {r['stream_mb_per_s']:.1f} |")
+EOF
+  fi
+fi
+
 say ""
 say "Targets (issue 6): llama-3.2-3b at 8K tokens >= 0.40 of 989 TFLOP/s; first KV block < 0.1 of the total."
-say "Total: $(elapsed) s. Logs: cuda_tests.log, bench.jsonl, bench.err$([[ -f "$out_dir/build.log" ]] && echo ', build.log')."
+say "Total: $(elapsed) s. Logs: cuda_tests.log, bench.jsonl, service.jsonl, bench.err$([[ -f "$out_dir/build.log" ]] && echo ', build.log')."
 [[ $tests_rc -eq 0 ]]
