@@ -54,6 +54,7 @@ struct PrefillConfig {
   std::string backend = "auto";         // auto | cuda | cpu
   std::string cpu_matmul = "exact";     // exact | bf16: F16/BF16 weights on the CPU backend
   int64_t threads = 0;                  // CPU threads; 0: one per core
+  int64_t encode_threads = 0;           // threads encoding one request's blocks; 0: auto
   int64_t max_running = 4;              // requests computing at once
   int64_t max_queued = 64;              // requests waiting; more get RESOURCE_EXHAUSTED
   int64_t max_context_tokens = 0;       // longest prompt; 0: the model's trained context
@@ -99,6 +100,9 @@ void register_flags(FlagSet& flags, PrefillConfig& config) {
                    "error per product, several times faster; exact where the CPU lacks it)",
                    "MODE");
   flags.add_int64("threads", &config.threads, "CPU threads; 0: one per core");
+  flags.add_int64("encode-threads", &config.encode_threads,
+                  "threads encoding (quantize + zstd) one request's KV blocks; 0: 1 on the CPU backend, "
+                  "min(8, cores) on the CUDA backend");
   flags.add_int64("max-running", &config.max_running, "requests computing at once");
   flags.add_int64("max-queued", &config.max_queued,
                   "requests waiting for a slot; more are refused with a retry hint");
@@ -225,11 +229,11 @@ absl::Status validate(const FlagSet& flags, const PrefillConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--codec: '", config.default_codec, "' is not one of f16, int8, int4"));
   }
-  if (config.threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
+  if (config.threads < 0 || config.encode_threads < 0 || config.max_running < 1 || config.max_queued < 0 ||
       config.max_context_tokens < 0 || config.chunk_tokens < 1 || config.write_stall_timeout.count() < 0 ||
       config.max_pack_calls < 1 || config.state_ttl.count() < 0) {
     return absl::InvalidArgumentError(
-        "--threads, --max-queued, --max-context, --write-stall-timeout and --state-ttl must be >= 0; "
+        "--threads, --encode-threads, --max-queued, --max-context, --write-stall-timeout and --state-ttl must be >= 0; "
         "--max-running, --chunk-tokens and --max-pack-calls >= 1");
   }
   if (config.state_timeout.count() <= 0 || config.state_connect_timeout.count() <= 0) {
@@ -285,6 +289,7 @@ absl::Status select_backend(const PrefillConfig& config, PrefillServiceOptions& 
 int run_prefill_service(const PrefillConfig& config) {
   PrefillServiceOptions options;
   options.threads = static_cast<int>(config.threads);
+  options.encode_threads = static_cast<int>(config.encode_threads);
   options.max_running = static_cast<int>(config.max_running);
   options.max_queued = static_cast<int>(config.max_queued);
   options.max_context_tokens = config.max_context_tokens;

@@ -19,6 +19,7 @@
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
+#include "common/util/thread_pool.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace baton {
@@ -301,8 +302,14 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   result.reused_tokens = reused;
   result.computed_tokens = end - reused;
 
-  // 3. The header goes out at once; blocks follow as layers complete.
-  KvStreamWriter writer(sink);
+  // 3. The header goes out at once; blocks follow as layers complete. With
+  // encode_threads > 1 each range's blocks are encoded at once on a pool
+  // that only the encoder thread calls (the same bytes either way).
+  std::unique_ptr<ThreadPool> encode_pool;
+  if (env.encode_threads > 1) encode_pool = std::make_unique<ThreadPool>(env.encode_threads, Pinning::kNever);
+  KvStreamWriterOptions writer_options;
+  writer_options.encode_pool = encode_pool.get();
+  KvStreamWriter writer(sink, writer_options);
   KvStreamHeaderInfo info;
   info.model = *env.fingerprint;
   info.codec = input.codec;

@@ -24,6 +24,7 @@
 #include "common/util/clock.h"
 #include "common/util/log.h"
 #include "common/util/sha256.h"
+#include "common/util/thread_pool.h"
 #include "common/util/version.h"
 
 namespace baton {
@@ -531,7 +532,7 @@ grpc::ServerWriteReactor<v1::KvStreamMessage>* PrefillService::Prefill(grpc::Cal
     }
     ++running_;
     const PrefillJobEnv env{model_.get(), &fingerprint_, prefix_cache_.get(), session_cache_.get(),
-                            state_tier_.get(), tokenizer_.get()};
+                            state_tier_.get(), tokenizer_.get(), encode_threads()};
     absl::StatusOr<PrefillJobResult> result = run_prefill_job(
         *shared_plan, env, *backend,
         [reactor](const v1::KvStreamMessage& message) { return reactor->push(message); },
@@ -616,6 +617,11 @@ grpc::ServerWriteReactor<v1::KvCalibrationChunk>* PrefillService::GetKvCalibrati
     return new KvCalibrationReactor(absl::NotFoundError("this cloud holds no KV calibration (--kv-calibration)"));
   }
   return new KvCalibrationReactor(calibration_bytes_, calibration_digest_, fingerprint_.digest);
+}
+
+int PrefillService::encode_threads() const {
+  if (options_.encode_threads > 0) return options_.encode_threads;
+  return options_.backend_factory ? std::min(8, resolve_thread_count(0)) : 1;
 }
 
 }  // namespace baton

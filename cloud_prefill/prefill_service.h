@@ -92,6 +92,11 @@ struct PrefillServiceOptions {
   int max_queued = 64;                // requests waiting; more get RESOURCE_EXHAUSTED
   int64_t max_context_tokens = 0;     // longest prompt, tokens; 0: the model's n_ctx_train
   int chunk_tokens = 256;             // tokens per prefill chunk and stream slice when unset
+  // Threads encoding (quantize + zstd) one request's blocks; 0: auto, one
+  // with the CPU engine (its threads compute while the encoder runs beside
+  // them), min(8, cores) with a backend_factory (a GPU leaves the CPU free,
+  // and one encoder thread fell 6x behind an H200's prefill).
+  int encode_threads = 0;
   KvCodecConfig::Bits default_codec = KvCodecConfig::Bits::kInt8;  // request codec unset
   int zstd_level = 3;                 // request zstd_level unset
   uint32_t retry_after_ms = 1000;     // hint sent with UNAVAILABLE / RESOURCE_EXHAUSTED
@@ -188,6 +193,8 @@ class PrefillService final : public v1::Prefill::CallbackService {
   PackLibraryStats pack_library_stats() const { return pack_library_ ? pack_library_->stats() : PackLibraryStats{}; }
   // What admission reserves for a request (its KV caches and stream queue).
   uint64_t prefill_memory_bytes(const PrefillJobInput& plan) const;
+  // Threads encoding one request's blocks (options.encode_threads resolved).
+  int encode_threads() const;
 
  private:
   friend class PutPrefixReactor;

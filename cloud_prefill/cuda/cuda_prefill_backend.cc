@@ -1,6 +1,7 @@
 #include "cloud_prefill/cuda/cuda_prefill_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 
@@ -80,6 +81,9 @@ struct CudaPrefillBackend::Impl {
   cublasHandle_t cublas = nullptr;
   std::vector<cudaEvent_t> layer_computed;  // [depth]: layer L's K/V staging rows are written
   std::vector<cudaEvent_t> copy_done;       // [depth]: layer L's rows are in pinned memory
+  // options.profile: timing events, [0] start, [1] end, then a begin/end
+  // pair per attention launch; grown on demand.
+  std::vector<cudaEvent_t> timing;
 
   std::unique_ptr<ThreadPool> host_pool;  // copies pinned K/V rows into the host cache
 
@@ -115,6 +119,7 @@ CudaPrefillBackend::~CudaPrefillBackend() {
   shared_->kv_pool->release(impl_->blocks);
   for (cudaEvent_t e : impl_->layer_computed) cudaEventDestroy(e);
   for (cudaEvent_t e : impl_->copy_done) cudaEventDestroy(e);
+  for (cudaEvent_t e : impl_->timing) cudaEventDestroy(e);
   if (impl_->cublas != nullptr) cublasDestroy(impl_->cublas);
   if (impl_->compute != nullptr) cudaStreamDestroy(impl_->compute);
   if (impl_->copy != nullptr) cudaStreamDestroy(impl_->copy);
@@ -253,6 +258,17 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
     device_tokens_ = start;
   }
 
+  // Timing events (profile): start, end, and a pair per attention launch.
+  timings_ = CudaPrefillTimings{};
+  const int64_t n_batches = (n + m_max - 1) / m_max;
+  const size_t n_timing = options_.profile ? static_cast<size_t>(2 + 2 * s.n_layer * n_batches) : 0;
+  while (impl.timing.size() < n_timing) {
+    cudaEvent_t e = nullptr;
+    BATON_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    impl.timing.push_back(e);
+  }
+  if (options_.profile) BATON_CUDA_RETURN_IF_ERROR(cudaEventRecord(impl.timing[0], impl.compute));
+
   std::copy(tokens.begin(), tokens.end(), impl.tokens_pinned.as<int32_t>());
   BATON_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl.tokens.get(), impl.tokens_pinned.get(), sizeof(int32_t) * n,
                                              cudaMemcpyHostToDevice, impl.compute));
@@ -300,7 +316,10 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
       attn.head_dim = s.head_dim;
       attn.layer = layer;
       attn.scale = scale;
+      const size_t pair = 2 + 2 * static_cast<size_t>(layer * n_batches + b / m_max);
+      if (options_.profile) BATON_CUDA_RETURN_IF_ERROR(cudaEventRecord(impl.timing[pair], impl.compute));
       BATON_CUDA_RETURN_IF_ERROR(attention_kernel(attn, impl.q.get(), view, impl.attn.get(), impl.compute));
+      if (options_.profile) BATON_CUDA_RETURN_IF_ERROR(cudaEventRecord(impl.timing[pair + 1], impl.compute));
       BATON_RETURN_IF_ERROR(
           gemm_xwt(impl.cublas, dtype, lw.wo.get(), d, q_dim, impl.attn.get(), m, CudaDType::kF32, x_b, 1.0f));
       BATON_CUDA_RETURN_IF_ERROR(launch_rmsnorm(x_b, lw.ffn_norm.as<float>(), m, static_cast<int>(d), s.norm_eps,
@@ -329,7 +348,9 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
   const int64_t n_pieces = (n + kRowsPerPiece - 1) / kRowsPerPiece;
   auto consume_layer = [&](int layer) -> absl::Status {
     const int slot = layer % depth;
+    const auto wait_start = std::chrono::steady_clock::now();
     BATON_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(impl.copy_done[slot]));
+    const auto store_start = std::chrono::steady_clock::now();
     impl.host_pool->parallel_for(n_pieces, [&](int64_t begin, int64_t end) {
       for (int64_t piece = begin; piece < end; ++piece) {
         const int64_t r0 = piece * kRowsPerPiece;
@@ -340,7 +361,13 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
         BATON_CHECK(st.ok(), "F32KvCache::store failed after the capacity check");
       }
     });
-    return layer_done ? layer_done(layer) : absl::OkStatus();
+    const auto store_end = std::chrono::steady_clock::now();
+    absl::Status done = layer_done ? layer_done(layer) : absl::OkStatus();
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    timings_.host_wait_ms += ms(wait_start, store_start);
+    timings_.host_store_ms += ms(store_start, store_end);
+    timings_.layer_done_ms += ms(store_end, std::chrono::steady_clock::now());
+    return done;
   };
 
   absl::Status status = [&]() -> absl::Status {
@@ -350,6 +377,7 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
       // All slots in flight: the host takes the oldest before queuing more.
       if (layer - next_to_consume + 1 >= depth) BATON_RETURN_IF_ERROR(consume_layer(next_to_consume++));
     }
+    if (options_.profile) BATON_CUDA_RETURN_IF_ERROR(cudaEventRecord(impl.timing[1], impl.compute));
     while (next_to_consume < s.n_layer) BATON_RETURN_IF_ERROR(consume_layer(next_to_consume++));
     if (last_logits != nullptr) {
       BATON_RETURN_IF_ERROR(impl.logits.reserve(sizeof(float) * s.n_vocab));
@@ -362,6 +390,15 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
                                                  cudaMemcpyDeviceToHost, impl.compute));
     }
     BATON_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl.compute));
+    if (options_.profile) {
+      float elapsed = 0;
+      BATON_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&elapsed, impl.timing[0], impl.timing[1]));
+      timings_.gpu_ms = elapsed;
+      for (size_t i = 2; i < n_timing; i += 2) {
+        BATON_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&elapsed, impl.timing[i], impl.timing[i + 1]));
+        timings_.attention_ms += elapsed;
+      }
+    }
     return absl::OkStatus();
   }();
   if (!status.ok()) {

@@ -58,6 +58,19 @@ struct CudaBackendOptions {
   double kv_pool_fraction = 0.4;        // of the device memory free after the weights
   int pipeline_depth = 3;               // K/V staging slots (>= 1): layers the GPU may run ahead
   int host_copy_threads = 0;            // threads copying K/V rows into the host cache; 0: min(8, cores)
+  // Times the GPU's part of each prefill with CUDA events (the whole
+  // compute stream, and the attention kernels alone): last_timings().
+  bool profile = false;
+};
+
+// Where the last prefill's time went. The host figures are always
+// measured; the GPU ones only with CudaBackendOptions::profile.
+struct CudaPrefillTimings {
+  double gpu_ms = 0;         // compute stream: embedding to the last layer (waits on staging slots included)
+  double attention_ms = 0;   // the attention kernels' share of gpu_ms
+  double host_wait_ms = 0;   // host thread waiting for layers' K/V copies to land in pinned memory
+  double host_store_ms = 0;  // pinned rows -> host cache (host_copy_threads)
+  double layer_done_ms = 0;  // the caller's layer_done callbacks
 };
 
 // What every backend of one model shares: weights and the device KV pool.
@@ -93,6 +106,7 @@ class CudaPrefillBackend final : public PrefillBackend {
 
   // Positions of the current sequence whose K/V are on the device.
   int64_t device_tokens() const { return device_tokens_; }
+  const CudaPrefillTimings& last_timings() const { return timings_; }
   const CudaSharedModel& shared() const { return *shared_; }
 
  private:
@@ -103,6 +117,7 @@ class CudaPrefillBackend final : public PrefillBackend {
   CudaBackendOptions options_;
   std::unique_ptr<Impl> impl_;
   int64_t device_tokens_ = 0;
+  CudaPrefillTimings timings_;
 };
 
 // Convenience for tools and tests: shared state for `model` plus one backend.

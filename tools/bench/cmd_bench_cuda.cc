@@ -41,7 +41,7 @@ struct CudaBenchFlags {
   std::string shape = "llama-3.2-1b", model_path, tokens_list = "2048,8192,32768", compute = "auto";
   std::string attention = "flash", weight_type = "f16";
   int64_t layers = 0, batch = 8192, depth = 3, block_tokens = 256;
-  bool json = false;
+  bool json = false, profile = false;
   std::vector<int64_t> sizes;  // from tokens_list
 };
 
@@ -63,6 +63,8 @@ absl::StatusOr<bool> parse_cuda_flags(const Args& args, CudaBenchFlags& f) {
   flags.add_int64("batch", &f.batch, "tokens per GEMM sub-batch");
   flags.add_int64("depth", &f.depth, "K/V staging slots (layers the GPU may run ahead of the host)");
   flags.add_int64("block-tokens", &f.block_tokens, "positions per device KV block");
+  flags.add_bool("profile", &f.profile,
+                 "time the GPU's part with CUDA events: the compute stream and the attention kernels alone");
   flags.add_bool("json", &f.json, "print one JSON object per prompt size instead of tables");
   BATON_ASSIGN_OR_RETURN(const bool run, parse_bench_flags(flags, args));
   if (!run) return false;
@@ -158,6 +160,7 @@ absl::StatusOr<BenchReport> measure_size(const CudaBenchFlags& f, const Model& m
   r.add_int("layers", "layers", s.n_layer);
   r.add_int("tokens", "tokens", n);
   r.add_text("attention", "attention kernel", f.attention);
+  r.add_int("depth", "K/V staging slots", f.depth);
   r.add("prefill_tok_per_s", "prefill", n / seconds, "tok/s", 0);
   r.add("prefill_seconds", "time", seconds, "s", 4);
   r.add("tflop_per_s", "achieved", flops_per_s / 1e12, "TFLOP/s", 1);
@@ -167,6 +170,19 @@ absl::StatusOr<BenchReport> measure_size(const CudaBenchFlags& f, const Model& m
   r.add("first_kv_block_ms", "time to first KV block", first_s * 1e3, "ms", 2);
   r.add("first_kv_block_fraction", "first KV block / total", first_s / seconds, "", 3);
   r.add("weights_upload_s", "weights upload (once)", upload_s, "s", 2);
+  const cuda::CudaPrefillTimings& t = backend.last_timings();
+  r.add("host_wait_ms", "host: waiting for K/V copies", t.host_wait_ms, "ms", 2);
+  r.add("host_store_ms", "host: K/V rows into the cache", t.host_store_ms, "ms", 2);
+  if (f.profile) {
+    r.add("gpu_ms", "GPU: compute stream (embedding to last layer)", t.gpu_ms, "ms", 2);
+    r.add("gpu_tflop_per_s", "GPU: achieved over the compute stream's time",
+          (matmul_flops + attention_flops) / (t.gpu_ms * 1e-3) / 1e12, "TFLOP/s", 1);
+    r.add("attention_ms", "GPU: attention kernels", t.attention_ms, "ms", 2);
+    r.add("attention_tflop_per_s", "GPU: attention kernels' rate", attention_flops / (t.attention_ms * 1e-3) / 1e12,
+          "TFLOP/s", 1);
+    r.add("other_gpu_tflop_per_s", "GPU: GEMMs and the rest, rate", matmul_flops / ((t.gpu_ms - t.attention_ms) * 1e-3) / 1e12,
+          "TFLOP/s", 1);
+  }
   r.add_text("backend", "backend", backend.name());
   return r;
 }
@@ -188,6 +204,7 @@ absl::Status bench_prefill_cuda(const Args& args) {
   options.max_batch_tokens = static_cast<int>(f.batch);
   options.pipeline_depth = static_cast<int>(f.depth);
   options.kv_block_tokens = static_cast<int>(f.block_tokens);
+  options.profile = f.profile;
   options.kv_pool_tokens = *std::max_element(f.sizes.begin(), f.sizes.end()) + f.block_tokens;
   const auto upload_start = Clock::now();
   BATON_ASSIGN_OR_RETURN(const auto backend, cuda::make_cuda_prefill_backend(*model, options));

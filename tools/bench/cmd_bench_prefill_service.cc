@@ -183,6 +183,7 @@ absl::Status bench_prefill_service(const Args& args) {
   int64_t prompt_len = 1024, chunk_tokens = 256;
   double cached_fraction = 0.75;
   std::string state_url, backend = "cpu";
+  int64_t encode_threads = 0;
   FlagSet flags("baton bench prefill-service",
                 "--model FILE [--prompt-len N] [--cached-fraction F] [--state redis://HOST:PORT] [--json]",
                 "baton-prefill on loopback (real server, real gRPC client, CPU or CUDA backend): time to the first KV "
@@ -191,6 +192,8 @@ absl::Status bench_prefill_service(const Args& args) {
   flags.add_string("model", &c.model, "GGUF model file the service loads", "FILE");
   flags.add_int64("threads", &c.threads, "CPU threads of the service's backend");
   flags.add_string("backend", &backend, "compute backend: cpu or cuda (GPU 0)", "NAME");
+  flags.add_int64("encode-threads", &encode_threads,
+                  "threads encoding the stream's blocks, as baton-prefill --encode-threads (0: auto)");
   flags.add_int64("prompt-len", &prompt_len, "prompt tokens");
   flags.add_int64("chunk-tokens", &chunk_tokens, "tokens per compute chunk / stream slice");
   flags.add_double("cached-fraction", &cached_fraction, "share of the second prompt that the first one covers");
@@ -218,6 +221,8 @@ absl::Status bench_prefill_service(const Args& args) {
 
   PrefillServiceOptions options = bench_service_options(c, prompt_len, chunk_tokens);
   BATON_RETURN_IF_ERROR(select_bench_backend(backend, options));
+  if (encode_threads < 0) return absl::InvalidArgumentError("--encode-threads must be >= 0");
+  options.encode_threads = static_cast<int>(encode_threads);
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCloud> cloud, InProcessCloud::Start(options));
   BATON_RETURN_IF_ERROR(cloud->Load(c.model));
   BATON_ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, Model::Load(c.model));
@@ -239,6 +244,7 @@ absl::Status bench_prefill_service(const Args& args) {
                                      prompt_len, spec.arch, c.threads, chunk_tokens, codec_name));
   report.add_text("backend", "backend", cold.producer.backend());
   report.add_text("codec", "codec", codec_name);
+  report.add_int("encode_threads", "encode threads (0: auto)", encode_threads);
   report.add_int("n_layer", "layers", spec.n_layer);
   report.add_int("chunks", "compute chunks", chunks);
   report.add("first_block_ms", "cold: time to first KV block", cold.first_block_ms, "ms", 1);

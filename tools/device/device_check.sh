@@ -184,6 +184,32 @@ for shape in $shapes; do
   cat "$out_dir/bench_$shape.err" >>"$out_dir/bench.err"
   rm -f "$out_dir/bench_$shape.err"
 done
+# Where the time goes (--profile: CUDA events on the compute stream and
+# around the attention kernels; host wait and store times), at the target
+# point with 3 and with 8 staging slots (8: the GPU may run further ahead of
+# the host), when time is left.
+left=$((budget - (SECONDS - start_time)))
+if [[ -z "${DEVICE_CHECK_SHAPES:-}" && $left -ge 90 ]]; then
+  : >"$out_dir/profile.jsonl"
+  for depth in 3 8; do
+    timeout "$left" "$bin_dir/baton" bench prefill-cuda --shape llama-3.2-3b --tokens 8192,32768 --depth "$depth" \
+      --profile --json >>"$out_dir/profile.jsonl" 2>>"$out_dir/bench.err" || say "- profile, depth $depth: failed (see bench.err)"
+  done
+  if command -v python3 >/dev/null; then
+    say ""
+    say "### Profile (llama-3.2-3b, CUDA events)"
+    python3 - "$out_dir/profile.jsonl" <<'EOF' | tee -a "$report"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print("| tokens | depth | total ms | GPU ms | attention ms | attention TFLOP/s | GEMMs+rest TFLOP/s | GPU-only TFLOP/s | host wait ms | host store ms |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    print(f"| {r['tokens']} | {r['depth']} | {r['prefill_seconds'] * 1e3:.1f} | {r['gpu_ms']:.1f} | "
+          f"{r['attention_ms']:.1f} | {r['attention_tflop_per_s']:.1f} | {r['other_gpu_tflop_per_s']:.1f} | "
+          f"{r['gpu_tflop_per_s']:.1f} | {r['host_wait_ms']:.1f} | {r['host_store_ms']:.1f} |")
+EOF
+  fi
+fi
 # The first tensor-core kernel (WMMA, S/P/O in shared memory) at the target
 # point, to compare with the default (mma.sync) one, when time is left.
 left=$((budget - (SECONDS - start_time)))
@@ -220,14 +246,16 @@ if [[ "$service_tokens" != 0 ]]; then
   left=$((budget - (SECONDS - start_time)))
   if [[ $left -ge 60 ]] && timeout "$left" "$bin_dir/baton" model synth --shape llama-3.2-1b --type f16 \
       -o "$model_dir/1b-f16.gguf" >>"$out_dir/bench.err" 2>&1; then
-    for codec in int8 int4 f16; do
+    for codec in int8 int4 f16 int8/1; do
+      threads=0
+      [[ "$codec" == */* ]] && threads="${codec#*/}" && codec="${codec%/*}"
       left=$((budget - (SECONDS - start_time)))
       if [[ $left -lt 30 ]]; then
         say "- codec $codec: skipped, $left s left of the $budget s budget"
         continue
       fi
       timeout "$left" "$bin_dir/baton" bench prefill-service --backend cuda --model "$model_dir/1b-f16.gguf" \
-        --prompt-len "$service_tokens" --chunk-tokens 2048 --codec "$codec" --threads 8 --json \
+        --prompt-len "$service_tokens" --chunk-tokens 2048 --codec "$codec" --threads 8 --encode-threads "$threads" --json \
         >>"$out_dir/service.jsonl" 2>>"$out_dir/bench.err" || say "- codec $codec: failed (see bench.err)"
     done
   else
@@ -238,10 +266,10 @@ if [[ "$service_tokens" != 0 ]]; then
     python3 - "$out_dir/service.jsonl" <<'EOF' | tee -a "$report"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print("| codec | backend | compute ms | encode tail ms | first block ms | total ms | first / total | KV MB | KV MB/s |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| codec | encode threads (0: auto) | backend | compute ms | encode tail ms | first block ms | total ms | first / total | KV MB | KV MB/s |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
-    print(f"| {r.get('codec', '?')} | {r['backend']} | {r['prefill_ms']:.1f} | {r['encode_tail_ms']:.1f} | "
+    print(f"| {r.get('codec', '?')} | {r.get('encode_threads', '?')} | {r['backend']} | {r['prefill_ms']:.1f} | {r['encode_tail_ms']:.1f} | "
           f"{r['first_block_ms']:.1f} | {r['total_ms']:.1f} | {r['first_block_fraction']:.4f} | "
           f"{r['wire_bytes'] / 1e6:.1f} | {r['stream_mb_per_s']:.1f} |")
 EOF
@@ -250,5 +278,5 @@ fi
 
 say ""
 say "Targets (issue 6): llama-3.2-3b at 8K tokens >= 0.40 of 989 TFLOP/s; first KV block < 0.1 of the total."
-say "Total: $(elapsed) s. Logs: cuda_tests.log, bench.jsonl, service.jsonl, bench.err$([[ -f "$out_dir/build.log" ]] && echo ', build.log')."
+say "Total: $(elapsed) s. Logs: cuda_tests.log, bench.jsonl, profile.jsonl, service.jsonl, bench.err$([[ -f "$out_dir/build.log" ]] && echo ', build.log')."
 [[ $tests_rc -eq 0 ]]
