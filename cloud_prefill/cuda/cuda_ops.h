@@ -76,6 +76,13 @@ cudaError_t launch_flash_attention(const AttentionParams& params, const void* q,
                                    cudaStream_t stream);
 bool flash_attention_supports(int head_dim);
 
+// The same kernel with its K/V tiles pipelined (flash_attention_pipelined.cu):
+// double-buffered in shared memory by cp.async, V's fragments by
+// ldmatrix.trans, masks only on the diagonal tiles. Same head_dims, same
+// arithmetic.
+cudaError_t launch_flash_attention_pipelined(const AttentionParams& params, const void* q, const PagedKvView& kv,
+                                             void* out, cudaStream_t stream);
+
 // The same tiling through the WMMA API with S, P and O in shared memory: the
 // first tensor-core version, kept as a cross-check and fallback (same head_dims).
 cudaError_t launch_flash_attention_wmma(const AttentionParams& params, const void* q, const PagedKvView& kv,

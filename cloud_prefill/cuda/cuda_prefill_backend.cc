@@ -135,9 +135,10 @@ absl::StatusOr<std::unique_ptr<CudaPrefillBackend>> CudaPrefillBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("max_batch_tokens is %d; must be >= 1", options.max_batch_tokens));
   }
-  if (options.attention != "flash" && options.attention != "wmma" && options.attention != "simple") {
+  if (options.attention != "flash" && options.attention != "pipelined" && options.attention != "wmma" &&
+      options.attention != "simple") {
     return absl::InvalidArgumentError(
-        absl::StrFormat("attention '%s' is not one of flash, wmma, simple", options.attention));
+        absl::StrFormat("attention '%s' is not one of flash, pipelined, wmma, simple", options.attention));
   }
   const int head_dim = shared->weights->model().spec().head_dim;
   if (head_dim > 256) {
@@ -277,9 +278,10 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
       launch_embedding_gather(dtype, w.token_embd(), impl.tokens.as<int32_t>(), n, static_cast<int>(d), x, impl.compute));
 
   // The attention kernel (cuda_ops.h): flash (mma.sync), wmma or simple.
-  const auto attention_kernel = options_.attention == "flash"  ? launch_flash_attention
-                                : options_.attention == "wmma" ? launch_flash_attention_wmma
-                                                               : launch_attention_simple;
+  const auto attention_kernel = options_.attention == "flash"       ? launch_flash_attention
+                                : options_.attention == "pipelined" ? launch_flash_attention_pipelined
+                                : options_.attention == "wmma"      ? launch_flash_attention_wmma
+                                                                    : launch_attention_simple;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   // Queues layer `layer` on the compute stream and its K/V copy on the copy stream.
   auto enqueue_layer = [&](int layer) -> absl::Status {

@@ -244,8 +244,10 @@ TEST_P(QkvRopeTest, BiasAndRopeMatchCpuAndFillThePagedStore) {
   }
 }
 
-enum class Kernel { kFlash, kWmma, kSimple };
-const char* kernel_name(Kernel k) { return k == Kernel::kFlash ? "flash" : k == Kernel::kWmma ? "wmma" : "simple"; }
+enum class Kernel { kFlash, kPipelined, kWmma, kSimple };
+const char* kernel_name(Kernel k) {
+  return k == Kernel::kFlash ? "flash" : k == Kernel::kPipelined ? "pipelined" : k == Kernel::kWmma ? "wmma" : "simple";
+}
 
 struct AttentionCase {
   CudaDType dtype;
@@ -259,6 +261,14 @@ class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionTest,
     ::testing::Values(AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kFlash},
+                      AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kF16, 128, 70, 130, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kBF16, 16, 300, 64, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kF16, 32, 5, 1, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kBF16, 128, 1000, 300, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kF16, 64, 2000, 700, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kPipelined},
+                      AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kFlash},
                       AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kWmma},
                       AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kSimple},
                       AttentionCase{CudaDType::kF16, 128, 70, 130, Kernel::kFlash},
@@ -312,9 +322,10 @@ TEST_P(AttentionTest, MatchesTheF32CacheOverEarlierAndCurrentChunk) {
   p.head_dim = c.head_dim;
   p.layer = layer;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const auto launch = c.kernel == Kernel::kFlash  ? launch_flash_attention
-                     : c.kernel == Kernel::kWmma ? launch_flash_attention_wmma
-                                                 : launch_attention_simple;
+  const auto launch = c.kernel == Kernel::kFlash       ? launch_flash_attention
+                     : c.kernel == Kernel::kPipelined ? launch_flash_attention_pipelined
+                     : c.kernel == Kernel::kWmma      ? launch_flash_attention_wmma
+                                                      : launch_attention_simple;
   ASSERT_EQ(launch(p, dq.get(), kv.view, out.get(), nullptr), cudaSuccess);
   // Probabilities are rounded to the 16-bit type before P V (flash, wmma),
   // and the output once: a few roundings of the type.

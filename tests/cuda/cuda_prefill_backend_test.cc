@@ -108,6 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{"tiny", 0, GgmlType::kF16, 150, "flash", true},
                       ModelCase{"tiny", 0, GgmlType::kF16, 150, "simple", true},
                       ModelCase{"tiny", 0, GgmlType::kF16, 150, "wmma", true},
+                      ModelCase{"tiny", 0, GgmlType::kF16, 150, "pipelined", true},
+                      ModelCase{"tiny-qwen2", 0, GgmlType::kBF16, 100, "pipelined", true},
                       ModelCase{"tiny-qwen2", 0, GgmlType::kF16, 150, "flash", true},
                       ModelCase{"tiny-llama3", 0, GgmlType::kF16, 150, "flash", true},
                       ModelCase{"tiny", 0, GgmlType::kQ8_0, 100, "flash", true},
@@ -115,6 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny-qwen2", 0, GgmlType::kBF16, 100, "flash", true},
                       ModelCase{"llama-3.2-1b", 2, GgmlType::kF16, 200, "flash", false},
                       ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 130, "flash", false},
+                      ModelCase{"llama-3.2-1b", 2, GgmlType::kF16, 200, "pipelined", false},
+                      ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 300, "pipelined", false},
                       ModelCase{"qwen2.5-0.5b", 2, GgmlType::kF16, 200, "flash", false}),
     [](const auto& param_info) {
       const ModelCase& c = param_info.param;
@@ -194,6 +198,8 @@ class CudaPrefillChunks : public ::testing::Test {
   std::span<const int32_t> range(int64_t from, int64_t to) const {
     return std::span<const int32_t>(tokens_.data() + from, static_cast<size_t>(to - from));
   }
+  // Three chunks (64, 51, 35 tokens) against one shot, K/V and logits.
+  void chunked_equals_one_shot();
   // One-shot prefill of all tokens by a fresh backend.
   void one_shot(F32KvCache& kv, std::vector<float>& logits) {
     auto backend = make_cuda_prefill_backend(*model_, options_);
@@ -206,7 +212,16 @@ class CudaPrefillChunks : public ::testing::Test {
   std::vector<int32_t> tokens_;
 };
 
-TEST_F(CudaPrefillChunks, ChunkedEqualsOneShot) {
+TEST_F(CudaPrefillChunks, ChunkedEqualsOneShot) { chunked_equals_one_shot(); }
+
+// The pipelined attention kernel over paged blocks of 16 positions (a 64-key
+// tile spans four of them) and chunks that start mid-tile.
+TEST_F(CudaPrefillChunks, ChunkedEqualsOneShotWithThePipelinedKernel) {
+  options_.attention = "pipelined";
+  chunked_equals_one_shot();
+}
+
+void CudaPrefillChunks::chunked_equals_one_shot() {
   auto whole = new_cache();
   std::vector<float> whole_logits;
   one_shot(*whole, whole_logits);

@@ -1,0 +1,344 @@
+// Causal GQA prefill attention: the mma.sync kernel of flash_attention.cu
+// (64 queries of one head per block of 4 warps, 16 rows a warp, S and O in
+// registers, online softmax on the accumulators) with its K/V tiles
+// pipelined. The first H200 run measured that kernel at ~61 TFLOP/s of
+// attention at 8K tokens of the 3B shape, against ~570 for the GEMMs beside
+// it: its warps waited on every tile's global loads (issued and stored to
+// shared memory between two barriers, nothing to overlap them with) and
+// transposed V with 16-bit scalar stores. Here:
+//   - K and V tiles are double-buffered in shared memory and filled with
+//     cp.async (16 bytes a thread, zero-filled past the last key): tile i + 1
+//     is in flight while the warps compute on tile i;
+//   - V stays row-major (16-byte copies like K); P V's B fragments come from
+//     ldmatrix.trans, two 8-dim tiles per x4;
+//   - only tiles that reach past a warp's first query position are masked.
+// Q is staged once through the second buffer's K tile before the first load
+// into it. Same arithmetic as flash_attention.cu (P rounded to the 16-bit
+// type before P V, f32 accumulation), so the same tolerances hold.
+#include "cloud_prefill/cuda/cuda_kernel_util.cuh"
+#include "cloud_prefill/cuda/cuda_ops.h"
+
+namespace baton::cuda {
+namespace {
+
+constexpr int kBlockQ = 64;  // queries per block
+constexpr int kBlockK = 64;  // keys per tile
+constexpr int kWarps = 4;    // kBlockQ / 16
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBlockQ == kBlockK, "Q is staged in a K tile");
+
+template <int kHeadDim>
+struct PipeSmem {
+  static constexpr int kPitch = kHeadDim + 8;  // elements per row: 16-byte aligned, conflict-free for ldmatrix
+  static constexpr size_t kTile = sizeof(uint16_t) * kBlockK * kPitch;  // one K or V tile, bytes
+  static constexpr size_t kBytes = 4 * kTile;  // [stage 0, 1][K, V]
+};
+
+// 16 bytes global -> shared, asynchronous; `fill` false writes zeros (the
+// source address must still be valid).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int src_bytes = fill ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Four 8x8 16-bit matrices, transposed: lanes 8m..8m+7 give the row
+// addresses of matrix m; register m holds matrix m's fragment.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t load32(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(AttentionParams p, const T* __restrict__ q,
+                                                                       KvStore<T> store, T* __restrict__ out) {
+  using S = PipeSmem<kHeadDim>;
+  constexpr int kVectors = kHeadDim / 8;    // 16-byte vectors per row
+  constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
+  constexpr int kKeyTiles = kBlockK / 8;    // n-tiles of S
+  constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O (even: ldmatrix x4 takes two)
+  extern __shared__ __align__(128) unsigned char smem[];
+  const auto k_tile = [](int stage) { return reinterpret_cast<T*>(smem + (2 * stage) * S::kTile); };
+  const auto v_tile = [](int stage) { return reinterpret_cast<T*>(smem + (2 * stage + 1) * S::kTile); };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  // Heaviest (latest) query blocks first: causal work grows with the position.
+  const int64_t q0 = (int64_t{gridDim.x} - 1 - blockIdx.x) * kBlockQ;
+  const int h = blockIdx.y;
+  const int kv_head = h / (p.n_head / p.n_head_kv);
+  const int64_t q_dim = int64_t{p.n_head} * kHeadDim;
+  const int q_rows = static_cast<int>(min_i64(kBlockQ, p.n_queries - q0));
+  const int64_t n_keys = p.pos0 + q0 + q_rows;  // keys any query of the block sees
+  const int n_tiles = static_cast<int>((n_keys + kBlockK - 1) / kBlockK);
+
+  // Q tile -> shared (stage 1's K tile, free until the first prefetch into
+  // it) -> this warp's A fragments (registers, whole kernel).
+  T* q_tile = k_tile(1);
+  for (int idx = threadIdx.x; idx < kBlockQ * kVectors; idx += kThreads) {
+    const int r = idx / kVectors, c = idx % kVectors;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < q_rows) value = reinterpret_cast<const uint4*>(q + (q0 + r) * q_dim + int64_t{h} * kHeadDim)[c];
+    reinterpret_cast<uint4*>(q_tile + r * S::kPitch)[c] = value;
+  }
+  __syncthreads();
+  const int row0 = warp * 16;
+  uint32_t q_frag[kDimSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kDimSteps; ++kk) {
+    const T* base = q_tile + kk * 16 + 2 * t;
+    q_frag[kk][0] = load32(base + (row0 + g) * S::kPitch);
+    q_frag[kk][1] = load32(base + (row0 + g + 8) * S::kPitch);
+    q_frag[kk][2] = load32(base + (row0 + g) * S::kPitch + 8);
+    q_frag[kk][3] = load32(base + (row0 + g + 8) * S::kPitch + 8);
+  }
+  __syncthreads();  // every warp has its Q fragments: stage 1 may be filled
+
+  // Queues the copies of tile `tile`'s K and V rows into `stage` as one group.
+  const auto load_tile = [&](int tile, int stage) {
+    const int64_t k0 = int64_t{tile} * kBlockK;
+    T* kt = k_tile(stage);
+    T* vt = v_tile(stage);
+    for (int idx = threadIdx.x; idx < kBlockK * kVectors; idx += kThreads) {
+      const int r = idx / kVectors, c = idx % kVectors;
+      const bool in = k0 + r < n_keys;
+      const int64_t pos = in ? k0 + r : 0;  // a valid address; the copy writes zeros
+      const int64_t col = int64_t{kv_head} * kHeadDim + c * 8;
+      cp_async16(kt + r * S::kPitch + c * 8, store.row(p.layer, 0, pos) + col, in);
+      cp_async16(vt + r * S::kPitch + c * 8, store.row(p.layer, 1, pos) + col, in);
+    }
+    cp_async_commit();
+  };
+
+  // Rows g and g + 8 of the warp: query index within the block, position.
+  const int row_a = row0 + g, row_b = row0 + g + 8;
+  const int64_t pos_a = p.pos0 + q0 + row_a, pos_b = p.pos0 + q0 + row_b;
+  const int64_t first_pos = p.pos0 + q0 + row0;  // the warp's earliest query
+  const bool valid_a = row_a < q_rows, valid_b = row_b < q_rows;
+  const float scale_log2 = p.scale * kLog2e;  // scores in log2 units: exp2 below
+  float max_a = -INFINITY, max_b = -INFINITY;
+  float sum_a = 0.0f, sum_b = 0.0f;  // this lane's share of the row sums
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  load_tile(0, 0);
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_tile(tile + 1, stage ^ 1);  // the last iteration's barrier freed that stage
+      cp_async_wait<1>();              // this tile's group has landed (the next may still fly)
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // ... for every thread's copies
+    const int64_t k0 = int64_t{tile} * kBlockK;
+    const T* kt = k_tile(stage);
+    const T* vt = v_tile(stage);
+
+    // S = Q K^T: B fragment (k = dim, n = key) from K rows.
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      const T* k_row = kt + (j * 8 + g) * S::kPitch + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < kDimSteps; ++kk) {
+        mma_16816<T>(s[j], q_frag[kk], load32(k_row + kk * 16), load32(k_row + kk * 16 + 8));
+      }
+    }
+
+    // Scale; mask (causal, padding rows and keys) only where the tile
+    // reaches past the warp's first position. Below that every key is at or
+    // before every row's position and inside the context; the rows of a
+    // warp past the block's end read zero Q rows (finite scores) and are
+    // never written.
+    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
+    if (k0 + kBlockK - 1 > first_pos) {
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t key = k0 + j * 8 + 2 * t + e;
+          s[j][e] = valid_a && key <= pos_a ? s[j][e] * scale_log2 : -INFINITY;
+          s[j][2 + e] = valid_b && key <= pos_b ? s[j][2 + e] * scale_log2 : -INFINITY;
+          tile_max_a = fmaxf(tile_max_a, s[j][e]);
+          tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[j][e] *= scale_log2;
+          s[j][2 + e] *= scale_log2;
+          tile_max_a = fmaxf(tile_max_a, s[j][e]);
+          tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {
+      tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
+      tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
+    }
+    const float new_max_a = fmaxf(max_a, tile_max_a), new_max_b = fmaxf(max_b, tile_max_b);
+    // -inf only for padding rows (a valid query always sees key 0 first).
+    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2f(max_a - new_max_a);
+    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2f(max_b - new_max_b);
+    const float sub_a = new_max_a == -INFINITY ? 0.0f : new_max_a;
+    const float sub_b = new_max_b == -INFINITY ? 0.0f : new_max_b;
+    max_a = new_max_a;
+    max_b = new_max_b;
+    sum_a *= alpha_a;
+    sum_b *= alpha_b;
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = exp2f(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
+      s[j][1] = exp2f(s[j][1] - sub_a);
+      s[j][2] = exp2f(s[j][2] - sub_b);
+      s[j][3] = exp2f(s[j][3] - sub_b);
+      sum_a += s[j][0] + s[j][1];
+      sum_b += s[j][2] + s[j][3];
+    }
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+
+    // O += P V: P's A fragment for keys [16 kb, 16 kb + 16) is the S
+    // accumulators of key n-tiles 2 kb and 2 kb + 1. V's B fragments (k =
+    // key, n = dim) by ldmatrix.trans from the row-major tile: lane l points
+    // at key 16 kb + 8 (m & 1) + l % 8 of dims 8 (n + m / 2).., m = l / 8, so
+    // registers 0, 1 are dim tile n's b0, b1 and 2, 3 dim tile n + 1's.
+    const int m_sel = lane / 8, m_row = lane % 8;
+#pragma unroll
+    for (int kb = 0; kb < kBlockK / 16; ++kb) {
+      const uint32_t p_frag[4] = {pack2<T>(s[2 * kb][0], s[2 * kb][1]), pack2<T>(s[2 * kb][2], s[2 * kb][3]),
+                                  pack2<T>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
+                                  pack2<T>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+      const T* v_rows = vt + (kb * 16 + (m_sel & 1) * 8 + m_row) * S::kPitch + (m_sel >> 1) * 8;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_rows + n * 8);
+        mma_16816<T>(o[n], p_frag, b[0], b[1]);
+        mma_16816<T>(o[n + 1], p_frag, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+
+  // Row sums over the quad, then out = O / l.
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, offset);
+    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, offset);
+  }
+  const float inv_a = valid_a ? 1.0f / sum_a : 0.0f, inv_b = valid_b ? 1.0f / sum_b : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+    const int d = n * 8 + 2 * t;
+    if (valid_a) {
+      T* dst = out + (q0 + row_a) * q_dim + int64_t{h} * kHeadDim + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[n][0] * inv_a, o[n][1] * inv_a);
+    }
+    if (valid_b) {
+      T* dst = out + (q0 + row_b) * q_dim + int64_t{h} * kHeadDim + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[n][2] * inv_b, o[n][3] * inv_b);
+    }
+  }
+}
+
+template <typename T, int kHeadDim>
+cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
+                         cudaStream_t stream) {
+  constexpr size_t kBytes = PipeSmem<kHeadDim>::kBytes;
+  auto kernel = pipelined_attention_kernel<T, kHeadDim>;
+  if (kBytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
+  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
+                            cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
+    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
+    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
+    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_flash_attention_pipelined(const AttentionParams& params, const void* q, const PagedKvView& kv,
+                                             void* out, cudaStream_t stream) {
+  if (params.n_queries == 0) return cudaSuccess;
+  if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
+      params.n_head % params.n_head_kv != 0) {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = cudaSuccess;
+  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
+  return err;
+}
+
+}  // namespace baton::cuda
