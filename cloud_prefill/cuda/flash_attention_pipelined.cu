@@ -21,15 +21,28 @@
 namespace baton::cuda {
 namespace {
 
-constexpr int kBlockQ = 64;  // queries per block
 constexpr int kBlockK = 64;  // keys per tile
-constexpr int kWarps = 4;    // kBlockQ / 16
-constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBlockQ == kBlockK, "Q is staged in a K tile");
+
+// Variants measured against each other on the H200 (one warp per 16 query
+// rows throughout):
+//   warps        queries per block / 16: 4 (64 queries) or 8 (128, each K/V
+//                tile serving twice the queries)
+//   fast_exp     exp2 by ex2.approx.ftz instead of exp2f
+//   ldmatrix_k   K's B fragments by ldmatrix.x4 (4 registers an instruction)
+//                instead of two 32-bit shared loads per mma
+//   min_blocks   __launch_bounds__'s blocks per multiprocessor
+template <int kWarps, bool kFastExp, bool kLdmatrixK, int kMinBlocks>
+struct PipeVariant {
+  static constexpr int warps = kWarps;
+  static constexpr bool fast_exp = kFastExp;
+  static constexpr bool ldmatrix_k = kLdmatrixK;
+  static constexpr int min_blocks = kMinBlocks;
+};
 
 template <int kHeadDim>
 struct PipeSmem {
+  // Q (up to 128 rows) is staged in stage 1's K and V tiles, 64 rows each and adjacent.
   static constexpr int kPitch = kHeadDim + 8;  // elements per row: 16-byte aligned, conflict-free for ldmatrix
   static constexpr size_t kTile = sizeof(uint16_t) * kBlockK * kPitch;  // one K or V tile, bytes
   static constexpr size_t kBytes = 4 * kTile;  // [stage 0, 1][K, V]
@@ -46,6 +59,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Four 8x8 16-bit matrices: lanes 8m..8m+7 give the row addresses of matrix
+// m; register m holds matrix m's fragment (row g, columns 2t, 2t + 1).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 // Four 8x8 16-bit matrices, transposed: lanes 8m..8m+7 give the row
@@ -95,10 +123,15 @@ __device__ __forceinline__ uint32_t load32(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(AttentionParams p, const T* __restrict__ q,
-                                                                       KvStore<T> store, T* __restrict__ out) {
+template <typename T, int kHeadDim, typename kV>
+__global__ void __launch_bounds__(kV::warps * 32, kV::min_blocks)
+    pipelined_attention_kernel(AttentionParams p, const T* __restrict__ q, KvStore<T> store, T* __restrict__ out) {
   using S = PipeSmem<kHeadDim>;
+  constexpr int kThreads = kV::warps * 32;
+  constexpr int kBlockQ = kV::warps * 16;
+  static_assert(kBlockQ <= 2 * kBlockK, "Q is staged in stage 1's K and V tiles");
+  constexpr bool kLdmatrixK = kV::ldmatrix_k && kHeadDim >= 32;  // two k-steps per ldmatrix.x4
+  const auto exp2_ = [](float x) { return kV::fast_exp ? fast_exp2(x) : exp2f(x); };
   constexpr int kVectors = kHeadDim / 8;    // 16-byte vectors per row
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
   constexpr int kKeyTiles = kBlockK / 8;    // n-tiles of S
@@ -118,8 +151,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(Attention
   const int64_t n_keys = p.pos0 + q0 + q_rows;  // keys any query of the block sees
   const int n_tiles = static_cast<int>((n_keys + kBlockK - 1) / kBlockK);
 
-  // Q tile -> shared (stage 1's K tile, free until the first prefetch into
-  // it) -> this warp's A fragments (registers, whole kernel).
+  // Q tile -> shared (stage 1's K and V tiles, free until the first
+  // prefetch into them) -> this warp's A fragments (registers, whole kernel).
   T* q_tile = k_tile(1);
   for (int idx = threadIdx.x; idx < kBlockQ * kVectors; idx += kThreads) {
     const int r = idx / kVectors, c = idx % kVectors;
@@ -182,15 +215,28 @@ __global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(Attention
     const T* kt = k_tile(stage);
     const T* vt = v_tile(stage);
 
-    // S = Q K^T: B fragment (k = dim, n = key) from K rows.
+    // S = Q K^T: B fragment (k = dim, n = key) from K rows; by ldmatrix.x4
+    // lane l points at key 8 j + l % 8, dims 16 kk + 8 (l / 8): registers
+    // 0, 1 are k-step kk's b0, b1 and 2, 3 k-step kk + 1's.
     float s[kKeyTiles][4];
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
       s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      const T* k_row = kt + (j * 8 + g) * S::kPitch + 2 * t;
+      if constexpr (kLdmatrixK) {
+        const T* k_rows = kt + (j * 8 + lane % 8) * S::kPitch + (lane / 8) * 8;
 #pragma unroll
-      for (int kk = 0; kk < kDimSteps; ++kk) {
-        mma_16816<T>(s[j], q_frag[kk], load32(k_row + kk * 16), load32(k_row + kk * 16 + 8));
+        for (int kk = 0; kk < kDimSteps; kk += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_rows + kk * 16);
+          mma_16816<T>(s[j], q_frag[kk], b[0], b[1]);
+          mma_16816<T>(s[j], q_frag[kk + 1], b[2], b[3]);
+        }
+      } else {
+        const T* k_row = kt + (j * 8 + g) * S::kPitch + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < kDimSteps; ++kk) {
+          mma_16816<T>(s[j], q_frag[kk], load32(k_row + kk * 16), load32(k_row + kk * 16 + 8));
+        }
       }
     }
 
@@ -231,8 +277,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(Attention
     }
     const float new_max_a = fmaxf(max_a, tile_max_a), new_max_b = fmaxf(max_b, tile_max_b);
     // -inf only for padding rows (a valid query always sees key 0 first).
-    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2f(max_a - new_max_a);
-    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2f(max_b - new_max_b);
+    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2_(max_a - new_max_a);
+    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2_(max_b - new_max_b);
     const float sub_a = new_max_a == -INFINITY ? 0.0f : new_max_a;
     const float sub_b = new_max_b == -INFINITY ? 0.0f : new_max_b;
     max_a = new_max_a;
@@ -241,10 +287,10 @@ __global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(Attention
     sum_b *= alpha_b;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
-      s[j][0] = exp2f(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
-      s[j][1] = exp2f(s[j][1] - sub_a);
-      s[j][2] = exp2f(s[j][2] - sub_b);
-      s[j][3] = exp2f(s[j][3] - sub_b);
+      s[j][0] = exp2_(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
+      s[j][1] = exp2_(s[j][1] - sub_a);
+      s[j][2] = exp2_(s[j][2] - sub_b);
+      s[j][3] = exp2_(s[j][3] - sub_b);
       sum_a += s[j][0] + s[j][1];
       sum_b += s[j][2] + s[j][3];
     }
@@ -300,45 +346,59 @@ __global__ void __launch_bounds__(kThreads) pipelined_attention_kernel(Attention
   }
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, typename kV>
 cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
                          cudaStream_t stream) {
   constexpr size_t kBytes = PipeSmem<kHeadDim>::kBytes;
-  auto kernel = pipelined_attention_kernel<T, kHeadDim>;
+  constexpr int kBlockQ = kV::warps * 16;
+  auto kernel = pipelined_attention_kernel<T, kHeadDim, kV>;
   if (kBytes > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
-  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
+  kernel<<<grid, kV::warps * 32, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv),
+                                                  static_cast<T*>(out));
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, typename kV>
 cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
                             cudaStream_t stream) {
   switch (p.head_dim) {
-    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
-    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
-    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
-    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
+    case 16: return launch_typed<T, 16, kV>(p, q, kv, out, stream);
+    case 32: return launch_typed<T, 32, kV>(p, q, kv, out, stream);
+    case 64: return launch_typed<T, 64, kV>(p, q, kv, out, stream);
+    case 128: return launch_typed<T, 128, kV>(p, q, kv, out, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+template <typename kV>
+cudaError_t launch_variant(const AttentionParams& params, const void* q, const PagedKvView& kv, void* out,
+                           cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T, kV>(params, q, kv, out, stream)));
+  return err;
 }
 
 }  // namespace
 
 cudaError_t launch_flash_attention_pipelined(const AttentionParams& params, const void* q, const PagedKvView& kv,
-                                             void* out, cudaStream_t stream) {
+                                             void* out, cudaStream_t stream, int variant) {
   if (params.n_queries == 0) return cudaSuccess;
   if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
       params.n_head % params.n_head_kv != 0) {
     return cudaErrorInvalidValue;
   }
-  cudaError_t err = cudaSuccess;
-  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
-  return err;
+  switch (variant) {
+    case 0: return launch_variant<PipeVariant<4, false, false, 1>>(params, q, kv, out, stream);
+    case 1: return launch_variant<PipeVariant<4, true, true, 1>>(params, q, kv, out, stream);
+    case 2: return launch_variant<PipeVariant<4, true, true, 3>>(params, q, kv, out, stream);
+    case 3: return launch_variant<PipeVariant<8, true, true, 1>>(params, q, kv, out, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace baton::cuda

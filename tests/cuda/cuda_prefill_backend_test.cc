@@ -119,6 +119,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 130, "flash", false},
                       ModelCase{"llama-3.2-1b", 2, GgmlType::kF16, 200, "pipelined", false},
                       ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 300, "pipelined", false},
+                      ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 300, "pipelined-v1", false},
+                      ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 300, "pipelined-v2", false},
+                      ModelCase{"llama-3.2-3b", 2, GgmlType::kF16, 300, "pipelined-v3", false},
+                      ModelCase{"llama-3.2-1b", 2, GgmlType::kF16, 200, "pipelined-v3", false},
+                      ModelCase{"tiny-qwen2", 0, GgmlType::kBF16, 100, "pipelined-v3", true},
                       ModelCase{"qwen2.5-0.5b", 2, GgmlType::kF16, 200, "flash", false}),
     [](const auto& param_info) {
       const ModelCase& c = param_info.param;
