@@ -74,20 +74,6 @@ absl::StatusOr<std::shared_ptr<CudaSharedModel>> CudaSharedModel::Create(const M
   return shared;
 }
 
-namespace {
-
-// "pipelined" is variant 0 of launch_flash_attention_pipelined,
-// "pipelined-vN" variant N; -1 for any other name.
-int pipelined_variant(const std::string& attention) {
-  if (attention == "pipelined") return 0;
-  for (int v = 1; v < kPipelinedVariants; ++v) {
-    if (attention == "pipelined-v" + std::to_string(v)) return v;
-  }
-  return -1;
-}
-
-}  // namespace
-
 // Streams, handle, events and scratch of one backend.
 struct CudaPrefillBackend::Impl {
   cudaStream_t compute = nullptr;  // kernels and GEMMs
@@ -149,11 +135,10 @@ absl::StatusOr<std::unique_ptr<CudaPrefillBackend>> CudaPrefillBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("max_batch_tokens is %d; must be >= 1", options.max_batch_tokens));
   }
-  if (options.attention != "flash" && pipelined_variant(options.attention) < 0 && options.attention != "wmma" &&
+  if (options.attention != "pipelined" && options.attention != "flash" && options.attention != "wmma" &&
       options.attention != "simple") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "attention '%s' is not one of flash, pipelined (or pipelined-v1..v%d), wmma, simple", options.attention,
-        kPipelinedVariants - 1));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("attention '%s' is not one of pipelined, flash, wmma, simple", options.attention));
   }
   const int head_dim = shared->weights->model().spec().head_dim;
   if (head_dim > 256) {
@@ -293,14 +278,10 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
       launch_embedding_gather(dtype, w.token_embd(), impl.tokens.as<int32_t>(), n, static_cast<int>(d), x, impl.compute));
 
   // The attention kernel (cuda_ops.h): flash (mma.sync), wmma or simple.
-  const int variant = pipelined_variant(options_.attention);
-  const auto attention_kernel = [&](const AttentionParams& a, const void* a_q, const PagedKvView& a_kv, void* a_out,
-                                    cudaStream_t a_stream) {
-    if (variant >= 0) return launch_flash_attention_pipelined(a, a_q, a_kv, a_out, a_stream, variant);
-    return options_.attention == "flash" ? launch_flash_attention(a, a_q, a_kv, a_out, a_stream)
-           : options_.attention == "wmma" ? launch_flash_attention_wmma(a, a_q, a_kv, a_out, a_stream)
-                                          : launch_attention_simple(a, a_q, a_kv, a_out, a_stream);
-  };
+  const auto attention_kernel = options_.attention == "pipelined" ? launch_flash_attention_pipelined
+                                : options_.attention == "flash"     ? launch_flash_attention
+                                : options_.attention == "wmma"      ? launch_flash_attention_wmma
+                                                                    : launch_attention_simple;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   // Queues layer `layer` on the compute stream and its K/V copy on the copy stream.
   auto enqueue_layer = [&](int layer) -> absl::Status {

@@ -49,11 +49,11 @@ namespace baton::cuda {
 struct CudaBackendOptions {
   int device = 0;                       // CUDA device index
   std::string compute_type = "auto";    // auto | f16 | bf16 (cuda_model_weights.h)
-  // flash (mma.sync, S/P/O in registers) | pipelined (flash with cp.async
-  // double-buffered K/V and ldmatrix.trans V) | wmma (WMMA, S/P/O in shared
-  // memory) | simple (CUDA cores, any head_dim <= 256); flash, pipelined and
-  // wmma take head_dim 16/32/64/128.
-  std::string attention = "flash";
+  // pipelined (mma.sync, K/V tiles double-buffered by cp.async, 128 queries
+  // a block) | flash (its first version: synchronous tile loads, 64 queries)
+  // | wmma (WMMA, S/P/O in shared memory) | simple (CUDA cores, any head_dim
+  // <= 256); the first three take head_dim 16/32/64/128.
+  std::string attention = "pipelined";
   int max_batch_tokens = 4096;          // tokens per GEMM sub-batch: sizes the scratch
   int kv_block_tokens = 256;            // positions per device KV block
   int64_t kv_pool_tokens = 0;           // device KV capacity, tokens; 0: kv_pool_fraction of free memory

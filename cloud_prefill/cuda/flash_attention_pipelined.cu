@@ -1,20 +1,30 @@
-// Causal GQA prefill attention: the mma.sync kernel of flash_attention.cu
-// (64 queries of one head per block of 4 warps, 16 rows a warp, S and O in
-// registers, online softmax on the accumulators) with its K/V tiles
-// pipelined. The first H200 run measured that kernel at ~61 TFLOP/s of
-// attention at 8K tokens of the 3B shape, against ~570 for the GEMMs beside
-// it: its warps waited on every tile's global loads (issued and stored to
-// shared memory between two barriers, nothing to overlap them with) and
-// transposed V with 16-bit scalar stores. Here:
+// Causal GQA prefill attention: the mma.sync scheme of flash_attention.cu
+// (16 query rows of one head per warp, S and O in registers, online softmax
+// on the accumulators) with its K/V tiles pipelined. The first H200 run
+// measured that kernel at ~61 TFLOP/s of attention at 8K tokens of the 3B
+// shape, against ~570 for the GEMMs beside it: its warps waited on every
+// tile's global loads (issued and stored to shared memory between two
+// barriers, nothing to overlap them with) and transposed V with 16-bit scalar
+// stores. Here:
 //   - K and V tiles are double-buffered in shared memory and filled with
 //     cp.async (16 bytes a thread, zero-filled past the last key): tile i + 1
 //     is in flight while the warps compute on tile i;
 //   - V stays row-major (16-byte copies like K); P V's B fragments come from
-//     ldmatrix.trans, two 8-dim tiles per x4;
+//     ldmatrix.trans, two 8-dim tiles per x4, and K's from ldmatrix, two
+//     k-steps per x4 (head_dim >= 32);
+//   - 8 warps (128 queries) per block, so each K/V tile in shared memory
+//     serves twice the queries of flash_attention.cu's 4;
+//   - exp2 by ex2.approx.ftz;
 //   - only tiles that reach past a warp's first query position are masked.
-// Q is staged once through the second buffer's K tile before the first load
-// into it. Same arithmetic as flash_attention.cu (P rounded to the 16-bit
-// type before P V, f32 accumulation), so the same tolerances hold.
+// Q is staged once through the second buffer's K and V tiles before the
+// first load into them. P is rounded to the 16-bit type before P V with f32
+// accumulation, as in flash_attention.cu, so the same tolerances hold.
+//
+// Measured on the H200 (2026-12-04, `baton bench prefill-cuda --profile`,
+// attention kernels' own time, llama-3.2-3b / 1b at 8192 tokens, TFLOP/s):
+// flash 61 / -; this scheme with 4 warps, exp2f and 32-bit K loads 152 / 154;
+// + ex2.approx and ldmatrix K 155 / 141; that at 3 blocks per SM 164 / 161;
+// 8 warps (this file) 186 / 158. At 32768 tokens 215 / 174.
 #include "cloud_prefill/cuda/cuda_kernel_util.cuh"
 #include "cloud_prefill/cuda/cuda_ops.h"
 
@@ -24,21 +34,10 @@ namespace {
 constexpr int kBlockK = 64;  // keys per tile
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Variants measured against each other on the H200 (one warp per 16 query
-// rows throughout):
-//   warps        queries per block / 16: 4 (64 queries) or 8 (128, each K/V
-//                tile serving twice the queries)
-//   fast_exp     exp2 by ex2.approx.ftz instead of exp2f
-//   ldmatrix_k   K's B fragments by ldmatrix.x4 (4 registers an instruction)
-//                instead of two 32-bit shared loads per mma
-//   min_blocks   __launch_bounds__'s blocks per multiprocessor
-template <int kWarps, bool kFastExp, bool kLdmatrixK, int kMinBlocks>
-struct PipeVariant {
-  static constexpr int warps = kWarps;
-  static constexpr bool fast_exp = kFastExp;
-  static constexpr bool ldmatrix_k = kLdmatrixK;
-  static constexpr int min_blocks = kMinBlocks;
-};
+constexpr int kWarps = 8;  // 16 query rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockQ = kWarps * 16;  // queries per block
+static_assert(kBlockQ <= 2 * kBlockK, "Q is staged in stage 1's K and V tiles");
 
 template <int kHeadDim>
 struct PipeSmem {
@@ -123,15 +122,11 @@ __device__ __forceinline__ uint32_t load32(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-template <typename T, int kHeadDim, typename kV>
-__global__ void __launch_bounds__(kV::warps * 32, kV::min_blocks)
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1)
     pipelined_attention_kernel(AttentionParams p, const T* __restrict__ q, KvStore<T> store, T* __restrict__ out) {
   using S = PipeSmem<kHeadDim>;
-  constexpr int kThreads = kV::warps * 32;
-  constexpr int kBlockQ = kV::warps * 16;
-  static_assert(kBlockQ <= 2 * kBlockK, "Q is staged in stage 1's K and V tiles");
-  constexpr bool kLdmatrixK = kV::ldmatrix_k && kHeadDim >= 32;  // two k-steps per ldmatrix.x4
-  const auto exp2_ = [](float x) { return kV::fast_exp ? fast_exp2(x) : exp2f(x); };
+  constexpr bool kLdmatrixK = kHeadDim >= 32;  // two k-steps per ldmatrix.x4
   constexpr int kVectors = kHeadDim / 8;    // 16-byte vectors per row
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of S = Q K^T
   constexpr int kKeyTiles = kBlockK / 8;    // n-tiles of S
@@ -277,8 +272,8 @@ __global__ void __launch_bounds__(kV::warps * 32, kV::min_blocks)
     }
     const float new_max_a = fmaxf(max_a, tile_max_a), new_max_b = fmaxf(max_b, tile_max_b);
     // -inf only for padding rows (a valid query always sees key 0 first).
-    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2_(max_a - new_max_a);
-    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2_(max_b - new_max_b);
+    const float alpha_a = new_max_a == -INFINITY ? 1.0f : fast_exp2(max_a - new_max_a);
+    const float alpha_b = new_max_b == -INFINITY ? 1.0f : fast_exp2(max_b - new_max_b);
     const float sub_a = new_max_a == -INFINITY ? 0.0f : new_max_a;
     const float sub_b = new_max_b == -INFINITY ? 0.0f : new_max_b;
     max_a = new_max_a;
@@ -287,10 +282,10 @@ __global__ void __launch_bounds__(kV::warps * 32, kV::min_blocks)
     sum_b *= alpha_b;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
-      s[j][0] = exp2_(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
-      s[j][1] = exp2_(s[j][1] - sub_a);
-      s[j][2] = exp2_(s[j][2] - sub_b);
-      s[j][3] = exp2_(s[j][3] - sub_b);
+      s[j][0] = fast_exp2(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
+      s[j][1] = fast_exp2(s[j][1] - sub_a);
+      s[j][2] = fast_exp2(s[j][2] - sub_b);
+      s[j][3] = fast_exp2(s[j][3] - sub_b);
       sum_a += s[j][0] + s[j][1];
       sum_b += s[j][2] + s[j][3];
     }
@@ -346,59 +341,45 @@ __global__ void __launch_bounds__(kV::warps * 32, kV::min_blocks)
   }
 }
 
-template <typename T, int kHeadDim, typename kV>
+template <typename T, int kHeadDim>
 cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
                          cudaStream_t stream) {
   constexpr size_t kBytes = PipeSmem<kHeadDim>::kBytes;
-  constexpr int kBlockQ = kV::warps * 16;
-  auto kernel = pipelined_attention_kernel<T, kHeadDim, kV>;
+  auto kernel = pipelined_attention_kernel<T, kHeadDim>;
   if (kBytes > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
-  kernel<<<grid, kV::warps * 32, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv),
-                                                  static_cast<T*>(out));
+  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
   return cudaGetLastError();
 }
 
-template <typename T, typename kV>
+template <typename T>
 cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
                             cudaStream_t stream) {
   switch (p.head_dim) {
-    case 16: return launch_typed<T, 16, kV>(p, q, kv, out, stream);
-    case 32: return launch_typed<T, 32, kV>(p, q, kv, out, stream);
-    case 64: return launch_typed<T, 64, kV>(p, q, kv, out, stream);
-    case 128: return launch_typed<T, 128, kV>(p, q, kv, out, stream);
+    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
+    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
+    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
+    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
     default: return cudaErrorInvalidValue;
   }
-}
-
-template <typename kV>
-cudaError_t launch_variant(const AttentionParams& params, const void* q, const PagedKvView& kv, void* out,
-                           cudaStream_t stream) {
-  cudaError_t err = cudaSuccess;
-  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T, kV>(params, q, kv, out, stream)));
-  return err;
 }
 
 }  // namespace
 
 cudaError_t launch_flash_attention_pipelined(const AttentionParams& params, const void* q, const PagedKvView& kv,
-                                             void* out, cudaStream_t stream, int variant) {
+                                             void* out, cudaStream_t stream) {
   if (params.n_queries == 0) return cudaSuccess;
   if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
       params.n_head % params.n_head_kv != 0) {
     return cudaErrorInvalidValue;
   }
-  switch (variant) {
-    case 0: return launch_variant<PipeVariant<4, false, false, 1>>(params, q, kv, out, stream);
-    case 1: return launch_variant<PipeVariant<4, true, true, 1>>(params, q, kv, out, stream);
-    case 2: return launch_variant<PipeVariant<4, true, true, 3>>(params, q, kv, out, stream);
-    case 3: return launch_variant<PipeVariant<8, true, true, 1>>(params, q, kv, out, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  cudaError_t err = cudaSuccess;
+  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
+  return err;
 }
 
 }  // namespace baton::cuda

@@ -255,7 +255,6 @@ struct AttentionCase {
   int64_t pos0;       // keys of earlier chunks
   int64_t n_queries;
   Kernel kernel;
-  int variant = 0;  // of the pipelined kernel
 };
 
 class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -270,20 +269,6 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{CudaDType::kF16, 64, 2000, 700, Kernel::kPipelined},
                       AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kPipelined},
                       AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kFlash},
-                      AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kPipelined, 1},
-                      AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kPipelined, 2},
-                      AttentionCase{CudaDType::kF16, 128, 4000, 1000, Kernel::kPipelined, 3},
-                      AttentionCase{CudaDType::kBF16, 128, 1000, 300, Kernel::kPipelined, 1},
-                      AttentionCase{CudaDType::kBF16, 128, 1000, 300, Kernel::kPipelined, 2},
-                      AttentionCase{CudaDType::kBF16, 128, 1000, 300, Kernel::kPipelined, 3},
-                      AttentionCase{CudaDType::kF16, 64, 2000, 700, Kernel::kPipelined, 1},
-                      AttentionCase{CudaDType::kF16, 64, 2000, 700, Kernel::kPipelined, 2},
-                      AttentionCase{CudaDType::kF16, 64, 2000, 700, Kernel::kPipelined, 3},
-                      AttentionCase{CudaDType::kBF16, 16, 300, 64, Kernel::kPipelined, 1},
-                      AttentionCase{CudaDType::kBF16, 16, 300, 64, Kernel::kPipelined, 3},
-                      AttentionCase{CudaDType::kF16, 32, 5, 1, Kernel::kPipelined, 1},
-                      AttentionCase{CudaDType::kF16, 32, 5, 1, Kernel::kPipelined, 3},
-                      AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kPipelined, 3},
                       AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kWmma},
                       AttentionCase{CudaDType::kBF16, 64, 0, 100, Kernel::kSimple},
                       AttentionCase{CudaDType::kF16, 128, 70, 130, Kernel::kFlash},
@@ -299,8 +284,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{CudaDType::kBF16, 80, 33, 47, Kernel::kSimple}),
     [](const auto& param_info) {
       const AttentionCase& c = param_info.param;
-      return absl::StrFormat("%s_hd%d_pos%d_n%d_%s%s", dtype_name(c.dtype), c.head_dim, c.pos0, c.n_queries,
-                             kernel_name(c.kernel), c.variant > 0 ? absl::StrCat("_v", c.variant) : "");
+      return absl::StrFormat("%s_hd%d_pos%d_n%d_%s", dtype_name(c.dtype), c.head_dim, c.pos0, c.n_queries,
+                             kernel_name(c.kernel));
     });
 
 TEST_P(AttentionTest, MatchesTheF32CacheOverEarlierAndCurrentChunk) {
@@ -339,8 +324,7 @@ TEST_P(AttentionTest, MatchesTheF32CacheOverEarlierAndCurrentChunk) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const cudaError_t launched =
       c.kernel == Kernel::kFlash       ? launch_flash_attention(p, dq.get(), kv.view, out.get(), nullptr)
-      : c.kernel == Kernel::kPipelined ? launch_flash_attention_pipelined(p, dq.get(), kv.view, out.get(), nullptr,
-                                                                          c.variant)
+      : c.kernel == Kernel::kPipelined ? launch_flash_attention_pipelined(p, dq.get(), kv.view, out.get(), nullptr)
       : c.kernel == Kernel::kWmma      ? launch_flash_attention_wmma(p, dq.get(), kv.view, out.get(), nullptr)
                                        : launch_attention_simple(p, dq.get(), kv.view, out.get(), nullptr);
   ASSERT_EQ(launched, cudaSuccess);

@@ -39,7 +39,7 @@ namespace {
 // flag table) does not depend on how baton was built.
 struct CudaBenchFlags {
   std::string shape = "llama-3.2-1b", model_path, tokens_list = "2048,8192,32768", compute = "auto";
-  std::string attention = "flash", weight_type = "f16";
+  std::string attention = "pipelined", weight_type = "f16";
   int64_t layers = 0, batch = 8192, depth = 3, block_tokens = 256;
   bool json = false, profile = false;
   std::vector<int64_t> sizes;  // from tokens_list
@@ -59,7 +59,7 @@ absl::StatusOr<bool> parse_cuda_flags(const Args& args, CudaBenchFlags& f) {
   flags.add_string("type", &f.weight_type, "stored type of the synthetic model's matrices (f16, bf16, q8_0)", "TYPE");
   flags.add_string("tokens", &f.tokens_list, "prompt sizes, comma-separated", "N,N,...");
   flags.add_string("compute", &f.compute, "compute type: auto (f16 for f16 weights, else bf16), f16, bf16", "TYPE");
-  flags.add_string("attention", &f.attention, "attention kernel: flash (mma.sync), pipelined (flash, K/V double-buffered), wmma or simple", "KIND");
+  flags.add_string("attention", &f.attention, "attention kernel: pipelined (mma.sync, K/V tiles double-buffered), flash (its first version), wmma or simple", "KIND");
   flags.add_int64("batch", &f.batch, "tokens per GEMM sub-batch");
   flags.add_int64("depth", &f.depth, "K/V staging slots (layers the GPU may run ahead of the host)");
   flags.add_int64("block-tokens", &f.block_tokens, "positions per device KV block");
