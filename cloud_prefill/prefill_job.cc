@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -19,7 +20,6 @@
 #include "common/util/check.h"
 #include "common/util/clock.h"
 #include "common/util/log.h"
-#include "common/util/thread_pool.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace baton {
@@ -27,11 +27,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Encodes and sends on its own thread. The compute thread submits
-// (layer, token range) tasks whose rows are final in the host cache; the
-// encoder reads those rows (the compute thread never writes them again) and
-// writes blocks through the stream writer, which only this thread touches
-// after the header.
+// Encodes and sends the stream's blocks off the compute thread. The compute
+// thread submits (layer, token range) tasks whose rows are final in the host
+// cache (it never writes them again). `threads` workers take tasks in order
+// and encode each one's blocks with a writer of their own that holds the
+// same header, so they cut the blocks exactly as the stream's writer would;
+// the sender thread passes each task's blocks to the stream's writer (which
+// checksums, counts and sends them) in submission order, so the stream is
+// the same bytes with any number of workers. Workers run at most
+// kLookAhead tasks per worker ahead of the sender (a slow client holds that
+// much encoded KV, not the whole stream). The stream's writer belongs to the
+// sender between the header and drain().
 class StreamEncoder {
  public:
   struct Task {
@@ -41,17 +47,27 @@ class StreamEncoder {
   };
 
   StreamEncoder(const F32KvCache& cache, const KvCodecConfig& codec, const KvTransformCodec* transform,
-                const KvRope& rope, KvStreamWriter& writer)
-      : cache_(cache), codec_(codec), transform_(transform), rope_(rope), writer_(writer), thread_([this] { loop(); }) {}
+                const KvRope& rope, KvStreamWriter& writer, const v1::KvHeader& header, int threads)
+      : cache_(cache),
+        codec_(codec),
+        transform_(transform),
+        rope_(rope),
+        writer_(writer),
+        header_(header),
+        look_ahead_(kLookAhead * static_cast<uint64_t>(std::max(1, threads))) {
+    sender_ = std::thread([this] { send_loop(); });
+    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { encode_loop(); });
+  }
 
-  ~StreamEncoder() { stop(); }
+  ~StreamEncoder() { stop(/*discard=*/true); }
 
   void submit(const Task& task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       tasks_.push_back(task);
+      ++submitted_;
     }
-    cv_.notify_one();
+    work_cv_.notify_one();
   }
 
   // Sticky: the first encode / send error (a cancelled client shows here).
@@ -60,25 +76,31 @@ class StreamEncoder {
     return status_;
   }
 
-  // Waits until every submitted task is written; then the writer belongs to
-  // the caller again.
+  // Waits until every submitted task is sent; then the writer belongs to the
+  // caller again.
   absl::Status drain() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [this] { return (tasks_.empty() && !busy_) || !status_.ok(); });
+    idle_cv_.wait(lock, [this] { return sent_ == submitted_ || !status_.ok(); });
     return status_;
   }
 
-  // Ends the thread after the task in hand; `discard` drops queued tasks
-  // (the job failed), else they are written first.
+  // Ends the threads. `discard` drops what is not sent yet (the job failed);
+  // else everything submitted is sent first.
   void stop(bool discard = false) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (discard) tasks_.clear();
       if (stopping_) return;
       stopping_ = true;
+      if (discard) {
+        discarding_ = true;
+        tasks_.clear();
+        encoded_.clear();
+      }
     }
-    cv_.notify_one();
-    thread_.join();
+    work_cv_.notify_all();
+    send_cv_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+    sender_.join();
   }
 
   // When the first block went to the sink; nullopt before.
@@ -88,7 +110,9 @@ class StreamEncoder {
   }
 
  private:
-  void loop() {
+  static constexpr uint64_t kLookAhead = 2;  // tasks per worker encoded ahead of the sender
+
+  void encode_loop() {
     const KvGeometry& g = cache_.geometry();
     // Rows straight from the host cache: the positions are final even though
     // the cache has not committed (set_size) the chunk yet.
@@ -97,30 +121,80 @@ class StreamEncoder {
       std::memcpy(out, src, static_cast<size_t>(n * g.kv_dim()) * sizeof(float));
       return absl::OkStatus();
     };
+    // This worker's writer: the stream's header, blocks kept here.
+    std::vector<v1::KvStreamMessage> blocks;
+    KvStreamWriter shadow([&blocks](const v1::KvStreamMessage& m) {
+      if (m.has_block()) blocks.push_back(m);
+      return absl::OkStatus();
+    });
+    absl::Status ready = shadow.write_header(header_);
     for (;;) {
       Task task;
+      uint64_t seq = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;  // stopping
+        work_cv_.wait(lock, [&] {
+          return discarding_ || !status_.ok() || (stopping_ && tasks_.empty()) ||
+                 (!tasks_.empty() && taken_ < sent_ + look_ahead_);
+        });
+        if (discarding_ || !status_.ok() || tasks_.empty()) return;
         task = tasks_.front();
         tasks_.pop_front();
-        busy_ = true;
-        if (!status_.ok()) {  // failed earlier: drop the rest
-          tasks_.clear();
-          busy_ = false;
-          idle_cv_.notify_all();
-          continue;
-        }
+        seq = taken_++;
       }
-      absl::Status status =
-          write_kv_layer_range(rows, g, codec_, &rope_, task.layer, task.begin, task.count, writer_, transform_);
+      blocks.clear();
+      absl::Status status = ready;
+      if (status.ok()) {
+        status = write_kv_layer_range(rows, g, codec_, &rope_, task.layer, task.begin, task.count, shadow,
+                                      transform_);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!first_block_.has_value() && status.ok()) first_block_ = Clock::now();
-        if (!status.ok() && status_.ok()) status_ = status;
-        busy_ = false;
+        if (!status.ok()) {
+          if (status_.ok()) status_ = status;
+        } else if (!discarding_) {
+          encoded_.emplace(seq, std::move(blocks));
+        }
       }
+      blocks = {};
+      send_cv_.notify_one();
+      if (!status.ok()) {
+        work_cv_.notify_all();
+        idle_cv_.notify_all();
+      }
+    }
+  }
+
+  void send_loop() {
+    for (;;) {
+      std::vector<v1::KvStreamMessage> blocks;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        send_cv_.wait(lock, [this] {
+          return discarding_ || !status_.ok() || encoded_.count(sent_) > 0 || (stopping_ && sent_ == submitted_);
+        });
+        if (discarding_ || !status_.ok() || encoded_.count(sent_) == 0) return;
+        auto it = encoded_.find(sent_);
+        blocks = std::move(it->second);
+        encoded_.erase(it);
+      }
+      absl::Status status;
+      for (v1::KvStreamMessage& m : blocks) {
+        v1::KvBlock& b = *m.mutable_block();
+        status = writer_.write_block(b.layer(), b.kind(), b.token_begin(), b.token_count(),
+                                     std::move(*b.mutable_payload()), b.raw_size());
+        if (!status.ok()) break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!status.ok()) {
+          if (status_.ok()) status_ = status;
+        } else {
+          if (!first_block_.has_value() && !blocks.empty()) first_block_ = Clock::now();
+          ++sent_;
+        }
+      }
+      work_cv_.notify_all();  // room to encode ahead again
       idle_cv_.notify_all();
     }
   }
@@ -130,15 +204,21 @@ class StreamEncoder {
   const KvTransformCodec* transform_;  // null unless codec_ is a transform codec
   const KvRope& rope_;
   KvStreamWriter& writer_;
+  const v1::KvHeader header_;  // the stream's, for the workers' writers
+  const uint64_t look_ahead_;  // tasks taken but not sent, at most
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // tasks_ grew or stopping_
-  std::condition_variable idle_cv_;  // a task finished
-  std::deque<Task> tasks_;           // guarded by mu_
-  bool busy_ = false;                // guarded by mu_
+  std::condition_variable work_cv_;  // a task came, a task was sent, or stopping
+  std::condition_variable send_cv_;  // a task was encoded, or stopping
+  std::condition_variable idle_cv_;  // a task was sent, or an error
+  std::deque<Task> tasks_;           // not taken yet; guarded by mu_
+  std::map<uint64_t, std::vector<v1::KvStreamMessage>> encoded_;  // by submission number; guarded by mu_
+  uint64_t submitted_ = 0, taken_ = 0, sent_ = 0;                 // guarded by mu_
   bool stopping_ = false;            // guarded by mu_
+  bool discarding_ = false;          // guarded by mu_
   absl::Status status_;              // guarded by mu_
   std::optional<Clock::time_point> first_block_;  // guarded by mu_
-  std::thread thread_;               // last: starts after the members above exist
+  std::vector<std::thread> workers_;
+  std::thread sender_;
 };
 
 // Copies rows [0, n) of every layer of `source` into the empty `target`.
@@ -302,14 +382,8 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   result.reused_tokens = reused;
   result.computed_tokens = end - reused;
 
-  // 3. The header goes out at once; blocks follow as layers complete. With
-  // encode_threads > 1 each range's blocks are encoded at once on a pool
-  // that only the encoder thread calls (the same bytes either way).
-  std::unique_ptr<ThreadPool> encode_pool;
-  if (env.encode_threads > 1) encode_pool = std::make_unique<ThreadPool>(env.encode_threads, Pinning::kNever);
-  KvStreamWriterOptions writer_options;
-  writer_options.encode_pool = encode_pool.get();
-  KvStreamWriter writer(sink, writer_options);
+  // 3. The header goes out at once; blocks follow as layers complete.
+  KvStreamWriter writer(sink);
   KvStreamHeaderInfo info;
   info.model = *env.fingerprint;
   info.codec = input.codec;
@@ -318,14 +392,14 @@ absl::StatusOr<PrefillJobResult> run_prefill_job(const PrefillJobInput& input, c
   info.token_ids.assign(input.tokens.begin() + first, input.tokens.end());
   info.prefix_digest = prefix_digest(tokens);
   BATON_ASSIGN_OR_RETURN(v1::KvHeader header, make_kv_header(info));
-  BATON_RETURN_IF_ERROR(writer.write_header(std::move(header)));
+  BATON_RETURN_IF_ERROR(writer.write_header(header));
 
   BATON_ASSIGN_OR_RETURN(const v1::CodecParams wire_params, kv_codec_params(input.codec));
   const uint32_t align = kv_block_token_alignment(wire_params, v1::KV_KIND_K);
   const int64_t chunk = std::max<int64_t>(1, input.chunk_tokens);
   const int64_t slice = (chunk + align - 1) / align * align;  // stream slice, tokens
   const KvRope rope = kv_rope_of(model);
-  StreamEncoder encoder(*cache, input.codec, input.transform.get(), rope, writer);
+  StreamEncoder encoder(*cache, input.codec, input.transform.get(), rope, writer, header, env.encode_threads);
   std::vector<int64_t> emitted(static_cast<size_t>(spec.n_layer), first);  // per layer: sent up to
   // Sends layer `layer` up to the last slice boundary at or below `available`
   // (or to the end once everything is there).

@@ -11,8 +11,9 @@
 //      blocks for layer L of a slice as soon as layer L of the chunk that
 //      completes it is in the host cache (reused positions at once). Encoding
 //      (quantize + zstd) and sending run on the job's encoder thread, off the
-//      compute path (with env.encode_threads > 1 a range's blocks are
-//      encoded on that many threads at once and sent in order); the stream is cut into slices of chunk_tokens (rounded up
+//      compute path: env.encode_threads workers encode the layers' slices
+//      as they complete and a sender sends them in order (the same bytes
+//      with any number of workers); the stream is cut into slices of chunk_tokens (rounded up
 //      to the codec's key alignment) measured from first_position, so block
 //      boundaries do not depend on what was reused.
 //   3b. Early tokens (PrefillRequest.early_tokens): once the prompt is
@@ -78,7 +79,7 @@ struct PrefillJobEnv {
   SessionCache* session_cache = nullptr;
   StateTier* state_tier = nullptr;  // L2 of both caches; null or !enabled(): in-process only
   const Tokenizer* tokenizer = nullptr;  // early tokens stop after an end-of-generation token; null: never
-  int encode_threads = 1;  // threads encoding the job's blocks (its encoder thread among them)
+  int encode_threads = 1;  // threads encoding the job's blocks (a sender thread beside them)
 };
 
 struct PrefillJobResult {

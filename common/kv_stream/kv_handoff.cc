@@ -219,12 +219,10 @@ absl::Status write_kv_layer_impl(const KvRowsFn& rows, const KvGeometry& geometr
     unrotate_freq.assign(rope->inv_freq.begin(), rope->inv_freq.begin() + rope->n_rot / 2);
     for (float& f : unrotate_freq) f = -f;
   }
+  std::vector<float> buffer;  // f32 [n, kv_dim] rows of one block
   for (const bool is_key : {true, false}) {
-    // Safe to call from several threads at once (a writer with an encode
-    // pool): each thread has its own rows buffer.
     const KvBlockEncodeFn encode = [&](uint32_t token_begin,
                                        uint32_t n_tokens) -> absl::StatusOr<KvEncodedPayload> {
-      thread_local std::vector<float> buffer;  // f32 [n, kv_dim] rows of one block
       buffer.resize(static_cast<size_t>(n_tokens * kv_dim));
       BATON_RETURN_IF_ERROR(rows(layer, is_key, token_begin, n_tokens, buffer.data()));
       if (is_key && codec.pre_rope_keys) {

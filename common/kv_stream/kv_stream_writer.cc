@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_format.h"
 #include "common/util/check.h"
-#include "common/util/thread_pool.h"
 
 namespace baton {
 
@@ -136,28 +135,7 @@ absl::Status KvStreamWriter::write_blocks(uint32_t layer, v1::KvKind kind, uint3
                                                         options_.max_block_payload_bytes, align);
   const uint32_t first_chunk = plan.empty() ? align : plan.front().count;
   uint32_t chunk = first_chunk;
-  uint64_t begin = token_begin;
-  if (options_.encode_pool != nullptr && options_.encode_pool->size() > 1 && n_tokens > first_chunk) {
-    // Every block of the first cut at once, sent in order up to the first
-    // one over the bound; from there on the loop below (halving) as if the
-    // blocks had been encoded one by one.
-    std::vector<KvTokenRange> cut;
-    for (uint64_t b = token_begin; b < range_end; b += first_chunk) {
-      cut.push_back({static_cast<uint32_t>(b), static_cast<uint32_t>(std::min<uint64_t>(first_chunk, range_end - b))});
-    }
-    std::vector<absl::StatusOr<KvEncodedPayload>> encoded(cut.size(), absl::UnknownError("not encoded"));
-    options_.encode_pool->parallel_for_dynamic(static_cast<int64_t>(cut.size()), 1, [&](int64_t from, int64_t to) {
-      for (int64_t i = from; i < to; ++i) encoded[i] = encode(cut[i].begin, cut[i].count);
-    });
-    for (size_t i = 0; i < cut.size(); ++i) {
-      if (!encoded[i].ok()) return encoded[i].status();
-      if (encoded[i]->payload.size() > options_.max_block_payload_bytes) break;
-      BATON_RETURN_IF_ERROR(write_block(layer, kind, cut[i].begin, cut[i].count, std::move(encoded[i]->payload),
-                                        encoded[i]->raw_size));
-      begin += cut[i].count;
-    }
-  }
-  while (begin < range_end) {
+  for (uint64_t begin = token_begin; begin < range_end;) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, range_end - begin));
     auto encoded = encode(static_cast<uint32_t>(begin), n);
     if (!encoded.ok()) return encoded.status();

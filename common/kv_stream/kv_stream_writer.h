@@ -20,19 +20,10 @@
 
 namespace baton {
 
-class ThreadPool;
-
 struct KvStreamWriterOptions {
   // Most encoded bytes in one block's payload; write_layer splits a layer's
   // token range so every payload stays at or under it.
   uint64_t max_block_payload_bytes = kDefaultKvBlockPayloadBytes;
-  // Optional: write_layer / write_layer_range encode a range's blocks on
-  // this pool's threads at once (the encode function must then be safe to
-  // call concurrently), and send them in order. The stream is the same bytes
-  // as without it: the blocks are cut the same way, and a block over the
-  // bound falls back to the one-by-one halving from that block on. The
-  // writer must be the pool's only caller while it writes.
-  ThreadPool* encode_pool = nullptr;
 };
 
 // What the codec returns for a token range.

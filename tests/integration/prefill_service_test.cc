@@ -322,6 +322,62 @@ TEST_F(PrefillServiceTest, ShortStreamsEndCleanlyWhileTheirLastWriteCompletes) {
   }
 }
 
+// --encode-threads: workers encode the layers' slices out of order, the
+// sender sends them in order, so the stream is the same bytes as with one
+// worker: every message but the trailer's producer timings, for codecs whose
+// blocks split differently (f16, int8, per-channel int4) and a segment that
+// starts after position 0. Many small slices (chunks of 7 tokens) keep the
+// workers and the look-ahead busy.
+TEST(PrefillServiceEncodeThreadsTest, AnyNumberOfEncodeWorkersSendsTheSameStream) {
+  const testing::TinyModel& tiny = testing::shared_tiny_model(GgmlType::kF32);
+  std::vector<std::unique_ptr<edge_test::Cloud>> clouds;
+  for (int workers : {1, 4}) {
+    PrefillServiceOptions options;
+    options.threads = 1;
+    options.max_context_tokens = kMaxContextTokens;
+    options.chunk_tokens = 7;
+    options.encode_threads = workers;
+    clouds.push_back(edge_test::start_cloud_with(tiny.path, options));
+    ASSERT_NE(clouds.back()->server, nullptr);
+  }
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 60; ++i) tokens.push_back((i * 11 + 5) % tiny.model->spec().n_vocab);
+  const int g = std::min(32, tiny.model->spec().head_dim);
+  for (const std::string& name : {std::string("f16-z3"), absl::StrFormat("int8-g%d-z3", g),
+                                  absl::StrFormat("int4-pc-kg128-g%d-z3", g)}) {
+    for (uint32_t first : {0u, 9u}) {
+      SCOPED_TRACE(name + " from " + std::to_string(first));
+      absl::StatusOr<KvCodecConfig> config = parse_kv_codec_config(name);
+      ASSERT_TRUE(config.ok()) << config.status();
+      absl::StatusOr<v1::CodecParams> params = kv_codec_params(*config);
+      ASSERT_TRUE(params.ok()) << params.status();
+      std::vector<std::vector<v1::KvStreamMessage>> streams;
+      for (auto& cloud : clouds) {
+        v1::PrefillRequest request;
+        for (int32_t t : tokens) request.mutable_tokens()->add_ids(static_cast<uint32_t>(t));
+        request.set_first_position(first);
+        *request.mutable_codec() = *params;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        auto reader = cloud->stub->Prefill(&context, request);
+        std::vector<v1::KvStreamMessage> messages;
+        v1::KvStreamMessage message;
+        while (reader->Read(&message)) messages.push_back(message);
+        const grpc::Status status = reader->Finish();
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        ASSERT_TRUE(messages.back().has_trailer());
+        messages.back().mutable_trailer()->clear_producer();  // timings differ
+        streams.push_back(std::move(messages));
+      }
+      ASSERT_EQ(streams[0].size(), streams[1].size());
+      ASSERT_GE(streams[0].size(), 6u);  // the header, K and V of each layer at least, the trailer
+      for (size_t i = 0; i < streams[0].size(); ++i) {
+        EXPECT_EQ(streams[1][i].SerializeAsString(), streams[0][i].SerializeAsString()) << "message " << i;
+      }
+    }
+  }
+}
+
 TEST(PrefillServiceNotReadyTest, PrefillBeforeReadyIsUnavailableWithARetryHint) {
   PrefillService service(PrefillServiceOptions{});  // never loaded: LOADING
   auto server = PrefillServer::Start("127.0.0.1:0", service);
