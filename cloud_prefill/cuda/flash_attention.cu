@@ -11,13 +11,9 @@
 //   O += P V          the S accumulators of two key n-tiles are exactly the A
 //                     fragment of one 16-key k-step (converted to 16 bits)
 // Finally out = O / l. Scores of the whole context are never materialized.
-//
-// Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit inputs), g = lane / 4,
-// t = lane % 4:
-//   A (16 x 16, row-major) regs: {r g, c 2t..2t+1}, {r g+8, c 2t..}, {r g, c 2t+8..}, {r g+8, c 2t+8..}
-//   B (16 x 8, "col")      regs: {k 2t..2t+1, n g}, {k 2t+8..2t+9, n g}
-//   C (16 x 8, f32)        c0, c1: {r g, c 2t, 2t+1}; c2, c3: {r g+8, c 2t, 2t+1}
+// Fragment layouts: cuda_mma.cuh.
 #include "cloud_prefill/cuda/cuda_kernel_util.cuh"
+#include "cloud_prefill/cuda/cuda_mma.cuh"
 #include "cloud_prefill/cuda/cuda_ops.h"
 
 namespace baton::cuda {
@@ -38,48 +34,6 @@ struct Smem {
   static constexpr size_t kVt = kK + sizeof(uint16_t) * kBlockK * kPitchQK;
   static constexpr size_t kBytes = kVt + sizeof(uint16_t) * kHeadDim * kPitchVt;
 };
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as one register of two 16-bit values, `lo` in the low half
-// (the lower column / key index).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t load32(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionParams p, const T* __restrict__ q,
@@ -187,37 +141,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionPara
         tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
       }
     }
-    #pragma unroll
-    for (int offset = 1; offset < 4; offset <<= 1) {
-      tile_max_a = fmaxf(tile_max_a, __shfl_xor_sync(0xffffffffu, tile_max_a, offset));
-      tile_max_b = fmaxf(tile_max_b, __shfl_xor_sync(0xffffffffu, tile_max_b, offset));
-    }
-    const float new_max_a = fmaxf(max_a, tile_max_a), new_max_b = fmaxf(max_b, tile_max_b);
-    // -inf only for padding rows (a valid query always sees key 0 first).
-    const float alpha_a = new_max_a == -INFINITY ? 1.0f : exp2f(max_a - new_max_a);
-    const float alpha_b = new_max_b == -INFINITY ? 1.0f : exp2f(max_b - new_max_b);
-    const float sub_a = new_max_a == -INFINITY ? 0.0f : new_max_a;
-    const float sub_b = new_max_b == -INFINITY ? 0.0f : new_max_b;
-    max_a = new_max_a;
-    max_b = new_max_b;
-    sum_a *= alpha_a;
-    sum_b *= alpha_b;
-    #pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-      s[j][0] = exp2f(s[j][0] - sub_a);  // exp2(-inf) = 0 for masked keys
-      s[j][1] = exp2f(s[j][1] - sub_a);
-      s[j][2] = exp2f(s[j][2] - sub_b);
-      s[j][3] = exp2f(s[j][3] - sub_b);
-      sum_a += s[j][0] + s[j][1];
-      sum_b += s[j][2] + s[j][3];
-    }
-    #pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-      o[n][0] *= alpha_a;
-      o[n][1] *= alpha_a;
-      o[n][2] *= alpha_b;
-      o[n][3] *= alpha_b;
-    }
+    // New row maxima over the quad, P = exp2(S - max), sums and O rescaled.
+    online_softmax_step(s, o, tile_max_a, tile_max_b, max_a, max_b, sum_a, sum_b,
+                        [](float x) { return exp2f(x); });
 
     // O += P V: P's A fragment for keys [16 kb, 16 kb + 16) is the S
     // accumulators of key n-tiles 2 kb and 2 kb + 1; V's B fragment
