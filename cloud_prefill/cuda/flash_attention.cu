@@ -12,6 +12,7 @@
 //                     fragment of one 16-key k-step (converted to 16 bits)
 // Finally out = O / l. Scores of the whole context are never materialized.
 // Fragment layouts: cuda_mma.cuh.
+#include "cloud_prefill/cuda/attention_launch.cuh"
 #include "cloud_prefill/cuda/cuda_kernel_util.cuh"
 #include "cloud_prefill/cuda/cuda_mma.cuh"
 #include "cloud_prefill/cuda/cuda_ops.h"
@@ -185,31 +186,12 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionPara
 }
 
 template <typename T, int kHeadDim>
-cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
-                         cudaStream_t stream) {
-  constexpr size_t kBytes = Smem<kHeadDim>::kBytes;
-  auto kernel = flash_attention_kernel<T, kHeadDim>;
-  if (kBytes > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
-    if (err != cudaSuccess) return err;
-  }
-  const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
-  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
-                            cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
-    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
-    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
-    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
+struct FlashKernel {
+  static auto kernel() { return flash_attention_kernel<T, kHeadDim>; }
+  static constexpr size_t kSmemBytes = Smem<kHeadDim>::kBytes;
+  static constexpr int kBlockQueries = kBlockQ;
+  static constexpr int kBlockThreads = kThreads;
+};
 
 }  // namespace
 
@@ -219,14 +201,7 @@ bool flash_attention_supports(int head_dim) {
 
 cudaError_t launch_flash_attention(const AttentionParams& params, const void* q, const PagedKvView& kv, void* out,
                                    cudaStream_t stream) {
-  if (params.n_queries == 0) return cudaSuccess;
-  if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
-      params.n_head % params.n_head_kv != 0) {
-    return cudaErrorInvalidValue;
-  }
-  cudaError_t err = cudaSuccess;
-  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
-  return err;
+  return launch_attention_kernel<FlashKernel>(params, q, kv, out, stream);
 }
 
 }  // namespace baton::cuda

@@ -25,6 +25,7 @@
 // flash 61 / -; this scheme with 4 warps, exp2f and 32-bit K loads 152 / 154;
 // + ex2.approx and ldmatrix K 155 / 141; that at 3 blocks per SM 164 / 161;
 // 8 warps (this file) 186 / 158. At 32768 tokens 215 / 174.
+#include "cloud_prefill/cuda/attention_launch.cuh"
 #include "cloud_prefill/cuda/cuda_kernel_util.cuh"
 #include "cloud_prefill/cuda/cuda_mma.cuh"
 #include "cloud_prefill/cuda/cuda_ops.h"
@@ -276,44 +277,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <typename T, int kHeadDim>
-cudaError_t launch_typed(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
-                         cudaStream_t stream) {
-  constexpr size_t kBytes = PipeSmem<kHeadDim>::kBytes;
-  auto kernel = pipelined_attention_kernel<T, kHeadDim>;
-  if (kBytes > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
-    if (err != cudaSuccess) return err;
-  }
-  const dim3 grid(static_cast<unsigned>((p.n_queries + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(p.n_head));
-  kernel<<<grid, kThreads, kBytes, stream>>>(p, static_cast<const T*>(q), typed_store<T>(kv), static_cast<T*>(out));
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t launch_head_dim(const AttentionParams& p, const void* q, const PagedKvView& kv, void* out,
-                            cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 16: return launch_typed<T, 16>(p, q, kv, out, stream);
-    case 32: return launch_typed<T, 32>(p, q, kv, out, stream);
-    case 64: return launch_typed<T, 64>(p, q, kv, out, stream);
-    case 128: return launch_typed<T, 128>(p, q, kv, out, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
+struct PipelinedKernel {
+  static auto kernel() { return pipelined_attention_kernel<T, kHeadDim>; }
+  static constexpr size_t kSmemBytes = PipeSmem<kHeadDim>::kBytes;
+  static constexpr int kBlockQueries = kBlockQ;
+  static constexpr int kBlockThreads = kThreads;
+};
 
 }  // namespace
 
 cudaError_t launch_flash_attention_pipelined(const AttentionParams& params, const void* q, const PagedKvView& kv,
                                              void* out, cudaStream_t stream) {
-  if (params.n_queries == 0) return cudaSuccess;
-  if (!flash_attention_supports(params.head_dim) || params.n_head_kv <= 0 ||
-      params.n_head % params.n_head_kv != 0) {
-    return cudaErrorInvalidValue;
-  }
-  cudaError_t err = cudaSuccess;
-  BATON_DISPATCH_HALF_TYPES(kv.dtype, T, err, err = (launch_head_dim<T>(params, q, kv, out, stream)));
-  return err;
+  return launch_attention_kernel<PipelinedKernel>(params, q, kv, out, stream);
 }
 
 }  // namespace baton::cuda
