@@ -56,6 +56,32 @@ __device__ __forceinline__ uint32_t load32(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// Stages a block's Q rows [q0, q0 + kRows) of head h in shared memory
+// (`tile`, rows of `pitch` elements; rows past q_rows zero), then, after a
+// barrier, loads this warp's A fragments of its 16 rows from row0 (registers,
+// for the whole kernel). The caller syncs again before reusing `tile`.
+template <typename T, int kHeadDim, int kRows, int kThreads>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&q_frag)[kHeadDim / 16][4], const T* __restrict__ q,
+                                                 int64_t q0, int q_rows, int64_t q_dim, int h, T* tile, int pitch,
+                                                 int row0, int g, int t) {
+  constexpr int kVectors = kHeadDim / 8;
+  for (int idx = threadIdx.x; idx < kRows * kVectors; idx += kThreads) {
+    const int r = idx / kVectors, c = idx % kVectors;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < q_rows) value = reinterpret_cast<const uint4*>(q + (q0 + r) * q_dim + int64_t{h} * kHeadDim)[c];
+    reinterpret_cast<uint4*>(tile + r * pitch)[c] = value;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const T* base = tile + kk * 16 + 2 * t;
+    q_frag[kk][0] = load32(base + (row0 + g) * pitch);
+    q_frag[kk][1] = load32(base + (row0 + g + 8) * pitch);
+    q_frag[kk][2] = load32(base + (row0 + g) * pitch + 8);
+    q_frag[kk][3] = load32(base + (row0 + g + 8) * pitch + 8);
+  }
+}
+
 // One tile's online-softmax step for a warp's rows g (a) and g + 8 (b): s
 // holds the tile's scaled scores (log2 units; -inf where masked) and
 // tile_max_* this lane's maxima of them. Takes the row maxima over the quad,

@@ -60,23 +60,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionPara
   const int64_t n_keys = p.pos0 + q0 + q_rows;  // keys any query of the block sees
 
   // Q tile -> shared -> this warp's A fragments (registers, whole kernel).
-  for (int idx = threadIdx.x; idx < kBlockQ * kVectors; idx += kThreads) {
-    const int r = idx / kVectors, c = idx % kVectors;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (r < q_rows) value = reinterpret_cast<const uint4*>(q + (q0 + r) * q_dim + int64_t{h} * kHeadDim)[c];
-    reinterpret_cast<uint4*>(q_tile + r * S::kPitchQK)[c] = value;
-  }
-  __syncthreads();
   const int row0 = warp * 16;
   uint32_t q_frag[kDimSteps][4];
-  #pragma unroll
-  for (int kk = 0; kk < kDimSteps; ++kk) {
-    const T* base = q_tile + kk * 16 + 2 * t;
-    q_frag[kk][0] = load32(base + (row0 + g) * S::kPitchQK);
-    q_frag[kk][1] = load32(base + (row0 + g + 8) * S::kPitchQK);
-    q_frag[kk][2] = load32(base + (row0 + g) * S::kPitchQK + 8);
-    q_frag[kk][3] = load32(base + (row0 + g + 8) * S::kPitchQK + 8);
-  }
+  load_q_fragments<T, kHeadDim, kBlockQ, kThreads>(q_frag, q, q0, q_rows, q_dim, h, q_tile, S::kPitchQK, row0, g,
+                                                   t);
 
   // Rows g and g + 8 of the warp: query index within the block, position.
   const int row_a = row0 + g, row_b = row0 + g + 8;

@@ -112,24 +112,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Q tile -> shared (stage 1's K and V tiles, free until the first
   // prefetch into them) -> this warp's A fragments (registers, whole kernel).
-  T* q_tile = k_tile(1);
-  for (int idx = threadIdx.x; idx < kBlockQ * kVectors; idx += kThreads) {
-    const int r = idx / kVectors, c = idx % kVectors;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (r < q_rows) value = reinterpret_cast<const uint4*>(q + (q0 + r) * q_dim + int64_t{h} * kHeadDim)[c];
-    reinterpret_cast<uint4*>(q_tile + r * S::kPitch)[c] = value;
-  }
-  __syncthreads();
   const int row0 = warp * 16;
   uint32_t q_frag[kDimSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kDimSteps; ++kk) {
-    const T* base = q_tile + kk * 16 + 2 * t;
-    q_frag[kk][0] = load32(base + (row0 + g) * S::kPitch);
-    q_frag[kk][1] = load32(base + (row0 + g + 8) * S::kPitch);
-    q_frag[kk][2] = load32(base + (row0 + g) * S::kPitch + 8);
-    q_frag[kk][3] = load32(base + (row0 + g + 8) * S::kPitch + 8);
-  }
+  load_q_fragments<T, kHeadDim, kBlockQ, kThreads>(q_frag, q, q0, q_rows, q_dim, h, k_tile(1), S::kPitch, row0, g,
+                                                   t);
   __syncthreads();  // every warp has its Q fragments: stage 1 may be filled
 
   // Queues the copies of tile `tile`'s K and V rows into `stage` as one group.
