@@ -298,6 +298,14 @@ struct KvKernels {
   // prefetches those rows itself before the call (scalar). attend_tile_f16,
   // where a set has it, always spreads its `next`.
   bool q8_spreads_prefetch;
+  // Per-token group quantization, the same bytes as kv_quant.h's
+  // quantize_int8_groups / quantize_int4_groups (the scales computed the
+  // same way, the codes rounded to nearest even by the vector unit instead
+  // of the magic-number sum); group % 16 == 0. Null in sets without it (the
+  // scalar code in kv_quant.cc runs).
+  void (*quantize_int8)(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales) = nullptr;
+  void (*quantize_int4)(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
+                        uint16_t* mins) = nullptr;
 };
 
 // True when attend_tile_f16 takes these rows: F16 keys and values, head_dim a

@@ -10,6 +10,7 @@
 
 #include "common/cpu/simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
+#include "common/util/fp16.h"
 
 namespace baton::kv_kernels_impl {
 namespace {
@@ -1083,8 +1084,97 @@ void affine_rows_avx512(const float* a, int64_t lda, int64_t n, int k, const flo
   }
 }
 
+// kv_quant.h's per-token group quantizers, 16 lanes at a time. The scale
+// (and INT4's minimum) of each group is computed as the scalar code does, in
+// scalar f32 from the group's max / min; each code is then
+// clamp(rne(x * inverse)) (INT4: of (x - min) * inverse), where rne by
+// vrndscaleps equals the scalar magic-number rounding for |v| < 2^22 (|v|
+// stays under 255 here).
+
+// The scalar code keeps the first element that attains a group's min or max
+// (std::min / std::max keep the first of equal values), which decides the
+// sign of a zero extreme and so the f16 bytes of a zero minimum or scale.
+inline float first_zero_like(const float* x, int n, float extreme) {
+  if (extreme != 0.0f) return extreme;
+  for (int i = 0; i < n; ++i) {
+    if (x[i] == 0.0f) return x[i];
+  }
+  return extreme;
+}
+
+inline float reduce_min16(__m512 v) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  return -reduce_max16(_mm512_maskz_xor_ps(kAll, v, sign));
+}
+
+// 16 codes clamp(rne(v), lo, hi) as bytes.
+inline __m128i code_bytes(__m512 v, __m512 lo, __m512 hi) {
+  v = _mm512_maskz_roundscale_ps(kAll, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, v, lo), hi);
+  return _mm512_maskz_cvtepi32_epi8(kAll, _mm512_maskz_cvtps_epi32(kAll, v));
+}
+
+void quantize_int8_avx512(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float* xg = x + g * group;
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < group; i += 16) {
+      m = _mm512_maskz_max_ps(kAll, m, _mm512_maskz_and_ps(kAll, _mm512_loadu_ps(xg + i), abs_mask));
+    }
+    const uint16_t half = fp32_to_fp16(reduce_max16(m) / 127.0f);  // amax: |x| has no -0
+    const float value = fp16_to_fp32(half);
+    scales[g] = half;
+    const __m512 inverse = _mm512_set1_ps(value > 0.0f ? 1.0f / value : 0.0f);
+    int8_t* out = codes + g * group;
+    for (int i = 0; i < group; i += 16) {
+      const __m512 v = _mm512_maskz_mul_ps(kAll, _mm512_loadu_ps(xg + i), inverse);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), code_bytes(v, lo, hi));
+    }
+  }
+}
+
+void quantize_int4_avx512(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
+                          uint16_t* mins) {
+  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
+  const __m128i low_nibble = _mm_set1_epi16(0x000f), high_nibble = _mm_set1_epi16(0x00f0);
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float* xg = x + g * group;
+    __m512 vmin = _mm512_loadu_ps(xg), vmax = vmin;
+    for (int i = 16; i < group; i += 16) {
+      const __m512 v = _mm512_loadu_ps(xg + i);
+      vmin = _mm512_maskz_min_ps(kAll, vmin, v);
+      vmax = _mm512_maskz_max_ps(kAll, vmax, v);
+    }
+    const float lo = first_zero_like(xg, group, reduce_min16(vmin));
+    const float hi = first_zero_like(xg, group, reduce_max16(vmax));
+    const uint16_t min_half = fp32_to_fp16(lo);
+    const float min = fp16_to_fp32(min_half);
+    const uint16_t half = fp32_to_fp16((hi - min) / 15.0f);
+    const float value = fp16_to_fp32(half);
+    scales[g] = half;
+    mins[g] = min_half;
+    const __m512 vmin_f = _mm512_set1_ps(min);
+    const __m512 inverse = _mm512_set1_ps(value > 0.0f ? 1.0f / value : 0.0f);
+    uint8_t* out = codes + g * group / 2;
+    for (int i = 0; i < group; i += 16) {
+      const __m512 v =
+          _mm512_maskz_mul_ps(kAll, _mm512_maskz_sub_ps(kAll, _mm512_loadu_ps(xg + i), vmin_f), inverse);
+      // 16 codes as bytes; each 16-bit lane (even code, odd code) -> one
+      // byte with the even code in the low nibble.
+      const __m128i bytes = code_bytes(v, zero, fifteen);
+      const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, low_nibble),
+                                         _mm_and_si128(_mm_srli_epi16(bytes, 4), high_nibble));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 2), _mm_packus_epi16(pairs, pairs));
+    }
+  }
+}
+
 KvKernels kv_kernels_avx512() {
   KvKernels set = kv_kernels_avx2();
+  set.quantize_int8 = quantize_int8_avx512;
+  set.quantize_int4 = quantize_int4_avx512;
   set.affine_rows = affine_rows_avx512;
   set.affine_u8_rows = affine_u8_rows_avx512;
   set.attend_tile = attend_tile_avx512;

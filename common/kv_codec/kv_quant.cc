@@ -46,6 +46,13 @@ void hadamard_inplace(float* x, int n) { kv_kernels_impl::kv_kernels().hadamard_
 void hadamard_rows(float* x, int64_t n_vectors, int n) { kv_kernels_impl::kv_kernels().hadamard_rows(x, n_vectors, n); }
 
 void quantize_int8_groups(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales) {
+  if (auto* kernel = kv_kernels_impl::kv_kernels().quantize_int8; kernel != nullptr && group % 16 == 0) {
+    return kernel(x, n, group, codes, scales);
+  }
+  quantize_int8_groups_scalar(x, n, group, codes, scales);
+}
+
+void quantize_int8_groups_scalar(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales) {
   for (int64_t g = 0; g * group < n; ++g) {
     const float* xg = x + g * group;
     float amax = 0.0f;
@@ -58,6 +65,14 @@ void quantize_int8_groups(const float* x, int64_t n, int group, int8_t* codes, u
 
 void quantize_int4_groups(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
                           uint16_t* mins) {
+  if (auto* kernel = kv_kernels_impl::kv_kernels().quantize_int4; kernel != nullptr && group % 16 == 0) {
+    return kernel(x, n, group, codes, scales, mins);
+  }
+  quantize_int4_groups_scalar(x, n, group, codes, scales, mins);
+}
+
+void quantize_int4_groups_scalar(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
+                                 uint16_t* mins) {
   for (int64_t g = 0; g * group < n; ++g) {
     const float* xg = x + g * group;
     float lo = xg[0], hi = xg[0];

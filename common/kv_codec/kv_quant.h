@@ -1,7 +1,9 @@
 // Internal: the group quantizers and the Walsh-Hadamard rotation shared by
 // the KV codec (kv_codec.h) and the quantized store (quantized_kv_cache.h),
 // so a token stored by the edge and the same token sent by the cloud hold
-// the same bytes. Scalar C++; the compiler vectorizes the inner loops.
+// the same bytes. Scalar C++ (the compiler vectorizes the inner loops); the
+// per-token group quantizers use the AVX-512 kernels (kv_kernels.h) where
+// present, with the same bytes.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,11 @@ void hadamard_rows(float* x, int64_t n_vectors, int n);
 void quantize_int8_groups(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales);
 void quantize_int4_groups(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
                           uint16_t* mins);
+// The portable code of the two above, which the kernels must match byte for
+// byte (tests; the two above use it where the CPU has no kernel).
+void quantize_int8_groups_scalar(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales);
+void quantize_int4_groups_scalar(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
+                                 uint16_t* mins);
 void dequantize_int8_groups(const int8_t* codes, const uint16_t* scales, int64_t n, int group, float* out);
 void dequantize_int4_groups(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n,
                             int group, float* out);

@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_format.h"
@@ -21,13 +22,15 @@ struct DctxDeleter {
 
 absl::StatusOr<std::string> zstd_compress(std::string_view raw, int level) {
   thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> ctx(ZSTD_createCCtx());
-  std::string out(ZSTD_compressBound(raw.size()), '\0');
-  const size_t n = ZSTD_compressCCtx(ctx.get(), out.data(), out.size(), raw.data(), raw.size(), level);
+  // Into a per-thread buffer of the bound (reused: no fresh pages per call),
+  // then a string of the frame's size.
+  thread_local std::string bound;
+  bound.resize(std::max(bound.size(), ZSTD_compressBound(raw.size())));
+  const size_t n = ZSTD_compressCCtx(ctx.get(), bound.data(), bound.size(), raw.data(), raw.size(), level);
   if (ZSTD_isError(n)) {
     return absl::InternalError(absl::StrFormat("zstd compression failed: %s", ZSTD_getErrorName(n)));
   }
-  out.resize(n);
-  return out;
+  return std::string(bound.data(), n);
 }
 
 absl::Status zstd_decompress_exact(std::string_view payload, uint64_t raw_size, uint8_t* out) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,6 +54,33 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
     if (ch == '-') ch = '_';
   }
   return name;
+}
+
+// The encoder refuses a block with a value that is NaN, infinite or past
+// the f16 range (it could not be scaled into the codes), naming the element;
+// the range's ends themselves, -0 and the smallest denormal are accepted.
+TEST(KvCodecValues, NonFiniteOrOutOfRangeValuesAreRefusedNamingTheElement) {
+  const KvGeometry g = test_geometry();
+  const int64_t n_tokens = 9;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::string& name : {std::string("int8-g32-z3"), std::string("int4-g32"), std::string("f16")}) {
+    for (const float bad : {std::nanf(""), inf, -inf, 65505.0f, -65536.0f, 1e30f}) {
+      for (const int64_t at : {int64_t{0}, int64_t{77}, n_tokens * g.kv_dim() - 1}) {
+        std::vector<float> x = kv_data(g, n_tokens, 3);
+        x[at] = bad;
+        auto encoded = encode_kv_block(parse(name), g, /*is_key=*/false, x.data(), n_tokens);
+        ASSERT_FALSE(encoded.ok()) << name << " took " << bad << " at " << at;
+        EXPECT_EQ(encoded.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(encoded.status().message()), HasSubstr("at element " + std::to_string(at)));
+      }
+    }
+    std::vector<float> x = kv_data(g, n_tokens, 4);
+    x[0] = 65504.0f;
+    x[1] = -65504.0f;
+    x[2] = -0.0f;
+    x[3] = std::numeric_limits<float>::denorm_min();
+    EXPECT_TRUE(encode_kv_block(parse(name), g, /*is_key=*/false, x.data(), n_tokens).ok()) << name;
+  }
 }
 
 // ---------------------------------------------------------------- names ----

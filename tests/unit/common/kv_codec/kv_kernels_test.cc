@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/kv_codec/kv_quant.h"
 #include "common/util/cpu_features.h"
 #include "common/util/fp16.h"
 
@@ -597,6 +598,55 @@ TEST(QuantizeQueryQ8, CodesAreLroundOfTheScaledValuesHalvesAwayFromZero) {
     }
     EXPECT_EQ(bias, -128 * sum);
     EXPECT_EQ(scale, 127.0f / 127.0f * 0.25f);
+  }
+}
+
+// The vector group quantizers give kv_quant's scalar bytes: codes, scales
+// and minimums, for groups of 16..128, over values that hit the rounding
+// ties exactly (k + 0.5 steps of the group's scale) and just beside them,
+// all-zero and constant groups, f16-denormal scales and the f16 range's ends.
+TEST(QuantizeGroups, TheVectorKernelsGiveTheScalarBytes) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: the scalar code is the only one";
+  const KvKernels set = kv_kernels_avx512();
+  ASSERT_NE(set.quantize_int8, nullptr);
+  ASSERT_NE(set.quantize_int4, nullptr);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> pick(0, 7);
+  for (int group : {16, 32, 64, 128}) {
+    const int64_t n = int64_t{group} * 96;
+    std::vector<float> x(n);
+    for (int64_t g = 0; g * group < n; ++g) {
+      float* xg = x.data() + g * group;
+      const int kind = static_cast<int>(g % 8);
+      const float magnitude = kind == 0 ? 0.0f : kind == 1 ? 3e-6f : kind == 2 ? 65504.0f : std::exp(normal(rng) * 3);
+      for (int i = 0; i < group; ++i) xg[i] = magnitude * normal(rng);
+      if (kind == 3) std::fill(xg, xg + group, magnitude);      // constant group
+      if (kind == 2) xg[pick(rng)] = -65504.0f;                  // the range's end
+      if (kind >= 4) {
+        // Ties: amax = 127 steps of the f16 scale, others k + 0.5 steps (and
+        // the floats just beside them).
+        const float step = fp16_to_fp32(fp32_to_fp16(magnitude / 127.0f));
+        xg[0] = 127.0f * step;
+        for (int i = 1; i < group; ++i) {
+          const float tie = (static_cast<float>(static_cast<int>(normal(rng) * 30)) + 0.5f) * step;
+          xg[i] = pick(rng) < 4 ? tie : std::nextafter(tie, pick(rng) < 6 ? 0.0f : 1e9f);
+        }
+      }
+    }
+    std::vector<int8_t> codes8(n), want8(n);
+    std::vector<uint16_t> scales(n / group), want_scales(n / group), mins(n / group), want_mins(n / group);
+    set.quantize_int8(x.data(), n, group, codes8.data(), scales.data());
+    kv_quant::quantize_int8_groups_scalar(x.data(), n, group, want8.data(), want_scales.data());
+    EXPECT_EQ(codes8, want8) << "int8, group " << group;
+    EXPECT_EQ(scales, want_scales) << "int8, group " << group;
+
+    std::vector<uint8_t> codes4(n / 2), want4(n / 2);
+    set.quantize_int4(x.data(), n, group, codes4.data(), scales.data(), mins.data());
+    kv_quant::quantize_int4_groups_scalar(x.data(), n, group, want4.data(), want_scales.data(), want_mins.data());
+    EXPECT_EQ(codes4, want4) << "int4, group " << group;
+    EXPECT_EQ(scales, want_scales) << "int4, group " << group;
+    EXPECT_EQ(mins, want_mins) << "int4, group " << group;
   }
 }
 
