@@ -124,4 +124,24 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kKeyTiles][4], fl
   }
 }
 
+// The end of a warp's rows g (a) and g + 8 (b): row sums over the quad, then
+// out = O / l as 16-bit pairs, rows past the block's end not written.
+// dst_a / dst_b: the rows' output for this head (q_dim apart or anywhere).
+template <typename T, int kDimTiles>
+__device__ __forceinline__ void store_output_rows(const float (&o)[kDimTiles][4], float sum_a, float sum_b,
+                                                  bool valid_a, bool valid_b, T* dst_a, T* dst_b, int t) {
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, offset);
+    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, offset);
+  }
+  const float inv_a = valid_a ? 1.0f / sum_a : 0.0f, inv_b = valid_b ? 1.0f / sum_b : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+    const int d = n * 8 + 2 * t;
+    if (valid_a) *reinterpret_cast<uint32_t*>(dst_a + d) = pack2<T>(o[n][0] * inv_a, o[n][1] * inv_a);
+    if (valid_b) *reinterpret_cast<uint32_t*>(dst_b + d) = pack2<T>(o[n][2] * inv_b, o[n][3] * inv_b);
+  }
+}
+
 }  // namespace baton::cuda

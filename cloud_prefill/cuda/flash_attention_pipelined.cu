@@ -241,25 +241,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
-  // Row sums over the quad, then out = O / l.
-#pragma unroll
-  for (int offset = 1; offset < 4; offset <<= 1) {
-    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, offset);
-    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, offset);
-  }
-  const float inv_a = valid_a ? 1.0f / sum_a : 0.0f, inv_b = valid_b ? 1.0f / sum_b : 0.0f;
-#pragma unroll
-  for (int n = 0; n < kDimTiles; ++n) {
-    const int d = n * 8 + 2 * t;
-    if (valid_a) {
-      T* dst = out + (q0 + row_a) * q_dim + int64_t{h} * kHeadDim + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[n][0] * inv_a, o[n][1] * inv_a);
-    }
-    if (valid_b) {
-      T* dst = out + (q0 + row_b) * q_dim + int64_t{h} * kHeadDim + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[n][2] * inv_b, o[n][3] * inv_b);
-    }
-  }
+  T* head_out = out + int64_t{h} * kHeadDim;
+  store_output_rows<T>(o, sum_a, sum_b, valid_a, valid_b, head_out + (q0 + row_a) * q_dim,
+                       head_out + (q0 + row_b) * q_dim, t);
 }
 
 template <typename T, int kHeadDim>
