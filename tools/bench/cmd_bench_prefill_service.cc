@@ -184,6 +184,7 @@ absl::Status bench_prefill_service(const Args& args) {
   double cached_fraction = 0.75;
   std::string state_url, backend = "cpu";
   int64_t encode_threads = 0;
+  bool warmup = false;
   FlagSet flags("baton bench prefill-service",
                 "--model FILE [--prompt-len N] [--cached-fraction F] [--state redis://HOST:PORT] [--json]",
                 "baton-prefill on loopback (real server, real gRPC client, CPU or CUDA backend): time to the first KV "
@@ -192,6 +193,9 @@ absl::Status bench_prefill_service(const Args& args) {
   flags.add_string("model", &c.model, "GGUF model file the service loads", "FILE");
   flags.add_int64("threads", &c.threads, "CPU threads of the service's backend");
   flags.add_string("backend", &backend, "compute backend: cpu or cuda (GPU 0)", "NAME");
+  flags.add_bool("warmup", &warmup,
+                 "send one unrelated prompt of the same length first (untimed), so the cold figures leave out "
+                 "the process's first-request setup (on CUDA: streams, cuBLAS, scratch and pinned buffers)");
   flags.add_int64("encode-threads", &encode_threads,
                   "threads encoding the stream's blocks, as baton-prefill --encode-threads (0: auto)");
   flags.add_int64("prompt-len", &prompt_len, "prompt tokens");
@@ -228,6 +232,10 @@ absl::Status bench_prefill_service(const Args& args) {
   BATON_ASSIGN_OR_RETURN(const std::unique_ptr<Model> model, Model::Load(c.model));
   const ModelSpec& spec = model->spec();
 
+  if (warmup) {
+    // Seed 3: shares no prefix-cache block with the prompts below.
+    BATON_RETURN_IF_ERROR(timed_prefill(cloud->stub(), synthetic_tokens(prompt_len, spec.n_vocab, 3), codec).status());
+  }
   // Cold: nothing cached.
   const std::vector<int32_t> cold_prompt = synthetic_tokens(prompt_len, spec.n_vocab, 1);
   BATON_ASSIGN_OR_RETURN(const StreamTiming cold, timed_prefill(cloud->stub(), cold_prompt, codec));
@@ -245,6 +253,7 @@ absl::Status bench_prefill_service(const Args& args) {
   report.add_text("backend", "backend", cold.producer.backend());
   report.add_text("codec", "codec", codec_name);
   report.add_int("encode_threads", "encode threads (0: auto)", encode_threads);
+  report.add_text("warmup", "warm-up request first", warmup ? "yes" : "no");
   report.add_int("n_layer", "layers", spec.n_layer);
   report.add_int("chunks", "compute chunks", chunks);
   report.add("first_block_ms", "cold: time to first KV block", cold.first_block_ms, "ms", 1);

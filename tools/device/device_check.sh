@@ -257,7 +257,7 @@ if [[ "$service_tokens" != 0 ]]; then
         continue
       fi
       timeout "$left" "$bin_dir/baton" bench prefill-service --backend cuda --model "$model_dir/1b-f16.gguf" \
-        --prompt-len "$service_tokens" --chunk-tokens 2048 --codec "$codec" --threads 8 --encode-threads "$threads" --json \
+        --prompt-len "$service_tokens" --chunk-tokens 2048 --codec "$codec" --threads 8 --encode-threads "$threads" --warmup --json \
         >>"$out_dir/service.jsonl" 2>>"$out_dir/bench.err" || say "- codec $codec: failed (see bench.err)"
     done
   else
