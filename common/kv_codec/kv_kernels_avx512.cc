@@ -10,6 +10,7 @@
 
 #include "common/cpu/simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
+#include "common/kv_codec/kv_quant.h"
 #include "common/util/fp16.h"
 
 namespace baton::kv_kernels_impl {
@@ -1123,10 +1124,9 @@ void quantize_int8_avx512(const float* x, int64_t n, int group, int8_t* codes, u
     for (int i = 0; i < group; i += 16) {
       m = _mm512_maskz_max_ps(kAll, m, _mm512_maskz_and_ps(kAll, _mm512_loadu_ps(xg + i), abs_mask));
     }
-    const uint16_t half = fp32_to_fp16(reduce_max16(m) / 127.0f);  // amax: |x| has no -0
-    const float value = fp16_to_fp32(half);
-    scales[g] = half;
-    const __m512 inverse = _mm512_set1_ps(value > 0.0f ? 1.0f / value : 0.0f);
+    const kv_quant::Scale s = kv_quant::make_scale(reduce_max16(m) / 127.0f);  // amax: |x| has no -0
+    scales[g] = s.half;
+    const __m512 inverse = _mm512_set1_ps(s.inverse);
     int8_t* out = codes + g * group;
     for (int i = 0; i < group; i += 16) {
       const __m512 v = _mm512_maskz_mul_ps(kAll, _mm512_loadu_ps(xg + i), inverse);
@@ -1151,12 +1151,11 @@ void quantize_int4_avx512(const float* x, int64_t n, int group, uint8_t* codes, 
     const float hi = first_zero_like(xg, group, reduce_max16(vmax));
     const uint16_t min_half = fp32_to_fp16(lo);
     const float min = fp16_to_fp32(min_half);
-    const uint16_t half = fp32_to_fp16((hi - min) / 15.0f);
-    const float value = fp16_to_fp32(half);
-    scales[g] = half;
+    const kv_quant::Scale s = kv_quant::make_scale((hi - min) / 15.0f);
+    scales[g] = s.half;
     mins[g] = min_half;
     const __m512 vmin_f = _mm512_set1_ps(min);
-    const __m512 inverse = _mm512_set1_ps(value > 0.0f ? 1.0f / value : 0.0f);
+    const __m512 inverse = _mm512_set1_ps(s.inverse);
     uint8_t* out = codes + g * group / 2;
     for (int i = 0; i < group; i += 16) {
       const __m512 v =

@@ -16,21 +16,6 @@ inline float round_nearest(float x) {
   return (x + kMagic) - kMagic;
 }
 
-// f16-rounded scale and its inverse (0 for an all-zero group).
-struct Scale {
-  uint16_t half;
-  float value;
-  float inverse;
-};
-
-inline Scale make_scale(float s) {
-  Scale r;
-  r.half = fp32_to_fp16(s);
-  r.value = fp16_to_fp32(r.half);
-  r.inverse = r.value > 0.0f ? 1.0f / r.value : 0.0f;
-  return r;
-}
-
 inline int8_t int8_code(float x, float inverse) {
   return static_cast<int8_t>(std::clamp(round_nearest(x * inverse), -127.0f, 127.0f));
 }

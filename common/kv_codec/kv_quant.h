@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "common/util/fp16.h"
+
 namespace baton::kv_quant {
 
 // Largest |x| the codecs accept: every value (and so every scale and minimum)
@@ -19,6 +21,22 @@ constexpr float kMaxAbsValue = 65504.0f;
 void hadamard_inplace(float* x, int n);
 // Same on n_vectors consecutive vectors of n floats.
 void hadamard_rows(float* x, int64_t n_vectors, int n);
+
+// A group's f16-rounded scale and its inverse (0 for an all-zero group): the
+// one rule the scalar quantizers and the vector kernels share.
+struct Scale {
+  uint16_t half;
+  float value;
+  float inverse;
+};
+
+inline Scale make_scale(float s) {
+  Scale r;
+  r.half = fp32_to_fp16(s);
+  r.value = fp16_to_fp32(r.half);
+  r.inverse = r.value > 0.0f ? 1.0f / r.value : 0.0f;
+  return r;
+}
 
 // Per-token groups: x [n] split into n / group groups of `group` consecutive
 // elements (n % group == 0; INT4: group even).
