@@ -82,6 +82,33 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&q_frag)[kHeadDim / 1
   }
 }
 
+// A tile's scores to log2 units (x scale_log2) and this lane's maxima of
+// them for rows g (a) and g + 8 (b). With kMask, keys after a row's position
+// and the rows past the block's end become -inf (the tile starts at key k0).
+template <bool kMask, int kKeyTiles>
+__device__ __forceinline__ void scale_scores(float (&s)[kKeyTiles][4], float scale_log2, int64_t k0, int t,
+                                             bool valid_a, int64_t pos_a, bool valid_b, int64_t pos_b,
+                                             float& tile_max_a, float& tile_max_b) {
+  tile_max_a = -INFINITY;
+  tile_max_b = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (kMask) {
+        const int64_t key = k0 + j * 8 + 2 * t + e;
+        s[j][e] = valid_a && key <= pos_a ? s[j][e] * scale_log2 : -INFINITY;
+        s[j][2 + e] = valid_b && key <= pos_b ? s[j][2 + e] * scale_log2 : -INFINITY;
+      } else {
+        s[j][e] *= scale_log2;
+        s[j][2 + e] *= scale_log2;
+      }
+      tile_max_a = fmaxf(tile_max_a, s[j][e]);
+      tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
+    }
+  }
+}
+
 // One tile's online-softmax step for a warp's rows g (a) and g + 8 (b): s
 // holds the tile's scaled scores (log2 units; -inf where masked) and
 // tile_max_* this lane's maxima of them. Takes the row maxima over the quad,

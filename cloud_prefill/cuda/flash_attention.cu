@@ -116,19 +116,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttentionPara
       }
     }
 
-    // Mask (causal, padding) and scale; new row maxima over the quad.
-    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
-    #pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-      #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t key = k0 + j * 8 + 2 * t + e;
-        s[j][e] = valid_a && key <= pos_a ? s[j][e] * scale_log2 : -INFINITY;
-        s[j][2 + e] = valid_b && key <= pos_b ? s[j][2 + e] * scale_log2 : -INFINITY;
-        tile_max_a = fmaxf(tile_max_a, s[j][e]);
-        tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
-      }
-    }
+    // Mask (causal, padding) and scale.
+    float tile_max_a, tile_max_b;
+    scale_scores<true>(s, scale_log2, k0, t, valid_a, pos_a, valid_b, pos_b, tile_max_a, tile_max_b);
     // New row maxima over the quad, P = exp2(S - max), sums and O rescaled.
     online_softmax_step(s, o, tile_max_a, tile_max_b, max_a, max_b, sum_a, sum_b,
                         [](float x) { return exp2f(x); });

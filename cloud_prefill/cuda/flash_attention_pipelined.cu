@@ -190,30 +190,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // before every row's position and inside the context; the rows of a
     // warp past the block's end read zero Q rows (finite scores) and are
     // never written.
-    float tile_max_a = -INFINITY, tile_max_b = -INFINITY;
+    float tile_max_a, tile_max_b;
     if (k0 + kBlockK - 1 > first_pos) {
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t key = k0 + j * 8 + 2 * t + e;
-          s[j][e] = valid_a && key <= pos_a ? s[j][e] * scale_log2 : -INFINITY;
-          s[j][2 + e] = valid_b && key <= pos_b ? s[j][2 + e] * scale_log2 : -INFINITY;
-          tile_max_a = fmaxf(tile_max_a, s[j][e]);
-          tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
-        }
-      }
+      scale_scores<true>(s, scale_log2, k0, t, valid_a, pos_a, valid_b, pos_b, tile_max_a, tile_max_b);
     } else {
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[j][e] *= scale_log2;
-          s[j][2 + e] *= scale_log2;
-          tile_max_a = fmaxf(tile_max_a, s[j][e]);
-          tile_max_b = fmaxf(tile_max_b, s[j][2 + e]);
-        }
-      }
+      scale_scores<false>(s, scale_log2, k0, t, valid_a, pos_a, valid_b, pos_b, tile_max_a, tile_max_b);
     }
     online_softmax_step(s, o, tile_max_a, tile_max_b, max_a, max_b, sum_a, sum_b,
                         [](float x) { return fast_exp2(x); });
