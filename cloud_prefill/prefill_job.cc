@@ -156,7 +156,6 @@ class StreamEncoder {
           encoded_.emplace(seq, std::move(blocks));
         }
       }
-      blocks = {};
       send_cv_.notify_one();
       if (!status.ok()) {
         work_cv_.notify_all();

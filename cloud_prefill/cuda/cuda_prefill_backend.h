@@ -72,7 +72,6 @@ struct CudaPrefillTimings {
   double attention_ms = 0;   // the attention kernels' share of gpu_ms
   double host_wait_ms = 0;   // host thread waiting for layers' K/V copies to land in pinned memory
   double host_store_ms = 0;  // pinned rows -> host cache (host_copy_threads)
-  double layer_done_ms = 0;  // the caller's layer_done callbacks
 };
 
 // What every backend of one model shares: weights and the device KV pool.
