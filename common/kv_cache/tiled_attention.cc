@@ -484,9 +484,13 @@ QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const fl
   if (scales.size() < static_cast<size_t>(heads * n_blocks)) {
     scales.resize(static_cast<size_t>(heads * n_blocks)), bias.resize(static_cast<size_t>(heads * n_blocks));
   }
-  for (int64_t h = 0; h < heads; ++h) {
-    kv_kernels_impl::quantize_query_q8(q + h * g.head_dim, g.head_dim, scale, codes.data() + h * g.head_dim,
-                                       scales.data() + h * n_blocks, bias.data() + h * n_blocks);
+  if (const auto quantize = kv_kernels_impl::kv_kernels().quantize_queries_q8; quantize != nullptr) {
+    quantize(q, heads, g.head_dim, scale, codes.data(), scales.data(), bias.data());
+  } else {
+    for (int64_t h = 0; h < heads; ++h) {
+      kv_kernels_impl::quantize_query_q8(q + h * g.head_dim, g.head_dim, scale, codes.data() + h * g.head_dim,
+                                         scales.data() + h * n_blocks, bias.data() + h * n_blocks);
+    }
   }
   return QueriesQ8{codes.data(), scales.data(), bias.data()};
 }

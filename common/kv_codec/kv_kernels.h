@@ -306,6 +306,12 @@ struct KvKernels {
   void (*quantize_int8)(const float* x, int64_t n, int group, int8_t* codes, uint16_t* scales) = nullptr;
   void (*quantize_int4)(const float* x, int64_t n, int group, uint8_t* codes, uint16_t* scales,
                         uint16_t* mins) = nullptr;
+  // quantize_query_q8 of n_heads consecutive heads (head h at q + h *
+  // head_dim; its codes, scales and biases as QueryQ8 lays them out): the
+  // same bytes and floats as the scalar function, head by head. Null in
+  // sets without it (the scalar function runs per head).
+  void (*quantize_queries_q8)(const float* q, int64_t n_heads, int head_dim, float scale, int8_t* codes,
+                              float* scales, int32_t* bias) = nullptr;
 };
 
 // True when attend_tile_f16 takes these rows: F16 keys and values, head_dim a

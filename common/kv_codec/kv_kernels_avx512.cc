@@ -183,6 +183,23 @@ inline __m512 reduce16x16(const __m512 (&a)[16]) {
   return _mm512_maskz_permutexvar_ps(kAll, order, e);
 }
 
+// reduce16x16's lanes 0..3 from a[0..3] alone (a decode call's heads: up
+// to 4), by the same joins in the same order; lanes 4..15 are not
+// defined. The tree of reduce16x16 with its rows 4..15 left out: a quarter
+// of its shuffles and joins.
+template <bool kMax = false>
+inline __m512 reduce4x16(const __m512 (&a)[16]) {
+  const auto join = [](__m512 x, __m512 y) { return kMax ? _mm512_maskz_max_ps(kAll, x, y) : _mm512_add_ps(x, y); };
+  const __m512 b0 = join(_mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0x44), _mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0xEE));
+  const __m512 b1 = join(_mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0x44), _mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0xEE));
+  const __m512 c = join(_mm512_maskz_shuffle_f32x4(kAll, b0, b1, 0x88), _mm512_maskz_shuffle_f32x4(kAll, b0, b1, 0xDD));
+  // (reduce16x16 pairs c with rows 4..7 and d with rows 8..15 here: lanes of those rows only.)
+  const __m512 d = join(_mm512_shuffle_ps(c, c, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c, c, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 e = join(_mm512_shuffle_ps(d, d, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d, d, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_maskz_permutexvar_ps(kAll, order, e);
+}
+
 // Scores of tile rows [g0 + r_lo, g0 + r_hi) of one head, lane r = q . k_{g0+r}
 // (lanes outside: 0): row r's dot is the chain of its NC chunk products, in
 // chunk order, whatever rows are computed with it. NC = head_dim / 16 chunks
@@ -665,7 +682,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       part[r] = _mm512_mask_max_ps(part[r], rows_mask(g0, lo[r], hi[r]), part[r], _mm512_loadu_ps(sh + g0));
     }
   }
-  const __m512 t = reduce16x16<true>(part);
+  const __m512 t = nh <= 4 ? reduce4x16<true>(part) : reduce16x16<true>(part);
   const __m512 vm_old = _mm512_load_ps(m_old), minus_inf = _mm512_set1_ps(-INFINITY);
   const __m512 vm_new = _mm512_maskz_max_ps(kAll, vm_old, t);
   const __mmask16 moved = _mm512_cmp_ps_mask(vm_new, vm_old, _CMP_NEQ_UQ);
@@ -721,7 +738,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     sums[r] = sum;
   }
   alignas(64) float l_new[16];
-  _mm512_store_ps(l_new, _mm512_fmadd_ps(_mm512_load_ps(l_old), alpha, reduce16x16(sums)));
+  _mm512_store_ps(l_new, _mm512_fmadd_ps(_mm512_load_ps(l_old), alpha, nh <= 4 ? reduce4x16(sums) : reduce16x16(sums)));
   for (int r = 0; r < nh; ++r) {
     m[state[r]] = m_new[r], l[state[r]] = l_new[r];
     if (alphas[r] == 1.0f) continue;
@@ -1170,10 +1187,52 @@ void quantize_int4_avx512(const float* x, int64_t n, int group, uint8_t* codes, 
   }
 }
 
+// quantize_query_q8 (kv_kernels_q8.cc) 16 dims at a time, the same float
+// steps per dim: amax by max (exact in any order), inv = 127 / amax, y = q
+// * inv, the code trunc(y) +- 1 where the fraction reaches +-0.5 (halves
+// away from zero), clamped to [-127, 127]; the code sum in int32 (exact in
+// any order).
+void quantize_queries_q8_avx512(const float* q, int64_t n_heads, int head_dim, float scale, int8_t* codes,
+                                float* scales, int32_t* bias) {
+  const int n_blocks = head_dim / kQ8Block;
+  const __m512 half = _mm512_set1_ps(0.5f), minus_half = _mm512_set1_ps(-0.5f);
+  const __m512i one = _mm512_set1_epi32(1), lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int64_t b = 0; b < n_heads * n_blocks; ++b) {
+    const float* x = q + b * kQ8Block;
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+    // (max(v, acc) keeps acc where v is NaN, as std::max(acc, v) does.)
+    const float amax = reduce_max16(_mm512_maskz_max_ps(kAll, a1, _mm512_maskz_max_ps(kAll, a0, _mm512_setzero_ps())));
+    const float s = amax / 127.0f;
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    __m512i sum = _mm512_setzero_si512();
+    for (int half_block = 0; half_block < 2; ++half_block) {
+      const __m512 y = _mm512_mul_ps(half_block == 0 ? x0 : x1, inv);
+      __m512i code = _mm512_maskz_cvttps_epi32(kAll, y);
+      const __m512 frac = _mm512_sub_ps(y, _mm512_maskz_cvtepi32_ps(kAll, code));
+      code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(frac, half, _CMP_GE_OQ), code, one);
+      code = _mm512_mask_sub_epi32(code, _mm512_cmp_ps_mask(frac, minus_half, _CMP_LE_OQ), code, one);
+      code = _mm512_maskz_min_epi32(kAll, _mm512_maskz_max_epi32(kAll, code, lo), hi);
+      sum = _mm512_add_epi32(sum, code);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b * kQ8Block + 16 * half_block),
+                       _mm512_maskz_cvtepi32_epi8(kAll, code));
+    }
+    scales[b] = s * scale;
+    // (Not _mm512_reduce_add_epi32: its extract has an undefined source, -Wmaybe-uninitialized.)
+    const __m256i s8 = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xf, sum, 0),
+                                        _mm512_maskz_extracti64x4_epi64(0xf, sum, 1));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    bias[b] = -128 * _mm_cvtsi128_si32(s4);
+  }
+}
+
 KvKernels kv_kernels_avx512() {
   KvKernels set = kv_kernels_avx2();
   set.quantize_int8 = quantize_int8_avx512;
   set.quantize_int4 = quantize_int4_avx512;
+  set.quantize_queries_q8 = quantize_queries_q8_avx512;
   set.affine_rows = affine_rows_avx512;
   set.affine_u8_rows = affine_u8_rows_avx512;
   set.attend_tile = attend_tile_avx512;

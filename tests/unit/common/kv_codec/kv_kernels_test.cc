@@ -601,6 +601,49 @@ TEST(QuantizeQueryQ8, CodesAreLroundOfTheScaledValuesHalvesAwayFromZero) {
   }
 }
 
+// The AVX-512 set's quantize_queries_q8 gives the scalar quantize_query_q8's
+// codes, scales and biases head by head (bits compared): heads of 32..256
+// dims with halves and their neighbours (amax 127: y = q exactly), random
+// magnitudes, all-zero blocks, one-element blocks, f32 extremes.
+TEST(QuantizeQueryQ8, TheVectorKernelGivesTheScalarBytes) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: the scalar function is the only one";
+  const KvKernels set = kv_kernels_avx512();
+  ASSERT_NE(set.quantize_queries_q8, nullptr);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-127.0f, 127.0f);
+  std::normal_distribution<float> normal;
+  for (const int head_dim : {32, 64, 128, 256}) {
+    const int blocks = head_dim / kQ8Block, n_heads = 6;
+    std::vector<float> q(static_cast<size_t>(n_heads * head_dim));
+    for (int b = 0; b < n_heads * blocks; ++b) {
+      float* x = q.data() + b * kQ8Block;
+      const int kind = b % 6;
+      for (int d = 0; d < kQ8Block; ++d) {
+        const float base = std::floor(dist(rng));
+        switch (kind) {
+          case 0: x[d] = std::clamp(d % 3 == 0 ? base + 0.5f : std::nextafter(base + 0.5f, d % 3 == 1 ? 0.0f : 200.0f), -127.0f, 127.0f); break;
+          case 1: x[d] = 0.0f; break;
+          case 2: x[d] = d == 5 ? -3e-30f : 0.0f; break;
+          case 3: x[d] = normal(rng) * 1e30f; break;
+          default: x[d] = normal(rng) * std::exp(normal(rng) * 4); break;
+        }
+      }
+      if (kind == 0) x[0] = b % 2 == 0 ? 127.0f : -127.0f;
+    }
+    std::vector<int8_t> codes(q.size()), want_codes(q.size());
+    std::vector<float> scales(static_cast<size_t>(n_heads * blocks)), want_scales(scales.size());
+    std::vector<int32_t> bias(scales.size()), want_bias(scales.size());
+    set.quantize_queries_q8(q.data(), n_heads, head_dim, 0.125f, codes.data(), scales.data(), bias.data());
+    for (int h = 0; h < n_heads; ++h) {
+      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.125f, want_codes.data() + h * head_dim,
+                        want_scales.data() + h * blocks, want_bias.data() + h * blocks);
+    }
+    EXPECT_EQ(codes, want_codes) << "head_dim " << head_dim;
+    EXPECT_EQ(bias, want_bias) << "head_dim " << head_dim;
+    ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), sizeof(float) * scales.size()), 0) << "head_dim " << head_dim;
+  }
+}
+
 // The vector group quantizers give kv_quant's scalar bytes: codes, scales
 // and minimums, for groups of 16..128, over values that hit the rounding
 // ties exactly (k + 0.5 steps of the group's scale) and just beside them,
