@@ -190,12 +190,16 @@ inline __m512 reduce16x16(const __m512 (&a)[16]) {
 template <bool kMax = false>
 inline __m512 reduce4x16(const __m512 (&a)[16]) {
   const auto join = [](__m512 x, __m512 y) { return kMax ? _mm512_maskz_max_ps(kAll, x, y) : _mm512_add_ps(x, y); };
-  const __m512 b0 = join(_mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0x44), _mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0xEE));
-  const __m512 b1 = join(_mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0x44), _mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0xEE));
+  const __m512 b0 = join(_mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0x44),
+                         _mm512_maskz_shuffle_f32x4(kAll, a[0], a[1], 0xEE));
+  const __m512 b1 = join(_mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0x44),
+                         _mm512_maskz_shuffle_f32x4(kAll, a[2], a[3], 0xEE));
   const __m512 c = join(_mm512_maskz_shuffle_f32x4(kAll, b0, b1, 0x88), _mm512_maskz_shuffle_f32x4(kAll, b0, b1, 0xDD));
   // (reduce16x16 pairs c with rows 4..7 and d with rows 8..15 here: lanes of those rows only.)
-  const __m512 d = join(_mm512_shuffle_ps(c, c, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c, c, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 e = join(_mm512_shuffle_ps(d, d, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d, d, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d =
+      join(_mm512_shuffle_ps(c, c, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c, c, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 e =
+      join(_mm512_shuffle_ps(d, d, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d, d, _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_maskz_permutexvar_ps(kAll, order, e);
 }

@@ -619,9 +619,10 @@ TEST(QuantizeQueryQ8, TheVectorKernelGivesTheScalarBytes) {
       float* x = q.data() + b * kQ8Block;
       const int kind = b % 6;
       for (int d = 0; d < kQ8Block; ++d) {
-        const float base = std::floor(dist(rng));
+        const float half = std::floor(dist(rng)) + 0.5f;  // and the floats beside it
+        const float tie = d % 3 == 0 ? half : std::nextafter(half, d % 3 == 1 ? 0.0f : 200.0f);
         switch (kind) {
-          case 0: x[d] = std::clamp(d % 3 == 0 ? base + 0.5f : std::nextafter(base + 0.5f, d % 3 == 1 ? 0.0f : 200.0f), -127.0f, 127.0f); break;
+          case 0: x[d] = std::clamp(tie, -127.0f, 127.0f); break;
           case 1: x[d] = 0.0f; break;
           case 2: x[d] = d == 5 ? -3e-30f : 0.0f; break;
           case 3: x[d] = normal(rng) * 1e30f; break;
@@ -640,7 +641,8 @@ TEST(QuantizeQueryQ8, TheVectorKernelGivesTheScalarBytes) {
     }
     EXPECT_EQ(codes, want_codes) << "head_dim " << head_dim;
     EXPECT_EQ(bias, want_bias) << "head_dim " << head_dim;
-    ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), sizeof(float) * scales.size()), 0) << "head_dim " << head_dim;
+    ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), sizeof(float) * scales.size()), 0)
+        << "head_dim " << head_dim;
   }
 }
 
