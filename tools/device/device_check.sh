@@ -57,6 +57,22 @@ mkdir -p "$out_dir"
 report="$out_dir/device_check.md"
 : >"$report"
 say() { echo "$*" | tee -a "$report"; }
+# A JSONL file of bench rows as a Markdown table in the report: the python
+# on stdin prints it from `rows` (the file's JSON objects, in order);
+# without python3, the raw lines, indented.
+jsonl_table() {
+  local file="$1" body
+  body="$(cat)"
+  if command -v python3 >/dev/null; then
+    python3 - "$file" <<EOF | tee -a "$report"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+$body
+EOF
+  else
+    sed 's/^/    /' "$file" | tee -a "$report"
+  fi
+}
 elapsed() { echo $((SECONDS - start_time)); }
 
 say "# CUDA backend device check"
@@ -197,12 +213,9 @@ if [[ -z "${DEVICE_CHECK_SHAPES:-}" && $left -ge 90 ]]; then
     timeout "$left" "$bin_dir/baton" bench prefill-cuda --shape llama-3.2-3b --tokens 8192,32768 --attention "$kernel" \
       --profile --json >>"$out_dir/profile.jsonl" 2>>"$out_dir/bench.err" || say "- profile, $kernel: failed (see bench.err)"
   done
-  if command -v python3 >/dev/null; then
-    say ""
-    say "### Profile (llama-3.2-3b, CUDA events)"
-    python3 - "$out_dir/profile.jsonl" <<'EOF' | tee -a "$report"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+  say ""
+  say "### Profile (llama-3.2-3b, CUDA events)"
+  jsonl_table "$out_dir/profile.jsonl" <<'EOF'
 print("| tokens | attention | depth | total ms | GPU ms | attention ms | attention TFLOP/s | GEMMs+rest TFLOP/s | GPU-only TFLOP/s | host wait ms | host store ms |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
@@ -210,7 +223,6 @@ for r in rows:
           f"{r['attention_ms']:.1f} | {r['attention_tflop_per_s']:.1f} | {r['other_gpu_tflop_per_s']:.1f} | "
           f"{r['gpu_tflop_per_s']:.1f} | {r['host_wait_ms']:.1f} | {r['host_store_ms']:.1f} |")
 EOF
-  fi
 fi
 # The first tensor-core kernel (WMMA, S/P/O in shared memory) at the target
 # point, to compare with the default (mma.sync) one, when time is left.
@@ -220,10 +232,7 @@ if [[ -z "${DEVICE_CHECK_SHAPES:-}" && "$attention" == flash && $left -ge 90 ]];
     >>"$out_dir/bench.jsonl" 2>>"$out_dir/bench.err" || say "- llama-3.2-3b with wmma attention: failed (see bench.err)"
 fi
 say ""
-if command -v python3 >/dev/null; then
-  python3 - "$out_dir/bench.jsonl" <<'EOF' | tee -a "$report"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+jsonl_table "$out_dir/bench.jsonl" <<'EOF'
 print("| shape | layers | tokens | attention | tok/s | time s | TFLOP/s | of 989 | first KV block ms | first / total |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
@@ -234,9 +243,6 @@ if rows:
     print()
     print(f"backend: {rows[0]['backend']}")
 EOF
-else
-  sed 's/^/    /' "$out_dir/bench.jsonl" | tee -a "$report"
-fi
 # 6. End to end: a baton-prefill service on the CUDA backend streaming to a
 # gRPC client on loopback (quantize + zstd on the host CPU), per codec.
 service_tokens="${DEVICE_CHECK_SERVICE_TOKENS:-8192}"
@@ -264,10 +270,7 @@ if [[ "$service_tokens" != 0 ]]; then
     say "- no model for the service step (see bench.err)"
   fi
   rm -rf "$model_dir"
-  if command -v python3 >/dev/null; then
-    python3 - "$out_dir/service.jsonl" <<'EOF' | tee -a "$report"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+  jsonl_table "$out_dir/service.jsonl" <<'EOF'
 print("| codec | encode threads (0: auto) | backend | compute ms | encode tail ms | first block ms | total ms | first / total | KV MB | KV MB/s |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
@@ -275,7 +278,6 @@ for r in rows:
           f"{r['first_block_ms']:.1f} | {r['total_ms']:.1f} | {r['first_block_fraction']:.4f} | "
           f"{r['wire_bytes'] / 1e6:.1f} | {r['stream_mb_per_s']:.1f} |")
 EOF
-  fi
 fi
 
 say ""
