@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cloud_prefill/cuda/cuda_arch_support.h"
 #include "cloud_prefill/cuda/cuda_check.h"
@@ -19,6 +20,29 @@
 #include "common/util/thread_pool.h"
 
 namespace baton::cuda {
+namespace {
+
+using AttentionLaunch = cudaError_t (*)(const AttentionParams&, const void*, const PagedKvView&, void*, cudaStream_t);
+
+// The attention kernels by CudaBackendOptions::attention (cuda_ops.h): the
+// names Create accepts and the kernel prefill launches, from one list.
+struct NamedAttention {
+  const char* name;
+  AttentionLaunch launch;
+};
+constexpr NamedAttention kAttentionKernels[] = {{"pipelined", launch_flash_attention_pipelined},
+                                                {"flash", launch_flash_attention},
+                                                {"wmma", launch_flash_attention_wmma},
+                                                {"simple", launch_attention_simple}};
+
+AttentionLaunch attention_launch(const std::string& name) {
+  for (const NamedAttention& k : kAttentionKernels) {
+    if (name == k.name) return k.launch;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<CudaSharedModel>> CudaSharedModel::Create(const Model& model,
                                                                          const CudaBackendOptions& options) {
@@ -135,10 +159,11 @@ absl::StatusOr<std::unique_ptr<CudaPrefillBackend>> CudaPrefillBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("max_batch_tokens is %d; must be >= 1", options.max_batch_tokens));
   }
-  if (options.attention != "pipelined" && options.attention != "flash" && options.attention != "wmma" &&
-      options.attention != "simple") {
+  if (attention_launch(options.attention) == nullptr) {
+    std::string names;
+    for (const NamedAttention& k : kAttentionKernels) absl::StrAppend(&names, names.empty() ? "" : ", ", k.name);
     return absl::InvalidArgumentError(
-        absl::StrFormat("attention '%s' is not one of pipelined, flash, wmma, simple", options.attention));
+        absl::StrFormat("attention '%s' is not one of %s", options.attention, names));
   }
   const int head_dim = shared->weights->model().spec().head_dim;
   if (head_dim > 256) {
@@ -277,11 +302,7 @@ absl::Status CudaPrefillBackend::prefill_with_logits(std::span<const int32_t> to
   BATON_CUDA_RETURN_IF_ERROR(
       launch_embedding_gather(dtype, w.token_embd(), impl.tokens.as<int32_t>(), n, static_cast<int>(d), x, impl.compute));
 
-  // The attention kernel (cuda_ops.h): flash (mma.sync), wmma or simple.
-  const auto attention_kernel = options_.attention == "pipelined" ? launch_flash_attention_pipelined
-                                : options_.attention == "flash"     ? launch_flash_attention
-                                : options_.attention == "wmma"      ? launch_flash_attention_wmma
-                                                                    : launch_attention_simple;
+  const AttentionLaunch attention_kernel = attention_launch(options_.attention);  // checked by Create
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   // Queues layer `layer` on the compute stream and its K/V copy on the copy stream.
   auto enqueue_layer = [&](int layer) -> absl::Status {
