@@ -172,8 +172,8 @@ class StreamEncoder {
         send_cv_.wait(lock, [this] {
           return discarding_ || !status_.ok() || encoded_.count(sent_) > 0 || (stopping_ && sent_ == submitted_);
         });
-        if (discarding_ || !status_.ok() || encoded_.count(sent_) == 0) return;
-        auto it = encoded_.find(sent_);
+        const auto it = encoded_.find(sent_);
+        if (discarding_ || !status_.ok() || it == encoded_.end()) return;
         blocks = std::move(it->second);
         encoded_.erase(it);
       }
