@@ -494,10 +494,18 @@ inline __m512i dpbusd_broadcast(__m512i acc, __m512i x, const void* w) {
   return acc;
 }
 
-// acc += x . (the dword at w, broadcast) by int16 pairs: vpdpwssd with its
-// memory operand broadcast (as dpbusd_broadcast).
-inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int32_t* w) {
-  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+// The dword at w in every lane: vpbroadcastd from memory (a load, no vector
+// ALU port), written out so that GCC does not route it through a general
+// register.
+inline __m512i broadcast_dword(const int32_t* w) {
+  __m512i r;
+  asm("vpbroadcastd %1, %0" : "=v"(r) : "m"(*w));
+  return r;
+}
+
+// acc += x . w by int16 pairs, all in registers.
+inline __m512i dpwssd(__m512i acc, __m512i x, __m512i w) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
   return acc;
 }
 
@@ -789,11 +797,18 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   const int32_t* w = reinterpret_cast<const int32_t*>(wq0) + k_lo;
   for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
     next.step();
+    // A chunk pair (32 dims) shares its group's codes: one broadcast each.
+    __m512i wb[R][NCH / 2];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+      for (int c2 = 0; c2 < NCH / 2; ++c2) wb[i][c2] = broadcast_dword(w + offset[i][c2]);
+    }
 #pragma GCC unroll 16
     for (int c = 0; c < NCH; ++c) {
       const __m512i xc = _mm512_load_si512(x + c);
 #pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd_broadcast(isum[i][c], xc, w + offset[i][c / 2]);
+      for (int i = 0; i < R; ++i) isum[i][c] = dpwssd(isum[i][c], xc, wb[i][c / 2]);
     }
   }
   for (int i = 0; i < R; ++i) {
