@@ -671,7 +671,12 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 // kAttentionTileRows] int16 per head, written for every row of the union
 // blocks, and step [v_groups] per head (kv_kernels.h, kQ8WeightMax). No
 // lane's arithmetic reads another's, so a head's bits never depend on the
-// other heads or positions of the call.
+// other heads or positions of the call. kFull: every head of the step sees
+// the whole tile (lo = 0, hi = kAttentionTileRows, the union too), as all
+// but a prefill's diagonal tiles and a decode's last tile do: the same
+// operations with every row mask all ones, known to the compiler (no mask
+// arithmetic, no branch per block, the block loops unrolled).
+template <bool kFull>
 void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
                      int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups,
                      float* m, float* l, float* acc, int16_t* wq, float* steps) {
@@ -690,8 +695,15 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     if (++i == n_q) i = 0, ++j;
     m_old[r] = m[state[r]], l_old[r] = l[state[r]];
     const float* sh = s + int64_t{h} * kAttentionTileRows;
-    for (int g0 = lo[r] / 16 * 16; g0 < hi[r]; g0 += 16) {
-      part[r] = _mm512_mask_max_ps(part[r], rows_mask(g0, lo[r], hi[r]), part[r], _mm512_loadu_ps(sh + g0));
+    if constexpr (kFull) {
+#pragma GCC unroll 4
+      for (int g0 = 0; g0 < kAttentionTileRows; g0 += 16) {
+        part[r] = _mm512_mask_max_ps(part[r], kAll, part[r], _mm512_loadu_ps(sh + g0));
+      }
+    } else {
+      for (int g0 = lo[r] / 16 * 16; g0 < hi[r]; g0 += 16) {
+        part[r] = _mm512_mask_max_ps(part[r], rows_mask(g0, lo[r], hi[r]), part[r], _mm512_loadu_ps(sh + g0));
+      }
     }
   }
   const __m512 t = nh <= 4 ? reduce4x16<true>(part) : reduce16x16<true>(part);
@@ -711,7 +723,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
   _mm512_store_ps(alphas, alpha);
   _mm512_store_ps(p_refs, p_ref);
   _mm512_store_ps(c, _mm512_maskz_div_ps(weighs, _mm512_set1_ps(1.0f), p_ref));
-  const int b_first = u_lo / 16, b_end = (u_hi + 15) / 16;
+  const int b_first = kFull ? 0 : u_lo / 16, b_end = kFull ? kAttentionTileRows / 16 : (u_hi + 15) / 16;
   __m512 sums[16], u[kAttentionTileRows / 16][kQ8MaxHeadDim / 32];
   for (int r = 0; r < 16; ++r) {
     sums[r] = _mm512_setzero_ps();
@@ -729,9 +741,10 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
     const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
     __m512 sum = _mm512_setzero_ps();  // (in a register: sums[r] would go through memory)
+#pragma GCC unroll 4
     for (int b = b_first; b < b_end; ++b) {
-      const __mmask16 rows = rows_mask(16 * b, lo[r], hi[r]);
-      if (rows == 0) {
+      const __mmask16 rows = kFull ? kAll : rows_mask(16 * b, lo[r], hi[r]);
+      if (!kFull && rows == 0) {
         for (int g = 0; g < v_groups; ++g) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b), _mm256_setzero_si256());
         }
@@ -963,7 +976,13 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
-    softmax_codes16(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    bool full = u_lo == 0 && u_hi == kAttentionTileRows;
+    for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
+    if (full) {
+      softmax_codes16<true>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    } else {
+      softmax_codes16<false>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    }
     q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
   }
   next.finish();
