@@ -642,6 +642,7 @@ void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int
 struct PositionScales {
   float vs_max[kQ8MaxHeadDim / 32];
   float ratio[kQ8MaxHeadDim / 32];
+  float unit[kQ8MaxHeadDim / 32];  // vs_max[g] / kQ8WeightMax: a head's step over p_ref
 };
 
 void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int hi, int u_lo, int u_hi, int v_groups,
@@ -654,6 +655,7 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
     }
     out->vs_max[g] = reduce_max16(vmax);
     out->ratio[g] = out->vs_max[g] > 0.0f ? static_cast<float>(kQ8WeightMax) / out->vs_max[g] : 0.0f;
+    out->unit[g] = out->vs_max[g] / static_cast<float>(kQ8WeightMax);
   }
 }
 
@@ -676,10 +678,11 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 // but a prefill's diagonal tiles and a decode's last tile do: the same
 // operations with every row mask all ones, known to the compiler (no mask
 // arithmetic, no branch per block, the block loops unrolled).
-template <bool kFull>
+template <bool kFull, int VG>
 void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
-                     int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups,
+                     int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups_run,
                      float* m, float* l, float* acc, int16_t* wq, float* steps) {
+  const int v_groups = VG > 0 ? VG : v_groups_run;  // VG > 0: known to the compiler
   int64_t state[16];
   int lo[16], hi[16], position[16];
   __m512 part[16];
@@ -736,7 +739,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         for (int g = 0; g < v_groups; ++g) u[b - b_first][g] = _mm512_mul_ps(vs[b - b_first][g], _mm512_set1_ps(scales.ratio[g]));
       }
     }
-    for (int g = 0; g < v_groups; ++g) steps[h * v_groups + g] = p_refs[r] * (scales.vs_max[g] / static_cast<float>(kQ8WeightMax));
+    for (int g = 0; g < v_groups; ++g) steps[h * v_groups + g] = p_refs[r] * scales.unit[g];
     const float* sh = s + h * kAttentionTileRows;
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
     const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
@@ -978,10 +981,19 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
+    auto softmax = [&]<bool kFull, int VG>() {
+      softmax_codes16<kFull, VG>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+    };
     if (full) {
-      softmax_codes16<true>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+      if (v_groups == 2) {
+        softmax.template operator()<true, 2>();
+      } else if (v_groups == 1) {
+        softmax.template operator()<true, 1>();
+      } else {
+        softmax.template operator()<true, 0>();
+      }
     } else {
-      softmax_codes16<false>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+      softmax.template operator()<false, 0>();
     }
     q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
   }
