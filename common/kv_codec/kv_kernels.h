@@ -116,7 +116,7 @@ inline constexpr int kQ8WeightMax = 32767;
 inline constexpr float kQ8WeightTiny = 0x1p-96f;
 
 // Query positions that attend_tile_q8_positions takes in one call.
-inline constexpr int kQ8MaxPositions = 32;
+inline constexpr int kQ8MaxPositions = 64;
 
 // Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
 // n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
