@@ -744,10 +744,31 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
     const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
     __m512 sum = _mm512_setzero_ps();  // (in a register: sums[r] would go through memory)
-#pragma GCC unroll 4
+    if constexpr (kFull) {
+      // Two blocks at a time: a group's 32 codes narrowed by one signed
+      // pack (vpackssdw: the saturation of vpmovsdw, one uop for two
+      // vectors where vpmovsdw takes two for one) and put back in row order
+      // by one qword permute; the same codes in the same places.
+      const __m512i row_order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+#pragma GCC unroll 2
+      for (int b = 0; b < kAttentionTileRows / 16; b += 2) {
+        const __m512 p0 = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), kAll);
+        const __m512 p1 = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b + 16), vm), kAll);
+        sum = _mm512_add_ps(_mm512_add_ps(sum, p0), p1);
+        const __m512 a0 = _mm512_mul_ps(p0, vc), a1 = _mm512_mul_ps(p1, vc);
+        for (int g = 0; g < v_groups; ++g) {
+          const __m512i c0 = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a0, u[b][g]));
+          const __m512i c1 = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a1, u[b + 1][g]));
+          _mm512_storeu_si512(wh + g * kAttentionTileRows + 16 * b,
+                              _mm512_maskz_permutexvar_epi64(0xff, row_order, _mm512_packs_epi32(c0, c1)));
+        }
+      }
+      sums[r] = sum;
+      continue;
+    }
     for (int b = b_first; b < b_end; ++b) {
-      const __mmask16 rows = kFull ? kAll : rows_mask(16 * b, lo[r], hi[r]);
-      if (!kFull && rows == 0) {
+      const __mmask16 rows = rows_mask(16 * b, lo[r], hi[r]);
+      if (rows == 0) {
         for (int g = 0; g < v_groups; ++g) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b), _mm256_setzero_si256());
         }
