@@ -20,7 +20,10 @@
 
 #include "common/cpu/matmul.h"
 #include "common/util/fp16.h"
+#include "common/util/cpu_features.h"
 #include "common/util/thread_pool.h"
+#include "cpu_peak.h"
+#include "cpu_peak_kernels.h"
 #include "read_bandwidth.h"
 
 namespace baton {
@@ -161,6 +164,33 @@ void packed_args(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 2}) b->Args({0, 2048, 8192, threads, 64});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
+
+// The Q4_0 prefill block step's instruction mix alone, in L1, on one thread
+// (cpu_peak_kernels.h, q4_0_block_steps_avx512): the most the packed kernel
+// could reach if nothing but its own instructions bounded it. of_int8_peak:
+// against one thread's vpdpbusd peak measured just before. Arg: mix 0 (the
+// prefill kernel: weights unpacked once per chunk), 1 (the decode kernel:
+// nibbles unpacked every step), 2 (mix 0 without the scales' convert,
+// multiply and FMA).
+void BM_Q4_0BlockStep(benchmark::State& state) {
+  if (active_simd_level() != SimdLevel::kAvx512) {
+    state.SkipWithError("the AVX-512 kernels' mix: not the active SIMD level");
+    return;
+  }
+  const auto mix = static_cast<cli::peak_kernels::BlockStepMix>(state.range(0));
+  ThreadPool one(1);
+  const cli::CpuPeak peak = cli::measure_cpu_peak(one);
+  constexpr int64_t kSteps = 4096;
+  constexpr double kOpsPerStep = 96.0 * 128.0;  // 96 vpdpbusd zmm of 64 MACs
+  for (auto _ : state) benchmark::DoNotOptimize(cli::peak_kernels::q4_0_block_steps_avx512(kSteps, mix, 3));
+  const double ops = static_cast<double>(state.iterations()) * kSteps * kOpsPerStep;
+  state.SetItemsProcessed(static_cast<int64_t>(ops));
+  if (peak.int8) state.counters["of_int8_peak"] = benchmark::Counter(ops / peak.int8->ops_per_s, benchmark::Counter::kIsRate);
+  state.SetLabel(mix == cli::peak_kernels::BlockStepMix::kUnpackedPanel    ? "unpacked panel (prefill)"
+                 : mix == cli::peak_kernels::BlockStepMix::kPackedNibbles ? "nibbles unpacked per step (decode)"
+                                                                          : "dot products only, no scales");
+}
+BENCHMARK(BM_Q4_0BlockStep)->ArgName("mix")->DenseRange(0, 2)->UseRealTime();
 
 // F16 weights in prefill, FloatMatmul::kBf16 (vdpbf16ps) beside BM_Matmul's
 // exact f32 path. Args: threads, n_tokens.

@@ -31,6 +31,21 @@ double bf16_dot_avx512bf16(int64_t iterations, float a, float b);
 // vfmadd231ps zmm: 16 f32 lanes, 16 MACs (32 flops); a lane gains a * b.
 double f32_fma_avx512(int64_t iterations, float a, float b);
 
+// The Q4_0 prefill block step of 2 strips x 6 tokens (96 vpdpbusd zmm =
+// 12288 ops, their x broadcasts and weight loads, and the block scales'
+// convert, multiply and FMA per strip and token), in L1, run `iterations`
+// times: the ceiling of the packed kernel's instruction mix, for the
+// microbenchmark beside the vpdpbusd peak. kUnpackedPanel: as the prefill
+// kernel (weights unpacked once per chunk); kPackedNibbles: as the decode
+// kernel (an and, a shift and an and per 64 bytes of nibbles, every step);
+// kDotProductsOnly: kUnpackedPanel without the scales' three instructions
+// (the int32 sums added as raw bits). Weight bytes `nibble` (0..15), x
+// quants 1, scales 1: returns the sum of the 12 accumulators' lanes, 12 x 16
+// x 32 x nibble x iterations for the scaled mixes (exact while it stays
+// under 2^24 per lane).
+enum class BlockStepMix { kUnpackedPanel, kPackedNibbles, kDotProductsOnly };
+double q4_0_block_steps_avx512(int64_t iterations, BlockStepMix mix, uint8_t nibble);
+
 // vpmaddubsw + vpmaddwd (by ones) + vpaddd on ymm: 8 int32 lanes, each += 4
 // u8 x s8 products = 32 MACs (64 ops) per triple; a lane gains 4 * a * b
 // (|2 a b| must fit int16: maddubsw saturates).

@@ -64,6 +64,26 @@ TEST(CpuPeakTest, Avx512LoopsCountEveryInstruction) {
   }
 }
 
+// The block-step mixes (the microbenchmark's ceiling of the packed Q4_0
+// kernel) run every step they are asked for: 12 accumulators x 16 lanes
+// each gain 32 x nibble per step, from unpacked bytes or from both nibbles
+// of a packed byte.
+TEST(CpuPeakTest, Q4_0BlockStepsRunEveryStep) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512";
+  using peak_kernels::BlockStepMix;
+  for (const BlockStepMix mix : {BlockStepMix::kUnpackedPanel, BlockStepMix::kPackedNibbles}) {
+    for (const int64_t steps : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{1000}}) {
+      for (const uint8_t nibble : {uint8_t{1}, uint8_t{3}, uint8_t{15}}) {
+        EXPECT_EQ(peak_kernels::q4_0_block_steps_avx512(steps, mix, nibble), 12.0 * 16 * 32 * nibble * steps)
+            << static_cast<int>(mix) << ", " << steps << " steps, nibble " << int{nibble};
+      }
+    }
+  }
+  // Without the scales the int32 sums go in as raw bits: not 0 once a step ran.
+  EXPECT_EQ(peak_kernels::q4_0_block_steps_avx512(0, BlockStepMix::kDotProductsOnly, 3), 0.0);
+  EXPECT_NE(peak_kernels::q4_0_block_steps_avx512(5, BlockStepMix::kDotProductsOnly, 3), 0.0);
+}
+
 // Best of several timings of loop.run(iterations): the least disturbed one.
 double best_seconds(const PeakLoop& loop, int64_t iterations) {
   double best = 1e300;
