@@ -171,7 +171,7 @@ BENCHMARK(BM_MatmulPacked)->Apply(packed_args)->UseRealTime();
 // against one thread's vpdpbusd peak measured just before. Arg: mix 0 (the
 // prefill kernel: weights unpacked once per chunk), 1 (the decode kernel:
 // nibbles unpacked every step), 2 (mix 0 without the scales' convert,
-// multiply and FMA).
+// multiply and FMA), 3 (mix 0 without the multiply by the x scale).
 void BM_Q4_0BlockStep(benchmark::State& state) {
   if (active_simd_level() != SimdLevel::kAvx512) {
     state.SkipWithError("the AVX-512 kernels' mix: not the active SIMD level");
@@ -186,11 +186,13 @@ void BM_Q4_0BlockStep(benchmark::State& state) {
   const double ops = static_cast<double>(state.iterations()) * kSteps * kOpsPerStep;
   state.SetItemsProcessed(static_cast<int64_t>(ops));
   if (peak.int8) state.counters["of_int8_peak"] = benchmark::Counter(ops / peak.int8->ops_per_s, benchmark::Counter::kIsRate);
-  state.SetLabel(mix == cli::peak_kernels::BlockStepMix::kUnpackedPanel    ? "unpacked panel (prefill)"
-                 : mix == cli::peak_kernels::BlockStepMix::kPackedNibbles ? "nibbles unpacked per step (decode)"
-                                                                          : "dot products only, no scales");
+  using Mix = cli::peak_kernels::BlockStepMix;
+  state.SetLabel(mix == Mix::kUnpackedPanel    ? "unpacked panel (prefill)"
+                 : mix == Mix::kPackedNibbles ? "nibbles unpacked per step (decode)"
+                 : mix == Mix::kDotProductsOnly ? "dot products only, no scales"
+                                                : "no multiply by the x scale");
 }
-BENCHMARK(BM_Q4_0BlockStep)->ArgName("mix")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(BM_Q4_0BlockStep)->ArgName("mix")->DenseRange(0, 3)->UseRealTime();
 
 // F16 weights in prefill, FloatMatmul::kBf16 (vdpbf16ps) beside BM_Matmul's
 // exact f32 path. Args: threads, n_tokens.

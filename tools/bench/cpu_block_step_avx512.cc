@@ -21,8 +21,10 @@ constexpr int kBlocks = 16;  // the step cycles over this many blocks' data (8 K
 // chunk_kernel<6> (kUnpacked) or the decode kernel's packed_kernel<2, 6>
 // (nibbles unpacked by an and, a shift and an and per 64 bytes); kScale
 // false: the int32 sums are added to the f32 accumulators as raw bits
-// instead of the convert, multiply and FMA (the dot products' own share).
-template <bool kUnpacked, bool kScale>
+// instead of the convert, multiply and FMA (the dot products' own share);
+// kMultiply false: the convert and FMA by the weight scale alone (the
+// per-token multiply by the x scale left out).
+template <bool kUnpacked, bool kScale, bool kMultiply = true>
 double block_steps(int64_t iterations, const uint8_t* panel, const int8_t* xq, const int32_t* xbias,
                    const float* xd, const uint16_t* scales) {
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
@@ -66,7 +68,9 @@ double block_steps(int64_t iterations, const uint8_t* panel, const int8_t* xq, c
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + (b * 2 + s) * 16)));
 #pragma GCC unroll 6
       for (int t = 0; t < 6; ++t) {
-        if constexpr (kScale) {
+        if constexpr (kScale && !kMultiply) {
+          acc[s][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[s][t]), d, acc[s][t]);
+        } else if constexpr (kScale) {
           acc[s][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[s][t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[b * 6 + t])),
                                       acc[s][t]);
         } else {
@@ -107,6 +111,8 @@ double q4_0_block_steps_avx512(int64_t iterations, BlockStepMix mix, uint8_t nib
     case BlockStepMix::kUnpackedPanel: return block_steps<true, true>(iterations, panel, xq, xbias, xd, scales);
     case BlockStepMix::kPackedNibbles: return block_steps<false, true>(iterations, panel, xq, xbias, xd, scales);
     case BlockStepMix::kDotProductsOnly: return block_steps<true, false>(iterations, panel, xq, xbias, xd, scales);
+    case BlockStepMix::kNoScaleMultiply:
+      return block_steps<true, true, false>(iterations, panel, xq, xbias, xd, scales);
   }
   return 0;
 }

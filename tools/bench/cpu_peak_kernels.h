@@ -39,11 +39,13 @@ double f32_fma_avx512(int64_t iterations, float a, float b);
 // kernel (weights unpacked once per chunk); kPackedNibbles: as the decode
 // kernel (an and, a shift and an and per 64 bytes of nibbles, every step);
 // kDotProductsOnly: kUnpackedPanel without the scales' three instructions
-// (the int32 sums added as raw bits). Weight bytes `nibble` (0..15), x
+// (the int32 sums added as raw bits); kNoScaleMultiply: kUnpackedPanel
+// with the FMA by the weight scale alone (no multiply by the x scale per
+// strip and token). Weight bytes `nibble` (0..15), x
 // quants 1, scales 1: returns the sum of the 12 accumulators' lanes, 12 x 16
-// x 32 x nibble x iterations for the scaled mixes (exact while it stays
+// x 32 x nibble x iterations for the three scaled mixes (exact while it stays
 // under 2^24 per lane).
-enum class BlockStepMix { kUnpackedPanel, kPackedNibbles, kDotProductsOnly };
+enum class BlockStepMix { kUnpackedPanel, kPackedNibbles, kDotProductsOnly, kNoScaleMultiply };
 double q4_0_block_steps_avx512(int64_t iterations, BlockStepMix mix, uint8_t nibble);
 
 // vpmaddubsw + vpmaddwd (by ones) + vpaddd on ymm: 8 int32 lanes, each += 4

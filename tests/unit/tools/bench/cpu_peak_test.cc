@@ -71,7 +71,8 @@ TEST(CpuPeakTest, Avx512LoopsCountEveryInstruction) {
 TEST(CpuPeakTest, Q4_0BlockStepsRunEveryStep) {
   if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512";
   using peak_kernels::BlockStepMix;
-  for (const BlockStepMix mix : {BlockStepMix::kUnpackedPanel, BlockStepMix::kPackedNibbles}) {
+  for (const BlockStepMix mix :
+       {BlockStepMix::kUnpackedPanel, BlockStepMix::kPackedNibbles, BlockStepMix::kNoScaleMultiply}) {
     for (const int64_t steps : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{1000}}) {
       for (const uint8_t nibble : {uint8_t{1}, uint8_t{3}, uint8_t{15}}) {
         EXPECT_EQ(peak_kernels::q4_0_block_steps_avx512(steps, mix, nibble), 12.0 * 16 * 32 * nibble * steps)
