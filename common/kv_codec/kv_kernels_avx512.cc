@@ -584,39 +584,24 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   int k_block[NB];  // query block b's key group (its scale in ks): once here, not a division per block and head
   for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k_group;
-  if constexpr (NB <= 2) {
-    // Whole positions of R heads each (decode's 4 and prefill's groups of
-    // 16): a block's key columns (NB x 8 vectors) loaded once into
-    // registers for every position, not once per position. The same
-    // q8_scores per (position, block).
-    if (n_q == R && h0 % n_q == 0 && nh % n_q == 0) {
-      for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
-        __m512i c[NB * 8];
+  // Block by block, every position of the step over it: for head_dim <= 64
+  // the block's key columns (NB x 8 vectors) go to registers once for all
+  // of them, not once per position.
+  for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
+    const __m512i* block = cols + bi * (head_dim / 4);
+    __m512i c[NB <= 2 ? NB * 8 : 1];
+    if constexpr (NB <= 2) {
 #pragma GCC unroll 16
-        for (int x = 0; x < NB * 8; ++x) c[x] = cols[bi * (head_dim / 4) + x];
-        const __m512* kb = ks + bi * NB;
-        for (int j = h0 / n_q; j < (h0 + nh) / n_q; ++j) {
-          if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
-          const int64_t qh = j * pos.q_heads_stride;
-          const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
-          float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
-          __m512 out[R];
-          q8_scores<R, NB>(c, qj, 0, kb, k_block, out);
-          for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + r * kAttentionTileRows + g0, out[r]);
-        }
-      }
-      return;
+      for (int x = 0; x < NB * 8; ++x) c[x] = block[x];
+      block = c;
     }
-  }
-  for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
-    const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
-    const int64_t qh = j * pos.q_heads_stride;
-    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
-    float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
-    for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
+    const __m512* kb = ks + bi * NB;
+    for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
-      const __m512i* block = cols + bi * (head_dim / 4);
-      const __m512* kb = ks + bi * NB;
+      const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
+      const int64_t qh = j * pos.q_heads_stride;
+      const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
+      float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
       __m512 out[R];
       int i = i_begin;
       for (; i + R <= i_end; i += R) {
