@@ -191,7 +191,7 @@ void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_
 // shift and an and per 64 bytes: 24 of the ~160 vector instructions of a
 // 2 x 6 block step), and its strips' nibbles with the x rows of 6 tokens do
 // not stay in L1. Here the nibbles of a chunk of kChunkBlocks blocks of both
-// strips are unpacked once into an 8 KiB panel of bytes 0..15 (the same bytes
+// strips are unpacked once into a 32 KiB panel of bytes 0..15 (the same bytes
 // the and / shift make), and every token group of the task runs over the
 // chunk before the next; between chunks a (row, token)'s f32 sum waits in its
 // own place in y (exact: a float stored and loaded). The integer block sums
@@ -243,8 +243,9 @@ struct SpreadPrefetch {
     }
   }
 };
-// Lines per block step of a token group: the next chunk (2 strips x 16
-// blocks x 4 lines of nibbles, 16 of scales) over the first ~5 groups.
+// Lines per block step of a token group: the next chunk (2 strips x 32
+// blocks x 4 lines of nibbles, and their scales' lines: ~290) over the first
+// ~9 groups (2 or 4 per step measured slower in the model).
 constexpr int kPrefetchLinesPerBlock = 1;
 
 // T tokens from t0 over the chunk [b0, b0 + nb) of two strips from r0: the
@@ -301,8 +302,9 @@ void chunk_kernel(const MatmulProblem& p, const uint8_t* panel, const uint8_t* s
 // Tokens [tok_begin, tok_end) over the two strips from r0, chunk by chunk.
 // While a chunk's token groups run, the next chunk's lines (or, at the
 // strips' end, the first chunk of the two strips after them: the next row
-// task's, usually this thread's next) are asked for, one block's worth per
-// block step of the first group.
+// task's, usually this thread's next) are asked for, kPrefetchLinesPerBlock
+// lines per block step; what short calls leave is asked for at the chunk's
+// end.
 void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_t tok_end,
                          __mmask16 last_mask) {
   const int64_t n_blocks = p.cols / kQK8_0;
