@@ -150,7 +150,9 @@ struct TilePrefetch {
 // Issues a TilePrefetch a few lines at a time, so a kernel spreads it over
 // its steps: each step() prefetches (to L2: prefetcht1) the next lines of
 // the K rows and as many of the V rows, in address order, so that `steps`
-// steps issue them all; finish() the lines still left.
+// steps issue them all, evenly (L lines over S steps: L / S per step, one
+// more at the steps where the remainder's running sum passes S); finish()
+// the lines still left.
 class TilePrefetchSpread {
  public:
   TilePrefetchSpread(const TilePrefetch& p, int steps)
@@ -160,9 +162,18 @@ class TilePrefetchSpread {
         left_(p.rows * p.lines),
         lines_(p.lines),
         in_row_(p.lines),
-        lines_per_step_((left_ + steps - 1) / steps) {}
-  void step() { lines(lines_per_step_); }
+        steps_(steps > 0 ? steps : 1),
+        per_step_(left_ / steps_),
+        extra_(left_ % steps_) {}
+  void step() {
+    err_ += extra_;
+    const bool more = err_ >= steps_;
+    if (more) err_ -= steps_;
+    lines(per_step_ + (more ? 1 : 0));
+  }
   void finish() { lines(left_); }
+  // Lines of K (and as many of V) not yet issued.
+  int left() const { return left_; }
 
  private:
   // The next n lines (fewer when fewer are left): an offset walked line by
@@ -188,7 +199,10 @@ class TilePrefetchSpread {
   int left_;            // lines of K (and as many of V) not yet issued
   int lines_;
   int in_row_;          // lines of the current row not yet issued
-  int lines_per_step_;
+  int steps_;
+  int per_step_;        // lines every step issues
+  int extra_;           // lines over per_step_ * steps_: one at every step that carries err_ past steps_
+  int err_ = 0;
 };
 
 struct TilePositions {

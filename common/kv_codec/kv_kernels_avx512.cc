@@ -16,6 +16,20 @@
 namespace baton::kv_kernels_impl {
 namespace {
 
+// Where a call of the INT8 tile kernel issues its part of the next tile
+// (TilePositions::next, TilePrefetchSpread): a step at each of these points,
+// so that the prefetches run through the whole call at about the rate its
+// phases consume rows, not in bursts. Per 16-row block of the key columns
+// and of each pass of scores, per head of the softmax step, per 4 row pairs
+// of the value pairs and per 2 of each value product. Measured against a
+// step per row pair of the value pairs and value product only (where the
+// prefetches came in two bursts, nothing during the key columns, scores and
+// softmax): decode attention at context 16384, 2 threads, 12.95-13.88
+// against 15.20-15.97 ms (BM_TiledAttentionDecode, 3 alternating runs);
+// front-loaded (the lines issued in the first half of the call) 15.6-16.7.
+constexpr int kKeyBlockSteps = 3, kScoreBlockSteps = 3, kSoftmaxHeadSteps = 3, kPairsPerStep = 4,
+              kValuePairsPerStep = 2;
+
 __mmask16 lane_mask16(int width) {
   if (width <= 0) return 0;
   if (width >= 16) return 0xffff;
@@ -555,7 +569,8 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 // tile) at cols + bi * (head_dim / 4) (load_key_columns), its rows' key
 // group scales at ks + bi * NB.
 template <int NB>
-void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, __m512i* cols, __m512* ks) {
+void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, __m512i* cols, __m512* ks,
+                    TilePrefetchSpread& next) {
   constexpr int head_dim = NB * kQ8Block;
   const int k_groups = head_dim / k.group;
   // No L1 prefetches of the rows: the call before brought them to L2
@@ -565,6 +580,7 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
   // 16.7-17.1; prefill calls unchanged).
   for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
     const BlockRows rows(g0, u_lo, u_hi);
+    for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
     load_key_columns(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
     __m512 block[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
     block_scales16(k, tile_row, rows, k_groups, block);
@@ -579,7 +595,7 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
 // head, so a head's scores are the same bits whatever else the call holds.
 template <int NB>
 void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
-                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s) {
+                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   int k_block[NB];  // query block b's key group (its scale in ks): once here, not a division per block and head
@@ -596,6 +612,7 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
       block = c;
     }
     const __m512* kb = ks + bi * NB;
+    for (int x = 0; x < kScoreBlockSteps; ++x) next.step();
     for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
       const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
@@ -630,7 +647,7 @@ void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int
   const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
   __m512i* out = vp;
   for (int k = k_lo; k < k_hi; ++k) {
-    next.step();
+    if ((k - k_lo) % kPairsPerStep == 0) next.step();
     const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * v.row_code_bytes;
     const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * v.row_code_bytes;
     for (int d0 = 0; d0 < head_dim; d0 += 32, out += 2) {
@@ -690,7 +707,7 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 template <bool kFull, int VG>
 void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
                      int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups_run,
-                     float* m, float* l, float* acc, int16_t* wq, float* steps) {
+                     float* m, float* l, float* acc, int16_t* wq, float* steps, TilePrefetchSpread& next) {
   const int v_groups = VG > 0 ? VG : v_groups_run;  // VG > 0: known to the compiler
   int64_t state[16];
   int lo[16], hi[16], position[16];
@@ -741,6 +758,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     sums[r] = _mm512_setzero_ps();
     if (r >= nh) continue;
     const int64_t h = h0 + r;
+    for (int x = 0; x < kSoftmaxHeadSteps; ++x) next.step();
     const PositionScales& scales = ps[position[r]];
     if (r == 0 || position[r] != position[r - 1]) {
       // u = vs_r[g] * ratio_g of the position's blocks (kv_kernels.h, kQ8WeightMax), for its heads.
@@ -842,7 +860,7 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
   const int32_t* w = reinterpret_cast<const int32_t*>(wq0) + k_lo;
   for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
-    next.step();
+    if ((k - k_lo) % kValuePairsPerStep == 0) next.step();
     // A chunk pair (32 dims) shares its group's codes: one broadcast each.
     __m512i wb[R][NCH / 2];
 #pragma GCC unroll 4
@@ -987,7 +1005,16 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
   alignas(64) __m512i cols[kBlocks * head_dim / 4];
   __m512 ks[kBlocks * NB];
-  q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks);
+  // The call's steps (kKeyBlockSteps and the rest), so that they issue the
+  // next tile's part evenly: value products by R heads' runs over at most
+  // every pair.
+  constexpr int kValueHeads = 2 * NB <= 4 ? 4 : 2 * NB <= 8 ? 2 : 1;  // q8_values_heads' R
+  const int n_blocks = (u_hi - u_lo / 16 * 16 + 15) / 16, pairs = (u_hi + 1) / 2 - u_lo / 2;
+  const int value_runs = heads / kValueHeads + heads % kValueHeads;
+  TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + (heads + 15) / 16 * kScoreBlockSteps) +
+                                        heads * kSoftmaxHeadSteps + (pairs + kPairsPerStep - 1) / kPairsPerStep +
+                                        value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep));
+  q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // The value group scales of the union's blocks, once for every head.
   __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
@@ -1004,15 +1031,15 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
   // Over a decode call's value pairs and value product (a step per row pair each).
-  TilePrefetchSpread next(pos.next, /*steps=*/kAttentionTileRows);
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
-    q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s);
+    q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
     auto softmax = [&]<bool kFull, int VG>() {
-      softmax_codes16<kFull, VG>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps);
+      softmax_codes16<kFull, VG>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps,
+                                 next);
     };
     if (full) {
       if (v_groups == 2) {

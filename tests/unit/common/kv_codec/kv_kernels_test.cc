@@ -571,6 +571,36 @@ namespace {
 // largest |x| is 127 has inverse scale 1, so its codes are lround(x) of
 // values placed on halves, near them and across the range; the bias is -128
 // x their sum and the scale amax / 127 x the softmax scale.
+// A spread issues L lines over S steps evenly: after step k exactly
+// floor(k L / S) (the remainder's extra lines one at a time, never two steps
+// apart by more than one line), all of them by step S; steps past S issue
+// nothing, finish() the rest. (Prefetches have no visible effect: the count
+// is what can be checked.)
+TEST(TilePrefetchSpread, IssuesTheLinesEvenlyOverItsSteps) {
+  alignas(64) static uint8_t rows[16 * 512];
+  for (const auto& [n_rows, lines, steps] : {std::tuple{8, 8, 60}, std::tuple{8, 8, 64}, std::tuple{3, 2, 4},
+                                            std::tuple{16, 8, 7}, std::tuple{1, 1, 3}, std::tuple{0, 8, 5}}) {
+    TilePrefetch p{rows, rows, 512, n_rows, lines};
+    TilePrefetchSpread spread(p, steps);
+    const int total = n_rows * lines;
+    ASSERT_EQ(spread.left(), total);
+    int before = total;
+    for (int k = 1; k <= steps + 2; ++k) {
+      spread.step();
+      const int issued = total - spread.left();
+      EXPECT_EQ(issued, std::min(k, steps) * total / steps)
+          << n_rows << "x" << lines << " over " << steps << ", step " << k;
+      EXPECT_LE(before - spread.left(), (total + steps - 1) / steps);
+      before = spread.left();
+    }
+    EXPECT_EQ(spread.left(), 0);
+  }
+  TilePrefetchSpread partial(TilePrefetch{rows, rows, 512, 4, 8}, 64);
+  partial.step();
+  partial.finish();
+  EXPECT_EQ(partial.left(), 0);
+}
+
 TEST(QuantizeQueryQ8, CodesAreLroundOfTheScaledValuesHalvesAwayFromZero) {
   std::vector<float> q(kQ8Block);
   std::mt19937 rng(7);
