@@ -6,17 +6,9 @@
 
 namespace baton {
 
-namespace {
-
-// Micro-batches of 256 tokens (the service's default chunk): the prefill
-// GEMM repacks each weight once per micro-batch, so bigger ones amortize it.
-constexpr int kCloudMicroBatchTokens = 256;
-
-}  // namespace
-
 CpuPrefillBackend::CpuPrefillBackend(const Model& model, int threads, FloatMatmul float_matmul)
     : engine_(model, EngineOptions{.n_threads = threads,
-                                   .max_batch_tokens = kCloudMicroBatchTokens,
+                                   .max_batch_tokens = kCpuPrefillMicroBatchTokens,
                                    .float_matmul = float_matmul}),
       name_(absl::StrCat("cpu:", simd_level_name(active_simd_level()), " x", engine_.pool().size(),
                          float_matmul == FloatMatmul::kBf16 && bf16_matmul_available() ? " bf16" : "")) {}

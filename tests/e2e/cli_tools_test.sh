@@ -66,6 +66,14 @@ grep -Eq '"attention_share_of_step": 0\.[0-9]*[1-9]' "${work}/decode.json" ||
   fail "bench decode: attention share not in (0, 1): $(cat "${work}/decode.json")"
 "${bin}/baton" bench prefill --model "${work}/tiny-q4.gguf" --tokens 64 --json > "${work}/prefill.json"
 grep -q '"prefill_tok_per_s": ' "${work}/prefill.json" || fail "bench prefill --json lacks prefill_tok_per_s"
+# The default micro-batch is the runtime's for those weights: quantized the
+# edge engine's 64, F16 the cloud CPU backend's 256; --batch overrides it.
+grep -q '"batch": 64[,}]' "${work}/prefill.json" || fail "bench prefill, Q4_0: not 64 tokens a batch: $(cat "${work}/prefill.json")"
+"${bin}/baton" bench prefill --model "${work}/tiny-f16.gguf" --tokens 32 --json > "${work}/prefill-f16.json"
+grep -q '"batch": 256[,}]' "${work}/prefill-f16.json" ||
+  fail "bench prefill, F16: not 256 tokens a batch: $(cat "${work}/prefill-f16.json")"
+"${bin}/baton" bench prefill --model "${work}/tiny-f16.gguf" --tokens 32 --batch 16 --json > "${work}/prefill-f16.json"
+grep -q '"batch": 16[,}]' "${work}/prefill-f16.json" || fail "bench prefill --batch 16 not held"
 
 # Generate: greedy output is reproducible; stats are printed.
 "${bin}/baton" generate --model "${work}/tiny-q4.gguf" --prompt-len 20 --max-tokens 12 --temperature 0 --json > "${work}/g1.txt"

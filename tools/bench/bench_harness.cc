@@ -5,10 +5,12 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "cloud_prefill/cpu_prefill_backend.h"
 #include "common/engine/sampler.h"
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_cache/quantized_kv_cache.h"
 #include "common/util/check.h"
+#include "roofline.h"
 
 namespace baton::cli {
 
@@ -35,10 +37,17 @@ void add_model_bench_flags(FlagSet& flags, ModelBenchFlags& values) {
   flags.require("model");
 }
 
+int64_t runtime_micro_batch(const Model& model) {
+  const GgmlType t = dominant_weight_type(model);
+  return t == GgmlType::kF16 || t == GgmlType::kBF16 || t == GgmlType::kF32 ? kCpuPrefillMicroBatchTokens
+                                                                              : EngineOptions{}.max_batch_tokens;
+}
+
 absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens,
                                        FloatMatmul float_matmul, bool pack_weights) {
   LoadedModel loaded;
   BATON_ASSIGN_OR_RETURN(loaded.model, Model::Load(path));
+  if (batch_tokens <= 0) batch_tokens = runtime_micro_batch(*loaded.model);
   EngineOptions options{static_cast<int>(threads), static_cast<int>(batch_tokens), float_matmul};
   options.pack_weights = pack_weights;
   loaded.engine = std::make_unique<Engine>(*loaded.model, options);

@@ -50,6 +50,13 @@ struct LoadedModel {
   std::unique_ptr<Engine> engine;
   const ModelSpec& spec() const { return model->spec(); }
 };
+// The prefill micro-batch the runtime runs a model's weights with: F16 /
+// BF16 / F32 weights are the cloud's (CpuPrefillBackend prefills the source
+// weights, kCpuPrefillMicroBatchTokens), quantized ones the edge engine's
+// (EngineOptions::max_batch_tokens).
+int64_t runtime_micro_batch(const Model& model);
+
+// batch_tokens: the engine's micro-batch; 0: runtime_micro_batch.
 absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens = 64,
                                        FloatMatmul float_matmul = FloatMatmul::kExact, bool pack_weights = true);
 

@@ -85,7 +85,7 @@ absl::StatusOr<PrefillCell> measure_prefill_cell(Engine& engine, const Model& mo
 absl::Status bench_prefill(const Args& args) {
   ModelBenchFlags c;
   std::string tokens_list = "512";
-  int64_t batch = 64;
+  int64_t batch = 0;
   bool local = true;
   std::string kv_name = "f16";
   std::string float_matmul = "exact";
@@ -103,7 +103,10 @@ absl::Status bench_prefill(const Args& args) {
   add_model_bench_flags(flags, c);
   flags.add_bool("local", &local, "prefill here on the CPU engine (the only mode; the cloud has its own bench)");
   flags.add_string("tokens", &tokens_list, "prompt sizes, comma-separated: one cell each", "N,N,...");
-  flags.add_int64("batch", &batch, "micro-batch tokens per forward");
+  flags.add_int64("batch", &batch,
+                  "micro-batch tokens per forward; 0: what the runtime runs the model's weights with (F16 / BF16 / "
+                  "F32: 256, the cloud's CPU prefill backend, which prefills the source weights; quantized: 64, the "
+                  "edge engine's)");
   flags.add_string("kv", &kv_name, "KV codec of the store the prompt goes into (f32, f16, int8-g32-z3, ...)", "CODEC");
   flags.add_string("float-matmul", &float_matmul,
                    "F16/BF16/F32 weights: exact (f32 products, the golden path) or bf16 (vdpbf16ps, as "
@@ -122,7 +125,7 @@ absl::Status bench_prefill(const Args& args) {
     return absl::InvalidArgumentError("--weights: '" + weights + "' is neither packed nor gguf");
   }
   BATON_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, parse_token_sizes(tokens_list));
-  if (batch < 1 || c.threads < 1) return absl::InvalidArgumentError("--batch and --threads must be >= 1");
+  if (batch < 0 || c.threads < 1) return absl::InvalidArgumentError("--batch must be >= 0 and --threads >= 1");
   if (float_matmul != "exact" && float_matmul != "bf16") {
     return absl::InvalidArgumentError("--float-matmul must be exact or bf16, not '" + float_matmul + "'");
   }
@@ -138,7 +141,7 @@ absl::Status bench_prefill(const Args& args) {
   }
   PrefillRun result;
   result.model = m.spec().name;
-  result.batch = batch;
+  result.batch = engine.max_batch_tokens();
   result.threads = c.threads;
   result.kernels = simd_level_name(active_simd_level());
   if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
