@@ -1005,14 +1005,17 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
   alignas(64) __m512i cols[kBlocks * head_dim / 4];
   __m512 ks[kBlocks * NB];
-  // The call's steps (kKeyBlockSteps and the rest), so that they issue the
-  // next tile's part evenly: value products by R heads' runs over at most
-  // every pair.
+  // The steps (kKeyBlockSteps and the rest) up to the end of the first pass
+  // of 16 heads, so that they issue the next tile's part evenly: a decode
+  // call's whole length, a prefill call's start (spread over a whole 64-position
+  // call, its last lines came too late for the next tile's call: INT8 prefill
+  // attention at context 8192 was ~10% slower). Value products by R heads'
+  // runs over at most every pair.
   constexpr int kValueHeads = 2 * NB <= 4 ? 4 : 2 * NB <= 8 ? 2 : 1;  // q8_values_heads' R
   const int n_blocks = (u_hi - u_lo / 16 * 16 + 15) / 16, pairs = (u_hi + 1) / 2 - u_lo / 2;
-  const int value_runs = heads / kValueHeads + heads % kValueHeads;
-  TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + (heads + 15) / 16 * kScoreBlockSteps) +
-                                        heads * kSoftmaxHeadSteps + (pairs + kPairsPerStep - 1) / kPairsPerStep +
+  const int first_pass = std::min(heads, 16), value_runs = first_pass / kValueHeads + first_pass % kValueHeads;
+  TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
+                                        (pairs + kPairsPerStep - 1) / kPairsPerStep +
                                         value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep));
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // The value group scales of the union's blocks, once for every head.
