@@ -887,13 +887,17 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   }
 }
 
+// Heads a value product runs at a time for NCH chunks of 16 dims
+// (q8_values' R: R x NCH accumulators in registers).
+constexpr int value_heads(int nch) { return nch <= 4 ? 4 : nch <= 8 ? 2 : 1; }
+
 // Heads [h_begin, h_end) of the call (h = j * n_q + i, as q8_head_scores):
 // R at a time, each V pair loaded once for the R.
 template <int NCH>
 void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, int h_begin, int h_end,
                      const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim,
                      TilePrefetchSpread& next) {
-  constexpr int R = NCH <= 4 ? 4 : NCH <= 8 ? 2 : 1;
+  constexpr int R = value_heads(NCH);
   auto run = [&]<int RR>(int h0) {
     const float* step_i[RR];
     float* acc_i[RR];
@@ -1011,7 +1015,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // call, its last lines came too late for the next tile's call: INT8 prefill
   // attention at context 8192 was ~10% slower). Value products by R heads'
   // runs over at most every pair.
-  constexpr int kValueHeads = 2 * NB <= 4 ? 4 : 2 * NB <= 8 ? 2 : 1;  // q8_values_heads' R
+  constexpr int kValueHeads = value_heads(2 * NB);  // q8_values_heads' R
   const int n_blocks = (u_hi - u_lo / 16 * 16 + 15) / 16, pairs = (u_hi + 1) / 2 - u_lo / 2;
   const int first_pass = std::min(heads, 16), value_runs = first_pass / kValueHeads + first_pass % kValueHeads;
   TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
@@ -1033,7 +1037,6 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
-  // Over a decode call's value pairs and value product (a step per row pair each).
   interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);

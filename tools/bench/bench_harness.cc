@@ -38,9 +38,7 @@ void add_model_bench_flags(FlagSet& flags, ModelBenchFlags& values) {
 }
 
 int64_t runtime_micro_batch(const Model& model) {
-  const GgmlType t = dominant_weight_type(model);
-  return t == GgmlType::kF16 || t == GgmlType::kBF16 || t == GgmlType::kF32 ? kCpuPrefillMicroBatchTokens
-                                                                              : EngineOptions{}.max_batch_tokens;
+  return float_weights(dominant_weight_type(model)) ? kCpuPrefillMicroBatchTokens : EngineOptions{}.max_batch_tokens;
 }
 
 absl::StatusOr<LoadedModel> load_model(const std::string& path, int64_t threads, int64_t batch_tokens,

@@ -28,7 +28,7 @@ double kv_bytes_read_per_token(const KvGeometry& geometry, double attended_token
 MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak, FloatMatmul float_matmul) {
   MatmulPeak chosen;
   chosen.weights = std::string(ggml_type_name(weights));
-  if (weights == GgmlType::kF32 || weights == GgmlType::kF16 || weights == GgmlType::kBF16) {
+  if (float_weights(weights)) {
     const bool bf16 = float_matmul == FloatMatmul::kBf16 && peak.bf16 && bf16_matmul_available();
     chosen.kind = bf16 ? "bf16" : "f32";
     chosen.figure = bf16 ? peak.bf16 : peak.f32;
@@ -37,6 +37,10 @@ MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak, FloatMatmul fl
     chosen.figure = peak.int8;
   }
   return chosen;
+}
+
+bool float_weights(GgmlType type) {
+  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
 }
 
 GgmlType dominant_weight_type(const Model& model) {

@@ -46,4 +46,8 @@ MatmulPeak matmul_peak_for(GgmlType weights, const CpuPeak& peak, FloatMatmul fl
 // projection (a Q4_K_M file: q4_k; Q4_0 with a Q6_K output: q4_0).
 GgmlType dominant_weight_type(const Model& model);
 
+// F16 / BF16 / F32: weights the float matmuls run (the F32 FMA or BF16
+// peak; the cloud's micro-batch), not the int8 ones.
+bool float_weights(GgmlType type);
+
 }  // namespace baton::cli

@@ -564,13 +564,6 @@ INSTANTIATE_TEST_SUITE_P(Stores, AttendTileInPlace, testing::ValuesIn(in_place_c
 namespace baton::kv_kernels_impl {
 namespace {
 
-// affine_rows (the transform codec's projection and reconstruction): every
-// ISA set against a double-precision reference, over tile edges (rows not a
-// multiple of 4, widths not a multiple of 8 or 32) and row strides.
-// Query codes round as std::lround (halves away from zero): a block whose
-// largest |x| is 127 has inverse scale 1, so its codes are lround(x) of
-// values placed on halves, near them and across the range; the bias is -128
-// x their sum and the scale amax / 127 x the softmax scale.
 // A spread issues L lines over S steps evenly: after step k exactly
 // floor(k L / S) (the remainder's extra lines one at a time, never two steps
 // apart by more than one line), all of them by step S; steps past S issue
@@ -601,6 +594,10 @@ TEST(TilePrefetchSpread, IssuesTheLinesEvenlyOverItsSteps) {
   EXPECT_EQ(partial.left(), 0);
 }
 
+// Query codes round as std::lround (halves away from zero): a block whose
+// largest |x| is 127 has inverse scale 1, so its codes are lround(x) of
+// values placed on halves, near them and across the range; the bias is -128
+// x their sum and the scale amax / 127 x the softmax scale.
 TEST(QuantizeQueryQ8, CodesAreLroundOfTheScaledValuesHalvesAwayFromZero) {
   std::vector<float> q(kQ8Block);
   std::mt19937 rng(7);
@@ -725,6 +722,9 @@ TEST(QuantizeGroups, TheVectorKernelsGiveTheScalarBytes) {
   }
 }
 
+// affine_rows (the transform codec's projection and reconstruction): every
+// ISA set against a double-precision reference, over tile edges (rows not a
+// multiple of 4, widths not a multiple of 8 or 32) and row strides.
 TEST(AffineRows, EveryKernelSetMatchesTheReference) {
   std::vector<std::pair<std::string, KvKernels>> sets = {{"scalar", kv_kernels_scalar()}};
   if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
