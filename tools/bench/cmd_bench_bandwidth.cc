@@ -29,10 +29,11 @@ absl::Status bench_bandwidth(const Args& args) {
   bool json = false;
   FlagSet flags("baton bench bandwidth", "[--threads 2] [--size-mib 1024] [--passes 10] [--json]",
                 "Memory read bandwidth: the tuned reader bench decode divides by (every thread streams its share "
-                "of a --size-mib buffer with the widest loads of the SIMD level, 8 accumulators; best of --passes) "
-                "beside a plain STREAM-like read (a summing loop over doubles on std::threads, its own buffer and "
-                "code; passes interleaved with the tuned ones). Exit 1 when the tuned figure is more than 10% below "
-                "the plain one.");
+                "of a --size-mib buffer with the widest loads of the SIMD level, 8 accumulators, once per pass with "
+                "each software prefetch it has (none; T1 1 KiB, T1 2 KiB, T0 1 KiB ahead); the best read of "
+                "--passes counts) beside a plain STREAM-like read (a summing loop over doubles on std::threads, its "
+                "own buffer and code, no prefetch; one read beside each tuned one). Exit 1 when the tuned figure is "
+                "more than 10% below the plain one.");
   flags.add_int64("threads", &threads, "reading threads (the bench decode --threads count)");
   flags.add_int64("size-mib", &size_mib, "buffer per reader in MiB (>= 1024: far past the last-level cache)");
   flags.add_int64("passes", &passes, "full reads per reader; the best counts");
@@ -51,16 +52,27 @@ absl::Status bench_bandwidth(const Args& args) {
   }
   const int64_t bytes = size_mib << 20;
   ThreadPool pool(static_cast<int>(threads));
-  // Both buffers at once, passes interleaved (alternating which goes first)
-  // so the two readers sample the same moments of a shared machine.
+  // Both buffers at once, reads interleaved (each tuned read, one per
+  // software prefetch of kReadPrefetches, beside a plain one, alternating
+  // which goes first) so the two readers sample the same moments of a shared
+  // machine, the plain one as often as the tuned one.
   const ReadBuffer buffer(bytes);
   const std::vector<double> ones(static_cast<size_t>(bytes / sizeof(double)), 1.0);
-  double tuned = 0, plain = 0;
+  const int prefetches = active_simd_level() == SimdLevel::kScalar ? 1 : kReadPrefetchCount;
+  std::vector<double> by_prefetch(static_cast<size_t>(prefetches), 0.0);
+  double plain = 0;
+  int64_t read = 0;
   for (int64_t pass = 0; pass < passes; ++pass) {
-    if (pass % 2 == 0) tuned = std::max(tuned, measure_read_bandwidth(pool, buffer, 1));
-    plain = std::max(plain, stream_read_bandwidth(ones, static_cast<int>(threads), 1));
-    if (pass % 2 == 1) tuned = std::max(tuned, measure_read_bandwidth(pool, buffer, 1));
+    for (int prefetch = 0; prefetch < prefetches; ++prefetch, ++read) {
+      double& tuned = by_prefetch[static_cast<size_t>(prefetch)];
+      if (read % 2 == 0) tuned = std::max(tuned, measure_read_pass(pool, buffer, prefetch));
+      plain = std::max(plain, stream_read_bandwidth(ones, static_cast<int>(threads), 1));
+      if (read % 2 == 1) tuned = std::max(tuned, measure_read_pass(pool, buffer, prefetch));
+    }
   }
+  const auto best = std::max_element(by_prefetch.begin(), by_prefetch.end());
+  const double tuned = *best;
+  const int best_prefetch = static_cast<int>(best - by_prefetch.begin());
   BenchReport r(absl::StrFormat("bandwidth: %d threads, %d MiB, best of %d passes, %s kernels", threads, size_mib,
                                 passes, simd_level_name(active_simd_level())));
   r.add("read_gb_per_s", absl::StrFormat("read (%s, bench decode's figure)", read_kernel_name()), tuned / 1e9,
@@ -68,6 +80,12 @@ absl::Status bench_bandwidth(const Args& args) {
   r.add("stream_read_gb_per_s", "plain STREAM-like read (self-test)", plain / 1e9, "GB/s", 2);
   r.add("ratio", "read / STREAM-like", tuned / plain, "", 3);
   r.add_text("read_kernel", "read kernel", read_kernel_name());
+  r.add_text("read_prefetch", "its software prefetch", kReadPrefetches[best_prefetch].name);
+  for (int prefetch = 0; prefetch < prefetches; ++prefetch) {
+    r.add(absl::StrFormat("read_gb_per_s_prefetch_%d", prefetch),
+          absl::StrFormat("  read with prefetch %s", kReadPrefetches[prefetch].name),
+          by_prefetch[static_cast<size_t>(prefetch)] / 1e9, "GB/s", 2);
+  }
   r.add_int("threads", "threads", threads);
   r.add_int("size_mib", "buffer", size_mib, "MiB");
   r.add_int("passes", "passes", passes);

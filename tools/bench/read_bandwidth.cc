@@ -61,7 +61,8 @@ ReadBuffer::ReadBuffer(int64_t bytes) : bytes_(bytes) {
   for (int64_t i = 0; i < n; ++i) words_[i] = static_cast<uint64_t>(i);
 }
 
-uint64_t read_sum(const uint64_t* data, int64_t bytes) {
+uint64_t read_sum(const uint64_t* data, int64_t bytes, int prefetch) {
+  BATON_CHECK(prefetch >= 0 && prefetch < kReadPrefetchCount);
   const int64_t words = bytes / 8;
   const int64_t step = round_words();
   // The wide kernels use aligned loads: the unaligned head goes the scalar way.
@@ -71,9 +72,9 @@ uint64_t read_sum(const uint64_t* data, int64_t bytes) {
   uint64_t sum = read_sum_scalar(data, head) + read_sum_scalar(data + head + body, words - head - body);
   switch (active_simd_level()) {
     case SimdLevel::kAvx512:
-      return sum + read_kernels::read_sum_avx512(data + head, body);
+      return sum + read_kernels::read_sum_avx512(data + head, body, prefetch);
     case SimdLevel::kAvx2:
-      return sum + read_kernels::read_sum_avx2(data + head, body);
+      return sum + read_kernels::read_sum_avx2(data + head, body, prefetch);
     case SimdLevel::kScalar:
       break;
   }
@@ -92,25 +93,37 @@ const char* read_kernel_name() {
   return "scalar x4";
 }
 
-double measure_read_bandwidth(ThreadPool& pool, const ReadBuffer& buffer, int passes) {
+double measure_read_pass(ThreadPool& pool, const ReadBuffer& buffer, int prefetch) {
   const int threads = pool.size();
   const int64_t lines = buffer.bytes() / 64;
   std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);  // a cache line per thread
-  double best = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    const auto start = Clock::now();
-    pool.parallel_for(threads, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t first = lines * t / threads, last = lines * (t + 1) / threads;
-        sums[static_cast<size_t>(t) * 8] += read_sum(buffer.words() + first * 8, (last - first) * 64);
-      }
-    });
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    best = std::max(best, static_cast<double>(buffer.bytes()) / seconds);
-  }
+  const auto start = Clock::now();
+  pool.parallel_for(threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t first = lines * t / threads, last = lines * (t + 1) / threads;
+      sums[static_cast<size_t>(t) * 8] += read_sum(buffer.words() + first * 8, (last - first) * 64, prefetch);
+    }
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   uint64_t kept = 0;
   for (uint64_t s : sums) kept += s;
   asm volatile("" : : "g"(kept) : "memory");  // the sums are the loads' only use
+  return static_cast<double>(buffer.bytes()) / seconds;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, const ReadBuffer& buffer, int passes, int* best_prefetch) {
+  // The scalar kernel issues no prefetch: one read a pass.
+  const int prefetches = active_simd_level() == SimdLevel::kScalar ? 1 : kReadPrefetchCount;
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int prefetch = 0; prefetch < prefetches; ++prefetch) {
+      const double rate = measure_read_pass(pool, buffer, prefetch);
+      if (rate > best) {
+        best = rate;
+        if (best_prefetch != nullptr) *best_prefetch = prefetch;
+      }
+    }
+  }
   return best;
 }
 

@@ -1,9 +1,10 @@
 // The machine's memory read bandwidth, as the decode bench divides by it:
 // every pool thread streams its share of a buffer far larger than the
 // last-level cache with the widest loads the active SIMD level has (zmm /
-// ymm, 8 independent accumulators, 512 / 256 bytes per round), best of
-// several passes. An independent plain reader (stream_read.h) checks it
-// (`baton bench bandwidth`).
+// ymm, 8 independent accumulators, 512 / 256 bytes per round), each pass
+// once with every software prefetch of kReadPrefetches, best of several
+// passes. An independent plain reader (stream_read.h) checks it (`baton
+// bench bandwidth`).
 #pragma once
 
 #include <cstdint>
@@ -32,21 +33,45 @@ class ReadBuffer {
   std::unique_ptr<uint64_t[], Free> words_;
 };
 
+// Software prefetches the wide kernels may issue beside their loads: every
+// line of a round `distance` bytes ahead, to L2 (T1) or L1 (T0); distance 0
+// none. The hardware prefetchers alone left bandwidth unread: on the Intel
+// AVX-512 host (Xeon VM, 2 threads, 1 GiB on huge pages, `baton bench
+// bandwidth`) the plain zmm reader got 31.5-32.9 GB/s, one with T1 2 KiB
+// ahead 36.6-37.9 in the same runs; 4 KiB ahead was slower than none
+// (0.93-0.94x). Each pass tries them all and the best counts, so the divisor
+// is what the best of them gets on the machine at hand.
+struct ReadPrefetch {
+  int distance;  // bytes ahead of the round's first line; 0: none
+  bool l1;       // T0 (L1) rather than T1 (L2)
+  const char* name;
+};
+inline constexpr ReadPrefetch kReadPrefetches[] = {
+    {0, false, "none"}, {1024, false, "T1 1 KiB ahead"}, {2048, false, "T1 2 KiB ahead"}, {1024, true, "T0 1 KiB ahead"}};
+inline constexpr int kReadPrefetchCount = sizeof(kReadPrefetches) / sizeof(kReadPrefetches[0]);
+
 // Sum of the uint64 words of [data, data + bytes) (wrapping), read with the
-// kernel of the active SIMD level; `bytes` a multiple of 8. The sum is what
-// keeps the loads from being dropped, and lets the tests check that every
-// word was read once.
-uint64_t read_sum(const uint64_t* data, int64_t bytes);
+// kernel of the active SIMD level and software prefetch kReadPrefetches[prefetch]
+// (the scalar kernel prefetches nothing); `bytes` a multiple of 8. The sum is
+// what keeps the loads from being dropped, and lets the tests check that
+// every word was read once.
+uint64_t read_sum(const uint64_t* data, int64_t bytes, int prefetch = 0);
 // The name of the kernel read_sum uses ("zmm x8", "ymm x8", "scalar x4").
 const char* read_kernel_name();
 
-// Best bytes/s over `passes` full reads of `buffer`, all of `pool`'s threads
-// reading contiguous 64-byte aligned shares at once.
-double measure_read_bandwidth(ThreadPool& pool, const ReadBuffer& buffer, int passes);
+// Best bytes/s over `passes` full reads of `buffer` with each prefetch of
+// kReadPrefetches (a pass reads it once per prefetch), all of `pool`'s
+// threads reading contiguous 64-byte aligned shares at once. `best_prefetch`
+// (if not null): the kReadPrefetches index of the best read.
+double measure_read_bandwidth(ThreadPool& pool, const ReadBuffer& buffer, int passes, int* best_prefetch = nullptr);
+// Bytes/s of one full read of `buffer` with kReadPrefetches[prefetch], as
+// measure_read_bandwidth's passes read it.
+double measure_read_pass(ThreadPool& pool, const ReadBuffer& buffer, int prefetch);
 
 namespace read_kernels {
-uint64_t read_sum_avx512(const uint64_t* data, int64_t words);  // words % 64 == 0
-uint64_t read_sum_avx2(const uint64_t* data, int64_t words);    // words % 32 == 0
+// words % 64 == 0 (AVX-512) / % 32 == 0 (AVX2); prefetch: a kReadPrefetches index.
+uint64_t read_sum_avx512(const uint64_t* data, int64_t words, int prefetch = 0);
+uint64_t read_sum_avx2(const uint64_t* data, int64_t words, int prefetch = 0);
 }  // namespace read_kernels
 
 }  // namespace baton::cli

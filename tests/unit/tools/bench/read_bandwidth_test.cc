@@ -33,23 +33,52 @@ TEST(ReadBandwidthTest, ReadSumReadsEveryWordOnceForAnyStartAndLength) {
   }
 }
 
-TEST(ReadBandwidthTest, EachWideKernelSumsEveryWord) {
+TEST(ReadBandwidthTest, EachWideKernelSumsEveryWordWithEachPrefetch) {
   const ReadBuffer buffer(64 * 1024);
   const int64_t n = buffer.bytes() / 8;
   if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2";
-  EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words(), n), words_sum(0, n));
-  EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words() + 32, 64), words_sum(32, 96));
-  if (best_simd_level() < SimdLevel::kAvx512) return;
-  EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words(), n), words_sum(0, n));
-  EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words() + 64, 128), words_sum(64, 192));
+  for (int prefetch = 0; prefetch < kReadPrefetchCount; ++prefetch) {
+    SCOPED_TRACE(kReadPrefetches[prefetch].name);
+    EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words(), n, prefetch), words_sum(0, n));
+    EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words() + 32, 64, prefetch), words_sum(32, 96));
+    // The last round's prefetches point past the buffer: harmless.
+    EXPECT_EQ(read_kernels::read_sum_avx2(buffer.words() + n - 32, 32, prefetch), words_sum(n - 32, n));
+    if (best_simd_level() < SimdLevel::kAvx512) continue;
+    EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words(), n, prefetch), words_sum(0, n));
+    EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words() + 64, 128, prefetch), words_sum(64, 192));
+    EXPECT_EQ(read_kernels::read_sum_avx512(buffer.words() + n - 64, 64, prefetch), words_sum(n - 64, n));
+  }
+}
+
+TEST(ReadBandwidthTest, ReadSumWithEachPrefetchReadsEveryWordOnce) {
+  const ReadBuffer buffer(64 * 1024);
+  const int64_t n = buffer.bytes() / 8;
+  for (int prefetch = 0; prefetch < kReadPrefetchCount; ++prefetch) {
+    EXPECT_EQ(read_sum(buffer.words() + 3, (n - 8) * 8, prefetch), words_sum(3, n - 5)) << kReadPrefetches[prefetch].name;
+  }
+}
+
+TEST(ReadBandwidthTest, PrefetchesAreDistinctAndTheFirstIsNone) {
+  EXPECT_EQ(kReadPrefetches[0].distance, 0);  // the plain read stays one of the candidates
+  for (int a = 0; a < kReadPrefetchCount; ++a) {
+    for (int b = a + 1; b < kReadPrefetchCount; ++b) {
+      EXPECT_FALSE(kReadPrefetches[a].distance == kReadPrefetches[b].distance &&
+                   kReadPrefetches[a].l1 == kReadPrefetches[b].l1)
+          << a << " and " << b;
+    }
+  }
 }
 
 TEST(ReadBandwidthTest, MeasuredBandwidthIsPositiveAndFinite) {
   ThreadPool pool(2);
   const ReadBuffer buffer(8 << 20);
-  const double rate = measure_read_bandwidth(pool, buffer, 2);
+  int best_prefetch = -1;
+  const double rate = measure_read_bandwidth(pool, buffer, 2, &best_prefetch);
   EXPECT_GT(rate, 1e8);   // 100 MB/s: far below any machine this runs on
   EXPECT_LT(rate, 1e13);  // 10 TB/s: beyond any CPU's caches
+  EXPECT_GE(best_prefetch, 0);
+  EXPECT_LT(best_prefetch, kReadPrefetchCount);
+  EXPECT_GT(measure_read_pass(pool, buffer, kReadPrefetchCount - 1), 1e8);
 }
 
 TEST(StreamReadTest, StreamSumAddsEveryValueOnce) {
