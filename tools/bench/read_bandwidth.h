@@ -50,6 +50,20 @@ inline constexpr ReadPrefetch kReadPrefetches[] = {
     {0, false, "none"}, {1024, false, "T1 1 KiB ahead"}, {2048, false, "T1 2 KiB ahead"}, {1024, true, "T0 1 KiB ahead"}};
 inline constexpr int kReadPrefetchCount = sizeof(kReadPrefetches) / sizeof(kReadPrefetches[0]);
 
+// kernel.template operator()<distance, l1>() for kReadPrefetches[prefetch]
+// (a kernel templated on its prefetch; each SIMD file passes a lambda of its
+// own, so no instance is shared between files built for different ISAs).
+template <typename Kernel>
+uint64_t with_read_prefetch(int prefetch, Kernel&& kernel) {
+  static_assert(kReadPrefetchCount == 4, "one case per kReadPrefetches entry");
+  switch (prefetch) {
+    case 1: return kernel.template operator()<kReadPrefetches[1].distance, kReadPrefetches[1].l1>();
+    case 2: return kernel.template operator()<kReadPrefetches[2].distance, kReadPrefetches[2].l1>();
+    case 3: return kernel.template operator()<kReadPrefetches[3].distance, kReadPrefetches[3].l1>();
+    default: return kernel.template operator()<kReadPrefetches[0].distance, kReadPrefetches[0].l1>();
+  }
+}
+
 // Sum of the uint64 words of [data, data + bytes) (wrapping), read with the
 // kernel of the active SIMD level and software prefetch kReadPrefetches[prefetch]
 // (the scalar kernel prefetches nothing); `bytes` a multiple of 8. The sum is

@@ -42,14 +42,7 @@ uint64_t read_sum(const uint64_t* data, int64_t words) {
 }  // namespace
 
 uint64_t read_sum_avx512(const uint64_t* data, int64_t words, int prefetch) {
-  static_assert(kReadPrefetchCount == 4 && kReadPrefetches[1].distance == 1024 && kReadPrefetches[2].distance == 2048 &&
-                kReadPrefetches[3].distance == 1024 && kReadPrefetches[3].l1);
-  switch (prefetch) {
-    case 1: return read_sum<1024, false>(data, words);
-    case 2: return read_sum<2048, false>(data, words);
-    case 3: return read_sum<1024, true>(data, words);
-    default: return read_sum<0, false>(data, words);
-  }
+  return with_read_prefetch(prefetch, [&]<int kDistance, bool kL1>() { return read_sum<kDistance, kL1>(data, words); });
 }
 
 }  // namespace baton::cli::read_kernels
