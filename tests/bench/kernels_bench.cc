@@ -218,45 +218,27 @@ void BM_MatmulF16Bf16(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulF16Bf16)->ArgNames({"threads", "tokens"})->Args({1, 64})->Args({2, 64})->Args({1, 256})->Args({2, 256})->UseRealTime();
 
-// Memory-read baseline: sum of a 256 MiB buffer (far larger than any cache),
-// split over `threads` like the decode matmul, with bench decode's tuned
-// reader (cli::read_sum: the widest loads, 8 accumulators; a plain 4-word
-// scalar loop here read ~1.8x slower on the AVX2 host and flattered the
-// matmul's ratio). One pass; returns bytes/s.
-constexpr int64_t kReadBufferBytes = int64_t{256} << 20;
+// Memory-read baseline: bench decode's divisor (cli::measure_read_bandwidth:
+// a 1 GiB buffer on huge pages, far past the last-level cache, split over
+// `threads`, the widest loads and 8 accumulators, one read with each software
+// prefetch of kReadPrefetches, the best kept; a plain 4-word scalar loop here
+// read ~1.8x slower on the AVX2 host, and the reader without prefetch 8-14%
+// below the best on the Intel AVX-512 host: both flattered the matmul's
+// ratio). Returns bytes/s.
+constexpr int64_t kReadBufferBytes = int64_t{1} << 30;
 
 double read_buffer_once(int n_threads) {
-  constexpr int64_t kWords = kReadBufferBytes / 8;
-  static std::vector<uint64_t>* buffer = [] {
-    auto* v = new std::vector<uint64_t>(kWords);
-    for (int64_t i = 0; i < kWords; ++i) (*v)[i] = static_cast<uint64_t>(i);
-    return v;
-  }();
+  static const cli::ReadBuffer* buffer = new cli::ReadBuffer(kReadBufferBytes);
+  static ThreadPool* one = new ThreadPool(1);
   ThreadPool* pool = pool_for(n_threads);
-  constexpr int64_t kChunks = 256;  // 1 MiB per task
-  std::vector<uint64_t> partial(kChunks);
-  const uint64_t* data = buffer->data();
-  auto sum_chunks = [&](int64_t begin, int64_t end) {
-    for (int64_t chunk = begin; chunk < end; ++chunk) {
-      partial[chunk] = cli::read_sum(data + chunk * (kWords / kChunks), kReadBufferBytes / kChunks);
-    }
-  };
-  const auto start = std::chrono::steady_clock::now();
-  if (pool != nullptr) {
-    pool->parallel_for(kChunks, sum_chunks);
-  } else {
-    sum_chunks(0, kChunks);
-  }
-  benchmark::DoNotOptimize(partial.data());
-  benchmark::ClobberMemory();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(kReadBufferBytes) / seconds;
+  return cli::measure_read_bandwidth(pool != nullptr ? *pool : *one, *buffer, 1);
 }
 
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   const int n_threads = static_cast<int>(state.range(0));
-  for (auto _ : state) read_buffer_once(n_threads);
-  state.SetBytesProcessed(state.iterations() * kReadBufferBytes);
+  double best = 0;
+  for (auto _ : state) best = std::max(best, read_buffer_once(n_threads));
+  state.counters["read_GBps"] = best / 1e9;  // the best read of the iterations (each reads kReadPrefetchCount times)
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
@@ -332,6 +314,66 @@ void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
           b->Args({type, shape.first, shape.second, threads, level});
 }
 BENCHMARK(BM_MatmulDecodeVsReadBandwidth)->Apply(decode_vs_bandwidth_args)->UseManualTime();
+
+// A decode step's weight stream without the rest of the step: 32 packed Q4_0
+// matrices of rows x cols (on huge pages, as the engine packs them) called in
+// turn for one token, as a step calls its layers' matmuls; the per-call cost
+// (a cold stream at each call's start, the threads' wait at its end) counts.
+// One iteration is the 32 calls; after each, one read of bench decode's
+// divisor on the same threads. Counters: weight_GBps (median of the
+// iterations), read_GBps (the best read), of_read_bw (their ratio, as bench
+// decode's ratio: a median step against the best read). Args: rows, cols,
+// threads.
+void BM_MatmulDecodeSequence(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const int n_threads = static_cast<int>(state.range(2));
+  if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0) {
+    state.SkipWithError("no packed Q4_0 layout on this CPU");
+    return;
+  }
+  constexpr int kMatrices = 32;
+  const std::vector<uint8_t> weights = make_weights(GgmlType::kQ4_0, rows, cols);
+  const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
+  const cli::ReadBuffer packed(packed_bytes * kMatrices);  // 2 MiB-aligned, huge pages where given
+  auto* base = reinterpret_cast<uint8_t*>(const_cast<uint64_t*>(packed.words()));
+  std::vector<WeightMatrix> ws;
+  for (int m = 0; m < kMatrices; ++m) {
+    WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};
+    pack_weight_matrix(w, base + m * packed_bytes, pool_for(2));
+    w.packed = base + m * packed_bytes;
+    ws.push_back(w);
+  }
+  std::vector<float> x(cols), y(rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  ThreadPool* pool = pool_for(n_threads);
+  std::vector<double> matmul_rates;
+  double read_rate = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    matmul_rates.push_back(static_cast<double>(packed_bytes * kMatrices) / seconds);
+    state.PauseTiming();
+    read_rate = std::max(read_rate, read_buffer_once(n_threads));
+    state.ResumeTiming();
+  }
+  std::sort(matmul_rates.begin(), matmul_rates.end());
+  const double weight_rate = matmul_rates.empty() ? 0.0 : matmul_rates[matmul_rates.size() / 2];
+  state.SetBytesProcessed(state.iterations() * packed_bytes * kMatrices);
+  state.counters["weight_GBps"] = weight_rate / 1e9;
+  state.counters["read_GBps"] = read_rate / 1e9;
+  state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+}
+BENCHMARK(BM_MatmulDecodeSequence)
+    ->ArgNames({"rows", "cols", "threads"})
+    ->Args({8192, 2048, 2})
+    ->Args({2048, 2048, 2})
+    ->Args({2048, 8192, 2})
+    ->Args({8192, 2048, 1})
+    ->UseManualTime();
 
 // Cost of one parallel_for with trivial work: the per-call overhead decode pays
 // ~100+ times per token.
