@@ -22,6 +22,7 @@ struct DecodeCell {
   double kv_bytes_per_token = 0;     // KV read per decoded token at the mean context
   double achieved_bytes_per_s = 0;
   double bandwidth_bytes_per_s = 0;  // best of the read passes interleaved with this row's steps
+  int bandwidth_prefetch = 0;        // its software prefetch (a kReadPrefetches index)
   // Attention alone, as a step runs it (every layer, one query at the
   // store's last position, from memory): median seconds per token.
   double attention_seconds = 0;
@@ -38,6 +39,7 @@ struct DecodeRun {
   // (kRunBandwidthPasses before the rows, and every row's), the best this
   // CPU did (read_bandwidth.h's tuned reader, baton bench bandwidth).
   double bandwidth_bytes_per_s = 0;
+  int bandwidth_prefetch = 0;  // the best pass's software prefetch (a kReadPrefetches index)
   std::vector<DecodeCell> cells;
 };
 

@@ -1,5 +1,6 @@
 #include "absl/strings/str_format.h"
 #include "bench_decode.h"
+#include "read_bandwidth.h"
 #include "report.h"
 
 namespace baton::cli {
@@ -50,14 +51,15 @@ Json decode_json(const DecodeRun& run) {
           {"tokens_per_row", run.tokens},
           {"weight_bytes_per_token", whole(run.weight_bytes_per_token)},
           {"memory_read_best_gb_per_s", fixed(run.bandwidth_bytes_per_s / 1e9, 3)},
+          {"memory_read_best_prefetch", kReadPrefetches[run.bandwidth_prefetch].name},
           {"rows", std::move(rows)}};
 }
 
 void print_decode_table(const DecodeRun& run) {
   print_line("decode: %s, %d threads, %s kernels, %d timed tokens per row; weights read per token %.2f MB; "
-             "memory read bandwidth (best pass of the run) %.2f GB/s\n",
+             "memory read bandwidth (best pass of the run) %.2f GB/s (its prefetch: %s)\n",
              run.model, run.threads, run.kernels, run.tokens, run.weight_bytes_per_token / 1e6,
-             run.bandwidth_bytes_per_s / 1e9);
+             run.bandwidth_bytes_per_s / 1e9, kReadPrefetches[run.bandwidth_prefetch].name);
   print_line("  %7s  %-22s %-16s %8s %8s %10s %10s %12s %12s %7s %8s %6s %9s %7s\n", "context", "kv codec",
              "store", "tok/s", "mean", "KV MB/tok", "W+KV MB/tok", "read GB/s", "memory GB/s", "ratio", "attn ms",
              "share", "attn GB/s", "rest");

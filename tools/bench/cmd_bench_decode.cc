@@ -63,7 +63,7 @@ struct DecodeSetup {
 // measured after each (the bandwidth bench's tuned reader, checked against a
 // plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
-                        std::vector<double>& bandwidths) {
+                        std::vector<double>& bandwidths, std::vector<int>& prefetches) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
@@ -77,7 +77,9 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
     const auto start = Clock::now();
     BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
     step_seconds.push_back(seconds_between(start, Clock::now()));
-    bandwidths.push_back(measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1));
+    int prefetch = 0;
+    bandwidths.push_back(measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &prefetch));
+    prefetches.push_back(prefetch);
   }
   return absl::OkStatus();
 }
@@ -111,6 +113,7 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   cell.kv = kv_name;
   double kv_bytes_per_cached_token = 0;
   std::vector<double> step_seconds, bandwidths;
+  std::vector<int> prefetches;
   auto kv = bench_kv_cache(*s.engine, kv_name, context + s.tokens + 1, &cell.store, &kv_bytes_per_cached_token);
   absl::Status st = kv.status();
   if (st.ok()) {
@@ -118,7 +121,7 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
              ? s.engine->prefill(synthetic_tokens(context, s.engine->model().spec().n_vocab, 1), **kv, nullptr)
              : fill_synthetic(**kv, context, 7);
   }
-  if (st.ok()) st = time_steps(s, **kv, step_seconds, bandwidths);
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, bandwidths, prefetches);
   if (!st.ok()) {
     cell.error = std::string(st.message());
     return cell;
@@ -134,7 +137,9 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   cell.kv_bytes_per_token =
       kv_bytes_read_per_token(s.engine->kv_geometry(), attended_tokens, kv_bytes_per_cached_token);
   cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
-  cell.bandwidth_bytes_per_s = *std::max_element(bandwidths.begin(), bandwidths.end());
+  const auto best = std::max_element(bandwidths.begin(), bandwidths.end());
+  cell.bandwidth_bytes_per_s = *best;
+  cell.bandwidth_prefetch = prefetches[static_cast<size_t>(best - bandwidths.begin())];
   return cell;
 }
 
@@ -207,11 +212,15 @@ absl::Status bench_decode(const Args& args) {
   result.tokens = tokens;
   result.weight_bytes_per_token = static_cast<double>(weight_bytes_per_token(*m.model));
   const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};
-  result.bandwidth_bytes_per_s = measure_read_bandwidth(m.engine->pool(), bandwidth_buffer, kRunBandwidthPasses);
+  result.bandwidth_bytes_per_s =
+      measure_read_bandwidth(m.engine->pool(), bandwidth_buffer, kRunBandwidthPasses, &result.bandwidth_prefetch);
   for (int64_t context : context_values) {
     for (const std::string& kv_name : kv_names) {
       result.cells.push_back(measure_cell(setup, context, kv_name));
-      result.bandwidth_bytes_per_s = std::max(result.bandwidth_bytes_per_s, result.cells.back().bandwidth_bytes_per_s);
+      if (result.cells.back().bandwidth_bytes_per_s > result.bandwidth_bytes_per_s) {
+        result.bandwidth_bytes_per_s = result.cells.back().bandwidth_bytes_per_s;
+        result.bandwidth_prefetch = result.cells.back().bandwidth_prefetch;
+      }
     }
   }
   if (c.json) {

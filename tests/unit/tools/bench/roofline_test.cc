@@ -7,6 +7,7 @@
 
 #include "bench_decode.h"
 #include "bench_prefill.h"
+#include "read_bandwidth.h"
 
 namespace baton::cli {
 namespace {
@@ -160,6 +161,9 @@ TEST(RooflineTest, DecodeRowsReportWeightsPlusKvBytesPerToken) {
   EXPECT_DOUBLE_EQ(row["ratio_to_bandwidth"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(row["memory_read_gb_per_s"].get<double>(), 0.02);
   EXPECT_DOUBLE_EQ(decode_json(run)["memory_read_best_gb_per_s"].get<double>(), 0.03);
+  EXPECT_EQ(decode_json(run)["memory_read_best_prefetch"].get<std::string>(), kReadPrefetches[0].name);
+  run.bandwidth_prefetch = 2;  // the best pass's software prefetch, by name
+  EXPECT_EQ(decode_json(run)["memory_read_best_prefetch"].get<std::string>(), kReadPrefetches[2].name);
 }
 
 }  // namespace
