@@ -58,7 +58,7 @@ absl::Status bench_bandwidth(const Args& args) {
   // machine, the plain one as often as the tuned one.
   const ReadBuffer buffer(bytes);
   const std::vector<double> ones(static_cast<size_t>(bytes / sizeof(double)), 1.0);
-  const int prefetches = active_simd_level() == SimdLevel::kScalar ? 1 : kReadPrefetchCount;
+  const int prefetches = read_prefetch_count();
   std::vector<double> by_prefetch(static_cast<size_t>(prefetches), 0.0);
   double plain = 0;
   int64_t read = 0;

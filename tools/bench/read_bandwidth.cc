@@ -93,6 +93,8 @@ const char* read_kernel_name() {
   return "scalar x4";
 }
 
+int read_prefetch_count() { return active_simd_level() == SimdLevel::kScalar ? 1 : kReadPrefetchCount; }
+
 double measure_read_pass(ThreadPool& pool, const ReadBuffer& buffer, int prefetch) {
   const int threads = pool.size();
   const int64_t lines = buffer.bytes() / 64;
@@ -112,8 +114,7 @@ double measure_read_pass(ThreadPool& pool, const ReadBuffer& buffer, int prefetc
 }
 
 double measure_read_bandwidth(ThreadPool& pool, const ReadBuffer& buffer, int passes, int* best_prefetch) {
-  // The scalar kernel issues no prefetch: one read a pass.
-  const int prefetches = active_simd_level() == SimdLevel::kScalar ? 1 : kReadPrefetchCount;
+  const int prefetches = read_prefetch_count();
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
     for (int prefetch = 0; prefetch < prefetches; ++prefetch) {

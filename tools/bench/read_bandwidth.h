@@ -72,6 +72,9 @@ uint64_t with_read_prefetch(int prefetch, Kernel&& kernel) {
 uint64_t read_sum(const uint64_t* data, int64_t bytes, int prefetch = 0);
 // The name of the kernel read_sum uses ("zmm x8", "ymm x8", "scalar x4").
 const char* read_kernel_name();
+// How many of kReadPrefetches that kernel tries (its first that many): all of
+// them, or 1 (none) for the scalar kernel, which issues no prefetch.
+int read_prefetch_count();
 
 // Best bytes/s over `passes` full reads of `buffer` with each prefetch of
 // kReadPrefetches (a pass reads it once per prefetch), all of `pool`'s
