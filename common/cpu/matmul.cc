@@ -160,12 +160,6 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 // came in one chunk or several, on the cloud or on the edge). One token is
 // a decode step (the decode tile), as before.
 constexpr int64_t kPanelMinTokens = 2;
-// Decode calls' dynamic hand-out granularity: chunks per thread per call.
-// Measured on the Intel AVX-512 host (bench decode, Q4_0, 2 threads, 6
-// interleaved runs, medians): 8 chunks 0.899 / 0.843 of the read pass at
-// context 512 / 4096, 2 chunks 0.912 / 0.868 (the step without attention
-// 0.93 -> 0.94); 4 in between, 16 below: each chunk starts a cold stream.
-constexpr int64_t kChunksPerThread = 2;
 // Most matrices one grouped call takes (Q/K/V is three, gate/up two).
 constexpr size_t kMaxGroupMatrices = 8;
 
@@ -560,18 +554,24 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   const int64_t n_tasks = first_task[n_matrices];
   if (n_tasks == 0) return;
   if (pool != nullptr && n_threads > 1) {
-    // Chunks claimed dynamically: on a shared machine a thread that wakes
-    // late or loses its core does fewer chunks instead of holding up the
-    // others at the end of every matmul. A chunk is still a run of
-    // consecutive rows (one weight stream). Decode: half a thread's share
-    // each (kChunksPerThread: a chunk starts a cold stream; more claims
-    // cost more than they balance). Prefill: 1/(2 n_threads) of the tasks
-    // left, down to single tasks (~15 us and up), so the threads end within
-    // a task of each other; fixed chunks of 1/16 of the call left one thread
-    // idle for up to ~3%.
+    // Work claimed as the threads go: on a shared machine a thread that
+    // wakes late or loses its core does less instead of holding up the
+    // others at the end of every matmul. Decode: each thread streams its
+    // half of the rows front to back (one weight stream, as the bandwidth
+    // reader's), and a thread done early takes the back half of what the
+    // other has left (parallel_for_stealing), so they end within a task (32
+    // rows) of each other. Fixed chunks of half a thread's share (the
+    // dynamic hand-out before; finer chunks each start a cold stream and
+    // measured slower) left the thread that ends first waiting for up to a
+    // chunk: on the Intel AVX-512 host, 2 threads, the pool's idle share of
+    // a decode step's samples fell from ~7% to ~5% (perf), the weight
+    // stream of BM_MatmulDecodeSequence rose 1-7% (2048 x 2048 most; 2
+    // alternating runs of 3) and bench decode moved within its noise.
+    // Prefill: 1/(2 n_threads) of the tasks left, down to single tasks (~15
+    // us and up), so the threads end within a task of each other; fixed
+    // chunks of 1/16 of the call left one thread idle for up to ~3%.
     if (decode_order || n_tokens < kPanelMinTokens) {
-      const int64_t grain = std::max<int64_t>(1, n_tasks / (int64_t{n_threads} * kChunksPerThread));
-      pool->parallel_for_dynamic(n_tasks, grain, std::ref(run_tasks));  // std::ref: no std::function allocation
+      pool->parallel_for_stealing(n_tasks, std::ref(run_tasks));  // std::ref: no std::function allocation
     } else {
       pool->parallel_for_guided(n_tasks, 1, std::ref(run_tasks));
     }

@@ -123,7 +123,7 @@ int resolve_thread_count(int requested) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::ThreadPool(int n_threads, Pinning pinning) : n_threads_(n_threads) {
+ThreadPool::ThreadPool(int n_threads, Pinning pinning) : n_threads_(n_threads), ranges_(static_cast<size_t>(n_threads)) {
   BATON_CHECK(n_threads >= 1, "a pool needs at least the calling thread");
   cpus_ = choose_cpus(n_threads, pinning);
   workers_.reserve(n_threads - 1);
@@ -162,7 +162,47 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
+namespace {
+constexpr uint64_t pack_range(uint64_t front, uint64_t end) { return front << 32 | end; }
+constexpr int64_t range_front(uint64_t r) { return static_cast<int64_t>(r >> 32); }
+constexpr int64_t range_end(uint64_t r) { return static_cast<int64_t>(r & 0xffffffffu); }
+}  // namespace
+
+void ThreadPool::run_stealing(int thread_index) {
+  std::atomic<uint64_t>& mine = ranges_[static_cast<size_t>(thread_index)].bounds;
+  // This thread's range, front to back, a task per claim (a thief may take the back meanwhile).
+  auto drain = [&] {
+    uint64_t r = mine.load(std::memory_order_acquire);
+    while (range_front(r) < range_end(r)) {
+      const int64_t task = range_front(r);
+      const uint64_t rest = pack_range(static_cast<uint64_t>(task) + 1, static_cast<uint64_t>(range_end(r)));
+      if (!mine.compare_exchange_weak(r, rest, std::memory_order_acq_rel)) continue;  // r reloaded
+      (*job_fn_)(task, task + 1);
+      r = mine.load(std::memory_order_acquire);
+    }
+  };
+  drain();
+  // Then the back half of the largest range left, as this thread's own, until none is.
+  for (;;) {
+    int victim = -1;
+    int64_t most = 0;
+    uint64_t victim_r = 0;
+    for (int i = 0; i < n_threads_; ++i) {
+      const uint64_t ri = ranges_[static_cast<size_t>(i)].bounds.load(std::memory_order_acquire);
+      if (range_end(ri) - range_front(ri) > most) victim = i, most = range_end(ri) - range_front(ri), victim_r = ri;
+    }
+    if (victim < 0) return;
+    const int64_t end = range_end(victim_r), first = end - (most + 1) / 2;
+    const uint64_t shrunk = pack_range(static_cast<uint64_t>(range_front(victim_r)), static_cast<uint64_t>(first));
+    std::atomic<uint64_t>& theirs = ranges_[static_cast<size_t>(victim)].bounds;
+    if (!theirs.compare_exchange_strong(victim_r, shrunk, std::memory_order_acq_rel)) continue;  // it moved: look again
+    mine.store(pack_range(static_cast<uint64_t>(first), static_cast<uint64_t>(end)), std::memory_order_release);
+    drain();
+  }
+}
+
 void ThreadPool::run_share(int thread_index) {
+  if (job_stealing_) return run_stealing(thread_index);
   if (job_guided_) {
     int64_t begin = next_task_.load(std::memory_order_relaxed);
     for (;;) {
@@ -214,22 +254,27 @@ void ThreadPool::worker_main(int thread_index, uint32_t seen) {
 
 void ThreadPool::parallel_for(int64_t n_tasks,
                               const std::function<void(int64_t begin, int64_t end)>& fn) {
-  run_job(n_tasks, 0, /*guided=*/false, fn);
+  run_job(n_tasks, 0, Schedule::kStatic, fn);
 }
 
 void ThreadPool::parallel_for_dynamic(int64_t n_tasks, int64_t grain,
                                       const std::function<void(int64_t begin, int64_t end)>& fn) {
   BATON_CHECK(grain >= 1, "parallel_for_dynamic: grain must be >= 1");
-  run_job(n_tasks, grain, /*guided=*/false, fn);
+  run_job(n_tasks, grain, Schedule::kDynamic, fn);
 }
 
 void ThreadPool::parallel_for_guided(int64_t n_tasks, int64_t min_grain,
                                      const std::function<void(int64_t begin, int64_t end)>& fn) {
   BATON_CHECK(min_grain >= 1, "parallel_for_guided: min_grain must be >= 1");
-  run_job(n_tasks, min_grain, /*guided=*/true, fn);
+  run_job(n_tasks, min_grain, Schedule::kGuided, fn);
 }
 
-void ThreadPool::run_job(int64_t n_tasks, int64_t grain, bool guided,
+void ThreadPool::parallel_for_stealing(int64_t n_tasks, const std::function<void(int64_t begin, int64_t end)>& fn) {
+  BATON_CHECK(n_tasks < (int64_t{1} << 31), "parallel_for_stealing: n_tasks must be < 2^31");
+  run_job(n_tasks, 1, Schedule::kStealing, fn);
+}
+
+void ThreadPool::run_job(int64_t n_tasks, int64_t grain, Schedule schedule,
                          const std::function<void(int64_t, int64_t)>& fn) {
   if (n_tasks <= 0) return;
   if (n_threads_ == 1 || n_tasks == 1 || t_inside_pool_job || (grain > 0 && grain >= n_tasks)) {
@@ -242,8 +287,16 @@ void ThreadPool::run_job(int64_t n_tasks, int64_t grain, bool guided,
   job_fn_ = &fn;
   job_tasks_ = n_tasks;
   job_grain_ = grain;
-  job_guided_ = guided;
+  job_guided_ = schedule == Schedule::kGuided;
+  job_stealing_ = schedule == Schedule::kStealing;
   next_task_.store(0, std::memory_order_relaxed);
+  if (job_stealing_) {
+    for (int i = 0; i < n_threads_; ++i) {
+      ranges_[static_cast<size_t>(i)].bounds.store(
+          pack_range(static_cast<uint64_t>(n_tasks * i / n_threads_), static_cast<uint64_t>(n_tasks * (i + 1) / n_threads_)),
+          std::memory_order_relaxed);
+    }
+  }
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();

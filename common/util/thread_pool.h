@@ -116,6 +116,18 @@ class ThreadPool {
   // of one chunk and nested calls run fn(0, n_tasks) inline.
   void parallel_for_guided(int64_t n_tasks, int64_t min_grain,
                            const std::function<void(int64_t begin, int64_t end)>& fn);
+  // The same cover of [0, n_tasks), by work stealing: thread i owns the
+  // static split's range [n_tasks*i/size(), n_tasks*(i+1)/size()) and runs
+  // it front to back one task at a time (one weight stream per thread, as
+  // long as a thread's share); a thread whose range is done takes the back
+  // half of the largest range left (at least one task), and so on until
+  // none is left. So the threads end within about a task of each other
+  // without cutting every stream into fixed chunks (a decode matmul's last
+  // chunk of 1/4 of a call left one thread waiting on the other) and a
+  // thread that starts late or runs slow does less. n_tasks < 2^31; a
+  // one-thread pool, a job of one task and nested calls run fn(0, n_tasks)
+  // inline.
+  void parallel_for_stealing(int64_t n_tasks, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
   // `seen`: the last generation this worker has handled (0 at construction).
@@ -132,10 +144,19 @@ class ThreadPool {
   int64_t job_tasks_ = 0;
   int64_t job_grain_ = 0;  // 0: static split; else chunk size of a dynamic job (least chunk of a guided one)
   bool job_guided_ = false;  // chunks shrink with the tasks left (parallel_for_guided)
+  bool job_stealing_ = false;  // owned ranges, stolen from at the back (parallel_for_stealing)
 
   // Next unclaimed task of a dynamic job; on its own cache line (every
   // thread increments it).
   alignas(64) std::atomic<int64_t> next_task_{0};
+
+  // A stealing job's ranges, one per thread on its own cache line: the
+  // front (next task the owner runs) in the high 32 bits, the end in the low.
+  struct alignas(64) OwnedRange {
+    std::atomic<uint64_t> bounds{0};
+  };
+  std::vector<OwnedRange> ranges_;
+  void run_stealing(int thread_index);
 
   std::atomic<uint32_t> generation_{0};  // bumped once per job; workers futex-wait on it
   std::atomic<int> pending_{0};          // workers still running the current job
@@ -144,7 +165,8 @@ class ThreadPool {
   std::atomic<int> hot_{0};              // live Hot scopes: workers spin longer before sleeping
   std::atomic<uint64_t> sleeps_{0};
 
-  void run_job(int64_t n_tasks, int64_t grain, bool guided, const std::function<void(int64_t, int64_t)>& fn);
+  enum class Schedule { kStatic, kDynamic, kGuided, kStealing };
+  void run_job(int64_t n_tasks, int64_t grain, Schedule schedule, const std::function<void(int64_t, int64_t)>& fn);
 };
 
 }  // namespace baton

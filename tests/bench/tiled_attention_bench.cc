@@ -96,6 +96,33 @@ BENCHMARK(BM_TiledAttentionDecode)
     ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
     ->UseRealTime();
 
+// Args: bits, context, threads. The compute ceiling of decode attention: one
+// layer whose store (context x 1088 bytes at INT8) stays in L2, attended
+// over again and again; bytes/s as BM_TiledAttentionDecode's. Well above
+// memory bandwidth here means the kernel can keep up with memory; near it
+// means decode attention is bound by its instructions, not by the reads.
+void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const int64_t context = state.range(1);
+  ThreadPool* pool = pool_of(static_cast<int>(state.range(2)));
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, context);
+  if (store == nullptr) return state.SkipWithError("store");
+  const std::vector<float> q = random_queries(1, store->geometry().q_dim());
+  std::vector<float> out(q.size());
+  std::optional<ThreadPool::Hot> hot;
+  if (pool != nullptr) hot.emplace(*pool);
+  for (auto _ : state) {
+    store->attend(0, context - 1, 1, q.data(), out.data(), pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
+  state.SetLabel(codec_name(bits));
+}
+BENCHMARK(BM_TiledAttentionDecodeInCache)
+    ->ArgNames({"bits", "ctx", "threads"})
+    ->ArgsProduct({{8}, {1024}, {1, 2}})
+    ->UseRealTime();
+
 // Args: bits, pos, threads.
 void BM_TiledAttentionPrefill(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));

@@ -179,6 +179,24 @@ TEST_P(ThreadPoolTest, GuidedCoversEveryIndexOnceInShrinkingChunksOfAtLeastTheGr
   }
 }
 
+TEST_P(ThreadPoolTest, StealingCoversEveryIndexOnceOneTaskPerCall) {
+  ThreadPool pool(GetParam());
+  for (int64_t n : {0, 1, 2, 3, 5, 7, 16, 33, 100, 1000}) {
+    std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+    std::atomic<int64_t> calls{0};
+    pool.parallel_for_stealing(n, [&](int64_t begin, int64_t end) {
+      ASSERT_LT(begin, end);
+      ASSERT_GE(begin, 0);
+      ASSERT_LE(end, n);
+      calls.fetch_add(1, std::memory_order_relaxed);
+      for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+    // One task per call (a one-thread pool and a one-task job: one inline call).
+    EXPECT_EQ(calls.load(), pool.size() == 1 || n <= 1 ? std::min<int64_t>(n, 1) : n) << n;
+  }
+}
+
 TEST_P(ThreadPoolTest, StaticDynamicAndGuidedCallsInterleaveBackToBack) {
   ThreadPool pool(GetParam());
   std::atomic<int64_t> total{0};
@@ -190,8 +208,10 @@ TEST_P(ThreadPoolTest, StaticDynamicAndGuidedCallsInterleaveBackToBack) {
       pool.parallel_for(n, add);
     } else if (call % 3 == 1) {
       pool.parallel_for_dynamic(n, 1 + call % 5, add);
-    } else {
+    } else if (call % 2 == 0) {
       pool.parallel_for_guided(n, 1 + call % 5, add);
+    } else {
+      pool.parallel_for_stealing(n, add);
     }
     want += n;
   }
@@ -223,6 +243,43 @@ INSTANTIATE_TEST_SUITE_P(ThreadCounts, ThreadPoolTest, testing::Values(1, 2, 3, 
                          [](const testing::TestParamInfo<int>& param_info) {
                            return "threads" + std::to_string(param_info.param);
                          });
+
+TEST(ThreadPool, StealingRunsEachThreadsHalfInOrderAndLetsTheOtherTakeItsBack) {
+  // Two threads own [0, 50) and [50, 100). The caller's first task (0) does
+  // not finish until the worker has done 75 tasks: only stealing lets the
+  // worker go on past its own 50, from the back of the caller's range (the
+  // caller gives up waiting after 20 s). Each thread runs the tasks of a
+  // range it holds in increasing order.
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int64_t> worker_tasks{0};
+  std::vector<int64_t> caller_order, worker_order;  // each written by its own thread only
+  pool.parallel_for_stealing(100, [&](int64_t begin, int64_t end) {
+    ASSERT_EQ(end, begin + 1);
+    if (std::this_thread::get_id() == caller) {
+      caller_order.push_back(begin);
+      if (begin == 0) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (worker_tasks.load() < 75 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      }
+    } else {
+      worker_order.push_back(begin);
+      worker_tasks.fetch_add(1);
+    }
+  });
+  ASSERT_EQ(caller_order.size() + worker_order.size(), 100u);
+  EXPECT_GE(worker_order.size(), 75u);
+  ASSERT_FALSE(caller_order.empty());
+  EXPECT_EQ(caller_order.front(), 0);
+  // The worker's own half first, in order, then stolen tasks of the caller's half.
+  for (size_t i = 0; i < 50 && i < worker_order.size(); ++i) ASSERT_EQ(worker_order[i], 50 + int64_t(i));
+  for (size_t i = 50; i < worker_order.size(); ++i) ASSERT_LT(worker_order[i], 50) << i;
+  // The first steal is the back half of what the caller had left (49 tasks:
+  // [25, 50)), run in order.
+  ASSERT_GT(worker_order.size(), 51u);
+  EXPECT_EQ(worker_order[50], 25);
+  EXPECT_EQ(worker_order[51], 26);
+}
 
 TEST(ThreadPool, SingleThreadRunsInlineOnCaller) {
   ThreadPool pool(1);
