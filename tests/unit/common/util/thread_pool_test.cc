@@ -15,19 +15,27 @@
 namespace baton {
 namespace {
 
-// Runs one parallel_for and checks every index in [0, n) was visited once.
-void expect_each_index_once(ThreadPool& pool, int64_t n) {
+// Runs call(n, fn), one of the pool's parallel calls over [0, n), checks
+// that fn saw every index in [0, n) once, and returns how often fn ran.
+template <typename Call>
+int64_t visit_each_index_once(int64_t n, Call call) {
   std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
-  std::atomic<int> calls{0};
-  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+  std::atomic<int64_t> calls{0};
+  call(n, [&](int64_t begin, int64_t end) {
     ASSERT_LT(begin, end);
     ASSERT_GE(begin, 0);
     ASSERT_LE(end, n);
     calls.fetch_add(1, std::memory_order_relaxed);
     for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
   });
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
-  EXPECT_LE(calls.load(), pool.size());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+  return calls.load();
+}
+
+// Runs one parallel_for and checks every index in [0, n) was visited once.
+void expect_each_index_once(ThreadPool& pool, int64_t n) {
+  const int64_t calls = visit_each_index_once(n, [&](int64_t m, const auto& fn) { pool.parallel_for(m, fn); });
+  EXPECT_LE(calls, pool.size());
 }
 
 class ThreadPoolTest : public testing::TestWithParam<int> {};
@@ -182,18 +190,10 @@ TEST_P(ThreadPoolTest, GuidedCoversEveryIndexOnceInShrinkingChunksOfAtLeastTheGr
 TEST_P(ThreadPoolTest, StealingCoversEveryIndexOnceOneTaskPerCall) {
   ThreadPool pool(GetParam());
   for (int64_t n : {0, 1, 2, 3, 5, 7, 16, 33, 100, 1000}) {
-    std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
-    std::atomic<int64_t> calls{0};
-    pool.parallel_for_stealing(n, [&](int64_t begin, int64_t end) {
-      ASSERT_LT(begin, end);
-      ASSERT_GE(begin, 0);
-      ASSERT_LE(end, n);
-      calls.fetch_add(1, std::memory_order_relaxed);
-      for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1, std::memory_order_relaxed);
-    });
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i << " of " << n;
+    const int64_t calls =
+        visit_each_index_once(n, [&](int64_t m, const auto& fn) { pool.parallel_for_stealing(m, fn); });
     // One task per call (a one-thread pool and a one-task job: one inline call).
-    EXPECT_EQ(calls.load(), pool.size() == 1 || n <= 1 ? std::min<int64_t>(n, 1) : n) << n;
+    EXPECT_EQ(calls, pool.size() == 1 || n <= 1 ? std::min<int64_t>(n, 1) : n) << n;
   }
 }
 
