@@ -1,7 +1,5 @@
 #include "common/model/model.h"
 
-#include <sys/mman.h>
-
 #include <cmath>
 #include <cstdlib>
 
@@ -10,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/gguf/ggml_quant.h"
 #include "common/util/check.h"
+#include "common/util/huge_page_buffer.h"
 
 namespace baton {
 namespace {
@@ -177,8 +176,6 @@ absl::Status Model::bind() {
   return absl::OkStatus();
 }
 
-void Model::AlignedFree::operator()(uint8_t* p) const { std::free(p); }
-
 void Model::pack_for_cpu(ThreadPool* pool) const {
   std::call_once(pack_once_, [&] {
     std::vector<WeightMatrix*> matrices;
@@ -189,15 +186,10 @@ void Model::pack_for_cpu(ThreadPool* pool) const {
     int64_t total = 0;
     for (const WeightMatrix* w : matrices) total += packed_weight_bytes(w->type, w->rows, w->cols);
     if (total == 0) return;
-    // 2 MiB-aligned and asked for transparent huge pages: decode streams the
-    // whole copy per token, and 4 KiB pages cost a TLB miss per 4 KiB (huge
-    // pages measured 1.03-1.09x decode tok/s here, alternating runs).
-    constexpr size_t kHugePage = size_t{2} << 20;
-    const size_t buffer_bytes = (static_cast<size_t>(total) + kHugePage - 1) / kHugePage * kHugePage;
-    auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, buffer_bytes));
-    BATON_CHECK(buffer != nullptr, "pack_for_cpu: out of memory for the packed weights");
-    madvise(buffer, buffer_bytes, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
-    packed_.reset(buffer);
+    // On huge pages: decode streams the whole copy per token.
+    packed_ = allocate_huge_pages(total);
+    BATON_CHECK(packed_ != nullptr, "pack_for_cpu: out of memory for the packed weights");
+    uint8_t* const buffer = packed_.get();
     packed_bytes_ = total;
     int64_t offset = 0;
     for (WeightMatrix* w : matrices) {

@@ -12,6 +12,7 @@
 #include "common/cpu/matmul.h"
 #include "common/gguf/gguf_file.h"
 #include "common/model/model_spec.h"
+#include "common/util/huge_page_buffer.h"
 
 namespace baton {
 
@@ -80,15 +81,11 @@ class Model {
   Model() = default;
   absl::Status bind();
 
-  struct AlignedFree {
-    void operator()(uint8_t* p) const;
-  };
-
   std::string path_;
   std::unique_ptr<GgufFile> file_;
   // pack_for_cpu's state: set once under pack_once_, read after it.
   mutable std::once_flag pack_once_;
-  mutable std::unique_ptr<uint8_t, AlignedFree> packed_;
+  mutable HugePageBytes packed_;
   mutable int64_t packed_bytes_ = 0;
   ModelSpec spec_;
   WeightMatrix token_embd_{};

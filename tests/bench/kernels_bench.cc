@@ -21,6 +21,7 @@
 #include "common/cpu/matmul.h"
 #include "common/util/fp16.h"
 #include "common/util/cpu_features.h"
+#include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
 #include "cpu_peak.h"
 #include "cpu_peak_kernels.h"
@@ -334,8 +335,12 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
   constexpr int kMatrices = 32;
   const std::vector<uint8_t> weights = make_weights(GgmlType::kQ4_0, rows, cols);
   const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
-  const cli::ReadBuffer packed(packed_bytes * kMatrices);  // 2 MiB-aligned, huge pages where given
-  auto* base = reinterpret_cast<uint8_t*>(const_cast<uint64_t*>(packed.words()));
+  const HugePageBytes packed = allocate_huge_pages(packed_bytes * kMatrices);  // as the model's packed copy
+  if (packed == nullptr) {
+    state.SkipWithError("out of memory");
+    return;
+  }
+  uint8_t* const base = packed.get();
   std::vector<WeightMatrix> ws;
   for (int m = 0; m < kMatrices; ++m) {
     WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};

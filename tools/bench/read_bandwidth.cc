@@ -1,7 +1,5 @@
 #include "read_bandwidth.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -43,22 +41,17 @@ uint64_t read_sum_scalar(const uint64_t* data, int64_t words) {
 
 }  // namespace
 
-void ReadBuffer::Free::operator()(uint64_t* p) const { std::free(p); }
-
 ReadBuffer::ReadBuffer(int64_t bytes) : bytes_(bytes) {
   BATON_CHECK(bytes > 0 && bytes % 64 == 0);
-  // 2 MiB-aligned and asked for transparent huge pages, as the engine's
-  // packed weights are (common/model/model.cc): on 4 KiB pages the reader
-  // ran ~10% slower in the median (AVX2 host, 10 alternating `bench
-  // bandwidth --passes 5-6` runs each: 22.9 vs 25.1 GB/s), a divisor that
-  // flattered every decode ratio by as much.
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t allocated = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
-  words_.reset(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, allocated)));
-  BATON_CHECK(words_ != nullptr);
-  madvise(words_.get(), allocated, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
+  // On huge pages, as the engine's packed weights are (common/model/model.cc):
+  // on 4 KiB pages the reader ran ~10% slower in the median (AVX2 host, 10
+  // alternating `bench bandwidth --passes 5-6` runs each: 22.9 vs 25.1
+  // GB/s), a divisor that flattered every decode ratio by as much.
+  buffer_ = allocate_huge_pages(bytes);
+  BATON_CHECK(buffer_ != nullptr);
+  auto* words = reinterpret_cast<uint64_t*>(buffer_.get());
   const int64_t n = bytes / 8;
-  for (int64_t i = 0; i < n; ++i) words_[i] = static_cast<uint64_t>(i);
+  for (int64_t i = 0; i < n; ++i) words[i] = static_cast<uint64_t>(i);
 }
 
 uint64_t read_sum(const uint64_t* data, int64_t bytes, int prefetch) {

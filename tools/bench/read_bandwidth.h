@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
 
 namespace baton::cli {
@@ -22,15 +23,12 @@ namespace baton::cli {
 class ReadBuffer {
  public:
   explicit ReadBuffer(int64_t bytes);
-  const uint64_t* words() const { return words_.get(); }
+  const uint64_t* words() const { return reinterpret_cast<const uint64_t*>(buffer_.get()); }
   int64_t bytes() const { return bytes_; }
 
  private:
-  struct Free {
-    void operator()(uint64_t* p) const;
-  };
   int64_t bytes_;
-  std::unique_ptr<uint64_t[], Free> words_;
+  HugePageBytes buffer_;
 };
 
 // Software prefetches the wide kernels may issue beside their loads: every
