@@ -59,11 +59,18 @@ struct DecodeSetup {
   const ReadBuffer* bandwidth_buffer;  // read_bandwidth.h: the tuned multi-threaded reader
 };
 
-// The timed steps of one cell: seconds of each step and the read bandwidth
+// One read pass of the tuned reader: bytes/s and the index in
+// kReadPrefetches of the prefetch that read fastest.
+struct ReadPass {
+  double bytes_per_s;
+  int prefetch;
+};
+
+// The timed steps of one cell: seconds of each step and the read pass
 // measured after each (the bandwidth bench's tuned reader, checked against a
 // plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
-                        std::vector<double>& bandwidths, std::vector<int>& prefetches) {
+                        std::vector<ReadPass>& reads) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
@@ -77,9 +84,9 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
     const auto start = Clock::now();
     BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
     step_seconds.push_back(seconds_between(start, Clock::now()));
-    int prefetch = 0;
-    bandwidths.push_back(measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &prefetch));
-    prefetches.push_back(prefetch);
+    ReadPass pass{0, 0};
+    pass.bytes_per_s = measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &pass.prefetch);
+    reads.push_back(pass);
   }
   return absl::OkStatus();
 }
@@ -112,8 +119,8 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   cell.context = context;
   cell.kv = kv_name;
   double kv_bytes_per_cached_token = 0;
-  std::vector<double> step_seconds, bandwidths;
-  std::vector<int> prefetches;
+  std::vector<double> step_seconds;
+  std::vector<ReadPass> reads;
   auto kv = bench_kv_cache(*s.engine, kv_name, context + s.tokens + 1, &cell.store, &kv_bytes_per_cached_token);
   absl::Status st = kv.status();
   if (st.ok()) {
@@ -121,7 +128,7 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
              ? s.engine->prefill(synthetic_tokens(context, s.engine->model().spec().n_vocab, 1), **kv, nullptr)
              : fill_synthetic(**kv, context, 7);
   }
-  if (st.ok()) st = time_steps(s, **kv, step_seconds, bandwidths, prefetches);
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads);
   if (!st.ok()) {
     cell.error = std::string(st.message());
     return cell;
@@ -137,9 +144,10 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   cell.kv_bytes_per_token =
       kv_bytes_read_per_token(s.engine->kv_geometry(), attended_tokens, kv_bytes_per_cached_token);
   cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
-  const auto best = std::max_element(bandwidths.begin(), bandwidths.end());
-  cell.bandwidth_bytes_per_s = *best;
-  cell.bandwidth_prefetch = prefetches[static_cast<size_t>(best - bandwidths.begin())];
+  const ReadPass best = *std::max_element(
+      reads.begin(), reads.end(), [](const ReadPass& a, const ReadPass& b) { return a.bytes_per_s < b.bytes_per_s; });
+  cell.bandwidth_bytes_per_s = best.bytes_per_s;
+  cell.bandwidth_prefetch = best.prefetch;
   return cell;
 }
 
