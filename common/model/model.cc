@@ -1,7 +1,6 @@
 #include "common/model/model.h"
 
 #include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -243,6 +243,42 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
+// The timed loop of a decode-shaped benchmark against the read bandwidth:
+// each iteration times step() (decode calls over `weight_bytes` of weights),
+// then one read_buffer_once on the same threads untimed, so both rates see the
+// same machine state (this host is shared). Counters: weight_GBps (weight
+// bytes / step time, median of the iterations), read_GBps (the best read
+// pass when best_read, as bench decode divides by; else their median) and
+// of_read_bw (their ratio).
+template <typename Step>
+void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t weight_bytes, bool best_read,
+                               Step&& step) {
+  std::vector<double> matmul_rates, read_rates;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    benchmark::ClobberMemory();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    matmul_rates.push_back(static_cast<double>(weight_bytes) / seconds);
+    state.PauseTiming();
+    read_rates.push_back(read_buffer_once(n_threads));
+    state.ResumeTiming();
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double weight_rate = median(matmul_rates);
+  const double read_rate =
+      best_read ? (read_rates.empty() ? 0.0 : *std::max_element(read_rates.begin(), read_rates.end()))
+                : median(read_rates);
+  state.SetBytesProcessed(state.iterations() * weight_bytes);
+  state.counters["weight_GBps"] = weight_rate / 1e9;
+  state.counters["read_GBps"] = read_rate / 1e9;
+  state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+}
+
 // Indices 4..7: Q4_0 packed at load (pack_weight_matrix; the AVX2 and
 // AVX-512 levels), then Q4_K, Q5_K, Q6_K packed at load (the AVX2 level).
 constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
@@ -250,10 +286,10 @@ constexpr GgmlType kDecodeTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType:
 constexpr int64_t kFirstPackedDecodeType = 4;
 
 // Decode (one token) on a 1B-class matrix, as a fraction of the read
-// bandwidth: after every timed matmul one 256 MiB read pass runs on the same
-// threads, so both rates see the same machine state (this host is shared).
-// Counters: weight_GBps (weight bytes / matmul time, median of the
-// iterations), read_GBps (median of the read passes), of_read_bw (their ratio).
+// bandwidth: after every timed matmul one read of bench decode's divisor
+// (read_buffer_once) runs on the same threads, so both rates see the same
+// machine state (this host is shared). Counters (time_decode_against_reads):
+// weight_GBps (median), read_GBps (median of the read passes), of_read_bw.
 // Args: type index into kDecodeTypes, rows, cols, threads, SIMD level.
 void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
   const GgmlType type = kDecodeTypes[state.range(0)];
@@ -281,28 +317,10 @@ void BM_MatmulDecodeVsReadBandwidth(benchmark::State& state) {
     w.packed = packed_copy.get();
   }
   ThreadPool* pool = pool_for(n_threads);
-  std::vector<double> matmul_rates, read_rates;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  time_decode_against_reads(state, n_threads, static_cast<int64_t>(weights.size()), /*best_read=*/false, [&] {
     matmul_with(level, w, x.data(), 1, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    state.SetIterationTime(seconds);
-    matmul_rates.push_back(static_cast<double>(weights.size()) / seconds);
-    state.PauseTiming();
-    read_rates.push_back(read_buffer_once(n_threads));
-    state.ResumeTiming();
-  }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  const double weight_rate = median(matmul_rates), read_rate = median(read_rates);
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.size()));
-  state.counters["weight_GBps"] = weight_rate / 1e9;
-  state.counters["read_GBps"] = read_rate / 1e9;
-  state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+  });
   state.SetLabel(std::string(ggml_type_name(type)) + (packed ? " packed " : " ") + simd_level_name(level));
 }
 
@@ -351,26 +369,10 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   ThreadPool* pool = pool_for(n_threads);
-  std::vector<double> matmul_rates;
-  double read_rate = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  time_decode_against_reads(state, n_threads, packed_bytes * kMatrices, /*best_read=*/true, [&] {
     for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    state.SetIterationTime(seconds);
-    matmul_rates.push_back(static_cast<double>(packed_bytes * kMatrices) / seconds);
-    state.PauseTiming();
-    read_rate = std::max(read_rate, read_buffer_once(n_threads));
-    state.ResumeTiming();
-  }
-  std::sort(matmul_rates.begin(), matmul_rates.end());
-  const double weight_rate = matmul_rates.empty() ? 0.0 : matmul_rates[matmul_rates.size() / 2];
-  state.SetBytesProcessed(state.iterations() * packed_bytes * kMatrices);
-  state.counters["weight_GBps"] = weight_rate / 1e9;
-  state.counters["read_GBps"] = read_rate / 1e9;
-  state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+  });
 }
 BENCHMARK(BM_MatmulDecodeSequence)
     ->ArgNames({"rows", "cols", "threads"})

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
