@@ -1,6 +1,7 @@
 #include "common/kv_codec/kv_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "common/util/cpu_features.h"
@@ -258,5 +259,13 @@ const KvKernels& kv_kernels() {
   }();
   return kernels;
 }
+
+namespace {
+std::atomic<bool> g_q8_amx_allowed{true};
+}  // namespace
+
+bool q8_amx_active() { return g_q8_amx_allowed.load(std::memory_order_relaxed) && amx_int8_usable(); }
+
+void set_q8_amx_allowed(bool allowed) { g_q8_amx_allowed.store(allowed, std::memory_order_relaxed); }
 
 }  // namespace baton::kv_kernels_impl

@@ -118,6 +118,19 @@ inline constexpr float kQ8WeightTiny = 0x1p-96f;
 // Query positions that attend_tile_q8_positions takes in one call.
 inline constexpr int kQ8MaxPositions = 64;
 
+// Whether the AVX-512 set's attend_tile_q8_positions computes its two
+// integer products on AMX tiles in calls of at least kQ8AmxMinHeads heads
+// (a prefill's; a decode step's call has one position's few heads and stays
+// on vpdpbusd / vpdpwssd): the CPU, the OS and BATON_AMX allow it
+// (amx_int8_usable) and set_q8_amx_allowed has not turned it off. The tiles
+// give the same integers (q . k by tdpbssd on the signed codes; p . V by
+// tdpbusd on the 15-bit weight codes split in 8 high and 7 low bits, 128 x
+// high + low), so a call's bits do not depend on it.
+inline constexpr int kQ8AmxMinHeads = 16;
+bool q8_amx_active();
+// Tests and benches compare the two paths in one process (default: allowed).
+void set_q8_amx_allowed(bool allowed);
+
 // Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
 // n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
 // quantized weights [n_q, head_dim / 32, kAttentionTileRows] int16.
@@ -166,6 +179,9 @@ class TilePrefetchSpread {
         per_step_(left_ / steps_),
         extra_(left_ % steps_) {}
   void step() {
+    // Nothing left (a prefill call's later heads): no bookkeeping either,
+    // whose read-modify-write of err_ chained the calls through memory.
+    if (left_ == 0) return;
     err_ += extra_;
     const bool more = err_ >= steps_;
     if (more) err_ -= steps_;

@@ -992,6 +992,228 @@ void rows_values_all(const KvHeadRows& v, int64_t tile_row, const float* w, int6
 
 namespace {
 
+// ---- AMX-INT8 tiles for calls of kQ8AmxMinHeads heads or more (kv_kernels.h,
+// q8_amx_active). The two products of a step of 16 heads on tiles, the rest
+// (the float steps of the scores, the softmax step and weight codes, the
+// float multiply-add of the value sums) as on the vector path, in the same
+// order: the same bits.
+//
+// The tile registers, one configuration for every call (loaded once per
+// thread): tmm0 the 16 heads' query codes of one block (16 rows x 32 bytes),
+// tmm1 the signed key codes of one block of 16 rows (8 rows x 64 bytes: the
+// key columns' layout, 4 dims of 16 keys per row), tmm2 / tmm3 int32
+// results (16 x 16), tmm4 / tmm5 the 16 heads' weight codes' high and low
+// bits over the tile's 64 rows (16 x 64 bytes), tmm6 the value codes of 16
+// dims (16 rows x 64 bytes: 4 rows of 16 dims per row).
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+[[gnu::target("amx-tile")]] void amx_configure_thread() {
+  thread_local bool configured = false;
+  if (configured) return;
+  AmxTileConfig config;
+  const int shapes[7][2] = {{16, 32}, {8, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}};
+  for (int t = 0; t < 7; ++t) {
+    config.rows[t] = static_cast<uint8_t>(shapes[t][0]);
+    config.colsb[t] = static_cast<uint16_t>(shapes[t][1]);
+  }
+  // (GCC 12's _tile_loadconfig names only the first 8 bytes as read, so the
+  // shapes' stores were dropped: the whole configuration as the operand.)
+  asm volatile("ldtilecfg %0" : : "m"(config));
+  configured = true;
+}
+
+// The tile's value rows as tdpbusd's B operand, per 16 dims: quads[c][q]
+// (64 bytes) holds rows 4q .. 4q + 3 of dims 16c .. 16c + 15, byte 4n + r =
+// row 4q + r of dim 16c + n. Rows outside [u_lo, u_hi) are zeros (their
+// weight codes are 0 or never written; a zero row adds nothing whatever they
+// hold).
+void amx_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, int8_t* quads,
+                     TilePrefetchSpread& next) {
+  const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
+  for (int q = 0; q < kAttentionTileRows / 4; ++q) {
+    next.step();
+    for (int d0 = 0; d0 < head_dim; d0 += 64) {
+      const __mmask64 bytes = head_dim - d0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (head_dim - d0)) - 1;
+      __m512i x[4];
+      for (int r = 0; r < 4; ++r) {
+        const int row = 4 * q + r;
+        x[r] = row >= u_lo && row < u_hi ? _mm512_maskz_loadu_epi8(bytes, base + int64_t{row} * v.row_code_bytes + d0)
+                                         : _mm512_setzero_si512();
+      }
+      // Per 128-bit lane L (dims 16L ..): bytes of rows 0/1 and 2/3
+      // interleaved, then words: u[m] lane L = dims 16L + 4m .. + 3, 4 rows each.
+      const __m512i t0 = _mm512_unpacklo_epi8(x[0], x[1]), t1 = _mm512_unpackhi_epi8(x[0], x[1]);
+      const __m512i t2 = _mm512_unpacklo_epi8(x[2], x[3]), t3 = _mm512_unpackhi_epi8(x[2], x[3]);
+      const __m512i u0 = _mm512_unpacklo_epi16(t0, t2), u1 = _mm512_unpackhi_epi16(t0, t2);
+      const __m512i u2 = _mm512_unpacklo_epi16(t1, t3), u3 = _mm512_unpackhi_epi16(t1, t3);
+      // out[L] = lanes L of u0, u1, u2, u3: dims 16L .. 16L + 15 in order.
+      constexpr __mmask8 kAll8 = 0xff;
+      const __m512i a0 = _mm512_maskz_shuffle_i64x2(kAll8, u0, u1, 0x44);
+      const __m512i a1 = _mm512_maskz_shuffle_i64x2(kAll8, u0, u1, 0xEE);
+      const __m512i a2 = _mm512_maskz_shuffle_i64x2(kAll8, u2, u3, 0x44);
+      const __m512i a3 = _mm512_maskz_shuffle_i64x2(kAll8, u2, u3, 0xEE);
+      const __m512i out[4] = {
+          _mm512_maskz_shuffle_i64x2(kAll8, a0, a2, 0x88), _mm512_maskz_shuffle_i64x2(kAll8, a0, a2, 0xDD),
+          _mm512_maskz_shuffle_i64x2(kAll8, a1, a3, 0x88), _mm512_maskz_shuffle_i64x2(kAll8, a1, a3, 0xDD)};
+      for (int l = 0; l < 4 && d0 + 16 * l < head_dim; ++l) {
+        _mm512_store_si512(quads + (int64_t{d0 / 16 + l} * (kAttentionTileRows / 4) + q) * 64, out[l]);
+      }
+    }
+  }
+}
+
+// The key columns of the union's blocks (q8_key_columns: the codes + 128)
+// back to signed codes, as tdpbssd's B operand: the same 64-byte rows.
+void amx_signed_key_columns(const __m512i* cols, int n_vectors, int8_t* out) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int x = 0; x < n_vectors; ++x) _mm512_store_si512(out + 64 * x, _mm512_xor_si512(cols[x], flip));
+}
+
+// Position j and query head i of call head h, and h's offset in the QueryQ8.
+struct CallHead {
+  int j, i;
+  int64_t q_head;
+};
+inline CallHead call_head(const TilePositions& pos, int n_q, int h) {
+  const int j = h / n_q, i = h % n_q;
+  return {j, i, j * pos.q_heads_stride + i};
+}
+
+// q8_head_scores on tiles for heads [h0, h0 + nh) (nh <= 16): every block of
+// the union for every head (a position's lanes outside its rows are never
+// read: the softmax step masks them, as it does the vector path's unwritten
+// ones). Block b's integer dot is tdpbssd of the signed query and key codes
+// (sum q k: the vector path's bias + sum q (k + 128)); then q8_scores' float
+// steps in its order. Every product of the step is issued before the float
+// steps read the first (two result tiles in turn), so the tile unit runs
+// ahead of the vector work instead of waiting on each store.
+template <int NB>
+[[gnu::target("amx-tile,amx-int8")]] void amx_head_scores(const int8_t* keys, int n_bi, const __m512* ks,
+                                                           int k_group, const QueryQ8& q, const TilePositions& pos,
+                                                           int n_q, int u_lo, int h0, int nh, float* s,
+                                                           TilePrefetchSpread& next) {
+  constexpr int head_dim = NB * kQ8Block, kBlocks = kAttentionTileRows / 16;
+  alignas(64) int8_t codes[16 * head_dim];  // the 16 heads' query codes, one row each
+  alignas(64) int32_t dots[kBlocks][NB][16 * 16];
+  float scales[16][NB];
+  for (int r = 0; r < 16; ++r) {
+    if (r >= nh) {
+      std::memset(codes + r * head_dim, 0, head_dim);
+      continue;
+    }
+    const CallHead ch = call_head(pos, n_q, h0 + r);
+    std::memcpy(codes + r * head_dim, q.codes + ch.q_head * head_dim, head_dim);
+    for (int b = 0; b < NB; ++b) scales[r][b] = q.scales[ch.q_head * NB + b];
+  }
+  for (int b = 0, t = 0; b < NB; ++b) {
+    _tile_loadd(0, codes + b * kQ8Block, head_dim);
+    for (int bi = 0; bi < n_bi; ++bi, ++t) {
+      _tile_loadd(1, keys + (int64_t{bi} * NB + b) * 512, 64);
+      if (t % 2 == 0) {
+        _tile_zero(2);
+        _tile_dpbssd(2, 0, 1);
+        _tile_stored(2, dots[bi][b], 64);
+      } else {
+        _tile_zero(3);
+        _tile_dpbssd(3, 0, 1);
+        _tile_stored(3, dots[bi][b], 64);
+      }
+    }
+  }
+  int k_block[NB];
+  for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k_group;
+  for (int bi = 0; bi < n_bi; ++bi) {
+    for (int x = 0; x < kScoreBlockSteps; ++x) next.step();
+    const int g0 = (u_lo / 16 + bi) * 16;
+    const __m512* kb = ks + bi * NB;
+    for (int r = 0; r < nh; ++r) {
+      __m512 out = _mm512_setzero_ps();
+      for (int b = 0; b < NB; ++b) {
+        const __m512 t = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_load_si512(dots[bi][b] + 16 * r)),
+                                       _mm512_set1_ps(scales[r][b]));
+        out = b == 0 ? _mm512_mul_ps(t, kb[k_block[b]]) : _mm512_fmadd_ps(t, kb[k_block[b]], out);
+      }
+      _mm512_storeu_ps(s + int64_t{h0 + r} * kAttentionTileRows + g0, out);
+    }
+  }
+}
+
+// q8_values for heads [h0, h0 + nh) (nh <= 16) on tiles: each head's weight
+// codes (15 bits) split into high (code >> 7) and low (code & 127) bytes,
+// then per 16 dims two tdpbusd against the value quads: 128 x high + low
+// is the vector path's exact int32 sum (|high sum| x 128 < 2^31); then its
+// float multiply-add by the head's step of the dims' group. The products
+// of every 16 dims are issued before the first sum is read.
+template <int NB>
+[[gnu::target("amx-tile,amx-int8")]] void amx_head_values(const int8_t* quads, const int16_t* wq, const float* steps,
+                                                           int v_group, const TilePositions& pos, int n_q, int h0,
+                                                           int nh, float* acc, TilePrefetchSpread& next) {
+  constexpr int head_dim = NB * kQ8Block, kChunks = head_dim / 16;
+  const int v_groups = head_dim / v_group;
+  alignas(64) uint8_t high[NB][16 * kAttentionTileRows];  // per value group (<= NB of them)
+  alignas(64) uint8_t low[NB][16 * kAttentionTileRows];
+  alignas(64) int32_t sums[kChunks][2][16 * 16];
+  const __m512i seven_bits = _mm512_set1_epi16(0x7f);
+  // packus orders each 128-bit lane's 8 + 8 bytes; the qword permute puts the rows back in order.
+  const __m512i row_order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  static_assert(kAttentionTileRows == 64, "one 64-byte tile row of codes per head");
+  for (int g = 0; g < v_groups; ++g) {
+    for (int r = 0; r < 16; ++r) {
+      uint8_t* hi_row = high[g] + r * kAttentionTileRows;
+      uint8_t* lo_row = low[g] + r * kAttentionTileRows;
+      if (r >= nh) {
+        _mm512_store_si512(hi_row, _mm512_setzero_si512());
+        _mm512_store_si512(lo_row, _mm512_setzero_si512());
+        continue;
+      }
+      const int16_t* codes = wq + (int64_t{h0 + r} * v_groups + g) * kAttentionTileRows;
+      const __m512i c0 = _mm512_loadu_si512(codes), c1 = _mm512_loadu_si512(codes + 32);
+      _mm512_store_si512(hi_row, _mm512_maskz_permutexvar_epi64(
+                                     0xff, row_order, _mm512_packus_epi16(_mm512_srli_epi16(c0, 7), _mm512_srli_epi16(c1, 7))));
+      _mm512_store_si512(lo_row, _mm512_maskz_permutexvar_epi64(
+                                     0xff, row_order, _mm512_packus_epi16(_mm512_and_si512(c0, seven_bits),
+                                                                          _mm512_and_si512(c1, seven_bits))));
+    }
+  }
+  for (int c = 0, loaded = -1; c < kChunks; ++c) {
+    const int g = c * 16 / v_group;
+    if (g != loaded) {
+      _tile_loadd(4, high[g], kAttentionTileRows);
+      _tile_loadd(5, low[g], kAttentionTileRows);
+      loaded = g;
+    }
+    _tile_loadd(6, quads + int64_t{c} * (kAttentionTileRows / 4) * 64, 64);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_dpbusd(2, 4, 6);
+    _tile_dpbusd(3, 5, 6);
+    _tile_stored(2, sums[c][0], 64);
+    _tile_stored(3, sums[c][1], 64);
+  }
+  float* state[16];
+  for (int r = 0; r < nh; ++r) {
+    const CallHead ch = call_head(pos, n_q, h0 + r);
+    state[r] = acc + (ch.j * pos.state_stride + ch.i) * head_dim;
+  }
+  for (int c = 0; c < kChunks; ++c) {
+    next.step();
+    const int g = c * 16 / v_group;
+    for (int r = 0; r < nh; ++r) {
+      const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, _mm512_load_si512(sums[c][0] + 16 * r), 7),
+                                           _mm512_load_si512(sums[c][1] + 16 * r));
+      float* a = state[r] + 16 * c;
+      const __m512 st = _mm512_set1_ps(steps[int64_t{h0 + r} * v_groups + g]);
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, sum), st, _mm512_loadu_ps(a)));
+    }
+  }
+}
+
 // attend_tile_q8_positions for head_dim = NB * kQ8Block. The tile's key
 // columns and value pairs are made once for the call; then the heads go
 // through scores, softmax step with weight codes and value product 16 at a
@@ -1018,9 +1240,14 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   constexpr int kValueHeads = value_heads(2 * NB);  // q8_values_heads' R
   const int n_blocks = (u_hi - u_lo / 16 * 16 + 15) / 16, pairs = (u_hi + 1) / 2 - u_lo / 2;
   const int first_pass = std::min(heads, 16), value_runs = first_pass / kValueHeads + first_pass % kValueHeads;
+  // AMX tiles (kv_kernels.h, q8_amx_active): the steps of the value quads (one
+  // per 4 rows) and of the first pass's value products (one per 16 dims)
+  // instead of the value pairs' and the vector value products'.
+  const bool amx = heads >= kQ8AmxMinHeads && q8_amx_active();
   TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
-                                        (pairs + kPairsPerStep - 1) / kPairsPerStep +
-                                        value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep));
+                                        (amx ? kAttentionTileRows / 4 + head_dim / 16
+                                             : (pairs + kPairsPerStep - 1) / kPairsPerStep +
+                                                   value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // The value group scales of the union's blocks, once for every head.
   __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
@@ -1037,10 +1264,22 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
   }
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
-  interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
+  alignas(64) int8_t keys[kBlocks * head_dim / 4 * 64];       // AMX: the signed key columns
+  alignas(64) int8_t quads[head_dim / 16 * (kAttentionTileRows / 4) * 64];  // AMX: the value quads
+  if (amx) {
+    amx_configure_thread();
+    amx_signed_key_columns(cols, n_blocks * head_dim / 4, keys);
+    amx_value_quads(v, tile_row, u_lo, u_hi, head_dim, quads, next);
+  } else {
+    interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
+  }
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
-    q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
+    if (amx) {
+      amx_head_scores<NB>(keys, n_blocks, ks, k.group, q, pos, n_q, u_lo, h0, nh, s, next);
+    } else {
+      q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
+    }
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
     auto softmax = [&]<bool kFull, int VG>() {
@@ -1058,7 +1297,11 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     } else {
       softmax.template operator()<false, 0>();
     }
-    q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
+    if (amx) {
+      amx_head_values<NB>(quads, wq, steps, v.group, pos, n_q, h0, nh, acc, next);
+    } else {
+      q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
+    }
   }
   next.finish();
 }

@@ -9,6 +9,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace baton {
 namespace {
@@ -53,6 +57,8 @@ CpuFeatures detect() {
   __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);
   f.avx_vnni = (eax1 >> 4) & 1;
   f.avx512bf16 = os_zmm && ((eax1 >> 5) & 1);  // vdpbf16ps, vcvtne2ps2bf16
+  const bool os_tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG | XTILEDATA
+  f.amx_int8 = os_tiles && ((edx >> 24) & 1) && ((edx >> 25) & 1);  // AMX-TILE, AMX-INT8
   return f;
 }
 #else
@@ -64,6 +70,27 @@ CpuFeatures detect() { return CpuFeatures{}; }
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
+}
+
+bool amx_int8_usable() {
+  static const bool usable = [] {
+    if (!cpu_features().amx_int8) return false;
+    const char* env = std::getenv("BATON_AMX");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+#if defined(__linux__) && defined(__x86_64__)
+    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (Linux 5.16+): without it
+    // the first tile instruction raises SIGILL.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      BATON_WARN("the CPU has AMX-INT8 but Linux refused the tile state (arch_prctl); AMX stays off");
+      return false;
+    }
+    return true;
+#else
+    return false;
+#endif
+  }();
+  return usable;
 }
 
 SimdLevel best_simd_level() {

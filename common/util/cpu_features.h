@@ -18,10 +18,21 @@ struct CpuFeatures {
   bool avx512vnni = false;
   bool avx_vnni = false;
   bool avx512bf16 = false;  // not part of any SimdLevel: checked on its own (FloatMatmul::kBf16)
+  // AMX-TILE and AMX-INT8 reported, and the OS saves tile state (XCR0 bits
+  // 17 and 18). Not part of any SimdLevel; a process must still ask Linux
+  // for the tile data state before its first tile instruction
+  // (amx_int8_usable).
+  bool amx_int8 = false;
 };
 
 // Detected once, on first use.
 const CpuFeatures& cpu_features();
+
+// True when this process may run AMX-INT8 tile instructions: the CPU and OS
+// have them (CpuFeatures::amx_int8), Linux granted the process the tile data
+// state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once, on first use), and the
+// environment variable BATON_AMX is not "0".
+bool amx_int8_usable();
 
 // Ordered: a higher level may use everything a lower one does.
 // kAvx2 = AVX2 + FMA + F16C; kAvx512 = kAvx2 + AVX-512 F/BW/VL/DQ/VNNI.

@@ -28,6 +28,7 @@
 #include "common/kv_codec/kv_kernels.h"
 #include "common/util/fp16.h"
 #include "common/util/thread_pool.h"
+#include "cpu_peak.h"
 
 namespace baton {
 namespace {
@@ -123,27 +124,49 @@ BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgsProduct({{8}, {1024}, {1, 2}})
     ->UseRealTime();
 
-// Args: bits, pos, threads.
+// Args: bits, pos, threads, amx (1: the INT8 kernel's products on AMX tiles
+// where the CPU has them, kv_kernels.h q8_amx_active; 0: on vpdpbusd /
+// vpdpwssd). Counter of_int8_peak: QK^T and PV (2 x 2 x head_dim ops per
+// query head and key) against one thread's vpdpbusd peak x threads.
 void BM_TiledAttentionPrefill(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t pos = state.range(1);
-  ThreadPool* pool = pool_of(static_cast<int>(state.range(2)));
+  const int n_threads = static_cast<int>(state.range(2));
+  ThreadPool* pool = pool_of(n_threads);
+  const bool amx = state.range(3) != 0;
+  if (amx && !kv_kernels_impl::q8_amx_active()) return state.SkipWithError("AMX-INT8 not usable here");
   constexpr int64_t kQueries = 64;
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, pos + kQueries);
+  constexpr int kHeadDim = 64;
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, kHeadDim, 1, pos + kQueries);
   if (store == nullptr) return state.SkipWithError("store");
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(kQueries, q_dim);
   std::vector<float> out(q.size());
+  kv_kernels_impl::set_q8_amx_allowed(amx);
   for (auto _ : state) {
     store->attend(0, pos, kQueries, q.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
+  kv_kernels_impl::set_q8_amx_allowed(true);
   state.SetItemsProcessed(state.iterations() * kQueries);
-  state.SetLabel(codec_name(bits));
+  // Query i (position pos + i) sees keys [0, pos + i].
+  const double pairs = static_cast<double>(kQueries) * static_cast<double>(pos) + kQueries * (kQueries + 1) / 2.0;
+  const double ops = pairs * static_cast<double>(q_dim / kHeadDim) * 4.0 * kHeadDim;
+  // One thread's vpdpbusd peak, measured once per process.
+  static const double int8_peak = [] {
+    ThreadPool one(1);
+    const cli::CpuPeak peak = cli::measure_cpu_peak(one);
+    return peak.int8 ? peak.int8->ops_per_s : 0.0;
+  }();
+  if (int8_peak > 0) {
+    state.counters["of_int8_peak"] =
+        benchmark::Counter(ops * state.iterations() / (int8_peak * n_threads), benchmark::Counter::kIsRate);
+  }
+  state.SetLabel(std::string(codec_name(bits)) + (amx ? " amx" : " vnni"));
 }
 BENCHMARK(BM_TiledAttentionPrefill)
-    ->ArgNames({"bits", "pos", "threads"})
-    ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}})
+    ->ArgNames({"bits", "pos", "threads", "amx"})
+    ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}, {0, 1}})
     ->UseRealTime();
 
 // One layer's synthetic INT8 planes (8 KV heads of 64, groups of 32), rows

@@ -28,6 +28,10 @@ struct PrefillRun {
   int64_t threads = 0;
   std::string kernels;  // SIMD level of the engine's kernels
   std::string kv_store;
+  // What computes attention's two products: "amx tiles (tdpbssd, tdpbusd)"
+  // (an INT8 store on the AVX-512 kernels where AMX-INT8 is usable and
+  // BATON_AMX is not 0: calls of 16 query heads or more) or "vector".
+  std::string attention_products;
   // The peaks of the cell being reported, measured on the engine's pool
   // just before it (after the previous cell) and just after it; the cell is
   // held against the larger, figure by figure (larger_peaks).

@@ -34,6 +34,7 @@ BenchReport prefill_cell_report(const PrefillRun& run, const PrefillCell& cell) 
   r.add("attention_gflop_per_s", "attention achieved (over the total time)", cell.attention_flops / seconds / 1e9,
         "GFLOP/s");
   r.add("all_gop_per_s", "matmul + attention achieved", all_rate / 1e9, "GOP/s");
+  r.add_text("attention_products", "attention products on", run.attention_products);
   r.add_text("peak_kind", "peak held against", kind);
   r.add_text("peak_weights", "deciding weight type", run.matmul_peak.weights);
   r.add_text("peak_instruction", "peak instruction", instruction);

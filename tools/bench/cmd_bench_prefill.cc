@@ -12,6 +12,7 @@
 #include "bench_prefill.h"
 #include "bench_report.h"
 #include "common/engine/perplexity.h"
+#include "common/kv_codec/kv_kernels.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/check.h"
 #include "common/util/cpu_features.h"
@@ -151,6 +152,11 @@ absl::Status bench_prefill(const Args& args) {
   for (int64_t tokens : sizes) {
     result.peak_before = result.peak_after;
     BATON_ASSIGN_OR_RETURN(PrefillCell cell, measure_prefill_cell(engine, *m.model, kv_name, tokens, &result.kv_store));
+    const bool int8_store = result.kv_store.rfind("int8", 0) == 0;
+    result.attention_products = int8_store && active_simd_level() == SimdLevel::kAvx512 &&
+                                        kv_kernels_impl::q8_amx_active()
+                                    ? "amx tiles (tdpbssd, tdpbusd)"
+                                    : "vector";
     result.peak_after = measure_cpu_peak(engine.pool());
     result.peak = larger_peaks(result.peak_before, result.peak_after);
     result.matmul_peak = matmul_peak_for(weight_type, result.peak, mode);

@@ -484,6 +484,86 @@ TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
   }
 }
 
+// The AVX-512 set's attend_tile_q8_positions with its products on AMX tiles
+// (calls of kQ8AmxMinHeads heads or more) and on vpdpbusd / vpdpwssd: the
+// same bits (m, l, acc), for every head_dim it takes, key and value groups
+// of 32 and 64, 1 to 8 query heads per KV head, calls of 16 heads and more
+// with a last step of fewer than 16, rows that start past the tile's first
+// block (a window's edge) and end before its last (a causal diagonal), and
+// states the softmax step rescales. Skipped, saying so, where AMX-INT8 is
+// not usable (the CPU, the OS or BATON_AMX=0); the other tests then cover
+// only the vector path.
+TEST(AttendTileQ8Positions, AmxTilesGiveTheVectorBits) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: the AMX path is part of the AVX-512 set";
+  if (!q8_amx_active()) GTEST_SKIP() << "AMX-INT8 not usable here (CPU, OS or BATON_AMX=0): only the vector path runs";
+  const KvKernels kern = kv_kernels_avx512();
+  struct Shape {
+    int head_dim, k_group, v_group, n_q, n_pos, row_offset;
+  };
+  const Shape shapes[] = {{64, 32, 32, 4, 64, 0},  {64, 64, 32, 4, 5, 17},  {64, 32, 64, 8, 2, 3},
+                          {32, 32, 32, 4, 9, 40},  {128, 32, 32, 1, 33, 0}, {128, 64, 64, 4, 16, 20},
+                          {256, 32, 32, 2, 11, 5}, {256, 64, 32, 8, 64, 0}, {64, 32, 32, 4, 3, 9}};
+  int amx_calls = 0;
+  for (const Shape& sh : shapes) {
+    const int head_dim = sh.head_dim, blocks = head_dim / kQ8Block;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " k_group " + std::to_string(sh.k_group) + " v_group " +
+                 std::to_string(sh.v_group) + " n_q " + std::to_string(sh.n_q) + " positions " +
+                 std::to_string(sh.n_pos) + " rows from " + std::to_string(sh.row_offset));
+    std::mt19937 rng(static_cast<unsigned>(head_dim * 31 + sh.n_pos));
+    const Case kc{8, head_dim, sh.k_group, sh.n_q, 2 * kAttentionTileRows};
+    const Case vc{8, head_dim, sh.v_group, sh.n_q, 2 * kAttentionTileRows};
+    const Plane k = make_plane(kc, rng), v = make_plane(vc, rng);
+    const int64_t q_stride = sh.n_q + 3;  // other KV heads' queries between positions
+    std::vector<float> q(static_cast<size_t>(sh.n_pos * q_stride * head_dim));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<int8_t> codes(q.size());
+    std::vector<float> q_scales(static_cast<size_t>(sh.n_pos * q_stride * blocks));
+    std::vector<int32_t> q_bias(q_scales.size());
+    for (int64_t h = 0; h < sh.n_pos * q_stride; ++h) {
+      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.125f, codes.data() + h * head_dim,
+                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
+    }
+    int lo[kQ8MaxPositions], hi[kQ8MaxPositions];
+    for (int j = 0; j < sh.n_pos; ++j) {
+      lo[j] = std::min(sh.row_offset + j % 5, kAttentionTileRows - 2);
+      hi[j] = std::max(lo[j] + 1, std::min(kAttentionTileRows, 30 + 3 * j));
+    }
+    // States from a first tile of plain steps, so the second tile's softmax step rescales some.
+    const int64_t s_stride = sh.n_q + 1, n_states = sh.n_pos * s_stride;
+    std::vector<float> m(n_states, -INFINITY), l(n_states, 0.0f), acc(static_cast<size_t>(n_states * head_dim), 0.0f);
+    std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(kQ8MaxPositions * 8, head_dim)), -5.0f);
+    for (int j = 0; j < sh.n_pos; ++j) {
+      const int64_t qh = j * q_stride, st = j * s_stride;
+      const QueryQ8 qj{codes.data() + qh * head_dim, q_scales.data() + qh * blocks, q_bias.data() + qh * blocks};
+      kern.attend_tile_q8(k.head, v.head, 0, qj, sh.n_q, head_dim, 0, kAttentionTileRows, m.data() + st,
+                          l.data() + st, acc.data() + st * head_dim, scratch.data());
+    }
+    TilePositions pos;
+    pos.n = sh.n_pos;
+    pos.q_heads_stride = q_stride;
+    pos.state_stride = s_stride;
+    pos.lo = lo;
+    pos.hi = hi;
+    const QueryQ8 q_all{codes.data(), q_scales.data(), q_bias.data()};
+    const std::vector<float> acc_before = acc;
+    std::vector<float> m_amx = m, l_amx = l, acc_amx = acc;
+    set_q8_amx_allowed(false);
+    kern.attend_tile_q8_positions(k.head, v.head, kAttentionTileRows, q_all, pos, sh.n_q, head_dim, m.data(),
+                                  l.data(), acc.data(), scratch.data());
+    set_q8_amx_allowed(true);
+    kern.attend_tile_q8_positions(k.head, v.head, kAttentionTileRows, q_all, pos, sh.n_q, head_dim, m_amx.data(),
+                                  l_amx.data(), acc_amx.data(), scratch.data());
+    if (sh.n_pos * sh.n_q >= kQ8AmxMinHeads) ++amx_calls;
+    ASSERT_EQ(std::memcmp(m.data(), m_amx.data(), sizeof(float) * m.size()), 0);
+    ASSERT_EQ(std::memcmp(l.data(), l_amx.data(), sizeof(float) * l.size()), 0);
+    for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(std::memcmp(&acc[i], &acc_amx[i], sizeof(float)), 0) << "acc " << i;
+    // The second tile moved the states (a comparison of untouched states proves nothing).
+    ASSERT_NE(std::memcmp(acc.data(), acc_before.data(), sizeof(float) * acc.size()), 0);
+  }
+  EXPECT_EQ(amx_calls, 8) << "calls of kQ8AmxMinHeads heads or more, which take the tiles";
+}
+
 // The AVX2 set's attend_tile_q8 against the scalar one that defines its
 // arithmetic, tile by tile over a window's edge and partial tiles, for every
 // head_dim and group it takes: the scores are the scalar's bits (the integer

@@ -116,7 +116,8 @@ TEST(RooflineTest, PrefillCellIsHeldAgainstTheLargerOfThePeaksAroundIt) {
 }
 
 TEST(RooflineTest, PrefillFractionsAreAchievedOverTheMeasuredPeak) {
-  const PrefillRun run = run_of(all_peaks());
+  PrefillRun run = run_of(all_peaks());
+  run.attention_products = "amx tiles (tdpbssd, tdpbusd)";
   PrefillCell cell{512, 2.0, 400e9, 40e9};
   const Json json = prefill_cell_report(run, cell).to_json();
   EXPECT_DOUBLE_EQ(json["prefill_tok_per_s"].get<double>(), 256);
@@ -127,6 +128,7 @@ TEST(RooflineTest, PrefillFractionsAreAchievedOverTheMeasuredPeak) {
   EXPECT_DOUBLE_EQ(json["all_fraction_of_peak"].get<double>(), 0.275);
   EXPECT_EQ(json["peak_kind"], "int8");
   EXPECT_EQ(json["peak_instruction"], "vpdpbusd zmm");
+  EXPECT_EQ(json["attention_products"], "amx tiles (tdpbssd, tdpbusd)");
 }
 
 TEST(RooflineTest, EveryPrefillCellHasTheSameKeysWithOrWithoutAPeak) {
