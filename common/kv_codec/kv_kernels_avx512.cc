@@ -1075,15 +1075,22 @@ void amx_signed_key_columns(const __m512i* cols, int n_vectors, int8_t* out) {
   for (int x = 0; x < n_vectors; ++x) _mm512_store_si512(out + 64 * x, _mm512_xor_si512(cols[x], flip));
 }
 
-// Position j and query head i of call head h, and h's offset in the QueryQ8.
-struct CallHead {
-  int j, i;
-  int64_t q_head;
+// Position j and query head i of the call's heads h0, h0 + 1, ..., counted
+// (one division for the first, none per head), and the head's offset in the
+// QueryQ8 and in the states.
+class CallHeads {
+ public:
+  CallHeads(const TilePositions& pos, int n_q, int h0) : pos_(pos), n_q_(n_q), j_(h0 / n_q), i_(h0 % n_q) {}
+  int64_t q_head() const { return j_ * pos_.q_heads_stride + i_; }
+  int64_t state() const { return j_ * pos_.state_stride + i_; }
+  void next() {
+    if (++i_ == n_q_) i_ = 0, ++j_;
+  }
+
+ private:
+  const TilePositions& pos_;
+  int n_q_, j_, i_;
 };
-inline CallHead call_head(const TilePositions& pos, int n_q, int h) {
-  const int j = h / n_q, i = h % n_q;
-  return {j, i, j * pos.q_heads_stride + i};
-}
 
 // q8_head_scores on tiles for heads [h0, h0 + nh) (nh <= 16): every block of
 // the union for every head (a position's lanes outside its rows are never
@@ -1102,14 +1109,15 @@ template <int NB>
   alignas(64) int8_t codes[16 * head_dim];  // the 16 heads' query codes, one row each
   alignas(64) int32_t dots[kBlocks][NB][16 * 16];
   float scales[16][NB];
-  for (int r = 0; r < 16; ++r) {
+  CallHeads heads(pos, n_q, h0);
+  for (int r = 0; r < 16; ++r, heads.next()) {
     if (r >= nh) {
       std::memset(codes + r * head_dim, 0, head_dim);
       continue;
     }
-    const CallHead ch = call_head(pos, n_q, h0 + r);
-    std::memcpy(codes + r * head_dim, q.codes + ch.q_head * head_dim, head_dim);
-    for (int b = 0; b < NB; ++b) scales[r][b] = q.scales[ch.q_head * NB + b];
+    const int64_t q_head = heads.q_head();
+    std::memcpy(codes + r * head_dim, q.codes + q_head * head_dim, head_dim);
+    for (int b = 0; b < NB; ++b) scales[r][b] = q.scales[q_head * NB + b];
   }
   for (int b = 0, t = 0; b < NB; ++b) {
     _tile_loadd(0, codes + b * kQ8Block, head_dim);
@@ -1197,10 +1205,8 @@ template <int NB>
     _tile_stored(3, sums[c][1], 64);
   }
   float* state[16];
-  for (int r = 0; r < nh; ++r) {
-    const CallHead ch = call_head(pos, n_q, h0 + r);
-    state[r] = acc + (ch.j * pos.state_stride + ch.i) * head_dim;
-  }
+  CallHeads heads(pos, n_q, h0);
+  for (int r = 0; r < nh; ++r, heads.next()) state[r] = acc + heads.state() * head_dim;
   for (int c = 0; c < kChunks; ++c) {
     next.step();
     const int g = c * 16 / v_group;
