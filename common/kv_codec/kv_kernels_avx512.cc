@@ -998,13 +998,15 @@ namespace {
 // float multiply-add of the value sums) as on the vector path, in the same
 // order: the same bits.
 //
-// The tile registers, one configuration for every call (loaded once per
-// thread): tmm0 the 16 heads' query codes of one block (16 rows x 32 bytes),
-// tmm1 the signed key codes of one block of 16 rows (8 rows x 64 bytes: the
-// key columns' layout, 4 dims of 16 keys per row), tmm2 / tmm3 int32
-// results (16 x 16), tmm4 / tmm5 the 16 heads' weight codes' high and low
-// bits over the tile's 64 rows (16 x 64 bytes), tmm6 the value codes of 16
-// dims (16 rows x 64 bytes: 4 rows of 16 dims per row).
+// The tile registers, one configuration for every call, loaded at the
+// call's start (not once per thread: other code in the process, oneDNN's
+// AMX kernels in the benchmarks, may load its own between two calls):
+// tmm0 the 16 heads' query codes of one block (16 rows x 32 bytes), tmm1
+// the signed key codes of one block of 16 rows (8 rows x 64 bytes: the key
+// columns' layout, 4 dims of 16 keys per row), tmm2 / tmm3 int32 results
+// (16 x 16), tmm4 / tmm5 the 16 heads' weight codes' high and low bits over
+// the tile's 64 rows (16 x 64 bytes), tmm6 the value codes of 16 dims (16
+// rows x 64 bytes: 4 rows of 16 dims per row).
 struct alignas(64) AmxTileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -1013,19 +1015,19 @@ struct alignas(64) AmxTileConfig {
   uint8_t rows[16] = {};
 };
 
-[[gnu::target("amx-tile")]] void amx_configure_thread() {
-  thread_local bool configured = false;
-  if (configured) return;
-  AmxTileConfig config;
-  const int shapes[7][2] = {{16, 32}, {8, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}};
-  for (int t = 0; t < 7; ++t) {
-    config.rows[t] = static_cast<uint8_t>(shapes[t][0]);
-    config.colsb[t] = static_cast<uint16_t>(shapes[t][1]);
-  }
+[[gnu::target("amx-tile")]] void amx_configure() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    const int shapes[7][2] = {{16, 32}, {8, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}};
+    for (int t = 0; t < 7; ++t) {
+      c.rows[t] = static_cast<uint8_t>(shapes[t][0]);
+      c.colsb[t] = static_cast<uint16_t>(shapes[t][1]);
+    }
+    return c;
+  }();
   // (GCC 12's _tile_loadconfig names only the first 8 bytes as read, so the
   // shapes' stores were dropped: the whole configuration as the operand.)
   asm volatile("ldtilecfg %0" : : "m"(config));
-  configured = true;
 }
 
 // The tile's value rows as tdpbusd's B operand, per 16 dims: quads[c][q]
@@ -1273,7 +1275,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   alignas(64) int8_t keys[kBlocks * head_dim / 4 * 64];       // AMX: the signed key columns
   alignas(64) int8_t quads[head_dim / 16 * (kAttentionTileRows / 4) * 64];  // AMX: the value quads
   if (amx) {
-    amx_configure_thread();
+    amx_configure();
     amx_signed_key_columns(cols, n_blocks * head_dim / 4, keys);
     amx_value_quads(v, tile_row, u_lo, u_hi, head_dim, quads, next);
   } else {
