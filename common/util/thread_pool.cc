@@ -163,6 +163,8 @@ ThreadPool::~ThreadPool() {
 }
 
 namespace {
+// Thread i's part of the static split of n tasks over n_threads: [share_begin(i), share_begin(i + 1)).
+constexpr int64_t share_begin(int64_t n_tasks, int64_t i, int64_t n_threads) { return n_tasks * i / n_threads; }
 constexpr uint64_t pack_range(uint64_t front, uint64_t end) { return front << 32 | end; }
 constexpr int64_t range_front(uint64_t r) { return static_cast<int64_t>(r >> 32); }
 constexpr int64_t range_end(uint64_t r) { return static_cast<int64_t>(r & 0xffffffffu); }
@@ -202,8 +204,8 @@ void ThreadPool::run_stealing(int thread_index) {
 }
 
 void ThreadPool::run_share(int thread_index) {
-  if (job_stealing_) return run_stealing(thread_index);
-  if (job_guided_) {
+  if (job_schedule_ == Schedule::kStealing) return run_stealing(thread_index);
+  if (job_schedule_ == Schedule::kGuided) {
     int64_t begin = next_task_.load(std::memory_order_relaxed);
     for (;;) {
       const int64_t left = job_tasks_ - begin;
@@ -214,15 +216,15 @@ void ThreadPool::run_share(int thread_index) {
       begin = next_task_.load(std::memory_order_relaxed);
     }
   }
-  if (job_grain_ > 0) {
+  if (job_schedule_ == Schedule::kDynamic) {
     for (;;) {
       const int64_t begin = next_task_.fetch_add(job_grain_, std::memory_order_relaxed);
       if (begin >= job_tasks_) return;
       (*job_fn_)(begin, std::min(begin + job_grain_, job_tasks_));
     }
   }
-  const int64_t begin = job_tasks_ * thread_index / n_threads_;
-  const int64_t end = job_tasks_ * (thread_index + 1) / n_threads_;
+  const int64_t begin = share_begin(job_tasks_, thread_index, n_threads_);
+  const int64_t end = share_begin(job_tasks_, thread_index + 1, n_threads_);
   if (begin < end) (*job_fn_)(begin, end);
 }
 
@@ -287,13 +289,13 @@ void ThreadPool::run_job(int64_t n_tasks, int64_t grain, Schedule schedule,
   job_fn_ = &fn;
   job_tasks_ = n_tasks;
   job_grain_ = grain;
-  job_guided_ = schedule == Schedule::kGuided;
-  job_stealing_ = schedule == Schedule::kStealing;
+  job_schedule_ = schedule;
   next_task_.store(0, std::memory_order_relaxed);
-  if (job_stealing_) {
+  if (schedule == Schedule::kStealing) {
     for (int i = 0; i < n_threads_; ++i) {
       ranges_[static_cast<size_t>(i)].bounds.store(
-          pack_range(static_cast<uint64_t>(n_tasks * i / n_threads_), static_cast<uint64_t>(n_tasks * (i + 1) / n_threads_)),
+          pack_range(static_cast<uint64_t>(share_begin(n_tasks, i, n_threads_)),
+                     static_cast<uint64_t>(share_begin(n_tasks, i + 1, n_threads_))),
           std::memory_order_relaxed);
     }
   }

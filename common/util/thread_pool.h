@@ -140,11 +140,14 @@ class ThreadPool {
 
   // The current job, written by the caller before it bumps generation_ and
   // read by workers after they observe the new generation (release/acquire).
+  // kStatic: the static split; kDynamic: chunks of job_grain_ claimed in
+  // turn; kGuided: chunks shrinking with the tasks left, at least job_grain_;
+  // kStealing: owned ranges, stolen from at the back.
+  enum class Schedule { kStatic, kDynamic, kGuided, kStealing };
   const std::function<void(int64_t, int64_t)>* job_fn_ = nullptr;
   int64_t job_tasks_ = 0;
-  int64_t job_grain_ = 0;  // 0: static split; else chunk size of a dynamic job (least chunk of a guided one)
-  bool job_guided_ = false;  // chunks shrink with the tasks left (parallel_for_guided)
-  bool job_stealing_ = false;  // owned ranges, stolen from at the back (parallel_for_stealing)
+  int64_t job_grain_ = 0;
+  Schedule job_schedule_ = Schedule::kStatic;
 
   // Next unclaimed task of a dynamic job; on its own cache line (every
   // thread increments it).
@@ -165,7 +168,6 @@ class ThreadPool {
   std::atomic<int> hot_{0};              // live Hot scopes: workers spin longer before sleeping
   std::atomic<uint64_t> sleeps_{0};
 
-  enum class Schedule { kStatic, kDynamic, kGuided, kStealing };
   void run_job(int64_t n_tasks, int64_t grain, Schedule schedule, const std::function<void(int64_t, int64_t)>& fn);
 };
 
