@@ -517,6 +517,22 @@ inline __m512i broadcast_dword(const int32_t* w) {
   return r;
 }
 
+// The float steps after the integer products, one form for both paths (the
+// vector kernels here and the AMX tiles below), so their bits cannot part:
+// a score folds block b's exact dot times the query block's scale, then
+// times its key group's scales (the first block multiplies, the others add
+// by FMA, in block order) ...
+inline __m512 fold_block_score(__m512 out, __m512i dot, float q_scale, __m512 k_scales, int b) {
+  const __m512 t = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, dot), _mm512_set1_ps(q_scale));
+  return b == 0 ? _mm512_mul_ps(t, k_scales) : _mm512_fmadd_ps(t, k_scales, out);
+}
+
+// ... and 16 dims of a head's state take the tile's exact value sums times
+// the head's step of their group: acc = fma(float(sum), step, acc).
+inline void add_value_sums(float* acc, __m512i sum, __m512 step) {
+  _mm512_storeu_ps(acc, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, sum), step, _mm512_loadu_ps(acc)));
+}
+
 // acc += x . w by int16 pairs, all in registers.
 inline __m512i dpwssd(__m512i acc, __m512i x, __m512i w) {
   asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
@@ -555,12 +571,7 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; ++b) {
-      const __m512 t =
-          _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, acc[i][b]), _mm512_set1_ps(q.scales[(h0 + i) * NB + b]));
-      const __m512 kb = ks[k_block[b]];
-      out[i] = b == 0 ? _mm512_mul_ps(t, kb) : _mm512_fmadd_ps(t, kb, out[i]);
-    }
+    for (int b = 0; b < NB; ++b) out[i] = fold_block_score(out[i], acc[i][b], q.scales[(h0 + i) * NB + b], ks[k_block[b]], b);
   }
 }
 
@@ -880,9 +891,8 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
       __m512i first, second;
       unpermute_chunk(isum[i][2 * c2], isum[i][2 * c2 + 1], &first, &second);
       const __m512 st = _mm512_set1_ps(step[i][c2 * 32 / group_dims]);
-      float* a = acc[i] + 32 * c2;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, first), st, _mm512_loadu_ps(a)));
-      _mm512_storeu_ps(a + 16, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, second), st, _mm512_loadu_ps(a + 16)));
+      add_value_sums(acc[i] + 32 * c2, first, st);
+      add_value_sums(acc[i] + 32 * c2 + 16, second, st);
     }
   }
 }
@@ -1099,7 +1109,7 @@ class CallHeads {
 // read: the softmax step masks them, as it does the vector path's unwritten
 // ones). Block b's integer dot is tdpbssd of the signed query and key codes
 // (sum q k: the vector path's bias + sum q (k + 128)); then q8_scores' float
-// steps in its order. Every product of the step is issued before the float
+// steps (fold_block_score). Every product of the step is issued before the float
 // steps read the first (two result tiles in turn), so the tile unit runs
 // ahead of the vector work instead of waiting on each store.
 template <int NB>
@@ -1145,9 +1155,7 @@ template <int NB>
     for (int r = 0; r < nh; ++r) {
       __m512 out = _mm512_setzero_ps();
       for (int b = 0; b < NB; ++b) {
-        const __m512 t = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_load_si512(dots[bi][b] + 16 * r)),
-                                       _mm512_set1_ps(scales[r][b]));
-        out = b == 0 ? _mm512_mul_ps(t, kb[k_block[b]]) : _mm512_fmadd_ps(t, kb[k_block[b]], out);
+        out = fold_block_score(out, _mm512_load_si512(dots[bi][b] + 16 * r), scales[r][b], kb[k_block[b]], b);
       }
       _mm512_storeu_ps(s + int64_t{h0 + r} * kAttentionTileRows + g0, out);
     }
@@ -1215,9 +1223,7 @@ template <int NB>
     for (int r = 0; r < nh; ++r) {
       const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, _mm512_load_si512(sums[c][0] + 16 * r), 7),
                                            _mm512_load_si512(sums[c][1] + 16 * r));
-      float* a = state[r] + 16 * c;
-      const __m512 st = _mm512_set1_ps(steps[int64_t{h0 + r} * v_groups + g]);
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, sum), st, _mm512_loadu_ps(a)));
+      add_value_sums(state[r] + 16 * c, sum, _mm512_set1_ps(steps[int64_t{h0 + r} * v_groups + g]));
     }
   }
 }
