@@ -42,6 +42,9 @@ struct MatmulKernels {
   cpu_kernels::MatmulTileFn packed_q8_0_tile = nullptr;
   cpu_kernels::MatmulTileFn packed_q5_k_tile = nullptr;
   cpu_kernels::MatmulTileFn packed_q6_k_tile = nullptr;
+  // quantize_split and packed_activations of one token in one pass, or null.
+  void (*packed_quantize)(const float*, int64_t, int64_t, int64_t, int8_t*, float*, int8_t*, int32_t*,
+                          float*) = nullptr;
 
   // The packed K-quant tile for `type`, or null (not a K-quant, or none here).
   cpu_kernels::MatmulTileFn packed_kquant_tile(GgmlType type) const {
@@ -75,7 +78,9 @@ const MatmulKernels& kernels_for(SimdLevel level) {
                                      k::quantize_q8_k_avx512,        k::quantize_q8_k_split_avx512,
                                      k::panel_tile_avx512,           k::offset_quants_avx512,
                                      k::f32_panel_tile_avx512,       k::packed_decode_tile_avx512,
-                                     k::packed_activations_avx2};
+                                     k::packed_activations_avx2,     nullptr,
+                                     nullptr,                        nullptr,
+                                     nullptr,                        k::quantize_q8_0_packed_avx512};
   BATON_CHECK(level <= best_simd_level(), "SIMD level not supported by this CPU");
   switch (level) {
     case SimdLevel::kAvx512: return kAvx512;
@@ -319,12 +324,13 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
     float* bd = block_major_x ? grown(scratch.q8_0_blocks_d, n_tokens * n_blocks) : nullptr;
     for_each_token(n_tokens, pool, [&](int64_t t) {
       int8_t* token_qs = qs + t * cols;
-      kernels.quantize_split(x + t * cols, token_qs, d + t * cols / kQK8_0, cols);
-      if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
-
-      if (bqs != nullptr) {
-        kernels.packed_activations(token_qs, d + t * n_blocks, cols, n_tokens, t, bqs, bias, bd);
+      if (bqs != nullptr && kernels.packed_quantize != nullptr) {
+        kernels.packed_quantize(x + t * cols, cols, n_tokens, t, token_qs, d + t * n_blocks, bqs, bias, bd);
+      } else {
+        kernels.quantize_split(x + t * cols, token_qs, d + t * n_blocks, cols);
+        if (bqs != nullptr) kernels.packed_activations(token_qs, d + t * n_blocks, cols, n_tokens, t, bqs, bias, bd);
       }
+      if (xu != nullptr) kernels.offset_quants(token_qs, xu + t * cols, cols);
       if (sums == nullptr) return;
       for (int64_t b = 0; b < cols / kQK8_0; ++b) {
         int sum = 0;

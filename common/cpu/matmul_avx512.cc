@@ -339,6 +339,78 @@ inline uint16_t quantize_block(const float* x, int8_t* qs) {
   return _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
 }
 
+// vshufps on dwords: in each 128-bit lane, two of x's, then two of y's.
+template <int kImm>
+inline __m512i shuffle_dwords(__m512i x, __m512i y) {
+  return _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), kImm));
+}
+
+// Lane i of the result = op over the 16 lanes of a[i] (op: max_ps or
+// add_epi32, both exact in any order), by a transposing tree: 256-bit halves,
+// then 128-bit quarters, then pairs, then single lanes of two vectors at a
+// time (3 instructions per joined pair, 45 for the 16), which leaves a[4j + k]
+// in lane 4k + j; one permute puts it in lane 4j + k.
+template <typename Op>
+inline __m512i reduce16x16_lanes(__m512i (&a)[16], Op op) {
+  for (int i = 0; i < 8; ++i) {
+    a[i] = op(_mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    a[i] = op(_mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0x88), _mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {
+    a[i] = op(shuffle_dwords<0x44>(a[2 * i], a[2 * i + 1]), shuffle_dwords<0xEE>(a[2 * i], a[2 * i + 1]));
+  }
+  const __m512i r = op(shuffle_dwords<0x88>(a[0], a[1]), shuffle_dwords<0xDD>(a[0], a[1]));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(order, r);
+}
+
+// Sixteen blocks of 32 floats from x, quantized as quantize_block does (the
+// same bits: a max is exact in any order, and d, 1 / d and the fp16 rounding
+// are the same IEEE operations on vectors): block b's quants to qs_of(b) (32
+// bytes), the blocks' fp16 scales returned; with kSums, *sums lane b = the
+// sum of block b's 32 quants (exact in int32).
+template <bool kSums, typename QsOf>
+inline __m256i quantize_16_blocks(const float* x, QsOf qs_of, __m512i* sums) {
+  __m512i amax[16];
+  for (int b = 0; b < 16; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    amax[b] = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  }
+  const __m512 vmax = _mm512_castsi512_ps(reduce16x16_lanes(amax, [](__m512i p, __m512i q) {
+    return _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(p), _mm512_castsi512_ps(q)));
+  }));
+  const __m512 d = _mm512_div_ps(vmax, _mm512_set1_ps(127.0f));
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  alignas(64) float ids[16];
+  _mm512_store_ps(ids, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), d));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i one_bits = _mm512_castps_si512(_mm512_set1_ps(1.0f));
+  __m512i block_sums[16];
+  for (int b = 0; b < 16; ++b) {
+    const __m512 vid = _mm512_set1_ps(ids[b]);
+    int8_t* qs = qs_of(b);
+    __m512i q[2];
+    for (int i = 0; i < 2; ++i) {
+      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * i), vid);
+      const __m512 trunc = _mm512_roundscale_ps(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(scaled, trunc));  // exact
+      const __m512 away = _mm512_castsi512_ps(
+          _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(scaled), sign_bit), one_bits));  // +-1
+      const __mmask16 round_up = _mm512_cmp_ps_mask(frac, half, _CMP_GE_OQ);
+      q[i] = _mm512_cvtps_epi32(_mm512_mask_add_ps(trunc, round_up, trunc, away));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16 * i), _mm512_cvtsepi32_epi8(q[i]));
+    }
+    // |q| <= 127 (|x| <= amax, so |x| / d rounds to at most 127): the sum of
+    // the int32s is the sum of the stored bytes.
+    if constexpr (kSums) block_sums[b] = _mm512_add_epi32(q[0], q[1]);
+  }
+  if constexpr (kSums) *sums = reduce16x16_lanes(block_sums, [](__m512i p, __m512i q) { return _mm512_add_epi32(p, q); });
+  return _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 }  // namespace
 
 void matmul_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
@@ -374,13 +446,62 @@ void decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_e
   }
 }
 
+// Sixteen blocks at a time (quantize_16_blocks), the rest one by one: the
+// same bits either way.
 void quantize_q8_0_avx512(const float* x, BlockQ8_0* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK8_0; ++b) y[b].d = quantize_block(x + b * kQK8_0, y[b].qs);
+  const int64_t n_blocks = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 16 <= n_blocks; b += 16) {
+    alignas(32) uint16_t d[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d),
+                       quantize_16_blocks<false>(x + b * kQK8_0, [&](int i) { return y[b + i].qs; }, nullptr));
+    for (int i = 0; i < 16; ++i) y[b + i].d = d[i];
+  }
+  for (; b < n_blocks; ++b) y[b].d = quantize_block(x + b * kQK8_0, y[b].qs);
 }
 
 void quantize_q8_0_split_avx512(const float* x, int8_t* qs, float* d, int64_t n) {
-  for (int64_t b = 0; b < n / kQK8_0; ++b)
-    d[b] = _cvtsh_ss(quantize_block(x + b * kQK8_0, qs + b * kQK8_0));
+  const int64_t n_blocks = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 16 <= n_blocks; b += 16) {
+    const __m256i h = quantize_16_blocks<false>(x + b * kQK8_0, [&](int i) { return qs + (b + i) * kQK8_0; }, nullptr);
+    _mm512_storeu_ps(d + b, _mm512_cvtph_ps(h));
+  }
+  for (; b < n_blocks; ++b) d[b] = _cvtsh_ss(quantize_block(x + b * kQK8_0, qs + b * kQK8_0));
+}
+
+void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens, int64_t t, int8_t* qs, float* d,
+                                 int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
+  const int64_t n_blocks = cols / kQK8_0;
+  int64_t b = 0;
+  for (; b + 16 <= n_blocks; b += 16) {
+    __m512i sums;
+    const __m256i h = quantize_16_blocks<true>(x + b * kQK8_0, [&](int i) { return qs + (b + i) * kQK8_0; }, &sums);
+    const __m512 scales = _mm512_cvtph_ps(h);
+    _mm512_storeu_ps(d + b, scales);
+    alignas(64) int32_t bias[16];
+    _mm512_store_si512(bias, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 3)));  // -8 x sum
+    for (int i = 0; i < 16; ++i) {
+      const int64_t at = (b + i) * n_tokens + t;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + at * kQK8_0),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + (b + i) * kQK8_0)));
+      xbias_blocks[at] = bias[i];
+      xd_blocks[at] = d[b + i];
+    }
+  }
+  if (b == n_blocks) return;
+  // The last blocks (cols not a multiple of 512): one by one, then their copy.
+  quantize_q8_0_split_avx512(x + b * kQK8_0, qs + b * kQK8_0, d + b, (n_blocks - b) * kQK8_0);
+  const int64_t left = n_blocks - b;
+  for (int64_t i = 0; i < left; ++i) {
+    const int8_t* block = qs + (b + i) * kQK8_0;
+    int32_t sum = 0;
+    for (int k = 0; k < kQK8_0; ++k) sum += block[k];
+    const int64_t at = (b + i) * n_tokens + t;
+    __builtin_memcpy(xq_blocks + at * kQK8_0, block, kQK8_0);
+    xbias_blocks[at] = -8 * sum;
+    xd_blocks[at] = d[b + i];
+  }
 }
 
 }  // namespace baton::cpu_kernels

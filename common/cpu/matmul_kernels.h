@@ -185,6 +185,12 @@ void packed_q6_k_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t ro
 void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int64_t n_tokens, int64_t t,
                              int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
 
+// Token t's Q8_0 quantization of x [cols] (quantize_q8_0_split's qs and d,
+// the same bits) and, in the same pass, what packed_activations_avx2 makes of
+// them: sixteen blocks at a time, their scales and quants' sums in lanes.
+void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens, int64_t t, int8_t* qs, float* d,
+                                 int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
+
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);
 

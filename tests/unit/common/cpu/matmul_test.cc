@@ -805,6 +805,49 @@ TEST(QuantizeQ8, DispatchedMatchesReference) {
   EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(BlockQ8_0) * 8), 0);
 }
 
+// The AVX-512 level's one-pass quantization for the packed Q4_0 kernel
+// (sixteen blocks at a time, scales and sums in lanes) writes what the
+// two-step path writes (quantize_split, then packed_activations), bit for
+// bit: every block of every token, the blocks past the last sixteen too.
+TEST(QuantizeQ8, PackedOnePassEqualsSplitThenPackedActivations) {
+  SKIP_IF_UNAVAILABLE(SimdLevel::kAvx512);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  for (int64_t cols : {int64_t{32}, int64_t{512}, int64_t{2048}, int64_t{19 * 32}, int64_t{35 * 32}}) {
+    constexpr int64_t kTokens = 5;
+    const int64_t n_blocks = cols / 32;
+    std::vector<float> x(kTokens * cols);
+    for (float& v : x) v = dist(rng);
+    // Token 1: a block of exact ties (scale 1), an all-zero block, one of
+    // fp16-subnormal scale, and a block whose quants all sit at +-127.
+    for (int64_t i = 0; i < std::min<int64_t>(cols, 32); ++i) x[cols + i] = static_cast<float>(i % 8) - 3.5f;
+    x[cols] = 127.0f;
+    if (n_blocks > 3) {
+      for (int i = 0; i < 32; ++i) x[cols + 32 + i] = 0.0f;
+      for (int i = 0; i < 32; ++i) x[cols + 64 + i] = 1e-5f * static_cast<float>(i - 16);
+      for (int i = 0; i < 32; ++i) x[cols + 96 + i] = i % 2 == 0 ? 9.0f : -9.0f;
+    }
+    std::vector<int8_t> want_qs(kTokens * cols), got_qs(kTokens * cols), want_bqs(kTokens * cols), got_bqs(kTokens * cols);
+    std::vector<float> want_d(kTokens * n_blocks), got_d(kTokens * n_blocks), want_bd(kTokens * n_blocks),
+        got_bd(kTokens * n_blocks);
+    std::vector<int32_t> want_bias(kTokens * n_blocks), got_bias(kTokens * n_blocks);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      cpu_kernels::quantize_q8_0_split_avx512(x.data() + t * cols, want_qs.data() + t * cols,
+                                              want_d.data() + t * n_blocks, cols);
+      cpu_kernels::packed_activations_avx2(want_qs.data() + t * cols, want_d.data() + t * n_blocks, cols, kTokens, t,
+                                           want_bqs.data(), want_bias.data(), want_bd.data());
+      cpu_kernels::quantize_q8_0_packed_avx512(x.data() + t * cols, cols, kTokens, t, got_qs.data() + t * cols,
+                                               got_d.data() + t * n_blocks, got_bqs.data(), got_bias.data(),
+                                               got_bd.data());
+    }
+    EXPECT_EQ(got_qs, want_qs) << "cols " << cols;
+    EXPECT_EQ(got_bqs, want_bqs) << "cols " << cols;
+    EXPECT_EQ(got_bias, want_bias) << "cols " << cols;
+    EXPECT_EQ(std::memcmp(got_d.data(), want_d.data(), sizeof(float) * got_d.size()), 0) << "cols " << cols;
+    EXPECT_EQ(std::memcmp(got_bd.data(), want_bd.data(), sizeof(float) * got_bd.size()), 0) << "cols " << cols;
+  }
+}
+
 // --- vec kernels ---
 
 class VecTest : public testing::TestWithParam<SimdLevel> {};
