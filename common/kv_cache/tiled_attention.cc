@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -31,14 +32,27 @@ constexpr int64_t kQueryBlock = kv_kernels_impl::kQ8MaxPositions;
 
 // Folds state b into state a (same head): the merge of two disjoint key
 // ranges' softmax states. One compiled instance (noinline): every path
-// merges with the same instructions.
+// merges with the same instructions. The side that holds the max takes
+// exp(0) = 1 without a call (exactly what the call returns), and the
+// accumulators go four at a time (the same IEEE multiplies and adds per
+// element): a prefill at context 8192 merges 16 segments per query head.
 [[gnu::noinline]] void merge_state(float m_b, float l_b, const float* acc_b, float* m, float* l, float* acc,
                                    int head_dim) {
   const float m_new = std::max(*m, m_b);
-  const float alpha = std::exp(*m - m_new), beta = std::exp(m_b - m_new);  // alpha = 0 for the empty state
+  // alpha = 0 for the empty state (exp(-inf)).
+  const float alpha = *m == m_new ? 1.0f : std::exp(*m - m_new), beta = m_b == m_new ? 1.0f : std::exp(m_b - m_new);
   *m = m_new;
   *l = *l * alpha + l_b * beta;
-  for (int d = 0; d < head_dim; ++d) acc[d] = acc[d] * alpha + acc_b[d] * beta;
+  using Four = float __attribute__((vector_size(16)));
+  int d = 0;
+  for (; d + 4 <= head_dim; d += 4) {
+    Four a, b;
+    std::memcpy(&a, acc + d, sizeof a);
+    std::memcpy(&b, acc_b + d, sizeof b);
+    a = a * alpha + b * beta;
+    std::memcpy(acc + d, &a, sizeof a);
+  }
+  for (; d < head_dim; ++d) acc[d] = acc[d] * alpha + acc_b[d] * beta;
 }
 
 // States of `heads` query heads: m [heads], l [heads], acc [heads, head_dim].
