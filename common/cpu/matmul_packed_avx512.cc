@@ -192,34 +192,21 @@ void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_
 // 2 x 6 block step), and its strips' nibbles with the x rows of 6 tokens do
 // not stay in L1. Here the nibbles of a chunk of kChunkBlocks blocks of both
 // strips are unpacked once into a 32 KiB panel of bytes 0..15 (the same bytes
-// the and / shift make), and every token group of the task runs over the
-// chunk before the next; between chunks a (row, token)'s f32 sum waits in its
+// the and / shift make), by the chunk's first token group as it multiplies
+// them (a separate unpacking pass before the groups waited on the nibbles'
+// lines from L2: 1.23-1.25 against 1.17 ms for 2048 x 2048 x 64 tokens on
+// one thread), and every later token group of the task runs over the panel
+// before the next chunk; between chunks a (row, token)'s f32 sum waits in its
 // own place in y (exact: a float stored and loaded). The integer block sums
 // are the same, and each (row, token) takes the same FMAs in the same block
 // order as in packed_kernel: the same bits. Measured on the Intel AVX-512
 // host (a synthetic 2 x 6 block step in L1): 27.3 ns with the unpacking,
 // 23.5-23.9 over an unpacked panel.
 constexpr int64_t kChunkBlocks = 32;
+// Panel block b at panel + b * kUnpackedBlockBytes: strip s's step j (columns
+// 4j..4j+3, lane i = row i: line j % 4's low nibbles for j < 4, high for
+// j >= 4) at + s * 512 + 64 j.
 constexpr int64_t kUnpackedBlockBytes = 2 * 8 * 64;  // 2 strips x 8 steps x 64 bytes
-
-// Blocks [b0, b0 + nb) of the strips at strip0 and strip0 + strip_bytes:
-// panel + b * kUnpackedBlockBytes + s * 512 + 64 j = strip s's step j (columns
-// 4j..4j+3, lane i = row i: step j % 4's low nibbles for j < 4, high for j >= 4).
-void unpack_chunk(const uint8_t* strip0, int64_t strip_bytes, int64_t b0, int64_t nb, uint8_t* panel) {
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int s = 0; s < 2; ++s) {
-      const uint8_t* nibbles = strip0 + s * strip_bytes + (b0 + b) * kBlockNibbleBytes;
-      uint8_t* out = panel + b * kUnpackedBlockBytes + s * 512;
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(nibbles + 64 * j);
-        _mm512_store_si512(out + 64 * j, _mm512_and_si512(v, low_nibbles));
-        _mm512_store_si512(out + 64 * (j + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low_nibbles));
-      }
-    }
-  }
-}
 
 // Lines to bring to L2 a few at a time (a burst of the next chunk's ~150
 // lines at once would hold the fill buffers for as long as DRAM takes to
@@ -250,10 +237,14 @@ constexpr int kPrefetchLinesPerBlock = 1;
 
 // T tokens from t0 over the chunk [b0, b0 + nb) of two strips from r0: the
 // accumulators start at 0 (first chunk) or at what y holds, and go back to y.
-template <int T>
-void chunk_kernel(const MatmulProblem& p, const uint8_t* panel, const uint8_t* scales, int64_t strip_bytes,
+// kUnpack (the chunk's first token group): the weights come from the strips'
+// nibbles at strip0, unpacked step by step as unpack_chunk would and stored
+// into the panel for the groups after it, so that the nibbles' reads from
+// L2 overlap this group's products instead of stalling a pass of their own.
+template <int T, bool kUnpack = false>
+void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales, int64_t strip_bytes,
                   int64_t b0, int64_t nb, int64_t r0, int64_t t0, bool first, __mmask16 last_mask,
-                  SpreadPrefetch& ahead) {
+                  SpreadPrefetch& ahead, const uint8_t* strip0 = nullptr) {
   const __mmask16 masks[2] = {static_cast<__mmask16>(0xffff), last_mask};
   __m512 acc[2][T];
   for (int s = 0; s < 2; ++s) {
@@ -266,8 +257,10 @@ void chunk_kernel(const MatmulProblem& p, const uint8_t* panel, const uint8_t* s
   const int8_t* xq = p.xq_blocks + (b0 * n + t0) * kQK8_0;  // block b, token t: xq + (b n + t) 32
   const int32_t* xbias = p.xbias_blocks + b0 * n + t0;
   const float* xd = p.xd_blocks + b0 * n + t0;
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   for (int64_t b = 0; b < nb; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
-    const uint8_t* w = panel + b * kUnpackedBlockBytes;
+    uint8_t* w = panel + b * kUnpackedBlockBytes;
+    const uint8_t* nibbles = kUnpack ? strip0 + (b0 + b) * kBlockNibbleBytes : nullptr;
     ahead.step(kPrefetchLinesPerBlock);
     __m512i dot[2][T];
     for (int t = 0; t < T; ++t) {
@@ -277,7 +270,18 @@ void chunk_kernel(const MatmulProblem& p, const uint8_t* panel, const uint8_t* s
     }
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const __m512i w0 = _mm512_load_si512(w + 64 * j), w1 = _mm512_load_si512(w + 512 + 64 * j);
+      __m512i w0, w1;
+      if constexpr (kUnpack) {
+        // Step j: line j % 4's low (j < 4) or high nibbles, as unpack_chunk.
+        const __m512i v0 = _mm512_loadu_si512(nibbles + 64 * (j % 4));
+        const __m512i v1 = _mm512_loadu_si512(nibbles + strip_bytes + 64 * (j % 4));
+        w0 = _mm512_and_si512(j < 4 ? v0 : _mm512_srli_epi16(v0, 4), low_nibbles);
+        w1 = _mm512_and_si512(j < 4 ? v1 : _mm512_srli_epi16(v1, 4), low_nibbles);
+        _mm512_store_si512(w + 64 * j, w0);
+        _mm512_store_si512(w + 512 + 64 * j, w1);
+      } else {
+        w0 = _mm512_load_si512(w + 64 * j), w1 = _mm512_load_si512(w + 512 + 64 * j);
+      }
       for (int t = 0; t < T; ++t) {
         const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(xq + t * kQK8_0 + 4 * j));
         dot[0][t] = _mm512_dpbusd_epi32(dot[0][t], w0, x);
@@ -315,7 +319,6 @@ void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, 
   alignas(64) uint8_t panel[kChunkBlocks * kUnpackedBlockBytes];
   for (int64_t b0 = 0; b0 < n_blocks; b0 += kChunkBlocks) {
     const int64_t nb = n_blocks - b0 < kChunkBlocks ? n_blocks - b0 : kChunkBlocks;
-    unpack_chunk(strip0, strip_bytes, b0, nb, panel);
     // The next chunk's nibbles and scales of both strips, to L2 here (they
     // are read once, by the next unpack).
     const int64_t next_b0 = b0 + nb;
@@ -340,7 +343,10 @@ void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, 
       }
     }
     const bool first = b0 == 0;
-    int64_t t = tok_begin;
+    // The first group unpacks the chunk as it goes (kChunkedMinTokens: a
+    // task has at least two groups of 6).
+    chunk_kernel<6, true>(p, panel, scales, strip_bytes, b0, nb, r0, tok_begin, first, last_mask, ahead, strip0);
+    int64_t t = tok_begin + 6;
     for (; t + 6 <= tok_end; t += 6) chunk_kernel<6>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead);
     switch (tok_end - t) {
       case 5: chunk_kernel<5>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
