@@ -490,18 +490,12 @@ void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens,
     }
   }
   if (b == n_blocks) return;
-  // The last blocks (cols not a multiple of 512): one by one, then their copy.
-  quantize_q8_0_split_avx512(x + b * kQK8_0, qs + b * kQK8_0, d + b, (n_blocks - b) * kQK8_0);
-  const int64_t left = n_blocks - b;
-  for (int64_t i = 0; i < left; ++i) {
-    const int8_t* block = qs + (b + i) * kQK8_0;
-    int32_t sum = 0;
-    for (int k = 0; k < kQK8_0; ++k) sum += block[k];
-    const int64_t at = (b + i) * n_tokens + t;
-    __builtin_memcpy(xq_blocks + at * kQK8_0, block, kQK8_0);
-    xbias_blocks[at] = -8 * sum;
-    xd_blocks[at] = d[b + i];
-  }
+  // The last blocks (cols not a multiple of 512): one by one, then the
+  // two-step path's copy of them (blocks b.. of the block-major arrays).
+  const int64_t tail_cols = (n_blocks - b) * kQK8_0;
+  quantize_q8_0_split_avx512(x + b * kQK8_0, qs + b * kQK8_0, d + b, tail_cols);
+  packed_activations_avx2(qs + b * kQK8_0, d + b, tail_cols, n_tokens, t, xq_blocks + b * n_tokens * kQK8_0,
+                          xbias_blocks + b * n_tokens, xd_blocks + b * n_tokens);
 }
 
 }  // namespace baton::cpu_kernels
