@@ -39,9 +39,22 @@ typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
 constexpr int64_t kBlockScaleBytes = kPackedBlockScaleBytes;
 // How far ahead of the block being multiplied each strip's nibble stream is
-// prefetched (4 KiB). In the engine's decode, 8 to 64 blocks and an extra L2
-// prefetch further on measured the same within this machine's noise.
+// prefetched (4 KiB). In the engine's decode, 8 to 64 blocks measured the
+// same within the noise (an extra L2 prefetch further on, not wrapping into
+// the next task, too, on the Intel host with AMX; see kFarBlocks).
 constexpr int64_t kPrefetchBlocks = 16;
+// Decode (one token) also asks for the lines kFarBlocks blocks ahead (8 KiB
+// per strip, and its scales) into L2, wrapping into the next S strips (the
+// next row task's) as the near prefetch does. One token's arithmetic per
+// line is too little for the near prefetch's 4 KiB to cover the memory's
+// latency and the task's cold start: on the AVX-512 host without AMX
+// (2026-12-05, BM_MatmulDecodeSequence, 2 threads) 8192 x 2048 / 2048 x
+// 2048 / 2048 x 8192 streamed 0.94-0.95 / 0.89-0.91 / 0.92-0.95 of the best
+// read against 0.85 / 0.84 / 0.87 without it, one thread 0.96-0.97 against
+// 0.89; far 24 or 48 and near 8 measured the same. (Without any software
+// prefetch: 0.68-0.73.) Prefill's groups of several tokens find the strips
+// in cache after the first group and keep the near prefetch only.
+constexpr int64_t kFarBlocks = 32;
 
 // S strips (16 rows each, consecutive) x T tokens. Every (row, token) goes
 // through the same float operations in the same order whatever S and T are,
@@ -78,9 +91,20 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     const bool next = b + kPrefetchBlocks >= n_blocks;
     const int64_t nib_ahead = kPrefetchBlocks * kBlockNibbleBytes - (next ? n_blocks * kBlockNibbleBytes - S * strip_bytes : 0);
     const int64_t scl_ahead = kPrefetchBlocks * kBlockScaleBytes - (next ? n_blocks * kBlockScaleBytes - S * strip_bytes : 0);
+    const bool far_next = b + kFarBlocks >= n_blocks;
+    const int64_t far_nib = kFarBlocks * kBlockNibbleBytes - (far_next ? n_blocks * kBlockNibbleBytes - S * strip_bytes : 0);
+    const int64_t far_scl = kFarBlocks * kBlockScaleBytes - (far_next ? n_blocks * kBlockScaleBytes - S * strip_bytes : 0);
     for (int s = 0; s < S; ++s) {
       const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + nib_ahead);
       for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      if constexpr (T == 1) {
+        const char* far = reinterpret_cast<const char*>(nibbles + s * strip_bytes + far_nib);
+        for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
+        if ((b & 1) == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(scales + s * strip_bytes + b * kBlockScaleBytes + far_scl),
+                       _MM_HINT_T1);
+        }
+      }
       if ((b & 1) == 0) {
         _mm_prefetch(reinterpret_cast<const char*>(scales + s * strip_bytes + b * kBlockScaleBytes + scl_ahead),
                      _MM_HINT_T0);
