@@ -342,10 +342,12 @@ BENCHMARK(BM_MatmulDecodeVsReadBandwidth)->Apply(decode_vs_bandwidth_args)->UseM
 // divisor on the same threads. Counters: weight_GBps (median of the
 // iterations), read_GBps (the best read), of_read_bw (their ratio, as bench
 // decode's ratio: a median step against the best read). Args: rows, cols,
-// threads.
+// threads, tokens (1: a decode step; 2-4: a batched step of that many
+// sessions, or a speculative verify).
 void BM_MatmulDecodeSequence(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const int n_threads = static_cast<int>(state.range(2));
+  const int64_t n_tokens = state.range(3);
   if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0) {
     state.SkipWithError("no packed Q4_0 layout on this CPU");
     return;
@@ -366,20 +368,22 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     w.packed = base + m * packed_bytes;
     ws.push_back(w);
   }
-  std::vector<float> x(cols), y(rows);
+  std::vector<float> x(cols * n_tokens), y(rows * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   ThreadPool* pool = pool_for(n_threads);
   time_decode_against_reads(state, n_threads, packed_bytes * kMatrices, /*best_read=*/true, [&] {
-    for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
+    for (const WeightMatrix& w : ws) matmul(w, x.data(), n_tokens, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   });
 }
 BENCHMARK(BM_MatmulDecodeSequence)
-    ->ArgNames({"rows", "cols", "threads"})
-    ->Args({8192, 2048, 2})
-    ->Args({2048, 2048, 2})
-    ->Args({2048, 8192, 2})
-    ->Args({8192, 2048, 1})
+    ->ArgNames({"rows", "cols", "threads", "tokens"})
+    ->Args({8192, 2048, 2, 1})
+    ->Args({2048, 2048, 2, 1})
+    ->Args({2048, 8192, 2, 1})
+    ->Args({8192, 2048, 1, 1})
+    ->Args({8192, 2048, 2, 2})
+    ->Args({8192, 2048, 2, 4})
     ->UseManualTime();
 
 // Cost of one parallel_for with trivial work: the per-call overhead decode pays
