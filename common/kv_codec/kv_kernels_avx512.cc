@@ -651,24 +651,37 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
 // covers dims [32 c2, 32 c2 + 32) in unpack order: 128-bit lane L of chunk
 // 2c2 holds dims 32 c2 + 8L + [0, 4), of chunk 2c2 + 1 dims 32 c2 + 8L + [4, 8)
 // (unpermute_chunk puts them back).
-void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp,
-                            TilePrefetchSpread& next) {
-  constexpr __mmask32 kAll32 = 0xffffffffu;
-  const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2;
-  const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
-  __m512i* out = vp;
-  for (int k = k_lo; k < k_hi; ++k) {
-    if ((k - k_lo) % kPairsPerStep == 0) next.step();
-    const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * v.row_code_bytes;
-    const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * v.row_code_bytes;
+struct ValueRows {
+  const uint8_t* base;  // the tile's row 0
+  int64_t stride;
+  int u_lo, u_hi;
+  ValueRows(const KvHeadRows& v, int64_t tile_row, int lo, int hi)
+      : base(v.codes + tile_row * v.row_code_bytes), stride(v.row_code_bytes), u_lo(lo), u_hi(hi) {}
+  // Pair k (rows 2k and 2k + 1, clamped into the union) as vp[(k - k_lo) *
+  // (head_dim / 16) + c], c = 0 .. head_dim / 16 - 1.
+  inline void pair(int k, int head_dim, __m512i* out) const {
+    constexpr __mmask32 kAll32 = 0xffffffffu;
+    const uint8_t* r0 = base + int64_t{std::max(2 * k, u_lo)} * stride;
+    const uint8_t* r1 = base + int64_t{std::min(2 * k + 1, u_hi - 1)} * stride;
     for (int d0 = 0; d0 < head_dim; d0 += 32, out += 2) {
       const __m512i a =
           _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + d0)));
       const __m512i b =
           _mm512_maskz_cvtepi8_epi16(kAll32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + d0)));
-      _mm512_store_si512(out, _mm512_maskz_unpacklo_epi16(kAll32, a, b));
-      _mm512_store_si512(out + 1, _mm512_maskz_unpackhi_epi16(kAll32, a, b));
+      out[0] = _mm512_maskz_unpacklo_epi16(kAll32, a, b);
+      out[1] = _mm512_maskz_unpackhi_epi16(kAll32, a, b);
     }
+  }
+};
+
+void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, __m512i* vp,
+                            TilePrefetchSpread& next) {
+  const ValueRows rows(v, tile_row, u_lo, u_hi);
+  const int k_lo = u_lo / 2, k_hi = (u_hi + 1) / 2;
+  __m512i* out = vp;
+  for (int k = k_lo; k < k_hi; ++k, out += head_dim / 16) {
+    if ((k - k_lo) % kPairsPerStep == 0) next.step();
+    rows.pair(k, head_dim, out);
   }
 }
 
@@ -852,10 +865,14 @@ inline void unpermute_chunk(__m512i lo, __m512i hi, __m512i* first, __m512i* sec
 // broadcast then reads wq0 + k plus a constant, one base register for the 4R
 // of a step (a pointer per head and group spilled and was reloaded per
 // broadcast). VG = 0: the offsets at run time. The same products in the same
-// order either way.
-template <int R, int NCH, int VG = 0>
+// order either way. kRows: each pair's vectors are made from the value rows
+// (rows->pair) as the loop reaches it instead of read from vp: for a call
+// whose heads all go in one run (a decode step's), interleave_value_pairs
+// would store the tile's pairs only for this loop to load them once.
+template <int R, int NCH, int VG = 0, bool kRows = false>
 void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t* wq0, int v_groups,
-               const float* const* step, int v_group, float* const* acc, TilePrefetchSpread& next) {
+               const float* const* step, int v_group, float* const* acc, TilePrefetchSpread& next,
+               const ValueRows* rows = nullptr) {
   const int groups = VG > 0 ? VG : v_groups, group_dims = VG > 0 ? NCH * 16 / VG : v_group;
   // Dword offset, from head 0's codes, of head i's group for chunk pair c2:
   // its dword k holds the codes of rows 2k and 2k + 1 (read only by the
@@ -872,6 +889,8 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   const int32_t* w = reinterpret_cast<const int32_t*>(wq0) + k_lo;
   for (int k = k_lo; k < k_hi; ++k, x += NCH, ++w) {
     if ((k - k_lo) % kValuePairsPerStep == 0) next.step();
+    __m512i pair[kRows ? NCH : 1];
+    if constexpr (kRows) rows->pair(k, NCH * 16, pair);
     // A chunk pair (32 dims) shares its group's codes: one broadcast each.
     __m512i wb[R][NCH / 2];
 #pragma GCC unroll 4
@@ -881,7 +900,7 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
     }
 #pragma GCC unroll 16
     for (int c = 0; c < NCH; ++c) {
-      const __m512i xc = _mm512_load_si512(x + c);
+      const __m512i xc = kRows ? pair[c] : _mm512_load_si512(x + c);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) isum[i][c] = dpwssd(isum[i][c], xc, wb[i][c / 2]);
     }
@@ -906,7 +925,7 @@ constexpr int value_heads(int nch) { return nch <= 4 ? 4 : nch <= 8 ? 2 : 1; }
 template <int NCH>
 void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int n_q, int h_begin, int h_end,
                      const int16_t* wq, const float* steps, int v_groups, int v_group, float* acc, int head_dim,
-                     TilePrefetchSpread& next) {
+                     TilePrefetchSpread& next, const ValueRows* rows = nullptr) {
   constexpr int R = value_heads(NCH);
   auto run = [&]<int RR>(int h0) {
     const float* step_i[RR];
@@ -923,6 +942,13 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
     }
     // Heads h0.. consecutive: their codes at a constant stride (q8_values' VG).
     const int16_t* wq0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
+    if (rows != nullptr) {  // v_groups 1 or 2 (q8_tile_positions' fused)
+      return v_groups == 1
+                 ? q8_values<RR, NCH, 1, true>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next,
+                                               rows)
+                 : q8_values<RR, NCH, 2, true>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next,
+                                               rows);
+    }
     switch (v_groups) {
       case 1: return q8_values<RR, NCH, 1>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next);
       case 2: return q8_values<RR, NCH, 2>(vp, u_lo / 2, k_lo, k_hi, wq0, v_groups, step_i, v_group, acc_i, next);
@@ -1258,9 +1284,17 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // per 4 rows) and of the first pass's value products (one per 16 dims)
   // instead of the value pairs' and the vector value products'.
   const bool amx = heads >= kQ8AmxMinHeads && q8_amx_active();
+  // One run of value products for every head (a decode step: 4 query heads
+  // per KV head at head_dim <= 64): the value pairs are made inside it
+  // instead of stored by interleave_value_pairs and loaded back (decode
+  // attention, one thread, context 4096 / 16384: 6.26-6.31 / 26.0-26.8
+  // against 6.79-6.90 / 28.6-28.9 ms; two threads 3.70-3.71 / 13.98-14.36
+  // against 3.96-4.28 / 14.85-15.28; BM_TiledAttentionDecode, 2 alternating
+  // runs, the AVX-512 host without AMX). The same products in the same order.
+  const bool fused = !amx && heads == kValueHeads && (v_groups == 1 || v_groups == 2);
   TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
                                         (amx ? kAttentionTileRows / 4 + head_dim / 16
-                                             : (pairs + kPairsPerStep - 1) / kPairsPerStep +
+                                             : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // The value group scales of the union's blocks, once for every head.
@@ -1284,9 +1318,10 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     amx_configure();
     amx_signed_key_columns(cols, n_blocks * head_dim / 4, keys);
     amx_value_quads(v, tile_row, u_lo, u_hi, head_dim, quads, next);
-  } else {
+  } else if (!fused) {
     interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
   }
+  const ValueRows value_rows(v, tile_row, u_lo, u_hi);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     if (amx) {
@@ -1314,7 +1349,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     if (amx) {
       amx_head_values<NB>(quads, wq, steps, v.group, pos, n_q, h0, nh, acc, next);
     } else {
-      q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next);
+      q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next,
+                              fused ? &value_rows : nullptr);
     }
   }
   next.finish();
