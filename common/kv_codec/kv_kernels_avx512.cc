@@ -604,37 +604,25 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
 // columns (q8_key_columns). A position skips the blocks outside its own
 // rows (their lanes are masked later); a lane depends only on its row and
 // head, so a head's scores are the same bits whatever else the call holds.
-template <int NB, bool kRows = false>
+template <int NB>
 void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
-                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next,
-                    const KvHeadRows* k_rows = nullptr, int64_t tile_row = 0) {
+                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   int k_block[NB];  // query block b's key group (its scale in ks): once here, not a division per block and head
   for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k_group;
   // Block by block, every position of the step over it: for head_dim <= 64
   // the block's key columns (NB x 8 vectors) go to registers once for all
-  // of them, not once per position. kRows (head_dim <= 64, every head of
-  // the call in this step: a decode step's): the block's columns and key
-  // scales are made here from the key rows (q8_key_columns' steps and
-  // work, block by block) instead of stored for the call and loaded back.
+  // of them, not once per position.
   for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
     const __m512i* block = cols + bi * (head_dim / 4);
     __m512i c[NB <= 2 ? NB * 8 : 1];
-    __m512 row_scales[NB] = {};
-    const __m512* kb = ks + bi * NB;
-    if constexpr (kRows && NB <= 2) {
-      const BlockRows rows(g0, u_lo, u_hi);
-      for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
-      load_key_columns(*k_rows, tile_row, rows, head_dim, c);
-      block_scales16(*k_rows, tile_row, rows, head_dim / k_group, row_scales);
-      block = c;
-      kb = row_scales;
-    } else if constexpr (NB <= 2) {
+    if constexpr (NB <= 2) {
 #pragma GCC unroll 16
       for (int x = 0; x < NB * 8; ++x) c[x] = block[x];
       block = c;
     }
+    const __m512* kb = ks + bi * NB;
     for (int x = 0; x < kScoreBlockSteps; ++x) next.step();
     for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
@@ -1308,13 +1296,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
                                         (amx ? kAttentionTileRows / 4 + head_dim / 16
                                              : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
-  // Every head in one step of scores (decode) at head_dim <= 64: the key
-  // columns are made block by block inside it (q8_head_scores' kRows), not
-  // stored for the call first (decode attention, one thread, context 4096
-  // / 16384: 6.91-7.22 / 29.0-29.9 against 7.14-7.20 / 29.5-30.5 ms, 3
-  // alternating runs; the same bits).
-  const bool key_rows = !amx && heads <= 16 && NB <= 2;
-  if (!key_rows) q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
+  q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // The value group scales of the union's blocks, once for every head.
   __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
@@ -1345,11 +1327,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     if (amx) {
       amx_head_scores<NB>(keys, n_blocks, ks, k.group, q, pos, n_q, u_lo, h0, nh, s, next);
     } else {
-      if (key_rows) {
-        q8_head_scores<NB, true>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next, &k, tile_row);
-      } else {
-        q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
-      }
+      q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
     }
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
