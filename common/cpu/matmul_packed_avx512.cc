@@ -84,17 +84,19 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
     const uint8_t* nibbles = strip + b * kBlockNibbleBytes;
     if (b < l2_count) _mm_prefetch(l2_lines + 64 * b, _MM_HINT_T1);
-    // Near the strips' end, the same place of the S strips after them (the
-    // next row task's, usually this thread's next), so a task does not start
-    // on a cold stream (the AVX2 kernel measured 0.77 -> 1.00 of the read
-    // bandwidth on 2048-column matrices with this; unmeasured here, on
-    // AVX-512, so far).
-    const bool next = b + kPrefetchBlocks >= n_blocks;
-    const int64_t nib_ahead = kPrefetchBlocks * kBlockNibbleBytes - (next ? n_blocks * kBlockNibbleBytes - S * strip_bytes : 0);
-    const int64_t scl_ahead = kPrefetchBlocks * kBlockScaleBytes - (next ? n_blocks * kBlockScaleBytes - S * strip_bytes : 0);
-    const bool far_next = b + kFarBlocks >= n_blocks;
-    const int64_t far_nib = kFarBlocks * kBlockNibbleBytes - (far_next ? n_blocks * kBlockNibbleBytes - S * strip_bytes : 0);
-    const int64_t far_scl = kFarBlocks * kBlockScaleBytes - (far_next ? n_blocks * kBlockScaleBytes - S * strip_bytes : 0);
+    // From block b's bytes of a stream (per_block bytes a block) to those
+    // `distance` blocks on; near the strips' end, the same place of the S
+    // strips after them (the next row task's, usually this thread's next),
+    // so a task does not start on a cold stream (the AVX2 kernel measured
+    // 0.77 -> 1.00 of the read bandwidth on 2048-column matrices with this;
+    // here the far prefetch's wrap is what mattered: see kFarBlocks).
+    auto ahead_bytes = [&](int64_t distance, int64_t per_block) {
+      return distance * per_block - (b + distance >= n_blocks ? n_blocks * per_block - S * strip_bytes : 0);
+    };
+    const int64_t nib_ahead = ahead_bytes(kPrefetchBlocks, kBlockNibbleBytes);
+    const int64_t scl_ahead = ahead_bytes(kPrefetchBlocks, kBlockScaleBytes);
+    const int64_t far_nib = ahead_bytes(kFarBlocks, kBlockNibbleBytes);
+    const int64_t far_scl = ahead_bytes(kFarBlocks, kBlockScaleBytes);
     for (int s = 0; s < S; ++s) {
       const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + nib_ahead);
       for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
@@ -263,8 +265,8 @@ constexpr int kPrefetchLinesPerBlock = 1;
 // T tokens from t0 over the chunk [b0, b0 + nb) of two strips from r0: the
 // accumulators start at 0 (first chunk) or at what y holds, and go back to y.
 // kUnpack (the chunk's first token group): the weights come from the strips'
-// nibbles at strip0, unpacked step by step as unpack_chunk would and stored
-// into the panel for the groups after it, so that the nibbles' reads from
+// nibbles at strip0, unpacked step by step into the panel's layout (above
+// kUnpackedBlockBytes) and stored there for the groups after it, so that the nibbles' reads from
 // L2 overlap this group's products instead of stalling a pass of their own.
 template <int T, bool kUnpack = false>
 void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales, int64_t strip_bytes,
@@ -297,7 +299,7 @@ void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales,
     for (int j = 0; j < 8; ++j) {
       __m512i w0, w1;
       if constexpr (kUnpack) {
-        // Step j: line j % 4's low (j < 4) or high nibbles, as unpack_chunk.
+        // Step j: line j % 4's low (j < 4) or high nibbles, the panel's layout.
         const __m512i v0 = _mm512_loadu_si512(nibbles + 64 * (j % 4));
         const __m512i v1 = _mm512_loadu_si512(nibbles + strip_bytes + 64 * (j % 4));
         w0 = _mm512_and_si512(j < 4 ? v0 : _mm512_srli_epi16(v0, 4), low_nibbles);
@@ -345,7 +347,7 @@ void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, 
   for (int64_t b0 = 0; b0 < n_blocks; b0 += kChunkBlocks) {
     const int64_t nb = n_blocks - b0 < kChunkBlocks ? n_blocks - b0 : kChunkBlocks;
     // The next chunk's nibbles and scales of both strips, to L2 here (they
-    // are read once, by the next unpack).
+    // are read once, by the next chunk's first token group).
     const int64_t next_b0 = b0 + nb;
     const uint8_t* next_strip0 = strip0;
     int64_t next_first = next_b0, next_strips = 2;
