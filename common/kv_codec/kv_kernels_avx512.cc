@@ -881,8 +881,14 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
   for (int i = 0; i < R; ++i) {
     for (int c2 = 0; c2 < NCH / 2; ++c2) offset[i][c2] = (i * groups + c2 * 32 / group_dims) * (kAttentionTileRows / 2);
   }
+  // Every loop over isum unrolled (its indices constants), so that it lives
+  // in registers: with the epilogue's loops left rolled, GCC 12 kept the
+  // array on the stack and stored all R x NCH accumulators back on every
+  // pair (16 zmm stores per pair at R = NCH = 4: the loop's bound).
   __m512i isum[R][NCH];
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 16
     for (int c = 0; c < NCH; ++c) isum[i][c] = _mm512_setzero_si512();
   }
   const __m512i* x = vp + (k_lo - vp_k_lo) * NCH;
@@ -905,7 +911,9 @@ void q8_values(const __m512i* vp, int vp_k_lo, int k_lo, int k_hi, const int16_t
       for (int i = 0; i < R; ++i) isum[i][c] = dpwssd(isum[i][c], xc, wb[i][c / 2]);
     }
   }
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
     for (int c2 = 0; c2 < NCH / 2; ++c2) {
       __m512i first, second;
       unpermute_chunk(isum[i][2 * c2], isum[i][2 * c2 + 1], &first, &second);
