@@ -99,28 +99,67 @@ QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_
     p.group = config.group_size_for(is_key);
     p.row_code_bytes = code_bytes_per_row(p.bits, geometry);
     p.row_groups = groups_per_row(p.bits, p.group, geometry);
+    p.heads = geometry.n_head_kv;
   }
   lay_out(capacity_tokens);
 }
 
-void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const {
+void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, Run run, int64_t r) const {
   const int64_t elements = n * geometry_.kv_dim();
-  uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
+  // Row-major first (a wire block's form), then head by head into the run.
   // Groups divide head_dim, so quantizing the n rows as one run of elements
-  // gives the same groups as per row.
+  // gives the same groups as per row and head.
+  thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<uint16_t> scales, mins;  // grow only: no allocation per decode step
+  codes.resize(std::max(codes.size(), static_cast<size_t>(n * plane.row_code_bytes)));
+  scales.resize(std::max(scales.size(), static_cast<size_t>(n * plane.row_groups)));
+  if (plane.bits == Bits::kInt4) mins.resize(std::max(mins.size(), static_cast<size_t>(n * plane.row_groups)));
   switch (plane.bits) {
     case Bits::kF16:
-      kv_quant::f32_to_f16(x, reinterpret_cast<uint16_t*>(codes), elements);
+      kv_quant::f32_to_f16(x, reinterpret_cast<uint16_t*>(codes.data()), elements);
       break;
     case Bits::kInt8:
-      kv_quant::quantize_int8_groups(x, elements, plane.group, reinterpret_cast<int8_t*>(codes),
-                                     plane.scales.data() + first_row * plane.row_groups);
+      kv_quant::quantize_int8_groups(x, elements, plane.group, reinterpret_cast<int8_t*>(codes.data()),
+                                     scales.data());
       break;
     case Bits::kInt4:
-      kv_quant::quantize_int4_groups(x, elements, plane.group, codes,
-                                     plane.scales.data() + first_row * plane.row_groups,
-                                     plane.mins.data() + first_row * plane.row_groups);
+      kv_quant::quantize_int4_groups(x, elements, plane.group, codes.data(), scales.data(), mins.data());
       break;
+  }
+  scatter_rows(codes.data(), scales.data(), plane.bits == Bits::kInt4 ? mins.data() : nullptr, n, plane, run, r);
+}
+
+void QuantizedKvCache::scatter_rows(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n,
+                                    Plane& to, Run run, int64_t r) {
+  const int64_t hb = to.head_code_bytes(), hg = to.head_groups();
+  for (int h = 0; h < to.heads; ++h) {
+    uint8_t* c = to.codes.data() + run.first * to.row_code_bytes + (h * run.count + r) * hb;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(c + i * hb, codes + i * to.row_code_bytes + h * hb, hb);
+    if (hg == 0) continue;
+    const int64_t at = run.first * to.row_groups + (h * run.count + r) * hg;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(to.scales.data() + at + i * hg, scales + i * to.row_groups + h * hg, hg * sizeof(uint16_t));
+      if (mins != nullptr) {
+        std::memcpy(to.mins.data() + at + i * hg, mins + i * to.row_groups + h * hg, hg * sizeof(uint16_t));
+      }
+    }
+  }
+}
+
+void QuantizedKvCache::gather_rows(const Plane& from, Run run, int64_t r, int64_t n, uint8_t* codes,
+                                   uint16_t* scales, uint16_t* mins) {
+  const int64_t hb = from.head_code_bytes(), hg = from.head_groups();
+  for (int h = 0; h < from.heads; ++h) {
+    const uint8_t* c = from.codes.data() + run.first * from.row_code_bytes + (h * run.count + r) * hb;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(codes + i * from.row_code_bytes + h * hb, c + i * hb, hb);
+    if (hg == 0) continue;
+    const int64_t at = run.first * from.row_groups + (h * run.count + r) * hg;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(scales + i * from.row_groups + h * hg, from.scales.data() + at + i * hg, hg * sizeof(uint16_t));
+      if (mins != nullptr) {
+        std::memcpy(mins + i * from.row_groups + h * hg, from.mins.data() + at + i * hg, hg * sizeof(uint16_t));
+      }
+    }
   }
 }
 
@@ -147,6 +186,7 @@ absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const fl
   n -= first - pos;
   const int64_t elements = n * geometry_.kv_dim();
   const int64_t first_row = row_of(layer, first);
+  const Run run = layer_run(layer);
   std::vector<float> rotated;
   auto maybe_rotate = [&](const float* x, bool hadamard) {
     if (!hadamard) return x;
@@ -154,8 +194,8 @@ absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const fl
     kv_quant::hadamard_rows(rotated.data(), n * geometry_.n_head_kv, geometry_.head_dim);
     return static_cast<const float*>(rotated.data());
   };
-  quantize_rows(maybe_rotate(k, config_.hadamard_keys), n, k_, first_row);
-  quantize_rows(maybe_rotate(v, config_.hadamard_values), n, v_, first_row);
+  quantize_rows(maybe_rotate(k, config_.hadamard_keys), n, k_, run, first_row);
+  quantize_rows(maybe_rotate(v, config_.hadamard_values), n, v_, run, first_row);
   return absl::OkStatus();
 }
 
@@ -166,29 +206,34 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const int head_dim = g.head_dim;
   // Row 0 of the layer holds position layer_base; a windowed layer must hold
   // every key its queries see.
-  const int64_t layer_row = layer_offset_[layer];
+  const Run run = layer_run(layer);
   BATON_CHECK(first_visible_key(layer, pos) >= layer_base_[layer] && pos + n <= layer_base_[layer] + layer_rows_[layer],
               "sliding-window KV store does not hold the keys of the queries");
   // K and V may differ in bits and group (int4-k8): each plane has its own
-  // row strides. Row j of head kv_h: codes at j * row_code_bytes +
-  // kv_h * head_code_bytes, scales (mins) at j * row_groups + kv_h * head_groups.
+  // row strides. The layer's run (Plane, Run): row j of head kv_h at codes +
+  // (kv_h * rows + j) * head_code_bytes, scales (mins) + (kv_h * rows + j) *
+  // head_groups.
   auto head0_rows = [&](const Plane& p) {
     return kv_kernels_impl::KvHeadRows{
         p.bits == Bits::kF16 ? 16 : p.bits == Bits::kInt8 ? 8 : 4,
-        p.codes.data() + layer_row * p.row_code_bytes,
-        p.row_code_bytes,
-        p.scales.empty() ? nullptr : p.scales.data() + layer_row * p.row_groups,
-        p.mins.empty() ? nullptr : p.mins.data() + layer_row * p.row_groups,
-        p.row_groups,
+        p.codes.data() + run.first * p.row_code_bytes,
+        p.head_code_bytes(),
+        p.scales.empty() ? nullptr : p.scales.data() + run.first * p.row_groups,
+        p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
+        p.head_groups(),
         p.group};
   };
   AttentionRows rows;
   rows.k = head0_rows(k_);
   rows.v = head0_rows(v_);
-  rows.k_head_code_bytes = k_.row_code_bytes / g.n_head_kv;
-  rows.k_head_groups = k_.row_groups / g.n_head_kv;
-  rows.v_head_code_bytes = v_.row_code_bytes / g.n_head_kv;
-  rows.v_head_groups = v_.row_groups / g.n_head_kv;
+  rows.k_head_code_bytes = k_.head_code_bytes();
+  rows.k_head_groups = k_.head_groups();
+  rows.v_head_code_bytes = v_.head_code_bytes();
+  rows.v_head_groups = v_.head_groups();
+  rows.k_head_stride = run.count * k_.head_code_bytes();
+  rows.k_head_scale_stride = run.count * k_.head_groups();
+  rows.v_head_stride = run.count * v_.head_code_bytes();
+  rows.v_head_scale_stride = run.count * v_.head_groups();
   rows.first_position = layer_base_[layer];
   // Stored keys are rotated: rotate each query head the same way (q . k is
   // invariant); rotated values: rotate each output head back.
@@ -235,8 +280,8 @@ absl::Status QuantizedKvCache::shrink_to(int64_t capacity_tokens) {
 void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
   const Plane old_k = std::move(k_), old_v = std::move(v_);
   const std::vector<int64_t> old_offset = layer_offset_, old_rows = layer_rows_, old_base = layer_base_;
-  k_ = Plane{old_k.bits, old_k.group, old_k.row_code_bytes, old_k.row_groups, {}, {}, {}};
-  v_ = Plane{old_v.bits, old_v.group, old_v.row_code_bytes, old_v.row_groups, {}, {}, {}};
+  k_ = old_k.shape();
+  v_ = old_v.shape();
   lay_out(new_capacity_tokens);
   for (int layer = 0; layer < geometry_.n_layer; ++layer) {
     // Full layers keep rows [0, kept) (rows past size() too); a windowed one
@@ -249,8 +294,9 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
       skip = held - kept;
     }
     layer_base_[layer] = old_base[layer] + skip;
-    copy_rows(old_k, old_offset[layer] + skip, k_, layer_offset_[layer], kept);
-    copy_rows(old_v, old_offset[layer] + skip, v_, layer_offset_[layer], kept);
+    const Run from{old_offset[layer], old_rows[layer]};
+    copy_rows(old_k, from, skip, k_, layer_run(layer), 0, kept);
+    copy_rows(old_v, from, skip, v_, layer_run(layer), 0, kept);
   }
   capacity_ = new_capacity_tokens;
 }
@@ -290,17 +336,10 @@ absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t toke
   // A windowed layer keeps only the block's last rows when it holds fewer.
   const int64_t first = make_room(layer, token_begin, n);
   const int64_t skip = first - token_begin, rows = n - skip;
-  const int64_t first_row = row_of(layer, first);
-  std::memcpy(plane.codes.data() + first_row * plane.row_code_bytes, block.codes.data() + skip * plane.row_code_bytes,
-              static_cast<size_t>(rows * plane.row_code_bytes));
-  if (!block.scales.empty()) {
-    std::memcpy(plane.scales.data() + first_row * plane.row_groups, block.scales.data() + skip * plane.row_groups,
-                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
-  }
-  if (!block.mins.empty()) {
-    std::memcpy(plane.mins.data() + first_row * plane.row_groups, block.mins.data() + skip * plane.row_groups,
-                static_cast<size_t>(rows * plane.row_groups) * sizeof(uint16_t));
-  }
+  scatter_rows(block.codes.data() + skip * plane.row_code_bytes,
+               block.scales.empty() ? nullptr : block.scales.data() + skip * plane.row_groups,
+               block.mins.empty() ? nullptr : block.mins.data() + skip * plane.row_groups, rows, plane,
+               layer_run(layer), row_of(layer, first));
   return absl::OkStatus();
 }
 
@@ -314,16 +353,14 @@ absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool 
         geometry_.window(layer), held_first, held_end, token_begin, token_begin + n_tokens));
   }
   const Plane& plane = is_key ? k_ : v_;
-  const int64_t first_row = n_tokens > 0 ? row_of(layer, token_begin) : 0;
   QuantizedKvBlock b;
   b.n_tokens = n_tokens;
-  const uint8_t* codes = plane.codes.data() + first_row * plane.row_code_bytes;
-  b.codes.assign(codes, codes + n_tokens * plane.row_code_bytes);
-  const uint16_t* scales = plane.scales.data() + first_row * plane.row_groups;
-  b.scales.assign(scales, scales + n_tokens * plane.row_groups);
-  if (!plane.mins.empty()) {
-    const uint16_t* mins = plane.mins.data() + first_row * plane.row_groups;
-    b.mins.assign(mins, mins + n_tokens * plane.row_groups);
+  b.codes.resize(static_cast<size_t>(n_tokens * plane.row_code_bytes));
+  b.scales.resize(static_cast<size_t>(n_tokens * plane.row_groups));
+  if (!plane.mins.empty()) b.mins.resize(b.scales.size());
+  if (n_tokens > 0) {
+    gather_rows(plane, layer_run(layer), row_of(layer, token_begin), n_tokens, b.codes.data(), b.scales.data(),
+                plane.mins.empty() ? nullptr : b.mins.data());
   }
   return b;
 }

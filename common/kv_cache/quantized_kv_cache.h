@@ -124,24 +124,50 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     bool operator==(const LineAllocator&) const { return true; }
   };
 
-  // All layers' K or V: per token a row of codes and a row of group scales.
+  // All layers' K or V: per token and KV head a row of codes and a row of
+  // group scales, in runs of rows (Run): a layer's rows, head by head inside
+  // the run, so that one head's rows (codes, scales, mins) are consecutive:
+  // decode attention reads a head's tiles as contiguous runs (the hardware
+  // prefetchers follow them, a block's scales are one load) where rows that
+  // held every head made each head's rows strided (see Run).
   struct Plane {
     KvCodecConfig::Bits bits;
     int group;                     // elements per scale group along head_dim (quantized)
     int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
-    std::vector<uint8_t, LineAllocator<uint8_t>> codes;  // [n_layer, capacity, row_code_bytes]
-    std::vector<uint16_t> scales;  // f16 [n_layer, capacity, row_groups]
+    int heads;                     // KV heads
+    std::vector<uint8_t, LineAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
+    std::vector<uint16_t> scales;  // f16 [rows, row_groups], the same runs
     std::vector<uint16_t> mins;    // f16, INT4 only, same shape
+    int64_t head_code_bytes() const { return row_code_bytes / heads; }
+    int64_t head_groups() const { return row_groups / heads; }
+    // The same shape, no rows.
+    Plane shape() const { return Plane{bits, group, row_code_bytes, row_groups, heads, {}, {}, {}}; }
   };
+  // Rows [first, first + count) of a plane that are laid out together: head
+  // h's row r (0 <= r < count) at codes + first * row_code_bytes + (h *
+  // count + r) * head_code_bytes, scales (mins) + first * row_groups + (h *
+  // count + r) * head_groups. A layer's rows are one run; so are the rows a
+  // rollback keeps aside and a restore gathers.
+  struct Run {
+    int64_t first = 0, count = 0;
+  };
+  Run layer_run(int layer) const { return Run{layer_offset_[layer], layer_rows_[layer]}; }
+  // Rows [r, r + n) of a run from row-major rows (codes [n, row_code_bytes],
+  // scales and mins [n, row_groups]: a wire block's form), and back.
+  static void scatter_rows(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, Plane& to,
+                           Run run, int64_t r);
+  static void gather_rows(const Plane& from, Run run, int64_t r, int64_t n, uint8_t* codes, uint16_t* scales,
+                          uint16_t* mins);
 
   QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens, const KvCodecConfig& config);
-  void quantize_rows(const float* x, int64_t n, Plane& plane, int64_t first_row) const;
+  // Rows [r, r + n) of `run` from f32 rows x [n, kv_dim].
+  void quantize_rows(const float* x, int64_t n, Plane& plane, Run run, int64_t r) const;
   absl::Status check_range(int layer, int64_t token_begin, int64_t n_tokens) const;
 
   // Sliding-window bookkeeping (quantized_kv_window.cc). Row of `pos` in the
-  // planes; the layer must hold it.
-  int64_t row_of(int layer, int64_t pos) const { return layer_offset_[layer] + pos - layer_base_[layer]; }
+  // layer's run; the layer must hold it.
+  int64_t row_of(int layer, int64_t pos) const { return pos - layer_base_[layer]; }
   // Row layout for `capacity_tokens`: offsets, rows, bases (a fresh store).
   void lay_out(int64_t capacity_tokens);
   // Slides a windowed layer so that it holds [pos, pos + n) (the last rows of
@@ -154,8 +180,11 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // After a rollback to n: every windowed layer holds [n - window + 1, n)
   // again (from its rows and the rows kept aside) where it can.
   void restore_windows(int64_t n);
-  // Copies n rows of one plane's layout between planes of the same shape.
-  static void copy_rows(const Plane& from, int64_t from_row, Plane& to, int64_t to_row, int64_t n);
+  // Copies rows [from_row, from_row + n) of a run of `from` to rows [to_row,
+  // ...) of a run of `to` (planes of the same shape; the runs may be the
+  // same, the rows may overlap).
+  static void copy_rows(const Plane& from, Run from_run, int64_t from_row, Plane& to, Run to_run, int64_t to_row,
+                        int64_t n);
   static void resize_plane(Plane& plane, int64_t rows);
   // Sliding-window attention: the first key a query at `query_pos` of `layer`
   // sees (0 on a full layer); positions below it are never read.

@@ -41,20 +41,28 @@ void QuantizedKvCache::resize_plane(Plane& plane, int64_t rows) {
   if (plane.bits == KvCodecConfig::Bits::kInt4) plane.mins.assign(static_cast<size_t>(rows * plane.row_groups), 0);
 }
 
-void QuantizedKvCache::copy_rows(const Plane& from, int64_t from_row, Plane& to, int64_t to_row, int64_t n) {
+void QuantizedKvCache::copy_rows(const Plane& from, Run from_run, int64_t from_row, Plane& to, Run to_run,
+                                 int64_t to_row, int64_t n) {
   if (n <= 0) return;
   // An F16 plane has no scales or mins: an empty vector's data() may be null,
   // and memmove with a null pointer is undefined even for 0 bytes.
   auto move = [](auto* dst, const auto* src, size_t bytes) {
     if (bytes > 0) std::memmove(dst, src, bytes);
   };
-  move(to.codes.data() + to_row * to.row_code_bytes, from.codes.data() + from_row * from.row_code_bytes,
-       static_cast<size_t>(n * from.row_code_bytes));
-  move(to.scales.data() + to_row * to.row_groups, from.scales.data() + from_row * from.row_groups,
-       static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
-  if (!from.mins.empty()) {
-    move(to.mins.data() + to_row * to.row_groups, from.mins.data() + from_row * from.row_groups,
-         static_cast<size_t>(n * from.row_groups) * sizeof(uint16_t));
+  // Head by head: each head's rows are consecutive in a run.
+  const int64_t hb = from.head_code_bytes(), hg = from.head_groups();
+  for (int h = 0; h < from.heads; ++h) {
+    const int64_t from_at = h * from_run.count + from_row, to_at = h * to_run.count + to_row;
+    move(to.codes.data() + to_run.first * to.row_code_bytes + to_at * hb,
+         from.codes.data() + from_run.first * from.row_code_bytes + from_at * hb, static_cast<size_t>(n * hb));
+    move(to.scales.data() + to_run.first * to.row_groups + to_at * hg,
+         from.scales.data() + from_run.first * from.row_groups + from_at * hg,
+         static_cast<size_t>(n * hg) * sizeof(uint16_t));
+    if (!from.mins.empty()) {
+      move(to.mins.data() + to_run.first * to.row_groups + to_at * hg,
+           from.mins.data() + from_run.first * from.row_groups + from_at * hg,
+           static_cast<size_t>(n * hg) * sizeof(uint16_t));
+    }
   }
 }
 
@@ -103,9 +111,9 @@ int64_t QuantizedKvCache::make_room(int layer, int64_t pos, int64_t n) {
   const int64_t new_base = pos >= base ? end - rows : std::max(pos, end - rows);
   save_for_rollback(layer, base, std::min(base + rows, pos >= base ? new_base : base + rows));
   const int64_t keep = pos >= base ? std::max<int64_t>(0, base + rows - new_base) : 0;
-  const int64_t offset = layer_offset_[layer];
-  copy_rows(k_, offset + (new_base - base), k_, offset, keep);
-  copy_rows(v_, offset + (new_base - base), v_, offset, keep);
+  const Run run = layer_run(layer);
+  copy_rows(k_, run, new_base - base, k_, run, 0, keep);
+  copy_rows(v_, run, new_base - base, v_, run, 0, keep);
   base = new_base;
   return std::max(pos, new_base);
 }
@@ -118,8 +126,8 @@ void QuantizedKvCache::save_for_rollback(int layer, int64_t from, int64_t to) {
   if (from >= to) return;
   RollbackRows& r = rollback_[layer];
   if (r.saved.empty()) {
-    r.k = Plane{k_.bits, k_.group, k_.row_code_bytes, k_.row_groups, {}, {}, {}};
-    r.v = Plane{v_.bits, v_.group, v_.row_code_bytes, v_.row_groups, {}, {}, {}};
+    r.k = k_.shape();
+    r.v = v_.shape();
     resize_plane(r.k, window - 1);
     resize_plane(r.v, window - 1);
     r.saved.assign(static_cast<size_t>(window - 1), 0);
@@ -128,8 +136,9 @@ void QuantizedKvCache::save_for_rollback(int layer, int64_t from, int64_t to) {
   for (int64_t pos = from; pos < to; ++pos) {
     uint8_t& saved = r.saved[static_cast<size_t>(pos - first)];
     if (saved) continue;
-    copy_rows(k_, row_of(layer, pos), r.k, pos - first, 1);
-    copy_rows(v_, row_of(layer, pos), r.v, pos - first, 1);
+    const Run aside{0, window - 1};
+    copy_rows(k_, layer_run(layer), row_of(layer, pos), r.k, aside, pos - first, 1);
+    copy_rows(v_, layer_run(layer), row_of(layer, pos), r.v, aside, pos - first, 1);
     saved = 1;
   }
 }
@@ -145,19 +154,19 @@ void QuantizedKvCache::restore_windows(int64_t n) {
     // Gather [first, n) from the held rows and the rows kept aside.
     const RollbackRows& r = rollback_[layer];
     const int64_t aside_first = window_first_kept_position(window, rollback_point_);
-    Plane k{k_.bits, k_.group, k_.row_code_bytes, k_.row_groups, {}, {}, {}};
-    Plane v{v_.bits, v_.group, v_.row_code_bytes, v_.row_groups, {}, {}, {}};
+    Plane k = k_.shape(), v = v_.shape();
     resize_plane(k, n - first);
     resize_plane(v, n - first);
+    const Run gathered{0, n - first}, aside{0, window - 1}, held = layer_run(layer);
     bool complete = true;
     for (int64_t pos = first; pos < n && complete; ++pos) {
       if (pos >= base && pos < base + rows) {
-        copy_rows(k_, row_of(layer, pos), k, pos - first, 1);
-        copy_rows(v_, row_of(layer, pos), v, pos - first, 1);
+        copy_rows(k_, held, row_of(layer, pos), k, gathered, pos - first, 1);
+        copy_rows(v_, held, row_of(layer, pos), v, gathered, pos - first, 1);
       } else if (pos >= aside_first && pos < rollback_point_ && !r.saved.empty() &&
                  r.saved[static_cast<size_t>(pos - aside_first)]) {
-        copy_rows(r.k, pos - aside_first, k, pos - first, 1);
-        copy_rows(r.v, pos - aside_first, v, pos - first, 1);
+        copy_rows(r.k, aside, pos - aside_first, k, gathered, pos - first, 1);
+        copy_rows(r.v, aside, pos - aside_first, v, gathered, pos - first, 1);
       } else {
         complete = false;
       }
@@ -169,8 +178,8 @@ void QuantizedKvCache::restore_windows(int64_t n) {
       continue;
     }
     base = first;
-    copy_rows(k, 0, k_, layer_offset_[layer], n - first);
-    copy_rows(v, 0, v_, layer_offset_[layer], n - first);
+    copy_rows(k, gathered, 0, k_, held, 0, n - first);
+    copy_rows(v, gathered, 0, v_, held, 0, n - first);
   }
 }
 

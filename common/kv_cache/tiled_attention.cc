@@ -109,7 +109,9 @@ class LayerAttention {
         q_dim_(g.q_dim()),
         window_(window),
         scale_(scale),
-        rows_(rows),
+        rows_(with_head_strides(rows)),
+        consecutive_(rows.k.row_code_bytes == rows.k_head_code_bytes &&
+                     rows.v.row_code_bytes == rows.v_head_code_bytes),
         pos_(pos),
         q_(q),
         q8_(q8),
@@ -149,12 +151,14 @@ class LayerAttention {
     const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + kSegment);
     if (block_lo >= block_hi) return;
     const int64_t prefetch_hi = std::max(block_hi, std::min(stream_end, end_key(i1 - 1)));
+    if (consecutive_ && spread_ && in_place()) {
+      return run_segment_by_head(h0, h1, i0, i1, block_lo, block_hi, prefetch_hi, s, scratch, cold);
+    }
     for (int64_t t0 = block_lo / kTile * kTile; t0 < block_hi; t0 += kTile) {
       // first_key and end_key grow with i: the block's rows of this tile.
       const int64_t union_lo = std::max(block_lo, t0), union_hi = std::min(block_hi, t0 + kTile);
       const int64_t next_lo = t0 + kTile, next_hi = std::min(prefetch_hi, t0 + 2 * kTile);
-      prefetch_scales(rows_.k, next_lo, next_hi);
-      prefetch_scales(rows_.v, next_lo, next_hi);
+      prefetch_scales(h0, h1, next_lo, next_hi);
       // A spreading INT8 kernel call prefetches a part of the next tile: the
       // task's heads' bytes of 1 / (h1 - h0) of its rows, row by row (whole
       // rows when the task holds every head: one contiguous run, which the
@@ -168,14 +172,12 @@ class LayerAttention {
       // part instead of once per tile 21.2-22.1 ms. On the AVX2 host the next
       // call's rows had beaten the burst before each call 31.7 vs 34.1 ms.
       if (in_place() && (!spread_ || (cold && t0 == block_lo / kTile * kTile))) {
-        touch_rows(rows_.k, rows_.k_head_code_bytes, h0, h1, union_lo, union_hi);
-        touch_rows(rows_.v, rows_.v_head_code_bytes, h0, h1, union_lo, union_hi);
+        touch_rows(h0, h1, union_lo, union_hi);
       }
       for (int kv_h = h0; kv_h < h1; ++kv_h) {
-        const KvHeadRows k_rows = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, kv_h);
-        const KvHeadRows v_rows = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, kv_h);
+        const KvHeadRows k_rows = k_head(kv_h), v_rows = v_head(kv_h);
         kv_kernels_impl::TilePrefetch next;
-        if (spread_) {
+        if (spread_) {  // (rows that hold every head: consecutive_ runs take run_segment_by_head)
           const int64_t n_next = std::max<int64_t>(next_hi - next_lo, 0), parts = h1 - h0, part = kv_h - h0;
           next = tile_part_rows(h0, h1, next_lo + n_next * part / parts, next_lo + n_next * (part + 1) / parts);
         } else {
@@ -197,6 +199,37 @@ class LayerAttention {
                             heads_per_kv_, head_dim_, scale_, static_cast<int>(lo - t0), static_cast<int>(hi - t0),
                             s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
         }
+      }
+    }
+  }
+
+  // run_segment where each head's rows are consecutive (consecutive_, a
+  // spreading in-place kernel): head by head, each head's tiles in order
+  // (the same calls, so the same bits: a head's state takes its tiles in
+  // the same order), so that a call streams one contiguous run and
+  // prefetches the next: the head's next tile, after its last the next
+  // head's first, after the last head's last the first head's next
+  // segment (prefetch_hi). Measured against the tiles outer and the heads
+  // inner (BM_TiledAttentionDecode, INT8, context 16384, 2 threads):
+  // see the README's thirtieth session.
+  void run_segment_by_head(int h0, int h1, int64_t i0, int64_t i1, int64_t block_lo, int64_t block_hi,
+                           int64_t prefetch_hi, StateSpan s, TileScratch& scratch, bool cold) const {
+    const int64_t first_tile = block_lo / kTile * kTile;
+    if (cold) touch_rows(h0, h0 + 1, block_lo, std::min(block_hi, first_tile + kTile));
+    for (int kv_h = h0; kv_h < h1; ++kv_h) {
+      for (int64_t t0 = first_tile; t0 < block_hi; t0 += kTile) {
+        int next_h = kv_h;
+        int64_t next_lo = t0 + kTile, next_hi = std::min(block_hi, t0 + 2 * kTile);
+        if (next_lo >= block_hi) {  // the head's last tile of the segment
+          if (kv_h + 1 < h1) {
+            next_h = kv_h + 1, next_lo = block_lo, next_hi = std::min(block_hi, first_tile + kTile);
+          } else {
+            next_h = h0, next_hi = std::min(prefetch_hi, t0 + 2 * kTile);
+          }
+        }
+        prefetch_scales(next_h, next_h + 1, next_lo, next_hi);
+        run_tile_in_place(k_head(kv_h), v_head(kv_h), kv_h, h0, h1, i0, i1, t0, head_run(next_h, next_lo, next_hi), s,
+                          scratch);
       }
     }
   }
@@ -225,11 +258,28 @@ class LayerAttention {
     kv_kernels_impl::TilePrefetch p;
     if (lo >= hi) return p;
     const int64_t row = lo - rows_.first_position;
-    p.k = head_offset(rows_.k, rows_.k_head_code_bytes, rows_.k_head_groups, h0).codes + row * rows_.k.row_code_bytes;
-    p.v = head_offset(rows_.v, rows_.v_head_code_bytes, rows_.v_head_groups, h0).codes + row * rows_.v.row_code_bytes;
+    p.k = k_head(h0).codes + row * rows_.k.row_code_bytes;
+    p.v = v_head(h0).codes + row * rows_.v.row_code_bytes;
     p.stride = rows_.k.row_code_bytes;
     p.rows = static_cast<int>(hi - lo);
     p.lines = static_cast<int>(((h1 - h0) * rows_.k_head_code_bytes + 63) / 64);
+    return p;
+  }
+
+  // The K and V codes of one head's positions [lo, hi) as a spread prefetch
+  // (consecutive_ only): one run of lines from the line holding the first
+  // byte (K and V runs lie alike on lines: spread_ has the same strides).
+  kv_kernels_impl::TilePrefetch head_run(int kv_h, int64_t lo, int64_t hi) const {
+    kv_kernels_impl::TilePrefetch p;
+    if (lo >= hi) return p;
+    const int64_t row = lo - rows_.first_position;
+    const uint8_t* k = k_head(kv_h).codes + row * rows_.k.row_code_bytes;
+    const int64_t skew = static_cast<int64_t>(reinterpret_cast<uintptr_t>(k) & 63);
+    p.k = k - skew;
+    p.v = v_head(kv_h).codes + row * rows_.v.row_code_bytes - skew;
+    p.rows = 1;
+    p.lines = static_cast<int>((skew + (hi - lo) * rows_.k.row_code_bytes + 63) / 64);
+    p.stride = int64_t{p.lines} * 64;
     return p;
   }
 
@@ -300,13 +350,28 @@ class LayerAttention {
   // 30.0 best. Software prefetches of the same lines (T0, this tile or the
   // next) gained less or nothing there; the kernels' first load of each row
   // was where decode attention stalled.
-  void touch_rows(const KvHeadRows& h, int64_t head_code_bytes, int h0, int h1, int64_t lo, int64_t hi) const {
-    const uint8_t* first = h.codes + (lo - rows_.first_position) * h.row_code_bytes + h0 * head_code_bytes;
-    const int64_t span = (h1 - h0) * head_code_bytes;
+  // (With consecutive_ each head's rows are one run: touched head by head.)
+  void touch_rows(int h0, int h1, int64_t lo, int64_t hi) const {
     uint32_t sink = 0;
-    for (int64_t p = 0; p < hi - lo; ++p) {
-      const uint8_t* row = first + p * h.row_code_bytes;
-      for (int64_t b = 0; b < span; b += 64) sink += *reinterpret_cast<const volatile uint8_t*>(row + b);
+    auto touch = [&](const uint8_t* first, int64_t stride, int64_t span, int64_t rows) {
+      for (int64_t p = 0; p < rows; ++p) {
+        const uint8_t* row = first + p * stride;
+        for (int64_t b = 0; b < span; b += 64) sink += *reinterpret_cast<const volatile uint8_t*>(row + b);
+      }
+    };
+    const int64_t row = lo - rows_.first_position;
+    for (const bool is_k : {true, false}) {
+      const KvHeadRows& h = is_k ? rows_.k : rows_.v;
+      if (consecutive_) {
+        for (int kv_h = h0; kv_h < h1; ++kv_h) {
+          touch((is_k ? k_head(kv_h) : v_head(kv_h)).codes + row * h.row_code_bytes, 0,
+                (hi - lo) * h.row_code_bytes, 1);
+        }
+      } else {
+        const int64_t head_code_bytes = is_k ? rows_.k_head_code_bytes : rows_.v_head_code_bytes;
+        touch(h.codes + row * h.row_code_bytes + h0 * head_code_bytes, h.row_code_bytes, (h1 - h0) * head_code_bytes,
+              hi - lo);
+      }
     }
     asm volatile("" : : "r"(sink));  // the loads are the point; nothing uses their values
   }
@@ -319,11 +384,23 @@ class LayerAttention {
     }
   }
 
-  // Prefetches (to L2) every line of the group scales (and mins) of
-  // positions [lo, hi): whole rows, every head's, so once per tile for all
-  // the heads of a task (one line holds the scales of a row or more).
-  void prefetch_scales(const KvHeadRows& h, int64_t lo, int64_t hi) const {
+  // Prefetches (to L2) every line of the group scales (and mins) of K and V
+  // at positions [lo, hi) of heads [h0, h1), once per tile for all the heads
+  // of a task: whole rows, every head's (one line holds the scales of a row
+  // or more), or with consecutive_ each head's run.
+  void prefetch_scales(int h0, int h1, int64_t lo, int64_t hi) const {
     if (lo >= hi) return;
+    if (!consecutive_) {
+      prefetch_scale_rows(rows_.k, lo, hi);
+      prefetch_scale_rows(rows_.v, lo, hi);
+      return;
+    }
+    for (int kv_h = h0; kv_h < h1; ++kv_h) {
+      prefetch_scale_rows(k_head(kv_h), lo, hi);
+      prefetch_scale_rows(v_head(kv_h), lo, hi);
+    }
+  }
+  void prefetch_scale_rows(const KvHeadRows& h, int64_t lo, int64_t hi) const {
     for (const uint16_t* plane : {h.scales, h.mins}) {
       if (plane == nullptr) continue;
       const auto* begin = reinterpret_cast<const uint8_t*>(plane + (lo - rows_.first_position) * h.row_groups);
@@ -333,10 +410,20 @@ class LayerAttention {
     }
   }
 
-  static KvHeadRows head_offset(KvHeadRows rows, int64_t head_code_bytes, int64_t head_groups, int kv_h) {
-    rows.codes += kv_h * head_code_bytes;
-    if (rows.scales != nullptr) rows.scales += kv_h * head_groups;
-    if (rows.mins != nullptr) rows.mins += kv_h * head_groups;
+  KvHeadRows k_head(int kv_h) const { return head_offset(rows_.k, rows_.k_head_stride, rows_.k_head_scale_stride, kv_h); }
+  KvHeadRows v_head(int kv_h) const { return head_offset(rows_.v, rows_.v_head_stride, rows_.v_head_scale_stride, kv_h); }
+  static KvHeadRows head_offset(KvHeadRows rows, int64_t head_stride, int64_t head_scale_stride, int kv_h) {
+    rows.codes += kv_h * head_stride;
+    if (rows.scales != nullptr) rows.scales += kv_h * head_scale_stride;
+    if (rows.mins != nullptr) rows.mins += kv_h * head_scale_stride;
+    return rows;
+  }
+  // rows with its 0 head strides made explicit (AttentionRows).
+  static AttentionRows with_head_strides(AttentionRows rows) {
+    if (rows.k_head_stride == 0) rows.k_head_stride = rows.k_head_code_bytes;
+    if (rows.k_head_scale_stride == 0) rows.k_head_scale_stride = rows.k_head_groups;
+    if (rows.v_head_stride == 0) rows.v_head_stride = rows.v_head_code_bytes;
+    if (rows.v_head_scale_stride == 0) rows.v_head_scale_stride = rows.v_head_groups;
     return rows;
   }
 
@@ -360,7 +447,10 @@ class LayerAttention {
   const int64_t q_dim_;
   const int32_t window_;
   const float scale_;
-  const AttentionRows& rows_;
+  const AttentionRows rows_;
+  // Each head's rows are consecutive (the edge store; or one KV head):
+  // prefetches and touches go head by head; else a row holds every head.
+  const bool consecutive_;
   const int64_t pos_;
   const float* q_;
   const QueriesQ8 q8_;

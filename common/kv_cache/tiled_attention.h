@@ -47,9 +47,15 @@ struct AttentionRows {
   // KV head 0; row 0 holds position first_position. bits 32: F32 rows
   // (codes are floats, row_code_bytes their stride in bytes).
   kv_kernels_impl::KvHeadRows k, v;
-  // KV head h: codes + h * head_code_bytes, scales (mins) + h * head_groups.
+  // A head's row: head_code_bytes of codes, head_groups scales (mins).
   int64_t k_head_code_bytes = 0, k_head_groups = 0;
   int64_t v_head_code_bytes = 0, v_head_groups = 0;
+  // KV head h: codes + h * head_stride, scales (mins) + h * head_scale_stride.
+  // 0: head_code_bytes and head_groups (rows that hold every head, heads side
+  // by side); the edge store keeps each head's rows consecutive instead
+  // (head_stride = rows * head_code_bytes, row_code_bytes = head_code_bytes).
+  int64_t k_head_stride = 0, k_head_scale_stride = 0;
+  int64_t v_head_stride = 0, v_head_scale_stride = 0;
   int64_t first_position = 0;
 };
 

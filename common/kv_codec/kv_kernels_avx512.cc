@@ -441,9 +441,23 @@ inline void block_scales16(const KvHeadRows& h, int64_t tile_row, const BlockRow
   n_groups = std::min(n_groups, MaxGroups);
   const uint16_t* base = h.scales + tile_row * h.row_groups;
   const __m512i index = _mm512_maskz_mullo_epi32(kAll, _mm512_load_si512(rows.row), _mm512_set1_epi32(static_cast<int>(h.row_groups)));
+  // A full block of a head whose rows are consecutive (the edge store) with
+  // 2 or 4 groups a row: its scales are 64 or 128 contiguous bytes, loaded
+  // (and for 4 groups permuted) instead of gathered.
+  const bool contiguous = rows.full && (h.row_groups == 2 || h.row_groups == 4) && n_groups == h.row_groups;
+  const auto* block = reinterpret_cast<const int32_t*>(base + int64_t{rows.g0} * h.row_groups);
   auto gather_pair = [&](int g, __m512* low, __m512* high) {
     // Entries g and g + 1 of each row (both of this head's row: never past it).
-    const __m512i pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, index, base + g, 2);
+    __m512i pair;
+    if (contiguous && h.row_groups == 2) {
+      pair = _mm512_loadu_si512(block);
+    } else if (contiguous) {  // dword g / 2 of each row's two: lanes r <- dword 2r + g / 2
+      const __m512i pick = _mm512_add_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                                            _mm512_set1_epi32(g / 2));
+      pair = _mm512_maskz_permutex2var_epi32(kAll, _mm512_loadu_si512(block), pick, _mm512_loadu_si512(block + 16));
+    } else {
+      pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, index, base + g, 2);
+    }
     if (low != nullptr) *low = _mm512_maskz_cvtph_ps(kAll, _mm512_maskz_cvtepi32_epi16(kAll, pair));
     *high = _mm512_maskz_cvtph_ps(kAll, _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, pair, 16)));
   };
