@@ -21,14 +21,18 @@ namespace {
 // so that the prefetches run through the whole call at about the rate its
 // phases consume rows, not in bursts. Per 16-row block of the key columns
 // and of each pass of scores, per head of the softmax step, per 4 row pairs
-// of the value pairs and per 2 of each value product. Measured against a
+// of the value pairs and per 4 of each value product: ~20 steps for a
+// decode call's 64 lines of K (and of V). Three steps per block and head
+// and one per 2 value pairs (~52) measured 84.6 against 81.8 us in cache
+// (BM_TiledAttentionDecodeInCache, one thread: each step's bookkeeping for
+// a line or two) and the same in `baton bench decode`. Measured against a
 // step per row pair of the value pairs and value product only (where the
 // prefetches came in two bursts, nothing during the key columns, scores and
 // softmax): decode attention at context 16384, 2 threads, 12.95-13.88
 // against 15.20-15.97 ms (BM_TiledAttentionDecode, 3 alternating runs);
 // front-loaded (the lines issued in the first half of the call) 15.6-16.7.
-constexpr int kKeyBlockSteps = 3, kScoreBlockSteps = 3, kSoftmaxHeadSteps = 3, kPairsPerStep = 4,
-              kValuePairsPerStep = 2;
+constexpr int kKeyBlockSteps = 1, kScoreBlockSteps = 1, kSoftmaxHeadSteps = 1, kPairsPerStep = 4,
+              kValuePairsPerStep = 4;
 
 __mmask16 lane_mask16(int width) {
   if (width <= 0) return 0;
