@@ -136,8 +136,9 @@ class LayerAttention {
   // query heads follow). Queries that see no key of the segment keep their
   // states. While a tile is computed, the next one's rows are prefetched to
   // L2 (measured: better than a row-by-row prefetch inside the
-  // dequantization): the rows of one KV head are strided (the row holds
-  // every head), which the hardware prefetchers follow poorly. A kernel set
+  // dequantization): even a head's consecutive rows (the edge store) came
+  // too slowly from the hardware prefetchers alone here, and rows that hold
+  // every head (F32KvCache) leave each head's strided. A kernel set
   // with q8_spreads_prefetch gets them as TilePositions::next and spreads
   // them over its steps instead of a burst before the call.
   //
@@ -209,9 +210,10 @@ class LayerAttention {
   // the same order), so that a call streams one contiguous run and
   // prefetches the next: the head's next tile, after its last the next
   // head's first, after the last head's last the first head's next
-  // segment (prefetch_hi). Measured against the tiles outer and the heads
-  // inner (BM_TiledAttentionDecode, INT8, context 16384, 2 threads):
-  // see the README's thirtieth session.
+  // segment (prefetch_hi). With the tiles outer and the heads inner over
+  // the same head-major store, BM_TiledAttentionDecode (INT8, context
+  // 16384) measured 27.8-30.3 / 14.1-14.4 ms on 1 / 2 threads against
+  // 25.4-26.1 / 13.2-13.6 this way.
   void run_segment_by_head(int h0, int h1, int64_t i0, int64_t i1, int64_t block_lo, int64_t block_hi,
                            int64_t prefetch_hi, StateSpan s, TileScratch& scratch, bool cold) const {
     const int64_t first_tile = block_lo / kTile * kTile;
@@ -343,8 +345,9 @@ class LayerAttention {
 
   // Reads one byte of every line of the codes of heads [h0, h1) at
   // positions [lo, hi), in address order, before the in-place kernels read
-  // the tile head by head (each head's rows are strided: a row holds every
-  // head). Measured on the AVX2 host (Zen 3 VM; baton_microbench
+  // the tile head by head (where a row holds every head each head's rows
+  // are strided; measured so, before the edge store kept each head's rows
+  // consecutive). Measured on the AVX2 host (Zen 3 VM; baton_microbench
   // BM_TiledAttentionDecode, INT8, 2 threads, 8 interleaved runs): context
   // 16384 95.8 vs 107.9 ms best, 103.1 vs 130.5 median; context 4096 24.7 vs
   // 30.0 best. Software prefetches of the same lines (T0, this tile or the
