@@ -126,39 +126,27 @@ void QuantizedKvCache::quantize_rows(const float* x, int64_t n, Plane& plane, Ru
       kv_quant::quantize_int4_groups(x, elements, plane.group, codes.data(), scales.data(), mins.data());
       break;
   }
-  scatter_rows(codes.data(), scales.data(), plane.bits == Bits::kInt4 ? mins.data() : nullptr, n, plane, run, r);
+  move_rows<true>(plane, run, r, n, codes.data(), scales.data(), plane.bits == Bits::kInt4 ? mins.data() : nullptr);
 }
 
-void QuantizedKvCache::scatter_rows(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n,
-                                    Plane& to, Run run, int64_t r) {
-  const int64_t hb = to.head_code_bytes(), hg = to.head_groups();
-  for (int h = 0; h < to.heads; ++h) {
-    uint8_t* c = to.codes.data() + run.first * to.row_code_bytes + (h * run.count + r) * hb;
-    for (int64_t i = 0; i < n; ++i) std::memcpy(c + i * hb, codes + i * to.row_code_bytes + h * hb, hb);
-    if (hg == 0) continue;
-    const int64_t at = run.first * to.row_groups + (h * run.count + r) * hg;
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(to.scales.data() + at + i * hg, scales + i * to.row_groups + h * hg, hg * sizeof(uint16_t));
-      if (mins != nullptr) {
-        std::memcpy(to.mins.data() + at + i * hg, mins + i * to.row_groups + h * hg, hg * sizeof(uint16_t));
-      }
+template <bool kIntoRun, typename PlaneT, typename Byte, typename Half>
+void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, Byte* codes, Half* scales,
+                                 Half* mins) {
+  auto copy = [](auto* in_run, auto* in_rows, size_t bytes) {
+    if constexpr (kIntoRun) {
+      std::memcpy(in_run, in_rows, bytes);
+    } else {
+      std::memcpy(in_rows, in_run, bytes);
     }
-  }
-}
-
-void QuantizedKvCache::gather_rows(const Plane& from, Run run, int64_t r, int64_t n, uint8_t* codes,
-                                   uint16_t* scales, uint16_t* mins) {
-  const int64_t hb = from.head_code_bytes(), hg = from.head_groups();
-  for (int h = 0; h < from.heads; ++h) {
-    const uint8_t* c = from.codes.data() + run.first * from.row_code_bytes + (h * run.count + r) * hb;
-    for (int64_t i = 0; i < n; ++i) std::memcpy(codes + i * from.row_code_bytes + h * hb, c + i * hb, hb);
-    if (hg == 0) continue;
-    const int64_t at = run.first * from.row_groups + (h * run.count + r) * hg;
+  };
+  const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
+  for (int h = 0; h < plane.heads; ++h) {
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(scales + i * from.row_groups + h * hg, from.scales.data() + at + i * hg, hg * sizeof(uint16_t));
-      if (mins != nullptr) {
-        std::memcpy(mins + i * from.row_groups + h * hg, from.mins.data() + at + i * hg, hg * sizeof(uint16_t));
-      }
+      copy(plane.codes.data() + plane.code_at(run, h, r + i), codes + i * plane.row_code_bytes + h * hb, hb);
+      if (hg == 0) continue;
+      const int64_t at = plane.scale_at(run, h, r + i), from = i * plane.row_groups + h * hg;
+      copy(plane.scales.data() + at, scales + from, hg * sizeof(uint16_t));
+      if (mins != nullptr) copy(plane.mins.data() + at, mins + from, hg * sizeof(uint16_t));
     }
   }
 }
@@ -336,10 +324,10 @@ absl::Status QuantizedKvCache::ingest_block(int layer, bool is_key, int64_t toke
   // A windowed layer keeps only the block's last rows when it holds fewer.
   const int64_t first = make_room(layer, token_begin, n);
   const int64_t skip = first - token_begin, rows = n - skip;
-  scatter_rows(block.codes.data() + skip * plane.row_code_bytes,
-               block.scales.empty() ? nullptr : block.scales.data() + skip * plane.row_groups,
-               block.mins.empty() ? nullptr : block.mins.data() + skip * plane.row_groups, rows, plane,
-               layer_run(layer), row_of(layer, first));
+  const uint16_t* no_halves = nullptr;
+  move_rows<true>(plane, layer_run(layer), row_of(layer, first), rows, block.codes.data() + skip * plane.row_code_bytes,
+                  block.scales.empty() ? no_halves : block.scales.data() + skip * plane.row_groups,
+                  block.mins.empty() ? no_halves : block.mins.data() + skip * plane.row_groups);
   return absl::OkStatus();
 }
 
@@ -359,8 +347,8 @@ absl::StatusOr<QuantizedKvBlock> QuantizedKvCache::export_block(int layer, bool 
   b.scales.resize(static_cast<size_t>(n_tokens * plane.row_groups));
   if (!plane.mins.empty()) b.mins.resize(b.scales.size());
   if (n_tokens > 0) {
-    gather_rows(plane, layer_run(layer), row_of(layer, token_begin), n_tokens, b.codes.data(), b.scales.data(),
-                plane.mins.empty() ? nullptr : b.mins.data());
+    move_rows<false>(plane, layer_run(layer), row_of(layer, token_begin), n_tokens, b.codes.data(), b.scales.data(),
+                     plane.mins.empty() ? nullptr : b.mins.data());
   }
   return b;
 }

@@ -124,12 +124,18 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     bool operator==(const LineAllocator&) const { return true; }
   };
 
+  // Rows [first, first + count) of a plane that are laid out together, head
+  // by head (Plane::code_at, scale_at). A layer's rows are one run; so are
+  // the rows a rollback keeps aside and a restore gathers.
+  struct Run {
+    int64_t first = 0, count = 0;
+  };
   // All layers' K or V: per token and KV head a row of codes and a row of
   // group scales, in runs of rows (Run): a layer's rows, head by head inside
   // the run, so that one head's rows (codes, scales, mins) are consecutive:
   // decode attention reads a head's tiles as contiguous runs (the hardware
   // prefetchers follow them, a block's scales are one load) where rows that
-  // held every head made each head's rows strided (see Run).
+  // held every head made each head's rows strided.
   struct Plane {
     KvCodecConfig::Bits bits;
     int group;                     // elements per scale group along head_dim (quantized)
@@ -141,24 +147,24 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     std::vector<uint16_t> mins;    // f16, INT4 only, same shape
     int64_t head_code_bytes() const { return row_code_bytes / heads; }
     int64_t head_groups() const { return row_groups / heads; }
+    // Where head h's row r (0 <= r < run.count) of a run starts: in codes,
+    // and in scales (and mins).
+    int64_t code_at(Run run, int h, int64_t r) const {
+      return run.first * row_code_bytes + (h * run.count + r) * head_code_bytes();
+    }
+    int64_t scale_at(Run run, int h, int64_t r) const {
+      return run.first * row_groups + (h * run.count + r) * head_groups();
+    }
     // The same shape, no rows.
     Plane shape() const { return Plane{bits, group, row_code_bytes, row_groups, heads, {}, {}, {}}; }
   };
-  // Rows [first, first + count) of a plane that are laid out together: head
-  // h's row r (0 <= r < count) at codes + first * row_code_bytes + (h *
-  // count + r) * head_code_bytes, scales (mins) + first * row_groups + (h *
-  // count + r) * head_groups. A layer's rows are one run; so are the rows a
-  // rollback keeps aside and a restore gathers.
-  struct Run {
-    int64_t first = 0, count = 0;
-  };
   Run layer_run(int layer) const { return Run{layer_offset_[layer], layer_rows_[layer]}; }
-  // Rows [r, r + n) of a run from row-major rows (codes [n, row_code_bytes],
-  // scales and mins [n, row_groups]: a wire block's form), and back.
-  static void scatter_rows(const uint8_t* codes, const uint16_t* scales, const uint16_t* mins, int64_t n, Plane& to,
-                           Run run, int64_t r);
-  static void gather_rows(const Plane& from, Run run, int64_t r, int64_t n, uint8_t* codes, uint16_t* scales,
-                          uint16_t* mins);
+  // Rows [r, r + n) of a plane's run against row-major rows (codes [n,
+  // row_code_bytes], scales and mins [n, row_groups]: a wire block's form;
+  // mins null for none): kIntoRun copies those rows into the run (store,
+  // ingest), else the run's rows out to them (export).
+  template <bool kIntoRun, typename PlaneT, typename Byte, typename Half>
+  static void move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, Byte* codes, Half* scales, Half* mins);
 
   QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens, const KvCodecConfig& config);
   // Rows [r, r + n) of `run` from f32 rows x [n, kv_dim].

@@ -50,19 +50,14 @@ void QuantizedKvCache::copy_rows(const Plane& from, Run from_run, int64_t from_r
     if (bytes > 0) std::memmove(dst, src, bytes);
   };
   // Head by head: each head's rows are consecutive in a run.
-  const int64_t hb = from.head_code_bytes(), hg = from.head_groups();
+  const size_t code_bytes = static_cast<size_t>(n * from.head_code_bytes());
+  const size_t scale_bytes = static_cast<size_t>(n * from.head_groups()) * sizeof(uint16_t);
   for (int h = 0; h < from.heads; ++h) {
-    const int64_t from_at = h * from_run.count + from_row, to_at = h * to_run.count + to_row;
-    move(to.codes.data() + to_run.first * to.row_code_bytes + to_at * hb,
-         from.codes.data() + from_run.first * from.row_code_bytes + from_at * hb, static_cast<size_t>(n * hb));
-    move(to.scales.data() + to_run.first * to.row_groups + to_at * hg,
-         from.scales.data() + from_run.first * from.row_groups + from_at * hg,
-         static_cast<size_t>(n * hg) * sizeof(uint16_t));
-    if (!from.mins.empty()) {
-      move(to.mins.data() + to_run.first * to.row_groups + to_at * hg,
-           from.mins.data() + from_run.first * from.row_groups + from_at * hg,
-           static_cast<size_t>(n * hg) * sizeof(uint16_t));
-    }
+    move(to.codes.data() + to.code_at(to_run, h, to_row), from.codes.data() + from.code_at(from_run, h, from_row),
+         code_bytes);
+    const int64_t to_at = to.scale_at(to_run, h, to_row), from_at = from.scale_at(from_run, h, from_row);
+    move(to.scales.data() + to_at, from.scales.data() + from_at, scale_bytes);
+    if (!from.mins.empty()) move(to.mins.data() + to_at, from.mins.data() + from_at, scale_bytes);
   }
 }
 
@@ -133,10 +128,10 @@ void QuantizedKvCache::save_for_rollback(int layer, int64_t from, int64_t to) {
     r.saved.assign(static_cast<size_t>(window - 1), 0);
   }
   // The first save of a position holds its committed rows; keep it.
+  const Run aside{0, window - 1};
   for (int64_t pos = from; pos < to; ++pos) {
     uint8_t& saved = r.saved[static_cast<size_t>(pos - first)];
     if (saved) continue;
-    const Run aside{0, window - 1};
     copy_rows(k_, layer_run(layer), row_of(layer, pos), r.k, aside, pos - first, 1);
     copy_rows(v_, layer_run(layer), row_of(layer, pos), r.v, aside, pos - first, 1);
     saved = 1;
