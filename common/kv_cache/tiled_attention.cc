@@ -481,10 +481,14 @@ void run_tasks(ThreadPool* pool, int64_t n_tasks, const std::function<void(int64
   }
 }
 
-// Few queries: tasks are (block of KV heads, segment) pairs, each folding
-// one segment of its heads for every query into its own states; then every
-// query merges its segments in order. All KV heads in one task when there
-// are segments enough for the threads: a task then streams whole rows.
+// Few queries: tasks are (block of KV heads, run of segments) pairs, each
+// folding each segment of its heads for every query into its own state;
+// then every query merges its segments in order. KV heads split first:
+// every head reads as many rows, so tasks of whole heads weigh the same at
+// any context (runs of segments do not: a context of 2.5 segments split
+// into 2 runs gives one run 1.5 of them), and each head's rows are one
+// contiguous run in the edge store. Runs of segments only where there are
+// more threads than heads to give them.
 void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out, ThreadPool* pool) {
   const int hpk = a.heads_per_kv(), hd = a.head_dim();
   const int64_t seg_lo = a.first_segment(0), n_seg = a.last_segment(n - 1) + 1 - seg_lo;
@@ -492,7 +496,7 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   // of segments per thread the same or slower than 2).
   constexpr int64_t kMinTasks = 4;
   const int64_t wanted_tasks = std::max<int64_t>(kMinTasks, 2 * int64_t{pool != nullptr ? pool->size() : 1});
-  const int64_t head_blocks = std::min<int64_t>(n_head_kv, (wanted_tasks + n_seg - 1) / n_seg);
+  const int64_t head_blocks = std::min<int64_t>(n_head_kv, wanted_tasks);
   const int block_heads = static_cast<int>((n_head_kv + head_blocks - 1) / head_blocks);
   const int64_t n_blocks = (n_head_kv + block_heads - 1) / block_heads;
   // States of (block b, segment s): [n, block_heads, hpk] at

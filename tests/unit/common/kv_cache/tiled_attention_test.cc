@@ -226,12 +226,13 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
   std::vector<float> original_v_[2];  // each layer's f32 values as stored, [context, kv_dim]
 };
 
-// Contexts on both sides of the 64-position tiles (and past the 512-position
-// segments): 1, 63, 64, 65, 1000, 4097.
+// Contexts on both sides of the 64-position tiles and past one and two
+// segment boundaries (kAttentionSegmentRows): 1, 63, 64, 65, 1000, 4097, 8200.
 TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWindows) {
   const KvGeometry g = geometry();
   double worst = 0;
-  for (int64_t context : {1, 63, 64, 65, 1000, 4097}) {
+  static_assert(kAttentionSegmentRows == 4096, "the contexts below straddle its boundaries");
+  for (int64_t context : {1, 63, 64, 65, 1000, 4097, 8200}) {
     SCOPED_TRACE("context " + std::to_string(context));
     const std::unique_ptr<KvCache> kv = make_store(context);
     std::mt19937 rng(11);
@@ -358,18 +359,19 @@ TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
 }
 
 // Queries attended alone, in one call of many (both the split and the
-// query-block schedules), and with 0, 1, 2 or 3 threads (decode tasks fold
-// runs of segments, as many runs as the pool has threads to fill): the same
-// bits.
+// query-block schedules), and with 0, 1, 2 or 3 threads (decode tasks take
+// blocks of KV heads, then runs of segments where a pool wants more tasks
+// than there are KV heads, as it does here: 2 KV heads): the same bits.
 TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
   const KvGeometry g = geometry();
   ThreadPool one(1), two(2), three(3);
-  // [pos, pos + n): crossing a tile boundary (64), a segment boundary (512),
-  // a prefill micro-batch past both, and decode over 8 segments.
+  // [pos, pos + n): crossing a tile boundary (64), a segment boundary, a
+  // prefill micro-batch past both, and decode over 4 segments.
   struct Run {
     int64_t pos, n;
   };
-  for (const Run run : {Run{60, 3}, Run{509, 4}, Run{500, 37}, Run{1000, 64}, Run{4090, 2}}) {
+  constexpr int64_t kSeg = kAttentionSegmentRows;
+  for (const Run run : {Run{60, 3}, Run{kSeg - 3, 4}, Run{kSeg - 12, 37}, Run{1000, 64}, Run{3 * kSeg + 10, 2}}) {
     SCOPED_TRACE("pos " + std::to_string(run.pos) + " n " + std::to_string(run.n));
     const std::unique_ptr<KvCache> kv = make_store(run.pos + run.n);
     std::mt19937 rng(static_cast<uint32_t>(run.pos));
