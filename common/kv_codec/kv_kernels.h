@@ -173,6 +173,7 @@ class TilePrefetchSpread {
         v_(p.v),
         row_skip_(p.stride - 64 * int64_t{p.lines - 1}),
         left_(p.rows * p.lines),
+        contiguous_(p.rows <= 1 || p.stride == 64 * int64_t{p.lines}),
         lines_(p.lines),
         in_row_(p.lines),
         steps_(steps > 0 ? steps : 1),
@@ -199,6 +200,15 @@ class TilePrefetchSpread {
   void lines(int n) {
     n = n < left_ ? n : left_;
     left_ -= n;
+    if (contiguous_) {  // one run of lines (a head's consecutive rows): no row bookkeeping
+      int64_t offset = offset_;
+      for (; n > 0; --n, offset += 64) {
+        __builtin_prefetch(k_ + offset, 0, 2);
+        __builtin_prefetch(v_ + offset, 0, 2);
+      }
+      offset_ = offset;
+      return;
+    }
     for (; n > 0; --n) {
       __builtin_prefetch(k_ + offset_, 0, 2);
       __builtin_prefetch(v_ + offset_, 0, 2);
@@ -213,6 +223,7 @@ class TilePrefetchSpread {
   int64_t offset_ = 0;  // of the next line from k_ (and v_)
   int64_t row_skip_;    // from a row's last line to the next row's first
   int left_;            // lines of K (and as many of V) not yet issued
+  bool contiguous_;     // the rows' lines are one run (row_skip_ 64)
   int lines_;
   int in_row_;          // lines of the current row not yet issued
   int steps_;
