@@ -57,7 +57,7 @@ absl::Status bench_bandwidth(const Args& args) {
   // which goes first) so the two readers sample the same moments of a shared
   // machine, the plain one as often as the tuned one.
   const ReadBuffer buffer(bytes);
-  const std::vector<double> ones(static_cast<size_t>(bytes / sizeof(double)), 1.0);
+  const StreamBuffer ones(bytes / static_cast<int64_t>(sizeof(uint64_t)));
   const int prefetches = read_prefetch_count();
   std::vector<double> by_prefetch(static_cast<size_t>(prefetches), 0.0);
   double plain = 0;

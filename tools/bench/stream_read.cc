@@ -1,41 +1,56 @@
 #include "stream_read.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
+#include <vector>
+
+#include "common/util/check.h"
 
 namespace baton::cli {
 
-double stream_sum(const std::vector<double>& values, int64_t begin, int64_t end) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = begin;
-  for (; i + 4 <= end; i += 4) {
-    s0 += values[static_cast<size_t>(i)];
-    s1 += values[static_cast<size_t>(i + 1)];
-    s2 += values[static_cast<size_t>(i + 2)];
-    s3 += values[static_cast<size_t>(i + 3)];
-  }
-  for (; i < end; ++i) s0 += values[static_cast<size_t>(i)];
-  return (s0 + s1) + (s2 + s3);
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}  // namespace
+
+StreamBuffer::StreamBuffer(int64_t words) : size_(words) {
+  BATON_CHECK(words > 0);
+  const size_t bytes = (static_cast<size_t>(words) * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
+  words_.reset(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, bytes)));
+  BATON_CHECK(words_ != nullptr);
+  madvise(words_.get(), bytes, MADV_HUGEPAGE);  // a hint: 4 KiB pages where refused
+  std::fill(words_.get(), words_.get() + words, uint64_t{1});
 }
 
-double stream_read_bandwidth(const std::vector<double>& values, int threads, int passes, double* sum_out) {
-  const int64_t n = static_cast<int64_t>(values.size());
+void StreamBuffer::Free::operator()(uint64_t* p) const { std::free(p); }
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t stream_sum(const uint64_t* words, int64_t begin,
+                                                                                  int64_t end) {
+  uint64_t sum = 0;
+  for (int64_t i = begin; i < end; ++i) sum += words[i];
+  return sum;
+}
+
+double stream_read_bandwidth(const StreamBuffer& buffer, int threads, int passes, uint64_t* sum_out) {
+  const int64_t n = buffer.size();
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    std::vector<double> sums(static_cast<size_t>(threads) * 8, 0.0);  // a cache line per thread
+    std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);  // a cache line per thread
     std::vector<std::thread> workers;
     const auto start = std::chrono::steady_clock::now();
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
-        sums[static_cast<size_t>(t) * 8] = stream_sum(values, n * t / threads, n * (t + 1) / threads);
+        sums[static_cast<size_t>(t) * 8] = stream_sum(buffer.data(), n * t / threads, n * (t + 1) / threads);
       });
     }
     for (std::thread& w : workers) w.join();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, static_cast<double>(n) * sizeof(double) / seconds);
-    double total = 0;
-    for (double s : sums) total += s;
+    best = std::max(best, static_cast<double>(n) * sizeof(uint64_t) / seconds);
+    uint64_t total = 0;
+    for (uint64_t s : sums) total += s;
     if (sum_out != nullptr) *sum_out = total;
     asm volatile("" : : "g"(total) : "memory");
   }

@@ -82,19 +82,19 @@ TEST(ReadBandwidthTest, MeasuredBandwidthIsPositiveAndFinite) {
 }
 
 TEST(StreamReadTest, StreamSumAddsEveryValueOnce) {
-  std::vector<double> values(1003);
-  std::iota(values.begin(), values.end(), 0.0);
-  EXPECT_EQ(stream_sum(values, 0, 1003), 1002.0 * 1003 / 2);
-  EXPECT_EQ(stream_sum(values, 5, 8), 5.0 + 6 + 7);
-  EXPECT_EQ(stream_sum(values, 7, 7), 0.0);
+  std::vector<uint64_t> values(1003);
+  std::iota(values.begin(), values.end(), uint64_t{0});
+  EXPECT_EQ(stream_sum(values.data(), 0, 1003), uint64_t{1002} * 1003 / 2);
+  EXPECT_EQ(stream_sum(values.data(), 5, 8), uint64_t{5 + 6 + 7});
+  EXPECT_EQ(stream_sum(values.data(), 7, 7), uint64_t{0});
 }
 
 TEST(StreamReadTest, EveryThreadReadsItsShareOnce) {
-  const std::vector<double> ones(100'003, 1.0);  // not a multiple of the threads
+  const StreamBuffer ones(100'003);  // not a multiple of the threads
   for (int threads : {1, 2, 3}) {
-    double sum = 0;
+    uint64_t sum = 0;
     EXPECT_GT(stream_read_bandwidth(ones, threads, 2, &sum), 0.0);
-    EXPECT_EQ(sum, static_cast<double>(ones.size())) << threads << " threads";
+    EXPECT_EQ(sum, static_cast<uint64_t>(ones.size())) << threads << " threads";
   }
 }
 
