@@ -510,9 +510,29 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
   if (m.size() < tasks * task_stride) m.resize(tasks * task_stride), l.resize(tasks * task_stride);
   if (acc.size() < tasks * task_heads * hd) acc.resize(tasks * task_heads * hd);
   float *m_all = m.data(), *l_all = l.data(), *acc_all = acc.data();
+  // Query i's states of KV head kv_h merged in segment order, written out.
+  auto merge_head = [&](int kv_h, int64_t i) {
+    thread_local std::vector<float> total_m, total_l, total_acc;  // grow only: no allocation per decode step
+    if (total_m.size() < static_cast<size_t>(hpk)) total_m.resize(hpk), total_l.resize(hpk);
+    if (total_acc.size() < static_cast<size_t>(hpk * hd)) total_acc.resize(static_cast<size_t>(hpk * hd));
+    const StateSpan total{total_m.data(), total_l.data(), total_acc.data()};
+    const int64_t block = kv_h / block_heads;
+    const int64_t width = std::min<int64_t>(n_head_kv, (block + 1) * block_heads) - block * block_heads;
+    reset_states(total, hpk, hd);
+    for (int64_t seg = a.first_segment(i); seg <= a.last_segment(i); ++seg) {
+      const int64_t part = block * n_seg + (seg - seg_lo), head = (i * width + kv_h % block_heads) * hpk;
+      a.merge_heads(m_all + part * task_stride + head, l_all + part * task_stride + head,
+                    acc_all + (part * task_heads + head) * hd, total);
+    }
+    a.write_output(kv_h, i, total.l, total.acc, out);
+  };
   // A task folds a run of consecutive segments of its block (each into its
   // own state): its thread streams on across their edges, prefetching each
-  // next segment's first tile, and only its first tile is read cold.
+  // next segment's first tile, and only its first tile is read cold. A
+  // block in one run (as many blocks as tasks: a decode step with at least
+  // half as many KV heads as threads) is merged by its task when the run
+  // ends, not in a second pass over the pool (a wake-up and a join per
+  // layer); the same merges in the same order.
   const int64_t runs = std::min(n_seg, (wanted_tasks + n_blocks - 1) / n_blocks);
   run_tasks(pool, n_blocks * runs, [&](int64_t begin, int64_t end) {
     TileScratch& scratch = thread_scratch(hd, hpk, a.in_place());
@@ -527,26 +547,15 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
         reset_states(s, task_heads, hd);
         a.run_segment(h0, h1, 0, n, seg_lo + seg, s, scratch, (seg_lo + s_end) * kSegment, seg == s_begin);
       }
+      if (runs > 1) continue;
+      for (int kv_h = h0; kv_h < h1; ++kv_h) {
+        for (int64_t i = 0; i < n; ++i) merge_head(kv_h, i);
+      }
     }
   });
+  if (runs == 1) return;
   run_tasks(pool, n_head_kv * n, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> total_m, total_l, total_acc;  // grow only: no allocation per decode step
-    if (total_m.size() < static_cast<size_t>(hpk)) total_m.resize(hpk), total_l.resize(hpk);
-    if (total_acc.size() < static_cast<size_t>(hpk * hd)) total_acc.resize(static_cast<size_t>(hpk * hd));
-    const StateSpan total{total_m.data(), total_l.data(), total_acc.data()};
-    for (int64_t task = begin; task < end; ++task) {
-      const int kv_h = static_cast<int>(task / n);
-      const int64_t i = task % n;
-      const int64_t block = kv_h / block_heads;
-      const int64_t width = std::min<int64_t>(n_head_kv, (block + 1) * block_heads) - block * block_heads;
-      reset_states(total, hpk, hd);
-      for (int64_t seg = a.first_segment(i); seg <= a.last_segment(i); ++seg) {
-        const int64_t part = block * n_seg + (seg - seg_lo), head = (i * width + kv_h % block_heads) * hpk;
-        a.merge_heads(m_all + part * task_stride + head, l_all + part * task_stride + head,
-                      acc_all + (part * task_heads + head) * hd, total);
-      }
-      a.write_output(kv_h, i, total.l, total.acc, out);
-    }
+    for (int64_t task = begin; task < end; ++task) merge_head(static_cast<int>(task / n), task % n);
   });
 }
 
