@@ -43,7 +43,8 @@ class ThreadPool;
 // segments). Each segment's state is merged into the query's total in order,
 // so fewer, longer segments merge less: 4096 rows against 512 measured decode
 // attention at context 16384 (2 threads, `baton bench decode`, attn ms, 3
-// alternating runs) 13.3-13.8 against 14.0-14.3 ms, and prefill attention
+// rounds alternating the builds) 13.4-13.5 against 13.8-14.5 ms (13.0-13.3
+// with the decode tasks split by KV heads too), and prefill attention
 // (BM_TiledAttentionPrefill, pos 8192, 1 thread) 23.1-23.5 against 24.7-25.4.
 inline constexpr int64_t kAttentionSegmentRows = 64 * kv_kernels_impl::kAttentionTileRows;
 
