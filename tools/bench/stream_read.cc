@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/util/check.h"
+#include "common/util/cpu_features.h"
+#include "stream_read_loop.h"
 
 namespace baton::cli {
 
@@ -27,11 +29,15 @@ StreamBuffer::StreamBuffer(int64_t words) : size_(words) {
 
 void StreamBuffer::Free::operator()(uint64_t* p) const { std::free(p); }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t stream_sum(const uint64_t* words, int64_t begin,
-                                                                                  int64_t end) {
-  uint64_t sum = 0;
-  for (int64_t i = begin; i < end; ++i) sum += words[i];
-  return sum;
+uint64_t stream_sum(const uint64_t* words, int64_t begin, int64_t end) {
+  switch (active_simd_level()) {
+    case SimdLevel::kAvx512:
+      return stream_sum_avx512(words, begin, end);
+    case SimdLevel::kAvx2:
+      return stream_sum_avx2(words, begin, end);
+    default:
+      return plain_word_sum(words, begin, end);
+  }
 }
 
 double stream_read_bandwidth(const StreamBuffer& buffer, int threads, int passes, uint64_t* sum_out) {

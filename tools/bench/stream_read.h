@@ -3,8 +3,9 @@
 // with it: its own buffer, its own std::threads (no ThreadPool), a simple
 // summing loop with no intrinsics and no prefetch, which the compiler builds
 // as it likes for the CPU it runs on (as STREAM is built: -O3 for the host;
-// here one function cloned per ISA, picked at load time). If the tuned
-// kernel reads slower than this, the tuned kernel is what is wrong.
+// here the loop compiled once per ISA, stream_read_loop.h, and picked by the
+// SIMD level). If the tuned kernel reads slower than this, the tuned kernel
+// is what is wrong.
 //
 // Integer words, so that the compiler may vectorize the sum (it may not
 // reorder a double sum), and on 2 MiB pages where the kernel allows them, as
@@ -36,8 +37,11 @@ class StreamBuffer {
   int64_t size_;
 };
 
-// Sum of words[begin, end): one plain loop.
+// Sum of words[begin, end): one plain loop, built for the active SIMD level.
 uint64_t stream_sum(const uint64_t* words, int64_t begin, int64_t end);
+// The same loop built for AVX2 / AVX-512 (entered only at those levels).
+uint64_t stream_sum_avx2(const uint64_t* words, int64_t begin, int64_t end);
+uint64_t stream_sum_avx512(const uint64_t* words, int64_t begin, int64_t end);
 
 // Best bytes/s over `passes` reads of all of `buffer`, split evenly over
 // `threads` std::threads started for each pass. `*sum_out` (if set): the sum

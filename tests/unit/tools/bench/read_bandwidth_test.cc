@@ -87,6 +87,14 @@ TEST(StreamReadTest, StreamSumAddsEveryValueOnce) {
   EXPECT_EQ(stream_sum(values.data(), 0, 1003), uint64_t{1002} * 1003 / 2);
   EXPECT_EQ(stream_sum(values.data(), 5, 8), uint64_t{5 + 6 + 7});
   EXPECT_EQ(stream_sum(values.data(), 7, 7), uint64_t{0});
+  // Each ISA's build of the loop where this CPU runs it (a vectorized body
+  // and its scalar tail: 1003 words, odd ranges).
+  for (const SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (best_simd_level() < level) continue;
+    const auto sum = level == SimdLevel::kAvx2 ? stream_sum_avx2 : stream_sum_avx512;
+    EXPECT_EQ(sum(values.data(), 0, 1003), uint64_t{1002} * 1003 / 2) << simd_level_name(level);
+    EXPECT_EQ(sum(values.data(), 3, 1000), uint64_t{999} * 1000 / 2 - 3) << simd_level_name(level);
+  }
 }
 
 TEST(StreamReadTest, EveryThreadReadsItsShareOnce) {
