@@ -1,10 +1,7 @@
 #include "stream_read.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -14,20 +11,12 @@
 
 namespace baton::cli {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-}  // namespace
-
-StreamBuffer::StreamBuffer(int64_t words) : size_(words) {
-  BATON_CHECK(words > 0);
-  const size_t bytes = (static_cast<size_t>(words) * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
-  words_.reset(static_cast<uint64_t*>(std::aligned_alloc(kHugePage, bytes)));
-  BATON_CHECK(words_ != nullptr);
-  madvise(words_.get(), bytes, MADV_HUGEPAGE);  // a hint: 4 KiB pages where refused
-  std::fill(words_.get(), words_.get() + words, uint64_t{1});
+StreamBuffer::StreamBuffer(int64_t words)
+    : bytes_(allocate_huge_pages(words * static_cast<int64_t>(sizeof(uint64_t)))), size_(words) {
+  BATON_CHECK(words > 0 && bytes_ != nullptr);
+  auto* w = reinterpret_cast<uint64_t*>(bytes_.get());
+  std::fill(w, w + words, uint64_t{1});
 }
-
-void StreamBuffer::Free::operator()(uint64_t* p) const { std::free(p); }
 
 uint64_t stream_sum(const uint64_t* words, int64_t begin, int64_t end) {
   switch (active_simd_level()) {

@@ -17,23 +17,21 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
+
+#include "common/util/huge_page_buffer.h"
 
 namespace baton::cli {
 
 // `words` 64-bit words, every one 1, on 2 MiB pages where the kernel grants
-// them (madvise; 4 KiB ones otherwise).
+// them (allocate_huge_pages, the engine's allocator for its packed weights).
 class StreamBuffer {
  public:
   explicit StreamBuffer(int64_t words);
-  const uint64_t* data() const { return words_.get(); }
+  const uint64_t* data() const { return reinterpret_cast<const uint64_t*>(bytes_.get()); }
   int64_t size() const { return size_; }
 
  private:
-  struct Free {
-    void operator()(uint64_t* p) const;
-  };
-  std::unique_ptr<uint64_t, Free> words_;
+  HugePageBytes bytes_;
   int64_t size_;
 };
 
