@@ -173,7 +173,6 @@ class TilePrefetchSpread {
         v_(p.v),
         row_skip_(p.stride - 64 * int64_t{p.lines - 1}),
         left_(p.rows * p.lines),
-        contiguous_(p.rows <= 1 || p.stride == 64 * int64_t{p.lines}),
         lines_(p.lines),
         in_row_(p.lines),
         steps_(steps > 0 ? steps : 1),
@@ -200,22 +199,17 @@ class TilePrefetchSpread {
   void lines(int n) {
     n = n < left_ ? n : left_;
     left_ -= n;
-    if (contiguous_) {  // one run of lines (a head's consecutive rows): no row bookkeeping
-      int64_t offset = offset_;
-      for (; n > 0; --n, offset += 64) {
-        __builtin_prefetch(k_ + offset, 0, 2);
-        __builtin_prefetch(v_ + offset, 0, 2);
-      }
-      offset_ = offset;
-      return;
-    }
+    // The cursor in locals (written back once), not walked in the members.
+    int64_t offset = offset_;
+    int in_row = in_row_;
     for (; n > 0; --n) {
-      __builtin_prefetch(k_ + offset_, 0, 2);
-      __builtin_prefetch(v_ + offset_, 0, 2);
+      __builtin_prefetch(k_ + offset, 0, 2);
+      __builtin_prefetch(v_ + offset, 0, 2);
       int64_t advance = 64;
-      if (--in_row_ == 0) in_row_ = lines_, advance = row_skip_;
-      offset_ += advance;
+      if (--in_row == 0) in_row = lines_, advance = row_skip_;
+      offset += advance;
     }
+    offset_ = offset, in_row_ = in_row;
   }
 
   const uint8_t* k_;
@@ -223,7 +217,6 @@ class TilePrefetchSpread {
   int64_t offset_ = 0;  // of the next line from k_ (and v_)
   int64_t row_skip_;    // from a row's last line to the next row's first
   int left_;            // lines of K (and as many of V) not yet issued
-  bool contiguous_;     // the rows' lines are one run (row_skip_ 64)
   int lines_;
   int in_row_;          // lines of the current row not yet issued
   int steps_;
