@@ -30,6 +30,7 @@
 #include "common/kv_cache/kv_cache.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/util/huge_page_buffer.h"
 
 namespace baton {
 
@@ -111,19 +112,6 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
                                                 int64_t n_tokens) const;
 
  private:
-  // Code planes start on a 64-byte line: with 64-byte heads (INT8 x 64, F16
-  // x 32) each head's row is one line, never a load split across two.
-  template <typename T>
-  struct LineAllocator {
-    using value_type = T;
-    LineAllocator() = default;
-    template <typename U>
-    LineAllocator(const LineAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator
-    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-    bool operator==(const LineAllocator&) const { return true; }
-  };
-
   // Rows [first, first + count) of a plane that are laid out together, head
   // by head (Plane::code_at, scale_at). A layer's rows are one run; so are
   // the rows a rollback keeps aside and a restore gathers.
@@ -142,9 +130,9 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
     int heads;                     // KV heads
-    std::vector<uint8_t, LineAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
-    std::vector<uint16_t> scales;  // f16 [rows, row_groups], the same runs
-    std::vector<uint16_t> mins;    // f16, INT4 only, same shape
+    std::vector<uint8_t, PlaneAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
+    std::vector<uint16_t, PlaneAllocator<uint16_t>> scales;  // f16 [rows, row_groups], the same runs
+    std::vector<uint16_t, PlaneAllocator<uint16_t>> mins;    // f16, INT4 only, same shape
     int64_t head_code_bytes() const { return row_code_bytes / heads; }
     int64_t head_groups() const { return row_groups / heads; }
     // Where head h's row r (0 <= r < run.count) of a run starts: in codes,
