@@ -13,4 +13,29 @@ HugePageBytes allocate_huge_pages(int64_t bytes) {
   return buffer;
 }
 
+namespace {
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+constexpr uintptr_t kPage = 4096;
+uintptr_t page_bytes(int64_t bytes) { return (static_cast<uintptr_t>(bytes) + kPage - 1) & ~(kPage - 1); }
+}  // namespace
+
+void* map_huge_pages(int64_t bytes) {
+  if (bytes <= 0) return nullptr;
+  const uintptr_t size = page_bytes(bytes);
+  // 2 MiB more than needed, then the unaligned head and the tail given back.
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = start + size + kHugePage;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice only
+  return reinterpret_cast<void*>(aligned);
+}
+
+void unmap_pages(void* p, int64_t bytes) {
+  if (p != nullptr && bytes > 0) munmap(p, page_bytes(bytes));
+}
+
 }  // namespace baton

@@ -6,6 +6,7 @@
 // host; README, Benchmarks).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -23,15 +24,26 @@ using HugePageBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
 // transparent huge pages are off, the pages stay 4 KiB.
 HugePageBytes allocate_huge_pages(int64_t bytes);
 
+// A fresh anonymous mapping of `bytes` (rounded up to 4 KiB pages only),
+// starting on a 2 MiB boundary and asked for transparent huge pages (advice,
+// as above): every whole 2 MiB page of it can be huge, and nothing past the
+// last 4 KiB page is held. Zero-filled. Null when `bytes` <= 0 or the
+// mapping fails. Give it back with unmap_pages(p, the same bytes).
+void* map_huge_pages(int64_t bytes);
+void unmap_pages(void* p, int64_t bytes);
+
 // A std::vector allocator for planes that a kernel streams whole (the KV
 // store's codes and scales): 64-byte aligned (a 64-byte row never straddles
-// two lines), and from kHugePlaneBytes up on 2 MiB huge pages
-// (allocate_huge_pages; its rounding to whole pages is at most 2 MiB, a
-// quarter of the smallest such plane, so small stores keep their size).
-// Decode attention reads every plane of the store once per token: on 4 KiB
-// pages its TLB missed every 4 KiB (INT8-g32 store, context 16384: 12.8
-// against 13.8-14.2 ms of attention a token; README, Benchmarks).
-inline constexpr size_t kHugePlaneBytes = size_t{8} << 20;
+// two lines), and from kHugePlaneBytes up a mapping of its own on huge
+// pages (map_huge_pages: no 2 MiB rounding, so a store holds the bytes it
+// counts). Decode attention reads every plane of the store once per token,
+// each head's rows one run: on 4 KiB pages its stream (and the prefetch of
+// the next tile, a new page every tile) took a page walk per 4 KiB (INT8-g32
+// store, context 16384: 12.4-12.7 against 13.6-14.1 ms of attention a token;
+// README, Benchmarks). Its own mapping, not madvise over what malloc gives:
+// a plane malloc took from the heap's already touched pages stayed on 4 KiB
+// pages.
+inline constexpr size_t kHugePlaneBytes = size_t{4} << 20;
 
 template <typename T>
 struct PlaneAllocator {
@@ -41,14 +53,14 @@ struct PlaneAllocator {
   PlaneAllocator(const PlaneAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator
   T* allocate(size_t n) {
     if (n * sizeof(T) < kHugePlaneBytes) return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
-    auto* p = reinterpret_cast<T*>(allocate_huge_pages(static_cast<int64_t>(n * sizeof(T))).release());
+    void* p = map_huge_pages(static_cast<int64_t>(n * sizeof(T)));
     if (p == nullptr) throw std::bad_alloc();
-    return p;
+    return static_cast<T*>(p);
   }
-  // n is allocate's (as std::vector passes it): it tells which of the two gave p.
+  // n is allocate's (std::vector passes it back): it tells which gave p.
   void deallocate(T* p, size_t n) {
     if (n * sizeof(T) < kHugePlaneBytes) return ::operator delete(p, std::align_val_t{64});
-    FreeDeleter()(p);
+    unmap_pages(p, static_cast<int64_t>(n * sizeof(T)));
   }
   template <typename U>
   bool operator==(const PlaneAllocator<U>&) const { return true; }
