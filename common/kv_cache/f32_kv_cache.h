@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/kv_cache/kv_cache.h"
+#include "common/util/huge_page_buffer.h"
 
 namespace baton {
 
@@ -28,8 +29,9 @@ class F32KvCache final : public KvCache {
   KvGeometry geometry_;
   int64_t capacity_;
   int64_t size_ = 0;
-  std::vector<float> k_;  // [n_layer, capacity, kv_dim]
-  std::vector<float> v_;  // [n_layer, capacity, kv_dim]
+  // Streamed whole per token, as the quantized store's planes: PlaneAllocator.
+  std::vector<float, PlaneAllocator<float>> k_;  // [n_layer, capacity, kv_dim]
+  std::vector<float, PlaneAllocator<float>> v_;  // [n_layer, capacity, kv_dim]
 };
 
 }  // namespace baton
