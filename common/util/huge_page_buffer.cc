@@ -4,20 +4,21 @@
 
 namespace baton {
 
+namespace {
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+constexpr uintptr_t kPage = 4096;
+// bytes rounded up to a multiple of `unit` (a power of two).
+uintptr_t round_up(uintptr_t bytes, uintptr_t unit) { return (bytes + unit - 1) & ~(unit - 1); }
+uintptr_t page_bytes(int64_t bytes) { return round_up(static_cast<uintptr_t>(bytes), kPage); }
+}  // namespace
+
 HugePageBytes allocate_huge_pages(int64_t bytes) {
-  constexpr size_t kHugePage = size_t{2} << 20;
   if (bytes <= 0) return nullptr;
-  const size_t allocated = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t allocated = round_up(static_cast<uintptr_t>(bytes), kHugePage);
   HugePageBytes buffer(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, allocated)));
   if (buffer != nullptr) madvise(buffer.get(), allocated, MADV_HUGEPAGE);  // advice only
   return buffer;
 }
-
-namespace {
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-constexpr uintptr_t kPage = 4096;
-uintptr_t page_bytes(int64_t bytes) { return (static_cast<uintptr_t>(bytes) + kPage - 1) & ~(kPage - 1); }
-}  // namespace
 
 void* map_huge_pages(int64_t bytes) {
   if (bytes <= 0) return nullptr;
@@ -26,7 +27,7 @@ void* map_huge_pages(int64_t bytes) {
   void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t aligned = round_up(start, kHugePage);
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t end = start + size + kHugePage;
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
