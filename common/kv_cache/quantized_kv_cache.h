@@ -2,7 +2,7 @@
 // quantized form (F16, INT8 or INT4 with per-token groups along head_dim; K
 // and V each with their own bits and group, e.g. int4-k8: INT8 keys, INT4
 // values) and attends over it directly (DESIGN.md "Edge memory"): the tiled
-// attention (tiled_attention.h) reads INT8 and F16 tiles of 64 positions in
+// attention (tiled_attention.h) reads INT8 and F16 tiles of 128 positions in
 // place and dequantizes other tiles one KV head at a time into a small
 // per-thread buffer, never the whole cache.
 //

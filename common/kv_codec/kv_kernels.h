@@ -34,8 +34,17 @@ inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx)
 
 // Positions of one attention tile (tiled_attention.h): tiles start at
 // multiples of it in absolute positions, so a query's arithmetic never
-// depends on the other queries of a call.
-inline constexpr int kAttentionTileRows = 64;
+// depends on the other queries of a call. 128 since the thirty-third
+// session (64 before): a decode call (one KV head's query heads over one
+// tile) has a fixed cost per call and per online-softmax step (the setup,
+// the tile max and alpha for its heads, the weight codes' scales, the
+// next tile's prefetch), which 128 rows pay once where 64 paid it twice:
+// INT8 decode attention, context 16384, 11.9-12.4 against 13.1-13.7 ms
+// (baton bench decode, 2 threads, alternating builds), the L2-resident
+// kernel ~8% faster (BM_TiledAttentionDecodeInCache). It changes the bits
+// of attention (a tile is one online-softmax step and one weight-code
+// scale), the same on every path (scalar, AVX2, AVX-512, AMX).
+inline constexpr int kAttentionTileRows = 128;
 
 // The scalar kernels' online-softmax step of one query over a tile's scores
 // s[lo, hi) whose largest is tile_max: the scores become their weights
@@ -103,15 +112,15 @@ bool q8_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 //   step = p_ref * (vs_max / kQ8WeightMax)
 // (vs_max and ratio are shared by the heads of one query position), and
 // acc[d] = fma(float(sum_r code_r * v_r[d]), step, acc[d]) with the sum over
-// the tile's rows exact in int32 (|sum| <= 64 * 32767 * 128 < 2^31).
+// the tile's rows exact in int32 (|sum| <= 128 * 32767 * 128 < 2^29).
 // Error: |code_r * step - p_r * vs_r[g]| <= step / 2 (up to float
 // rounding), so a tile moves acc[d] by at most n_rows * step / 2 * 127 =
 // n_rows * p_ref * amax / (2 * kQ8WeightMax) (amax = 127 vs_max, the
 // group's largest magnitude over the tile), and the normalized output (acc /
 // l, l >= p_ref: the row of score t is in l) by at most kAttentionTileRows /
-// (2 * kQ8WeightMax) * max amax = max amax / 1024: a quarter of the error
-// bound of the INT8 value codes themselves (amax / 254). (u8 weights, 255
-// levels, would allow max amax / 8: too coarse.)
+// (2 * kQ8WeightMax) * max amax = max amax / 512: half the error bound of
+// the INT8 value codes themselves (amax / 254; with 64-row tiles it was a
+// quarter). (u8 weights, 255 levels, would allow max amax / 4: too coarse.)
 inline constexpr int kQ8WeightMax = 32767;
 inline constexpr float kQ8WeightTiny = 0x1p-96f;
 

@@ -1067,7 +1067,7 @@ namespace {
 // the signed key codes of one block of 16 rows (8 rows x 64 bytes: the key
 // columns' layout, 4 dims of 16 keys per row), tmm2 / tmm3 int32 results
 // (16 x 16), tmm4 / tmm5 the 16 heads' weight codes' high and low bits over
-// the tile's 64 rows (16 x 64 bytes), tmm6 the value codes of 16 dims (16
+// 64 of the tile's rows (16 x 64 bytes), tmm6 the value codes of 16 dims (16
 // rows x 64 bytes: 4 rows of 16 dims per row).
 struct alignas(64) AmxTileConfig {
   uint8_t palette = 1;
@@ -1232,37 +1232,45 @@ template <int NB>
   const __m512i seven_bits = _mm512_set1_epi16(0x7f);
   // packus orders each 128-bit lane's 8 + 8 bytes; the qword permute puts the rows back in order.
   const __m512i row_order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
-  static_assert(kAttentionTileRows == 64, "one 64-byte tile row of codes per head");
+  // A tile row holds at most 64 bytes: the tile's rows go in 64-row halves,
+  // both products into the same sums (tdpbusd accumulates).
+  static_assert(kAttentionTileRows % 64 == 0, "whole 64-byte tile rows of codes per head");
+  constexpr int kHalves = kAttentionTileRows / 64;
   for (int g = 0; g < v_groups; ++g) {
     for (int r = 0; r < 16; ++r) {
       uint8_t* hi_row = high[g] + r * kAttentionTileRows;
       uint8_t* lo_row = low[g] + r * kAttentionTileRows;
-      if (r >= nh) {
-        _mm512_store_si512(hi_row, _mm512_setzero_si512());
-        _mm512_store_si512(lo_row, _mm512_setzero_si512());
-        continue;
+      for (int x = 0; x < kAttentionTileRows; x += 64) {
+        if (r >= nh) {
+          _mm512_store_si512(hi_row + x, _mm512_setzero_si512());
+          _mm512_store_si512(lo_row + x, _mm512_setzero_si512());
+          continue;
+        }
+        const int16_t* codes = wq + (int64_t{h0 + r} * v_groups + g) * kAttentionTileRows + x;
+        const __m512i c0 = _mm512_loadu_si512(codes), c1 = _mm512_loadu_si512(codes + 32);
+        _mm512_store_si512(hi_row + x, _mm512_maskz_permutexvar_epi64(0xff, row_order,
+                                                                      _mm512_packus_epi16(_mm512_srli_epi16(c0, 7),
+                                                                                          _mm512_srli_epi16(c1, 7))));
+        _mm512_store_si512(lo_row + x, _mm512_maskz_permutexvar_epi64(
+                                           0xff, row_order, _mm512_packus_epi16(_mm512_and_si512(c0, seven_bits),
+                                                                                _mm512_and_si512(c1, seven_bits))));
       }
-      const int16_t* codes = wq + (int64_t{h0 + r} * v_groups + g) * kAttentionTileRows;
-      const __m512i c0 = _mm512_loadu_si512(codes), c1 = _mm512_loadu_si512(codes + 32);
-      _mm512_store_si512(hi_row, _mm512_maskz_permutexvar_epi64(
-                                     0xff, row_order, _mm512_packus_epi16(_mm512_srli_epi16(c0, 7), _mm512_srli_epi16(c1, 7))));
-      _mm512_store_si512(lo_row, _mm512_maskz_permutexvar_epi64(
-                                     0xff, row_order, _mm512_packus_epi16(_mm512_and_si512(c0, seven_bits),
-                                                                          _mm512_and_si512(c1, seven_bits))));
     }
   }
   for (int c = 0, loaded = -1; c < kChunks; ++c) {
     const int g = c * 16 / v_group;
-    if (g != loaded) {
-      _tile_loadd(4, high[g], kAttentionTileRows);
-      _tile_loadd(5, low[g], kAttentionTileRows);
-      loaded = g;
-    }
-    _tile_loadd(6, quads + int64_t{c} * (kAttentionTileRows / 4) * 64, 64);
     _tile_zero(2);
     _tile_zero(3);
-    _tile_dpbusd(2, 4, 6);
-    _tile_dpbusd(3, 5, 6);
+    for (int half = 0; half < kHalves; ++half) {
+      if (g != loaded || kHalves > 1) {
+        _tile_loadd(4, high[g] + 64 * half, kAttentionTileRows);
+        _tile_loadd(5, low[g] + 64 * half, kAttentionTileRows);
+        loaded = g;
+      }
+      _tile_loadd(6, quads + (int64_t{c} * (kAttentionTileRows / 4) + 16 * half) * 64, 64);
+      _tile_dpbusd(2, 4, 6);
+      _tile_dpbusd(3, 5, 6);
+    }
     _tile_stored(2, sums[c][0], 64);
     _tile_stored(3, sums[c][1], 64);
   }

@@ -226,13 +226,14 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
   std::vector<float> original_v_[2];  // each layer's f32 values as stored, [context, kv_dim]
 };
 
-// Contexts on both sides of the 64-position tiles and past one and two
-// segment boundaries (kAttentionSegmentRows): 1, 63, 64, 65, 1000, 4097, 8200.
+// Contexts on both sides of the 128-position tiles and past one and two
+// segment boundaries (kAttentionSegmentRows): 1, 127, 128, 129, 1000, 4097, 8200.
 TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWindows) {
   const KvGeometry g = geometry();
   double worst = 0;
   static_assert(kAttentionSegmentRows == 4096, "the contexts below straddle its boundaries");
-  for (int64_t context : {1, 63, 64, 65, 1000, 4097, 8200}) {
+  static_assert(kv_kernels_impl::kAttentionTileRows == 128, "the contexts below straddle its boundaries");
+  for (int64_t context : {1, 127, 128, 129, 1000, 4097, 8200}) {
     SCOPED_TRACE("context " + std::to_string(context));
     const std::unique_ptr<KvCache> kv = make_store(context);
     std::mt19937 rng(11);
