@@ -46,10 +46,9 @@ class ThreadPool;
 // rounds alternating the builds) 13.4-13.5 against 13.8-14.5 ms (13.0-13.3
 // with the decode tasks split by KV heads too), and prefill attention
 // (BM_TiledAttentionPrefill, pos 8192, 1 thread) 23.1-23.5 against 24.7-25.4.
-// (Written as 32 tiles of 128 rows since the tiles grew from 64: the same
-// 4096 positions.)
-inline constexpr int64_t kAttentionSegmentRows = 32 * kv_kernels_impl::kAttentionTileRows;
-static_assert(kAttentionSegmentRows == 4096);
+// A whole number of tiles (32 of 128 positions; 64 of 64 before the tiles grew).
+inline constexpr int64_t kAttentionSegmentRows = 4096;
+static_assert(kAttentionSegmentRows % kv_kernels_impl::kAttentionTileRows == 0);
 
 // One layer's K and V as the attention reads them.
 struct AttentionRows {

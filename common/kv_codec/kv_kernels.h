@@ -39,8 +39,8 @@ inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx)
 // tile) has a fixed cost per call and per online-softmax step (the setup,
 // the tile max and alpha for its heads, the weight codes' scales, the
 // next tile's prefetch), which 128 rows pay once where 64 paid it twice:
-// INT8 decode attention, context 16384, 11.9-12.4 against 13.1-13.7 ms
-// (baton bench decode, 2 threads, alternating builds), the L2-resident
+// INT8 decode attention, context 16384, 11.6-11.9 against 13.0-13.4 ms
+// (baton bench decode, 2 threads, 5 alternating runs), the L2-resident
 // kernel ~8% faster (BM_TiledAttentionDecodeInCache). It changes the bits
 // of attention (a tile is one online-softmax step and one weight-code
 // scale), the same on every path (scalar, AVX2, AVX-512, AMX).

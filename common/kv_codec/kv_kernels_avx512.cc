@@ -1257,16 +1257,13 @@ template <int NB>
       }
     }
   }
-  for (int c = 0, loaded = -1; c < kChunks; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const int g = c * 16 / v_group;
     _tile_zero(2);
     _tile_zero(3);
     for (int half = 0; half < kHalves; ++half) {
-      if (g != loaded || kHalves > 1) {
-        _tile_loadd(4, high[g] + 64 * half, kAttentionTileRows);
-        _tile_loadd(5, low[g] + 64 * half, kAttentionTileRows);
-        loaded = g;
-      }
+      _tile_loadd(4, high[g] + 64 * half, kAttentionTileRows);
+      _tile_loadd(5, low[g] + 64 * half, kAttentionTileRows);
       _tile_loadd(6, quads + (int64_t{c} * (kAttentionTileRows / 4) + 16 * half) * 64, 64);
       _tile_dpbusd(2, 4, 6);
       _tile_dpbusd(3, 5, 6);
