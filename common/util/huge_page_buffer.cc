@@ -12,14 +12,6 @@ uintptr_t round_up(uintptr_t bytes, uintptr_t unit) { return (bytes + unit - 1) 
 uintptr_t page_bytes(int64_t bytes) { return round_up(static_cast<uintptr_t>(bytes), kPage); }
 }  // namespace
 
-HugePageBytes allocate_huge_pages(int64_t bytes) {
-  if (bytes <= 0) return nullptr;
-  const size_t allocated = round_up(static_cast<uintptr_t>(bytes), kHugePage);
-  HugePageBytes buffer(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, allocated)));
-  if (buffer != nullptr) madvise(buffer.get(), allocated, MADV_HUGEPAGE);  // advice only
-  return buffer;
-}
-
 void* map_huge_pages(int64_t bytes) {
   if (bytes <= 0) return nullptr;
   const uintptr_t size = page_bytes(bytes);
@@ -37,6 +29,10 @@ void* map_huge_pages(int64_t bytes) {
 
 void unmap_pages(void* p, int64_t bytes) {
   if (p != nullptr && bytes > 0) munmap(p, page_bytes(bytes));
+}
+
+HugePageBytes allocate_huge_pages(int64_t bytes) {
+  return HugePageBytes(static_cast<uint8_t*>(map_huge_pages(bytes)), UnmapDeleter{bytes});
 }
 
 }  // namespace baton

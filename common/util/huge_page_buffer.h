@@ -8,29 +8,32 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <new>
 
 namespace baton {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using HugePageBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
-
-// At least `bytes` bytes (rounded up to whole 2 MiB pages), uninitialized;
-// null when the allocation fails. The huge pages are advice (madvise): where
-// transparent huge pages are off, the pages stay 4 KiB.
-HugePageBytes allocate_huge_pages(int64_t bytes);
-
 // A fresh anonymous mapping of `bytes` (rounded up to 4 KiB pages only),
-// starting on a 2 MiB boundary and asked for transparent huge pages (advice,
-// as above): every whole 2 MiB page of it can be huge, and nothing past the
-// last 4 KiB page is held. Zero-filled. Null when `bytes` <= 0 or the
-// mapping fails. Give it back with unmap_pages(p, the same bytes).
+// starting on a 2 MiB boundary and asked for transparent huge pages (advice:
+// where transparent huge pages are off, the pages stay 4 KiB): every whole 2
+// MiB page of it can be huge, and nothing past the last 4 KiB page is held.
+// Zero-filled. Null when `bytes` <= 0 or the mapping fails. Give it back
+// with unmap_pages(p, the same bytes).
 void* map_huge_pages(int64_t bytes);
 void unmap_pages(void* p, int64_t bytes);
+
+// map_huge_pages as an owning pointer: its deleter keeps the size to unmap.
+// (Until the thirty-fourth session a second allocator, aligned_alloc rounded
+// up to whole 2 MiB pages plus madvise, served these buffers: one mapping
+// path now, and a buffer holds the 4 KiB pages it asks for.)
+struct UnmapDeleter {
+  int64_t bytes = 0;
+  void operator()(uint8_t* p) const { unmap_pages(p, bytes); }
+};
+using HugePageBytes = std::unique_ptr<uint8_t[], UnmapDeleter>;
+
+// map_huge_pages(bytes), owned; null when `bytes` <= 0 or the mapping fails.
+HugePageBytes allocate_huge_pages(int64_t bytes);
 
 // A std::vector allocator for planes that a kernel streams whole (the KV
 // store's codes and scales): 64-byte aligned (a 64-byte row never straddles

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace baton {
@@ -59,6 +60,23 @@ bool has_flag(const std::string& vm_flags, const std::string& flag) {
 bool kernel_has_thp() { return std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good(); }
 
 constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+
+TEST(HugePageBuffer, ZeroedAdvisedAndUnmappedWhenReleased) {
+  for (int64_t bytes : {int64_t{4096}, (int64_t{2} << 20) + 64, int64_t{7} << 20}) {
+    HugePageBytes buffer = allocate_huge_pages(bytes);
+    ASSERT_NE(buffer, nullptr) << bytes;
+    const auto at = reinterpret_cast<uintptr_t>(buffer.get());
+    EXPECT_EQ(buffer[0], 0) << bytes;
+    EXPECT_EQ(buffer[bytes - 1], 0) << bytes;
+    buffer[bytes - 1] = 1;
+    if (kernel_has_thp()) {
+      EXPECT_TRUE(has_flag(vm_flags_of(at), "hg")) << bytes;
+    }
+    HugePageBytes moved = std::move(buffer);  // the size travels with the deleter
+    moved.reset();
+    EXPECT_EQ(vm_flags_of(at), "") << bytes;
+  }
+}
 
 TEST(MapHugePages, TwoMebibyteAlignedZeroedWritableAndAdvised) {
   for (int64_t bytes : {int64_t{1}, int64_t{4097}, (int64_t{2} << 20) + 1, int64_t{9} << 20}) {
