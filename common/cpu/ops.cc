@@ -58,7 +58,7 @@ void rope_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, b
   }
 }
 
-RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq) {
+RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq, float attn_factor) {
   RopeTable t;
   t.pos0 = pos0;
   t.n = n;
@@ -69,8 +69,8 @@ RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_f
     const double pos = static_cast<double>(pos0 + r);
     for (int i = 0; i < t.n_pairs; ++i) {
       const double theta = pos * inv_freq[i];
-      t.cos[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::cos(theta) * 1.0f);
-      t.sin[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::sin(theta) * 1.0f);
+      t.cos[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::cos(theta) * attn_factor);
+      t.sin[static_cast<size_t>(r * t.n_pairs + i)] = static_cast<float>(std::sin(theta) * attn_factor);
     }
   }
   return t;

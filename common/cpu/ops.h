@@ -34,9 +34,10 @@ struct RopeTable {
   int n_pairs = 0;
   std::vector<float> cos, sin;  // [n, n_pairs]
 };
-RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq);
+RopeTable make_rope_table(int64_t pos0, int64_t n, int n_rot, const float* inv_freq, float attn_factor = 1.0f);
 // rope_rows for rows at positions [pos0, pos0 + n_rows), which the table
-// must cover (checked); bit-identical to rope_rows with attn_factor 1.
+// must cover (checked); bit-identical to rope_rows with the table's
+// attn_factor (the same angles, products and roundings).
 void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool neox, int64_t pos0,
                      const RopeTable& table);
 

@@ -242,6 +242,19 @@ absl::Status Engine::decode_rows(std::span<const DecodeRow> rows, float* logits)
   return absl::OkStatus();
 }
 
+const RopeTable& Engine::rope_table(const float* inv_freq, int64_t pos0, int64_t n) {
+  for (const RopeEntry& e : rope_tables_) {
+    if (e.inv_freq == inv_freq && e.table.pos0 == pos0 && e.table.n == n) return e.table;
+  }
+  // A call's runs (a batched step: one per session) times the model's
+  // frequency tables; older entries go first.
+  constexpr size_t kRopeTables = 16;
+  if (rope_tables_.size() == kRopeTables) rope_tables_.erase(rope_tables_.begin());
+  const RopeSpec& rope = model_.spec().rope;
+  rope_tables_.push_back(RopeEntry{inv_freq, make_rope_table(pos0, n, rope.n_rot, inv_freq, rope.attn_factor)});
+  return rope_tables_.back().table;
+}
+
 absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> runs, bool decode_order) {
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
@@ -282,11 +295,10 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   for (const RowRun& run : runs) {
     float* q = q_.data() + run.first_row * q_dim;
     float* k = k_.data() + run.first_row * kv_dim;
+    const RopeTable& table = rope_table(inv_freq, run.pos, run.n);
     for_rows(pool_, run.n, [&](int64_t begin, int64_t end) {
-      rope_rows(q + begin * q_dim, end - begin, s.n_head, s.head_dim, s.rope.n_rot, neox, run.pos + begin, inv_freq,
-                s.rope.attn_factor);
-      rope_rows(k + begin * kv_dim, end - begin, s.n_head_kv, s.head_dim, s.rope.n_rot, neox, run.pos + begin,
-                inv_freq, s.rope.attn_factor);
+      rope_rows_table(q + begin * q_dim, end - begin, s.n_head, s.head_dim, neox, run.pos + begin, table);
+      rope_rows_table(k + begin * kv_dim, end - begin, s.n_head_kv, s.head_dim, neox, run.pos + begin, table);
     });
   }
   if (s.query_scale != 1.0f) scale_inplace(q_.data(), s.query_scale, n * q_dim);

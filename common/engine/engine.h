@@ -13,6 +13,7 @@
 #include "common/kv_cache/kv_cache.h"
 #include "common/model/model.h"
 #include "common/cpu/matmul.h"
+#include "common/cpu/ops.h"
 #include "common/util/thread_pool.h"
 
 namespace baton {
@@ -95,6 +96,14 @@ class Engine {
   // decode_order: the matrix products of a decode step per row
   // (decode_rows); else prefill's. Attention: one call per run either way.
   absl::Status layer(int il, float* x, int64_t n, std::span<const RowRun> runs, bool decode_order);
+  // RoPE's cos and sin for positions [pos0, pos0 + n) of a frequency table
+  // (Model::rope_inv_freq: gemma3 has a local and a global one), computed
+  // once and kept for the layers after: a step's rows are at the same
+  // positions in every layer, and q and k take the same angles (rope_rows
+  // took 2 x n_rot / 2 double cos and sin per row, per layer, for each of
+  // q and k). The same bits as rope_rows (rope_rows_table). The reference
+  // holds until the next call.
+  const RopeTable& rope_table(const float* inv_freq, int64_t pos0, int64_t n);
 
   const Model& model_;
   EngineOptions options_;
@@ -110,6 +119,11 @@ class Engine {
   std::vector<float> gate_;    // [B, n_ff]
   std::vector<float> up_;      // [B, n_ff]
   std::vector<float> chunk_x_; // [n, n_embd] residual stream of a prefill_layers chunk
+  struct RopeEntry {
+    const float* inv_freq;
+    RopeTable table;
+  };
+  std::vector<RopeEntry> rope_tables_;  // rope_table's, the newest last (at most kRopeTables)
 };
 
 // Validates token ids against the vocabulary.

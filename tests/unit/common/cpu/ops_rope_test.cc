@@ -28,6 +28,26 @@ TEST(RopeTableTest, BitIdenticalToRopeRowsForEveryPairing) {
   }
 }
 
+// The engine's tables (Engine::rope_table) carry the model's attention
+// factor (YaRN's), as rope_rows does; at large positions too (a long
+// context's angles, where the double reduction matters).
+TEST(RopeTableTest, BitIdenticalToRopeRowsWithAnAttentionFactor) {
+  constexpr int kHeads = 2, kHeadDim = 8, kRot = 8;
+  const std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  std::vector<float> x(static_cast<size_t>(3 * kHeads * kHeadDim));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  for (const float factor : {1.0f, 1.0693147f}) {
+    const RopeTable table = make_rope_table(131070, 3, kRot, inv_freq.data(), factor);
+    std::vector<float> a = x, b = x;
+    rope_rows(a.data(), 3, kHeads, kHeadDim, kRot, /*neox=*/true, 131070, inv_freq.data(), factor);
+    rope_rows_table(b.data(), 3, kHeads, kHeadDim, /*neox=*/true, 131070, table);
+    EXPECT_EQ(a, b) << factor;
+  }
+  // A factor other than 1 scales the rotation: the tables differ.
+  EXPECT_NE(make_rope_table(5, 1, kRot, inv_freq.data(), 1.0693147f).cos,
+            make_rope_table(5, 1, kRot, inv_freq.data()).cos);
+}
+
 TEST(RopeTableDeathTest, RowsOutsideTheTableAbort) {
   const std::vector<float> inv_freq = {1.0f};
   const RopeTable table = make_rope_table(10, 5, 2, inv_freq.data());
