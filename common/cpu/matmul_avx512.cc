@@ -371,11 +371,13 @@ inline __m512i reduce16x16_lanes(__m512i (&a)[16], Op op) {
 // are the same IEEE operations on vectors): block b's quants to qs_of(b) (32
 // bytes), the blocks' fp16 scales returned; with kSums, *sums lane b = the
 // sum of block b's 32 quants (exact in int32).
-template <bool kSums, typename QsOf>
-inline __m256i quantize_16_blocks(const float* x, QsOf qs_of, __m512i* sums) {
+// x_of(b): block b's 32 floats (consecutive blocks of a row, or one block of
+// 16 rows).
+template <bool kSums, typename XOf, typename QsOf>
+inline __m256i quantize_16_blocks_of(XOf x_of, QsOf qs_of, __m512i* sums) {
   __m512i amax[16];
   for (int b = 0; b < 16; ++b) {
-    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const __m512 v0 = _mm512_loadu_ps(x_of(b)), v1 = _mm512_loadu_ps(x_of(b) + 16);
     amax[b] = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
   }
   const __m512 vmax = _mm512_castsi512_ps(reduce16x16_lanes(amax, [](__m512i p, __m512i q) {
@@ -394,7 +396,7 @@ inline __m256i quantize_16_blocks(const float* x, QsOf qs_of, __m512i* sums) {
     int8_t* qs = qs_of(b);
     __m512i q[2];
     for (int i = 0; i < 2; ++i) {
-      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * i), vid);
+      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x_of(b) + 16 * i), vid);
       const __m512 trunc = _mm512_roundscale_ps(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
       const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(scaled, trunc));  // exact
       const __m512 away = _mm512_castsi512_ps(
@@ -409,6 +411,12 @@ inline __m256i quantize_16_blocks(const float* x, QsOf qs_of, __m512i* sums) {
   }
   if constexpr (kSums) *sums = reduce16x16_lanes(block_sums, [](__m512i p, __m512i q) { return _mm512_add_epi32(p, q); });
   return _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// Sixteen consecutive blocks of one row at x.
+template <bool kSums, typename QsOf>
+inline __m256i quantize_16_blocks(const float* x, QsOf qs_of, __m512i* sums) {
+  return quantize_16_blocks_of<kSums>([x](int b) { return x + 32 * b; }, qs_of, sums);
 }
 
 }  // namespace
@@ -496,6 +504,29 @@ void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens,
   quantize_q8_0_split_avx512(x + b * kQK8_0, qs + b * kQK8_0, d + b, tail_cols);
   packed_activations_avx2(qs + b * kQK8_0, d + b, tail_cols, n_tokens, t, xq_blocks + b * n_tokens * kQK8_0,
                           xbias_blocks + b * n_tokens, xd_blocks + b * n_tokens);
+}
+
+void quantize_q8_0_block_major_avx512(const float* x, int64_t cols, int64_t n_tokens, int64_t b_begin, int64_t b_end,
+                                      int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks) {
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    const float* column = x + b * kQK8_0;  // block b of token 0
+    const int64_t at = b * n_tokens;       // block b, token 0 in the block-major arrays
+    int64_t t = 0;
+    for (; t + 16 <= n_tokens; t += 16) {
+      __m512i sums;
+      const __m256i h = quantize_16_blocks_of<true>([&](int i) { return column + (t + i) * cols; },
+                                                    [&](int i) { return xq_blocks + (at + t + i) * kQK8_0; }, &sums);
+      _mm512_storeu_ps(xd_blocks + at + t, _mm512_cvtph_ps(h));
+      _mm512_storeu_si512(xbias_blocks + at + t, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 3)));
+    }
+    for (; t < n_tokens; ++t) {  // the last tokens one by one: the same bits
+      int8_t* qs = xq_blocks + (at + t) * kQK8_0;
+      xd_blocks[at + t] = _cvtsh_ss(quantize_block(column + t * cols, qs));
+      int32_t sum = 0;
+      for (int i = 0; i < kQK8_0; ++i) sum += qs[i];
+      xbias_blocks[at + t] = -8 * sum;
+    }
+  }
 }
 
 }  // namespace baton::cpu_kernels

@@ -190,6 +190,12 @@ void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int
 // them: sixteen blocks at a time, their scales and quants' sums in lanes.
 void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens, int64_t t, int8_t* qs, float* d,
                                  int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
+// The same block-major quants, scales and biases (block b, token t at b *
+// n_tokens + t) of blocks [b_begin, b_end) of every token of x ([n_tokens,
+// cols]), written block by block (contiguous stores), without the row-major
+// copy: a prefill call whose matrices all read the block-major form.
+void quantize_q8_0_block_major_avx512(const float* x, int64_t cols, int64_t n_tokens, int64_t b_begin, int64_t b_end,
+                                      int8_t* xq_blocks, int32_t* xbias_blocks, float* xd_blocks);
 
 // xu[i] = xq[i] + 128 (as u8), n bytes.
 void offset_quants_avx512(const int8_t* xq, uint8_t* xu, int64_t n);

@@ -848,6 +848,46 @@ TEST(QuantizeQ8, PackedOnePassEqualsSplitThenPackedActivations) {
   }
 }
 
+// The block-major quantization of a prefill call (blocks outer, 16 tokens
+// per quantize_16_blocks, the last tokens one by one, the work split by
+// block ranges) writes what the per-token one-pass writes there, bit for bit:
+// token counts around multiples of 16, block ranges that start and end
+// anywhere, ties, zero and tiny blocks.
+TEST(QuantizeQ8, BlockMajorByBlocksEqualsTheTokenByTokenPass) {
+  SKIP_IF_UNAVAILABLE(SimdLevel::kAvx512);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  for (int64_t n_tokens : {int64_t{16}, int64_t{17}, int64_t{33}, int64_t{64}}) {
+    for (int64_t cols : {int64_t{32}, int64_t{7 * 32}, int64_t{2048}}) {
+      const int64_t n_blocks = cols / 32;
+      std::vector<float> x(static_cast<size_t>(n_tokens * cols));
+      for (float& v : x) v = dist(rng);
+      for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(cols + i)] = static_cast<float>(i % 8) - 3.5f;  // ties
+      for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(2 * cols + i)] = 0.0f;
+      for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(3 * cols + i)] = 1e-5f * static_cast<float>(i - 16);
+      const size_t blocks = static_cast<size_t>(n_tokens * n_blocks);
+      std::vector<int8_t> qs(static_cast<size_t>(n_tokens * cols)), want_bqs(qs.size()), got_bqs(qs.size(), 99);
+      std::vector<float> d(blocks), want_bd(blocks), got_bd(blocks, -1.0f);
+      std::vector<int32_t> want_bias(blocks), got_bias(blocks, 12345);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        cpu_kernels::quantize_q8_0_packed_avx512(x.data() + t * cols, cols, n_tokens, t, qs.data() + t * cols,
+                                                 d.data() + t * n_blocks, want_bqs.data(), want_bias.data(),
+                                                 want_bd.data());
+      }
+      // Three ranges of blocks, as a pool's threads would take them.
+      const int64_t cut1 = n_blocks / 3, cut2 = 2 * n_blocks / 3;
+      for (const auto& [b0, b1] : {std::pair{int64_t{0}, cut1}, std::pair{cut1, cut2}, std::pair{cut2, n_blocks}}) {
+        cpu_kernels::quantize_q8_0_block_major_avx512(x.data(), cols, n_tokens, b0, b1, got_bqs.data(),
+                                                      got_bias.data(), got_bd.data());
+      }
+      EXPECT_EQ(got_bqs, want_bqs) << n_tokens << " tokens, cols " << cols;
+      EXPECT_EQ(got_bias, want_bias) << n_tokens << " tokens, cols " << cols;
+      EXPECT_EQ(std::memcmp(got_bd.data(), want_bd.data(), sizeof(float) * blocks), 0)
+          << n_tokens << " tokens, cols " << cols;
+    }
+  }
+}
+
 // --- vec kernels ---
 
 class VecTest : public testing::TestWithParam<SimdLevel> {};
