@@ -328,8 +328,7 @@ void prepare_activations(const MatmulKernels& kernels, const bool (&needed)[4], 
   // token: the copy was half of the prefill's activation work (rdtsc around
   // it, 512 tokens: 117.6 against 57.1 Mcycles over the call with the copy
   // knocked out).
-  if (block_major_x && !row_major_q8_0 && !q8_0_sums && !panel && kernels.block_major_quantize != nullptr &&
-      n_tokens >= kBlockMajorMinTokens) {
+  if (block_major_x && !row_major_q8_0 && kernels.block_major_quantize != nullptr && n_tokens >= kBlockMajorMinTokens) {
     const int64_t n_blocks = cols / kQK8_0;
     int8_t* bqs = grown(scratch.q8_0_blocks_qs, n_tokens * cols);
     int32_t* bias = grown(scratch.q8_0_blocks_bias, n_tokens * n_blocks);
@@ -457,7 +456,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
   };
   bool needed[4] = {};  // by ActivationFormat
   bool panel = false, panel_sums = false, block_major_x = false, packed_sums32 = false;
-  bool row_major_q8_0 = false;  // a matrix that reads x's Q8_0 quants row by row
+  bool row_major_q8_0 = false;  // a matrix that reads x's Q8_0 quants (or sums) row by row: panels, tiles
   for (const WeightMatrix* w : ws) {
     check_matrix(*w, n_tokens);
     BATON_CHECK(w->cols == ws[0]->cols, "matmul: grouped matrices share the input width");
@@ -471,7 +470,8 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
       needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
       continue;
     }
-    if (activation_format(w->type) == ActivationFormat::kQ8_0) row_major_q8_0 = true;
+    const ActivationFormat format = activation_format(w->type);
+    if (format == ActivationFormat::kQ8_0 || format == ActivationFormat::kQ8_0WithSums) row_major_q8_0 = true;
     if (in_panel(w->type) && activation_format(w->type) == ActivationFormat::kQ8_K) {
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       panel_sums = true;
