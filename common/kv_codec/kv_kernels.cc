@@ -262,10 +262,17 @@ const KvKernels& kv_kernels() {
 
 namespace {
 std::atomic<bool> g_q8_amx_allowed{true};
+std::atomic<bool> g_q8_value_quads_allowed{true};
 }  // namespace
 
 bool q8_amx_active() { return g_q8_amx_allowed.load(std::memory_order_relaxed) && amx_int8_usable(); }
 
 void set_q8_amx_allowed(bool allowed) { g_q8_amx_allowed.store(allowed, std::memory_order_relaxed); }
+
+bool q8_value_quads_active() {
+  return g_q8_value_quads_allowed.load(std::memory_order_relaxed) && cpu_features().avx512vbmi;
+}
+
+void set_q8_value_quads_allowed(bool allowed) { g_q8_value_quads_allowed.store(allowed, std::memory_order_relaxed); }
 
 }  // namespace baton::kv_kernels_impl

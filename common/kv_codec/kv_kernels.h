@@ -140,6 +140,17 @@ bool q8_amx_active();
 // Tests and benches compare the two paths in one process (default: allowed).
 void set_q8_amx_allowed(bool allowed);
 
+// Whether the AVX-512 set's attend_tile_q8_positions takes a decode step's
+// value product (a call whose heads go in one run: q8_tile_positions'
+// fused, value groups of whole 32-dim blocks) in 4-row quads on vpdpbusd
+// instead of int16 row pairs on vpdpwssd: the CPU has AVX-512 VBMI (vpermb
+// makes the quads) and set_q8_value_quads_allowed has not turned it off.
+// The weight codes go to the quads as two unsigned bytes (code = 256 high +
+// low, both sums exact), so a call's bits do not depend on it.
+bool q8_value_quads_active();
+// Tests and benches compare the two paths in one process (default: allowed).
+void set_q8_value_quads_allowed(bool allowed);
+
 // Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
 // n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
 // quantized weights [n_q, head_dim / 32, kAttentionTileRows] int16.

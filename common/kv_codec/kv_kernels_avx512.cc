@@ -32,7 +32,7 @@ namespace {
 // against 15.20-15.97 ms (BM_TiledAttentionDecode, 3 alternating runs);
 // front-loaded (the lines issued in the first half of the call) 15.6-16.7.
 constexpr int kKeyBlockSteps = 1, kScoreBlockSteps = 1, kSoftmaxHeadSteps = 1, kPairsPerStep = 4,
-              kValuePairsPerStep = 4;
+              kValuePairsPerStep = 4, kValueQuadsPerStep = 4;
 
 __mmask16 lane_mask16(int width) {
   if (width <= 0) return 0;
@@ -557,6 +557,21 @@ inline __m512i dpwssd(__m512i acc, __m512i x, __m512i w) {
   return acc;
 }
 
+// acc += u (u8) . x (s8) by 4-byte lanes, all in registers.
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i x) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(x));
+  return acc;
+}
+
+// out byte j = x byte (idx byte j & 63): vpermb, AVX-512 VBMI, written out
+// so that the file needs no VBMI flag; only the paths that
+// q8_value_quads_active allows (kv_kernels.h) run it.
+inline __m512i permute_bytes(__m512i idx, __m512i x) {
+  __m512i r;
+  asm("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(x));
+  return r;
+}
+
 // Scores of 16 tile rows for heads [h0, h0 + R), NB = head_dim / kQ8Block
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
@@ -703,6 +718,42 @@ void interleave_value_pairs(const KvHeadRows& v, int64_t tile_row, int u_lo, int
   }
 }
 
+// Split weight codes (softmax_codes16<..., kSplit>, read by
+// q8_values_quads): a head's [kAttentionTileRows] codes of one value group,
+// in the same 2 x kAttentionTileRows bytes as the int16 codes, as chunks of
+// 32 rows: the rows' low bytes (code & 255), then their high bytes (code >>
+// 8; codes are in [0, kQ8WeightMax], so code = 256 high + low with both
+// unsigned). Quad q (rows 4q .. 4q + 3) has its low bytes as one dword at
+// split_quad_offset(q), its high bytes 32 bytes on.
+inline int split_quad_offset(int q) { return 4 * q + 32 * (q >> 3); }
+
+// Where block b (rows 16b .. 16b + 15) of the split codes at w (a head's
+// group) puts its 16 low bytes (the high bytes 32 on).
+inline uint8_t* split_block_codes(int16_t* w, int b) {
+  return reinterpret_cast<uint8_t*>(w) + 64 * (b / 2) + 16 * (b % 2);
+}
+
+// vpermb's index from the int16 codes of 32 rows as vpackssdw leaves them
+// (128-bit lane L: words 0-3 rows 4L + [0, 4), words 4-7 rows 16 + 4L + [0,
+// 4)) to a split chunk: byte j < 32 the low byte of row j, byte 32 + j its
+// high byte.
+struct alignas(64) ByteIndex {
+  uint8_t idx[64];
+};
+
+constexpr ByteIndex make_split_code_order() {
+  ByteIndex x{};
+  for (int j = 0; j < 64; ++j) {
+    const int row = j % 32, high = j / 32, r = row % 16;
+    const int word = 8 * (r / 4) + (row >= 16 ? 4 : 0) + r % 4;
+    x.idx[j] = static_cast<uint8_t>(2 * word + high);
+  }
+  return x;
+}
+constexpr ByteIndex kSplitCodeOrder = make_split_code_order();
+
+inline __m512i split_code_order() { return _mm512_load_si512(kSplitCodeOrder.idx); }
+
 // The per-position part of the weight codes (kv_kernels.h, kQ8WeightMax)
 // over rows [lo, hi): vs_max[g] per value group and ratio[g] = kQ8WeightMax
 // / vs_max[g] (0 when vs_max[g] = 0), from vs the union blocks' value group
@@ -746,7 +797,7 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 // but a prefill's diagonal tiles and a decode's last tile do: the same
 // operations with every row mask all ones, known to the compiler (no mask
 // arithmetic, no branch per block, the block loops unrolled).
-template <bool kFull, int VG>
+template <bool kFull, int VG, bool kSplit = false>
 void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
                      int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups_run,
                      float* m, float* l, float* acc, int16_t* wq, float* steps, TilePrefetchSpread& next) {
@@ -818,7 +869,9 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       // pack (vpackssdw: the saturation of vpmovsdw, one uop for two
       // vectors where vpmovsdw takes two for one) and put back in row order
       // by one qword permute; the same codes in the same places.
-      const __m512i row_order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+      // kSplit: one byte permute instead of the qword permute, the codes'
+      // low bytes then their high bytes in row order (split_code_order).
+      const __m512i row_order = kSplit ? split_code_order() : _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
 #pragma GCC unroll 2
       for (int b = 0; b < kAttentionTileRows / 16; b += 2) {
         const __m512 p0 = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), kAll);
@@ -828,8 +881,10 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         for (int g = 0; g < v_groups; ++g) {
           const __m512i c0 = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a0, u[b][g]));
           const __m512i c1 = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a1, u[b + 1][g]));
+          const __m512i words = _mm512_packs_epi32(c0, c1);
           _mm512_storeu_si512(wh + g * kAttentionTileRows + 16 * b,
-                              _mm512_maskz_permutexvar_epi64(0xff, row_order, _mm512_packs_epi32(c0, c1)));
+                              kSplit ? permute_bytes(row_order, words)
+                                     : _mm512_maskz_permutexvar_epi64(0xff, row_order, words));
         }
       }
       sums[r] = sum;
@@ -839,7 +894,14 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       const __mmask16 rows = rows_mask(16 * b, lo[r], hi[r]);
       if (rows == 0) {
         for (int g = 0; g < v_groups; ++g) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b), _mm256_setzero_si256());
+          if constexpr (kSplit) {
+            uint8_t* w8 = split_block_codes(wh + g * kAttentionTileRows, b);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm_setzero_si128());
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 32), _mm_setzero_si128());
+          } else {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b),
+                                _mm256_setzero_si256());
+          }
         }
         continue;
       }
@@ -849,8 +911,16 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       for (int g = 0; g < v_groups; ++g) {
         // Codes >= 0: the saturating narrowing is min(code, kQ8WeightMax).
         const __m512i codes = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a, u[b - b_first][g]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b),
-                            _mm512_maskz_cvtsepi32_epi16(kAll, codes));
+        if constexpr (kSplit) {
+          const __m512i held = _mm512_maskz_min_epi32(kAll, codes, _mm512_set1_epi32(kQ8WeightMax));
+          uint8_t* w8 = split_block_codes(wh + g * kAttentionTileRows, b);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm512_maskz_cvtepi32_epi8(kAll, held));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 32),
+                           _mm512_maskz_cvtepi32_epi8(kAll, _mm512_maskz_srli_epi32(kAll, held, 8)));
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wh + g * kAttentionTileRows + 16 * b),
+                              _mm512_maskz_cvtsepi32_epi16(kAll, codes));
+        }
       }
     }
     sums[r] = sum;
@@ -987,6 +1057,144 @@ void q8_values_heads(const __m512i* vp, int u_lo, const TilePositions& pos, int 
   int h0 = h_begin;
   for (; h0 + R <= h_end; h0 += R) run.template operator()<R>(h0);
   for (; h0 < h_end; ++h0) run.template operator()<1>(h0);
+}
+
+// vpermb's index from 32 dims of two value rows, a then b (bytes 0-31 row
+// a, 32-63 row b), to their (a, b) byte pairs as words: 128-bit lane L
+// holds dims 4L + [0, 4) in words 0-3 and 16 + 4L + [0, 4) in words 4-7, so
+// that the word unpacks of two such vectors (rows a, b and rows c, d) give
+// dims [0, 16) and [16, 32) in order, 4 rows to a dword.
+constexpr ByteIndex make_quad_pair_order() {
+  ByteIndex x{};
+  for (int lane = 0; lane < 4; ++lane) {
+    for (int word = 0; word < 8; ++word) {
+      const int dim = (word < 4 ? 4 * lane + word : 16 + 4 * lane + word - 4);
+      x.idx[16 * lane + 2 * word] = static_cast<uint8_t>(dim);
+      x.idx[16 * lane + 2 * word + 1] = static_cast<uint8_t>(32 + dim);
+    }
+  }
+  return x;
+}
+constexpr ByteIndex kQuadPairOrder = make_quad_pair_order();
+
+// 32 bytes of two value rows in one vector: a's, then b's (written out:
+// GCC 12's insert intrinsics warn of an undefined upper half).
+inline __m512i two_rows32(const uint8_t* a, const uint8_t* b) {
+  __m512i r;
+  asm("vmovdqu64 %1, %t0\n\tvinserti64x4 $1, %2, %0, %0"
+      : "=v"(r)
+      : "m"(*reinterpret_cast<const __m256i*>(a)), "m"(*reinterpret_cast<const __m256i*>(b)));
+  return r;
+}
+
+// acc of R heads += the integer value product over the quads of the union
+// (rows 4q .. 4q + 3, clamped into [u_lo, u_hi): rows outside it weigh 0),
+// on vpdpbusd: the 32 dims of block s of each quad as two vectors (dword t:
+// the 4 rows of dim 32s + t and of 32s + 16 + t; vpermb and a word unpack),
+// against each head's split weight codes (split_quad_offset: low and high
+// bytes broadcast as dwords) into a low and a high sum per 16 dims, exact;
+// 256 x high + low is q8_values' int32 sum, added to acc as it adds its (the
+// same float steps). Head i's split codes at w0 + i * VG *
+// kAttentionTileRows (int16 units, as the int16 codes), its step of group
+// g at step[i][g]. One pass per block: 4R sums in registers. kDense: the
+// rows are NB * 32 bytes apart (a head's consecutive rows, the edge
+// store's), so that every address of a run of 8 quads is a constant from
+// one row pointer and one code pointer (with the stride and the offsets at
+// run time GCC 12 spilled them and rebuilt each quad's 12 addresses).
+template <int R, int NB, int VG, bool kDense>
+void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, const float* const* step,
+                     float* const* acc, TilePrefetchSpread& next) {
+  constexpr int64_t kHeadBytes = int64_t{VG} * kAttentionTileRows * 2;
+  const int u_lo = rows.u_lo, u_hi = rows.u_hi;
+  const int q_lo = u_lo / 4, q_hi = (u_hi + 3) / 4;
+  // Quads whose 4 rows are all in the union: read at a stride, no clamps.
+  const int q_in = (u_lo + 3) / 4, q_in_end = std::max(u_hi / 4, q_in);
+  const __m512i order = _mm512_load_si512(kQuadPairOrder.idx);
+  const int64_t stride = kDense ? NB * kQ8Block : rows.stride;
+  for (int s = 0; s < NB; ++s) {
+    const uint8_t* wg = reinterpret_cast<const uint8_t*>(w0) + int64_t{s * kQ8Block / v_group} * kAttentionTileRows * 2;
+    __m512i low[R][2], high[R][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      low[i][0] = low[i][1] = high[i][0] = high[i][1] = _mm512_setzero_si512();
+    }
+    // w: the quad's low bytes of head 0 (wg + split_quad_offset(q)).
+    auto quad = [&](const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, const uint8_t* w)
+                    __attribute__((always_inline)) {
+      const __m512i ab = permute_bytes(order, two_rows32(r0, r1));
+      const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
+      constexpr __mmask32 kAll32 = 0xffffffffu;
+      const __m512i x0 = _mm512_maskz_unpacklo_epi16(kAll32, ab, cd), x1 = _mm512_maskz_unpackhi_epi16(kAll32, ab, cd);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
+        const __m512i wh = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes + 32));
+        low[i][0] = dpbusd(low[i][0], wl, x0);
+        low[i][1] = dpbusd(low[i][1], wl, x1);
+        high[i][0] = dpbusd(high[i][0], wh, x0);
+        high[i][1] = dpbusd(high[i][1], wh, x1);
+      }
+    };
+    auto clamped = [&](int q) {
+      if (q % kValueQuadsPerStep == 0) next.step();
+      auto row = [&](int r) { return rows.base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * stride + 32 * s; };
+      quad(row(4 * q), row(4 * q + 1), row(4 * q + 2), row(4 * q + 3), wg + split_quad_offset(q));
+    };
+    for (int q = q_lo; q < std::min(q_in, q_hi); ++q) clamped(q);
+    const uint8_t* p = rows.base + int64_t{4 * q_in} * stride + 32 * s;
+    int q = q_in;
+    while (q < q_in_end) {
+      if (q % 8 == 0 && q + 8 <= q_in_end) {
+        // A chunk of the split codes (32 rows): 8 quads at constant offsets.
+        const uint8_t* w = wg + split_quad_offset(q);
+#pragma GCC unroll 8
+        for (int x = 0; x < 8; ++x) {
+          if (x % kValueQuadsPerStep == 0) next.step();
+          const uint8_t* r = p + 4 * x * stride;
+          quad(r, r + stride, r + 2 * stride, r + 3 * stride, w + 4 * x);
+        }
+        p += 32 * stride, q += 8;
+        continue;
+      }
+      if (q % kValueQuadsPerStep == 0) next.step();
+      quad(p, p + stride, p + 2 * stride, p + 3 * stride, wg + split_quad_offset(q));
+      p += 4 * stride, ++q;
+    }
+    for (q = std::max(q_in_end, std::min(q_in, q_hi)); q < q_hi; ++q) clamped(q);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
+        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
+      }
+    }
+  }
+}
+
+// q8_values_quads for the heads [h0, h0 + R) of a call (h = j * n_q + i, as
+// q8_head_scores), every head in one run; v_groups 1 or 2.
+template <int R, int NB>
+void q8_values_quads_heads(const ValueRows& rows, const TilePositions& pos, int n_q, int h0, const int16_t* wq,
+                           const float* steps, int v_groups, int v_group, float* acc, TilePrefetchSpread& next) {
+  constexpr int head_dim = NB * kQ8Block;
+  const float* step_i[R];
+  float* acc_i[R];
+  int j = h0 / n_q, jh = h0 % n_q;  // head h0 + i: position j's query head jh, counted
+  for (int i = 0; i < R; ++i) {
+    step_i[i] = steps + int64_t{h0 + i} * v_groups;
+    acc_i[i] = acc + (j * pos.state_stride + jh) * head_dim;
+    if (++jh == n_q) jh = 0, ++j;
+  }
+  const int16_t* w0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
+  const bool dense = rows.stride == head_dim;
+  if (v_groups == 2) {
+    return dense ? q8_values_quads<R, NB, 2, true>(rows, w0, v_group, step_i, acc_i, next)
+                 : q8_values_quads<R, NB, 2, false>(rows, w0, v_group, step_i, acc_i, next);
+  }
+  return dense ? q8_values_quads<R, NB, 1, true>(rows, w0, v_group, step_i, acc_i, next)
+               : q8_values_quads<R, NB, 1, false>(rows, w0, v_group, step_i, acc_i, next);
 }
 
 // acc[i, d0 .. d0 + 16 NV) += sum_r p_i[r] v_r[d0 ..] for R heads, rows
@@ -1323,8 +1531,21 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // against 3.96-4.28 / 14.85-15.28; BM_TiledAttentionDecode, 2 alternating
   // runs, the AVX-512 host without AMX). The same products in the same order.
   const bool fused = !amx && heads == kValueHeads && (v_groups == 1 || v_groups == 2);
-  TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
-                                        (amx ? kAttentionTileRows / 4 + head_dim / 16
+  // Where the CPU has VBMI (kv_kernels.h, q8_value_quads_active) and every
+  // value group is whole 32-dim blocks: that run in 4-row quads on
+  // vpdpbusd (q8_values_quads), the weight codes split in bytes by the
+  // softmax step: per 4 rows of 64 dims 12 shuffles (4 of them inserts that
+  // port 0 can take) and 32 vpdpbusd against 16 port-5 shuffles and 32
+  // vpdpwssd. Measured (AVX-512 host without AMX, 3 alternating pairs, best
+  // of 5 each): BM_TiledAttentionDecodeInCache (context 1024, 1 thread)
+  // 71.2-71.5 against 73.1-73.8 us; BM_TiledAttentionDecode (context
+  // 16384, 1 thread) 21.5-22.0 against 22.3-22.5 ms. The same bits.
+  const bool value_quads = fused && v.group % kQ8Block == 0 && q8_value_quads_active();
+  const int n_quads = (u_hi + 3) / 4 - u_lo / 4;
+  TilePrefetchSpread next(pos.next,
+                          n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
+                              (amx           ? kAttentionTileRows / 4 + head_dim / 16
+                               : value_quads ? NB * ((n_quads + kValueQuadsPerStep - 1) / kValueQuadsPerStep)
                                              : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
@@ -1362,11 +1583,19 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     }
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
-    auto softmax = [&]<bool kFull, int VG>() {
-      softmax_codes16<kFull, VG>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq, steps,
-                                 next);
+    auto softmax = [&]<bool kFull, int VG, bool kSplit = false>() {
+      softmax_codes16<kFull, VG, kSplit>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq,
+                                         steps, next);
     };
-    if (full) {
+    if (value_quads) {  // v_groups 1 or 2 (fused)
+      if (!full) {
+        softmax.template operator()<false, 0, true>();
+      } else if (v_groups == 2) {
+        softmax.template operator()<true, 2, true>();
+      } else {
+        softmax.template operator()<true, 1, true>();
+      }
+    } else if (full) {
       if (v_groups == 2) {
         softmax.template operator()<true, 2>();
       } else if (v_groups == 1) {
@@ -1379,6 +1608,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     }
     if (amx) {
       amx_head_values<NB>(quads, wq, steps, v.group, pos, n_q, h0, nh, acc, next);
+    } else if (value_quads) {
+      q8_values_quads_heads<kValueHeads, NB>(value_rows, pos, n_q, h0, wq, steps, v_groups, v.group, acc, next);
     } else {
       q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next,
                               fused ? &value_rows : nullptr);

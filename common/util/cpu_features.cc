@@ -52,6 +52,7 @@ CpuFeatures detect() {
     f.avx512bw = (ebx >> 30) & 1;
     f.avx512vl = (ebx >> 31) & 1;
     f.avx512vnni = (ecx >> 11) & 1;
+    f.avx512vbmi = (ecx >> 1) & 1;
   }
   unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
   __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);

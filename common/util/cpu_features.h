@@ -16,6 +16,7 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512dq = false;
   bool avx512vnni = false;
+  bool avx512vbmi = false;  // vpermb; not part of any SimdLevel: checked on its own (kv_kernels.h q8_value_quads_active)
   bool avx_vnni = false;
   bool avx512bf16 = false;  // not part of any SimdLevel: checked on its own (FloatMatmul::kBf16)
   // AMX-TILE and AMX-INT8 reported, and the OS saves tile state (XCR0 bits

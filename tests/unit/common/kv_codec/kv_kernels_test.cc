@@ -564,6 +564,93 @@ TEST(AttendTileQ8Positions, AmxTilesGiveTheVectorBits) {
   EXPECT_EQ(amx_calls, 8) << "calls of kQ8AmxMinHeads heads or more, which take the tiles";
 }
 
+// The AVX-512 set's decode-shaped calls (one run of value products for
+// every head: q8_tile_positions' fused) with the value product in 4-row
+// quads on vpdpbusd (the weight codes split in bytes) and in int16 row pairs
+// on vpdpwssd: the same bits (m, l, acc), tile after tile, for whole tiles
+// (the softmax step's unmasked path) and rows that start or end inside a
+// quad, a block or the tile, one row alone, value groups of 32, 64 and 128,
+// rows of one head (consecutive, as the edge store keeps them) and rows that
+// hold two heads, and a call of two positions. Skipped, saying so, where
+// the CPU has no AVX-512 VBMI (q8_value_quads_active).
+TEST(AttendTileQ8Positions, ValueQuadsGiveThePairBits) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: the value quads are part of the AVX-512 set";
+  if (!q8_value_quads_active()) GTEST_SKIP() << "no AVX-512 VBMI here: the decode value product runs in int16 pairs only";
+  const KvKernels kern = kv_kernels_avx512();
+  struct Shape {
+    int head_dim, k_group, v_group, n_q, n_pos;
+    bool one_head;  // rows of one head, head_dim bytes apart
+  };
+  const Shape shapes[] = {{64, 32, 32, 4, 1, true},   {64, 32, 32, 4, 1, false}, {64, 64, 64, 4, 1, true},
+                          {64, 32, 64, 4, 1, false},  {32, 32, 32, 4, 1, true},  {128, 32, 64, 2, 1, true},
+                          {128, 64, 64, 2, 1, false}, {64, 32, 32, 2, 2, true},  {256, 32, 128, 1, 1, true}};
+  // Rows [lo, hi) of each tile (position 0; a second position's start 3 rows on, its end 5 before).
+  const std::pair<int, int> ranges[] = {{0, kAttentionTileRows}, {0, 61}, {5, kAttentionTileRows}, {37, 38},
+                                        {6, 99},                 {0, 4},  {16, 112},                 {1, 3}};
+  for (const Shape& sh : shapes) {
+    const int head_dim = sh.head_dim, blocks = head_dim / kQ8Block;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " k_group " + std::to_string(sh.k_group) + " v_group " +
+                 std::to_string(sh.v_group) + " n_q " + std::to_string(sh.n_q) + " positions " +
+                 std::to_string(sh.n_pos) + (sh.one_head ? " one head's rows" : " rows of two heads"));
+    std::mt19937 rng(static_cast<unsigned>(head_dim * 13 + sh.v_group + sh.n_q));
+    constexpr int kTiles = 4;
+    const Plane k = make_plane({8, head_dim, sh.k_group, sh.n_q, kTiles * kAttentionTileRows}, rng);
+    const Plane v = make_plane({8, head_dim, sh.v_group, sh.n_q, kTiles * kAttentionTileRows}, rng);
+    KvHeadRows kh = k.head, vh = v.head;
+    if (sh.one_head) {  // the planes' bytes as twice the rows of one head
+      for (auto [h, plane] : {std::pair{&kh, &k}, std::pair{&vh, &v}}) {
+        h->codes = plane->codes.data();
+        h->row_code_bytes = head_dim;
+        h->scales = plane->scales.data();
+        h->row_groups = head_dim / h->group;
+      }
+    }
+    const int64_t q_stride = sh.n_q + 2;
+    std::vector<float> q(static_cast<size_t>(sh.n_pos * q_stride * head_dim));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<int8_t> codes(q.size());
+    std::vector<float> q_scales(static_cast<size_t>(sh.n_pos * q_stride * blocks));
+    std::vector<int32_t> q_bias(q_scales.size());
+    for (int64_t h = 0; h < sh.n_pos * q_stride; ++h) {
+      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.125f, codes.data() + h * head_dim,
+                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
+    }
+    const int64_t s_stride = sh.n_q + 1, n_states = sh.n_pos * s_stride;
+    std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(kQ8MaxPositions * 8, head_dim)), -5.0f);
+    for (const auto& [lo0, hi0] : ranges) {
+      int lo[2] = {lo0, std::min(lo0 + 3, hi0 - 1)}, hi[2] = {hi0, std::max(hi0 - 5, lo0 + 4)};
+      TilePositions pos;
+      pos.n = sh.n_pos;
+      pos.q_heads_stride = q_stride;
+      pos.state_stride = s_stride;
+      pos.lo = lo;
+      pos.hi = hi;
+      const QueryQ8 q_all{codes.data(), q_scales.data(), q_bias.data()};
+      std::vector<float> m(n_states, -INFINITY), l(n_states, 0.0f), acc(static_cast<size_t>(n_states * head_dim), 0.0f);
+      std::vector<float> m_pairs = m, l_pairs = l, acc_pairs = acc;
+      for (int t = 0; t < kTiles; ++t) {  // the states of the tiles before: the softmax step rescales
+        set_q8_value_quads_allowed(false);
+        kern.attend_tile_q8_positions(kh, vh, t * kAttentionTileRows, q_all, pos, sh.n_q, head_dim, m_pairs.data(),
+                                      l_pairs.data(), acc_pairs.data(), scratch.data());
+        set_q8_value_quads_allowed(true);
+        kern.attend_tile_q8_positions(kh, vh, t * kAttentionTileRows, q_all, pos, sh.n_q, head_dim, m.data(),
+                                      l.data(), acc.data(), scratch.data());
+      }
+      SCOPED_TRACE("rows " + std::to_string(lo0) + " .. " + std::to_string(hi0));
+      ASSERT_EQ(std::memcmp(m.data(), m_pairs.data(), sizeof(float) * m.size()), 0);
+      ASSERT_EQ(std::memcmp(l.data(), l_pairs.data(), sizeof(float) * l.size()), 0);
+      for (size_t i = 0; i < acc.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&acc[i], &acc_pairs[i], sizeof(float)), 0) << "acc " << i << ": " << acc[i] << " vs "
+                                                                         << acc_pairs[i];
+      }
+      // The tiles moved the states (a comparison of untouched states proves nothing).
+      ASSERT_NE(std::count(acc.begin(), acc.end(), 0.0f), static_cast<std::ptrdiff_t>(acc.size()));
+    }
+  }
+  set_q8_value_quads_allowed(true);
+}
+
 // The AVX2 set's attend_tile_q8 against the scalar one that defines its
 // arithmetic, tile by tile over a window's edge and partial tiles, for every
 // head_dim and group it takes: the scores are the scalar's bits (the integer
