@@ -1098,9 +1098,9 @@ inline __m512i two_rows32(const uint8_t* a, const uint8_t* b) {
 // kAttentionTileRows (int16 units, as the int16 codes), its step of group
 // g at step[i][g]. One pass per block: 4R sums in registers. kDense: the
 // rows are NB * 32 bytes apart (a head's consecutive rows, the edge
-// store's), so that every address of a run of 8 quads is a constant from
-// one row pointer and one code pointer (with the stride and the offsets at
-// run time GCC 12 spilled them and rebuilt each quad's 12 addresses).
+// store's), so that a quad's addresses are constants from one row pointer
+// and one code pointer (with the stride and the offsets at run time GCC 12
+// spilled them and rebuilt each quad's 12 addresses).
 template <int R, int NB, int VG, bool kDense>
 void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, const float* const* step,
                      float* const* acc, TilePrefetchSpread& next) {
@@ -1145,15 +1145,17 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
     int q = q_in;
     while (q < q_in_end) {
       if (q % 8 == 0 && q + 8 <= q_in_end) {
-        // A chunk of the split codes (32 rows): 8 quads at constant offsets.
+        // A chunk of the split codes (32 rows): 8 quads, their codes 4 bytes
+        // apart. Not unrolled: the 8 quads unrolled measured 71.4-72.1
+        // against 69.3-71.1 us (BM_TiledAttentionDecodeInCache, 3
+        // alternating pairs, best of 5), a smaller loop for the front end.
         const uint8_t* w = wg + split_quad_offset(q);
-#pragma GCC unroll 8
-        for (int x = 0; x < 8; ++x) {
+#pragma GCC unroll 1
+        for (int x = 0; x < 8; ++x, w += 4, p += 4 * stride) {
           if (x % kValueQuadsPerStep == 0) next.step();
-          const uint8_t* r = p + 4 * x * stride;
-          quad(r, r + stride, r + 2 * stride, r + 3 * stride, w + 4 * x);
+          quad(p, p + stride, p + 2 * stride, p + 3 * stride, w);
         }
-        p += 32 * stride, q += 8;
+        q += 8;
         continue;
       }
       if (q % kValueQuadsPerStep == 0) next.step();
@@ -1538,8 +1540,9 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // port 0 can take) and 32 vpdpbusd against 16 port-5 shuffles and 32
   // vpdpwssd. Measured (AVX-512 host without AMX, 3 alternating pairs, best
   // of 5 each): BM_TiledAttentionDecodeInCache (context 1024, 1 thread)
-  // 71.2-71.5 against 73.1-73.8 us; BM_TiledAttentionDecode (context
-  // 16384, 1 thread) 21.5-22.0 against 22.3-22.5 ms. The same bits.
+  // 71.2-71.5 against 73.1-73.8 us (69.3-71.1 with q8_values_quads' loop
+  // rolled); BM_TiledAttentionDecode (context 16384, 1 thread) 21.5-22.0
+  // against 22.3-22.5 ms. The same bits.
   const bool value_quads = fused && v.group % kQ8Block == 0 && q8_value_quads_active();
   const int n_quads = (u_hi + 3) / 4 - u_lo / 4;
   TilePrefetchSpread next(pos.next,
