@@ -20,6 +20,13 @@
 namespace baton::cpu_kernels {
 namespace {
 
+// xbias_blocks of 16 blocks from their quant sums: -kQ4_0NibbleOffset x sum,
+// as a shift.
+static_assert(kQ4_0NibbleOffset == 1 << 3, "the Q4_0 bias is a shift by 3");
+__m512i q4_0_x_bias16(__m512i sums) {
+  return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 3));
+}
+
 inline __mmask16 tail_mask16(int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
 }
@@ -488,7 +495,7 @@ void quantize_q8_0_packed_avx512(const float* x, int64_t cols, int64_t n_tokens,
     const __m512 scales = _mm512_cvtph_ps(h);
     _mm512_storeu_ps(d + b, scales);
     alignas(64) int32_t bias[16];
-    _mm512_store_si512(bias, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 3)));  // -8 x sum
+    _mm512_store_si512(bias, q4_0_x_bias16(sums));
     for (int i = 0; i < 16; ++i) {
       const int64_t at = (b + i) * n_tokens + t;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq_blocks + at * kQK8_0),
@@ -517,14 +524,14 @@ void quantize_q8_0_block_major_avx512(const float* x, int64_t cols, int64_t n_to
       const __m256i h = quantize_16_blocks_of<true>([&](int i) { return column + (t + i) * cols; },
                                                     [&](int i) { return xq_blocks + (at + t + i) * kQK8_0; }, &sums);
       _mm512_storeu_ps(xd_blocks + at + t, _mm512_cvtph_ps(h));
-      _mm512_storeu_si512(xbias_blocks + at + t, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 3)));
+      _mm512_storeu_si512(xbias_blocks + at + t, q4_0_x_bias16(sums));
     }
     for (; t < n_tokens; ++t) {  // the last tokens one by one: the same bits
       int8_t* qs = xq_blocks + (at + t) * kQK8_0;
       xd_blocks[at + t] = _cvtsh_ss(quantize_block(column + t * cols, qs));
       int32_t sum = 0;
       for (int i = 0; i < kQK8_0; ++i) sum += qs[i];
-      xbias_blocks[at + t] = -8 * sum;
+      xbias_blocks[at + t] = -kQ4_0NibbleOffset * sum;
     }
   }
 }

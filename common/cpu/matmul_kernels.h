@@ -104,6 +104,13 @@ void f32_panel_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_
 // Q8_0 (AVX2 level only): the same with 512 bytes of int8 quants per block,
 // packed_q8_0_strip_bytes(cols) a strip (layout in matmul_packed_avx2.cc).
 constexpr int64_t kPackedStripRows = 16;
+// The packed Q4_0 kernels read the nibbles unsigned (0..15, the stored
+// value), so a block's integer dot with x's quants q starts at -8 x sum q
+// (sum (n - 8) q = sum n q - 8 sum q): every writer of xbias_blocks
+// (packed_activations_avx2, quantize_q8_0_packed_avx512,
+// quantize_q8_0_block_major_avx512) takes the offset from here, so that
+// they cannot part.
+constexpr int32_t kQ4_0NibbleOffset = 8;
 constexpr int64_t kPackedBlockNibbleBytes = 256;  // 16 rows x 32 columns x 4 bits
 constexpr int64_t kPackedQ8BlockBytes = 512;      // 16 rows x 32 columns x 8 bits
 constexpr int64_t kPackedBlockScaleBytes = 32;    // 16 rows x fp16

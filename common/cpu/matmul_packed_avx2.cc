@@ -230,7 +230,7 @@ void packed_activations_avx2(const int8_t* qs, const float* d, int64_t cols, int
     const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
     const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(pair, _mm_unpackhi_epi64(pair, pair)))) -
                         32 * 128;
-    xbias_blocks[b * n_tokens + t] = -8 * sum;
+    xbias_blocks[b * n_tokens + t] = -kQ4_0NibbleOffset * sum;
     xd_blocks[b * n_tokens + t] = d[b];
   }
 }
