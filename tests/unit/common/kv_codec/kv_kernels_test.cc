@@ -77,6 +77,34 @@ Plane make_plane(const Case& c, std::mt19937& rng) {
   return p;
 }
 
+// The query positions of an attend_tile_q8_positions call: n positions,
+// their query heads q_stride apart, their states s_stride apart, rows [lo[j], hi[j]).
+TilePositions tile_positions(int n, int64_t q_stride, int64_t s_stride, const int* lo, const int* hi) {
+  return TilePositions{n, q_stride, s_stride, lo, hi, TilePrefetch{}};
+}
+
+// Random query heads (uniform in [-2, 2)), quantized by quantize_query_q8.
+struct RandomQueriesQ8 {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+  std::vector<int32_t> bias;
+  QueryQ8 view() const { return QueryQ8{codes.data(), scales.data(), bias.data()}; }
+};
+
+RandomQueriesQ8 random_queries_q8(int64_t heads, int head_dim, float scale, std::mt19937& rng) {
+  const int blocks = head_dim / kQ8Block;
+  std::vector<float> q(static_cast<size_t>(heads * head_dim));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (float& x : q) x = dist(rng);
+  RandomQueriesQ8 out{std::vector<int8_t>(q.size()), std::vector<float>(static_cast<size_t>(heads * blocks)),
+                      std::vector<int32_t>(static_cast<size_t>(heads * blocks))};
+  for (int64_t h = 0; h < heads; ++h) {
+    quantize_query_q8(q.data() + h * head_dim, head_dim, scale, out.codes.data() + h * head_dim,
+                      out.scales.data() + h * blocks, out.bias.data() + h * blocks);
+  }
+  return out;
+}
+
 // The per-row path with the scalar kernels; double softmax.
 std::vector<double> reference(const KvKernels& s, const Plane& k, const Plane& v, const std::vector<float>& q,
                               const Case& c, float scale, std::vector<double>* magnitude) {
@@ -458,12 +486,7 @@ TEST(AttendTileQ8Positions, EachPositionIsTheSameBitsAsAlone) {
         }
         std::vector<float> m1 = m, l1 = l, acc1 = acc;
         const QueryQ8 q_all{codes.data(), q_scales.data(), q_bias.data()};
-        TilePositions pos;
-        pos.n = n_pos;
-        pos.q_heads_stride = q_stride;
-        pos.state_stride = s_stride;
-        pos.lo = lo;
-        pos.hi = hi;
+        TilePositions pos = tile_positions(n_pos, q_stride, s_stride, lo, hi);
         // The rows of a next call (the third tile), which the kernel only prefetches.
         pos.next = TilePrefetch{k.head.codes + 2 * kAttentionTileRows * k.head.row_code_bytes,
                                 v.head.codes + 2 * kAttentionTileRows * v.head.row_code_bytes, k.head.row_code_bytes,
@@ -514,16 +537,10 @@ TEST(AttendTileQ8Positions, AmxTilesGiveTheVectorBits) {
     const Case vc{8, head_dim, sh.v_group, sh.n_q, 2 * kAttentionTileRows};
     const Plane k = make_plane(kc, rng), v = make_plane(vc, rng);
     const int64_t q_stride = sh.n_q + 3;  // other KV heads' queries between positions
-    std::vector<float> q(static_cast<size_t>(sh.n_pos * q_stride * head_dim));
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (float& x : q) x = dist(rng);
-    std::vector<int8_t> codes(q.size());
-    std::vector<float> q_scales(static_cast<size_t>(sh.n_pos * q_stride * blocks));
-    std::vector<int32_t> q_bias(q_scales.size());
-    for (int64_t h = 0; h < sh.n_pos * q_stride; ++h) {
-      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.125f, codes.data() + h * head_dim,
-                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
-    }
+    const RandomQueriesQ8 queries = random_queries_q8(sh.n_pos * q_stride, head_dim, 0.125f, rng);
+    const std::vector<int8_t>& codes = queries.codes;
+    const std::vector<float>& q_scales = queries.scales;
+    const std::vector<int32_t>& q_bias = queries.bias;
     int lo[kQ8MaxPositions], hi[kQ8MaxPositions];
     for (int j = 0; j < sh.n_pos; ++j) {
       lo[j] = std::min(sh.row_offset + j % 5, kAttentionTileRows - 2);
@@ -539,13 +556,8 @@ TEST(AttendTileQ8Positions, AmxTilesGiveTheVectorBits) {
       kern.attend_tile_q8(k.head, v.head, 0, qj, sh.n_q, head_dim, 0, kAttentionTileRows, m.data() + st,
                           l.data() + st, acc.data() + st * head_dim, scratch.data());
     }
-    TilePositions pos;
-    pos.n = sh.n_pos;
-    pos.q_heads_stride = q_stride;
-    pos.state_stride = s_stride;
-    pos.lo = lo;
-    pos.hi = hi;
-    const QueryQ8 q_all{codes.data(), q_scales.data(), q_bias.data()};
+    const TilePositions pos = tile_positions(sh.n_pos, q_stride, s_stride, lo, hi);
+    const QueryQ8 q_all = queries.view();
     const std::vector<float> acc_before = acc;
     std::vector<float> m_amx = m, l_amx = l, acc_amx = acc;
     set_q8_amx_allowed(false);
@@ -588,7 +600,7 @@ TEST(AttendTileQ8Positions, ValueQuadsGiveThePairBits) {
   const std::pair<int, int> ranges[] = {{0, kAttentionTileRows}, {0, 61}, {5, kAttentionTileRows}, {37, 38},
                                         {6, 99},                 {0, 4},  {16, 112},                 {1, 3}};
   for (const Shape& sh : shapes) {
-    const int head_dim = sh.head_dim, blocks = head_dim / kQ8Block;
+    const int head_dim = sh.head_dim;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " k_group " + std::to_string(sh.k_group) + " v_group " +
                  std::to_string(sh.v_group) + " n_q " + std::to_string(sh.n_q) + " positions " +
                  std::to_string(sh.n_pos) + (sh.one_head ? " one head's rows" : " rows of two heads"));
@@ -606,27 +618,13 @@ TEST(AttendTileQ8Positions, ValueQuadsGiveThePairBits) {
       }
     }
     const int64_t q_stride = sh.n_q + 2;
-    std::vector<float> q(static_cast<size_t>(sh.n_pos * q_stride * head_dim));
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (float& x : q) x = dist(rng);
-    std::vector<int8_t> codes(q.size());
-    std::vector<float> q_scales(static_cast<size_t>(sh.n_pos * q_stride * blocks));
-    std::vector<int32_t> q_bias(q_scales.size());
-    for (int64_t h = 0; h < sh.n_pos * q_stride; ++h) {
-      quantize_query_q8(q.data() + h * head_dim, head_dim, 0.125f, codes.data() + h * head_dim,
-                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
-    }
+    const RandomQueriesQ8 queries = random_queries_q8(sh.n_pos * q_stride, head_dim, 0.125f, rng);
     const int64_t s_stride = sh.n_q + 1, n_states = sh.n_pos * s_stride;
     std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(kQ8MaxPositions * 8, head_dim)), -5.0f);
     for (const auto& [lo0, hi0] : ranges) {
       int lo[2] = {lo0, std::min(lo0 + 3, hi0 - 1)}, hi[2] = {hi0, std::max(hi0 - 5, lo0 + 4)};
-      TilePositions pos;
-      pos.n = sh.n_pos;
-      pos.q_heads_stride = q_stride;
-      pos.state_stride = s_stride;
-      pos.lo = lo;
-      pos.hi = hi;
-      const QueryQ8 q_all{codes.data(), q_scales.data(), q_bias.data()};
+      const TilePositions pos = tile_positions(sh.n_pos, q_stride, s_stride, lo, hi);
+      const QueryQ8 q_all = queries.view();
       std::vector<float> m(n_states, -INFINITY), l(n_states, 0.0f), acc(static_cast<size_t>(n_states * head_dim), 0.0f);
       std::vector<float> m_pairs = m, l_pairs = l, acc_pairs = acc;
       for (int t = 0; t < kTiles; ++t) {  // the states of the tiles before: the softmax step rescales
