@@ -472,14 +472,14 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     }
     const ActivationFormat format = activation_format(w->type);
     if (format == ActivationFormat::kQ8_0 || format == ActivationFormat::kQ8_0WithSums) row_major_q8_0 = true;
-    if (in_panel(w->type) && activation_format(w->type) == ActivationFormat::kQ8_K) {
+    if (in_panel(w->type) && format == ActivationFormat::kQ8_K) {
       needed[static_cast<int>(ActivationFormat::kQ8_K)] = true;
       panel_sums = true;
     } else if (in_panel(w->type)) {
       needed[static_cast<int>(ActivationFormat::kQ8_0)] = true;
       panel = true;
     } else {
-      needed[static_cast<int>(activation_format(w->type))] = true;
+      needed[static_cast<int>(format)] = true;
     }
   }
   int64_t total_rows = 0;
