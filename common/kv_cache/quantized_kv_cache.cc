@@ -88,6 +88,17 @@ int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvG
          geometry.n_layer;
 }
 
+bool QuantizedKvCache::uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry) {
+  if (config.bits_for(/*is_key=*/true) != Bits::kInt8) return false;
+  if (geometry.head_dim % kv_kernels_impl::kQ8Block != 0 || geometry.head_dim > kv_kernels_impl::kQ8MaxHeadDim) {
+    return false;
+  }
+  for (int layer = 0; layer < geometry.n_layer; ++layer) {
+    if (geometry.window(layer) > 0) return false;
+  }
+  return kv_kernels_impl::q8_key_blocks_active();
+}
+
 QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens,
                                    const KvCodecConfig& config)
     : geometry_(geometry),
@@ -101,6 +112,7 @@ QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_
     p.row_groups = groups_per_row(p.bits, p.group, geometry);
     p.heads = geometry.n_head_kv;
   }
+  k_.key_blocks = uses_key_blocks(config, geometry);
   lay_out(capacity_tokens);
 }
 
@@ -141,8 +153,20 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
   };
   const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
   for (int h = 0; h < plane.heads; ++h) {
+    if (plane.key_blocks) {  // INT8 keys: hb = head_dim codes a row
+      if constexpr (kIntoRun) {
+        kv_kernels_impl::key_blocks_from_rows(reinterpret_cast<const int8_t*>(codes) + h * hb, plane.row_code_bytes, r,
+                                              n, static_cast<int>(hb), plane.codes.data() + plane.code_at(run, h, 0));
+      } else {
+        kv_kernels_impl::key_rows_from_blocks(plane.codes.data() + plane.code_at(run, h, 0), r, n,
+                                              static_cast<int>(hb), reinterpret_cast<int8_t*>(codes) + h * hb,
+                                              plane.row_code_bytes);
+      }
+    }
     for (int64_t i = 0; i < n; ++i) {
-      copy(plane.codes.data() + plane.code_at(run, h, r + i), codes + i * plane.row_code_bytes + h * hb, hb);
+      if (!plane.key_blocks) {
+        copy(plane.codes.data() + plane.code_at(run, h, r + i), codes + i * plane.row_code_bytes + h * hb, hb);
+      }
       if (hg == 0) continue;
       const int64_t at = plane.scale_at(run, h, r + i), from = i * plane.row_groups + h * hg;
       copy(plane.scales.data() + at, scales + from, hg * sizeof(uint16_t));
@@ -209,7 +233,8 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
         p.scales.empty() ? nullptr : p.scales.data() + run.first * p.row_groups,
         p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
         p.head_groups(),
-        p.group};
+        p.group,
+        p.key_blocks};
   };
   AttentionRows rows;
   rows.k = head0_rows(k_);
@@ -282,7 +307,7 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
       skip = held - kept;
     }
     layer_base_[layer] = old_base[layer] + skip;
-    const Run from{old_offset[layer], old_rows[layer]};
+    const Run from{old_offset[layer], run_rows(old_rows[layer], k_.key_blocks)};
     copy_rows(old_k, from, skip, k_, layer_run(layer), 0, kept);
     copy_rows(old_v, from, skip, v_, layer_run(layer), 0, kept);
   }

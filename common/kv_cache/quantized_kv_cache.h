@@ -30,6 +30,7 @@
 #include "common/kv_cache/kv_cache.h"
 #include "common/kv_codec/kv_codec.h"
 #include "common/kv_codec/kv_codec_config.h"
+#include "common/kv_codec/kv_kernels.h"
 #include "common/util/huge_page_buffer.h"
 
 namespace baton {
@@ -72,7 +73,7 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   const KvCodecConfig& config() const { return config_; }
   int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
   // Bytes held for the whole capacity (sliding-window layers: their rows only).
-  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_); }
+  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_, k_.key_blocks); }
 
   // Sliding-window layers (geometry.layer_window) keep only the rows a later
   // query can see, in a window of window + kWindowSlackTokens rows that
@@ -89,6 +90,16 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // Bytes a store of `capacity_tokens` holds, rollback rows of windowed layers
   // included (what the memory planner counts).
   static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens);
+  // Whether a store made now with this config keeps its INT8 keys in key
+  // column blocks (kv_kernels.h KvHeadRows::key_blocks): INT8 keys, every
+  // layer full (a sliding window moves rows off block edges), head_dim a
+  // multiple of kQ8Block, and the active kernels read the blocks in place
+  // (q8_key_blocks_active). Each layer's rows then run to a multiple of
+  // kKeyBlockRows (memory_bytes_for counts them). export_block and
+  // ingest_block move rows in and out of the blocks: the wire, a saved
+  // session and attention's bits do not depend on it.
+  static bool uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry);
+  bool key_blocks() const { return k_.key_blocks; }
   // Positions [first, end) whose rows `layer` holds now: [0, capacity) on a
   // full layer.
   std::pair<int64_t, int64_t> held_positions(int layer) const;
@@ -130,6 +141,7 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
     int heads;                     // KV heads
+    bool key_blocks = false;       // INT8 keys: each head's codes in key column blocks (uses_key_blocks)
     std::vector<uint8_t, PlaneAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
     std::vector<uint16_t, PlaneAllocator<uint16_t>> scales;  // f16 [rows, row_groups], the same runs
     std::vector<uint16_t, PlaneAllocator<uint16_t>> mins;    // f16, INT4 only, same shape
@@ -144,9 +156,18 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
       return run.first * row_groups + (h * run.count + r) * head_groups();
     }
     // The same shape, no rows.
-    Plane shape() const { return Plane{bits, group, row_code_bytes, row_groups, heads, {}, {}, {}}; }
+    Plane shape() const { return Plane{bits, group, row_code_bytes, row_groups, heads, key_blocks, {}, {}, {}}; }
   };
-  Run layer_run(int layer) const { return Run{layer_offset_[layer], layer_rows_[layer]}; }
+  Run layer_run(int layer) const { return Run{layer_offset_[layer], run_rows(layer_rows_[layer], k_.key_blocks)}; }
+  // Rows a layer's run takes for `rows` rows: whole key column blocks when
+  // the keys are in them.
+  static int64_t run_rows(int64_t rows, bool key_blocks) {
+    return key_blocks ? (rows + kv_kernels_impl::kKeyBlockRows - 1) / kv_kernels_impl::kKeyBlockRows *
+                            kv_kernels_impl::kKeyBlockRows
+                      : rows;
+  }
+  static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens,
+                                  bool key_blocks);
   // Rows [r, r + n) of a plane's run against row-major rows (codes [n,
   // row_code_bytes], scales and mins [n, row_groups]: a wire block's form;
   // mins null for none): kIntoRun copies those rows into the run (store,

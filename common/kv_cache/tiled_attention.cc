@@ -73,6 +73,13 @@ struct TileScratch {
   std::vector<float> k, v;  // [kTile, head_dim]
   std::vector<float> scores;  // [heads_per_kv, kTile]
   std::vector<float> m, l, acc;  // a task's segment and total states (query-block path)
+  std::vector<int8_t> key_rows;  // [kTile, head_dim]: a tile's keys out of key column blocks (keys_as_rows)
+
+  int8_t* key_rows_for(int head_dim) {
+    const size_t tile = static_cast<size_t>(kTile * head_dim);
+    if (key_rows.size() < tile) key_rows.resize(tile);
+    return key_rows.data();
+  }
 
   // in_place: the tiles are read in place (attend_tile_q8, attend_tile_f16;
   // scratch for the larger, q8), no dequantized K / V.
@@ -116,6 +123,7 @@ class LayerAttention {
         q_(q),
         q8_(q8),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
+        key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
         spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_ && n <= kSplitMaxQueries) &&
                 rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
@@ -190,8 +198,8 @@ class LayerAttention {
           continue;
         }
         int64_t k_stride = 0, v_stride = 0;
-        const float* k = tile_rows(k_rows, t0, union_lo, union_hi, scratch.k.data(), &k_stride);
-        const float* v = tile_rows(v_rows, t0, union_lo, union_hi, scratch.v.data(), &v_stride);
+        const float* k = tile_rows(k_rows, t0, union_lo, union_hi, scratch.k.data(), &k_stride, scratch);
+        const float* v = tile_rows(v_rows, t0, union_lo, union_hi, scratch.v.data(), &v_stride, scratch);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
           if (lo >= hi) continue;
@@ -289,7 +297,16 @@ class LayerAttention {
   void run_tile_in_place(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {
-    if (q8()) return run_tile_q8(k_rows, v_rows, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
+    const int64_t tile_row = t0 - rows_.first_position;
+    if (q8() && k_rows.key_blocks && !key_blocks_in_place_) {
+      // The rows the call's queries see, out of the blocks: the kernel then
+      // reads the tile from its row 0 (the values' rows moved to match).
+      const int64_t lo = std::max(first_key(i0), t0), hi = std::min(end_key(i1 - 1), t0 + kTile);
+      if (lo >= hi) return;
+      const KvHeadRows k = keys_as_rows(k_rows, t0, lo, hi, scratch.key_rows_for(head_dim_));
+      return run_tile_q8(k, at_row(v_rows, tile_row), 0, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
+    }
+    if (q8()) return run_tile_q8(k_rows, v_rows, tile_row, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
     kv_kernels_impl::TilePrefetch prefetch = next;  // the first call takes them (a decode step makes one call)
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t lo = std::max(first_key(i), t0), hi = std::min(end_key(i), t0 + kTile);
@@ -307,8 +324,9 @@ class LayerAttention {
   // contiguous run: first_key and end_key grow with i) in calls of up to
   // kQ8MaxPositions, so the tile's K and V are read and rearranged once per
   // call (each query's bits are those of a call of its own).
-  void run_tile_q8(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int kv_h, int h0, int h1, int64_t i0,
-                   int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
+  // tile_row: the tile's first row in k_rows and v_rows.
+  void run_tile_q8(const KvHeadRows& k_rows, const KvHeadRows& v_rows, int64_t tile_row, int kv_h, int h0, int h1,
+                   int64_t i0, int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                    TileScratch& scratch) const {
     const int64_t n_blocks = head_dim_ / kv_kernels_impl::kQ8Block;
     const int64_t n_head = q_dim_ / head_dim_;
@@ -326,7 +344,7 @@ class LayerAttention {
       const int64_t h = ((first - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
       const int64_t q_head = first * n_head + int64_t{kv_h} * heads_per_kv_;
       const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
-      kern_.attend_tile_q8_positions(k_rows, v_rows, t0 - rows_.first_position, q, pos, heads_per_kv_, head_dim_,
+      kern_.attend_tile_q8_positions(k_rows, v_rows, tile_row, q, pos, heads_per_kv_, head_dim_,
                                      s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
       pos.n = 0;
       pos.next = kv_kernels_impl::TilePrefetch{};
@@ -431,17 +449,44 @@ class LayerAttention {
   }
 
   // Tile [t0, t0 + kTile) of one head with rows [lo, hi) readable: F32
-  // rows in place, others dequantized into `buffer`. Row r of the tile at
-  // result + r * stride.
-  const float* tile_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, float* buffer,
-                         int64_t* stride) const {
+  // rows in place, others dequantized into `buffer` (keys in key column
+  // blocks through keys_as_rows). Row r of the tile at result + r * stride.
+  const float* tile_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, float* buffer, int64_t* stride,
+                         TileScratch& scratch) const {
     if (h.bits == 32) {
       *stride = h.row_code_bytes / static_cast<int64_t>(sizeof(float));
       return reinterpret_cast<const float*>(h.codes) + (t0 - rows_.first_position) * *stride;
     }
     *stride = head_dim_;
+    if (h.key_blocks) {
+      const KvHeadRows rows = keys_as_rows(h, t0, lo, hi, scratch.key_rows_for(head_dim_));
+      kern_.dequantize_head_rows(rows, lo - t0, hi - lo, head_dim_, buffer + (lo - t0) * head_dim_);
+      return buffer;
+    }
     kern_.dequantize_head_rows(h, lo - rows_.first_position, hi - lo, head_dim_, buffer + (lo - t0) * head_dim_);
     return buffer;
+  }
+
+  // rows from row `row` on (codes, scales, mins): its row 0 is that row.
+  static KvHeadRows at_row(KvHeadRows rows, int64_t row) {
+    rows.codes += row * rows.row_code_bytes;
+    if (rows.scales != nullptr) rows.scales += row * rows.row_groups;
+    if (rows.mins != nullptr) rows.mins += row * rows.row_groups;
+    return rows;
+  }
+
+  // One head's keys in key column blocks (KvHeadRows::key_blocks) at
+  // positions [lo, hi) of tile t0, as rows for kernels that read rows only:
+  // into `buffer` ([kTile, head_dim], row r of the tile at r * head_dim);
+  // the result's row 0 is the tile's first (its scales the store's).
+  KvHeadRows keys_as_rows(const KvHeadRows& k, int64_t t0, int64_t lo, int64_t hi, int8_t* buffer) const {
+    kv_kernels_impl::key_rows_from_blocks(k.codes, lo - rows_.first_position, hi - lo, head_dim_,
+                                          buffer + (lo - t0) * head_dim_, head_dim_);
+    KvHeadRows rows = at_row(k, t0 - rows_.first_position);
+    rows.codes = reinterpret_cast<const uint8_t*>(buffer);
+    rows.row_code_bytes = head_dim_;
+    rows.key_blocks = false;
+    return rows;
   }
 
   const KvKernels& kern_;
@@ -458,6 +503,9 @@ class LayerAttention {
   const float* q_;
   const QueriesQ8 q8_;
   const bool f16_rows_;
+  // The INT8 kernel reads keys in key column blocks in place; else a tile's
+  // keys in blocks go through keys_as_rows first.
+  const bool key_blocks_in_place_;
   // The kernel spreads the prefetch of the rows it reads next over its
   // steps (INT8: TilePositions::next; F16: attend_tile_f16's next, in calls
   // of up to kSplitMaxQueries queries: a prefill tile's 64 one-query F16

@@ -263,6 +263,7 @@ const KvKernels& kv_kernels() {
 namespace {
 std::atomic<bool> g_q8_amx_allowed{true};
 std::atomic<bool> g_q8_value_quads_allowed{true};
+std::atomic<bool> g_q8_key_blocks_allowed{true};
 }  // namespace
 
 bool q8_amx_active() { return g_q8_amx_allowed.load(std::memory_order_relaxed) && amx_int8_usable(); }
@@ -274,5 +275,31 @@ bool q8_value_quads_active() {
 }
 
 void set_q8_value_quads_allowed(bool allowed) { g_q8_value_quads_allowed.store(allowed, std::memory_order_relaxed); }
+
+bool q8_key_blocks_active() {
+  return g_q8_key_blocks_allowed.load(std::memory_order_relaxed) && kv_kernels().q8_reads_key_blocks;
+}
+
+void set_q8_key_blocks_allowed(bool allowed) { g_q8_key_blocks_allowed.store(allowed, std::memory_order_relaxed); }
+
+void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                          uint8_t* blocks) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) {
+      blocks[key_block_byte(first_row + i, d, head_dim)] = static_cast<uint8_t>(row[d] + 128);
+    }
+  }
+}
+
+void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                          int64_t row_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) {
+      row[d] = static_cast<int8_t>(blocks[key_block_byte(first_row + i, d, head_dim)] - 128);
+    }
+  }
+}
 
 }  // namespace baton::kv_kernels_impl

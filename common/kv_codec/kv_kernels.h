@@ -25,7 +25,36 @@ struct KvHeadRows {
   const uint16_t* mins = nullptr;    // f16, INT4 only
   int64_t row_groups = 0;            // stride between rows, scale entries
   int group = 0;                     // elements per scale group (INT8 / INT4)
+  // INT8 keys in key column blocks (see kKeyBlockRows), not rows: the codes
+  // of rows [16b, 16b + 16) fill bytes [16b, 16b + 16) x row_code_bytes
+  // (row_code_bytes = head_dim: a head's rows consecutive) in the order the
+  // vector kernel's scores read them. Only a set with q8_reads_key_blocks
+  // reads them in place; tiled_attention.cc turns a tile back into rows for
+  // the others (key_rows_from_blocks).
+  bool key_blocks = false;
 };
+
+// Key column blocks: the INT8 keys of 16 consecutive rows r (of one head)
+// as head_dim / 4 vectors of 64 bytes, vector j lane r = the codes of dims
+// 4j .. 4j + 3 of row r, each + 128 (as u8): key_block_byte(r, d) for
+// dim d of row r of the head (rows counted from a block's first). What the
+// AVX-512 kernel's scores take for vpdpbusd (u8 keys x s8 queries, one
+// lane per row), so that a decode step reads them as they lie instead of
+// flipping and transposing 16 rows of every block of every tile (measured:
+// 71.2 against ~62 us on BM_TiledAttentionDecodeInCache with the columns
+// read in place). The store keeps whole blocks (its runs of rows are a
+// multiple of kKeyBlockRows) and starts tiles on block edges.
+inline constexpr int kKeyBlockRows = 16;
+inline int64_t key_block_byte(int64_t r, int d, int head_dim) {
+  return r / kKeyBlockRows * kKeyBlockRows * head_dim + (d / 4) * (4 * kKeyBlockRows) + (r % kKeyBlockRows) * 4 + d % 4;
+}
+// Rows [first_row, first_row + n) of a head's INT8 keys: from rows (row i
+// at rows + i * row_stride, head_dim codes) into key column blocks (the
+// head's row 0 at blocks) and back.
+void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                          uint8_t* blocks);
+void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                          int64_t row_stride);
 
 // Scratch floats attend_heads needs.
 inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx) {
@@ -150,6 +179,16 @@ void set_q8_amx_allowed(bool allowed);
 bool q8_value_quads_active();
 // Tests and benches compare the two paths in one process (default: allowed).
 void set_q8_value_quads_allowed(bool allowed);
+
+// Whether the active kernel set reads INT8 keys in key column blocks
+// (KvHeadRows::key_blocks) in place: it has q8_reads_key_blocks (AVX-512)
+// and set_q8_key_blocks_allowed has not turned it off. A store made while it
+// holds keeps its INT8 keys so (it decides once); attention over blocks
+// while it does not reads each tile through key_rows_from_blocks, the same
+// bits.
+bool q8_key_blocks_active();
+// Tests and benches compare the two layouts in one process (default: allowed).
+void set_q8_key_blocks_allowed(bool allowed);
 
 // Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
 // n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
@@ -352,6 +391,9 @@ struct KvKernels {
   // prefetches those rows itself before the call (scalar). attend_tile_f16,
   // where a set has it, always spreads its `next`.
   bool q8_spreads_prefetch;
+  // attend_tile_q8_positions reads INT8 keys in key column blocks
+  // (KvHeadRows::key_blocks) in place (AVX-512); false: rows only.
+  bool q8_reads_key_blocks = false;
   // Per-token group quantization, the same bytes as kv_quant.h's
   // quantize_int8_groups / quantize_int4_groups (the scales computed the
   // same way, the codes rounded to nearest even by the vector unit instead

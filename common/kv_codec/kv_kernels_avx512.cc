@@ -610,7 +610,8 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 
 // The key columns of the union's 16-row blocks [u_lo, u_hi) of the tile,
 // once for every head of the call: block bi (row 16 (bi + u_lo / 16) of the
-// tile) at cols + bi * (head_dim / 4) (load_key_columns), its rows' key
+// tile) at cols + bi * (head_dim / 4) (load_key_columns; keys in key column
+// blocks are already so in the store: only their scales), its rows' key
 // group scales at ks + bi * NB.
 template <int NB>
 void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, __m512i* cols, __m512* ks,
@@ -625,7 +626,7 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
   for (int g0 = u_lo / 16 * 16, bi = 0; g0 < u_hi; g0 += 16, ++bi) {
     const BlockRows rows(g0, u_lo, u_hi);
     for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
-    load_key_columns(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+    if (!k.key_blocks) load_key_columns(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
     __m512 block[NB] = {};  // k_groups <= NB: key groups hold whole query blocks
     block_scales16(k, tile_row, rows, k_groups, block);
     for (int b = 0; b < NB; ++b) ks[bi * NB + b] = block[b];
@@ -1552,6 +1553,12 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
                                              : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
+  // Keys in key column blocks (kv_kernels.h): the union's blocks as they lie
+  // in the store (tile_row on a block edge, a head's rows consecutive),
+  // every lane of a block a row of it (rows outside the union are masked
+  // later, as load_key_columns' clamped rows).
+  const __m512i* key_cols =
+      k.key_blocks ? reinterpret_cast<const __m512i*>(k.codes + (tile_row + u_lo / 16 * 16) * head_dim) : cols;
   // The value group scales of the union's blocks, once for every head.
   __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
@@ -1571,7 +1578,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   alignas(64) int8_t quads[head_dim / 16 * (kAttentionTileRows / 4) * 64];  // AMX: the value quads
   if (amx) {
     amx_configure();
-    amx_signed_key_columns(cols, n_blocks * head_dim / 4, keys);
+    amx_signed_key_columns(key_cols, n_blocks * head_dim / 4, keys);
     amx_value_quads(v, tile_row, u_lo, u_hi, head_dim, quads, next);
   } else if (!fused) {
     interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
@@ -1582,7 +1589,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     if (amx) {
       amx_head_scores<NB>(keys, n_blocks, ks, k.group, q, pos, n_q, u_lo, h0, nh, s, next);
     } else {
-      q8_head_scores<NB>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
+      q8_head_scores<NB>(key_cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
     }
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
@@ -1911,6 +1918,7 @@ KvKernels kv_kernels_avx512() {
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
   set.q8_spreads_prefetch = true;
+  set.q8_reads_key_blocks = true;
   set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }

@@ -42,11 +42,16 @@ ThreadPool* pool_of(int n_threads) {
 
 const char* codec_name(int bits) { return bits == 16 ? "f16" : bits == 8 ? "int8-g32" : "int4-g32"; }
 
-// A store of `context` random tokens in every layer (32 query heads, 8 KV heads).
-std::unique_ptr<QuantizedKvCache> make_store(int bits, int head_dim, int n_layer, int64_t context) {
+// A store of `context` random tokens in every layer (32 query heads, 8 KV
+// heads); key_blocks false: INT8 keys in rows even where the kernels read
+// key column blocks (the layout before them, to compare).
+std::unique_ptr<QuantizedKvCache> make_store(int bits, int head_dim, int n_layer, int64_t context,
+                                             bool key_blocks = true) {
   const KvGeometry g{n_layer, 32, 8, head_dim, {}};
   auto config = parse_kv_codec_config(codec_name(bits));
+  kv_kernels_impl::set_q8_key_blocks_allowed(key_blocks);
   auto store = QuantizedKvCache::Create(g, context + 64, *config);
+  kv_kernels_impl::set_q8_key_blocks_allowed(true);
   if (!config.ok() || !store.ok()) return nullptr;
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -68,14 +73,19 @@ std::vector<float> random_queries(int64_t n, int64_t q_dim) {
   return q;
 }
 
-// Args: bits, context, head_dim, threads.
+// The label: the codec, and "key blocks" where the store keeps its keys so.
+std::string store_label(int bits, const QuantizedKvCache& store) {
+  return std::string(codec_name(bits)) + (store.key_blocks() ? " key blocks" : "");
+}
+
+// Args: bits, context, head_dim, threads, key_blocks (0: INT8 keys in rows).
 void BM_TiledAttentionDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t context = state.range(1);
   const int head_dim = static_cast<int>(state.range(2));
   ThreadPool* pool = pool_of(static_cast<int>(state.range(3)));
   constexpr int kLayers = 16;
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, state.range(4) != 0);
   if (store == nullptr) return state.SkipWithError("store");
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(1, q_dim);
@@ -90,14 +100,15 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
-  state.SetLabel(codec_name(bits));
+  state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecode)
-    ->ArgNames({"bits", "ctx", "head_dim", "threads"})
-    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}})
+    ->ArgNames({"bits", "ctx", "head_dim", "threads", "key_blocks"})
+    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}})
+    ->ArgsProduct({{8}, {4096, 16384}, {64}, {1, 2}, {0}})
     ->UseRealTime();
 
-// Args: bits, context, threads. The compute ceiling of decode attention: one
+// Args: bits, context, threads, key_blocks. The compute ceiling of decode attention: one
 // layer whose store (context x 1088 bytes at INT8) stays in L2, attended
 // over again and again; bytes/s as BM_TiledAttentionDecode's. Well above
 // memory bandwidth here means the kernel can keep up with memory; near it
@@ -106,7 +117,7 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t context = state.range(1);
   ThreadPool* pool = pool_of(static_cast<int>(state.range(2)));
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, context);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, context, state.range(3) != 0);
   if (store == nullptr) return state.SkipWithError("store");
   const std::vector<float> q = random_queries(1, store->geometry().q_dim());
   std::vector<float> out(q.size());
@@ -117,11 +128,11 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
-  state.SetLabel(codec_name(bits));
+  state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecodeInCache)
-    ->ArgNames({"bits", "ctx", "threads"})
-    ->ArgsProduct({{8}, {1024}, {1, 2}})
+    ->ArgNames({"bits", "ctx", "threads", "key_blocks"})
+    ->ArgsProduct({{8}, {1024}, {1, 2}, {1, 0}})
     ->UseRealTime();
 
 // Args: bits, pos, threads, amx (1: the INT8 kernel's products on AMX tiles

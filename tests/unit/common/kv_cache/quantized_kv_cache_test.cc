@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -255,6 +256,83 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
       EXPECT_EQ(ea->mins, eb->mins);
     }
   }
+}
+
+// A store that keeps its INT8 keys in key column blocks (where the kernels
+// read them in place: AVX-512) against one made with them disallowed (rows):
+// the same rows exported, the same attention bits for a decode step and a
+// prefill block, read in place and (blocks disallowed after the store was
+// made) through rows; after a reserve and a shrink too; and its memory
+// counts each layer's rows up to whole blocks. Values INT8 (the in-place
+// kernel) and INT4 (keys dequantized), Hadamard keys.
+TEST(QuantizedKvCache, KeyBlocksKeepTheRowsBits) {
+  if (!kv_kernels_impl::q8_key_blocks_active()) {
+    GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
+  }
+  const KvGeometry g{2, 8, 2, 64, {}};
+  constexpr int64_t kCapacity = 300, kStored = 250;
+  for (const char* name : {"int8-g32", "int8-g32-had", "int4-k8-g32", "int8-kg64-g32"}) {
+    SCOPED_TRACE(name);
+    const KvCodecConfig c = parse(name);
+    kv_kernels_impl::set_q8_key_blocks_allowed(false);
+    auto rows = QuantizedKvCache::Create(g, kCapacity, c);
+    kv_kernels_impl::set_q8_key_blocks_allowed(true);
+    auto blocks = QuantizedKvCache::Create(g, kCapacity, c);
+    ASSERT_TRUE(rows.ok() && blocks.ok());
+    ASSERT_FALSE((*rows)->key_blocks());
+    ASSERT_TRUE((*blocks)->key_blocks());
+    EXPECT_TRUE(QuantizedKvCache::uses_key_blocks(c, g));
+    // Each layer's 300 rows run to 304 (19 blocks).
+    const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
+    EXPECT_EQ((*rows)->memory_bytes(), g.n_layer * kCapacity * row_bytes);
+    EXPECT_EQ((*blocks)->memory_bytes(), g.n_layer * 304 * row_bytes);
+    EXPECT_EQ(QuantizedKvCache::memory_bytes_for(c, g, kCapacity), (*blocks)->memory_bytes());
+    const auto k = random_rows(kStored, g.kv_dim(), 7), v = random_rows(kStored, g.kv_dim(), 8);
+    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+      for (int layer = 0; layer < g.n_layer; ++layer) {
+        // Rows that start and end inside blocks; one row alone.
+        for (const auto& [first, n] : {std::pair{0, 100}, std::pair{100, 1}, std::pair{101, 149}}) {
+          ASSERT_TRUE(store->store(layer, first, n, k.data() + first * g.kv_dim(), v.data() + first * g.kv_dim()).ok());
+        }
+      }
+      store->set_size(kStored);
+    }
+    auto expect_same = [&](const std::string& what) {
+      SCOPED_TRACE(what);
+      for (int layer = 0; layer < g.n_layer; ++layer) {
+        for (const bool is_key : {true, false}) {
+          auto a = (*rows)->export_block(layer, is_key, 0, kStored);
+          auto b = (*blocks)->export_block(layer, is_key, 0, kStored);
+          ASSERT_TRUE(a.ok() && b.ok());
+          ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
+          ASSERT_EQ(a->scales, b->scales);
+          ASSERT_EQ(a->mins, b->mins);
+        }
+        // A decode step at the last row, a prefill block's 50 queries.
+        for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{kStored - 1, 1}, std::pair<int64_t, int64_t>{200, 50}}) {
+          const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
+          std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
+          (*rows)->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
+          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
+              << "layer " << layer << " queries at " << pos << " .. " << pos + n;
+          // Blocks the kernels no longer read in place: each tile through rows.
+          kv_kernels_impl::set_q8_key_blocks_allowed(false);
+          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          kv_kernels_impl::set_q8_key_blocks_allowed(true);
+          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
+              << "through rows: layer " << layer << " queries at " << pos << " .. " << pos + n;
+        }
+      }
+    };
+    expect_same("as stored");
+    ASSERT_TRUE((*blocks)->reserve(517).ok());
+    expect_same("after a reserve");
+    ASSERT_TRUE((*blocks)->shrink_to(kStored + 3).ok());
+    EXPECT_EQ((*blocks)->memory_bytes(), g.n_layer * 256 * row_bytes);
+    expect_same("after a shrink");
+  }
+  kv_kernels_impl::set_q8_key_blocks_allowed(true);
 }
 
 TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {

@@ -649,6 +649,114 @@ TEST(AttendTileQ8Positions, ValueQuadsGiveThePairBits) {
   set_q8_value_quads_allowed(true);
 }
 
+// key_blocks_from_rows and key_rows_from_blocks: rows of a head's INT8 keys
+// go into key column blocks at the bytes key_block_byte names (+ 128) and
+// come back the same, whatever rows a call moves (a block's middle, across
+// a block edge, one row).
+TEST(KeyBlocks, RowsGoInAndComeBack) {
+  constexpr int kRows = 3 * kKeyBlockRows;
+  for (const int head_dim : {32, 64, 96, 256}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    std::mt19937 rng(static_cast<unsigned>(head_dim));
+    const int64_t stride = head_dim + 8;  // rows wider than a head (a store's row of every head)
+    std::vector<int8_t> rows(static_cast<size_t>(kRows * stride));
+    for (auto& c : rows) c = static_cast<int8_t>(rng());
+    std::vector<uint8_t> blocks(static_cast<size_t>(kRows * head_dim), 0);
+    for (const auto& [first, n] : {std::pair{0, 5}, std::pair{5, 30}, std::pair{35, 1}, std::pair{36, 12}}) {
+      key_blocks_from_rows(rows.data() + first * stride, stride, first, n, head_dim, blocks.data());
+    }
+    for (int r = 0; r < kRows; ++r) {
+      for (int d = 0; d < head_dim; ++d) {
+        ASSERT_EQ(blocks[static_cast<size_t>(key_block_byte(r, d, head_dim))],
+                  static_cast<uint8_t>(rows[static_cast<size_t>(r * stride + d)] + 128))
+            << "row " << r << " dim " << d;
+      }
+    }
+    // Vector j of a block, lane r: dims 4j .. 4j + 3 of the block's row r.
+    EXPECT_EQ(key_block_byte(kKeyBlockRows + 3, 9, head_dim), kKeyBlockRows * head_dim + 2 * 64 + 3 * 4 + 1);
+    std::vector<int8_t> back(rows.size(), 0);
+    key_rows_from_blocks(blocks.data(), 0, 20, head_dim, back.data(), stride);
+    key_rows_from_blocks(blocks.data(), 20, kRows - 20, head_dim, back.data() + 20 * stride, stride);
+    for (int r = 0; r < kRows; ++r) {
+      ASSERT_EQ(std::memcmp(back.data() + r * stride, rows.data() + r * stride, static_cast<size_t>(head_dim)), 0)
+          << "row " << r;
+    }
+  }
+}
+
+// The AVX-512 set's attend_tile_q8_positions over keys in key column blocks
+// (KvHeadRows::key_blocks, read in place) gives the bits it gives over the
+// same keys in rows: tile after tile (m, l, acc byte for byte), whole tiles
+// and rows that start or end inside a block or the tile, one row alone,
+// head_dim 32 / 64 / 128 / 256, key groups of 32 and 64, a decode step's
+// call (one position) and calls of 2 and 16 positions (a prefill's: the
+// value pairs, and AMX where the CPU has it). Skipped, saying so, without
+// AVX-512.
+TEST(AttendTileQ8Positions, KeyBlocksGiveTheRowsBits) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: only its set reads key column blocks";
+  const KvKernels kern = kv_kernels_avx512();
+  ASSERT_TRUE(kern.q8_reads_key_blocks);
+  struct Shape {
+    int head_dim, k_group, v_group, n_q, n_pos;
+  };
+  const Shape shapes[] = {{64, 32, 32, 4, 1}, {64, 64, 32, 4, 1},  {32, 32, 32, 4, 1}, {128, 32, 64, 2, 1},
+                          {256, 64, 32, 1, 1}, {64, 32, 32, 4, 2}, {64, 32, 32, 4, 16}};
+  const std::pair<int, int> ranges[] = {{0, kAttentionTileRows}, {0, 61}, {5, kAttentionTileRows}, {37, 38},
+                                        {6, 99},                 {16, 112}};
+  for (const Shape& sh : shapes) {
+    const int head_dim = sh.head_dim;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " k_group " + std::to_string(sh.k_group) + " n_q " +
+                 std::to_string(sh.n_q) + " positions " + std::to_string(sh.n_pos));
+    std::mt19937 rng(static_cast<unsigned>(head_dim * 11 + sh.k_group + sh.n_pos));
+    constexpr int kTiles = 3;
+    constexpr int64_t kRows = kTiles * kAttentionTileRows;
+    const Plane k = make_plane({8, head_dim, sh.k_group, sh.n_q, kRows}, rng);
+    const Plane v = make_plane({8, head_dim, sh.v_group, sh.n_q, kRows}, rng);
+    // One head's rows (head_dim bytes apart, as the store keeps them): the
+    // planes' bytes as twice the rows of one head; the keys also in blocks
+    // (64-byte aligned, as the store's).
+    KvHeadRows kh = k.head, vh = v.head;
+    for (auto [h, plane] : {std::pair{&kh, &k}, std::pair{&vh, &v}}) {
+      h->codes = plane->codes.data();
+      h->row_code_bytes = head_dim;
+      h->scales = plane->scales.data();
+      h->row_groups = head_dim / h->group;
+    }
+    std::vector<uint8_t> block_bytes(static_cast<size_t>(kRows * head_dim + 64));
+    uint8_t* blocks = block_bytes.data() + (64 - reinterpret_cast<uintptr_t>(block_bytes.data()) % 64) % 64;
+    key_blocks_from_rows(reinterpret_cast<const int8_t*>(kh.codes), head_dim, 0, kRows, head_dim, blocks);
+    KvHeadRows kb = kh;
+    kb.codes = blocks;
+    kb.key_blocks = true;
+    const int64_t q_stride = sh.n_q + 2;
+    const RandomQueriesQ8 queries = random_queries_q8(sh.n_pos * q_stride, head_dim, 0.125f, rng);
+    const int64_t s_stride = sh.n_q + 1, n_states = sh.n_pos * s_stride;
+    std::vector<float> scratch(static_cast<size_t>(attend_tile_q8_scratch_floats(kQ8MaxPositions * 8, head_dim)), -5.0f);
+    for (const auto& [lo0, hi0] : ranges) {
+      // Position j's rows: a step later and 2 earlier than the one before, inside [lo0, hi0).
+      int lo[kQ8MaxPositions], hi[kQ8MaxPositions];
+      for (int j = 0; j < sh.n_pos; ++j) {
+        lo[j] = std::min(lo0 + j, hi0 - 1);
+        hi[j] = std::max(hi0 - 2 * j, lo[j] + 1);
+      }
+      const TilePositions pos = tile_positions(sh.n_pos, q_stride, s_stride, lo, hi);
+      std::vector<float> m(n_states, -INFINITY), l(n_states, 0.0f), acc(static_cast<size_t>(n_states * head_dim), 0.0f);
+      std::vector<float> m_rows = m, l_rows = l, acc_rows = acc;
+      for (int t = 0; t < kTiles; ++t) {
+        kern.attend_tile_q8_positions(kh, vh, t * kAttentionTileRows, queries.view(), pos, sh.n_q, head_dim,
+                                      m_rows.data(), l_rows.data(), acc_rows.data(), scratch.data());
+        kern.attend_tile_q8_positions(kb, vh, t * kAttentionTileRows, queries.view(), pos, sh.n_q, head_dim, m.data(),
+                                      l.data(), acc.data(), scratch.data());
+      }
+      SCOPED_TRACE("rows " + std::to_string(lo0) + " .. " + std::to_string(hi0));
+      ASSERT_EQ(std::memcmp(m.data(), m_rows.data(), sizeof(float) * m.size()), 0);
+      ASSERT_EQ(std::memcmp(l.data(), l_rows.data(), sizeof(float) * l.size()), 0);
+      ASSERT_EQ(std::memcmp(acc.data(), acc_rows.data(), sizeof(float) * acc.size()), 0);
+      ASSERT_NE(std::count(acc.begin(), acc.end(), 0.0f), static_cast<std::ptrdiff_t>(acc.size()));
+    }
+  }
+}
+
 // The AVX2 set's attend_tile_q8 against the scalar one that defines its
 // arithmetic, tile by tile over a window's edge and partial tiles, for every
 // head_dim and group it takes: the scores are the scalar's bits (the integer
