@@ -88,15 +88,31 @@ int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvG
          geometry.n_layer;
 }
 
-bool QuantizedKvCache::uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry) {
-  if (config.bits_for(/*is_key=*/true) != Bits::kInt8) return false;
+namespace {
+
+// INT8 codes of this kind a blocked layout may hold: every layer full (a
+// sliding window moves rows off block edges) and head_dim what the INT8
+// kernels take.
+bool blockable(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key) {
+  if (config.bits_for(is_key) != Bits::kInt8) return false;
   if (geometry.head_dim % kv_kernels_impl::kQ8Block != 0 || geometry.head_dim > kv_kernels_impl::kQ8MaxHeadDim) {
     return false;
   }
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
     if (geometry.window(layer) > 0) return false;
   }
-  return kv_kernels_impl::q8_key_blocks_active();
+  return true;
+}
+
+}  // namespace
+
+bool QuantizedKvCache::uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry) {
+  return blockable(config, geometry, /*is_key=*/true) && kv_kernels_impl::q8_key_blocks_active();
+}
+
+bool QuantizedKvCache::uses_value_quads(const KvCodecConfig& config, const KvGeometry& geometry) {
+  return blockable(config, geometry, /*is_key=*/false) && config.group_size_for(/*is_key=*/false) % 32 == 0 &&
+         kv_kernels_impl::kv_kernels().q8_reads_value_quads && kv_kernels_impl::q8_value_quads_active();
 }
 
 QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_tokens,
@@ -113,6 +129,7 @@ QuantizedKvCache::QuantizedKvCache(const KvGeometry& geometry, int64_t capacity_
     p.heads = geometry.n_head_kv;
   }
   k_.key_blocks = uses_key_blocks(config, geometry);
+  v_.value_quads = uses_value_quads(config, geometry);
   lay_out(capacity_tokens);
 }
 
@@ -153,18 +170,27 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
   };
   const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
   for (int h = 0; h < plane.heads; ++h) {
-    if (plane.key_blocks) {  // INT8 keys: hb = head_dim codes a row
+    if (plane.blocked()) {  // INT8: hb = head_dim codes a row
+      auto* head = plane.codes.data() + plane.code_at(run, h, 0);
+      const int head_dim = static_cast<int>(hb);
       if constexpr (kIntoRun) {
-        kv_kernels_impl::key_blocks_from_rows(reinterpret_cast<const int8_t*>(codes) + h * hb, plane.row_code_bytes, r,
-                                              n, static_cast<int>(hb), plane.codes.data() + plane.code_at(run, h, 0));
+        const auto* rows = reinterpret_cast<const int8_t*>(codes) + h * hb;
+        if (plane.key_blocks) {
+          kv_kernels_impl::key_blocks_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
+        } else {
+          kv_kernels_impl::value_quads_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
+        }
       } else {
-        kv_kernels_impl::key_rows_from_blocks(plane.codes.data() + plane.code_at(run, h, 0), r, n,
-                                              static_cast<int>(hb), reinterpret_cast<int8_t*>(codes) + h * hb,
-                                              plane.row_code_bytes);
+        auto* rows = reinterpret_cast<int8_t*>(codes) + h * hb;
+        if (plane.key_blocks) {
+          kv_kernels_impl::key_rows_from_blocks(head, r, n, head_dim, rows, plane.row_code_bytes);
+        } else {
+          kv_kernels_impl::value_rows_from_quads(head, r, n, head_dim, rows, plane.row_code_bytes);
+        }
       }
     }
     for (int64_t i = 0; i < n; ++i) {
-      if (!plane.key_blocks) {
+      if (!plane.blocked()) {
         copy(plane.codes.data() + plane.code_at(run, h, r + i), codes + i * plane.row_code_bytes + h * hb, hb);
       }
       if (hg == 0) continue;
@@ -234,7 +260,8 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
         p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
         p.head_groups(),
         p.group,
-        p.key_blocks};
+        p.key_blocks,
+        p.value_quads};
   };
   AttentionRows rows;
   rows.k = head0_rows(k_);
@@ -307,7 +334,7 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
       skip = held - kept;
     }
     layer_base_[layer] = old_base[layer] + skip;
-    const Run from{old_offset[layer], run_rows(old_rows[layer], k_.key_blocks)};
+    const Run from{old_offset[layer], run_rows(old_rows[layer], blocked())};
     copy_rows(old_k, from, skip, k_, layer_run(layer), 0, kept);
     copy_rows(old_v, from, skip, v_, layer_run(layer), 0, kept);
   }

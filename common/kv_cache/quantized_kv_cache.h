@@ -73,7 +73,7 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   const KvCodecConfig& config() const { return config_; }
   int64_t bytes_per_token() const { return bytes_per_token(config_, geometry_); }
   // Bytes held for the whole capacity (sliding-window layers: their rows only).
-  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_, k_.key_blocks); }
+  int64_t memory_bytes() const { return memory_bytes_for(config_, geometry_, capacity_, blocked()); }
 
   // Sliding-window layers (geometry.layer_window) keep only the rows a later
   // query can see, in a window of window + kWindowSlackTokens rows that
@@ -99,7 +99,12 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // ingest_block move rows in and out of the blocks: the wire, a saved
   // session and attention's bits do not depend on it.
   static bool uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry);
+  // The same for INT8 values in value quads (KvHeadRows::value_quads): INT8
+  // values in groups of whole 32-dim blocks, every layer full, and the
+  // AVX-512 kernels' decode value product takes quads (q8_value_quads_active).
+  static bool uses_value_quads(const KvCodecConfig& config, const KvGeometry& geometry);
   bool key_blocks() const { return k_.key_blocks; }
+  bool value_quads() const { return v_.value_quads; }
   // Positions [first, end) whose rows `layer` holds now: [0, capacity) on a
   // full layer.
   std::pair<int64_t, int64_t> held_positions(int layer) const;
@@ -142,6 +147,7 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
     int heads;                     // KV heads
     bool key_blocks = false;       // INT8 keys: each head's codes in key column blocks (uses_key_blocks)
+    bool value_quads = false;      // INT8 values: each head's codes in value quads (uses_value_quads)
     std::vector<uint8_t, PlaneAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
     std::vector<uint16_t, PlaneAllocator<uint16_t>> scales;  // f16 [rows, row_groups], the same runs
     std::vector<uint16_t, PlaneAllocator<uint16_t>> mins;    // f16, INT4 only, same shape
@@ -156,18 +162,24 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
       return run.first * row_groups + (h * run.count + r) * head_groups();
     }
     // The same shape, no rows.
-    Plane shape() const { return Plane{bits, group, row_code_bytes, row_groups, heads, key_blocks, {}, {}, {}}; }
+    Plane shape() const {
+      return Plane{bits, group, row_code_bytes, row_groups, heads, key_blocks, value_quads, {}, {}, {}};
+    }
+    bool blocked() const { return key_blocks || value_quads; }
   };
-  Run layer_run(int layer) const { return Run{layer_offset_[layer], run_rows(layer_rows_[layer], k_.key_blocks)}; }
-  // Rows a layer's run takes for `rows` rows: whole key column blocks when
-  // the keys are in them.
-  static int64_t run_rows(int64_t rows, bool key_blocks) {
-    return key_blocks ? (rows + kv_kernels_impl::kKeyBlockRows - 1) / kv_kernels_impl::kKeyBlockRows *
-                            kv_kernels_impl::kKeyBlockRows
-                      : rows;
+  Run layer_run(int layer) const { return Run{layer_offset_[layer], run_rows(layer_rows_[layer], blocked())}; }
+  // Keys in key column blocks or values in value quads: runs of whole blocks.
+  bool blocked() const { return k_.blocked() || v_.blocked(); }
+  // Rows a layer's run takes for `rows` rows: whole key column blocks (16
+  // rows, a multiple of a value quad's 4) when blocked.
+  static int64_t run_rows(int64_t rows, bool blocked) {
+    static_assert(kv_kernels_impl::kKeyBlockRows % kv_kernels_impl::kValueQuadRows == 0);
+    return blocked ? (rows + kv_kernels_impl::kKeyBlockRows - 1) / kv_kernels_impl::kKeyBlockRows *
+                         kv_kernels_impl::kKeyBlockRows
+                   : rows;
   }
   static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens,
-                                  bool key_blocks);
+                                  bool blocked);
   // Rows [r, r + n) of a plane's run against row-major rows (codes [n,
   // row_code_bytes], scales and mins [n, row_groups]: a wire block's form;
   // mins null for none): kIntoRun copies those rows into the run (store,

@@ -73,12 +73,14 @@ struct TileScratch {
   std::vector<float> k, v;  // [kTile, head_dim]
   std::vector<float> scores;  // [heads_per_kv, kTile]
   std::vector<float> m, l, acc;  // a task's segment and total states (query-block path)
-  std::vector<int8_t> key_rows;  // [kTile, head_dim]: a tile's keys out of key column blocks (keys_as_rows)
+  // [kTile, head_dim] each: a tile's keys out of key column blocks, its
+  // values out of value quads (as_rows).
+  std::vector<int8_t> key_rows, value_rows;
 
-  int8_t* key_rows_for(int head_dim) {
+  static int8_t* rows_for(std::vector<int8_t>& rows, int head_dim) {
     const size_t tile = static_cast<size_t>(kTile * head_dim);
-    if (key_rows.size() < tile) key_rows.resize(tile);
-    return key_rows.data();
+    if (rows.size() < tile) rows.resize(tile);
+    return rows.data();
   }
 
   // in_place: the tiles are read in place (attend_tile_q8, attend_tile_f16;
@@ -124,6 +126,8 @@ class LayerAttention {
         q8_(q8),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
         key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
+        value_quads_in_place_(q8.codes != nullptr && kern_.q8_reads_value_quads &&
+                              kv_kernels_impl::q8_value_quads_active()),
         spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_ && n <= kSplitMaxQueries) &&
                 rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
@@ -298,13 +302,20 @@ class LayerAttention {
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {
     const int64_t tile_row = t0 - rows_.first_position;
-    if (q8() && k_rows.key_blocks && !key_blocks_in_place_) {
-      // The rows the call's queries see, out of the blocks: the kernel then
-      // reads the tile from its row 0 (the values' rows moved to match).
+    const bool keys_as_rows = k_rows.key_blocks && !key_blocks_in_place_;
+    const bool values_as_rows = v_rows.value_quads && !value_quads_in_place_;
+    if (q8() && (keys_as_rows || values_as_rows)) {
+      // The rows the call's queries see, out of the blocks (quads): the
+      // kernel then reads the tile from its row 0 (the other plane's rows
+      // moved to match).
       const int64_t lo = std::max(first_key(i0), t0), hi = std::min(end_key(i1 - 1), t0 + kTile);
       if (lo >= hi) return;
-      const KvHeadRows k = keys_as_rows(k_rows, t0, lo, hi, scratch.key_rows_for(head_dim_));
-      return run_tile_q8(k, at_row(v_rows, tile_row), 0, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
+      const KvHeadRows k = keys_as_rows ? as_rows(k_rows, t0, lo, hi, TileScratch::rows_for(scratch.key_rows, head_dim_))
+                                        : at_row(k_rows, tile_row);
+      const KvHeadRows v = values_as_rows
+                               ? as_rows(v_rows, t0, lo, hi, TileScratch::rows_for(scratch.value_rows, head_dim_))
+                               : at_row(v_rows, tile_row);
+      return run_tile_q8(k, v, 0, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
     }
     if (q8()) return run_tile_q8(k_rows, v_rows, tile_row, kv_h, h0, h1, i0, i1, t0, next, s, scratch);
     kv_kernels_impl::TilePrefetch prefetch = next;  // the first call takes them (a decode step makes one call)
@@ -458,8 +469,9 @@ class LayerAttention {
       return reinterpret_cast<const float*>(h.codes) + (t0 - rows_.first_position) * *stride;
     }
     *stride = head_dim_;
-    if (h.key_blocks) {
-      const KvHeadRows rows = keys_as_rows(h, t0, lo, hi, scratch.key_rows_for(head_dim_));
+    if (h.key_blocks || h.value_quads) {
+      const KvHeadRows rows =
+          as_rows(h, t0, lo, hi, TileScratch::rows_for(h.key_blocks ? scratch.key_rows : scratch.value_rows, head_dim_));
       kern_.dequantize_head_rows(rows, lo - t0, hi - lo, head_dim_, buffer + (lo - t0) * head_dim_);
       return buffer;
     }
@@ -475,17 +487,23 @@ class LayerAttention {
     return rows;
   }
 
-  // One head's keys in key column blocks (KvHeadRows::key_blocks) at
-  // positions [lo, hi) of tile t0, as rows for kernels that read rows only:
-  // into `buffer` ([kTile, head_dim], row r of the tile at r * head_dim);
-  // the result's row 0 is the tile's first (its scales the store's).
-  KvHeadRows keys_as_rows(const KvHeadRows& k, int64_t t0, int64_t lo, int64_t hi, int8_t* buffer) const {
-    kv_kernels_impl::key_rows_from_blocks(k.codes, lo - rows_.first_position, hi - lo, head_dim_,
-                                          buffer + (lo - t0) * head_dim_, head_dim_);
-    KvHeadRows rows = at_row(k, t0 - rows_.first_position);
+  // One head's keys in key column blocks (KvHeadRows::key_blocks) or values
+  // in value quads at positions [lo, hi) of tile t0, as rows for kernels
+  // that read rows only: into `buffer` ([kTile, head_dim], row r of the tile
+  // at r * head_dim); the result's row 0 is the tile's first (its scales the
+  // store's).
+  KvHeadRows as_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, int8_t* buffer) const {
+    const int64_t first = lo - rows_.first_position;
+    int8_t* out = buffer + (lo - t0) * head_dim_;
+    if (h.key_blocks) {
+      kv_kernels_impl::key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out, head_dim_);
+    } else {
+      kv_kernels_impl::value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out, head_dim_);
+    }
+    KvHeadRows rows = at_row(h, t0 - rows_.first_position);
     rows.codes = reinterpret_cast<const uint8_t*>(buffer);
     rows.row_code_bytes = head_dim_;
-    rows.key_blocks = false;
+    rows.key_blocks = rows.value_quads = false;
     return rows;
   }
 
@@ -506,6 +524,10 @@ class LayerAttention {
   // The INT8 kernel reads keys in key column blocks in place; else a tile's
   // keys in blocks go through keys_as_rows first.
   const bool key_blocks_in_place_;
+  // The INT8 kernel takes values in value quads (reading them in place on
+  // its decode path, as rows on its others) and they are allowed; else a
+  // tile's values in quads go through as_rows first.
+  const bool value_quads_in_place_;
   // The kernel spreads the prefetch of the rows it reads next over its
   // steps (INT8: TilePositions::next; F16: attend_tile_f16's next, in calls
   // of up to kSplitMaxQueries queries: a prefill tile's 64 one-query F16

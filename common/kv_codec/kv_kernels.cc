@@ -292,6 +292,24 @@ void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_
   }
 }
 
+void value_quads_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                           uint8_t* quads) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) {
+      quads[value_quad_byte(first_row + i, d, head_dim)] = static_cast<uint8_t>(row[d]);
+    }
+  }
+}
+
+void value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                           int64_t row_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) row[d] = static_cast<int8_t>(quads[value_quad_byte(first_row + i, d, head_dim)]);
+  }
+}
+
 void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
                           int64_t row_stride) {
   for (int64_t i = 0; i < n; ++i) {

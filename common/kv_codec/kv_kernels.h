@@ -32,6 +32,13 @@ struct KvHeadRows {
   // reads them in place; tiled_attention.cc turns a tile back into rows for
   // the others (key_rows_from_blocks).
   bool key_blocks = false;
+  // INT8 values in value quads (see kValueQuadRows), not rows: the codes of
+  // rows [4q, 4q + 4) fill bytes [4q, 4q + 4) x row_code_bytes (row_code_bytes
+  // = head_dim) in the order a decode step's value product reads them. The
+  // AVX-512 set reads them in place on that path and turns the tile back
+  // into rows on its others (q8_reads_value_quads); tiled_attention.cc does
+  // for the other sets (value_rows_from_quads).
+  bool value_quads = false;
 };
 
 // Key column blocks: the INT8 keys of 16 consecutive rows r (of one head)
@@ -48,6 +55,25 @@ inline constexpr int kKeyBlockRows = 16;
 inline int64_t key_block_byte(int64_t r, int d, int head_dim) {
   return r / kKeyBlockRows * kKeyBlockRows * head_dim + (d / 4) * (4 * kKeyBlockRows) + (r % kKeyBlockRows) * 4 + d % 4;
 }
+// Value quads: the INT8 values of 4 consecutive rows r (of one head) as
+// one dword per dim, the 4 rows' codes in row order: value_quad_byte(r, d)
+// for dim d of row r of the head. Each 64 bytes of a quad are the 4 rows of
+// 16 consecutive dims: what q8_values_quads (AVX-512) multiplies by the
+// broadcast weight codes of the 4 rows with vpdpbusd, made once per token
+// instead of by 2 vpermb and 2 word unpacks per 32 dims and quad of every
+// step.
+inline constexpr int kValueQuadRows = 4;
+inline int64_t value_quad_byte(int64_t r, int d, int head_dim) {
+  return r / kValueQuadRows * kValueQuadRows * head_dim + int64_t{d} * kValueQuadRows + r % kValueQuadRows;
+}
+// Rows [first_row, first_row + n) of a head's INT8 values: from rows (row i
+// at rows + i * row_stride) into value quads (the head's row 0 at quads) and
+// back.
+void value_quads_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                           uint8_t* quads);
+void value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                           int64_t row_stride);
+
 // Rows [first_row, first_row + n) of a head's INT8 keys: from rows (row i
 // at rows + i * row_stride, head_dim codes) into key column blocks (the
 // head's row 0 at blocks) and back.
@@ -394,6 +420,9 @@ struct KvKernels {
   // attend_tile_q8_positions reads INT8 keys in key column blocks
   // (KvHeadRows::key_blocks) in place (AVX-512); false: rows only.
   bool q8_reads_key_blocks = false;
+  // attend_tile_q8_positions takes INT8 values in value quads
+  // (KvHeadRows::value_quads), in place where it can (AVX-512); false: rows only.
+  bool q8_reads_value_quads = false;
   // Per-token group quantization, the same bytes as kv_quant.h's
   // quantize_int8_groups / quantize_int4_groups (the scales computed the
   // same way, the codes rounded to nearest even by the vector unit instead

@@ -689,8 +689,10 @@ struct ValueRows {
   const uint8_t* base;  // the tile's row 0
   int64_t stride;
   int u_lo, u_hi;
+  bool quads;  // value quads (kv_kernels.h), read by q8_values_quads only
   ValueRows(const KvHeadRows& v, int64_t tile_row, int lo, int hi)
-      : base(v.codes + tile_row * v.row_code_bytes), stride(v.row_code_bytes), u_lo(lo), u_hi(hi) {}
+      : base(v.codes + tile_row * v.row_code_bytes), stride(v.row_code_bytes), u_lo(lo), u_hi(hi),
+        quads(v.value_quads) {}
   // Pair k (rows 2k and 2k + 1, clamped into the union) as vp[(k - k_lo) *
   // (head_dim / 16) + c], c = 0 .. head_dim / 16 - 1.
   inline void pair(int k, int head_dim, __m512i* out) const {
@@ -1119,13 +1121,10 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
     for (int i = 0; i < R; ++i) {
       low[i][0] = low[i][1] = high[i][0] = high[i][1] = _mm512_setzero_si512();
     }
-    // w: the quad's low bytes of head 0 (wg + split_quad_offset(q)).
-    auto quad = [&](const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, const uint8_t* w)
-                    __attribute__((always_inline)) {
-      const __m512i ab = permute_bytes(order, two_rows32(r0, r1));
-      const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
-      constexpr __mmask32 kAll32 = 0xffffffffu;
-      const __m512i x0 = _mm512_maskz_unpacklo_epi16(kAll32, ab, cd), x1 = _mm512_maskz_unpackhi_epi16(kAll32, ab, cd);
+    // A quad's 32 dims (x0: dims 32s + t, x1: 32s + 16 + t; 4 rows a dword)
+    // against every head's split codes; w: the quad's low bytes of head 0
+    // (wg + split_quad_offset(q)).
+    auto products = [&](__m512i x0, __m512i x1, const uint8_t* w) __attribute__((always_inline)) {
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
@@ -1136,6 +1135,38 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
         high[i][1] = dpbusd(high[i][1], wh, x1);
       }
     };
+    auto quad = [&](const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, const uint8_t* w)
+                    __attribute__((always_inline)) {
+      const __m512i ab = permute_bytes(order, two_rows32(r0, r1));
+      const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
+      constexpr __mmask32 kAll32 = 0xffffffffu;
+      products(_mm512_maskz_unpacklo_epi16(kAll32, ab, cd), _mm512_maskz_unpackhi_epi16(kAll32, ab, cd), w);
+    };
+    // The block's sums into the heads' states.
+    auto finish_block = [&] {
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {
+          const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
+          add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
+        }
+      }
+    };
+    if (rows.quads) {
+      // Values in value quads: each quad's 32 dims of block s are its two
+      // vectors 64 x s bytes on, as the loads above make them. Rows outside
+      // the union weigh 0 (the softmax step's codes for the union's blocks).
+      constexpr int64_t kQuadBytes = 4 * NB * kQ8Block;
+      const uint8_t* p = rows.base + int64_t{q_lo} * kQuadBytes + 128 * s;
+      for (int q = q_lo; q < q_hi; ++q, p += kQuadBytes) {
+        if (q % kValueQuadsPerStep == 0) next.step();
+        products(_mm512_load_si512(p), _mm512_load_si512(p + 64), wg + split_quad_offset(q));
+      }
+      finish_block();
+      continue;
+    }
     auto clamped = [&](int q) {
       if (q % kValueQuadsPerStep == 0) next.step();
       auto row = [&](int r) { return rows.base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * stride + 32 * s; };
@@ -1164,15 +1195,7 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
       p += 4 * stride, ++q;
     }
     for (q = std::max(q_in_end, std::min(q_in, q_hi)); q < q_hi; ++q) clamped(q);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
-        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
-      }
-    }
+    finish_block();
   }
 }
 
@@ -1552,6 +1575,18 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
                                : value_quads ? NB * ((n_quads + kValueQuadsPerStep - 1) / kValueQuadsPerStep)
                                              : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
+  // The tile's values, row 0 = the tile's first. Values in value quads
+  // (kv_kernels.h) are read in place by the quads' value product; for every
+  // other path the union's rows are turned back into rows here.
+  KvHeadRows vt = v;
+  vt.codes += tile_row * v.row_code_bytes;
+  vt.scales += tile_row * v.row_groups;
+  alignas(64) int8_t value_rows_buffer[kAttentionTileRows * head_dim];
+  if (v.value_quads && !value_quads) {
+    value_rows_from_quads(vt.codes, u_lo, u_hi - u_lo, head_dim, value_rows_buffer + u_lo * head_dim, head_dim);
+    vt.codes = reinterpret_cast<const uint8_t*>(value_rows_buffer);
+    vt.value_quads = false;
+  }
   q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
   // Keys in key column blocks (kv_kernels.h): the union's blocks as they lie
   // in the store (tile_row on a block edge, a head's rows consecutive),
@@ -1562,7 +1597,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // The value group scales of the union's blocks, once for every head.
   __m512 vs[kBlocks][kQ8MaxHeadDim / 32];
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
-    block_scales16(v, tile_row, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
+    block_scales16(vt, 0, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
   }
   // Rows [lo, hi) of neighbouring positions are mostly the same (the whole tile).
   PositionScales ps[kQ8MaxPositions];
@@ -1579,11 +1614,11 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   if (amx) {
     amx_configure();
     amx_signed_key_columns(key_cols, n_blocks * head_dim / 4, keys);
-    amx_value_quads(v, tile_row, u_lo, u_hi, head_dim, quads, next);
+    amx_value_quads(vt, 0, u_lo, u_hi, head_dim, quads, next);
   } else if (!fused) {
-    interleave_value_pairs(v, tile_row, u_lo, u_hi, head_dim, vp, next);
+    interleave_value_pairs(vt, 0, u_lo, u_hi, head_dim, vp, next);
   }
-  const ValueRows value_rows(v, tile_row, u_lo, u_hi);
+  const ValueRows value_rows(vt, 0, u_lo, u_hi);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     if (amx) {
@@ -1919,6 +1954,7 @@ KvKernels kv_kernels_avx512() {
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
   set.q8_spreads_prefetch = true;
   set.q8_reads_key_blocks = true;
+  set.q8_reads_value_quads = true;
   set.attend_tile_f16 = attend_tile_f16_avx512;
   return set;
 }

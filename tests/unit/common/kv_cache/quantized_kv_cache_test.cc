@@ -258,30 +258,38 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
   }
 }
 
-// A store that keeps its INT8 keys in key column blocks (where the kernels
-// read them in place: AVX-512) against one made with them disallowed (rows):
-// the same rows exported, the same attention bits for a decode step and a
-// prefill block, read in place and (blocks disallowed after the store was
-// made) through rows; after a reserve and a shrink too; and its memory
-// counts each layer's rows up to whole blocks. Values INT8 (the in-place
-// kernel) and INT4 (keys dequantized), Hadamard keys.
-TEST(QuantizedKvCache, KeyBlocksKeepTheRowsBits) {
+// A store that keeps its INT8 keys in key column blocks and its INT8 values
+// in value quads (where the kernels read them in place: AVX-512, quads with
+// VBMI) against one made with them disallowed (rows): the same rows
+// exported, the same attention bits for a decode step and a prefill block,
+// read in place and (blocks and quads disallowed after the store was made)
+// through rows; after a reserve and a shrink too; and its memory counts each
+// layer's rows up to whole blocks. Values INT8 (the in-place kernel) and
+// INT4 (keys dequantized), keys in groups of 16 (both dequantized),
+// Hadamard keys.
+TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
   if (!kv_kernels_impl::q8_key_blocks_active()) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
   }
   const KvGeometry g{2, 8, 2, 64, {}};
   constexpr int64_t kCapacity = 300, kStored = 250;
-  for (const char* name : {"int8-g32", "int8-g32-had", "int4-k8-g32", "int8-kg64-g32"}) {
+  auto allow = [](bool allowed) {
+    kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
+    kv_kernels_impl::set_q8_value_quads_allowed(allowed);
+  };
+  for (const char* name : {"int8-g32", "int8-g32-had", "int4-k8-g32", "int8-kg64-g32", "int8-kg16-g32"}) {
     SCOPED_TRACE(name);
     const KvCodecConfig c = parse(name);
-    kv_kernels_impl::set_q8_key_blocks_allowed(false);
+    allow(false);
     auto rows = QuantizedKvCache::Create(g, kCapacity, c);
-    kv_kernels_impl::set_q8_key_blocks_allowed(true);
+    allow(true);
     auto blocks = QuantizedKvCache::Create(g, kCapacity, c);
     ASSERT_TRUE(rows.ok() && blocks.ok());
-    ASSERT_FALSE((*rows)->key_blocks());
+    ASSERT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
     ASSERT_TRUE((*blocks)->key_blocks());
     EXPECT_TRUE(QuantizedKvCache::uses_key_blocks(c, g));
+    const bool int8_values = c.bits_for(/*is_key=*/false) == KvCodecConfig::Bits::kInt8;
+    EXPECT_EQ((*blocks)->value_quads(), int8_values && kv_kernels_impl::q8_value_quads_active());
     // Each layer's 300 rows run to 304 (19 blocks).
     const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
     EXPECT_EQ((*rows)->memory_bytes(), g.n_layer * kCapacity * row_bytes);
@@ -316,10 +324,10 @@ TEST(QuantizedKvCache, KeyBlocksKeepTheRowsBits) {
           (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
           ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
               << "layer " << layer << " queries at " << pos << " .. " << pos + n;
-          // Blocks the kernels no longer read in place: each tile through rows.
-          kv_kernels_impl::set_q8_key_blocks_allowed(false);
+          // Blocks and quads the kernels no longer read in place: each tile through rows.
+          allow(false);
           (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
-          kv_kernels_impl::set_q8_key_blocks_allowed(true);
+          allow(true);
           ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
               << "through rows: layer " << layer << " queries at " << pos << " .. " << pos + n;
         }
@@ -332,7 +340,7 @@ TEST(QuantizedKvCache, KeyBlocksKeepTheRowsBits) {
     EXPECT_EQ((*blocks)->memory_bytes(), g.n_layer * 256 * row_bytes);
     expect_same("after a shrink");
   }
-  kv_kernels_impl::set_q8_key_blocks_allowed(true);
+  allow(true);
 }
 
 TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {

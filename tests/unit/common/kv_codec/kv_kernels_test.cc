@@ -684,18 +684,53 @@ TEST(KeyBlocks, RowsGoInAndComeBack) {
   }
 }
 
+// value_quads_from_rows and value_rows_from_quads, as the key blocks' test.
+TEST(ValueQuads, RowsGoInAndComeBack) {
+  constexpr int kRows = 5 * kValueQuadRows;
+  for (const int head_dim : {32, 64, 256}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    std::mt19937 rng(static_cast<unsigned>(head_dim + 1));
+    const int64_t stride = head_dim + 8;
+    std::vector<int8_t> rows(static_cast<size_t>(kRows * stride));
+    for (auto& c : rows) c = static_cast<int8_t>(rng());
+    std::vector<uint8_t> quads(static_cast<size_t>(kRows * head_dim), 0);
+    for (const auto& [first, n] : {std::pair{0, 3}, std::pair{3, 6}, std::pair{9, 1}, std::pair{10, 10}}) {
+      value_quads_from_rows(rows.data() + first * stride, stride, first, n, head_dim, quads.data());
+    }
+    for (int r = 0; r < kRows; ++r) {
+      for (int d = 0; d < head_dim; ++d) {
+        ASSERT_EQ(quads[static_cast<size_t>(value_quad_byte(r, d, head_dim))],
+                  static_cast<uint8_t>(rows[static_cast<size_t>(r * stride + d)]))
+            << "row " << r << " dim " << d;
+      }
+    }
+    // A quad's dword per dim: dim 17 of its row 2.
+    EXPECT_EQ(value_quad_byte(kValueQuadRows + 2, 17, head_dim), kValueQuadRows * head_dim + 17 * 4 + 2);
+    std::vector<int8_t> back(rows.size(), 0);
+    value_rows_from_quads(quads.data(), 0, 7, head_dim, back.data(), stride);
+    value_rows_from_quads(quads.data(), 7, kRows - 7, head_dim, back.data() + 7 * stride, stride);
+    for (int r = 0; r < kRows; ++r) {
+      ASSERT_EQ(std::memcmp(back.data() + r * stride, rows.data() + r * stride, static_cast<size_t>(head_dim)), 0)
+          << "row " << r;
+    }
+  }
+}
+
 // The AVX-512 set's attend_tile_q8_positions over keys in key column blocks
-// (KvHeadRows::key_blocks, read in place) gives the bits it gives over the
-// same keys in rows: tile after tile (m, l, acc byte for byte), whole tiles
-// and rows that start or end inside a block or the tile, one row alone,
-// head_dim 32 / 64 / 128 / 256, key groups of 32 and 64, a decode step's
+// (KvHeadRows::key_blocks, read in place) and values in value quads (read
+// in place by a decode step's quads, else turned into rows by the call)
+// gives the bits it gives over the same keys and values in rows: tile after
+// tile (m, l, acc byte for byte), whole tiles and rows that start or end
+// inside a quad, a block or the tile, one row alone, head_dim 32 / 64 / 128
+// / 256, key groups of 32 and 64, value groups of 32 and 64, a decode step's
 // call (one position) and calls of 2 and 16 positions (a prefill's: the
-// value pairs, and AMX where the CPU has it). Skipped, saying so, without
-// AVX-512.
-TEST(AttendTileQ8Positions, KeyBlocksGiveTheRowsBits) {
+// value pairs, and AMX where the CPU has it); keys in blocks alone, values
+// in quads alone, both; the value quads' path allowed and not. Skipped,
+// saying so, without AVX-512.
+TEST(AttendTileQ8Positions, KeyBlocksAndValueQuadsGiveTheRowsBits) {
   if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512: only its set reads key column blocks";
   const KvKernels kern = kv_kernels_avx512();
-  ASSERT_TRUE(kern.q8_reads_key_blocks);
+  ASSERT_TRUE(kern.q8_reads_key_blocks && kern.q8_reads_value_quads);
   struct Shape {
     int head_dim, k_group, v_group, n_q, n_pos;
   };
@@ -722,12 +757,17 @@ TEST(AttendTileQ8Positions, KeyBlocksGiveTheRowsBits) {
       h->scales = plane->scales.data();
       h->row_groups = head_dim / h->group;
     }
-    std::vector<uint8_t> block_bytes(static_cast<size_t>(kRows * head_dim + 64));
-    uint8_t* blocks = block_bytes.data() + (64 - reinterpret_cast<uintptr_t>(block_bytes.data()) % 64) % 64;
-    key_blocks_from_rows(reinterpret_cast<const int8_t*>(kh.codes), head_dim, 0, kRows, head_dim, blocks);
-    KvHeadRows kb = kh;
-    kb.codes = blocks;
+    auto aligned = [](std::vector<uint8_t>& bytes) {
+      return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
+    };
+    std::vector<uint8_t> block_bytes(static_cast<size_t>(kRows * head_dim + 64)), quad_bytes(block_bytes.size());
+    KvHeadRows kb = kh, vq = vh;
+    kb.codes = aligned(block_bytes);
     kb.key_blocks = true;
+    key_blocks_from_rows(reinterpret_cast<const int8_t*>(kh.codes), head_dim, 0, kRows, head_dim, aligned(block_bytes));
+    vq.codes = aligned(quad_bytes);
+    vq.value_quads = true;
+    value_quads_from_rows(reinterpret_cast<const int8_t*>(vh.codes), head_dim, 0, kRows, head_dim, aligned(quad_bytes));
     const int64_t q_stride = sh.n_q + 2;
     const RandomQueriesQ8 queries = random_queries_q8(sh.n_pos * q_stride, head_dim, 0.125f, rng);
     const int64_t s_stride = sh.n_q + 1, n_states = sh.n_pos * s_stride;
@@ -740,19 +780,30 @@ TEST(AttendTileQ8Positions, KeyBlocksGiveTheRowsBits) {
         hi[j] = std::max(hi0 - 2 * j, lo[j] + 1);
       }
       const TilePositions pos = tile_positions(sh.n_pos, q_stride, s_stride, lo, hi);
-      std::vector<float> m(n_states, -INFINITY), l(n_states, 0.0f), acc(static_cast<size_t>(n_states * head_dim), 0.0f);
-      std::vector<float> m_rows = m, l_rows = l, acc_rows = acc;
+      const std::vector<float> m0(n_states, -INFINITY), l0(n_states, 0.0f), acc0(static_cast<size_t>(n_states * head_dim));
+      std::vector<float> m_rows = m0, l_rows = l0, acc_rows = acc0;
       for (int t = 0; t < kTiles; ++t) {
         kern.attend_tile_q8_positions(kh, vh, t * kAttentionTileRows, queries.view(), pos, sh.n_q, head_dim,
                                       m_rows.data(), l_rows.data(), acc_rows.data(), scratch.data());
-        kern.attend_tile_q8_positions(kb, vh, t * kAttentionTileRows, queries.view(), pos, sh.n_q, head_dim, m.data(),
-                                      l.data(), acc.data(), scratch.data());
       }
-      SCOPED_TRACE("rows " + std::to_string(lo0) + " .. " + std::to_string(hi0));
-      ASSERT_EQ(std::memcmp(m.data(), m_rows.data(), sizeof(float) * m.size()), 0);
-      ASSERT_EQ(std::memcmp(l.data(), l_rows.data(), sizeof(float) * l.size()), 0);
-      ASSERT_EQ(std::memcmp(acc.data(), acc_rows.data(), sizeof(float) * acc.size()), 0);
-      ASSERT_NE(std::count(acc.begin(), acc.end(), 0.0f), static_cast<std::ptrdiff_t>(acc.size()));
+      ASSERT_NE(std::count(acc_rows.begin(), acc_rows.end(), 0.0f), static_cast<std::ptrdiff_t>(acc_rows.size()));
+      for (const auto& [k_in, v_in, what] : {std::tuple{kb, vh, "key blocks"}, std::tuple{kh, vq, "value quads"},
+                                             std::tuple{kb, vq, "both"}}) {
+        for (const bool quads_allowed : {true, false}) {
+          SCOPED_TRACE(std::string(what) + ", rows " + std::to_string(lo0) + " .. " + std::to_string(hi0) +
+                       (quads_allowed ? "" : ", the value quads' path off"));
+          set_q8_value_quads_allowed(quads_allowed);
+          std::vector<float> m = m0, l = l0, acc = acc0;
+          for (int t = 0; t < kTiles; ++t) {
+            kern.attend_tile_q8_positions(k_in, v_in, t * kAttentionTileRows, queries.view(), pos, sh.n_q, head_dim,
+                                          m.data(), l.data(), acc.data(), scratch.data());
+          }
+          set_q8_value_quads_allowed(true);
+          ASSERT_EQ(std::memcmp(m.data(), m_rows.data(), sizeof(float) * m.size()), 0);
+          ASSERT_EQ(std::memcmp(l.data(), l_rows.data(), sizeof(float) * l.size()), 0);
+          ASSERT_EQ(std::memcmp(acc.data(), acc_rows.data(), sizeof(float) * acc.size()), 0);
+        }
+      }
     }
   }
 }
