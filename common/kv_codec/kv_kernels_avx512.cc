@@ -1121,10 +1121,13 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
     for (int i = 0; i < R; ++i) {
       low[i][0] = low[i][1] = high[i][0] = high[i][1] = _mm512_setzero_si512();
     }
-    // A quad's 32 dims (x0: dims 32s + t, x1: 32s + 16 + t; 4 rows a dword)
-    // against every head's split codes; w: the quad's low bytes of head 0
-    // (wg + split_quad_offset(q)).
-    auto products = [&](__m512i x0, __m512i x1, const uint8_t* w) __attribute__((always_inline)) {
+    // w: the quad's low bytes of head 0 (wg + split_quad_offset(q)).
+    auto quad = [&](const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, const uint8_t* w)
+                    __attribute__((always_inline)) {
+      const __m512i ab = permute_bytes(order, two_rows32(r0, r1));
+      const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
+      constexpr __mmask32 kAll32 = 0xffffffffu;
+      const __m512i x0 = _mm512_maskz_unpacklo_epi16(kAll32, ab, cd), x1 = _mm512_maskz_unpackhi_epi16(kAll32, ab, cd);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
@@ -1135,38 +1138,6 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
         high[i][1] = dpbusd(high[i][1], wh, x1);
       }
     };
-    auto quad = [&](const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3, const uint8_t* w)
-                    __attribute__((always_inline)) {
-      const __m512i ab = permute_bytes(order, two_rows32(r0, r1));
-      const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
-      constexpr __mmask32 kAll32 = 0xffffffffu;
-      products(_mm512_maskz_unpacklo_epi16(kAll32, ab, cd), _mm512_maskz_unpackhi_epi16(kAll32, ab, cd), w);
-    };
-    // The block's sums into the heads' states.
-    auto finish_block = [&] {
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
-#pragma GCC unroll 2
-        for (int c = 0; c < 2; ++c) {
-          const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
-          add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
-        }
-      }
-    };
-    if (rows.quads) {
-      // Values in value quads: each quad's 32 dims of block s are its two
-      // vectors 64 x s bytes on, as the loads above make them. Rows outside
-      // the union weigh 0 (the softmax step's codes for the union's blocks).
-      constexpr int64_t kQuadBytes = 4 * NB * kQ8Block;
-      const uint8_t* p = rows.base + int64_t{q_lo} * kQuadBytes + 128 * s;
-      for (int q = q_lo; q < q_hi; ++q, p += kQuadBytes) {
-        if (q % kValueQuadsPerStep == 0) next.step();
-        products(_mm512_load_si512(p), _mm512_load_si512(p + 64), wg + split_quad_offset(q));
-      }
-      finish_block();
-      continue;
-    }
     auto clamped = [&](int q) {
       if (q % kValueQuadsPerStep == 0) next.step();
       auto row = [&](int r) { return rows.base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * stride + 32 * s; };
@@ -1195,7 +1166,59 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
       p += 4 * stride, ++q;
     }
     for (q = std::max(q_in_end, std::min(q_in, q_hi)); q < q_hi; ++q) clamped(q);
-    finish_block();
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
+        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
+      }
+    }
+  }
+}
+
+// q8_values_quads over values in value quads (kv_kernels.h), read in place:
+// each quad's 32 dims of block s are its two vectors 128 s bytes on, the
+// vectors the quad loads above make from rows (rows outside the union weigh
+// 0: the softmax step writes the codes of the union's every block). The
+// same products in the same order, so the same bits.
+template <int R, int NB, int VG>
+void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_group, const float* const* step,
+                              float* const* acc, TilePrefetchSpread& next) {
+  constexpr int64_t kHeadBytes = int64_t{VG} * kAttentionTileRows * 2, kQuadBytes = 4 * NB * kQ8Block;
+  const int q_lo = rows.u_lo / 4, q_hi = (rows.u_hi + 3) / 4;
+  for (int s = 0; s < NB; ++s) {
+    const uint8_t* wg = reinterpret_cast<const uint8_t*>(w0) + int64_t{s * kQ8Block / v_group} * kAttentionTileRows * 2;
+    __m512i low[R][2], high[R][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      low[i][0] = low[i][1] = high[i][0] = high[i][1] = _mm512_setzero_si512();
+    }
+    const uint8_t* p = rows.base + int64_t{q_lo} * kQuadBytes + 128 * s;
+    for (int q = q_lo; q < q_hi; ++q, p += kQuadBytes) {
+      if (q % kValueQuadsPerStep == 0) next.step();
+      const __m512i x0 = _mm512_load_si512(p), x1 = _mm512_load_si512(p + 64);
+      const uint8_t* w = wg + split_quad_offset(q);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
+        const __m512i wh = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes + 32));
+        low[i][0] = dpbusd(low[i][0], wl, x0);
+        low[i][1] = dpbusd(low[i][1], wl, x1);
+        high[i][0] = dpbusd(high[i][0], wh, x0);
+        high[i][1] = dpbusd(high[i][1], wh, x1);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
+        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
+      }
+    }
   }
 }
 
@@ -1214,6 +1237,10 @@ void q8_values_quads_heads(const ValueRows& rows, const TilePositions& pos, int 
     if (++jh == n_q) jh = 0, ++j;
   }
   const int16_t* w0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
+  if (rows.quads) {
+    return v_groups == 2 ? q8_values_quads_in_place<R, NB, 2>(rows, w0, v_group, step_i, acc_i, next)
+                         : q8_values_quads_in_place<R, NB, 1>(rows, w0, v_group, step_i, acc_i, next);
+  }
   const bool dense = rows.stride == head_dim;
   if (v_groups == 2) {
     return dense ? q8_values_quads<R, NB, 2, true>(rows, w0, v_group, step_i, acc_i, next)

@@ -43,15 +43,20 @@ ThreadPool* pool_of(int n_threads) {
 const char* codec_name(int bits) { return bits == 16 ? "f16" : bits == 8 ? "int8-g32" : "int4-g32"; }
 
 // A store of `context` random tokens in every layer (32 query heads, 8 KV
-// heads); key_blocks false: INT8 keys in rows even where the kernels read
-// key column blocks (the layout before them, to compare).
+// heads); blocked false: INT8 keys and values in rows even where the
+// kernels read key column blocks and value quads (the layout before them,
+// to compare).
 std::unique_ptr<QuantizedKvCache> make_store(int bits, int head_dim, int n_layer, int64_t context,
-                                             bool key_blocks = true) {
+                                             bool blocked = true) {
   const KvGeometry g{n_layer, 32, 8, head_dim, {}};
   auto config = parse_kv_codec_config(codec_name(bits));
-  kv_kernels_impl::set_q8_key_blocks_allowed(key_blocks);
+  // (Value quads allowed at the store's making only: the kernel's quads
+  // path stays on for both layouts, as before the store kept quads.)
+  kv_kernels_impl::set_q8_key_blocks_allowed(blocked);
+  kv_kernels_impl::set_q8_value_quads_allowed(blocked);
   auto store = QuantizedKvCache::Create(g, context + 64, *config);
   kv_kernels_impl::set_q8_key_blocks_allowed(true);
+  kv_kernels_impl::set_q8_value_quads_allowed(true);
   if (!config.ok() || !store.ok()) return nullptr;
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -73,12 +78,14 @@ std::vector<float> random_queries(int64_t n, int64_t q_dim) {
   return q;
 }
 
-// The label: the codec, and "key blocks" where the store keeps its keys so.
+// The label: the codec, "key blocks" and "value quads" where the store
+// keeps its keys and values so.
 std::string store_label(int bits, const QuantizedKvCache& store) {
-  return std::string(codec_name(bits)) + (store.key_blocks() ? " key blocks" : "");
+  return std::string(codec_name(bits)) + (store.key_blocks() ? " key blocks" : "") +
+         (store.value_quads() ? " value quads" : "");
 }
 
-// Args: bits, context, head_dim, threads, key_blocks (0: INT8 keys in rows).
+// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in rows).
 void BM_TiledAttentionDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t context = state.range(1);
@@ -103,12 +110,12 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecode)
-    ->ArgNames({"bits", "ctx", "head_dim", "threads", "key_blocks"})
+    ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked"})
     ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}})
     ->ArgsProduct({{8}, {4096, 16384}, {64}, {1, 2}, {0}})
     ->UseRealTime();
 
-// Args: bits, context, threads, key_blocks. The compute ceiling of decode attention: one
+// Args: bits, context, threads, blocked. The compute ceiling of decode attention: one
 // layer whose store (context x 1088 bytes at INT8) stays in L2, attended
 // over again and again; bytes/s as BM_TiledAttentionDecode's. Well above
 // memory bandwidth here means the kernel can keep up with memory; near it
@@ -131,7 +138,7 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
   state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecodeInCache)
-    ->ArgNames({"bits", "ctx", "threads", "key_blocks"})
+    ->ArgNames({"bits", "ctx", "threads", "blocked"})
     ->ArgsProduct({{8}, {1024}, {1, 2}, {1, 0}})
     ->UseRealTime();
 
