@@ -155,7 +155,7 @@ void BM_TiledAttentionPrefill(benchmark::State& state) {
   if (amx && !kv_kernels_impl::q8_amx_active()) return state.SkipWithError("AMX-INT8 not usable here");
   constexpr int64_t kQueries = 64;
   constexpr int kHeadDim = 64;
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, kHeadDim, 1, pos + kQueries);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, kHeadDim, 1, pos + kQueries, state.range(4) != 0);
   if (store == nullptr) return state.SkipWithError("store");
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(kQueries, q_dim);
@@ -183,8 +183,9 @@ void BM_TiledAttentionPrefill(benchmark::State& state) {
   state.SetLabel(std::string(codec_name(bits)) + (amx ? " amx" : " vnni"));
 }
 BENCHMARK(BM_TiledAttentionPrefill)
-    ->ArgNames({"bits", "pos", "threads", "amx"})
-    ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}, {0, 1}})
+    ->ArgNames({"bits", "pos", "threads", "amx", "blocked"})
+    ->ArgsProduct({{8}, {512, 2048, 8192, 32768}, {1, 2}, {0, 1}, {1}})
+    ->ArgsProduct({{8}, {2048, 8192}, {1}, {0}, {0}})
     ->UseRealTime();
 
 // One layer's synthetic INT8 planes (8 KV heads of 64, groups of 32), rows
