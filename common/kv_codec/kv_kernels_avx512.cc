@@ -1594,12 +1594,19 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // 71.2-71.5 against 73.1-73.8 us (69.3-71.1 with q8_values_quads' loop
   // rolled); BM_TiledAttentionDecode (context 16384, 1 thread) 21.5-22.0
   // against 22.3-22.5 ms. The same bits.
-  const bool value_quads = fused && v.group % kQ8Block == 0 && q8_value_quads_active();
+  // Values stored in value quads (kv_kernels.h) take that path in every call
+  // that fits it, a prefill's too (several positions: R heads' runs, then
+  // single heads), read in place: no value pairs made per call, the same
+  // integer sums. Measured (BM_TiledAttentionPrefill/pos:8192, 1 thread,
+  // min of 3, 3 alternating runs): the pairs made from the quads turned
+  // back into rows per call were 1-6% slower than rows.
+  const bool value_quads = (fused || (v.value_quads && !amx && (v_groups == 1 || v_groups == 2))) &&
+                           v.group % kQ8Block == 0 && q8_value_quads_active();
   const int n_quads = (u_hi + 3) / 4 - u_lo / 4;
   TilePrefetchSpread next(pos.next,
                           n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
                               (amx           ? kAttentionTileRows / 4 + head_dim / 16
-                               : value_quads ? NB * ((n_quads + kValueQuadsPerStep - 1) / kValueQuadsPerStep)
+                               : value_quads ? value_runs * NB * ((n_quads + kValueQuadsPerStep - 1) / kValueQuadsPerStep)
                                              : (fused ? 0 : (pairs + kPairsPerStep - 1) / kPairsPerStep) +
                                                    value_runs * ((pairs + kValuePairsPerStep - 1) / kValuePairsPerStep)));
   // The tile's values, row 0 = the tile's first. Values in value quads
@@ -1642,7 +1649,7 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     amx_configure();
     amx_signed_key_columns(key_cols, n_blocks * head_dim / 4, keys);
     amx_value_quads(vt, 0, u_lo, u_hi, head_dim, quads, next);
-  } else if (!fused) {
+  } else if (!fused && !value_quads) {
     interleave_value_pairs(vt, 0, u_lo, u_hi, head_dim, vp, next);
   }
   const ValueRows value_rows(vt, 0, u_lo, u_hi);
@@ -1680,8 +1687,14 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     }
     if (amx) {
       amx_head_values<NB>(quads, wq, steps, v.group, pos, n_q, h0, nh, acc, next);
-    } else if (value_quads) {
-      q8_values_quads_heads<kValueHeads, NB>(value_rows, pos, n_q, h0, wq, steps, v_groups, v.group, acc, next);
+    } else if (value_quads) {  // (a decode step: one run of kValueHeads)
+      int h = h0;
+      for (; h + kValueHeads <= h0 + nh; h += kValueHeads) {
+        q8_values_quads_heads<kValueHeads, NB>(value_rows, pos, n_q, h, wq, steps, v_groups, v.group, acc, next);
+      }
+      for (; h < h0 + nh; ++h) {
+        q8_values_quads_heads<1, NB>(value_rows, pos, n_q, h, wq, steps, v_groups, v.group, acc, next);
+      }
     } else {
       q8_values_heads<2 * NB>(vp, u_lo, pos, n_q, h0, h0 + nh, wq, steps, v_groups, v.group, acc, head_dim, next,
                               fused ? &value_rows : nullptr);
