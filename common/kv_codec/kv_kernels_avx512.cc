@@ -1090,6 +1090,40 @@ inline __m512i two_rows32(const uint8_t* a, const uint8_t* b) {
   return r;
 }
 
+// One quad's 32 dims (x0: dims 32s + t, x1: 32s + 16 + t; a dword the 4
+// rows of a dim) against R heads' split weight codes (w: head 0's low bytes
+// of the quad, head i's kHeadBytes on; the high bytes 32 on): the low and
+// high sums of q8_values_quads.
+template <int R, int64_t kHeadBytes>
+__attribute__((always_inline)) inline void quad_products(__m512i x0, __m512i x1, const uint8_t* w,
+                                                         __m512i (&low)[R][2], __m512i (&high)[R][2]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
+    const __m512i wh = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes + 32));
+    low[i][0] = dpbusd(low[i][0], wl, x0);
+    low[i][1] = dpbusd(low[i][1], wl, x1);
+    high[i][0] = dpbusd(high[i][0], wh, x0);
+    high[i][1] = dpbusd(high[i][1], wh, x1);
+  }
+}
+
+// The R heads' sums of one 32-dim block (dims d0 .. d0 + 31) into their
+// states: 256 x high + low (exact), times the step of value group g.
+template <int R>
+__attribute__((always_inline)) inline void add_quad_sums(const __m512i (&low)[R][2], const __m512i (&high)[R][2],
+                                                         const float* const* step, int g, float* const* acc, int d0) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const __m512 st = _mm512_set1_ps(step[i][g]);
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
+      add_value_sums(acc[i] + d0 + 16 * c, sum, st);
+    }
+  }
+}
+
 // acc of R heads += the integer value product over the quads of the union
 // (rows 4q .. 4q + 3, clamped into [u_lo, u_hi): rows outside it weigh 0),
 // on vpdpbusd: the 32 dims of block s of each quad as two vectors (dword t:
@@ -1128,15 +1162,7 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
       const __m512i cd = permute_bytes(order, two_rows32(r2, r3));
       constexpr __mmask32 kAll32 = 0xffffffffu;
       const __m512i x0 = _mm512_maskz_unpacklo_epi16(kAll32, ab, cd), x1 = _mm512_maskz_unpackhi_epi16(kAll32, ab, cd);
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
-        const __m512i wh = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes + 32));
-        low[i][0] = dpbusd(low[i][0], wl, x0);
-        low[i][1] = dpbusd(low[i][1], wl, x1);
-        high[i][0] = dpbusd(high[i][0], wh, x0);
-        high[i][1] = dpbusd(high[i][1], wh, x1);
-      }
+      quad_products<R, kHeadBytes>(x0, x1, w, low, high);
     };
     auto clamped = [&](int q) {
       if (q % kValueQuadsPerStep == 0) next.step();
@@ -1166,15 +1192,7 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
       p += 4 * stride, ++q;
     }
     for (q = std::max(q_in_end, std::min(q_in, q_hi)); q < q_hi; ++q) clamped(q);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
-        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
-      }
-    }
+    add_quad_sums<R>(low, high, step, s * kQ8Block / v_group, acc, kQ8Block * s);
   }
 }
 
@@ -1200,25 +1218,9 @@ void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_gr
       if (q % kValueQuadsPerStep == 0) next.step();
       const __m512i x0 = _mm512_load_si512(p), x1 = _mm512_load_si512(p + 64);
       const uint8_t* w = wg + split_quad_offset(q);
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m512i wl = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes));
-        const __m512i wh = broadcast_dword(reinterpret_cast<const int32_t*>(w + i * kHeadBytes + 32));
-        low[i][0] = dpbusd(low[i][0], wl, x0);
-        low[i][1] = dpbusd(low[i][1], wl, x1);
-        high[i][0] = dpbusd(high[i][0], wh, x0);
-        high[i][1] = dpbusd(high[i][1], wh, x1);
-      }
+      quad_products<R, kHeadBytes>(x0, x1, w, low, high);
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512 st = _mm512_set1_ps(step[i][s * kQ8Block / v_group]);
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m512i sum = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, high[i][c], 8), low[i][c]);
-        add_value_sums(acc[i] + kQ8Block * s + 16 * c, sum, st);
-      }
-    }
+    add_quad_sums<R>(low, high, step, s * kQ8Block / v_group, acc, kQ8Block * s);
   }
 }
 

@@ -649,71 +649,55 @@ TEST(AttendTileQ8Positions, ValueQuadsGiveThePairBits) {
   set_q8_value_quads_allowed(true);
 }
 
-// key_blocks_from_rows and key_rows_from_blocks: rows of a head's INT8 keys
-// go into key column blocks at the bytes key_block_byte names (+ 128) and
-// come back the same, whatever rows a call moves (a block's middle, across
-// a block edge, one row).
-TEST(KeyBlocks, RowsGoInAndComeBack) {
-  constexpr int kRows = 3 * kKeyBlockRows;
+// A blocked layout's two conversions (kv_kernels.h: key column blocks,
+// value quads): rows of a head's INT8 codes go in at the bytes `byte` names
+// (+ offset, as u8) and come back the same, whatever rows a call moves (a
+// block's middle, across a block edge, one row); rows wider than a head (a
+// store's row of every head).
+using IntoLayout = void (*)(const int8_t*, int64_t, int64_t, int64_t, int, uint8_t*);
+using OutOfLayout = void (*)(const uint8_t*, int64_t, int64_t, int, int8_t*, int64_t);
+void expect_rows_go_in_and_come_back(IntoLayout into, OutOfLayout out_of, int64_t (*byte)(int64_t, int, int),
+                                     int offset, int block_rows) {
+  const int n_rows = 3 * block_rows;
   for (const int head_dim : {32, 64, 96, 256}) {
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
-    std::mt19937 rng(static_cast<unsigned>(head_dim));
-    const int64_t stride = head_dim + 8;  // rows wider than a head (a store's row of every head)
-    std::vector<int8_t> rows(static_cast<size_t>(kRows * stride));
+    std::mt19937 rng(static_cast<unsigned>(head_dim + block_rows));
+    const int64_t stride = head_dim + 8;
+    std::vector<int8_t> rows(static_cast<size_t>(n_rows * stride));
     for (auto& c : rows) c = static_cast<int8_t>(rng());
-    std::vector<uint8_t> blocks(static_cast<size_t>(kRows * head_dim), 0);
-    for (const auto& [first, n] : {std::pair{0, 5}, std::pair{5, 30}, std::pair{35, 1}, std::pair{36, 12}}) {
-      key_blocks_from_rows(rows.data() + first * stride, stride, first, n, head_dim, blocks.data());
+    std::vector<uint8_t> blocks(static_cast<size_t>(n_rows * head_dim), 0);
+    const int b = block_rows;
+    for (const auto& [first, n] : {std::pair{0, b / 2 + 1}, std::pair{b / 2 + 1, 2 * b - 2}, std::pair{5 * b / 2 - 1, 1},
+                                   std::pair{5 * b / 2, n_rows - 5 * b / 2}}) {
+      into(rows.data() + first * stride, stride, first, n, head_dim, blocks.data());
     }
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < n_rows; ++r) {
       for (int d = 0; d < head_dim; ++d) {
-        ASSERT_EQ(blocks[static_cast<size_t>(key_block_byte(r, d, head_dim))],
-                  static_cast<uint8_t>(rows[static_cast<size_t>(r * stride + d)] + 128))
+        ASSERT_EQ(blocks[static_cast<size_t>(byte(r, d, head_dim))],
+                  static_cast<uint8_t>(rows[static_cast<size_t>(r * stride + d)] + offset))
             << "row " << r << " dim " << d;
       }
     }
-    // Vector j of a block, lane r: dims 4j .. 4j + 3 of the block's row r.
-    EXPECT_EQ(key_block_byte(kKeyBlockRows + 3, 9, head_dim), kKeyBlockRows * head_dim + 2 * 64 + 3 * 4 + 1);
     std::vector<int8_t> back(rows.size(), 0);
-    key_rows_from_blocks(blocks.data(), 0, 20, head_dim, back.data(), stride);
-    key_rows_from_blocks(blocks.data(), 20, kRows - 20, head_dim, back.data() + 20 * stride, stride);
-    for (int r = 0; r < kRows; ++r) {
+    out_of(blocks.data(), 0, b + 3, head_dim, back.data(), stride);
+    out_of(blocks.data(), b + 3, n_rows - b - 3, head_dim, back.data() + (b + 3) * stride, stride);
+    for (int r = 0; r < n_rows; ++r) {
       ASSERT_EQ(std::memcmp(back.data() + r * stride, rows.data() + r * stride, static_cast<size_t>(head_dim)), 0)
           << "row " << r;
     }
   }
 }
 
-// value_quads_from_rows and value_rows_from_quads, as the key blocks' test.
+TEST(KeyBlocks, RowsGoInAndComeBack) {
+  expect_rows_go_in_and_come_back(key_blocks_from_rows, key_rows_from_blocks, key_block_byte, 128, kKeyBlockRows);
+  // Vector j of a block, lane r: dims 4j .. 4j + 3 of the block's row r.
+  EXPECT_EQ(key_block_byte(kKeyBlockRows + 3, 9, 64), kKeyBlockRows * 64 + 2 * 64 + 3 * 4 + 1);
+}
+
 TEST(ValueQuads, RowsGoInAndComeBack) {
-  constexpr int kRows = 5 * kValueQuadRows;
-  for (const int head_dim : {32, 64, 256}) {
-    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
-    std::mt19937 rng(static_cast<unsigned>(head_dim + 1));
-    const int64_t stride = head_dim + 8;
-    std::vector<int8_t> rows(static_cast<size_t>(kRows * stride));
-    for (auto& c : rows) c = static_cast<int8_t>(rng());
-    std::vector<uint8_t> quads(static_cast<size_t>(kRows * head_dim), 0);
-    for (const auto& [first, n] : {std::pair{0, 3}, std::pair{3, 6}, std::pair{9, 1}, std::pair{10, 10}}) {
-      value_quads_from_rows(rows.data() + first * stride, stride, first, n, head_dim, quads.data());
-    }
-    for (int r = 0; r < kRows; ++r) {
-      for (int d = 0; d < head_dim; ++d) {
-        ASSERT_EQ(quads[static_cast<size_t>(value_quad_byte(r, d, head_dim))],
-                  static_cast<uint8_t>(rows[static_cast<size_t>(r * stride + d)]))
-            << "row " << r << " dim " << d;
-      }
-    }
-    // A quad's dword per dim: dim 17 of its row 2.
-    EXPECT_EQ(value_quad_byte(kValueQuadRows + 2, 17, head_dim), kValueQuadRows * head_dim + 17 * 4 + 2);
-    std::vector<int8_t> back(rows.size(), 0);
-    value_rows_from_quads(quads.data(), 0, 7, head_dim, back.data(), stride);
-    value_rows_from_quads(quads.data(), 7, kRows - 7, head_dim, back.data() + 7 * stride, stride);
-    for (int r = 0; r < kRows; ++r) {
-      ASSERT_EQ(std::memcmp(back.data() + r * stride, rows.data() + r * stride, static_cast<size_t>(head_dim)), 0)
-          << "row " << r;
-    }
-  }
+  expect_rows_go_in_and_come_back(value_quads_from_rows, value_rows_from_quads, value_quad_byte, 0, kValueQuadRows);
+  // A quad's dword per dim: dim 17 of its row 2.
+  EXPECT_EQ(value_quad_byte(kValueQuadRows + 2, 17, 64), kValueQuadRows * 64 + 17 * 4 + 2);
 }
 
 // The AVX-512 set's attend_tile_q8_positions over keys in key column blocks
