@@ -162,6 +162,21 @@ thread_local std::vector<uint8_t> t_panel;
 // Rows per parallel task. Decode streams weights: a few KiB per task keeps the
 // split even while rows stay contiguous per thread. Prefill tiles are 4 rows.
 constexpr int64_t kDecodeRowsPerTask = 32;
+
+// The packed Q4_0 AVX-512 decode's software prefetch, per vendor. Intel
+// (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads): the
+// near prefetch 4 KiB ahead plus the far one into L2 streamed 0.89-0.95 of the
+// best read against 0.84-0.87 without the far one. AMD Zen 5 (2026-12-06,
+// the same benchmark, 8192 x 2048, 3 runs each): the far prefetch cost the
+// stream a third in the host's fast phases (35.3-35.9 GB/s of weights
+// against 53.4-60.3 with the near prefetch alone, 2 KiB ahead, read pass
+// 84-87 GB/s) and nothing in its slow ones; `baton bench decode` at 512
+// 0.646-0.648 against 0.609-0.611 of the best read.
+void set_packed_prefetch(MatmulProblem& p) {
+  const bool amd = cpu_features().amd;
+  p.packed_near_blocks = amd ? 8 : 16;
+  p.packed_far_prefetch = !amd;
+}
 constexpr int64_t kPrefillRowsPerTask = 16;
 constexpr int64_t kPrefillTokensPerTask = 16;
 // Prefill calls of two tokens or more run Q4_0 / Q8_0 through the panel
@@ -521,6 +536,7 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     packeds[i] = packed_decode(w) || packed_k;
     panels[i] = in_panel(w.type) && !packeds[i];
     if (packeds[i]) problem.packed = static_cast<const uint8_t*>(w.packed);
+    set_packed_prefetch(problem);
     problem.xsums32 = prepared.q8_k_sums32;
     problem.xq_blocks = prepared.q8_0_blocks_qs;
     problem.xbias_blocks = prepared.q8_0_blocks_bias;

@@ -48,6 +48,12 @@ struct MatmulProblem {
   // quants per 32 columns (pairs of xsums), beside xq and xd (Q8_K's,
   // row-major). Packed Q6_K reads xsums.
   const int16_t* xsums32 = nullptr;
+  // Packed Q4_0 decode on AVX-512 (matmul_packed_avx512.cc): how many blocks
+  // ahead each strip's nibbles and scales are prefetched to L1, and whether
+  // lines further on (kFarBlocks) are also asked for into L2. Chosen per CPU
+  // by matmul.cc (packed_prefetch_for).
+  int32_t packed_near_blocks = 16;
+  bool packed_far_prefetch = true;
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).

@@ -39,11 +39,10 @@ typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
 constexpr int64_t kBlockScaleBytes = kPackedBlockScaleBytes;
 // How far ahead of the block being multiplied each strip's nibble stream is
-// prefetched (4 KiB). In the engine's decode, 8 to 64 blocks measured the
-// same within the noise (an extra L2 prefetch further on, not wrapping into
-// the next task, too, on the Intel host with AMX; see kFarBlocks).
-constexpr int64_t kPrefetchBlocks = 16;
-// Decode (up to 4 tokens) also asks for the lines kFarBlocks blocks ahead (8 KiB
+// prefetched: p.packed_near_blocks (16 blocks, 4 KiB, on Intel: there 8 to
+// 64 blocks measured the same within the noise; 8 on AMD, where the far
+// prefetch is off: matmul.cc set_packed_prefetch).
+// Decode (up to 4 tokens; p.packed_far_prefetch) also asks for the lines kFarBlocks blocks ahead (8 KiB
 // per strip, and its scales) into L2, wrapping into the next S strips (the
 // next row task's) as the near prefetch does. One token's arithmetic per
 // line is too little for the near prefetch's 4 KiB to cover the memory's
@@ -77,6 +76,8 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   __m512 acc[S][T];
   for (int s = 0; s < S; ++s)
     for (int t = 0; t < T; ++t) acc[s][t] = _mm512_setzero_ps();
+  const int64_t near_blocks = p.packed_near_blocks;
+  const bool far_prefetch = T <= 4 && p.packed_far_prefetch;
   const int64_t n = p.n_tokens;
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
   const int32_t* xbias = p.xbias_blocks + t0;
@@ -93,14 +94,14 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     auto ahead_bytes = [&](int64_t distance, int64_t per_block) {
       return distance * per_block - (b + distance >= n_blocks ? n_blocks * per_block - S * strip_bytes : 0);
     };
-    const int64_t nib_ahead = ahead_bytes(kPrefetchBlocks, kBlockNibbleBytes);
-    const int64_t scl_ahead = ahead_bytes(kPrefetchBlocks, kBlockScaleBytes);
+    const int64_t nib_ahead = ahead_bytes(near_blocks, kBlockNibbleBytes);
+    const int64_t scl_ahead = ahead_bytes(near_blocks, kBlockScaleBytes);
     const int64_t far_nib = ahead_bytes(kFarBlocks, kBlockNibbleBytes);
     const int64_t far_scl = ahead_bytes(kFarBlocks, kBlockScaleBytes);
     for (int s = 0; s < S; ++s) {
       const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + nib_ahead);
       for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-      if constexpr (T <= 4) {
+      if (far_prefetch) {
         const char* far = reinterpret_cast<const char*>(nibbles + s * strip_bytes + far_nib);
         for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
         if ((b & 1) == 0) {

@@ -24,6 +24,10 @@ struct CpuFeatures {
   // for the tile data state before its first tile instruction
   // (amx_int8_usable).
   bool amx_int8 = false;
+  // The vendor string (CPUID leaf 0) is "AuthenticAMD": the packed Q4_0
+  // decode kernel's software prefetch differs by vendor (matmul.cc
+  // packed_prefetch_for).
+  bool amd = false;
 };
 
 // Detected once, on first use.

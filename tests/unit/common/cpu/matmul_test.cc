@@ -1233,3 +1233,67 @@ TEST(Matmul, PackedKquantBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// The packed Q4_0 AVX-512 decode's software prefetch (Intel's near 4 KiB
+// plus far into L2, AMD's near 2 KiB alone, matmul.cc set_packed_prefetch)
+// changes where lines are asked for, never the sums: both settings and the
+// distances around them give the same bits, on matrices whose strips end
+// inside a prefetch distance (the wrap into the next task's strips) and on
+// a last strip of fewer than 16 rows, for 1, 2, 4 and 7 tokens.
+TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
+  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "needs the AVX-512 level (this CPU has not)";
+  std::mt19937 rng(7);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{96, 256}, {77, 1024}, {64, 4096}}) {
+    const TestWeights tw = make_weights(GgmlType::kQ4_0, rows, cols, rng);
+    const WeightMatrix w{GgmlType::kQ4_0, tw.bytes.data(), rows, cols};
+    const PackedCopy packed = packed_copy(w);
+    ASSERT_TRUE(packed.ok);
+    for (const int64_t n_tokens : {1, 2, 4, 7}) {
+      std::vector<float> x(n_tokens * cols);
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      for (float& v : x) v = dist(rng);
+      const int64_t n_blocks = cols / 32;
+      std::vector<int8_t> xq(n_blocks * n_tokens * 32);
+      std::vector<int32_t> xbias(n_blocks * n_tokens);
+      std::vector<float> xd(n_blocks * n_tokens);
+      cpu_kernels::quantize_q8_0_block_major_avx512(x.data(), cols, n_tokens, 0, n_blocks, xq.data(), xbias.data(),
+                                                    xd.data());
+      auto run = [&](int32_t near_blocks, bool far) {
+        std::vector<float> y(n_tokens * rows, -1.0f);
+        cpu_kernels::MatmulProblem p{};
+        p.type = GgmlType::kQ4_0;
+        p.rows = rows;
+        p.cols = cols;
+        p.y = y.data();
+        p.packed = static_cast<const uint8_t*>(packed.matrix.packed);
+        p.xq_blocks = xq.data();
+        p.xbias_blocks = xbias.data();
+        p.xd_blocks = xd.data();
+        p.n_tokens = n_tokens;
+        p.packed_near_blocks = near_blocks;
+        p.packed_far_prefetch = far;
+        for (int64_t r = 0; r < rows; r += 32) {  // the decode split's tasks of 32 rows
+          cpu_kernels::packed_decode_tile_avx512(p, r, std::min(rows, r + 32), 0, n_tokens);
+        }
+        return y;
+      };
+      const std::vector<float> intel = run(16, true);
+      for (float v : intel) ASSERT_NE(v, -1.0f) << "an output was not written";
+      const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + " tokens " + std::to_string(n_tokens);
+      EXPECT_EQ(run(8, false), intel) << at;
+      EXPECT_EQ(run(1, false), intel) << at;
+      EXPECT_EQ(run(64, true), intel) << at;
+      // And the settings matmul picks for this CPU: the same bits as well.
+      std::vector<float> y(n_tokens * rows);
+      ThreadPool pool(2);
+      matmul(packed.matrix, x.data(), n_tokens, y.data(), &pool);
+      EXPECT_EQ(y, intel) << at << " (matmul, this CPU's settings)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton

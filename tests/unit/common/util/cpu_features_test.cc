@@ -26,6 +26,26 @@ TEST(CpuFeatures, LevelsAreConsistentWithFeatureBits) {
               simd_level_name(active_simd_level()), f.avx_vnni ? 1 : 0);
 }
 
+// The vendor bit against the kernel's own reading of CPUID (vendor_id in
+// /proc/cpuinfo), where Linux provides it.
+TEST(CpuFeatures, AmdBitMatchesTheVendorLinuxReports) {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) GTEST_SKIP() << "no /proc/cpuinfo here";
+  char line[512];
+  std::string vendor;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const std::string s(line);
+    if (s.rfind("vendor_id", 0) == 0) {
+      vendor = s.substr(s.find(':') + 2);
+      while (!vendor.empty() && (vendor.back() == '\n' || vendor.back() == ' ')) vendor.pop_back();
+      break;
+    }
+  }
+  std::fclose(f);
+  if (vendor.empty()) GTEST_SKIP() << "/proc/cpuinfo names no vendor_id";
+  EXPECT_EQ(cpu_features().amd, vendor == "AuthenticAMD") << "vendor_id: " << vendor;
+}
+
 TEST(CpuFeatures, DetectionIsStable) {
   EXPECT_EQ(&cpu_features(), &cpu_features());
   EXPECT_EQ(best_simd_level(), best_simd_level());
