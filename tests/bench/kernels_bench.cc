@@ -6,6 +6,13 @@
 //   build-kern/bin/baton_microbench --benchmark_min_time=0.2
 //   build/bin/baton_microbench --benchmark_filter=VsReadBandwidth --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
+// (GCC 12's AVX-512 reductions read a deliberately undefined register:
+// the same pragmas as the kernel files.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <utility>
@@ -242,6 +250,93 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
   state.counters["read_GBps"] = best / 1e9;  // the best read of the iterations (each reads kReadPrefetchCount times)
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// The packed Q4_0 decode's access pattern alone (loads summed, no
+// arithmetic) against the same bytes read as one stream, over a 1 GiB
+// buffer on huge pages split over the threads. pattern 0: one stream, 9
+// lines per step (what a layout with two strips' nibbles and scales
+// interleaved block by block would read: 2 x 256 + 2 x 32 bytes); pattern 1:
+// the layout of today (matmul_kernels.h): a task of two strips of 2048
+// columns, each strip's 64 blocks of 256 bytes of nibbles and then their 32
+// bytes of scales, walked block by block over both strips (four streams),
+// with the near prefetch `near` blocks ahead (0: none) wrapping into the
+// next task as the kernel's does. On the Zen 5 host (2026-12-06, best of
+// ~25 passes) one stream read 43.6 GB/s on one thread and 86.1 on two, the
+// four streams 35.4-39.4 (near 16 / 8 / none) and 73.1 (near 8): the layout
+// alone holds the decode's stream to ~0.85 of the read there; the decode
+// itself streams ~0.65-0.79 (BM_MatmulDecodeSequence, bench decode).
+__attribute__((target("avx512f"))) void read_pattern(const uint8_t* buf, int64_t begin, int64_t end, int pattern,
+                                                     int near, int64_t* sink) {
+  __m512i acc = _mm512_setzero_si512();
+  if (pattern == 0) {
+    for (int64_t o = begin; o + 576 <= end; o += 576) {
+      for (int l = 0; l < 9; ++l) acc = _mm512_add_epi32(acc, _mm512_loadu_si512(buf + o + 64 * l));
+    }
+  } else {
+    constexpr int64_t kBlocks = 64, kStrip = kBlocks * (256 + 32), kPair = 2 * kStrip;
+    for (int64_t t = (begin + kPair - 1) / kPair * kPair; t + 2 * kPair <= end; t += kPair) {
+      for (int64_t b = 0; b < kBlocks; ++b) {
+        for (int64_t s = 0; s < 2; ++s) {
+          const uint8_t* nib = buf + t + s * kStrip + b * 256;
+          if (near > 0) {
+            const int64_t ahead = near * 256 + (b + near >= kBlocks ? kPair - kBlocks * 256 : 0);
+            for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(nib + ahead + 64 * l), _MM_HINT_T0);
+          }
+          for (int l = 0; l < 4; ++l) acc = _mm512_add_epi32(acc, _mm512_loadu_si512(nib + 64 * l));
+          const uint8_t* scl = buf + t + s * kStrip + kBlocks * 256 + b * 32;
+          acc = _mm512_add_epi32(acc, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scl))));
+        }
+      }
+    }
+  }
+  *sink += _mm512_reduce_add_epi32(acc);
+}
+
+void BM_PackedStreamPattern(benchmark::State& state) {
+  const int pattern = static_cast<int>(state.range(0));
+  const int near = static_cast<int>(state.range(1));
+  const int n_threads = static_cast<int>(state.range(2));
+  if (best_simd_level() != SimdLevel::kAvx512) {
+    state.SkipWithError("needs the AVX-512 level");
+    return;
+  }
+  const HugePageBytes buffer = allocate_huge_pages(kReadBufferBytes);
+  if (buffer == nullptr) {
+    state.SkipWithError("out of memory");
+    return;
+  }
+  std::memset(buffer.get(), 1, kReadBufferBytes);
+  ThreadPool* pool = pool_for(n_threads);
+  int64_t sinks[2] = {};
+  double best = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    auto run = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        read_pattern(buffer.get(), kReadBufferBytes / n_threads * i, kReadBufferBytes / n_threads * (i + 1), pattern,
+                     near, &sinks[i]);
+      }
+    };
+    if (pool != nullptr) {
+      pool->parallel_for(n_threads, std::ref(run));
+    } else {
+      run(0, 1);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, static_cast<double>(kReadBufferBytes) / seconds);
+  }
+  benchmark::DoNotOptimize(sinks);
+  state.counters["best_GBps"] = best / 1e9;
+}
+BENCHMARK(BM_PackedStreamPattern)
+    ->ArgNames({"pattern", "near", "threads"})
+    ->Args({0, 0, 1})
+    ->Args({1, 0, 1})
+    ->Args({1, 8, 1})
+    ->Args({1, 16, 1})
+    ->Args({0, 0, 2})
+    ->Args({1, 8, 2})
+    ->UseRealTime();
 
 // The timed loop of a decode-shaped benchmark against the read bandwidth:
 // each iteration times step() (decode calls over `weight_bytes` of weights),
