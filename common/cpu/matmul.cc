@@ -162,6 +162,14 @@ thread_local std::vector<uint8_t> t_panel;
 // Rows per parallel task. Decode streams weights: a few KiB per task keeps the
 // split even while rows stay contiguous per thread. Prefill tiles are 4 rows.
 constexpr int64_t kDecodeRowsPerTask = 32;
+constexpr int64_t kPrefillRowsPerTask = 16;
+constexpr int64_t kPrefillTokensPerTask = 16;
+// Prefill calls of two tokens or more run Q4_0 / Q8_0 through the panel
+// kernel, whatever their size: a token's outputs must not depend on the
+// micro-batch it falls in (the same prompt gives the same KV whether it
+// came in one chunk or several, on the cloud or on the edge). One token is
+// a decode step (the decode tile), as before.
+constexpr int64_t kPanelMinTokens = 2;
 
 // The packed Q4_0 AVX-512 decode's software prefetch, per vendor. Intel
 // (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads): the
@@ -177,14 +185,7 @@ void set_packed_prefetch(MatmulProblem& p) {
   p.packed_near_blocks = amd ? 8 : 16;
   p.packed_far_prefetch = !amd;
 }
-constexpr int64_t kPrefillRowsPerTask = 16;
-constexpr int64_t kPrefillTokensPerTask = 16;
-// Prefill calls of two tokens or more run Q4_0 / Q8_0 through the panel
-// kernel, whatever their size: a token's outputs must not depend on the
-// micro-batch it falls in (the same prompt gives the same KV whether it
-// came in one chunk or several, on the cloud or on the edge). One token is
-// a decode step (the decode tile), as before.
-constexpr int64_t kPanelMinTokens = 2;
+
 // Calls of at least this many tokens quantize x block by block when only
 // block-major readers need it (prepare_activations): one quantize_16_blocks
 // per block and 16 tokens.

@@ -51,7 +51,7 @@ struct MatmulProblem {
   // Packed Q4_0 decode on AVX-512 (matmul_packed_avx512.cc): how many blocks
   // ahead each strip's nibbles and scales are prefetched to L1, and whether
   // lines further on (kFarBlocks) are also asked for into L2. Chosen per CPU
-  // by matmul.cc (packed_prefetch_for).
+  // by matmul.cc (set_packed_prefetch).
   int32_t packed_near_blocks = 16;
   bool packed_far_prefetch = true;
 };

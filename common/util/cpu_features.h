@@ -26,7 +26,7 @@ struct CpuFeatures {
   bool amx_int8 = false;
   // The vendor string (CPUID leaf 0) is "AuthenticAMD": the packed Q4_0
   // decode kernel's software prefetch differs by vendor (matmul.cc
-  // packed_prefetch_for).
+  // set_packed_prefetch).
   bool amd = false;
 };
 
