@@ -171,19 +171,20 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 // a decode step (the decode tile), as before.
 constexpr int64_t kPanelMinTokens = 2;
 
-// The packed Q4_0 AVX-512 decode's software prefetch, per vendor. Intel
-// (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads): the
-// near prefetch 4 KiB ahead plus the far one into L2 streamed 0.89-0.95 of the
-// best read against 0.84-0.87 without the far one. AMD Zen 5 (2026-12-06,
-// the same benchmark, 8192 x 2048, 3 runs each): the far prefetch cost the
-// stream a third in the host's fast phases (35.3-35.9 GB/s of weights
-// against 53.4-60.3 with the near prefetch alone, 2 KiB ahead, read pass
-// 84-87 GB/s) and nothing in its slow ones; `baton bench decode` at 512
-// 0.646-0.648 against 0.609-0.611 of the best read.
+// The packed Q4_0 AVX-512 decode's software prefetch, per vendor: the near
+// one 16 blocks ahead everywhere; the far one into L2 on Intel only. Intel
+// (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads, the
+// strips stored apart): with the far prefetch 0.89-0.95 of the best read,
+// 0.84-0.87 without. AMD Zen 5 (2026-12-06, the same benchmark, 8192 x 2048):
+// with the strips stored apart the far prefetch cost a third of the stream
+// in the host's fast phases (35.3-35.9 GB/s of weights against 53.4-60.3,
+// read pass 84-87 GB/s); over the pairs (matmul_kernels.h), near 16 blocks
+// without it streamed 0.71-0.83 of a fast phase's read and 0.87-0.88 of a
+// slow one's (~54 GB/s), near 8 0.57-0.79 and 0.90-0.92, no software
+// prefetch 0.55 and 0.90-0.91.
 void set_packed_prefetch(MatmulProblem& p) {
-  const bool amd = cpu_features().amd;
-  p.packed_near_blocks = amd ? 8 : 16;
-  p.packed_far_prefetch = !amd;
+  p.packed_near_blocks = 16;
+  p.packed_far_prefetch = !cpu_features().amd;
 }
 
 // Calls of at least this many tokens quantize x block by block when only

@@ -105,8 +105,18 @@ void f32_panel_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_
                          int64_t tok_end, uint8_t* scratch);
 
 // Q4_0 weights packed at load (matmul.h's pack_weight_matrix): strips of 16
-// rows, each packed_strip_bytes(cols) bytes (64-byte multiple): the nibbles
-// of block b at 256 b, then the fp16 scales of block b at 256 n_blocks + 32 b.
+// rows, packed_strip_bytes(cols) bytes each (64-byte multiple), in pairs:
+// strips 2u and 2u + 1 share the 2 packed_strip_bytes(cols) from
+// 2u packed_strip_bytes(cols), interleaved block by block (block b: strip
+// 2u's 256 bytes of nibbles, strip 2u + 1's, then their 32 bytes of fp16
+// scales each: 576 bytes), so that a task of two strips reads one stream (a
+// last strip alone: 256 + 32 bytes a block). packed_strip_at says where.
+// Why: on the Zen 5 host (2026-12-06) the loads alone of two strips stored
+// apart (four streams a task: two strips' nibbles and scales) read at
+// 35.4-39.4 GB/s on one thread against 43.6 for one stream
+// (BM_PackedStreamPattern), and the decode kernel over the pairs streams
+// 0.87-0.88 of a ~54 GB/s read on two threads against 0.72-0.76 before
+// (BM_MatmulDecodeSequence, 8192 x 2048).
 // Q8_0 (AVX2 level only): the same with 512 bytes of int8 quants per block,
 // packed_q8_0_strip_bytes(cols) a strip (layout in matmul_packed_avx2.cc).
 constexpr int64_t kPackedStripRows = 16;
@@ -126,6 +136,20 @@ constexpr int64_t packed_block_strip_bytes(int64_t cols, int64_t block_quant_byt
   return (cols / 32 * (block_quant_bytes + kPackedBlockScaleBytes) + 63) / 64 * 64;
 }
 constexpr int64_t packed_strip_bytes(int64_t cols) { return packed_block_strip_bytes(cols, kPackedBlockNibbleBytes); }
+// Strip s (of n_strips) of a packed matrix: block b's quants at quants + b
+// stride bytes from the matrix's start, its scales at scales + b stride.
+struct PackedStripAt {
+  int64_t quants;
+  int64_t scales;
+  int64_t stride;
+};
+constexpr PackedStripAt packed_strip_at(int64_t s, int64_t n_strips, int64_t strip_bytes, int64_t block_quant_bytes) {
+  const int64_t k = s % 2;                                // place in the pair
+  const int64_t g = k == 1 || s + 1 < n_strips ? 2 : 1;  // strips in the pair
+  const int64_t pair = (s - k) * strip_bytes;
+  return {pair + k * block_quant_bytes, pair + g * block_quant_bytes + k * kPackedBlockScaleBytes,
+          g * (block_quant_bytes + kPackedBlockScaleBytes)};
+}
 constexpr int64_t packed_q8_0_strip_bytes(int64_t cols) { return packed_block_strip_bytes(cols, kPackedQ8BlockBytes); }
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
 // out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.

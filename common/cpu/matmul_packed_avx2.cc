@@ -60,10 +60,6 @@ constexpr int64_t kPrefetchBytes = 4096;
 // bandwidth against 0.96-1.00 in the microbenchmark).
 constexpr int kDecodeHalves = 4;
 
-// Half h's offset in a strip's data whose two halves are in_strip bytes apart
-// (rows 8 (h % 2) of strip h / 2; H >= 2 passes take two strips).
-int64_t half_offset(int h, int64_t strip_bytes, int64_t in_strip) { return h / 2 * strip_bytes + in_strip * (h % 2); }
-
 // One block's exact int32 sums of weight x quant for one half (8 rows) x T
 // tokens. q: the half's quants of the block (line j at q + 64 j); xq: token
 // t's 32 quants at xq + 32 t; xbias[t]: Q4_0's -8 x their sum (the nibbles
@@ -111,22 +107,31 @@ void half_sums(const uint8_t* q, const int8_t* xq, const int32_t* xbias, __m256i
   }
 }
 
-// H halves (8 rows each) from half `half0` of the strip at `strip` (H >= 2:
-// half0 0, and halves 2, 3 are the next strip's), T tokens from t0. 16 ymm
+// H halves (8 rows each) from half `half0` of strip `strip` (H >= 2: half0
+// 0, and halves 2, 3 are the next strip's), T tokens from t0. 16 ymm
 // registers: T int sums (one half's at a time) + H T f32 accumulators +
 // weights, broadcasts and constants: (H, T) = (4, 1) (decode), (1, 4),
 // (1, 2), (1, 1).
 template <GgmlType kType, int H, int T>
-void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int64_t strip_bytes, int half0, int64_t t0,
+void packed_kernel(const MatmulProblem& p, int64_t strip, int64_t strip_bytes, int half0, int64_t t0,
                    int64_t first_row, int64_t last_rows) {
   static_assert(H == 1 || H == 2 || H == 4, "halves of one strip, or of two");
   constexpr int64_t kQuantBytes = kBlockQuantBytes<kType>;
   constexpr int64_t kPrefetchBlocks = kPrefetchBytes / kQuantBytes;
+  constexpr int kStrips = (H + 1) / 2;
   const int64_t n_blocks = p.cols / kQK8_0;
-  // Running pointers to block b's quants and scales of the first half; half
-  // h is at + half_offset(h, strip_bytes, 32) (scales: 16).
-  const uint8_t* quants = strip + 32 * half0;
-  const uint8_t* scl = strip + n_blocks * kQuantBytes + 16 * half0;
+  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
+  // Running pointers to block b's quants and scales of each strip's first
+  // half (packed_strip_at); its second half at + 32 (scales: + 16).
+  const uint8_t* quants[kStrips];
+  const uint8_t* scl[kStrips];
+  int64_t stride[kStrips];
+  for (int i = 0; i < kStrips; ++i) {
+    const PackedStripAt at = packed_strip_at(strip + i, n_strips, strip_bytes, kQuantBytes);
+    quants[i] = p.packed + at.quants + 32 * half0;
+    scl[i] = p.packed + at.scales + 16 * half0;
+    stride[i] = at.stride;
+  }
   __m256 acc[H][T];
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
@@ -134,25 +139,18 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int64_t strip_b
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
   const int32_t* xbias = p.xbias_blocks + t0;
   const float* xd = p.xd_blocks + t0;
-  for (int64_t b = 0; b < n_blocks;
-       ++b, xq += n * kQK8_0, xbias += n, xd += n, quants += kQuantBytes, scl += kBlockScaleBytes) {
+  for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
     if constexpr (T == 1) {
       // Decode streams from memory (prefill, T > 1, revisits the strip from
-      // cache). Each strip's stream is prefetched kPrefetchBlocks ahead; in
-      // the last blocks, the same place of the strips after this call's (the
-      // next row task, usually this thread's next), so a task does not
-      // start on a cold stream: with 2048 columns (64 blocks) that start
-      // was a quarter of every strip.
-      const bool next = b + kPrefetchBlocks >= n_blocks;
-      const int64_t shift = (H + 1) / 2 * strip_bytes;  // the next call's first strip
-      const int64_t q_ahead = kPrefetchBlocks * kQuantBytes - (next ? n_blocks * kQuantBytes - shift : 0);
-      const int64_t scl_ahead = kPrefetchBlocks * kBlockScaleBytes - (next ? n_blocks * kBlockScaleBytes - shift : 0);
-      for (int h = 0; h < H; h += 2) {
-        const char* line = reinterpret_cast<const char*>(quants + half_offset(h, strip_bytes, 0) + q_ahead);
-        for (int i = 0; i < kQuantBytes / 64; ++i) _mm_prefetch(line + 64 * i, _MM_HINT_T0);
-        if ((b & 1) == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(scl + half_offset(h, strip_bytes, 0) + scl_ahead), _MM_HINT_T0);
-        }
+      // cache): each strip's quants and scales kPrefetchBlocks ahead. Past
+      // the strips' end that is the pair after them (the next row task's,
+      // usually this thread's next), so a task does not start on a cold
+      // stream: with 2048 columns (64 blocks) that start was a quarter of
+      // every strip.
+      for (int i = 0; i < kStrips; ++i) {
+        const char* line = reinterpret_cast<const char*>(quants[i] + kPrefetchBlocks * stride[i]);
+        for (int l = 0; l < kQuantBytes / 64; ++l) _mm_prefetch(line + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(scl[i] + kPrefetchBlocks * stride[i]), _MM_HINT_T0);
       }
     }
     // Half by half, each half's sums into its accumulators at once: one
@@ -162,46 +160,52 @@ void packed_kernel(const MatmulProblem& p, const uint8_t* strip, int64_t strip_b
     // 73.6 (Q8_0).
     for (int h = 0; h < H; ++h) {
       __m256i sum[T];
-      half_sums<kType, T>(quants + half_offset(h, strip_bytes, 32), xq, xbias, sum);
-      const __m256 d = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scl + half_offset(h, strip_bytes, 16))));
+      half_sums<kType, T>(quants[h / 2] + 32 * (h % 2), xq, xbias, sum);
+      const __m256 d =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scl[h / 2] + 16 * (h % 2))));
       for (int t = 0; t < T; ++t) {
         acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(xd[t])), acc[h][t]);
       }
     }
+    for (int i = 0; i < kStrips; ++i) quants[i] += stride[i], scl[i] += stride[i];
   }
   store_halves<H, T>(p, acc, t0, first_row, last_rows);
 }
 
-// Every call over packed kType weights (strips of strip_bytes).
+// Every call over packed kType weights (strips of strip_bytes, in pairs).
 template <GgmlType kType>
 void packed_tile(const MatmulProblem& p, int64_t strip_bytes, int64_t row_begin, int64_t row_end, int64_t tok_begin,
                  int64_t tok_end) {
   for_each_pass<kDecodeHalves>(row_begin, row_end, tok_begin, tok_end,
                                [&]<int H, int T>(int64_t strip, int half0, int64_t r, int64_t last_rows, int64_t t) {
-                                 packed_kernel<kType, H, T>(p, p.packed + strip * strip_bytes, strip_bytes, half0, t, r,
-                                                            last_rows);
+                                 packed_kernel<kType, H, T>(p, strip, strip_bytes, half0, t, r, last_rows);
                                });
 }
 
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (BlockQ4_0 or
-// BlockQ8_0 blocks) into out, strips of strip_bytes: dword j of row i's
-// quant bytes of a block goes to lane i of the block's line j.
+// BlockQ8_0 blocks) into out, strips of strip_bytes in pairs
+// (packed_strip_at): dword j of row i's quant bytes of a block goes to lane
+// i of the block's line j. Each strip writes only its own blocks' bytes, so
+// the two strips of a pair may be packed by different threads.
 template <typename Block>
 void pack_strips(const MatmulProblem& p, int64_t strip_bytes, int64_t strip_begin, int64_t strip_end, uint8_t* out) {
   constexpr int64_t kQuantBytes = kPackedStripRows * sizeof(Block::qs);
   const int64_t n_blocks = p.cols / kQK8_0;
+  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
   for (int64_t s = strip_begin; s < strip_end; ++s) {
-    uint8_t* strip = out + s * strip_bytes;
-    __builtin_memset(strip, 0, static_cast<size_t>(strip_bytes));  // padding rows: scale 0, quants 0
-    uint8_t* scales = strip + n_blocks * kQuantBytes;
+    const PackedStripAt at = packed_strip_at(s, n_strips, strip_bytes, kQuantBytes);
+    for (int64_t b = 0; b < n_blocks; ++b) {  // padding rows: scale 0, quants 0
+      __builtin_memset(out + at.quants + b * at.stride, 0, kQuantBytes);
+      __builtin_memset(out + at.scales + b * at.stride, 0, kBlockScaleBytes);
+    }
     for (int64_t i = 0; i < kPackedStripRows; ++i) {
       const int64_t r = s * kPackedStripRows + i;
       if (r >= p.rows) break;
       const Block* row = reinterpret_cast<const Block*>(p.weights + r * p.row_bytes);
       for (int64_t b = 0; b < n_blocks; ++b) {
-        for (int j = 0; j < kQuantBytes / 64; ++j) __builtin_memcpy(strip + b * kQuantBytes + 64 * j + 4 * i, row[b].qs + 4 * j, 4);
-        __builtin_memcpy(scales + b * kBlockScaleBytes + 2 * i, &row[b].d, 2);
+        uint8_t* q = out + at.quants + b * at.stride;
+        for (int j = 0; j < kQuantBytes / 64; ++j) __builtin_memcpy(q + 64 * j + 4 * i, row[b].qs + 4 * j, 4);
+        __builtin_memcpy(out + at.scales + b * at.stride + 2 * i, &row[b].d, 2);
       }
     }
   }

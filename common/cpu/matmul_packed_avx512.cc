@@ -70,8 +70,18 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
                    int64_t l2_count) {
   const int64_t n_blocks = p.cols / kQK8_0;
   const int64_t strip_bytes = packed_strip_bytes(p.cols);
-  const uint8_t* strip = p.packed + r0 / kPackedStripRows * strip_bytes;
-  const uint8_t* scales = strip + n_blocks * kBlockNibbleBytes;
+  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
+  // Strip s's block 0 nibbles and scales, and the bytes from a block to the
+  // next (packed_strip_at: 576 in a pair, 288 for a last strip alone).
+  const uint8_t* nib0[S];
+  const uint8_t* scl0[S];
+  int64_t stride[S];
+  for (int s = 0; s < S; ++s) {
+    const PackedStripAt at = packed_strip_at(r0 / kPackedStripRows + s, n_strips, strip_bytes, kBlockNibbleBytes);
+    nib0[s] = p.packed + at.quants;
+    scl0[s] = p.packed + at.scales;
+    stride[s] = at.stride;
+  }
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   __m512 acc[S][T];
   for (int s = 0; s < S; ++s)
@@ -83,35 +93,24 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   const int32_t* xbias = p.xbias_blocks + t0;
   const float* xd = p.xd_blocks + t0;
   for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
-    const uint8_t* nibbles = strip + b * kBlockNibbleBytes;
     if (b < l2_count) _mm_prefetch(l2_lines + 64 * b, _MM_HINT_T1);
-    // From block b's bytes of a stream (per_block bytes a block) to those
-    // `distance` blocks on; near the strips' end, the same place of the S
-    // strips after them (the next row task's, usually this thread's next),
-    // so a task does not start on a cold stream (the AVX2 kernel measured
-    // 0.77 -> 1.00 of the read bandwidth on 2048-column matrices with this;
-    // here the far prefetch's wrap is what mattered: see kFarBlocks).
-    auto ahead_bytes = [&](int64_t distance, int64_t per_block) {
-      return distance * per_block - (b + distance >= n_blocks ? n_blocks * per_block - S * strip_bytes : 0);
-    };
-    const int64_t nib_ahead = ahead_bytes(near_blocks, kBlockNibbleBytes);
-    const int64_t scl_ahead = ahead_bytes(near_blocks, kBlockScaleBytes);
-    const int64_t far_nib = ahead_bytes(kFarBlocks, kBlockNibbleBytes);
-    const int64_t far_scl = ahead_bytes(kFarBlocks, kBlockScaleBytes);
+    // Each strip's nibbles and scales near_blocks on (to L1) and, with the
+    // far prefetch, kFarBlocks on (to L2); past the strips' end that is the
+    // pair after them (the next row task's, usually this thread's next), so
+    // a task does not start on a cold stream (the AVX2 kernel measured 0.77
+    // -> 1.00 of the read bandwidth on 2048-column matrices with this; here
+    // the far prefetch's reach into the next task is what mattered on Intel:
+    // see kFarBlocks).
     for (int s = 0; s < S; ++s) {
-      const char* ahead = reinterpret_cast<const char*>(nibbles + s * strip_bytes + nib_ahead);
-      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-      if (far_prefetch) {
-        const char* far = reinterpret_cast<const char*>(nibbles + s * strip_bytes + far_nib);
-        for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
-        if ((b & 1) == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(scales + s * strip_bytes + b * kBlockScaleBytes + far_scl),
-                       _MM_HINT_T1);
-        }
+      if (near_blocks > 0) {
+        const char* ahead = reinterpret_cast<const char*>(nib0[s] + (b + near_blocks) * stride[s]);
+        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]), _MM_HINT_T0);
       }
-      if ((b & 1) == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(scales + s * strip_bytes + b * kBlockScaleBytes + scl_ahead),
-                     _MM_HINT_T0);
+      if (far_prefetch) {
+        const char* far = reinterpret_cast<const char*>(nib0[s] + (b + kFarBlocks) * stride[s]);
+        for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + kFarBlocks) * stride[s]), _MM_HINT_T1);
       }
     }
     // Chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
@@ -128,7 +127,7 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
       for (int j = 0; j < 8; ++j) {  // columns 4j..4j+3: step j % 4's low (j < 4) or high nibbles
         __m512i w[S];
         for (int s = 0; s < S; ++s) {
-          const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * (j % 4));
+          const __m512i v = _mm512_loadu_si512(nib0[s] + b * stride[s] + 64 * (j % 4));
           w[s] = _mm512_and_si512(j < 4 ? v : _mm512_srli_epi16(v, 4), low_nibbles);
         }
         for (int t = 0; t < T; ++t) {
@@ -140,7 +139,7 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     for (int j = 0; j < (kTwoChains ? 4 : 0); ++j) {
       __m512i w_low[S], w_high[S];
       for (int s = 0; s < S; ++s) {
-        const __m512i v = _mm512_loadu_si512(nibbles + s * strip_bytes + 64 * j);
+        const __m512i v = _mm512_loadu_si512(nib0[s] + b * stride[s] + 64 * j);
         w_low[s] = _mm512_and_si512(v, low_nibbles);
         w_high[s] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low_nibbles);
       }
@@ -157,8 +156,8 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
       }
     }
     for (int s = 0; s < S; ++s) {
-      const __m512 d = _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + s * strip_bytes + b * kBlockScaleBytes)));
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scl0[s] + b * stride[s])));
       for (int t = 0; t < T; ++t) {
         __m512i sum = low[s][t];
         if constexpr (kTwoChains) sum = _mm512_add_epi32(sum, high[s][t]);
@@ -263,16 +262,24 @@ struct SpreadPrefetch {
 // ~9 groups (2 or 4 per step measured slower in the model).
 constexpr int kPrefetchLinesPerBlock = 1;
 
+// Two strips' block 0 nibbles and scales and their block strides
+// (packed_strip_at: one pair, or the last strip of one and the first of the
+// next when a task starts on an odd strip).
+struct TwoStrips {
+  const uint8_t* nib[2];
+  const uint8_t* scl[2];
+  int64_t stride[2];
+};
+
 // T tokens from t0 over the chunk [b0, b0 + nb) of two strips from r0: the
 // accumulators start at 0 (first chunk) or at what y holds, and go back to y.
 // kUnpack (the chunk's first token group): the weights come from the strips'
-// nibbles at strip0, unpacked step by step into the panel's layout (above
+// nibbles, unpacked step by step into the panel's layout (above
 // kUnpackedBlockBytes) and stored there for the groups after it, so that the nibbles' reads from
 // L2 overlap this group's products instead of stalling a pass of their own.
 template <int T, bool kUnpack = false>
-void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales, int64_t strip_bytes,
-                  int64_t b0, int64_t nb, int64_t r0, int64_t t0, bool first, __mmask16 last_mask,
-                  SpreadPrefetch& ahead, const uint8_t* strip0 = nullptr) {
+void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const TwoStrips& at, int64_t b0, int64_t nb, int64_t r0,
+                  int64_t t0, bool first, __mmask16 last_mask, SpreadPrefetch& ahead) {
   const __mmask16 masks[2] = {static_cast<__mmask16>(0xffff), last_mask};
   __m512 acc[2][T];
   for (int s = 0; s < 2; ++s) {
@@ -288,7 +295,6 @@ void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales,
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   for (int64_t b = 0; b < nb; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
     uint8_t* w = panel + b * kUnpackedBlockBytes;
-    const uint8_t* nibbles = kUnpack ? strip0 + (b0 + b) * kBlockNibbleBytes : nullptr;
     ahead.step(kPrefetchLinesPerBlock);
     __m512i dot[2][T];
     for (int t = 0; t < T; ++t) {
@@ -301,8 +307,8 @@ void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales,
       __m512i w0, w1;
       if constexpr (kUnpack) {
         // Step j: line j % 4's low (j < 4) or high nibbles, the panel's layout.
-        const __m512i v0 = _mm512_loadu_si512(nibbles + 64 * (j % 4));
-        const __m512i v1 = _mm512_loadu_si512(nibbles + strip_bytes + 64 * (j % 4));
+        const __m512i v0 = _mm512_loadu_si512(at.nib[0] + (b0 + b) * at.stride[0] + 64 * (j % 4));
+        const __m512i v1 = _mm512_loadu_si512(at.nib[1] + (b0 + b) * at.stride[1] + 64 * (j % 4));
         w0 = _mm512_and_si512(j < 4 ? v0 : _mm512_srli_epi16(v0, 4), low_nibbles);
         w1 = _mm512_and_si512(j < 4 ? v1 : _mm512_srli_epi16(v1, 4), low_nibbles);
         _mm512_store_si512(w + 64 * j, w0);
@@ -318,7 +324,7 @@ void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const uint8_t* scales,
     }
     for (int s = 0; s < 2; ++s) {
       const __m512 d = _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + s * strip_bytes + (b0 + b) * kBlockScaleBytes)));
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at.scl[s] + (b0 + b) * at.stride[s])));
       for (int t = 0; t < T; ++t) {
         acc[s][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[s][t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t])), acc[s][t]);
       }
@@ -342,46 +348,41 @@ void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, 
   const int64_t n_blocks = p.cols / kQK8_0;
   const int64_t strip_bytes = packed_strip_bytes(p.cols);
   const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
-  const uint8_t* strip0 = p.packed + r0 / kPackedStripRows * strip_bytes;
-  const uint8_t* scales = strip0 + n_blocks * kBlockNibbleBytes;
+  const int64_t strip0 = r0 / kPackedStripRows;
+  TwoStrips at;
+  for (int s = 0; s < 2; ++s) {
+    const PackedStripAt a = packed_strip_at(strip0 + s, n_strips, strip_bytes, kBlockNibbleBytes);
+    at.nib[s] = p.packed + a.quants;
+    at.scl[s] = p.packed + a.scales;
+    at.stride[s] = a.stride;
+  }
   alignas(64) uint8_t panel[kChunkBlocks * kUnpackedBlockBytes];
   for (int64_t b0 = 0; b0 < n_blocks; b0 += kChunkBlocks) {
     const int64_t nb = n_blocks - b0 < kChunkBlocks ? n_blocks - b0 : kChunkBlocks;
     // The next chunk's nibbles and scales of both strips, to L2 here (they
-    // are read once, by the next chunk's first token group).
+    // are read once, by the next chunk's first token group): blocks
+    // [next_first, + next_nb) of the pairs holding them, one range a pair.
     const int64_t next_b0 = b0 + nb;
-    const uint8_t* next_strip0 = strip0;
-    int64_t next_first = next_b0, next_strips = 2;
-    if (next_b0 >= n_blocks) {
-      next_first = 0;
-      next_strip0 = strip0 + 2 * strip_bytes;
-      next_strips = n_strips - (r0 / kPackedStripRows + 2);
-      if (next_strips > 2) next_strips = 2;
-    }
+    int64_t next_strip = strip0, next_first = next_b0;
+    if (next_b0 >= n_blocks) next_strip = strip0 + 2, next_first = 0;
     SpreadPrefetch ahead;
-    if (next_strips > 0) {
-      const int64_t next_nb = n_blocks - next_first < kChunkBlocks ? n_blocks - next_first : kChunkBlocks;
-      for (int s = 0; s < next_strips; ++s) {
-        ahead.add(next_strip0 + s * strip_bytes + next_first * kBlockNibbleBytes, next_nb * kBlockNibbleBytes);
-        // (scales: from the line holding the first one)
-        const uintptr_t scl = reinterpret_cast<uintptr_t>(next_strip0 + s * strip_bytes + n_blocks * kBlockNibbleBytes +
-                                                          next_first * kBlockScaleBytes);
-        const uintptr_t scl_line = scl & ~uintptr_t{63};
-        ahead.add(reinterpret_cast<const void*>(scl_line), static_cast<int64_t>(scl - scl_line) + next_nb * kBlockScaleBytes);
-      }
+    const int64_t next_nb = n_blocks - next_first < kChunkBlocks ? n_blocks - next_first : kChunkBlocks;
+    for (int64_t pair = next_strip / 2; pair * 2 < n_strips && pair * 2 <= next_strip + 1; ++pair) {
+      const int64_t stride = packed_strip_at(pair * 2, n_strips, strip_bytes, kBlockNibbleBytes).stride;
+      ahead.add(p.packed + pair * 2 * strip_bytes + next_first * stride, next_nb * stride);
     }
     const bool first = b0 == 0;
     // The first group unpacks the chunk as it goes (kChunkedMinTokens: a
     // task has at least two groups of 6).
-    chunk_kernel<6, true>(p, panel, scales, strip_bytes, b0, nb, r0, tok_begin, first, last_mask, ahead, strip0);
+    chunk_kernel<6, true>(p, panel, at, b0, nb, r0, tok_begin, first, last_mask, ahead);
     int64_t t = tok_begin + 6;
-    for (; t + 6 <= tok_end; t += 6) chunk_kernel<6>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead);
+    for (; t + 6 <= tok_end; t += 6) chunk_kernel<6>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead);
     switch (tok_end - t) {
-      case 5: chunk_kernel<5>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
-      case 4: chunk_kernel<4>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
-      case 3: chunk_kernel<3>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
-      case 2: chunk_kernel<2>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
-      case 1: chunk_kernel<1>(p, panel, scales, strip_bytes, b0, nb, r0, t, first, last_mask, ahead); break;
+      case 5: chunk_kernel<5>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead); break;
+      case 4: chunk_kernel<4>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead); break;
+      case 3: chunk_kernel<3>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead); break;
+      case 2: chunk_kernel<2>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead); break;
+      case 1: chunk_kernel<1>(p, panel, at, b0, nb, r0, t, first, last_mask, ahead); break;
       default: break;
     }
     ahead.step(1 << 20);  // what few token groups left (short calls)

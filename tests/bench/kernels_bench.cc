@@ -255,16 +255,15 @@ BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTi
 // arithmetic) against the same bytes read as one stream, over a 1 GiB
 // buffer on huge pages split over the threads. pattern 0: one stream, 9
 // lines per step (what a layout with two strips' nibbles and scales
-// interleaved block by block would read: 2 x 256 + 2 x 32 bytes); pattern 1:
-// the layout of today (matmul_kernels.h): a task of two strips of 2048
-// columns, each strip's 64 blocks of 256 bytes of nibbles and then their 32
-// bytes of scales, walked block by block over both strips (four streams),
+// interleaved block by block read, matmul_kernels.h's pairs: 2 x 256 + 2 x
+// 32 bytes); pattern 1: the layout before the pairs: a task of two strips of
+// 2048 columns, each strip's 64 blocks of 256 bytes of nibbles and then their
+// 32 bytes of scales, walked block by block over both strips (four streams),
 // with the near prefetch `near` blocks ahead (0: none) wrapping into the
 // next task as the kernel's does. On the Zen 5 host (2026-12-06, best of
 // ~25 passes) one stream read 43.6 GB/s on one thread and 86.1 on two, the
-// four streams 35.4-39.4 (near 16 / 8 / none) and 73.1 (near 8): the layout
-// alone holds the decode's stream to ~0.85 of the read there; the decode
-// itself streams ~0.65-0.79 (BM_MatmulDecodeSequence, bench decode).
+// four streams 35.4-39.4 (near 16 / 8 / none) and 73.1 (near 8): that
+// layout alone held the decode's stream to ~0.85 of the read there.
 __attribute__((target("avx512f"))) void read_pattern(const uint8_t* buf, int64_t begin, int64_t end, int pattern,
                                                      int near, int64_t* sink) {
   __m512i acc = _mm512_setzero_si512();

@@ -1242,8 +1242,11 @@ namespace {
 // changes where lines are asked for, never the sums: both settings and the
 // distances around them give the same bits, on matrices whose strips end
 // inside a prefetch distance (the wrap into the next task's strips) and on
-// a last strip of fewer than 16 rows, for 1, 2, 4 and 7 tokens.
-TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
+// a last strip of fewer than 16 rows, for 1, 2, 4, 7 and 13 tokens (13: two
+// strips take the chunked prefill path). And the pairs' layout
+// (packed_strip_at) read from tasks that start on an odd strip (two strips
+// from two pairs): the same bits.
+TEST(Matmul, PackedAvx512PrefetchSettingsAndTaskStartsGiveTheSameBits) {
   if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "needs the AVX-512 level (this CPU has not)";
   std::mt19937 rng(7);
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{96, 256}, {77, 1024}, {64, 4096}}) {
@@ -1251,7 +1254,7 @@ TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
     const WeightMatrix w{GgmlType::kQ4_0, tw.bytes.data(), rows, cols};
     const PackedCopy packed = packed_copy(w);
     ASSERT_TRUE(packed.ok);
-    for (const int64_t n_tokens : {1, 2, 4, 7}) {
+    for (const int64_t n_tokens : {1, 2, 4, 7, 13}) {
       std::vector<float> x(n_tokens * cols);
       std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
       for (float& v : x) v = dist(rng);
@@ -1261,7 +1264,7 @@ TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
       std::vector<float> xd(n_blocks * n_tokens);
       cpu_kernels::quantize_q8_0_block_major_avx512(x.data(), cols, n_tokens, 0, n_blocks, xq.data(), xbias.data(),
                                                     xd.data());
-      auto run = [&](int32_t near_blocks, bool far) {
+      auto run = [&](int32_t near_blocks, bool far, int64_t first_task_rows = 32) {
         std::vector<float> y(n_tokens * rows, -1.0f);
         cpu_kernels::MatmulProblem p{};
         p.type = GgmlType::kQ4_0;
@@ -1275,8 +1278,11 @@ TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
         p.n_tokens = n_tokens;
         p.packed_near_blocks = near_blocks;
         p.packed_far_prefetch = far;
-        for (int64_t r = 0; r < rows; r += 32) {  // the decode split's tasks of 32 rows
-          cpu_kernels::packed_decode_tile_avx512(p, r, std::min(rows, r + 32), 0, n_tokens);
+        // The decode split's tasks of 32 rows (or a first of 16, then 32s:
+        // every later task starts on an odd strip).
+        for (int64_t r = 0; r < rows; r += r == 0 ? first_task_rows : 32) {
+          const int64_t end = std::min(rows, r + (r == 0 ? first_task_rows : 32));
+          cpu_kernels::packed_decode_tile_avx512(p, r, end, 0, n_tokens);
         }
         return y;
       };
@@ -1286,6 +1292,8 @@ TEST(Matmul, PackedAvx512PrefetchSettingsGiveTheSameBits) {
       EXPECT_EQ(run(8, false), intel) << at;
       EXPECT_EQ(run(1, false), intel) << at;
       EXPECT_EQ(run(64, true), intel) << at;
+      EXPECT_EQ(run(16, true, 16), intel) << at << " (tasks from odd strips)";
+      EXPECT_EQ(run(16, false, 16), intel) << at << " (tasks from odd strips)";
       // And the settings matmul picks for this CPU: the same bits as well.
       std::vector<float> y(n_tokens * rows);
       ThreadPool pool(2);
