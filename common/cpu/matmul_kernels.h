@@ -152,7 +152,7 @@ constexpr PackedStripAt packed_strip_at(int64_t s, int64_t n_strips, int64_t str
 }
 constexpr int64_t packed_q8_0_strip_bytes(int64_t cols) { return packed_block_strip_bytes(cols, kPackedQ8BlockBytes); }
 // Packs strips [strip_begin, strip_end) of p's GGUF rows (p.weights) into
-// out (strip s at s * packed_strip_bytes(p.cols)). Rows past p.rows: zeros.
+// out (strip s where packed_strip_at says). Rows past p.rows: zeros.
 // (Both ISAs' packed kernels read this layout.)
 void pack_q4_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t strip_end, uint8_t* out);
 // Every call over packed Q4_0 (decode, decode order, prefill; p.packed; x as

@@ -37,11 +37,33 @@ namespace {
 typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
 constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
-constexpr int64_t kBlockScaleBytes = kPackedBlockScaleBytes;
-// How far ahead of the block being multiplied each strip's nibble stream is
-// prefetched: p.packed_near_blocks (16 blocks, 4 KiB, on Intel: there 8 to
-// 64 blocks measured the same within the noise; 8 on AMD, where the far
-// prefetch is off: matmul.cc set_packed_prefetch).
+// How far ahead of the block being multiplied each strip's nibbles and
+// scales are prefetched: p.packed_near_blocks (16 blocks on Intel and AMD;
+// on Intel 8 to 64 measured the same within the noise; matmul.cc
+// set_packed_prefetch gives the Zen 5 figures).
+
+// S strips from `first` (packed_strip_at): block 0's nibbles and scales and
+// the bytes from a block to the next (576 in a pair, 288 for a last strip
+// alone). Two strips from an odd `first` lie in two pairs.
+template <int S>
+struct Strips {
+  const uint8_t* nib[S];
+  const uint8_t* scl[S];
+  int64_t stride[S];
+};
+template <int S>
+Strips<S> strips_at(const MatmulProblem& p, int64_t first) {
+  const int64_t strip_bytes = packed_strip_bytes(p.cols);
+  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
+  Strips<S> at;
+  for (int s = 0; s < S; ++s) {
+    const PackedStripAt a = packed_strip_at(first + s, n_strips, strip_bytes, kBlockNibbleBytes);
+    at.nib[s] = p.packed + a.quants;
+    at.scl[s] = p.packed + a.scales;
+    at.stride[s] = a.stride;
+  }
+  return at;
+}
 // Decode (up to 4 tokens; p.packed_far_prefetch) also asks for the lines kFarBlocks blocks ahead (8 KiB
 // per strip, and its scales) into L2, wrapping into the next S strips (the
 // next row task's) as the near prefetch does. One token's arithmetic per
@@ -69,19 +91,10 @@ template <int S, int T>
 void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask, const char* l2_lines,
                    int64_t l2_count) {
   const int64_t n_blocks = p.cols / kQK8_0;
-  const int64_t strip_bytes = packed_strip_bytes(p.cols);
-  const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
-  // Strip s's block 0 nibbles and scales, and the bytes from a block to the
-  // next (packed_strip_at: 576 in a pair, 288 for a last strip alone).
-  const uint8_t* nib0[S];
-  const uint8_t* scl0[S];
-  int64_t stride[S];
-  for (int s = 0; s < S; ++s) {
-    const PackedStripAt at = packed_strip_at(r0 / kPackedStripRows + s, n_strips, strip_bytes, kBlockNibbleBytes);
-    nib0[s] = p.packed + at.quants;
-    scl0[s] = p.packed + at.scales;
-    stride[s] = at.stride;
-  }
+  const Strips<S> at = strips_at<S>(p, r0 / kPackedStripRows);
+  const auto& nib0 = at.nib;
+  const auto& scl0 = at.scl;
+  const auto& stride = at.stride;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   __m512 acc[S][T];
   for (int s = 0; s < S; ++s)
@@ -262,15 +275,6 @@ struct SpreadPrefetch {
 // ~9 groups (2 or 4 per step measured slower in the model).
 constexpr int kPrefetchLinesPerBlock = 1;
 
-// Two strips' block 0 nibbles and scales and their block strides
-// (packed_strip_at: one pair, or the last strip of one and the first of the
-// next when a task starts on an odd strip).
-struct TwoStrips {
-  const uint8_t* nib[2];
-  const uint8_t* scl[2];
-  int64_t stride[2];
-};
-
 // T tokens from t0 over the chunk [b0, b0 + nb) of two strips from r0: the
 // accumulators start at 0 (first chunk) or at what y holds, and go back to y.
 // kUnpack (the chunk's first token group): the weights come from the strips'
@@ -278,7 +282,7 @@ struct TwoStrips {
 // kUnpackedBlockBytes) and stored there for the groups after it, so that the nibbles' reads from
 // L2 overlap this group's products instead of stalling a pass of their own.
 template <int T, bool kUnpack = false>
-void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const TwoStrips& at, int64_t b0, int64_t nb, int64_t r0,
+void chunk_kernel(const MatmulProblem& p, uint8_t* panel, const Strips<2>& at, int64_t b0, int64_t nb, int64_t r0,
                   int64_t t0, bool first, __mmask16 last_mask, SpreadPrefetch& ahead) {
   const __mmask16 masks[2] = {static_cast<__mmask16>(0xffff), last_mask};
   __m512 acc[2][T];
@@ -349,13 +353,7 @@ void packed_prefill_pair(const MatmulProblem& p, int64_t r0, int64_t tok_begin, 
   const int64_t strip_bytes = packed_strip_bytes(p.cols);
   const int64_t n_strips = (p.rows + kPackedStripRows - 1) / kPackedStripRows;
   const int64_t strip0 = r0 / kPackedStripRows;
-  TwoStrips at;
-  for (int s = 0; s < 2; ++s) {
-    const PackedStripAt a = packed_strip_at(strip0 + s, n_strips, strip_bytes, kBlockNibbleBytes);
-    at.nib[s] = p.packed + a.quants;
-    at.scl[s] = p.packed + a.scales;
-    at.stride[s] = a.stride;
-  }
+  const Strips<2> at = strips_at<2>(p, strip0);
   alignas(64) uint8_t panel[kChunkBlocks * kUnpackedBlockBytes];
   for (int64_t b0 = 0; b0 < n_blocks; b0 += kChunkBlocks) {
     const int64_t nb = n_blocks - b0 < kChunkBlocks ? n_blocks - b0 : kChunkBlocks;

@@ -1237,11 +1237,11 @@ TEST(Matmul, PackedKquantBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
 namespace baton {
 namespace {
 
-// The packed Q4_0 AVX-512 decode's software prefetch (Intel's near 4 KiB
-// plus far into L2, AMD's near 2 KiB alone, matmul.cc set_packed_prefetch)
-// changes where lines are asked for, never the sums: both settings and the
-// distances around them give the same bits, on matrices whose strips end
-// inside a prefetch distance (the wrap into the next task's strips) and on
+// The packed Q4_0 AVX-512 decode's software prefetch (the near one 16
+// blocks ahead, plus the far one into L2 on Intel only: matmul.cc
+// set_packed_prefetch) changes where lines are asked for, never the sums:
+// both settings and other distances give the same bits, on matrices whose
+// strips end inside a prefetch distance (it reaches into the next pair) and on
 // a last strip of fewer than 16 rows, for 1, 2, 4, 7 and 13 tokens (13: two
 // strips take the chunked prefill path). And the pairs' layout
 // (packed_strip_at) read from tasks that start on an odd strip (two strips
