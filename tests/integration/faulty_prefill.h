@@ -35,8 +35,10 @@ class FaultyPrefill final : public v1::Prefill::Service {
   // header, then every early token (PrefillRequest.early_tokens), then half
   // the blocks, then the end without a trailer. kEarlyAfterLast: the first
   // early-token message is marked `last` and the others still follow it.
+  // kPaced: no fault, each block after the first 3 ms behind the one before
+  // (a link slow enough for the edge to measure on any host).
   enum class Fault { kNone, kCorruptBlock, kTruncate, kStall, kSlow, kBomb, kOversized, kShiftFirstPosition,
-                     kChangeToken, kEarlyThenCut, kEarlyAfterLast };
+                     kChangeToken, kEarlyThenCut, kEarlyAfterLast, kPaced };
   FaultyPrefill(const std::string& upstream, Fault fault)
       : stub_(v1::Prefill::NewStub(grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()))),
         fault_(fault) {}
@@ -114,6 +116,7 @@ class FaultyPrefill final : public v1::Prefill::Service {
           }
           if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client left");
         }
+        if (fault_ == Fault::kPaced && blocks > 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
         if (fault_ == Fault::kBomb && blocks == 2) {
           v1::KvBlock* block = message.mutable_block();
           block->set_payload(zstd_bomb(size_t{256} << 20));
