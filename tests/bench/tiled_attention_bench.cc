@@ -7,6 +7,13 @@
 //     bytes/s = KV bytes of the context read (all layers, K and V, codes
 //     and scales). Compare with BM_KvReadBaseline at the same size and
 //     threads: that ratio is the share of read bandwidth attention reaches.
+//     evict:1 reads a 1 GiB buffer (untimed) before every iteration, as a
+//     decode step's weight stream does before its attention: the figure
+//     `baton bench decode`'s attn ms corresponds to. evict:0, iteration
+//     after iteration, ran faster on the Zen 5 host (context 16384, 2
+//     threads: 7.16-7.33 against 8.05-8.75 ms): the store's last layers and
+//     whatever the L3 keeps of the others stay from one iteration to the
+//     next.
 //   Prefill: a 64-query micro-batch (the engine's) at position pos of one
 //     layer; items/s = queries.
 //
@@ -27,6 +34,7 @@
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_codec/kv_kernels.h"
 #include "common/util/fp16.h"
+#include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
 #include "cpu_peak.h"
 
@@ -85,12 +93,29 @@ std::string store_label(int bits, const QuantizedKvCache& store) {
          (store.value_quads() ? " value quads" : "");
 }
 
-// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in rows).
+// Reads every line of a 1 GiB buffer (huge pages, made once): what a decode
+// step's weight stream does to the caches before its attention.
+void evict_caches() {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  static const HugePageBytes buffer = [] {
+    HugePageBytes b = allocate_huge_pages(kBytes);
+    if (b != nullptr) std::fill(b.get(), b.get() + kBytes, uint8_t{1});
+    return b;
+  }();
+  if (buffer == nullptr) return;
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < kBytes; i += 64) sum += buffer[i];
+  benchmark::DoNotOptimize(sum);
+}
+
+// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in
+// rows), evict (1: the caches evicted before each iteration, untimed).
 void BM_TiledAttentionDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t context = state.range(1);
   const int head_dim = static_cast<int>(state.range(2));
   ThreadPool* pool = pool_of(static_cast<int>(state.range(3)));
+  const bool evict = state.range(5) != 0;
   constexpr int kLayers = 16;
   const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, state.range(4) != 0);
   if (store == nullptr) return state.SkipWithError("store");
@@ -102,6 +127,11 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   std::optional<ThreadPool::Hot> hot;
   if (pool != nullptr) hot.emplace(*pool);
   for (auto _ : state) {
+    if (evict) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
     // Position context - 1 attends over [0, context): the stored rows.
     for (int layer = 0; layer < kLayers; ++layer) store->attend(layer, context - 1, 1, q.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
@@ -110,9 +140,10 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecode)
-    ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked"})
-    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}})
-    ->ArgsProduct({{8}, {4096, 16384}, {64}, {1, 2}, {0}})
+    ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked", "evict"})
+    ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}, {0}})
+    ->ArgsProduct({{8}, {4096, 16384}, {64}, {1, 2}, {0}, {0}})
+    ->ArgsProduct({{8}, {4096, 16384}, {64}, {2}, {1}, {1}})
     ->UseRealTime();
 
 // Args: bits, context, threads, blocked. The compute ceiling of decode attention: one
