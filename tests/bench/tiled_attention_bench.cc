@@ -11,9 +11,10 @@
 //     decode step's weight stream does before its attention: the figure
 //     `baton bench decode`'s attn ms corresponds to. evict:0, iteration
 //     after iteration, ran faster on the Zen 5 host (context 16384, 2
-//     threads: 7.16-7.33 against 8.05-8.75 ms): the store's last layers and
-//     whatever the L3 keeps of the others stay from one iteration to the
-//     next.
+//     threads: 6.84-7.48 against 8.05-8.75 ms). Not for the L3's contents:
+//     a 64 MiB read (twice the L3) instead of 1 GiB cost next to nothing
+//     (7.07-7.49 against 7.00-7.52 ms with none); why a long read does is
+//     not known yet.
 //   Prefill: a 64-query micro-batch (the engine's) at position pos of one
 //     layer; items/s = queries.
 //
