@@ -7,14 +7,12 @@
 //     bytes/s = KV bytes of the context read (all layers, K and V, codes
 //     and scales). Compare with BM_KvReadBaseline at the same size and
 //     threads: that ratio is the share of read bandwidth attention reaches.
-//     evict:1 reads a 1 GiB buffer (untimed) before every iteration, as a
-//     decode step's weight stream does before its attention: the figure
-//     `baton bench decode`'s attn ms corresponds to. evict:0, iteration
-//     after iteration, ran faster on the Zen 5 host (context 16384, 2
-//     threads: 6.84-7.48 against 8.05-8.75 ms). Not for the L3's contents:
-//     a 64 MiB read (twice the L3) instead of 1 GiB cost next to nothing
-//     (7.07-7.49 against 7.00-7.52 ms with none); why a long read does is
-//     not known yet.
+//     evict:1 runs `baton bench decode`'s read pass (its tuned reader over
+//     1 GiB, on the attention's threads; untimed) before every iteration,
+//     as that bench does before it times attention and as a decode step's
+//     weight stream does. On the Zen 5 host (context 16384, 2 threads, 6
+//     alternating runs) 5.63-7.70 against 5.36-7.36 ms with evict:0: no
+//     steady gap within the host's two memory phases.
 //   Prefill: a 64-query micro-batch (the engine's) at position pos of one
 //     layer; items/s = queries.
 //
@@ -35,9 +33,9 @@
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_codec/kv_kernels.h"
 #include "common/util/fp16.h"
-#include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
 #include "cpu_peak.h"
+#include "read_bandwidth.h"
 
 namespace baton {
 namespace {
@@ -94,19 +92,13 @@ std::string store_label(int bits, const QuantizedKvCache& store) {
          (store.value_quads() ? " value quads" : "");
 }
 
-// Reads every line of a 1 GiB buffer (huge pages, made once): what a decode
-// step's weight stream does to the caches before its attention.
-void evict_caches() {
-  constexpr int64_t kBytes = int64_t{1} << 30;
-  static const HugePageBytes buffer = [] {
-    HugePageBytes b = allocate_huge_pages(kBytes);
-    if (b != nullptr) std::fill(b.get(), b.get() + kBytes, uint8_t{1});
-    return b;
-  }();
-  if (buffer == nullptr) return;
-  uint64_t sum = 0;
-  for (int64_t i = 0; i < kBytes; i += 64) sum += buffer[i];
-  benchmark::DoNotOptimize(sum);
+// What `baton bench decode` runs before it times attention (and a decode
+// step's weight stream does to the caches): one pass of its tuned reader
+// over a 1 GiB buffer on huge pages, on the attention's threads.
+void evict_caches(ThreadPool* pool) {
+  static const cli::ReadBuffer* buffer = new cli::ReadBuffer(int64_t{1} << 30);
+  static ThreadPool* one = new ThreadPool(1);
+  cli::measure_read_bandwidth(pool != nullptr ? *pool : *one, *buffer, 1);
 }
 
 // Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in
@@ -130,7 +122,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   for (auto _ : state) {
     if (evict) {
       state.PauseTiming();
-      evict_caches();
+      evict_caches(pool);
       state.ResumeTiming();
     }
     // Position context - 1 attends over [0, context): the stored rows.
