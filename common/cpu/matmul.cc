@@ -172,7 +172,8 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 constexpr int64_t kPanelMinTokens = 2;
 
 // The packed Q4_0 AVX-512 decode's software prefetch, per vendor: the near
-// one 16 blocks ahead everywhere; the far one into L2 on Intel only. Intel
+// one 16 blocks ahead everywhere (MatmulProblem's default); the far one into
+// L2 on Intel only. Intel
 // (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads, the
 // strips stored apart): with the far prefetch 0.89-0.95 of the best read,
 // 0.84-0.87 without. AMD Zen 5 (2026-12-06, the same benchmark, 8192 x 2048):
@@ -182,10 +183,7 @@ constexpr int64_t kPanelMinTokens = 2;
 // without it streamed 0.71-0.83 of a fast phase's read and 0.87-0.88 of a
 // slow one's (~54 GB/s), near 8 0.57-0.79 and 0.90-0.92, no software
 // prefetch 0.55 and 0.90-0.91.
-void set_packed_prefetch(MatmulProblem& p) {
-  p.packed_near_blocks = 16;
-  p.packed_far_prefetch = !cpu_features().amd;
-}
+void set_packed_prefetch(MatmulProblem& p) { p.packed_far_prefetch = !cpu_features().amd; }
 
 // Calls of at least this many tokens quantize x block by block when only
 // block-major readers need it (prepare_activations): one quantize_16_blocks

@@ -1231,12 +1231,6 @@ TEST(Matmul, PackedKquantBytesAreStripsOfSuperBlockRecordsOnAvx2Only) {
   }
 }
 
-}  // namespace
-}  // namespace baton
-
-namespace baton {
-namespace {
-
 // The packed Q4_0 AVX-512 decode's software prefetch (the near one 16
 // blocks ahead, plus the far one into L2 on Intel only: matmul.cc
 // set_packed_prefetch) changes where lines are asked for, never the sums:
