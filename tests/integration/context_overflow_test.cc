@@ -389,11 +389,21 @@ TEST(ContextOverflowCancelTest, ATruncatingTurnCancelledBeforeItsAnswerLeavesThe
       reader->Finish();
     }
     if (saw_text) continue;
-    decided = true;
     v1::SessionInfo after;
     for (int poll = 0; poll < 500 && (after.session_id().empty() || after.busy()); ++poll) {
       after = session_info(*edge->stub, id);
     }
+    // The client stops reading at the first progress event, so it may not see
+    // an answer the edge began before it noticed the cancel (a fast host); a
+    // turn interrupted so keeps its tokens (keep_interrupted_turn). A kept turn
+    // that holds more than the kept tail and the prompt began its answer: it
+    // decides nothing either (a turn of the prompt alone would still fail below).
+    const uint64_t dropped_now = after.dropped_tokens() - before.dropped_tokens();
+    if (after.turn_count() == before.turn_count() + 1 &&
+        after.token_count() > before.token_count() - dropped_now + 1000) {
+      continue;
+    }
+    decided = true;
     EXPECT_EQ(after.token_count(), before.token_count());
     EXPECT_EQ(after.prefix_digest(), before.prefix_digest());
     EXPECT_EQ(after.turn_count(), 1u);
