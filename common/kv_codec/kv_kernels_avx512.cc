@@ -608,6 +608,32 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   }
 }
 
+// Position j's query heads of the call's query (QueryQ8 per head: head_dim
+// codes, NB scales and biases).
+template <int NB>
+inline QueryQ8 position_query(const QueryQ8& q, const TilePositions& pos, int j) {
+  const int64_t qh = j * pos.q_heads_stride;
+  return QueryQ8{q.codes + qh * NB * kQ8Block, q.scales + qh * NB, q.bias + qh * NB};
+}
+
+// One 16-row block's scores of one position's query heads [i_begin, i_end)
+// (its query qj): head i's 16 at out + i * kAttentionTileRows. R heads at a
+// time, then one by one.
+template <int R, int NB>
+inline void q8_block_scores(const __m512i* block, const QueryQ8& qj, int i_begin, int i_end, const __m512* kb,
+                            const int* k_block, float* out) {
+  __m512 x[R];
+  int i = i_begin;
+  for (; i + R <= i_end; i += R) {
+    q8_scores<R, NB>(block, qj, i, kb, k_block, x);
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i + r) * kAttentionTileRows, x[r]);
+  }
+  for (; i < i_end; ++i) {
+    q8_scores<1, NB>(block, qj, i, kb, k_block, x);
+    _mm512_storeu_ps(out + i * kAttentionTileRows, x[0]);
+  }
+}
+
 // The key columns of the union's 16-row blocks [u_lo, u_hi) of the tile,
 // once for every head of the call: block bi (row 16 (bi + u_lo / 16) of the
 // tile) at cols + bi * (head_dim / 4) (load_key_columns; keys in key column
@@ -655,26 +681,15 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     // 18.5-20.0 / 36.9-40.2 us. (Decode at 16384 on this host is bound by
     // how fast its reads come, not by this: no change there.)
     const int i_begin = h0 - j * n_q, i_end = i_begin + nh;
-    const int64_t qh = j * pos.q_heads_stride;
-    const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
+    const QueryQ8 qj = position_query<NB>(q, pos, j);
     float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
     const int first = u_lo / 16, b_lo = std::max(pos.lo[j] / 16, first), b_hi = (pos.hi[j] + 15) / 16;
     const int b_end = (u_hi + 15) / 16;
     for (int b = first; b < b_end; ++b) {
       for (int x = 0; x < kScoreBlockSteps; ++x) next.step();  // (every block of the union, as below)
       if (b < b_lo || b >= b_hi) continue;
-      const __m512i* block = cols + (b - first) * (head_dim / 4);
-      const __m512* kb = ks + (b - first) * NB;
-      __m512 out[R];
-      int i = i_begin;
-      for (; i + R <= i_end; i += R) {
-        q8_scores<R, NB>(block, qj, i, kb, k_block, out);
-        for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + (i + r) * kAttentionTileRows + 16 * b, out[r]);
-      }
-      for (; i < i_end; ++i) {
-        q8_scores<1, NB>(block, qj, i, kb, k_block, out);
-        _mm512_storeu_ps(sj + i * kAttentionTileRows + 16 * b, out[0]);
-      }
+      q8_block_scores<R, NB>(cols + (b - first) * (head_dim / 4), qj, i_begin, i_end, ks + (b - first) * NB, k_block,
+                             sj + 16 * b);
     }
     return;
   }
@@ -694,19 +709,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
       const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
-      const int64_t qh = j * pos.q_heads_stride;
-      const QueryQ8 qj{q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB};
-      float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
-      __m512 out[R];
-      int i = i_begin;
-      for (; i + R <= i_end; i += R) {
-        q8_scores<R, NB>(block, qj, i, kb, k_block, out);
-        for (int r = 0; r < R; ++r) _mm512_storeu_ps(sj + (i + r) * kAttentionTileRows + g0, out[r]);
-      }
-      for (; i < i_end; ++i) {
-        q8_scores<1, NB>(block, qj, i, kb, k_block, out);
-        _mm512_storeu_ps(sj + i * kAttentionTileRows + g0, out[0]);
-      }
+      q8_block_scores<R, NB>(block, position_query<NB>(q, pos, j), i_begin, i_end, kb, k_block,
+                             s + int64_t{j} * n_q * kAttentionTileRows + g0);
     }
   }
 }
