@@ -34,6 +34,7 @@
 #include "common/kv_codec/kv_codec_config.h"
 #include "common/kv_codec/kv_kernels.h"
 #include "common/util/fp16.h"
+#include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
 #include "cpu_peak.h"
 #include "read_bandwidth.h"
@@ -181,6 +182,201 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
 BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgNames({"bits", "ctx", "threads", "blocked"})
     ->ArgsProduct({{8}, {512, 1024}, {1, 2}, {1, 0}})
+    ->UseRealTime();
+
+// Decode attention's tile kernel (kv_kernels().attend_tile_q8_positions,
+// INT8 keys in key column blocks and values in value quads, head_dim 64, 4
+// query heads per KV head) called directly over 16 layers x 8 KV heads of
+// random codes, without the store and tiled_attention.cc around it, so that
+// what its stream is bound by can be taken apart from the store's layout,
+// the pool's calls and the pages. Each iteration: a read pass that evicts
+// the caches (untimed, evict_caches: of_pass divides by its best), then
+// every (layer, KV head) of `ctx` rows, tile by tile, each tile's call
+// spreading the prefetch of a tile `ahead` tiles on (TilePositions::next; 0:
+// none) and its scales' lines prefetched before it, as
+// run_segment_by_head does. Args:
+//   layout 0: per (layer, KV head) four planes (K codes, V codes, K scales,
+//     V scales), as the store; 1: per (layer, KV head, tile) one record
+//     [K codes | V codes | K scales | V scales], records in order: one run.
+//   in_cache 1: 8 (layer, KV head) pairs, no eviction: the kernel's own rate.
+//   sync 0: one call of the pool for all layers (a thread takes half the
+//     pairs in order); 1: a call per layer, 4 tasks of 2 KV heads handed out
+//     dynamically (as attend_split on 2 threads); 2: the same, 8 tasks of 1;
+//     3: a call per layer, 8 tasks of one head by work stealing
+//     (parallel_for_stealing: a thread's own heads in order), each task's
+//     last tile prefetching the next head's first.
+//   huge 1: the bytes on huge pages (allocate_huge_pages, as the store's
+//     planes); 0: aligned_alloc (4 KiB pages where transparent huge pages
+//     are "madvise", as on the hosts so far).
+//   build/bin/baton_microbench --benchmark_filter=BM_TileLayoutDecode
+void BM_TileLayoutDecode(benchmark::State& state) {
+  const auto& kern = kv_kernels_impl::kv_kernels();
+  if (!kern.q8_reads_key_blocks || !kern.q8_reads_value_quads || !kv_kernels_impl::q8_value_quads_active()) {
+    return state.SkipWithError("this CPU's kernel set does not read key column blocks and value quads in place");
+  }
+  const int layout = static_cast<int>(state.range(0));
+  const int64_t context = state.range(1);
+  const int n_threads = static_cast<int>(state.range(2));
+  ThreadPool* pool = pool_of(n_threads);
+  const bool in_cache = state.range(3) != 0;
+  const int ahead = static_cast<int>(state.range(4));
+  const int sync = static_cast<int>(state.range(5));
+  constexpr int kHeadDim = 64, kNq = 4, kGroups = 2;
+  const int kPairs = in_cache ? 8 : 16 * 8;
+  constexpr int64_t kT = kv_kernels_impl::kAttentionTileRows;
+  const int64_t tiles = context / kT;
+  const int64_t codes_per_tile = kT * kHeadDim, scales_per_tile = kT * kGroups * 2;
+  const int64_t record = 2 * codes_per_tile + 2 * scales_per_tile;
+  const int64_t total = kPairs * tiles * record;
+  const bool huge = state.range(6) != 0;
+  HugePageBytes huge_mem = huge ? allocate_huge_pages(total) : nullptr;
+  std::unique_ptr<uint8_t, decltype(&std::free)> small_mem(
+      huge ? nullptr : static_cast<uint8_t*>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)), &std::free);
+  uint8_t* const base = huge ? huge_mem.get() : small_mem.get();
+  if (base == nullptr) return state.SkipWithError("out of memory");
+  std::mt19937 rng(5);
+  for (int64_t i = 0; i < total; ++i) base[i] = static_cast<uint8_t>(rng());
+  // Scales: f16 in [0.01, 0.05].
+  auto fill_scales = [&](uint16_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) s[i] = fp32_to_fp16(0.01f + 0.04f * static_cast<float>(rng() % 1000) / 1000.0f);
+  };
+  // Layout 0 regions.
+  uint8_t* k_codes = base;
+  uint8_t* v_codes = base + kPairs * tiles * codes_per_tile;
+  auto* k_scales = reinterpret_cast<uint16_t*>(base + 2 * kPairs * tiles * codes_per_tile);
+  auto* v_scales = k_scales + kPairs * tiles * kT * kGroups;
+  if (layout == 0) {
+    fill_scales(k_scales, kPairs * context * kGroups);
+    fill_scales(v_scales, kPairs * context * kGroups);
+  } else {
+    for (int64_t r = 0; r < kPairs * tiles; ++r) {
+      fill_scales(reinterpret_cast<uint16_t*>(base + r * record + 2 * codes_per_tile), 2 * kT * kGroups);
+    }
+  }
+  std::vector<int8_t> qc(kNq * kHeadDim);
+  std::vector<float> qs(kNq * 2);
+  std::vector<int32_t> qb(kNq * 2);
+  {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> q(kNq * kHeadDim);
+    for (float& x : q) x = normal(rng);
+    for (int i = 0; i < kNq; ++i) {
+      kv_kernels_impl::quantize_query_q8(q.data() + i * kHeadDim, kHeadDim, 0.125f, qc.data() + i * kHeadDim,
+                                         qs.data() + i * 2, qb.data() + i * 2);
+    }
+  }
+  const kv_kernels_impl::QueryQ8 q8{qc.data(), qs.data(), qb.data()};
+  // Pairs [p0, p1); the last tile's prefetch runs on into the pairs before
+  // p_end (the thread's next ones), none past it.
+  auto run_pairs = [&](int64_t p0, int64_t p1, int64_t p_end) {
+    alignas(64) float m[kNq], l[kNq], acc[kNq * kHeadDim];
+    std::vector<float> scratch(kv_kernels_impl::attend_tile_q8_scratch_floats(kNq, kHeadDim));
+    float sink = 0.0f;
+    for (int64_t p = p0; p < p1; ++p) {
+      std::fill(m, m + kNq, -INFINITY);
+      std::fill(l, l + kNq, 0.0f);
+      std::fill(acc, acc + kNq * kHeadDim, 0.0f);
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t np = t + ahead < tiles ? p : p + 1, nt = t + ahead < tiles ? t + ahead : t + ahead - tiles;
+        kv_kernels_impl::KvHeadRows k, v;
+        k.bits = v.bits = 8;
+        k.group = v.group = 32;
+        k.row_code_bytes = v.row_code_bytes = kHeadDim;
+        k.row_groups = v.row_groups = kGroups;
+        k.key_blocks = true;
+        v.value_quads = true;
+        int64_t tile_row = 0;
+        kv_kernels_impl::TilePositions pos;
+        int lo = 0, hi = static_cast<int>(kT);
+        pos.lo = &lo;
+        pos.hi = &hi;
+        if (layout == 0) {
+          k.codes = k_codes + p * context * kHeadDim;
+          v.codes = v_codes + p * context * kHeadDim;
+          k.scales = k_scales + p * context * kGroups;
+          v.scales = v_scales + p * context * kGroups;
+          tile_row = t * kT;
+          if (ahead > 0 && np < p_end) {
+            pos.next.k = k_codes + (np * context + nt * kT) * kHeadDim;
+            pos.next.v = v_codes + (np * context + nt * kT) * kHeadDim;
+            pos.next.rows = 1;
+            pos.next.lines = static_cast<int>(codes_per_tile / 64);
+            pos.next.stride = codes_per_tile;
+            for (const uint16_t* sc : {k_scales, v_scales}) {
+              const auto* b = reinterpret_cast<const char*>(sc + (np * context + nt * kT) * kGroups);
+              for (int x = 0; x < scales_per_tile; x += 64) __builtin_prefetch(b + x, 0, 2);
+            }
+          }
+        } else {
+          const uint8_t* rec = base + (p * tiles + t) * record;
+          k.codes = rec;
+          v.codes = rec + codes_per_tile;
+          k.scales = reinterpret_cast<const uint16_t*>(rec + 2 * codes_per_tile);
+          v.scales = k.scales + kT * kGroups;
+          if (ahead > 0 && np < p_end) {  // the whole record as two halves, scales with it
+            const uint8_t* next = base + (np * tiles + nt) * record;
+            pos.next.k = next;
+            pos.next.v = next + record / 2;
+            pos.next.rows = 1;
+            pos.next.lines = static_cast<int>(record / 2 / 64);
+            pos.next.stride = record / 2;
+          }
+        }
+        kern.attend_tile_q8_positions(k, v, tile_row, q8, pos, kNq, kHeadDim, m, l, acc, scratch.data());
+      }
+      sink += acc[0] / l[0];
+    }
+    benchmark::DoNotOptimize(sink);
+  };
+  std::optional<ThreadPool::Hot> hot;
+  if (pool != nullptr) hot.emplace(*pool);
+  double best_pass = 0.0, timed = 0.0;
+  for (auto _ : state) {
+    if (!in_cache) {
+      state.PauseTiming();
+      best_pass = std::max(best_pass, evict_caches(pool));
+      state.ResumeTiming();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (pool != nullptr && sync == 3) {
+      for (int layer = 0; layer < kPairs / 8; ++layer) {
+        pool->parallel_for_stealing(8, [&](int64_t b, int64_t e) {
+          for (int64_t x = b; x < e; ++x) run_pairs(layer * 8 + x, layer * 8 + x + 1, layer * 8 + 8);
+        });
+      }
+    } else if (pool != nullptr && sync > 0) {
+      const int per_task = sync == 1 ? 2 : 1;
+      for (int layer = 0; layer < kPairs / 8; ++layer) {
+        pool->parallel_for_dynamic(8 / per_task, 1, [&](int64_t b, int64_t e) {
+          for (int64_t x = b; x < e; ++x) {
+            run_pairs(layer * 8 + x * per_task, layer * 8 + (x + 1) * per_task, layer * 8 + (x + 1) * per_task);
+          }
+        });
+      }
+    } else if (pool != nullptr) {
+      pool->parallel_for(n_threads, [&](int64_t b, int64_t e) {
+        for (int64_t x = b; x < e; ++x) {
+          run_pairs(x * kPairs / n_threads, (x + 1) * kPairs / n_threads, (x + 1) * kPairs / n_threads);
+        }
+      });
+    } else {
+      run_pairs(0, kPairs, kPairs);
+    }
+    timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(total);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  if (best_pass > 0) {
+    state.counters["pass_GBps"] = best_pass / 1e9;
+    state.counters["of_pass"] = bytes / timed / best_pass;
+  }
+}
+BENCHMARK(BM_TileLayoutDecode)
+    ->ArgNames({"layout", "ctx", "threads", "in_cache", "ahead", "sync", "huge"})
+    ->ArgsProduct({{0, 1}, {16384}, {2}, {0}, {0, 1, 2}, {0}, {1}})
+    ->ArgsProduct({{0}, {16384}, {2}, {0}, {1}, {1, 2, 3}, {1}})
+    ->ArgsProduct({{0}, {16384}, {2}, {0}, {1}, {0}, {0}})
+    ->ArgsProduct({{0, 1}, {512}, {1, 2}, {1}, {1}, {0}, {1}})
     ->UseRealTime();
 
 // Args: bits, pos, threads, amx (1: the INT8 kernel's products on AMX tiles
