@@ -376,7 +376,7 @@ BENCHMARK(BM_TileLayoutDecode)
     ->ArgsProduct({{0, 1}, {16384}, {2}, {0}, {0, 1, 2}, {0}, {1}})
     ->ArgsProduct({{0}, {16384}, {2}, {0}, {1}, {1, 2, 3}, {1}})
     ->ArgsProduct({{0}, {16384}, {2}, {0}, {1}, {0}, {0}})
-    ->ArgsProduct({{0, 1}, {512}, {1, 2}, {1}, {1}, {0}, {1}})
+    ->ArgsProduct({{0, 1}, {512}, {1, 2}, {1}, {0, 1}, {0}, {1}})
     ->UseRealTime();
 
 // Args: bits, pos, threads, amx (1: the INT8 kernel's products on AMX tiles
