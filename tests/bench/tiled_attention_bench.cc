@@ -104,6 +104,19 @@ double evict_caches(ThreadPool* pool) {
   return cli::measure_read_bandwidth(pool != nullptr ? *pool : *one, *buffer, 1);
 }
 
+// Counters of a run whose iterations each evicted the caches first
+// (evict_caches, best_pass its best rate in bytes/s) and read `bytes` in all
+// in `timed` seconds: pass_GBps, and of_pass, the rate the KV was read at
+// (timed around the attention calls alone) over the host's best read pass
+// in this run, as `baton bench decode`'s attn GB/s over its memory figure:
+// the memory of a shared host switches between phases within minutes, so a
+// ratio, not the ms, compares two runs. None without a pass.
+void set_pass_counters(benchmark::State& state, double bytes, double timed, double best_pass) {
+  if (best_pass <= 0.0) return;
+  state.counters["pass_GBps"] = best_pass / 1e9;
+  state.counters["of_pass"] = bytes / timed / best_pass;
+}
+
 // Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in
 // rows), evict (1: the caches evicted before each iteration, untimed, by a
 // read pass whose best rate the counters divide by: of_pass).
@@ -139,15 +152,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   }
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(context * store->bytes_per_token());
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
-  if (best_pass > 0.0) {
-    // The rate attention read the KV at (timed around its calls alone)
-    // over the host's best read pass in this run, as `baton bench decode`'s
-    // attn GB/s over its memory figure: the memory of a shared host
-    // switches between phases within minutes, so a ratio, not the ms,
-    // compares two runs.
-    state.counters["pass_GBps"] = best_pass / 1e9;
-    state.counters["of_pass"] = bytes / timed / best_pass;
-  }
+  set_pass_counters(state, bytes, timed, best_pass);
   state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecode)
@@ -266,6 +271,14 @@ void BM_TileLayoutDecode(benchmark::State& state) {
     }
   }
   const kv_kernels_impl::QueryQ8 q8{qc.data(), qs.data(), qb.data()};
+  // What every tile's K and V rows share (codes and scales set per tile).
+  kv_kernels_impl::KvHeadRows k_rows, v_rows;
+  k_rows.bits = v_rows.bits = 8;
+  k_rows.group = v_rows.group = 32;
+  k_rows.row_code_bytes = v_rows.row_code_bytes = kHeadDim;
+  k_rows.row_groups = v_rows.row_groups = kGroups;
+  k_rows.key_blocks = true;
+  v_rows.value_quads = true;
   // Pairs [p0, p1); the last tile's prefetch runs on into the pairs before
   // p_end (the thread's next ones), none past it.
   auto run_pairs = [&](int64_t p0, int64_t p1, int64_t p_end) {
@@ -278,13 +291,7 @@ void BM_TileLayoutDecode(benchmark::State& state) {
       std::fill(acc, acc + kNq * kHeadDim, 0.0f);
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t np = t + ahead < tiles ? p : p + 1, nt = t + ahead < tiles ? t + ahead : t + ahead - tiles;
-        kv_kernels_impl::KvHeadRows k, v;
-        k.bits = v.bits = 8;
-        k.group = v.group = 32;
-        k.row_code_bytes = v.row_code_bytes = kHeadDim;
-        k.row_groups = v.row_groups = kGroups;
-        k.key_blocks = true;
-        v.value_quads = true;
+        kv_kernels_impl::KvHeadRows k = k_rows, v = v_rows;
         int64_t tile_row = 0;
         kv_kernels_impl::TilePositions pos;
         int lo = 0, hi = static_cast<int>(kT);
@@ -366,10 +373,7 @@ void BM_TileLayoutDecode(benchmark::State& state) {
   }
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(total);
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
-  if (best_pass > 0) {
-    state.counters["pass_GBps"] = best_pass / 1e9;
-    state.counters["of_pass"] = bytes / timed / best_pass;
-  }
+  set_pass_counters(state, bytes, timed, best_pass);
 }
 BENCHMARK(BM_TileLayoutDecode)
     ->ArgNames({"layout", "ctx", "threads", "in_cache", "ahead", "sync", "huge"})
