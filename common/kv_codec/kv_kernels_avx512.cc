@@ -678,8 +678,10 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     // block as below, so the same bits. Measured (Zen 5,
     // BM_TiledAttentionDecodeInCache, 3 alternating runs, median of 3)
     // context 512 / 1024 on one thread 16.8-17.8 / 33.8-36.2 against
-    // 18.5-20.0 / 36.9-40.2 us. (Decode at 16384 on this host is bound by
-    // how fast its reads come, not by this: no change there.)
+    // 18.5-20.0 / 36.9-40.2 us. (Decode at 16384 in this host's slow memory
+    // phases did not move: the kernel's prefetched KV stream runs at
+    // ~0.65-0.75 of the read pass with this kernel's rate either way; see
+    // README, "Fortieth session".)
     const int i_begin = h0 - j * n_q, i_end = i_begin + nh;
     const QueryQ8 qj = position_query<NB>(q, pos, j);
     float* sj = s + int64_t{j} * n_q * kAttentionTileRows;
