@@ -1,6 +1,7 @@
 #include "common/engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "absl/strings/str_format.h"
@@ -10,6 +11,23 @@
 #include "common/util/check.h"
 
 namespace baton {
+
+const char* step_part_name(StepPart part) {
+  switch (part) {
+    case StepPart::kNorms: return "norms";
+    case StepPart::kQkv: return "qkv";
+    case StepPart::kQkPrep: return "rope+store";
+    case StepPart::kAttention: return "attention";
+    case StepPart::kWo: return "wo";
+    case StepPart::kGateUp: return "gate+up";
+    case StepPart::kGlu: return "glu";
+    case StepPart::kDown: return "down";
+    case StepPart::kOutput: return "output";
+  }
+  return "?";
+}
+
+
 namespace {
 
 // Elements of the feed-forward gate per pool task (silu_mul / gelu_mul).
@@ -115,6 +133,17 @@ absl::Status Engine::prefill(std::span<const int32_t> tokens, KvCache& kv,
   return absl::OkStatus();
 }
 
+void Engine::start_parts() {
+  if (part_times_ != nullptr) part_last_ = std::chrono::steady_clock::now();
+}
+
+void Engine::lap(StepPart part) {
+  if (part_times_ == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  part_times_->seconds[static_cast<int>(part)] += std::chrono::duration<double>(now - part_last_).count();
+  part_last_ = now;
+}
+
 absl::Status Engine::decode_step(int32_t token, KvCache& kv, std::vector<float>* logits) {
   return prefill(std::span<const int32_t>(&token, 1), kv, logits);
 }
@@ -124,7 +153,9 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
   const ModelSpec& s = model_.spec();
   const int64_t d = s.n_embd;
   ThreadPool::Hot hot(pool_);
+  start_parts();
   embed(tokens, n, x_.data());
+  lap(StepPart::kNorms);
   const RowRun run{&kv, pos, 0, n};
   for (int il = 0; il < s.n_layer; ++il) {
     BATON_RETURN_IF_ERROR(layer(il, x_.data(), n, std::span<const RowRun>(&run, 1), /*decode_order=*/false));
@@ -134,6 +165,7 @@ absl::Status Engine::forward(const int32_t* tokens, int64_t n, int64_t pos, KvCa
     rmsnorm_rows(x_.data() + first_logit_row * d, model_.output_norm().data(), h_.data(), rows, d,
                  s.norm_eps);
     matmul(model_.output(), h_.data(), rows, logits, &pool_, options_.float_matmul);
+    lap(StepPart::kOutput);
   }
   return absl::OkStatus();
 }
@@ -159,6 +191,7 @@ absl::Status Engine::prefill_layers(std::span<const int32_t> tokens, KvCache& kv
       const int64_t count = std::min<int64_t>(options_.max_batch_tokens, n - begin);
       const RowRun run{&kv, start + begin, 0, count};
       ThreadPool::Hot hot(pool_);  // not across layer_done, which may block (a stream's flow control)
+      start_parts();  // layer_done's time is not a part's
       absl::Status status =
           layer(il, chunk_x_.data() + begin * d, count, std::span<const RowRun>(&run, 1), /*decode_order=*/false);
       if (!status.ok()) {
@@ -226,7 +259,9 @@ absl::Status Engine::decode_rows(std::span<const DecodeRow> rows, float* logits)
   }
   const int64_t d = s.n_embd;
   ThreadPool::Hot hot(pool_);
+  start_parts();
   embed(tokens.data(), n, x_.data());
+  lap(StepPart::kNorms);
   for (int il = 0; il < s.n_layer; ++il) {
     absl::Status status = layer(il, x_.data(), n, runs, /*decode_order=*/true);
     if (!status.ok()) {
@@ -238,6 +273,7 @@ absl::Status Engine::decode_rows(std::span<const DecodeRow> rows, float* logits)
   if (logits != nullptr) {
     rmsnorm_rows(x_.data(), model_.output_norm().data(), h_.data(), n, d, s.norm_eps);
     matmul_decode_order(model_.output(), h_.data(), n, logits, &pool_);
+    lap(StepPart::kOutput);
   }
   return absl::OkStatus();
 }
@@ -279,9 +315,11 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   for_rows(pool_, n, [&](int64_t begin, int64_t end) {
     rmsnorm_rows(x + begin * d, l.attn_norm.data(), h_.data() + begin * d, end - begin, d, s.norm_eps);
   });
+  lap(StepPart::kNorms);
   const WeightMatrix* qkv[] = {&l.wq, &l.wk, &l.wv};  // one dispatch, x quantized once
   float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
   mm_many(qkv, h_.data(), qkv_out);
+  lap(StepPart::kQkv);
   add_bias_rows(q_.data(), l.bq, n);
   add_bias_rows(k_.data(), l.bk, n);
   add_bias_rows(v_.data(), l.bv, n);
@@ -314,6 +352,7 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   // the same order and with the same arithmetic as with the pool, so a row
   // keeps its bits; and the step pays one hand-off to the pool instead of
   // two per run over a few dozen keys each.
+  lap(StepPart::kQkPrep);
   auto attend_run = [&](const RowRun& run, ThreadPool* run_pool) {
     run.kv->attend(il, run.pos, run.n, q_.data() + run.first_row * q_dim, attn_.data() + run.first_row * q_dim,
                    run_pool);
@@ -325,7 +364,9 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
       for (int64_t r = begin; r < end; ++r) attend_run(runs[static_cast<size_t>(r)], pool);
     });
   }
+  lap(StepPart::kAttention);
   mm(l.wo, attn_.data(), proj_.data());
+  lap(StepPart::kWo);
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_attn_norm.data(), proj_.data(), n, d, s.norm_eps);
   // Feed-forward block (SwiGLU; gemma3: GeGLU), its norm in the same pass as the residual add.
   for_rows(pool_, n, [&](int64_t begin, int64_t end) {
@@ -334,7 +375,9 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   });
   const WeightMatrix* gate_up[] = {&l.w_gate, &l.w_up};
   float* const gate_up_out[] = {gate_.data(), up_.data()};
+  lap(StepPart::kNorms);
   mm_many(gate_up, h_.data(), gate_up_out);
+  lap(StepPart::kGateUp);
   // Elementwise, so split across the pool (the same bits however split):
   // a batched step's rows would otherwise spend ~8% of the step here on one
   // thread while the other waits.
@@ -346,11 +389,14 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
       silu_mul(gate_.data() + first, up_.data() + first, count);
     }
   });
+  lap(StepPart::kGlu);
   mm(l.w_down, gate_.data(), proj_.data());
+  lap(StepPart::kDown);
   if (s.post_norms) rmsnorm_rows(proj_.data(), l.post_ffn_norm.data(), proj_.data(), n, d, s.norm_eps);
   for_rows(pool_, n, [&](int64_t begin, int64_t end) {
     add_inplace(x + begin * d, proj_.data() + begin * d, (end - begin) * d);
   });
+  lap(StepPart::kNorms);
   return absl::OkStatus();
 }
 

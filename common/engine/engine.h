@@ -3,6 +3,7 @@
 // 8-bit activations). Tested against ReferenceEngine (reference_engine.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,6 +30,27 @@ struct EngineOptions {
   // the GGUF rows, unless another engine already packed this model (the
   // layout before packing, for benchmarks).
   bool pack_weights = true;
+};
+
+// The parts of a forward pass, for timing them one by one
+// (Engine::set_part_times; baton bench decode --parts).
+enum class StepPart {
+  kNorms,      // the embedding row, RMS norms and residual adds
+  kQkv,        // the Q, K and V projections (one matmul call)
+  kQkPrep,     // their biases, q/k norms, RoPE and the K/V store
+  kAttention,  // attention over the cache
+  kWo,         // the output projection
+  kGateUp,     // the feed-forward gate and up projections (one call)
+  kGlu,        // SiLU / GELU times up
+  kDown,       // the down projection
+  kOutput,     // the final norm and the output (logits) projection
+};
+inline constexpr int kStepParts = 9;
+const char* step_part_name(StepPart part);
+// Wall seconds per part (indexed by StepPart), summed over the passes run
+// while it is set.
+struct StepPartTimes {
+  double seconds[kStepParts] = {};
 };
 
 class Engine {
@@ -75,6 +97,11 @@ class Engine {
   int max_batch_tokens() const { return options_.max_batch_tokens; }
 
   ThreadPool& pool() { return pool_; }
+  // While times is set, every forward pass (prefill, decode_step,
+  // decode_rows) adds each part's wall time to it: a clock read between
+  // parts (~20 ns, ~200 a decode step). nullptr stops it. Not for use by
+  // two threads at once (nor is the engine).
+  void set_part_times(StepPartTimes* times) { part_times_ = times; }
 
  private:
   // One micro-batch of n <= max_batch_tokens tokens at pos; logits for rows
@@ -104,9 +131,16 @@ class Engine {
   // q and k). The same bits as rope_rows (rope_rows_table). The reference
   // holds until the next call.
   const RopeTable& rope_table(const float* inv_freq, int64_t pos0, int64_t n);
+  // set_part_times: a pass starts its clock, then charges the time since the
+  // last lap to each part as it ends.
+  void start_parts();
+  void lap(StepPart part);
 
   const Model& model_;
   EngineOptions options_;
+  // set_part_times: where the times go, and when the last part ended.
+  StepPartTimes* part_times_ = nullptr;
+  std::chrono::steady_clock::time_point part_last_;
   ThreadPool pool_;
   // Scratch, sized for max_batch_tokens rows.
   std::vector<float> x_;       // [B, n_embd] residual stream

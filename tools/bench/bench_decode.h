@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/engine/engine.h"
 #include "bench_report.h"
 #include "command_status.h"
 
@@ -26,6 +27,9 @@ struct DecodeCell {
   // Attention alone, as a step runs it (every layer, one query at the
   // store's last position, from memory): median seconds per token.
   double attention_seconds = 0;
+  // Each part of a step (Engine::set_part_times, indexed by StepPart): mean
+  // wall seconds per timed step.
+  double part_seconds[kStepParts] = {};
   std::string error;
 };
 
@@ -35,6 +39,10 @@ struct DecodeRun {
   std::string kernels;  // SIMD level
   int64_t tokens = 0;   // timed tokens per cell
   double weight_bytes_per_token = 0;
+  // The weight bytes each part of a step reads (0 for the parts without
+  // weights); they add up to weight_bytes_per_token.
+  double part_weight_bytes[kStepParts] = {};
+  bool print_parts = false;  // --parts: the table of parts after the rows
   // What every row's ratio divides by: the best read pass of the whole run
   // (kRunBandwidthPasses before the rows, and every row's), the best this
   // CPU did (read_bandwidth.h's tuned reader, baton bench bandwidth).

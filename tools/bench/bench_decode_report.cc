@@ -19,6 +19,43 @@ double rest_ratio(const DecodeRun& run, const DecodeCell& r) {
   return rest_seconds > 0 ? run.weight_bytes_per_token / rest_seconds / run.bandwidth_bytes_per_s : 0.0;
 }
 
+// A part's weight bytes over its mean time, against the run's best pass (0
+// for the parts without weights).
+double part_ratio(const DecodeRun& run, const DecodeCell& r, int p) {
+  return r.part_seconds[p] > 0 ? run.part_weight_bytes[p] / r.part_seconds[p] / run.bandwidth_bytes_per_s : 0.0;
+}
+
+// The mean step: the parts' sum (the clock between parts misses only the
+// step's entry and exit).
+double parts_total(const DecodeCell& r) {
+  double total = 0;
+  for (double x : r.part_seconds) total += x;
+  return total;
+}
+
+void print_parts_table(const DecodeRun& run) {
+  print_line("  parts of a step (mean over the timed steps):\n");
+  print_line("  %7s  %-22s %-11s %8s %7s %10s %9s %7s\n", "context", "kv codec", "part", "ms/tok", "share",
+             "W MB/tok", "W GB/s", "ratio");
+  for (const DecodeCell& r : run.cells) {
+    if (!r.error.empty()) continue;
+    const double total = parts_total(r);
+    for (int p = 0; p < kStepParts; ++p) {
+      const char* name = step_part_name(static_cast<StepPart>(p));
+      if (run.part_weight_bytes[p] > 0) {
+        print_line("  %7d  %-22s %-11s %8.3f %7.3f %10.2f %9.2f %7.3f\n", r.context, r.kv, name,
+                   r.part_seconds[p] * 1e3, r.part_seconds[p] / total, run.part_weight_bytes[p] / 1e6,
+                   run.part_weight_bytes[p] / r.part_seconds[p] / 1e9, part_ratio(run, r, p));
+      } else {
+        print_line("  %7d  %-22s %-11s %8.3f %7.3f\n", r.context, r.kv, name, r.part_seconds[p] * 1e3,
+                   r.part_seconds[p] / total);
+      }
+    }
+  }
+  print_line("  (ms/tok = the part's wall time per timed step, all layers; share = of the parts' sum; W = the weight "
+             "bytes the part reads per token; W GB/s = W / its time; ratio = W GB/s / the run's best pass)\n");
+}
+
 }  // namespace
 
 Json decode_json(const DecodeRun& run) {
@@ -43,6 +80,17 @@ Json decode_json(const DecodeRun& run) {
     row["attention_share_of_step"] = fixed(attention_share(r), 4);
     row["attention_kv_gb_per_s"] = fixed(attention_kv_rate(r) / 1e9, 3);
     row["rest_ratio_to_bandwidth"] = fixed(rest_ratio(run, r), 4);
+    Json parts = Json::array();
+    for (int p = 0; p < kStepParts; ++p) {
+      Json part = {{"part", step_part_name(static_cast<StepPart>(p))},
+                   {"ms_per_token", fixed(r.part_seconds[p] * 1e3, 4)}};
+      if (run.part_weight_bytes[p] > 0) {
+        part["weight_bytes_per_token"] = whole(run.part_weight_bytes[p]);
+        part["ratio_to_bandwidth"] = fixed(part_ratio(run, r, p), 4);
+      }
+      parts.push_back(std::move(part));
+    }
+    row["parts"] = std::move(parts);
     rows.push_back(std::move(row));
   }
   return {{"model", run.model},
@@ -83,6 +131,7 @@ void print_decode_table(const DecodeRun& run) {
              "read pass that evicts the store), median of 5; share = attn ms / the median step; attn GB/s = KV "
              "MB/tok / attn ms: the rate attention reads the KV at; rest = weight bytes / (median step - attn ms) / the "
              "run's best pass: the ratio of the step without its attention)\n");
+  if (run.print_parts) print_parts_table(run);
 }
 
 }  // namespace baton::cli

@@ -19,16 +19,20 @@
 namespace baton::cli {
 namespace {
 
-// Bytes of weights read to decode one token: every layer matrix plus the
-// output projection (the embedding row read is negligible).
-uint64_t weight_bytes_per_token(const Model& model) {
-  uint64_t total = 0;
-  auto bytes = [](const WeightMatrix& w) { return static_cast<uint64_t>(ggml_row_bytes(w.type, w.cols) * w.rows); };
+// Bytes of weights each part of a step (StepPart) reads to decode one
+// token: every layer matrix plus the output projection (the embedding row
+// read is negligible); the rest read none.
+void weight_bytes_per_part(const Model& model, double (&out)[kStepParts]) {
+  auto bytes = [](const WeightMatrix& w) { return static_cast<double>(ggml_row_bytes(w.type, w.cols) * w.rows); };
+  auto add = [&](StepPart part, double b) { out[static_cast<int>(part)] += b; };
   for (int i = 0; i < model.spec().n_layer; ++i) {
     const LayerWeights& l = model.layer(i);
-    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += bytes(*w);
+    add(StepPart::kQkv, bytes(l.wq) + bytes(l.wk) + bytes(l.wv));
+    add(StepPart::kWo, bytes(l.wo));
+    add(StepPart::kGateUp, bytes(l.w_gate) + bytes(l.w_up));
+    add(StepPart::kDown, bytes(l.w_down));
   }
-  return total + bytes(model.output());
+  add(StepPart::kOutput, bytes(model.output()));
 }
 
 // Fills positions [0, context) of every layer with seeded random K/V (the
@@ -70,7 +74,7 @@ struct ReadPass {
 // measured after each (the bandwidth bench's tuned reader, checked against a
 // plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
-                        std::vector<ReadPass>& reads) {
+                        std::vector<ReadPass>& reads, StepPartTimes& parts) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
@@ -82,7 +86,10 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
   for (int64_t i = 0; i < s.tokens; ++i) {
     token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     const auto start = Clock::now();
-    BATON_RETURN_IF_ERROR(s.engine->decode_step(token, kv, &logits));
+    s.engine->set_part_times(&parts);
+    const absl::Status status = s.engine->decode_step(token, kv, &logits);
+    s.engine->set_part_times(nullptr);
+    BATON_RETURN_IF_ERROR(status);
     step_seconds.push_back(seconds_between(start, Clock::now()));
     ReadPass pass{0, 0};
     pass.bytes_per_s = measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &pass.prefetch);
@@ -128,7 +135,8 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
              ? s.engine->prefill(synthetic_tokens(context, s.engine->model().spec().n_vocab, 1), **kv, nullptr)
              : fill_synthetic(**kv, context, 7);
   }
-  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads);
+  StepPartTimes parts;
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads, parts);
   if (!st.ok()) {
     cell.error = std::string(st.message());
     return cell;
@@ -138,6 +146,7 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   for (double x : step_seconds) total_seconds += x;
   cell.tok_per_s = 1.0 / median(step_seconds);
   cell.mean_tok_per_s = s.tokens / total_seconds;
+  for (int p = 0; p < kStepParts; ++p) cell.part_seconds[p] = parts.seconds[p] / static_cast<double>(s.tokens);
   // Step i attends over context + 2 + i tokens (the warm-up step's
   // included); a sliding-window layer (gemma3) reads its window of them.
   const double attended_tokens = context + 2 + (s.tokens - 1) / 2.0;
@@ -184,6 +193,11 @@ absl::Status bench_decode(const Args& args) {
                    "comma-separated KV codecs (f32 for the F32 cache); G stands for min(32, head_dim)", "LIST");
   flags.add_int64("tokens", &tokens, "tokens to decode and time per row");
   flags.add_bool("prefill", &fill_by_prefill, "fill the context by a real prefill");
+  bool print_parts = false;
+  flags.add_bool("parts", &print_parts,
+                 "after the rows, each part of a step (norms, qkv, rope+store, attention, wo, gate+up, glu, down, "
+                 "output): mean ms per token, share of the step and, for the weight products, the rate they read "
+                 "their weights at against the run's best pass (the JSON has them either way)");
   flags.add_string("weights", &weights,
                    "packed: Q4_0 (on AVX2 also Q8_0, Q4_K, Q5_K, Q6_K) weights repacked at load into 16-row strips (what "
                    "the engine runs); gguf: the "
@@ -218,7 +232,9 @@ absl::Status bench_decode(const Args& args) {
   result.kernels = simd_level_name(active_simd_level());
   if (m.model->packed_bytes() > 0) result.kernels += "+packed";  // Q4_0 weights packed at load
   result.tokens = tokens;
-  result.weight_bytes_per_token = static_cast<double>(weight_bytes_per_token(*m.model));
+  weight_bytes_per_part(*m.model, result.part_weight_bytes);
+  for (double b : result.part_weight_bytes) result.weight_bytes_per_token += b;
+  result.print_parts = print_parts;
   const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};
   result.bandwidth_bytes_per_s =
       measure_read_bandwidth(m.engine->pool(), bandwidth_buffer, kRunBandwidthPasses, &result.bandwidth_prefetch);

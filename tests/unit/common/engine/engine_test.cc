@@ -2,6 +2,7 @@
 // weight type, with a stated tolerance for each.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -225,6 +226,43 @@ TEST_F(EngineErrors, PromptLargerThanCacheIsResourceExhaustedAndKeepsCache) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(status.message().find("10 tokens"), std::string::npos) << status;
   EXPECT_EQ(kv->size(), 6);
+}
+
+// Engine::set_part_times: while set, a decode step and a decode_rows call
+// charge time to every part of the pass (llama: no part is skipped), the
+// parts add up to no more than the calls' wall time, nothing is charged once
+// it is reset, and the logits are the same bits timed or not.
+TEST(EnginePartTimes, EveryPartTimedAndLogitsUnchanged) {
+  auto model = Model::Load(testing::synth_model_path("tiny", GgmlType::kQ4_0));
+  ASSERT_TRUE(model.ok()) << model.status();
+  Engine engine(**model, EngineOptions{2, 16});
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  auto plain_kv = engine.new_f32_kv_cache(16), timed_kv = engine.new_f32_kv_cache(16);
+  ASSERT_TRUE(engine.prefill(prompt, *plain_kv, nullptr).ok());
+  ASSERT_TRUE(engine.prefill(prompt, *timed_kv, nullptr).ok());
+  std::vector<float> plain, timed;
+  ASSERT_TRUE(engine.decode_step(7, *plain_kv, &plain).ok());
+
+  StepPartTimes parts;
+  engine.set_part_times(&parts);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine.decode_step(7, *timed_kv, &timed).ok());
+  std::vector<float> rows_logits(static_cast<size_t>((*model)->spec().n_vocab));
+  const Engine::DecodeRow row{8, timed_kv.get()};
+  ASSERT_TRUE(engine.decode_rows(std::span<const Engine::DecodeRow>(&row, 1), rows_logits.data()).ok());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  engine.set_part_times(nullptr);
+
+  EXPECT_EQ(plain, timed);
+  double total = 0;
+  for (int p = 0; p < kStepParts; ++p) {
+    EXPECT_GT(parts.seconds[p], 0.0) << step_part_name(static_cast<StepPart>(p));
+    total += parts.seconds[p];
+  }
+  EXPECT_LE(total, wall);
+  const StepPartTimes before = parts;
+  ASSERT_TRUE(engine.decode_step(9, *plain_kv, &plain).ok());
+  for (int p = 0; p < kStepParts; ++p) EXPECT_EQ(parts.seconds[p], before.seconds[p]);
 }
 
 }  // namespace
