@@ -1,3 +1,4 @@
+#include <atomic>
 #include "common/cpu/matmul.h"
 
 #include <algorithm>
@@ -171,9 +172,8 @@ constexpr int64_t kPrefillTokensPerTask = 16;
 // a decode step (the decode tile), as before.
 constexpr int64_t kPanelMinTokens = 2;
 
-// The packed Q4_0 AVX-512 decode's software prefetch, per vendor: the near
-// one 16 blocks ahead everywhere (MatmulProblem's default); the far one into
-// L2 on Intel only. Intel
+// The packed Q4_0 AVX-512 decode's software prefetch, per vendor: the far
+// one into L2 on Intel only. Intel
 // (AVX-512 without AMX, 2026-12-05, BM_MatmulDecodeSequence, 2 threads, the
 // strips stored apart): with the far prefetch 0.89-0.95 of the best read,
 // 0.84-0.87 without. AMD Zen 5 (2026-12-06, the same benchmark, 8192 x 2048):
@@ -183,7 +183,20 @@ constexpr int64_t kPanelMinTokens = 2;
 // without it streamed 0.71-0.83 of a fast phase's read and 0.87-0.88 of a
 // slow one's (~54 GB/s), near 8 0.57-0.79 and 0.90-0.92, no software
 // prefetch 0.55 and 0.90-0.91.
-void set_packed_prefetch(MatmulProblem& p) { p.packed_far_prefetch = !cpu_features().amd; }
+// The near one: 12 blocks on AMD, 16 elsewhere, unless set_packed_near_blocks
+// says otherwise (-1: the vendor's). Zen 5 (2026-12-07, BM_MatmulDecodeNearPair:
+// two distances in alternation in one run, so both see the host's phase;
+// medians of 60 pairs): in runs in its slow phases (best read pass ~48-53
+// GB/s) 12 read at 1.021-1.030x of 16's rate (3 runs) and 8 at 1.028-1.044x
+// (3), in runs in its fast ones (~80 GB/s) 12 at 1.000-1.008x (4) and 8 at
+// 0.941-0.955x (5): 12 loses nowhere. (Intel: 8 to 64 measured the same
+// within the noise.)
+std::atomic<int> g_packed_near_blocks{-1};
+int vendor_near_blocks() { return cpu_features().amd ? 12 : 16; }
+void set_packed_prefetch(MatmulProblem& p) {
+  p.packed_far_prefetch = !cpu_features().amd;
+  p.packed_near_blocks = packed_near_blocks();
+}
 
 // Calls of at least this many tokens quantize x block by block when only
 // block-major readers need it (prepare_activations): one quantize_16_blocks
@@ -638,6 +651,12 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
 }
 
 }  // namespace
+
+void set_packed_near_blocks(int blocks) { g_packed_near_blocks.store(blocks, std::memory_order_relaxed); }
+int packed_near_blocks() {
+  const int blocks = g_packed_near_blocks.load(std::memory_order_relaxed);
+  return blocks >= 0 ? blocks : vendor_near_blocks();
+}
 
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return 0;

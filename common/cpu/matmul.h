@@ -56,6 +56,13 @@ struct WeightMatrix {
 // packed_weight_bytes: bytes of w's packed copy on this CPU; 0 when its type
 // has no packed layout here (the kernels read the GGUF rows).
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols);
+// The packed Q4_0 AVX-512 decode kernel's near software prefetch, in blocks
+// ahead of the block it multiplies, for every call after this one,
+// process-wide (0: none; -1: the vendor's default, 12 on AMD and 16
+// elsewhere; matmul.cc set_packed_prefetch says why). Where the lines come
+// from only: the outputs are the same bits at any distance.
+void set_packed_near_blocks(int blocks);
+int packed_near_blocks();
 // Packs w (its GGUF rows) into out (packed_weight_bytes(...) bytes, 64-byte
 // aligned). Strips are independent: pool (may be null) splits them.
 void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool);

@@ -38,8 +38,8 @@ typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
 constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
 // How far ahead of the block being multiplied each strip's nibbles and
-// scales are prefetched: p.packed_near_blocks (16 blocks on Intel and AMD;
-// on Intel 8 to 64 measured the same within the noise; matmul.cc
+// scales are prefetched: p.packed_near_blocks (16 blocks on Intel, 12 on
+// AMD; on Intel 8 to 64 measured the same within the noise; matmul.cc
 // set_packed_prefetch gives the Zen 5 figures).
 
 // S strips from `first` (packed_strip_at): block 0's nibbles and scales and

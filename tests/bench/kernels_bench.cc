@@ -470,6 +470,87 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   });
 }
+// The near prefetch distance of the packed Q4_0 decode kernel
+// (set_packed_near_blocks), two distances A and B in pairs: each iteration
+// reads bench decode's divisor once (the machine's state now), then runs
+// BM_MatmulDecodeSequence's 32 calls (8192 x 2048, 2 threads) at A and at
+// B, the order swapped every iteration, so both see the same state of a
+// host whose memory speed changes with the hour. Counters: b_over_a, the
+// median over the iterations of B's rate over A's, and the same over the
+// iterations whose read pass came within 10% of the run's best
+// (b_over_a_fast) and the others (b_over_a_slow), with their counts.
+void BM_MatmulDecodeNearPair(benchmark::State& state) {
+  const int near_a = static_cast<int>(state.range(0)), near_b = static_cast<int>(state.range(1));
+  constexpr int64_t rows = 8192, cols = 2048;
+  constexpr int n_threads = 2, kMatrices = 32;
+  if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0 || best_simd_level() != SimdLevel::kAvx512) {
+    state.SkipWithError("needs the packed Q4_0 AVX-512 kernel");
+    return;
+  }
+  const std::vector<uint8_t> weights = make_weights(GgmlType::kQ4_0, rows, cols);
+  const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
+  const HugePageBytes packed = allocate_huge_pages(packed_bytes * kMatrices);
+  if (packed == nullptr) {
+    state.SkipWithError("out of memory");
+    return;
+  }
+  std::vector<WeightMatrix> ws;
+  for (int m = 0; m < kMatrices; ++m) {
+    WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};
+    pack_weight_matrix(w, packed.get() + m * packed_bytes, pool_for(2));
+    w.packed = packed.get() + m * packed_bytes;
+    ws.push_back(w);
+  }
+  std::vector<float> x(cols), y(rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  ThreadPool* pool = pool_for(n_threads);
+  const int saved = packed_near_blocks();
+  auto run_at = [&](int near) {
+    set_packed_near_blocks(near);
+    const auto start = std::chrono::steady_clock::now();
+    for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    return static_cast<double>(packed_bytes * kMatrices) /
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> reads, ratios;
+  bool a_first = true;
+  for (auto _ : state) {
+    reads.push_back(read_buffer_once(n_threads));
+    double a = 0, b = 0;
+    if (a_first) {
+      a = run_at(near_a), b = run_at(near_b);
+    } else {
+      b = run_at(near_b), a = run_at(near_a);
+    }
+    a_first = !a_first;
+    ratios.push_back(b / a);
+  }
+  set_packed_near_blocks(saved);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double best = reads.empty() ? 0.0 : *std::max_element(reads.begin(), reads.end());
+  std::vector<double> fast, slow;
+  for (size_t i = 0; i < ratios.size(); ++i) (reads[i] >= 0.9 * best ? fast : slow).push_back(ratios[i]);
+  state.counters["b_over_a"] = median(ratios);
+  state.counters["b_over_a_fast"] = median(fast);
+  state.counters["b_over_a_slow"] = median(slow);
+  state.counters["n_fast"] = static_cast<double>(fast.size());
+  state.counters["n_slow"] = static_cast<double>(slow.size());
+  state.counters["best_read_GBps"] = best / 1e9;
+}
+BENCHMARK(BM_MatmulDecodeNearPair)
+    ->ArgNames({"a", "b"})
+    ->Args({16, 8})
+    ->Args({16, 12})
+    ->Args({16, 24})
+    ->Args({12, 10})
+    ->Args({12, 8})
+    ->Iterations(60)
+    ->UseRealTime();
+
 BENCHMARK(BM_MatmulDecodeSequence)
     ->ArgNames({"rows", "cols", "threads", "tokens"})
     ->Args({8192, 2048, 2, 1})

@@ -21,6 +21,8 @@
 
 #include "common/cpu/matmul_kernels.h"
 #include "common/cpu/vec.h"
+#include "common/util/cpu_features.h"
+#include "common/util/thread_pool.h"
 #include "common/util/fp16.h"
 
 namespace baton {
@@ -515,6 +517,36 @@ TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
       }
     }
   }
+}
+
+// set_packed_near_blocks moves where the packed Q4_0 AVX-512 decode reads
+// its lines from, never what it computes: one token's outputs are the same
+// bits at every distance (none, shorter and longer than a row task, past the
+// matrix's end), and -1 gives back the vendor's default.
+TEST(Matmul, PackedNearPrefetchDistanceKeepsTheBits) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "the near prefetch is the AVX-512 packed kernel's";
+  std::mt19937 rng(77);
+  const int64_t rows = 96, cols = 512;
+  const TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
+  const PackedCopy packed = packed_copy(WeightMatrix{GgmlType::kQ4_0, w.bytes.data(), rows, cols});
+  ASSERT_TRUE(packed.ok);
+  std::vector<float> x(static_cast<size_t>(cols));
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (float& v : x) v = dist(rng);
+  ThreadPool pool(2);
+  const int vendor = packed_near_blocks();
+  EXPECT_EQ(vendor, cpu_features().amd ? 12 : 16);
+  std::vector<float> want(static_cast<size_t>(rows));
+  matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, want.data(), &pool);
+  for (const int blocks : {0, 1, 8, 16, 64}) {
+    set_packed_near_blocks(blocks);
+    EXPECT_EQ(packed_near_blocks(), blocks);
+    std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+    matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, got.data(), &pool);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * rows), 0) << "near " << blocks;
+  }
+  set_packed_near_blocks(-1);
+  EXPECT_EQ(packed_near_blocks(), vendor);
 }
 
 TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {
