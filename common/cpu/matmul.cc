@@ -191,11 +191,20 @@ constexpr int64_t kPanelMinTokens = 2;
 // (3), in runs in its fast ones (~80 GB/s) 12 at 1.000-1.008x (4) and 8 at
 // 0.941-0.955x (5): 12 loses nowhere. (Intel: 8 to 64 measured the same
 // within the noise.)
+// Non-temporal (NTA) on AMD for calls of up to 4 tokens, T0 elsewhere
+// (set_packed_near_nta): on Zen 5 (the same benchmark, 12 blocks both ways)
+// NTA read at 1.018-1.034x of T0's rate in 5 runs in slow phases and 1.023x
+// in one in a fast phase (1.013x in a run that held both); T1 at 0.90-1.00x.
+// (A line read once need not pass through L2 and L3 on its way out: AMD's
+// L3 is filled by L2's evictions.) Not measured on Intel, where NTA fills L1
+// only: T0 stays.
 std::atomic<int> g_packed_near_blocks{-1};
+std::atomic<int> g_packed_near_nta{-1};
 int vendor_near_blocks() { return cpu_features().amd ? 12 : 16; }
 void set_packed_prefetch(MatmulProblem& p) {
   p.packed_far_prefetch = !cpu_features().amd;
   p.packed_near_blocks = packed_near_blocks();
+  p.packed_near_nta = packed_near_nta();
 }
 
 // Calls of at least this many tokens quantize x block by block when only
@@ -656,6 +665,11 @@ void set_packed_near_blocks(int blocks) { g_packed_near_blocks.store(blocks, std
 int packed_near_blocks() {
   const int blocks = g_packed_near_blocks.load(std::memory_order_relaxed);
   return blocks >= 0 ? blocks : vendor_near_blocks();
+}
+void set_packed_near_nta(int nta) { g_packed_near_nta.store(nta, std::memory_order_relaxed); }
+bool packed_near_nta() {
+  const int nta = g_packed_near_nta.load(std::memory_order_relaxed);
+  return nta >= 0 ? nta != 0 : cpu_features().amd;
 }
 
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {

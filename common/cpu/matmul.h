@@ -63,6 +63,11 @@ int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols);
 // from only: the outputs are the same bits at any distance.
 void set_packed_near_blocks(int blocks);
 int packed_near_blocks();
+// Whether that prefetch is non-temporal (NTA) in calls of up to 4 tokens
+// (1) or to L1 (T0; 0); -1: the vendor's default, NTA on AMD. Process-wide,
+// the same bits either way.
+void set_packed_near_nta(int nta);
+bool packed_near_nta();
 // Packs w (its GGUF rows) into out (packed_weight_bytes(...) bytes, 64-byte
 // aligned). Strips are independent: pool (may be null) splits them.
 void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool);

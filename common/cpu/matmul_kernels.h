@@ -49,10 +49,12 @@ struct MatmulProblem {
   // row-major). Packed Q6_K reads xsums.
   const int16_t* xsums32 = nullptr;
   // Packed Q4_0 decode on AVX-512 (matmul_packed_avx512.cc): how many blocks
-  // ahead each strip's nibbles and scales are prefetched to L1, and whether
-  // lines further on (kFarBlocks) are also asked for into L2. Chosen per CPU
-  // by matmul.cc (set_packed_prefetch).
+  // ahead each strip's nibbles and scales are prefetched to L1, whether that
+  // prefetch is non-temporal (calls of up to 4 tokens, which read each line
+  // once), and whether lines further on (kFarBlocks) are also asked for into
+  // L2. Chosen per CPU by matmul.cc (set_packed_prefetch).
   int32_t packed_near_blocks = 16;
+  bool packed_near_nta = false;
   bool packed_far_prefetch = true;
 };
 

@@ -40,7 +40,9 @@ constexpr int64_t kBlockNibbleBytes = kPackedBlockNibbleBytes;
 // How far ahead of the block being multiplied each strip's nibbles and
 // scales are prefetched: p.packed_near_blocks (16 blocks on Intel, 12 on
 // AMD; on Intel 8 to 64 measured the same within the noise; matmul.cc
-// set_packed_prefetch gives the Zen 5 figures).
+// set_packed_prefetch gives the Zen 5 figures), to L1 (T0), or
+// non-temporal (NTA) for calls of up to 4 tokens where p.packed_near_nta
+// (AMD).
 
 // S strips from `first` (packed_strip_at): block 0's nibbles and scales and
 // the bytes from a block to the next (576 in a pair, 288 for a last strip
@@ -87,7 +89,7 @@ constexpr int64_t kFarBlocks = 32;
 // + 4 unpacked weights + 2 broadcasts + the mask = 31 registers; a batched
 // step of 4 sessions measured ~3% faster than with one chain); from 5 on, one
 // (the registers: 2 strips x 6 tokens x (int32 + f32 accumulator) = 24).
-template <int S, int T>
+template <int S, int T, bool kNearNta = false>
 void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask, const char* l2_lines,
                    int64_t l2_count) {
   const int64_t n_blocks = p.cols / kQK8_0;
@@ -117,8 +119,9 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     for (int s = 0; s < S; ++s) {
       if (near_blocks > 0) {
         const char* ahead = reinterpret_cast<const char*>(nib0[s] + (b + near_blocks) * stride[s]);
-        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]), _MM_HINT_T0);
+        constexpr auto kHint = kNearNta ? _MM_HINT_NTA : _MM_HINT_T0;
+        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint);
+        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]), kHint);
       }
       if (far_prefetch) {
         const char* far = reinterpret_cast<const char*>(nib0[s] + (b + kFarBlocks) * stride[s]);
@@ -187,6 +190,16 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   }
 }
 
+// packed_kernel for up to 4 tokens, whose lines each step reads once: the
+// near prefetch non-temporal where p says (matmul.cc set_packed_prefetch).
+template <int S, int T>
+void packed_kernel_few(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask, const char* l2_lines,
+                       int64_t l2_count) {
+  static_assert(T <= 4, "groups of 6 (prefill) find the strips in cache after the first");
+  if (p.packed_near_nta) return packed_kernel<S, T, true>(p, r0, t0, last_mask, l2_lines, l2_count);
+  packed_kernel<S, T>(p, r0, t0, last_mask, l2_lines, l2_count);
+}
+
 // Tokens [tok_begin, tok_end) over S strips from r0: groups of 6 (prefill;
 // the strips come from cache after the first group), then 4, 2, 1.
 // The first group reads the strips from memory; while the later groups find
@@ -214,14 +227,14 @@ void packed_tokens(const MatmulProblem& p, int64_t r0, int64_t tok_begin, int64_
   for (; t + 6 <= tok_end; t += 6, ++group) packed_kernel<S, 6>(p, r0, t, last_mask, lines(), count());
   switch (tok_end - t) {
     case 5:
-      packed_kernel<S, 4>(p, r0, t, last_mask, lines(), count());
-      return packed_kernel<S, 1>(p, r0, t + 4, last_mask, nullptr, 0);
-    case 4: return packed_kernel<S, 4>(p, r0, t, last_mask, lines(), count());
+      packed_kernel_few<S, 4>(p, r0, t, last_mask, lines(), count());
+      return packed_kernel_few<S, 1>(p, r0, t + 4, last_mask, nullptr, 0);
+    case 4: return packed_kernel_few<S, 4>(p, r0, t, last_mask, lines(), count());
     case 3:
-      packed_kernel<S, 2>(p, r0, t, last_mask, lines(), count());
-      return packed_kernel<S, 1>(p, r0, t + 2, last_mask, nullptr, 0);
-    case 2: return packed_kernel<S, 2>(p, r0, t, last_mask, lines(), count());
-    case 1: return packed_kernel<S, 1>(p, r0, t, last_mask, lines(), count());
+      packed_kernel_few<S, 2>(p, r0, t, last_mask, lines(), count());
+      return packed_kernel_few<S, 1>(p, r0, t + 2, last_mask, nullptr, 0);
+    case 2: return packed_kernel_few<S, 2>(p, r0, t, last_mask, lines(), count());
+    case 1: return packed_kernel_few<S, 1>(p, r0, t, last_mask, lines(), count());
     default: return;
   }
 }

@@ -470,17 +470,19 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   });
 }
-// The near prefetch distance of the packed Q4_0 decode kernel
-// (set_packed_near_blocks), two distances A and B in pairs: each iteration
+// The near prefetch of the packed Q4_0 decode kernel, two settings A and B
+// (set_packed_near_blocks, set_packed_near_nta) in pairs: each iteration
 // reads bench decode's divisor once (the machine's state now), then runs
-// BM_MatmulDecodeSequence's 32 calls (8192 x 2048, 2 threads) at A and at
-// B, the order swapped every iteration, so both see the same state of a
-// host whose memory speed changes with the hour. Counters: b_over_a, the
+// BM_MatmulDecodeSequence's 32 calls (8192 x 2048, 2 threads) with A and
+// with B, the order swapped every iteration, so both see the same state of
+// a host whose memory speed changes with the hour. Counters: b_over_a, the
 // median over the iterations of B's rate over A's, and the same over the
 // iterations whose read pass came within 10% of the run's best
-// (b_over_a_fast) and the others (b_over_a_slow), with their counts.
+// (b_over_a_fast) and the others (b_over_a_slow), with their counts. Args:
+// A's blocks and NTA (0 / 1), B's.
 void BM_MatmulDecodeNearPair(benchmark::State& state) {
-  const int near_a = static_cast<int>(state.range(0)), near_b = static_cast<int>(state.range(1));
+  const int blocks_a = static_cast<int>(state.range(0)), nta_a = static_cast<int>(state.range(1));
+  const int blocks_b = static_cast<int>(state.range(2)), nta_b = static_cast<int>(state.range(3));
   constexpr int64_t rows = 8192, cols = 2048;
   constexpr int n_threads = 2, kMatrices = 32;
   if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0 || best_simd_level() != SimdLevel::kAvx512) {
@@ -504,9 +506,9 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   ThreadPool* pool = pool_for(n_threads);
-  const int saved = packed_near_blocks();
-  auto run_at = [&](int near) {
-    set_packed_near_blocks(near);
+  auto run_at = [&](int blocks, int nta) {
+    set_packed_near_blocks(blocks);
+    set_packed_near_nta(nta);
     const auto start = std::chrono::steady_clock::now();
     for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
@@ -519,14 +521,15 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
     reads.push_back(read_buffer_once(n_threads));
     double a = 0, b = 0;
     if (a_first) {
-      a = run_at(near_a), b = run_at(near_b);
+      a = run_at(blocks_a, nta_a), b = run_at(blocks_b, nta_b);
     } else {
-      b = run_at(near_b), a = run_at(near_a);
+      b = run_at(blocks_b, nta_b), a = run_at(blocks_a, nta_a);
     }
     a_first = !a_first;
     ratios.push_back(b / a);
   }
-  set_packed_near_blocks(saved);
+  set_packed_near_blocks(-1);  // the vendor's defaults again
+  set_packed_near_nta(-1);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -542,12 +545,15 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
   state.counters["best_read_GBps"] = best / 1e9;
 }
 BENCHMARK(BM_MatmulDecodeNearPair)
-    ->ArgNames({"a", "b"})
-    ->Args({16, 8})
-    ->Args({16, 12})
-    ->Args({16, 24})
-    ->Args({12, 10})
-    ->Args({12, 8})
+    ->ArgNames({"a", "a_nta", "b", "b_nta"})
+    ->Args({16, 0, 8, 0})
+    ->Args({16, 0, 12, 0})
+    ->Args({16, 0, 24, 0})
+    ->Args({12, 0, 10, 0})
+    ->Args({12, 0, 8, 0})
+    ->Args({12, 0, 12, 1})
+    ->Args({12, 1, 16, 1})
+    ->Args({12, 1, 8, 1})
     ->Iterations(60)
     ->UseRealTime();
 

@@ -31,33 +31,43 @@ class ReadBuffer {
 };
 
 // Software prefetches the wide kernels may issue beside their loads: every
-// line of a round `distance` bytes ahead, to L2 (T1) or L1 (T0); distance 0
-// none. The hardware prefetchers alone left bandwidth unread: on the Intel
-// AVX-512 host (Xeon VM, 2 threads, 1 GiB on huge pages, `baton bench
-// bandwidth`) the plain zmm reader got 31.5-32.9 GB/s, one with T1 2 KiB
-// ahead 36.6-37.9 in the same runs; 4 KiB ahead was slower than none
-// (0.93-0.94x). Each pass tries them all and the best counts, so the divisor
-// is what the best of them gets on the machine at hand.
+// line of a round `distance` bytes ahead, to L2 (T1), L1 (T0) or as a
+// non-temporal prefetch (NTA); distance 0 none. The hardware prefetchers
+// alone left bandwidth unread: on the Intel AVX-512 host (Xeon VM, 2
+// threads, 1 GiB on huge pages, `baton bench bandwidth`) the plain zmm
+// reader got 31.5-32.9 GB/s, one with T1 2 KiB ahead 36.6-37.9 in the same
+// runs; 4 KiB ahead was slower than none (0.93-0.94x). On the Zen 5 host
+// (2026-12-07, a standalone 2-thread zmm reader over 1 GiB, 6 rounds of
+// every prefetch) the set up to T1 2 KiB read 54-68 GB/s while NTA 4 / 8
+// KiB ahead read 67-76 and T1 4 KiB 71-75 in the same rounds: the longer
+// ones joined the set then. Each pass tries them all and the best counts,
+// so the divisor is what the best of them gets on the machine at hand.
+enum ReadHint : int { kReadT1 = 0, kReadT0 = 1, kReadNta = 2 };
 struct ReadPrefetch {
   int distance;  // bytes ahead of the round's first line; 0: none
-  bool l1;       // T0 (L1) rather than T1 (L2)
+  int hint;      // a ReadHint
   const char* name;
 };
 inline constexpr ReadPrefetch kReadPrefetches[] = {
-    {0, false, "none"}, {1024, false, "T1 1 KiB ahead"}, {2048, false, "T1 2 KiB ahead"}, {1024, true, "T0 1 KiB ahead"}};
+    {0, kReadT1, "none"},           {1024, kReadT1, "T1 1 KiB ahead"},  {2048, kReadT1, "T1 2 KiB ahead"},
+    {1024, kReadT0, "T0 1 KiB ahead"}, {4096, kReadT1, "T1 4 KiB ahead"}, {4096, kReadNta, "NTA 4 KiB ahead"},
+    {8192, kReadNta, "NTA 8 KiB ahead"}};
 inline constexpr int kReadPrefetchCount = sizeof(kReadPrefetches) / sizeof(kReadPrefetches[0]);
 
-// kernel.template operator()<distance, l1>() for kReadPrefetches[prefetch]
+// kernel.template operator()<distance, hint>() for kReadPrefetches[prefetch]
 // (a kernel templated on its prefetch; each SIMD file passes a lambda of its
 // own, so no instance is shared between files built for different ISAs).
 template <typename Kernel>
 uint64_t with_read_prefetch(int prefetch, Kernel&& kernel) {
-  static_assert(kReadPrefetchCount == 4, "one case per kReadPrefetches entry");
+  static_assert(kReadPrefetchCount == 7, "one case per kReadPrefetches entry");
   switch (prefetch) {
-    case 1: return kernel.template operator()<kReadPrefetches[1].distance, kReadPrefetches[1].l1>();
-    case 2: return kernel.template operator()<kReadPrefetches[2].distance, kReadPrefetches[2].l1>();
-    case 3: return kernel.template operator()<kReadPrefetches[3].distance, kReadPrefetches[3].l1>();
-    default: return kernel.template operator()<kReadPrefetches[0].distance, kReadPrefetches[0].l1>();
+    case 1: return kernel.template operator()<kReadPrefetches[1].distance, kReadPrefetches[1].hint>();
+    case 2: return kernel.template operator()<kReadPrefetches[2].distance, kReadPrefetches[2].hint>();
+    case 3: return kernel.template operator()<kReadPrefetches[3].distance, kReadPrefetches[3].hint>();
+    case 4: return kernel.template operator()<kReadPrefetches[4].distance, kReadPrefetches[4].hint>();
+    case 5: return kernel.template operator()<kReadPrefetches[5].distance, kReadPrefetches[5].hint>();
+    case 6: return kernel.template operator()<kReadPrefetches[6].distance, kReadPrefetches[6].hint>();
+    default: return kernel.template operator()<kReadPrefetches[0].distance, kReadPrefetches[0].hint>();
   }
 }
 

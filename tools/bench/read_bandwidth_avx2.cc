@@ -10,8 +10,8 @@ namespace baton::cli::read_kernels {
 
 namespace {
 
-// kDistance bytes ahead (0: no prefetch), T0 when kL1 else T1.
-template <int kDistance, bool kL1>
+// kDistance bytes ahead (0: no prefetch), with the ReadHint kHint.
+template <int kDistance, int kHint>
 uint64_t read_sum(const uint64_t* data, int64_t words) {
   __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
   for (int64_t i = 0; i < words; i += 32) {
@@ -19,7 +19,7 @@ uint64_t read_sum(const uint64_t* data, int64_t words) {
     if constexpr (kDistance > 0) {
       // (past the buffer's end harmless: a prefetch never faults)
       const char* ahead = reinterpret_cast<const char*>(p) + kDistance;
-      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kL1 ? _MM_HINT_T0 : _MM_HINT_T1);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint == kReadT0 ? _MM_HINT_T0 : kHint == kReadNta ? _MM_HINT_NTA : _MM_HINT_T1);
     }
     s0 = _mm256_add_epi64(s0, _mm256_load_si256(p + 0));
     s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + 1));
@@ -40,7 +40,7 @@ uint64_t read_sum(const uint64_t* data, int64_t words) {
 }  // namespace
 
 uint64_t read_sum_avx2(const uint64_t* data, int64_t words, int prefetch) {
-  return with_read_prefetch(prefetch, [&]<int kDistance, bool kL1>() { return read_sum<kDistance, kL1>(data, words); });
+  return with_read_prefetch(prefetch, [&]<int kDistance, int kHint>() { return read_sum<kDistance, kHint>(data, words); });
 }
 
 }  // namespace baton::cli::read_kernels

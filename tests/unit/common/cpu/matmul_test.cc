@@ -519,10 +519,11 @@ TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
   }
 }
 
-// set_packed_near_blocks moves where the packed Q4_0 AVX-512 decode reads
-// its lines from, never what it computes: one token's outputs are the same
-// bits at every distance (none, shorter and longer than a row task, past the
-// matrix's end), and -1 gives back the vendor's default.
+// set_packed_near_blocks / set_packed_near_nta move where the packed Q4_0
+// AVX-512 decode reads its lines from, never what it computes: one token's
+// outputs are the same bits at every distance (none, shorter and longer
+// than a row task, past the matrix's end) with either hint, and -1 gives
+// back the vendor's defaults.
 TEST(Matmul, PackedNearPrefetchDistanceKeepsTheBits) {
   if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "the near prefetch is the AVX-512 packed kernel's";
   std::mt19937 rng(77);
@@ -538,15 +539,23 @@ TEST(Matmul, PackedNearPrefetchDistanceKeepsTheBits) {
   EXPECT_EQ(vendor, cpu_features().amd ? 12 : 16);
   std::vector<float> want(static_cast<size_t>(rows));
   matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, want.data(), &pool);
-  for (const int blocks : {0, 1, 8, 16, 64}) {
-    set_packed_near_blocks(blocks);
-    EXPECT_EQ(packed_near_blocks(), blocks);
-    std::vector<float> got(static_cast<size_t>(rows), -1.0f);
-    matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, got.data(), &pool);
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * rows), 0) << "near " << blocks;
+  const bool vendor_nta = packed_near_nta();
+  EXPECT_EQ(vendor_nta, cpu_features().amd);
+  for (const int nta : {0, 1}) {
+    set_packed_near_nta(nta);
+    EXPECT_EQ(packed_near_nta(), nta == 1);
+    for (const int blocks : {0, 1, 8, 16, 64}) {
+      set_packed_near_blocks(blocks);
+      EXPECT_EQ(packed_near_blocks(), blocks);
+      std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+      matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, got.data(), &pool);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * rows), 0) << "near " << blocks << " nta " << nta;
+    }
   }
   set_packed_near_blocks(-1);
+  set_packed_near_nta(-1);
   EXPECT_EQ(packed_near_blocks(), vendor);
+  EXPECT_EQ(packed_near_nta(), vendor_nta);
 }
 
 TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {

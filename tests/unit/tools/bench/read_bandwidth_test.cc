@@ -63,7 +63,7 @@ TEST(ReadBandwidthTest, PrefetchesAreDistinctAndTheFirstIsNone) {
   for (int a = 0; a < kReadPrefetchCount; ++a) {
     for (int b = a + 1; b < kReadPrefetchCount; ++b) {
       EXPECT_FALSE(kReadPrefetches[a].distance == kReadPrefetches[b].distance &&
-                   kReadPrefetches[a].l1 == kReadPrefetches[b].l1)
+                   kReadPrefetches[a].hint == kReadPrefetches[b].hint)
           << a << " and " << b;
     }
   }
