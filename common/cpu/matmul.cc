@@ -193,8 +193,9 @@ constexpr int64_t kPanelMinTokens = 2;
 // within the noise.)
 // Non-temporal (NTA) on AMD for calls of up to 4 tokens, T0 elsewhere
 // (set_packed_near_nta): on Zen 5 (the same benchmark, 12 blocks both ways)
-// NTA read at 1.018-1.034x of T0's rate in 5 runs in slow phases and 1.023x
-// in one in a fast phase (1.013x in a run that held both); T1 at 0.90-1.00x.
+// NTA read at 1.014-1.034x of T0's rate in 7 runs in slow phases, 1.023x and
+// 1.008x in two in fast phases (1.013x in a run that held both); T1 at
+// 0.90-1.00x.
 // (A line read once need not pass through L2 and L3 on its way out: AMD's
 // L3 is filled by L2's evictions.) Not measured on Intel, where NTA fills L1
 // only: T0 stays.

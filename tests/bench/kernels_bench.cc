@@ -428,6 +428,32 @@ void decode_vs_bandwidth_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatmulDecodeVsReadBandwidth)->Apply(decode_vs_bandwidth_args)->UseManualTime();
 
+// 32 packed Q4_0 matrices of rows x cols (the same weights) on huge pages,
+// one after another, as the model's packed copy holds a step's matrices;
+// ws empty when the pages cannot be had.
+struct PackedSequence {
+  static constexpr int kMatrices = 32;
+  HugePageBytes storage;
+  std::vector<WeightMatrix> ws;
+  int64_t bytes = 0;  // all of them
+  PackedSequence(int64_t rows, int64_t cols) {
+    const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
+    storage = allocate_huge_pages(packed_bytes * kMatrices);
+    if (storage == nullptr) return;
+    weights = make_weights(GgmlType::kQ4_0, rows, cols);
+    for (int m = 0; m < kMatrices; ++m) {
+      WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};
+      pack_weight_matrix(w, storage.get() + m * packed_bytes, pool_for(2));
+      w.packed = storage.get() + m * packed_bytes;
+      ws.push_back(w);
+    }
+    bytes = packed_bytes * kMatrices;
+  }
+
+ private:
+  std::vector<uint8_t> weights;  // the GGUF rows every matrix was packed from
+};
+
 // A decode step's weight stream without the rest of the step: 32 packed Q4_0
 // matrices of rows x cols (on huge pages, as the engine packs them) called in
 // turn for one token, as a step calls its layers' matmuls; the per-call cost
@@ -446,27 +472,16 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     state.SkipWithError("no packed Q4_0 layout on this CPU");
     return;
   }
-  constexpr int kMatrices = 32;
-  const std::vector<uint8_t> weights = make_weights(GgmlType::kQ4_0, rows, cols);
-  const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
-  const HugePageBytes packed = allocate_huge_pages(packed_bytes * kMatrices);  // as the model's packed copy
-  if (packed == nullptr) {
+  const PackedSequence seq(rows, cols);
+  if (seq.ws.empty()) {
     state.SkipWithError("out of memory");
     return;
-  }
-  uint8_t* const base = packed.get();
-  std::vector<WeightMatrix> ws;
-  for (int m = 0; m < kMatrices; ++m) {
-    WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};
-    pack_weight_matrix(w, base + m * packed_bytes, pool_for(2));
-    w.packed = base + m * packed_bytes;
-    ws.push_back(w);
   }
   std::vector<float> x(cols * n_tokens), y(rows * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   ThreadPool* pool = pool_for(n_threads);
-  time_decode_against_reads(state, n_threads, packed_bytes * kMatrices, /*best_read=*/true, [&] {
-    for (const WeightMatrix& w : ws) matmul(w, x.data(), n_tokens, y.data(), pool);
+  time_decode_against_reads(state, n_threads, seq.bytes, /*best_read=*/true, [&] {
+    for (const WeightMatrix& w : seq.ws) matmul(w, x.data(), n_tokens, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   });
 }
@@ -484,24 +499,15 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
   const int blocks_a = static_cast<int>(state.range(0)), nta_a = static_cast<int>(state.range(1));
   const int blocks_b = static_cast<int>(state.range(2)), nta_b = static_cast<int>(state.range(3));
   constexpr int64_t rows = 8192, cols = 2048;
-  constexpr int n_threads = 2, kMatrices = 32;
+  constexpr int n_threads = 2;
   if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0 || best_simd_level() != SimdLevel::kAvx512) {
     state.SkipWithError("needs the packed Q4_0 AVX-512 kernel");
     return;
   }
-  const std::vector<uint8_t> weights = make_weights(GgmlType::kQ4_0, rows, cols);
-  const int64_t packed_bytes = packed_weight_bytes(GgmlType::kQ4_0, rows, cols);
-  const HugePageBytes packed = allocate_huge_pages(packed_bytes * kMatrices);
-  if (packed == nullptr) {
+  const PackedSequence seq(rows, cols);
+  if (seq.ws.empty()) {
     state.SkipWithError("out of memory");
     return;
-  }
-  std::vector<WeightMatrix> ws;
-  for (int m = 0; m < kMatrices; ++m) {
-    WeightMatrix w{GgmlType::kQ4_0, weights.data(), rows, cols};
-    pack_weight_matrix(w, packed.get() + m * packed_bytes, pool_for(2));
-    w.packed = packed.get() + m * packed_bytes;
-    ws.push_back(w);
   }
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
@@ -510,9 +516,9 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
     set_packed_near_blocks(blocks);
     set_packed_near_nta(nta);
     const auto start = std::chrono::steady_clock::now();
-    for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool);
+    for (const WeightMatrix& w : seq.ws) matmul(w, x.data(), 1, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
-    return static_cast<double>(packed_bytes * kMatrices) /
+    return static_cast<double>(seq.bytes) /
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   std::vector<double> reads, ratios;
