@@ -193,9 +193,8 @@ constexpr int64_t kPanelMinTokens = 2;
 // within the noise.)
 // Non-temporal (NTA) on AMD for calls of up to 4 tokens, T0 elsewhere
 // (set_packed_near_nta): on Zen 5 (the same benchmark, 12 blocks both ways)
-// NTA read at 1.014-1.034x of T0's rate in 7 runs in slow phases, 1.023x and
-// 1.008x in two in fast phases (1.013x in a run that held both); T1 at
-// 0.90-1.00x.
+// NTA read at 1.008-1.034x of T0's rate in 10 runs, slow phases and fast
+// (the least, 1.008x, in a fast one); T1 at 0.90-1.00x.
 // (A line read once need not pass through L2 and L3 on its way out: AMD's
 // L3 is filled by L2's evictions.) Not measured on Intel, where NTA fills L1
 // only: T0 stays.
