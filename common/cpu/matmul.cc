@@ -1,7 +1,7 @@
-#include <atomic>
 #include "common/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <vector>
 

@@ -27,7 +27,6 @@ const char* step_part_name(StepPart part) {
   return "?";
 }
 
-
 namespace {
 
 // Elements of the feed-forward gate per pool task (silu_mul / gelu_mul).
@@ -345,6 +344,7 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
     BATON_RETURN_IF_ERROR(run.kv->store(il, run.pos, run.n, k_.data() + run.first_row * kv_dim,
                                         v_.data() + run.first_row * kv_dim));
   }
+  lap(StepPart::kQkPrep);
   // One call per run: each query's result does not depend on the others
   // in the call (kv_cache.h), so a run of draft rows attends as decode steps.
   // Several runs (a batched step of several sessions) share one pool job,
@@ -352,7 +352,6 @@ absl::Status Engine::layer(int il, float* x, int64_t n, std::span<const RowRun> 
   // the same order and with the same arithmetic as with the pool, so a row
   // keeps its bits; and the step pays one hand-off to the pool instead of
   // two per run over a few dozen keys each.
-  lap(StepPart::kQkPrep);
   auto attend_run = [&](const RowRun& run, ThreadPool* run_pool) {
     run.kv->attend(il, run.pos, run.n, q_.data() + run.first_row * q_dim, attn_.data() + run.first_row * q_dim,
                    run_pool);

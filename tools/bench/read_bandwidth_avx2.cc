@@ -14,12 +14,13 @@ namespace {
 template <int kDistance, int kHint>
 uint64_t read_sum(const uint64_t* data, int64_t words) {
   __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+  constexpr auto kMmHint = kHint == kReadT0 ? _MM_HINT_T0 : kHint == kReadNta ? _MM_HINT_NTA : _MM_HINT_T1;
   for (int64_t i = 0; i < words; i += 32) {
     const __m256i* p = reinterpret_cast<const __m256i*>(data + i);
     if constexpr (kDistance > 0) {
       // (past the buffer's end harmless: a prefetch never faults)
       const char* ahead = reinterpret_cast<const char*>(p) + kDistance;
-      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint == kReadT0 ? _MM_HINT_T0 : kHint == kReadNta ? _MM_HINT_NTA : _MM_HINT_T1);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kMmHint);
     }
     s0 = _mm256_add_epi64(s0, _mm256_load_si256(p + 0));
     s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + 1));
