@@ -27,6 +27,9 @@
 #include <vector>
 
 #include "common/cpu/matmul.h"
+#include "common/engine/engine.h"
+#include "common/model/model.h"
+#include "common/util/check.h"
 #include "common/util/fp16.h"
 #include "common/util/cpu_features.h"
 #include "common/util/huge_page_buffer.h"
@@ -561,6 +564,58 @@ BENCHMARK(BM_MatmulDecodeNearPair)
     ->Args({12, 1, 16, 1})
     ->Args({12, 1, 8, 1})
     ->Iterations(60)
+    ->UseRealTime();
+
+// The same two settings over whole decode steps of a real model file
+// (BATON_PAIR_MODEL: a GGUF path, e.g. build/models/llama-3.2-1b-q4_0.gguf;
+// skipped without it): the engine on 2 threads, an F32 cache after a
+// prefill of `ctx` tokens, then steps at A and at B in alternation, the
+// order swapped every pair. Counters: b_speed_over_a, the median over the
+// pairs of A's step time over B's, with its quartiles.
+void BM_DecodeStepNearPair(benchmark::State& state) {
+  const char* path = std::getenv("BATON_PAIR_MODEL");
+  if (path == nullptr) return state.SkipWithError("set BATON_PAIR_MODEL to a GGUF file");
+  auto model = Model::Load(path);
+  if (!model.ok()) return state.SkipWithError(std::string(model.status().message()).c_str());
+  const int blocks_a = static_cast<int>(state.range(0)), nta_a = static_cast<int>(state.range(1));
+  const int blocks_b = static_cast<int>(state.range(2)), nta_b = static_cast<int>(state.range(3));
+  const int64_t ctx = state.range(4);
+  Engine engine(**model, EngineOptions{2, 64});
+  auto kv = engine.new_f32_kv_cache(ctx + 2 * state.max_iterations + 2);
+  std::vector<int32_t> prompt(static_cast<size_t>(ctx));
+  for (int64_t i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>(1 + (i * 7919) % 1000);
+  std::vector<float> logits;
+  if (!engine.prefill(prompt, *kv, &logits).ok()) return state.SkipWithError("prefill");
+  auto step = [&](int blocks, int nta) {
+    set_packed_near_blocks(blocks);
+    set_packed_near_nta(nta);
+    const auto start = std::chrono::steady_clock::now();
+    BATON_CHECK(engine.decode_step(5, *kv, &logits).ok());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> ratios;
+  bool a_first = true;
+  for (auto _ : state) {
+    double a = 0, b = 0;
+    if (a_first) {
+      a = step(blocks_a, nta_a), b = step(blocks_b, nta_b);
+    } else {
+      b = step(blocks_b, nta_b), a = step(blocks_a, nta_a);
+    }
+    a_first = !a_first;
+    ratios.push_back(a / b);
+  }
+  set_packed_near_blocks(-1);
+  set_packed_near_nta(-1);
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["b_speed_over_a"] = ratios[ratios.size() / 2];
+  state.counters["q1"] = ratios[ratios.size() / 4];
+  state.counters["q3"] = ratios[3 * ratios.size() / 4];
+}
+BENCHMARK(BM_DecodeStepNearPair)
+    ->ArgNames({"a", "a_nta", "b", "b_nta", "ctx"})
+    ->Args({16, 0, 12, 1, 512})
+    ->Iterations(150)
     ->UseRealTime();
 
 BENCHMARK(BM_MatmulDecodeSequence)
