@@ -99,7 +99,7 @@ class Engine {
   ThreadPool& pool() { return pool_; }
   // While times is set, every forward pass (prefill, decode_step,
   // decode_rows) adds each part's wall time to it: a clock read between
-  // parts (~20 ns, ~200 a decode step). nullptr stops it. Not for use by
+  // parts (~20 ns, 10 a layer). nullptr stops it. Not for use by
   // two threads at once (nor is the engine).
   void set_part_times(StepPartTimes* times) { part_times_ = times; }
 

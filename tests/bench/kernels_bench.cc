@@ -340,6 +340,14 @@ BENCHMARK(BM_PackedStreamPattern)
     ->Args({1, 8, 2})
     ->UseRealTime();
 
+// Element q (0..1) of v in sorted order (v[size * q]); 0 for none.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(static_cast<double>(v.size()) * q)];
+}
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+
 // The timed loop of a decode-shaped benchmark against the read bandwidth:
 // each iteration times step() (decode calls over `weight_bytes` of weights),
 // then one read_buffer_once on the same threads untimed, so both rates see the
@@ -362,10 +370,6 @@ void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t w
     read_rates.push_back(read_buffer_once(n_threads));
     state.ResumeTiming();
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
   const double weight_rate = median(matmul_rates);
   const double read_rate =
       best_read ? (read_rates.empty() ? 0.0 : *std::max_element(read_rates.begin(), read_rates.end()))
@@ -488,6 +492,41 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   });
 }
+// A setting of the packed Q4_0 decode's near prefetch, as the pair
+// benchmarks take it: state.range(first) blocks, state.range(first + 1)
+// NTA (0 / 1).
+struct NearSetting {
+  int blocks;
+  int nta;
+};
+NearSetting near_setting(const benchmark::State& state, int first) {
+  return {static_cast<int>(state.range(first)), static_cast<int>(state.range(first + 1))};
+}
+
+// One pair: `run` timed at setting a and at b, in the order a_first says
+// (flipped for the next pair, so neither always goes first); the vendor's
+// defaults are back after. Returns a's seconds over b's: b's speed over a's.
+template <typename Run>
+double paired_speed_ratio(bool& a_first, NearSetting a, NearSetting b, Run&& run) {
+  auto timed = [&](NearSetting at) {
+    set_packed_near_blocks(at.blocks);
+    set_packed_near_nta(at.nta);
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double a_seconds = 0, b_seconds = 0;
+  if (a_first) {
+    a_seconds = timed(a), b_seconds = timed(b);
+  } else {
+    b_seconds = timed(b), a_seconds = timed(a);
+  }
+  a_first = !a_first;
+  set_packed_near_blocks(-1);
+  set_packed_near_nta(-1);
+  return a_seconds / b_seconds;
+}
+
 // The near prefetch of the packed Q4_0 decode kernel, two settings A and B
 // (set_packed_near_blocks, set_packed_near_nta) in pairs: each iteration
 // reads bench decode's divisor once (the machine's state now), then runs
@@ -499,8 +538,7 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
 // (b_over_a_fast) and the others (b_over_a_slow), with their counts. Args:
 // A's blocks and NTA (0 / 1), B's.
 void BM_MatmulDecodeNearPair(benchmark::State& state) {
-  const int blocks_a = static_cast<int>(state.range(0)), nta_a = static_cast<int>(state.range(1));
-  const int blocks_b = static_cast<int>(state.range(2)), nta_b = static_cast<int>(state.range(3));
+  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 2);
   constexpr int64_t rows = 8192, cols = 2048;
   constexpr int n_threads = 2;
   if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0 || best_simd_level() != SimdLevel::kAvx512) {
@@ -515,34 +553,16 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
   std::vector<float> x(cols), y(rows);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   ThreadPool* pool = pool_for(n_threads);
-  auto run_at = [&](int blocks, int nta) {
-    set_packed_near_blocks(blocks);
-    set_packed_near_nta(nta);
-    const auto start = std::chrono::steady_clock::now();
+  auto sequence = [&] {
     for (const WeightMatrix& w : seq.ws) matmul(w, x.data(), 1, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
-    return static_cast<double>(seq.bytes) /
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   std::vector<double> reads, ratios;
   bool a_first = true;
   for (auto _ : state) {
     reads.push_back(read_buffer_once(n_threads));
-    double a = 0, b = 0;
-    if (a_first) {
-      a = run_at(blocks_a, nta_a), b = run_at(blocks_b, nta_b);
-    } else {
-      b = run_at(blocks_b, nta_b), a = run_at(blocks_a, nta_a);
-    }
-    a_first = !a_first;
-    ratios.push_back(b / a);
+    ratios.push_back(paired_speed_ratio(a_first, near_a, near_b, sequence));
   }
-  set_packed_near_blocks(-1);  // the vendor's defaults again
-  set_packed_near_nta(-1);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
   const double best = reads.empty() ? 0.0 : *std::max_element(reads.begin(), reads.end());
   std::vector<double> fast, slow;
   for (size_t i = 0; i < ratios.size(); ++i) (reads[i] >= 0.9 * best ? fast : slow).push_back(ratios[i]);
@@ -577,8 +597,7 @@ void BM_DecodeStepNearPair(benchmark::State& state) {
   if (path == nullptr) return state.SkipWithError("set BATON_PAIR_MODEL to a GGUF file");
   auto model = Model::Load(path);
   if (!model.ok()) return state.SkipWithError(std::string(model.status().message()).c_str());
-  const int blocks_a = static_cast<int>(state.range(0)), nta_a = static_cast<int>(state.range(1));
-  const int blocks_b = static_cast<int>(state.range(2)), nta_b = static_cast<int>(state.range(3));
+  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 2);
   const int64_t ctx = state.range(4);
   Engine engine(**model, EngineOptions{2, 64});
   auto kv = engine.new_f32_kv_cache(ctx + 2 * state.max_iterations + 2);
@@ -586,31 +605,13 @@ void BM_DecodeStepNearPair(benchmark::State& state) {
   for (int64_t i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>(1 + (i * 7919) % 1000);
   std::vector<float> logits;
   if (!engine.prefill(prompt, *kv, &logits).ok()) return state.SkipWithError("prefill");
-  auto step = [&](int blocks, int nta) {
-    set_packed_near_blocks(blocks);
-    set_packed_near_nta(nta);
-    const auto start = std::chrono::steady_clock::now();
-    BATON_CHECK(engine.decode_step(5, *kv, &logits).ok());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
+  auto step = [&] { BATON_CHECK(engine.decode_step(5, *kv, &logits).ok()); };
   std::vector<double> ratios;
   bool a_first = true;
-  for (auto _ : state) {
-    double a = 0, b = 0;
-    if (a_first) {
-      a = step(blocks_a, nta_a), b = step(blocks_b, nta_b);
-    } else {
-      b = step(blocks_b, nta_b), a = step(blocks_a, nta_a);
-    }
-    a_first = !a_first;
-    ratios.push_back(a / b);
-  }
-  set_packed_near_blocks(-1);
-  set_packed_near_nta(-1);
-  std::sort(ratios.begin(), ratios.end());
-  state.counters["b_speed_over_a"] = ratios[ratios.size() / 2];
-  state.counters["q1"] = ratios[ratios.size() / 4];
-  state.counters["q3"] = ratios[3 * ratios.size() / 4];
+  for (auto _ : state) ratios.push_back(paired_speed_ratio(a_first, near_a, near_b, step));
+  state.counters["b_speed_over_a"] = median(ratios);
+  state.counters["q1"] = quantile(ratios, 0.25);
+  state.counters["q3"] = quantile(ratios, 0.75);
 }
 BENCHMARK(BM_DecodeStepNearPair)
     ->ArgNames({"a", "a_nta", "b", "b_nta", "ctx"})
