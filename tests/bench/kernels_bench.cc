@@ -353,8 +353,9 @@ double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 // then one read_buffer_once on the same threads untimed, so both rates see the
 // same machine state (this host is shared). Counters: weight_GBps (weight
 // bytes / step time, median of the iterations), read_GBps (the best read
-// pass when best_read, as bench decode divides by; else their median) and
-// of_read_bw (their ratio).
+// pass when best_read, as bench decode divides by; else their median),
+// of_read_bw (their ratio) and of_adjacent_read (the median of each
+// iteration's rate over the read right after it).
 template <typename Step>
 void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t weight_bytes, bool best_read,
                                Step&& step) {
@@ -378,6 +379,13 @@ void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t w
   state.counters["weight_GBps"] = weight_rate / 1e9;
   state.counters["read_GBps"] = read_rate / 1e9;
   state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
+  // bench decode's "local": the ratio at the bandwidth of that moment, on a
+  // host whose bandwidth changes within a run.
+  std::vector<double> adjacent;
+  for (size_t i = 0; i < matmul_rates.size() && i < read_rates.size(); ++i) {
+    if (read_rates[i] > 0) adjacent.push_back(matmul_rates[i] / read_rates[i]);
+  }
+  state.counters["of_adjacent_read"] = median(adjacent);
 }
 
 // Indices 4..7: Q4_0 packed at load (pack_weight_matrix; the AVX2 and
@@ -468,7 +476,8 @@ struct PackedSequence {
 // One iteration is the 32 calls; after each, one read of bench decode's
 // divisor on the same threads. Counters: weight_GBps (median of the
 // iterations), read_GBps (the best read), of_read_bw (their ratio, as bench
-// decode's ratio: a median step against the best read). Args: rows, cols,
+// decode's ratio: a median step against the best read), of_adjacent_read
+// (the median of each iteration's rate over the read after it). Args: rows, cols,
 // threads, tokens (1: a decode step; 2-4: a batched step of that many
 // sessions, or a speculative verify).
 void BM_MatmulDecodeSequence(benchmark::State& state) {

@@ -56,8 +56,8 @@ set -e
 
 # Benchmarks print JSON with the named figures.
 "${bin}/baton" bench decode --model "${work}/tiny-q4.gguf" --context 64 --tokens 8 --json > "${work}/decode.json"
-for key in decode_tok_per_s weight_gb_per_s memory_read_gb_per_s ratio_to_bandwidth attention_ms_per_token \
-    attention_share_of_step attention_kv_gb_per_s rest_ratio_to_bandwidth; do
+for key in decode_tok_per_s weight_gb_per_s memory_read_gb_per_s ratio_to_bandwidth ratio_to_adjacent_read \
+    attention_ms_per_token attention_share_of_step attention_kv_gb_per_s rest_ratio_to_bandwidth; do
   grep -q "\"${key}\": " "${work}/decode.json" || fail "bench decode --json lacks ${key}"
 done
 # The attention-alone timing ran: a positive time, a share of the step below 1.

@@ -24,6 +24,12 @@ struct DecodeCell {
   double achieved_bytes_per_s = 0;
   double bandwidth_bytes_per_s = 0;  // best of the read passes interleaved with this row's steps
   int bandwidth_prefetch = 0;        // its software prefetch (a kReadPrefetches index)
+  // adjacent_ratio(): each timed step's read rate over the read pass right
+  // after it, median over the steps. On a host whose bandwidth changes
+  // within a run, the ratio to the bandwidth of that moment, beside the
+  // ratio to the run's best pass (a step of a slow moment divided by a pass
+  // of a fast one).
+  double adjacent_ratio = 0;
   // Attention alone, as a step runs it (every layer, one query at the
   // store's last position, from memory): median seconds per token.
   double attention_seconds = 0;
@@ -50,6 +56,12 @@ struct DecodeRun {
   int bandwidth_prefetch = 0;  // the best pass's software prefetch (a kReadPrefetches index)
   std::vector<DecodeCell> cells;
 };
+
+// The median over the timed steps of (bytes_per_token / step_seconds[i]) /
+// read_bytes_per_s[i], the read pass measured right after step i (0 when
+// there are none, or the sizes differ).
+double adjacent_ratio(double bytes_per_token, const std::vector<double>& step_seconds,
+                      const std::vector<double>& read_bytes_per_s);
 
 Json decode_json(const DecodeRun& run);
 void print_decode_table(const DecodeRun& run);

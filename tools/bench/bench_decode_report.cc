@@ -1,5 +1,9 @@
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "bench_decode.h"
+#include "bench_harness.h"
 #include "read_bandwidth.h"
 #include "report.h"
 
@@ -58,6 +62,17 @@ void print_parts_table(const DecodeRun& run) {
 
 }  // namespace
 
+double adjacent_ratio(double bytes_per_token, const std::vector<double>& step_seconds,
+                      const std::vector<double>& read_bytes_per_s) {
+  if (step_seconds.empty() || step_seconds.size() != read_bytes_per_s.size()) return 0.0;
+  std::vector<double> ratios;
+  for (size_t i = 0; i < step_seconds.size(); ++i) {
+    if (step_seconds[i] <= 0 || read_bytes_per_s[i] <= 0) return 0.0;
+    ratios.push_back(bytes_per_token / step_seconds[i] / read_bytes_per_s[i]);
+  }
+  return median(std::move(ratios));
+}
+
 Json decode_json(const DecodeRun& run) {
   Json rows = Json::array();
   for (const DecodeCell& r : run.cells) {
@@ -76,6 +91,7 @@ Json decode_json(const DecodeRun& run) {
     row["achieved_gb_per_s"] = fixed(r.achieved_bytes_per_s / 1e9, 3);
     row["memory_read_gb_per_s"] = fixed(r.bandwidth_bytes_per_s / 1e9, 3);
     row["ratio_to_bandwidth"] = fixed(r.achieved_bytes_per_s / run.bandwidth_bytes_per_s, 4);
+    row["ratio_to_adjacent_read"] = fixed(r.adjacent_ratio, 4);
     row["attention_ms_per_token"] = fixed(r.attention_seconds * 1e3, 3);
     row["attention_share_of_step"] = fixed(attention_share(r), 4);
     row["attention_kv_gb_per_s"] = fixed(attention_kv_rate(r) / 1e9, 3);
@@ -108,25 +124,27 @@ void print_decode_table(const DecodeRun& run) {
              "memory read bandwidth (best pass of the run) %.2f GB/s (its prefetch: %s)\n",
              run.model, run.threads, run.kernels, run.tokens, run.weight_bytes_per_token / 1e6,
              run.bandwidth_bytes_per_s / 1e9, kReadPrefetches[run.bandwidth_prefetch].name);
-  print_line("  %7s  %-22s %-16s %8s %8s %10s %10s %12s %12s %7s %8s %6s %9s %7s\n", "context", "kv codec",
-             "store", "tok/s", "mean", "KV MB/tok", "W+KV MB/tok", "read GB/s", "memory GB/s", "ratio", "attn ms",
-             "share", "attn GB/s", "rest");
+  print_line("  %7s  %-22s %-16s %8s %8s %10s %10s %12s %12s %7s %8s %8s %6s %9s %7s\n", "context", "kv codec",
+             "store", "tok/s", "mean", "KV MB/tok", "W+KV MB/tok", "read GB/s", "memory GB/s", "ratio", "local",
+             "attn ms", "share", "attn GB/s", "rest");
   for (const DecodeCell& r : run.cells) {
     if (!r.error.empty()) {
       print_line("  %7d  %-22s failed: %s\n", r.context, r.kv, r.error);
       continue;
     }
-    print_line("  %7d  %-22s %-16s %8.2f %8.2f %10.3f %10.3f %12.2f %12.2f %7.3f %8.2f %6.3f %9.2f %7.3f\n", r.context,
-               r.kv, r.store, r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6,
+    print_line("  %7d  %-22s %-16s %8.2f %8.2f %10.3f %10.3f %12.2f %12.2f %7.3f %8.3f %8.2f %6.3f %9.2f %7.3f\n",
+               r.context, r.kv, r.store, r.tok_per_s, r.mean_tok_per_s, r.kv_bytes_per_token / 1e6,
                (run.weight_bytes_per_token + r.kv_bytes_per_token) / 1e6, r.achieved_bytes_per_s / 1e9,
-               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / run.bandwidth_bytes_per_s,
+               r.bandwidth_bytes_per_s / 1e9, r.achieved_bytes_per_s / run.bandwidth_bytes_per_s, r.adjacent_ratio,
                r.attention_seconds * 1e3, attention_share(r), attention_kv_rate(r) / 1e9, rest_ratio(run, r));
   }
   print_line("  (tok/s = 1 / median step time, mean = tokens / total time; KV = K and V bytes the store holds for "
              "the tokens a step attends over (all layers, codes plus scales; sliding-window layers: their window) "
              "at the mean context of the timed steps; W+KV = weights + KV bytes per token; read = W+KV x tok/s; "
              "memory = best of this row's full-pool 1 GiB passes of the tuned reader (baton bench bandwidth), one "
-             "after each timed step; ratio = read / the run's best pass (the header's figure); attn ms = one token's "
+             "after each timed step; ratio = read / the run's best pass (the header's figure); local = each step's read "
+             "over the pass right after it, median over the steps: the ratio at the bandwidth of that moment, on a "
+             "host whose bandwidth changes within a run; attn ms = one token's "
              "attention alone (every layer, one query at the store's last position, on the same threads, after a "
              "read pass that evicts the store), median of 5; share = attn ms / the median step; attn GB/s = KV "
              "MB/tok / attn ms: the rate attention reads the KV at; rest = weight bytes / (median step - attn ms) / the "

@@ -153,6 +153,9 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   cell.kv_bytes_per_token =
       kv_bytes_read_per_token(s.engine->kv_geometry(), attended_tokens, kv_bytes_per_cached_token);
   cell.achieved_bytes_per_s = (s.weight_bytes + cell.kv_bytes_per_token) * cell.tok_per_s;
+  std::vector<double> read_rates;
+  for (const ReadPass& pass : reads) read_rates.push_back(pass.bytes_per_s);
+  cell.adjacent_ratio = adjacent_ratio(s.weight_bytes + cell.kv_bytes_per_token, step_seconds, read_rates);
   const ReadPass best = *std::max_element(
       reads.begin(), reads.end(), [](const ReadPass& a, const ReadPass& b) { return a.bytes_per_s < b.bytes_per_s; });
   cell.bandwidth_bytes_per_s = best.bytes_per_s;

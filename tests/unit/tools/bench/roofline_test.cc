@@ -168,5 +168,31 @@ TEST(RooflineTest, DecodeRowsReportWeightsPlusKvBytesPerToken) {
   EXPECT_EQ(decode_json(run)["memory_read_best_prefetch"].get<std::string>(), kReadPrefetches[2].name);
 }
 
+TEST(RooflineTest, AdjacentRatioDividesEachStepByThePassAfterIt) {
+  // 1 MB a token; steps of 1 / 2 / 4 ms (1 / 0.5 / 0.25 GB/s) each followed
+  // by a pass of 2 / 0.5 / 1 GB/s: ratios 0.5, 1, 0.25, median 0.5, where
+  // the run's best pass (2 GB/s) against the median step (0.5 GB/s) gives
+  // 0.25.
+  EXPECT_DOUBLE_EQ(adjacent_ratio(1e6, {1e-3, 2e-3, 4e-3}, {2e9, 5e8, 1e9}), 0.5);
+  // A step paired with another pass gives another ratio: the pairing counts.
+  EXPECT_DOUBLE_EQ(adjacent_ratio(1e6, {1e-3, 2e-3, 4e-3}, {5e8, 2e9, 1e9}), 0.25);
+  // Nothing to pair, or a pass missing: 0, never a made-up figure.
+  EXPECT_EQ(adjacent_ratio(1e6, {}, {}), 0.0);
+  EXPECT_EQ(adjacent_ratio(1e6, {1e-3, 2e-3}, {1e9}), 0.0);
+  EXPECT_EQ(adjacent_ratio(1e6, {1e-3}, {0.0}), 0.0);
+}
+
+TEST(RooflineTest, DecodeRowsCarryTheAdjacentRatio) {
+  DecodeRun run;
+  run.weight_bytes_per_token = 1e6;
+  run.bandwidth_bytes_per_s = 3e7;
+  DecodeCell cell;
+  cell.tok_per_s = 10;
+  cell.achieved_bytes_per_s = 1e7;
+  cell.adjacent_ratio = 0.875;
+  run.cells.push_back(cell);
+  EXPECT_DOUBLE_EQ(decode_json(run)["rows"][0]["ratio_to_adjacent_read"].get<double>(), 0.875);
+}
+
 }  // namespace
 }  // namespace baton::cli
