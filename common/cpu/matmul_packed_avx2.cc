@@ -40,8 +40,6 @@
 // outputs are the same bits in decode and prefill, whatever the row split.
 #include <immintrin.h>
 
-#include <cstdint>
-
 #include "common/cpu/matmul_kernels.h"
 #include "common/cpu/matmul_packed_avx2_store.h"
 
@@ -134,16 +132,6 @@ void packed_kernel(const MatmulProblem& p, int64_t strip, int64_t strip_bytes, i
     scl[i] = p.packed + at.scales + 16 * half0;
     stride[i] = at.stride;
   }
-  // One prefetch per line: a pair's two strips keep their block scales on
-  // one line, which strip 0's prefetch already asks for (as the AVX-512
-  // kernel, matmul_packed_avx512.cc). Zen 5 at the AVX2 level (2026-12-07,
-  // a temporary pair benchmark as BM_MatmulDecodeNearPair, 8192 x 2048, 2
-  // threads, medians of 60 pairs): 1.001x and 1.019x, no loss.
-  bool own_scale_line[kStrips];
-  for (int i = 0; i < kStrips; ++i) {
-    own_scale_line[i] = i == 0 || stride[i] != stride[i - 1] || stride[i] % 64 != 0 ||
-                        reinterpret_cast<uintptr_t>(scl[i]) / 64 != reinterpret_cast<uintptr_t>(scl[i - 1]) / 64;
-  }
   __m256 acc[H][T];
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
@@ -162,8 +150,7 @@ void packed_kernel(const MatmulProblem& p, int64_t strip, int64_t strip_bytes, i
       for (int i = 0; i < kStrips; ++i) {
         const char* line = reinterpret_cast<const char*>(quants[i] + kPrefetchBlocks * stride[i]);
         for (int l = 0; l < kQuantBytes / 64; ++l) _mm_prefetch(line + 64 * l, _MM_HINT_T0);
-        const char* scales = reinterpret_cast<const char*>(scl[i] + kPrefetchBlocks * stride[i]);
-        if (own_scale_line[i]) _mm_prefetch(scales, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(scl[i] + kPrefetchBlocks * stride[i]), _MM_HINT_T0);
       }
     }
     // Half by half, each half's sums into its accumulators at once: one

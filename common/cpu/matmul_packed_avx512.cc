@@ -28,8 +28,6 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include <cstdint>
-
 #include "common/cpu/matmul_kernels.h"
 
 namespace baton::cpu_kernels {
@@ -105,18 +103,6 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     for (int t = 0; t < T; ++t) acc[s][t] = _mm512_setzero_ps();
   const int64_t near_blocks = p.packed_near_blocks;
   const bool far_prefetch = T <= 4 && p.packed_far_prefetch;
-  // One prefetch per line: the two strips of a pair keep their block scales
-  // on one line (packed_strip_at: 2 x 32 bytes at 512 of each 576-byte
-  // block), which the first strip's prefetches already ask for, so the
-  // second asks for its nibbles only. A second prefetch of a line in flight
-  // is not free: on Zen 5 (2026-12-07, BM_MatmulDecodeNearPair, medians of
-  // 60 pairs, near 12 NTA both ways) the pairs streamed 1.022-1.036x faster
-  // without it (3 runs, fast and slow phases alike).
-  bool own_scale_line[S];
-  for (int s = 0; s < S; ++s) {
-    own_scale_line[s] = s == 0 || stride[s] != stride[s - 1] || stride[s] % 64 != 0 ||
-                        reinterpret_cast<uintptr_t>(scl0[s]) / 64 != reinterpret_cast<uintptr_t>(scl0[s - 1]) / 64;
-  }
   const int64_t n = p.n_tokens;
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b, token t: xq + (b n + t) 32
   const int32_t* xbias = p.xbias_blocks + t0;
@@ -135,14 +121,12 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
         const char* ahead = reinterpret_cast<const char*>(nib0[s] + (b + near_blocks) * stride[s]);
         constexpr auto kHint = kNearNta ? _MM_HINT_NTA : _MM_HINT_T0;
         for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint);
-        const char* scales = reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]);
-        if (own_scale_line[s]) _mm_prefetch(scales, kHint);
+        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]), kHint);
       }
       if (far_prefetch) {
         const char* far = reinterpret_cast<const char*>(nib0[s] + (b + kFarBlocks) * stride[s]);
         for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
-        const char* far_scales = reinterpret_cast<const char*>(scl0[s] + (b + kFarBlocks) * stride[s]);
-        if (own_scale_line[s]) _mm_prefetch(far_scales, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + kFarBlocks) * stride[s]), _MM_HINT_T1);
       }
     }
     // Chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
