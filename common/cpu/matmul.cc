@@ -194,7 +194,11 @@ constexpr int64_t kPanelMinTokens = 2;
 // Non-temporal (NTA) on AMD for calls of up to 4 tokens, T0 elsewhere
 // (set_packed_near_nta): on Zen 5 (the same benchmark, 12 blocks both ways)
 // NTA read at 1.008-1.034x of T0's rate in 10 runs, slow phases and fast
-// (the least, 1.008x, in a fast one); T1 at 0.90-1.00x.
+// (the least, 1.008x, in a fast one); T1 at 0.90-1.00x. Those arms are two
+// instances of the kernel (packed_kernel's kNearNta), and two instances can
+// part by a few percent on code layout alone (README, "Forty-second
+// session"): with both hints behind a run-time switch in one instance
+// (a temporary build) NTA still read at 1.012-1.028x of T0 (3 runs).
 // (A line read once need not pass through L2 and L3 on its way out: AMD's
 // L3 is filled by L2's evictions.) Not measured on Intel, where NTA fills L1
 // only: T0 stays.
