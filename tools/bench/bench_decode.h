@@ -36,6 +36,10 @@ struct DecodeCell {
   // Each part of a step (Engine::set_part_times, indexed by StepPart): mean
   // wall seconds per timed step.
   double part_seconds[kStepParts] = {};
+  // Each weight product's adjacent_ratio (its weight bytes over its time in
+  // each step, against the read pass after that step); 0 for the parts
+  // without weights.
+  double part_adjacent_ratio[kStepParts] = {};
   std::string error;
 };
 

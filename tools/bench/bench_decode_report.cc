@@ -39,17 +39,18 @@ double parts_total(const DecodeCell& r) {
 
 void print_parts_table(const DecodeRun& run) {
   print_line("  parts of a step (mean over the timed steps):\n");
-  print_line("  %7s  %-22s %-11s %8s %7s %10s %9s %7s\n", "context", "kv codec", "part", "ms/tok", "share",
-             "W MB/tok", "W GB/s", "ratio");
+  print_line("  %7s  %-22s %-11s %8s %7s %10s %9s %7s %7s\n", "context", "kv codec", "part", "ms/tok", "share",
+             "W MB/tok", "W GB/s", "ratio", "local");
   for (const DecodeCell& r : run.cells) {
     if (!r.error.empty()) continue;
     const double total = parts_total(r);
     for (int p = 0; p < kStepParts; ++p) {
       const char* name = step_part_name(static_cast<StepPart>(p));
       if (run.part_weight_bytes[p] > 0) {
-        print_line("  %7d  %-22s %-11s %8.3f %7.3f %10.2f %9.2f %7.3f\n", r.context, r.kv, name,
+        print_line("  %7d  %-22s %-11s %8.3f %7.3f %10.2f %9.2f %7.3f %7.3f\n", r.context, r.kv, name,
                    r.part_seconds[p] * 1e3, r.part_seconds[p] / total, run.part_weight_bytes[p] / 1e6,
-                   run.part_weight_bytes[p] / r.part_seconds[p] / 1e9, part_ratio(run, r, p));
+                   run.part_weight_bytes[p] / r.part_seconds[p] / 1e9, part_ratio(run, r, p),
+                   r.part_adjacent_ratio[p]);
       } else {
         print_line("  %7d  %-22s %-11s %8.3f %7.3f\n", r.context, r.kv, name, r.part_seconds[p] * 1e3,
                    r.part_seconds[p] / total);
@@ -57,7 +58,8 @@ void print_parts_table(const DecodeRun& run) {
     }
   }
   print_line("  (ms/tok = the part's wall time per timed step, all layers; share = of the parts' sum; W = the weight "
-             "bytes the part reads per token; W GB/s = W / its time; ratio = W GB/s / the run's best pass)\n");
+             "bytes the part reads per token; W GB/s = W / its time; ratio = W GB/s / the run's best pass; local = W "
+             "over the part's time in each step / the read pass after that step, median over the steps)\n");
 }
 
 }  // namespace
@@ -103,6 +105,7 @@ Json decode_json(const DecodeRun& run) {
       if (run.part_weight_bytes[p] > 0) {
         part["weight_bytes_per_token"] = whole(run.part_weight_bytes[p]);
         part["ratio_to_bandwidth"] = fixed(part_ratio(run, r, p), 4);
+        part["ratio_to_adjacent_read"] = fixed(r.part_adjacent_ratio[p], 4);
       }
       parts.push_back(std::move(part));
     }

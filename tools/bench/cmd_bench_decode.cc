@@ -61,6 +61,7 @@ struct DecodeSetup {
   bool fill_by_prefill;   // else synthetic K/V
   double weight_bytes;    // per decoded token
   const ReadBuffer* bandwidth_buffer;  // read_bandwidth.h: the tuned multi-threaded reader
+  const double* part_weight_bytes;     // [kStepParts]: DecodeRun::part_weight_bytes
 };
 
 // One read pass of the tuned reader: bytes/s and the index in
@@ -74,7 +75,7 @@ struct ReadPass {
 // measured after each (the bandwidth bench's tuned reader, checked against a
 // plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
-                        std::vector<ReadPass>& reads, StepPartTimes& parts) {
+                        std::vector<ReadPass>& reads, StepPartTimes& parts, std::vector<StepPartTimes>& step_parts) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
@@ -85,12 +86,15 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
   // low on a noisy machine, never high.)
   for (int64_t i = 0; i < s.tokens; ++i) {
     token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    StepPartTimes step;
     const auto start = Clock::now();
-    s.engine->set_part_times(&parts);
+    s.engine->set_part_times(&step);
     const absl::Status status = s.engine->decode_step(token, kv, &logits);
     s.engine->set_part_times(nullptr);
     BATON_RETURN_IF_ERROR(status);
     step_seconds.push_back(seconds_between(start, Clock::now()));
+    for (int p = 0; p < kStepParts; ++p) parts.seconds[p] += step.seconds[p];
+    step_parts.push_back(step);
     ReadPass pass{0, 0};
     pass.bytes_per_s = measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &pass.prefetch);
     reads.push_back(pass);
@@ -136,7 +140,8 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
              : fill_synthetic(**kv, context, 7);
   }
   StepPartTimes parts;
-  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads, parts);
+  std::vector<StepPartTimes> step_parts;
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads, parts, step_parts);
   if (!st.ok()) {
     cell.error = std::string(st.message());
     return cell;
@@ -156,6 +161,12 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   std::vector<double> read_rates;
   for (const ReadPass& pass : reads) read_rates.push_back(pass.bytes_per_s);
   cell.adjacent_ratio = adjacent_ratio(s.weight_bytes + cell.kv_bytes_per_token, step_seconds, read_rates);
+  for (int p = 0; p < kStepParts; ++p) {
+    if (s.part_weight_bytes[p] <= 0) continue;
+    std::vector<double> part_seconds;
+    for (const StepPartTimes& step : step_parts) part_seconds.push_back(step.seconds[p]);
+    cell.part_adjacent_ratio[p] = adjacent_ratio(s.part_weight_bytes[p], part_seconds, read_rates);
+  }
   const ReadPass best = *std::max_element(
       reads.begin(), reads.end(), [](const ReadPass& a, const ReadPass& b) { return a.bytes_per_s < b.bytes_per_s; });
   cell.bandwidth_bytes_per_s = best.bytes_per_s;
@@ -238,7 +249,8 @@ absl::Status bench_decode(const Args& args) {
   weight_bytes_per_part(*m.model, result.part_weight_bytes);
   for (double b : result.part_weight_bytes) result.weight_bytes_per_token += b;
   result.print_parts = print_parts;
-  const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token, &bandwidth_buffer};
+  const DecodeSetup setup{m.engine.get(), tokens, fill_by_prefill, result.weight_bytes_per_token,
+                          &bandwidth_buffer, result.part_weight_bytes};
   result.bandwidth_bytes_per_s =
       measure_read_bandwidth(m.engine->pool(), bandwidth_buffer, kRunBandwidthPasses, &result.bandwidth_prefetch);
   for (int64_t context : context_values) {

@@ -190,8 +190,16 @@ TEST(RooflineTest, DecodeRowsCarryTheAdjacentRatio) {
   cell.tok_per_s = 10;
   cell.achieved_bytes_per_s = 1e7;
   cell.adjacent_ratio = 0.875;
+  const int gate_up = static_cast<int>(StepPart::kGateUp);
+  run.part_weight_bytes[gate_up] = 5e5;
+  cell.part_seconds[gate_up] = 0.05;
+  cell.part_adjacent_ratio[gate_up] = 0.625;
   run.cells.push_back(cell);
-  EXPECT_DOUBLE_EQ(decode_json(run)["rows"][0]["ratio_to_adjacent_read"].get<double>(), 0.875);
+  const Json row = decode_json(run)["rows"][0];
+  EXPECT_DOUBLE_EQ(row["ratio_to_adjacent_read"].get<double>(), 0.875);
+  // Every weight product carries its own; a part without weights has none.
+  EXPECT_DOUBLE_EQ(row["parts"][gate_up]["ratio_to_adjacent_read"].get<double>(), 0.625);
+  EXPECT_FALSE(row["parts"][static_cast<int>(StepPart::kGlu)].contains("ratio_to_adjacent_read"));
 }
 
 }  // namespace
