@@ -202,13 +202,26 @@ constexpr int64_t kPanelMinTokens = 2;
 // (A line read once need not pass through L2 and L3 on its way out: AMD's
 // L3 is filled by L2's evictions.) Not measured on Intel, where NTA fills L1
 // only: T0 stays.
+// Loads one block ahead in one-token calls on AMD (set_packed_load_ahead):
+// the kernel's demand loads of block b + 1 go out before block b's
+// products, so the core has them in flight while it computes, as a plain
+// reader's run of loads has (the prefetches alone left the stream at
+// 0.78-0.87 of the read pass in the Zen 5 host's fast stretches, its loads
+// alone without arithmetic 0.89-0.91, the reader ~1.0). Zen 5 (2026-12-07,
+// both ways behind a run-time switch in one process, medians of 60 pairs):
+// BM_MatmulDecodeNearPair 1.064x and 1.091x (fast stretches 1.098x and
+// 1.113x, slow 1.025x and 1.047x); whole decode steps
+// (BM_DecodeStepNearPair, 150 pairs) 1.100x, 1.102x and 1.022x. Not
+// measured on Intel: its kernel stays as it was.
 std::atomic<int> g_packed_near_blocks{-1};
 std::atomic<int> g_packed_near_nta{-1};
+std::atomic<int> g_packed_load_ahead{-1};
 int vendor_near_blocks() { return cpu_features().amd ? 12 : 16; }
 void set_packed_prefetch(MatmulProblem& p) {
   p.packed_far_prefetch = !cpu_features().amd;
   p.packed_near_blocks = packed_near_blocks();
   p.packed_near_nta = packed_near_nta();
+  p.packed_load_ahead = packed_load_ahead();
 }
 
 // Calls of at least this many tokens quantize x block by block when only
@@ -669,6 +682,11 @@ void set_packed_near_blocks(int blocks) { g_packed_near_blocks.store(blocks, std
 int packed_near_blocks() {
   const int blocks = g_packed_near_blocks.load(std::memory_order_relaxed);
   return blocks >= 0 ? blocks : vendor_near_blocks();
+}
+void set_packed_load_ahead(int ahead) { g_packed_load_ahead.store(ahead, std::memory_order_relaxed); }
+bool packed_load_ahead() {
+  const int ahead = g_packed_load_ahead.load(std::memory_order_relaxed);
+  return ahead >= 0 ? ahead != 0 : cpu_features().amd;
 }
 void set_packed_near_nta(int nta) { g_packed_near_nta.store(nta, std::memory_order_relaxed); }
 bool packed_near_nta() {

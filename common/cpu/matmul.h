@@ -68,6 +68,12 @@ int packed_near_blocks();
 // the same bits either way.
 void set_packed_near_nta(int nta);
 bool packed_near_nta();
+// Whether that kernel's one-token calls (decode steps) load each block's
+// nibbles into registers while they multiply the block before (1) or as
+// they multiply it (0); -1: the vendor's default, ahead on AMD.
+// Process-wide, the same bits either way.
+void set_packed_load_ahead(int ahead);
+bool packed_load_ahead();
 // Packs w (its GGUF rows) into out (packed_weight_bytes(...) bytes, 64-byte
 // aligned). Strips are independent: pool (may be null) splits them.
 void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool);

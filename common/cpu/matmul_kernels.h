@@ -52,10 +52,13 @@ struct MatmulProblem {
   // ahead each strip's nibbles and scales are prefetched to L1, whether that
   // prefetch is non-temporal (calls of up to 4 tokens, which read each line
   // once), and whether lines further on (kFarBlocks) are also asked for into
-  // L2. Chosen per CPU by matmul.cc (set_packed_prefetch).
+  // L2, and whether a one-token call loads each block's nibbles while it
+  // multiplies the block before (packed_load_ahead). Chosen per CPU by
+  // matmul.cc (set_packed_prefetch).
   int32_t packed_near_blocks = 16;
   bool packed_near_nta = false;
   bool packed_far_prefetch = true;
+  bool packed_load_ahead = false;
 };
 
 // Writes y[t, r] for r in [row_begin, row_end), t in [tok_begin, tok_end).

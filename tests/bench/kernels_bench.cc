@@ -501,15 +501,18 @@ void BM_MatmulDecodeSequence(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   });
 }
-// A setting of the packed Q4_0 decode's near prefetch, as the pair
-// benchmarks take it: state.range(first) blocks, state.range(first + 1)
-// NTA (0 / 1).
+// A setting of the packed Q4_0 decode kernel's memory access, as the pair
+// benchmarks take it: state.range(first) near prefetch blocks,
+// state.range(first + 1) NTA (0 / 1), state.range(first + 2) one token's
+// loads a block ahead (0 / 1; -1 the vendor's default).
 struct NearSetting {
   int blocks;
   int nta;
+  int ahead;
 };
 NearSetting near_setting(const benchmark::State& state, int first) {
-  return {static_cast<int>(state.range(first)), static_cast<int>(state.range(first + 1))};
+  return {static_cast<int>(state.range(first)), static_cast<int>(state.range(first + 1)),
+          static_cast<int>(state.range(first + 2))};
 }
 
 // One pair: `run` timed at setting a and at b, in the order a_first says
@@ -520,6 +523,7 @@ double paired_speed_ratio(bool& a_first, NearSetting a, NearSetting b, Run&& run
   auto timed = [&](NearSetting at) {
     set_packed_near_blocks(at.blocks);
     set_packed_near_nta(at.nta);
+    set_packed_load_ahead(at.ahead);
     const auto start = std::chrono::steady_clock::now();
     run();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -533,11 +537,12 @@ double paired_speed_ratio(bool& a_first, NearSetting a, NearSetting b, Run&& run
   a_first = !a_first;
   set_packed_near_blocks(-1);
   set_packed_near_nta(-1);
+  set_packed_load_ahead(-1);
   return a_seconds / b_seconds;
 }
 
-// The near prefetch of the packed Q4_0 decode kernel, two settings A and B
-// (set_packed_near_blocks, set_packed_near_nta) in pairs: each iteration
+// The memory access of the packed Q4_0 decode kernel, two settings A and B
+// (set_packed_near_blocks, set_packed_near_nta, set_packed_load_ahead) in pairs: each iteration
 // reads bench decode's divisor once (the machine's state now), then runs
 // BM_MatmulDecodeSequence's 32 calls (8192 x 2048, 2 threads) with A and
 // with B, the order swapped every iteration, so both see the same state of
@@ -545,9 +550,9 @@ double paired_speed_ratio(bool& a_first, NearSetting a, NearSetting b, Run&& run
 // median over the iterations of B's rate over A's, and the same over the
 // iterations whose read pass came within 10% of the run's best
 // (b_over_a_fast) and the others (b_over_a_slow), with their counts. Args:
-// A's blocks and NTA (0 / 1), B's.
+// A's blocks, NTA (0 / 1) and loads ahead (0 / 1 / -1), B's.
 void BM_MatmulDecodeNearPair(benchmark::State& state) {
-  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 2);
+  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 3);
   constexpr int64_t rows = 8192, cols = 2048;
   constexpr int n_threads = 2;
   if (packed_weight_bytes(GgmlType::kQ4_0, rows, cols) == 0 || best_simd_level() != SimdLevel::kAvx512) {
@@ -583,15 +588,16 @@ void BM_MatmulDecodeNearPair(benchmark::State& state) {
   state.counters["best_read_GBps"] = best / 1e9;
 }
 BENCHMARK(BM_MatmulDecodeNearPair)
-    ->ArgNames({"a", "a_nta", "b", "b_nta"})
-    ->Args({16, 0, 8, 0})
-    ->Args({16, 0, 12, 0})
-    ->Args({16, 0, 24, 0})
-    ->Args({12, 0, 10, 0})
-    ->Args({12, 0, 8, 0})
-    ->Args({12, 0, 12, 1})
-    ->Args({12, 1, 16, 1})
-    ->Args({12, 1, 8, 1})
+    ->ArgNames({"a", "a_nta", "a_ahead", "b", "b_nta", "b_ahead"})
+    ->Args({16, 0, -1, 8, 0, -1})
+    ->Args({16, 0, -1, 12, 0, -1})
+    ->Args({16, 0, -1, 24, 0, -1})
+    ->Args({12, 0, -1, 10, 0, -1})
+    ->Args({12, 0, -1, 8, 0, -1})
+    ->Args({12, 0, -1, 12, 1, -1})
+    ->Args({12, 1, -1, 16, 1, -1})
+    ->Args({12, 1, -1, 8, 1, -1})
+    ->Args({12, 1, 0, 12, 1, 1})
     ->Iterations(60)
     ->UseRealTime();
 
@@ -606,8 +612,8 @@ void BM_DecodeStepNearPair(benchmark::State& state) {
   if (path == nullptr) return state.SkipWithError("set BATON_PAIR_MODEL to a GGUF file");
   auto model = Model::Load(path);
   if (!model.ok()) return state.SkipWithError(std::string(model.status().message()).c_str());
-  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 2);
-  const int64_t ctx = state.range(4);
+  const NearSetting near_a = near_setting(state, 0), near_b = near_setting(state, 3);
+  const int64_t ctx = state.range(6);
   Engine engine(**model, EngineOptions{2, 64});
   auto kv = engine.new_f32_kv_cache(ctx + 2 * state.max_iterations + 2);
   std::vector<int32_t> prompt(static_cast<size_t>(ctx));
@@ -623,8 +629,9 @@ void BM_DecodeStepNearPair(benchmark::State& state) {
   state.counters["q3"] = quantile(ratios, 0.75);
 }
 BENCHMARK(BM_DecodeStepNearPair)
-    ->ArgNames({"a", "a_nta", "b", "b_nta", "ctx"})
-    ->Args({16, 0, 12, 1, 512})
+    ->ArgNames({"a", "a_nta", "a_ahead", "b", "b_nta", "b_ahead", "ctx"})
+    ->Args({16, 0, 0, 12, 1, 0, 512})
+    ->Args({12, 1, 0, 12, 1, 1, 512})
     ->Iterations(150)
     ->UseRealTime();
 

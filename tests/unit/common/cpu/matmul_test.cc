@@ -527,7 +527,8 @@ TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
 TEST(Matmul, PackedNearPrefetchDistanceKeepsTheBits) {
   if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "the near prefetch is the AVX-512 packed kernel's";
   std::mt19937 rng(77);
-  const int64_t rows = 96, cols = 512;
+  // 5 strips: two pairs and a strip alone (the kernels' S = 2 and S = 1).
+  const int64_t rows = 80, cols = 512;
   const TestWeights w = make_weights(GgmlType::kQ4_0, rows, cols, rng);
   const PackedCopy packed = packed_copy(WeightMatrix{GgmlType::kQ4_0, w.bytes.data(), rows, cols});
   ASSERT_TRUE(packed.ok);
@@ -541,21 +542,30 @@ TEST(Matmul, PackedNearPrefetchDistanceKeepsTheBits) {
   matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, want.data(), &pool);
   const bool vendor_nta = packed_near_nta();
   EXPECT_EQ(vendor_nta, cpu_features().amd);
-  for (const int nta : {0, 1}) {
-    set_packed_near_nta(nta);
-    EXPECT_EQ(packed_near_nta(), nta == 1);
-    for (const int blocks : {0, 1, 8, 16, 64}) {
-      set_packed_near_blocks(blocks);
-      EXPECT_EQ(packed_near_blocks(), blocks);
-      std::vector<float> got(static_cast<size_t>(rows), -1.0f);
-      matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, got.data(), &pool);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * rows), 0) << "near " << blocks << " nta " << nta;
+  const bool vendor_ahead = packed_load_ahead();
+  EXPECT_EQ(vendor_ahead, cpu_features().amd);
+  for (const int ahead : {0, 1}) {
+    set_packed_load_ahead(ahead);
+    EXPECT_EQ(packed_load_ahead(), ahead == 1);
+    for (const int nta : {0, 1}) {
+      set_packed_near_nta(nta);
+      EXPECT_EQ(packed_near_nta(), nta == 1);
+      for (const int blocks : {0, 1, 8, 16, 64}) {
+        set_packed_near_blocks(blocks);
+        EXPECT_EQ(packed_near_blocks(), blocks);
+        std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+        matmul_with(SimdLevel::kAvx512, packed.matrix, x.data(), 1, got.data(), &pool);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * rows), 0)
+            << "near " << blocks << " nta " << nta << " ahead " << ahead;
+      }
     }
   }
   set_packed_near_blocks(-1);
   set_packed_near_nta(-1);
+  set_packed_load_ahead(-1);
   EXPECT_EQ(packed_near_blocks(), vendor);
   EXPECT_EQ(packed_near_nta(), vendor_nta);
+  EXPECT_EQ(packed_load_ahead(), vendor_ahead);
 }
 
 TEST(Matmul, PackedWeightBytesAreGgufBytesPlusStripPadding) {
