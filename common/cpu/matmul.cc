@@ -208,11 +208,12 @@ constexpr int64_t kPanelMinTokens = 2;
 // reader's run of loads has (the prefetches alone left the stream at
 // 0.78-0.87 of the read pass in the Zen 5 host's fast stretches, its loads
 // alone without arithmetic 0.89-0.91, the reader ~1.0). Zen 5 (2026-12-07,
-// both ways behind a run-time switch in one process, medians of 60 pairs):
-// BM_MatmulDecodeNearPair 1.064x and 1.091x (fast stretches 1.098x and
-// 1.113x, slow 1.025x and 1.047x); whole decode steps
-// (BM_DecodeStepNearPair, 150 pairs) 1.100x, 1.102x and 1.022x. Not
-// measured on Intel: its kernel stays as it was.
+// both ways behind this switch in one process, medians of 60 pairs):
+// BM_MatmulDecodeNearPair/a:12/a_nta:1/a_ahead:0/b:12/b_nta:1/b_ahead:1
+// 1.069x and 1.078x (fast stretches 1.093x and 1.104x, slow 1.050x and
+// 1.051x); whole decode steps (BM_DecodeStepNearPair, 150 pairs) 1.035x,
+// 1.037x and 1.040x (a first form of the kernel: 1.100x, 1.102x and
+// 1.022x). Not measured on Intel: its kernel stays as it was.
 std::atomic<int> g_packed_near_blocks{-1};
 std::atomic<int> g_packed_near_nta{-1};
 std::atomic<int> g_packed_load_ahead{-1};
