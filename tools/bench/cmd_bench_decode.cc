@@ -71,11 +71,11 @@ struct ReadPass {
   int prefetch;
 };
 
-// The timed steps of one cell: seconds of each step and the read pass
-// measured after each (the bandwidth bench's tuned reader, checked against a
-// plain STREAM-like read by `baton bench bandwidth`).
+// The timed steps of one cell: seconds of each step, its parts' seconds,
+// and the read pass measured after each (the bandwidth bench's tuned reader,
+// checked against a plain STREAM-like read by `baton bench bandwidth`).
 absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& step_seconds,
-                        std::vector<ReadPass>& reads, StepPartTimes& parts, std::vector<StepPartTimes>& step_parts) {
+                        std::vector<ReadPass>& reads, std::vector<StepPartTimes>& step_parts) {
   std::vector<float> logits;
   int32_t token = 1;
   // One untimed step warms caches and page-ins.
@@ -93,7 +93,6 @@ absl::Status time_steps(const DecodeSetup& s, KvCache& kv, std::vector<double>& 
     s.engine->set_part_times(nullptr);
     BATON_RETURN_IF_ERROR(status);
     step_seconds.push_back(seconds_between(start, Clock::now()));
-    for (int p = 0; p < kStepParts; ++p) parts.seconds[p] += step.seconds[p];
     step_parts.push_back(step);
     ReadPass pass{0, 0};
     pass.bytes_per_s = measure_read_bandwidth(s.engine->pool(), *s.bandwidth_buffer, 1, &pass.prefetch);
@@ -139,9 +138,8 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
              ? s.engine->prefill(synthetic_tokens(context, s.engine->model().spec().n_vocab, 1), **kv, nullptr)
              : fill_synthetic(**kv, context, 7);
   }
-  StepPartTimes parts;
   std::vector<StepPartTimes> step_parts;
-  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads, parts, step_parts);
+  if (st.ok()) st = time_steps(s, **kv, step_seconds, reads, step_parts);
   if (!st.ok()) {
     cell.error = std::string(st.message());
     return cell;
@@ -151,7 +149,10 @@ DecodeCell measure_cell(const DecodeSetup& s, int64_t context, const std::string
   for (double x : step_seconds) total_seconds += x;
   cell.tok_per_s = 1.0 / median(step_seconds);
   cell.mean_tok_per_s = s.tokens / total_seconds;
-  for (int p = 0; p < kStepParts; ++p) cell.part_seconds[p] = parts.seconds[p] / static_cast<double>(s.tokens);
+  for (const StepPartTimes& step : step_parts) {
+    for (int p = 0; p < kStepParts; ++p) cell.part_seconds[p] += step.seconds[p];
+  }
+  for (double& x : cell.part_seconds) x /= static_cast<double>(s.tokens);
   // Step i attends over context + 2 + i tokens (the warm-up step's
   // included); a sliding-window layer (gemma3) reads its window of them.
   const double attended_tokens = context + 2 + (s.tokens - 1) / 2.0;
