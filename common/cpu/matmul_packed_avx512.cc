@@ -80,6 +80,15 @@ Strips<S> strips_at(const MatmulProblem& p, int64_t first) {
 // the strips in cache after the first group and keep the near prefetch only.
 constexpr int64_t kFarBlocks = 32;
 
+// One strip's block `block` ahead: its 4 lines of nibbles and its scales'
+// line (both kernels' near prefetch), with the hint kHint.
+template <int kHint>
+inline void prefetch_strip_block(const uint8_t* nib, const uint8_t* scl, int64_t stride, int64_t block) {
+  const char* ahead = reinterpret_cast<const char*>(nib + block * stride);
+  for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, static_cast<_mm_hint>(kHint));
+  _mm_prefetch(reinterpret_cast<const char*>(scl + block * stride), static_cast<_mm_hint>(kHint));
+}
+
 // S strips (16 rows each, consecutive) x T tokens. Every (row, token) goes
 // through the same float operations in the same order whatever S and T are,
 // and its int32 block sums are exact whichever chains add them, so a token's
@@ -118,16 +127,9 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
     // see kFarBlocks).
     for (int s = 0; s < S; ++s) {
       if (near_blocks > 0) {
-        const char* ahead = reinterpret_cast<const char*>(nib0[s] + (b + near_blocks) * stride[s]);
-        constexpr auto kHint = kNearNta ? _MM_HINT_NTA : _MM_HINT_T0;
-        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint);
-        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + near_blocks) * stride[s]), kHint);
+        prefetch_strip_block<kNearNta ? _MM_HINT_NTA : _MM_HINT_T0>(nib0[s], scl0[s], stride[s], b + near_blocks);
       }
-      if (far_prefetch) {
-        const char* far = reinterpret_cast<const char*>(nib0[s] + (b + kFarBlocks) * stride[s]);
-        for (int line = 0; line < 4; ++line) _mm_prefetch(far + 64 * line, _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(scl0[s] + (b + kFarBlocks) * stride[s]), _MM_HINT_T1);
-      }
+      if (far_prefetch) prefetch_strip_block<_MM_HINT_T1>(nib0[s], scl0[s], stride[s], b + kFarBlocks);
     }
     // Chains per (strip, token): low nibbles (columns 0..15) and high (16..31).
     constexpr bool kTwoChains = T <= 4;
@@ -217,11 +219,8 @@ void packed_kernel_ahead(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask
     for (int j = 0; j < 4; ++j) lines[s][j] = _mm512_loadu_si512(at.nib[s] + 64 * j);
   }
   for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
-    constexpr auto kHint = kNearNta ? _MM_HINT_NTA : _MM_HINT_T0;
     for (int s = 0; s < S; ++s) {
-      const char* ahead = reinterpret_cast<const char*>(at.nib[s] + (b + near_blocks) * at.stride[s]);
-      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, kHint);
-      _mm_prefetch(reinterpret_cast<const char*>(at.scl[s] + (b + near_blocks) * at.stride[s]), kHint);
+      prefetch_strip_block<kNearNta ? _MM_HINT_NTA : _MM_HINT_T0>(at.nib[s], at.scl[s], at.stride[s], b + near_blocks);
     }
     const int64_t next = b + 1 < n_blocks ? b + 1 : b;
     __m512i next_lines[S][4];
