@@ -34,6 +34,7 @@
 #include "common/util/cpu_features.h"
 #include "common/util/huge_page_buffer.h"
 #include "common/util/thread_pool.h"
+#include "bench_decode.h"
 #include "cpu_peak.h"
 #include "cpu_peak_kernels.h"
 #include "read_bandwidth.h"
@@ -359,13 +360,14 @@ double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 template <typename Step>
 void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t weight_bytes, bool best_read,
                                Step&& step) {
-  std::vector<double> matmul_rates, read_rates;
+  std::vector<double> step_seconds, matmul_rates, read_rates;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     step();
     benchmark::ClobberMemory();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     state.SetIterationTime(seconds);
+    step_seconds.push_back(seconds);
     matmul_rates.push_back(static_cast<double>(weight_bytes) / seconds);
     state.PauseTiming();
     read_rates.push_back(read_buffer_once(n_threads));
@@ -381,11 +383,8 @@ void time_decode_against_reads(benchmark::State& state, int n_threads, int64_t w
   state.counters["of_read_bw"] = read_rate > 0 ? weight_rate / read_rate : 0.0;
   // bench decode's "local": the ratio at the bandwidth of that moment, on a
   // host whose bandwidth changes within a run.
-  std::vector<double> adjacent;
-  for (size_t i = 0; i < matmul_rates.size() && i < read_rates.size(); ++i) {
-    if (read_rates[i] > 0) adjacent.push_back(matmul_rates[i] / read_rates[i]);
-  }
-  state.counters["of_adjacent_read"] = median(adjacent);
+  state.counters["of_adjacent_read"] =
+      cli::adjacent_ratio(static_cast<double>(weight_bytes), step_seconds, read_rates);
 }
 
 // Indices 4..7: Q4_0 packed at load (pack_weight_matrix; the AVX2 and
