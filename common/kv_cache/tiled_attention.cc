@@ -90,7 +90,7 @@ struct TileScratch {
     // Zero on growth: rows a tile does not dequantize stay finite.
     if (!in_place && k.size() < tile) k.assign(tile, 0.0f), v.assign(tile, 0.0f);
     const size_t scores_floats = static_cast<size_t>(
-        in_place ? kv_kernels_impl::attend_tile_q8_scratch_floats(heads_per_kv * kv_kernels_impl::kQ8MaxPositions,
+        in_place ? kv_kernels_impl::attend_tile_q4_scratch_floats(heads_per_kv * kv_kernels_impl::kQ8MaxPositions,
                                                                   head_dim)
                  : heads_per_kv * kTile);
     if (scores.size() < scores_floats) scores.resize(scores_floats);
@@ -124,6 +124,7 @@ class LayerAttention {
         pos_(pos),
         q_(q),
         q8_(q8),
+        q4_(q8.codes != nullptr && rows.k.bits == 4),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
         key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
         value_quads_in_place_(q8.codes != nullptr && kern_.q8_reads_value_quads &&
@@ -355,8 +356,9 @@ class LayerAttention {
       const int64_t h = ((first - i0) * (h1 - h0) + (kv_h - h0)) * heads_per_kv_;
       const int64_t q_head = first * n_head + int64_t{kv_h} * heads_per_kv_;
       const QueryQ8 q{q8_.codes + q_head * head_dim_, q8_.scales + q_head * n_blocks, q8_.bias + q_head * n_blocks};
-      kern_.attend_tile_q8_positions(k_rows, v_rows, tile_row, q, pos, heads_per_kv_, head_dim_,
-                                     s.m + h, s.l + h, s.acc + h * head_dim_, scratch.scores.data());
+      (q4_ ? kern_.attend_tile_q4_positions : kern_.attend_tile_q8_positions)(
+          k_rows, v_rows, tile_row, q, pos, heads_per_kv_, head_dim_, s.m + h, s.l + h, s.acc + h * head_dim_,
+          scratch.scores.data());
       pos.n = 0;
       pos.next = kv_kernels_impl::TilePrefetch{};
     };
@@ -520,6 +522,8 @@ class LayerAttention {
   const int64_t pos_;
   const float* q_;
   const QueriesQ8 q8_;
+  // INT4 K and V in place (attend_tile_q4_positions) on the quantized queries.
+  const bool q4_;
   const bool f16_rows_;
   // The INT8 kernel reads keys in key column blocks in place; else a tile's
   // keys in blocks go through keys_as_rows first.
@@ -695,11 +699,14 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
   // INT8 K and V in place where the kernel set has it (AVX-512, AVX2 and
-  // the scalar reference level), with the queries quantized once per call.
-  const QueriesQ8 q8 = kv_kernels_impl::kv_kernels().attend_tile_q8_positions != nullptr &&
-                               kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim)
-                           ? quantize_queries(geometry, scale, n, q)
-                           : QueriesQ8{};
+  // the scalar reference level), INT4 where it has attend_tile_q4_positions
+  // (AVX-512 with VBMI), with the queries quantized once per call.
+  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
+  const bool q8_rows = kern.attend_tile_q8_positions != nullptr &&
+                       kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim);
+  const bool q4_rows = kern.attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
+                       kv_kernels_impl::q4_tile_supported(rows.k, rows.v, geometry.head_dim);
+  const QueriesQ8 q8 = q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q) : QueriesQ8{};
   const LayerAttention a(geometry, window, scale, rows, pos, q, q8, n);
   BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
   if (n <= kSplitMaxQueries) {

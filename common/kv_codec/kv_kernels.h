@@ -216,6 +216,33 @@ bool q8_key_blocks_active();
 // Tests and benches compare the two layouts in one process (default: allowed).
 void set_q8_key_blocks_allowed(bool allowed);
 
+// INT4 K and V read in place (attend_tile_q4_positions, the AVX-512 set
+// with VBMI): the INT8 kernel's integer steps over the 4-bit codes, each
+// tile's rows unpacked in registers (keys into key columns, values into
+// value quads), with the groups' mins as float terms. With x = s c + mn (c
+// in [0, 15]) = s (c - 8) + mn', mn' = mn + 8 s:
+//   score = sum_b fma(float(sum_b) * qs_b, ks_g(b), .) (blocks in order, as
+//     attend_tile_q8), sum_b = -8 * sum(codes_b) + sum_d code_d * c_d
+//     (exact; bias_b / 16 of the INT8 query), then per block in order
+//     score = fma(mn'_g(b), qs_b * sum(codes_b), score);
+//   the weights, their codes and steps as attend_tile_q8 with the value
+//     scales s_r and the value codes c - 8 (exact int32 sums), then per
+//     value group acc[d] += sum_r p_r mn'_r(g) (the float weights).
+// q4_tile_supported: INT4 keys and values in rows (no mins missing), key
+// and value groups multiples of kQ8Block, head_dim a multiple of 64 (at most
+// kQ8MaxHeadDim) holding at most 2 value groups, and the CPU allows the
+// value quads (q8_value_quads_active). Other INT4 stores dequantize tiles.
+bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
+// Whether attention may take the in-place INT4 kernel where the set has it
+// (default: allowed; tests and benches compare it with the dequantizing path).
+bool q4_in_place_allowed();
+void set_q4_in_place_allowed(bool allowed);
+// Scratch floats of attend_tile_q4_positions for n_q heads: attend_tile_q8's
+// and the heads' value-min sums.
+inline int64_t attend_tile_q4_scratch_floats(int n_q, int head_dim) {
+  return int64_t{n_q} * kAttentionTileRows * (1 + head_dim / 16) + int64_t{n_q} * (head_dim / 32);
+}
+
 // Scratch floats attend_tile_q8 needs for n_q heads (attend_tile_q8_positions:
 // n_q = positions x heads): scores [n_q, kAttentionTileRows] f32, then the
 // quantized weights [n_q, head_dim / 32, kAttentionTileRows] int16.
@@ -423,6 +450,12 @@ struct KvKernels {
   // attend_tile_q8_positions takes INT8 values in value quads
   // (KvHeadRows::value_quads), in place where it can (AVX-512); false: rows only.
   bool q8_reads_value_quads = false;
+  // attend_tile_q8_positions's call over INT4 K and V rows
+  // (q4_tile_supported; see above): null in sets without it (the caller
+  // dequantizes each tile). scratch: attend_tile_q4_scratch_floats.
+  void (*attend_tile_q4_positions)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* scratch) = nullptr;
   // Per-token group quantization, the same bytes as kv_quant.h's
   // quantize_int8_groups / quantize_int4_groups (the scales computed the
   // same way, the codes rounded to nearest even by the vector unit instead

@@ -576,8 +576,9 @@ inline __m512i permute_bytes(__m512i idx, __m512i x) {
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
 // folded in order, so a head's score never depends on the other heads.
-// Block b's key scales are ks[k_block[b]].
-template <int R, int NB>
+// Block b's key scales are ks[k_block[b]]. kBiasShift: the accumulators
+// start at bias >> kBiasShift (4: INT4 keys, codes - 8 for the INT8 + 128).
+template <int R, int NB, int kBiasShift = 0>
 inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, const int* k_block,
                       __m512* out) {
   constexpr int head_dim = NB * kQ8Block;
@@ -585,7 +586,7 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_set1_epi32(q.bias[(h0 + i) * NB + b]);
+    for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_set1_epi32(q.bias[(h0 + i) * NB + b] >> kBiasShift);
   }
   // Four query codes as one dword, broadcast straight from memory.
   using Word = int32_t __attribute__((may_alias, aligned(1)));
@@ -619,17 +620,17 @@ inline QueryQ8 position_query(const QueryQ8& q, const TilePositions& pos, int j)
 // One 16-row block's scores of one position's query heads [i_begin, i_end)
 // (its query qj): head i's 16 at out + i * kAttentionTileRows. R heads at a
 // time, then one by one.
-template <int R, int NB>
+template <int R, int NB, int kBiasShift = 0>
 inline void q8_block_scores(const __m512i* block, const QueryQ8& qj, int i_begin, int i_end, const __m512* kb,
                             const int* k_block, float* out) {
   __m512 x[R];
   int i = i_begin;
   for (; i + R <= i_end; i += R) {
-    q8_scores<R, NB>(block, qj, i, kb, k_block, x);
+    q8_scores<R, NB, kBiasShift>(block, qj, i, kb, k_block, x);
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i + r) * kAttentionTileRows, x[r]);
   }
   for (; i < i_end; ++i) {
-    q8_scores<1, NB>(block, qj, i, kb, k_block, x);
+    q8_scores<1, NB, kBiasShift>(block, qj, i, kb, k_block, x);
     _mm512_storeu_ps(out + i * kAttentionTileRows, x[0]);
   }
 }
@@ -664,7 +665,7 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
 // columns (q8_key_columns). A position skips the blocks outside its own
 // rows (their lanes are masked later); a lane depends only on its row and
 // head, so a head's scores are the same bits whatever else the call holds.
-template <int NB>
+template <int NB, int kBiasShift = 0>
 void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
                     int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next) {
   constexpr int head_dim = NB * kQ8Block;
@@ -690,8 +691,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     for (int b = first; b < b_end; ++b) {
       for (int x = 0; x < kScoreBlockSteps; ++x) next.step();  // (every block of the union, as below)
       if (b < b_lo || b >= b_hi) continue;
-      q8_block_scores<R, NB>(cols + (b - first) * (head_dim / 4), qj, i_begin, i_end, ks + (b - first) * NB, k_block,
-                             sj + 16 * b);
+      q8_block_scores<R, NB, kBiasShift>(cols + (b - first) * (head_dim / 4), qj, i_begin, i_end,
+                                         ks + (b - first) * NB, k_block, sj + 16 * b);
     }
     return;
   }
@@ -711,8 +712,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     for (int j = h0 / n_q; j * n_q < h0 + nh; ++j) {
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
       const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
-      q8_block_scores<R, NB>(block, position_query<NB>(q, pos, j), i_begin, i_end, kb, k_block,
-                             s + int64_t{j} * n_q * kAttentionTileRows + g0);
+      q8_block_scores<R, NB, kBiasShift>(block, position_query<NB>(q, pos, j), i_begin, i_end, kb, k_block,
+                                         s + int64_t{j} * n_q * kAttentionTileRows + g0);
     }
   }
 }
@@ -839,10 +840,16 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
 // but a prefill's diagonal tiles and a decode's last tile do: the same
 // operations with every row mask all ones, known to the compiler (no mask
 // arithmetic, no branch per block, the block loops unrolled).
-template <bool kFull, int VG, bool kSplit = false>
+//
+// kMins (INT4 values, attend_tile_q4_positions): also each head's sums
+// sum_r p_r vmn[b][g] lane r per value group (a lane per row, then the add
+// tree of reduce_add16) at msums[h * v_groups + g], vmn the union blocks'
+// value mins (mn').
+template <bool kFull, int VG, bool kSplit = false, bool kMins = false>
 void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head_dim, int h0, int nh, int u_lo,
                      int u_hi, const __m512 (*vs)[kQ8MaxHeadDim / 32], const PositionScales* ps, int v_groups_run,
-                     float* m, float* l, float* acc, int16_t* wq, float* steps, TilePrefetchSpread& next) {
+                     float* m, float* l, float* acc, int16_t* wq, float* steps, TilePrefetchSpread& next,
+                     const __m512 (*vmn)[kQ8MaxHeadDim / 32] = nullptr, float* msums = nullptr) {
   const int v_groups = VG > 0 ? VG : v_groups_run;  // VG > 0: known to the compiler
   int64_t state[16];
   int lo[16], hi[16], position[16];
@@ -906,6 +913,15 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
     int16_t* wh = wq + h * v_groups * kAttentionTileRows;
     const __m512 vm = _mm512_set1_ps(m_new[r]), vc = _mm512_set1_ps(c[r]);
     __m512 sum = _mm512_setzero_ps();  // (in a register: sums[r] would go through memory)
+    __m512 mt[kMins ? kQ8MaxHeadDim / 32 : 1];
+    if constexpr (kMins) {
+      for (int g = 0; g < v_groups; ++g) mt[g] = _mm512_setzero_ps();
+    }
+    auto write_mins = [&] {
+      if constexpr (kMins) {
+        for (int g = 0; g < v_groups; ++g) msums[h * v_groups + g] = reduce_add16(mt[g]);
+      }
+    };
     if constexpr (kFull) {
       // Two blocks at a time: a group's 32 codes narrowed by one signed
       // pack (vpackssdw: the saturation of vpmovsdw, one uop for two
@@ -919,6 +935,11 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         const __m512 p0 = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), kAll);
         const __m512 p1 = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b + 16), vm), kAll);
         sum = _mm512_add_ps(_mm512_add_ps(sum, p0), p1);
+        if constexpr (kMins) {
+          for (int g = 0; g < v_groups; ++g) {
+            mt[g] = _mm512_fmadd_ps(p1, vmn[b + 1][g], _mm512_fmadd_ps(p0, vmn[b][g], mt[g]));
+          }
+        }
         const __m512 a0 = _mm512_mul_ps(p0, vc), a1 = _mm512_mul_ps(p1, vc);
         for (int g = 0; g < v_groups; ++g) {
           const __m512i c0 = _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(a0, u[b][g]));
@@ -930,6 +951,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
         }
       }
       sums[r] = sum;
+      write_mins();
       continue;
     }
     for (int b = b_first; b < b_end; ++b) {
@@ -949,6 +971,9 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       }
       const __m512 p = exp_weights512(_mm512_sub_ps(_mm512_loadu_ps(sh + 16 * b), vm), rows);
       sum = _mm512_add_ps(sum, p);
+      if constexpr (kMins) {
+        for (int g = 0; g < v_groups; ++g) mt[g] = _mm512_fmadd_ps(p, vmn[b - b_first][g], mt[g]);
+      }
       const __m512 a = _mm512_mul_ps(p, vc);
       for (int g = 0; g < v_groups; ++g) {
         // Codes >= 0: the saturating narrowing is min(code, kQ8WeightMax).
@@ -966,6 +991,7 @@ void softmax_codes16(const float* s, const TilePositions& pos, int n_q, int head
       }
     }
     sums[r] = sum;
+    write_mins();
   }
   alignas(64) float l_new[16];
   _mm512_store_ps(l_new, _mm512_fmadd_ps(_mm512_load_ps(l_old), alpha, nh <= 4 ? reduce4x16(sums) : reduce16x16(sums)));
@@ -1745,7 +1771,261 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   next.finish();
 }
 
+// ---- INT4 K and V read in place (kv_kernels.h, attend_tile_q4_positions) ----
+
+// vpermi2b: out byte j = (idx byte j bit 6 ? b : a) byte (idx byte j & 63),
+// AVX-512 VBMI, written out as permute_bytes is.
+inline __m512i permute2_bytes(__m512i a, __m512i idx, __m512i b) {
+  __m512i r = idx;
+  asm("vpermi2b %2, %1, %0" : "+v"(r) : "v"(a), "v"(b));
+  return r;
+}
+
+// vpmultishiftqb: out byte j = the 8 bits of x's qword (j / 8) from bit
+// (ctrl byte j & 63) on, wrapping; AVX-512 VBMI, written out.
+inline __m512i multishift_bytes(__m512i ctrl, __m512i x) {
+  __m512i r;
+  asm("vpmultishiftqb %2, %1, %0" : "=v"(r) : "v"(ctrl), "v"(x));
+  return r;
+}
+
+// Key columns from 4-bit rows: a dword lane holds a row's 8 nibbles of dims
+// 8k .. 8k + 7 (nibble n at bit 4n). Column 2k takes nibbles 0-3 (dims 8k +
+// [0, 4)), column 2k + 1 nibbles 4-7, one per byte (then & 15).
+constexpr ByteIndex make_nibble_columns(int first) {
+  ByteIndex x{};
+  for (int j = 0; j < 64; ++j) x.idx[j] = static_cast<uint8_t>(32 * ((j % 8) / 4) + 4 * (first + j % 4));
+  return x;
+}
+constexpr ByteIndex kNibbleColumnsLow = make_nibble_columns(0), kNibbleColumnsHigh = make_nibble_columns(4);
+
+// Value quads from 4-bit rows: of 4 rows' 64 dims (a = rows 0, 1; b = rows
+// 2, 3; 32 bytes a row), the vector of block `half_block` (dims 32 s' + 16
+// h + t, s' = half_block / 2, h = half_block % 2): byte 4t + i is the byte
+// of row i holding dim 32 s' + 16 h + t (kQuadNibbleSource), and the
+// nibble's bit in its qword (kQuadNibbleShift).
+constexpr ByteIndex make_quad_nibble_source(int half_block) {
+  ByteIndex x{};
+  const int sb = half_block / 2, h = half_block % 2;
+  for (int t = 0; t < 16; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      x.idx[4 * t + i] = static_cast<uint8_t>(64 * (i / 2) + 32 * (i % 2) + 16 * sb + 8 * h + t / 2);
+    }
+  }
+  return x;
+}
+constexpr ByteIndex kQuadNibbleSource[4] = {make_quad_nibble_source(0), make_quad_nibble_source(1),
+                                            make_quad_nibble_source(2), make_quad_nibble_source(3)};
+constexpr ByteIndex make_quad_nibble_shift() {
+  ByteIndex x{};
+  for (int t = 0; t < 16; ++t) {
+    for (int i = 0; i < 4; ++i) x.idx[4 * t + i] = static_cast<uint8_t>(36 * (t % 2) + 8 * i);
+  }
+  return x;
+}
+constexpr ByteIndex kQuadNibbleShift = make_quad_nibble_shift();
+
+// The 16 rows of a block (clamped, BlockRows) of 4-bit keys as key columns
+// (cols[j] lane r: the codes of dims 4j .. 4j + 3 of row r, one a byte,
+// in [0, 15]): per 64 dims, the rows' 8 dwords transposed (vpermi2d per 4
+// rows, then 128-bit lanes) and their nibbles spread by vpmultishiftqb.
+inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const BlockRows& rows, int head_dim,
+                                 __m512i* cols) {
+  const uint8_t* base = k.codes + tile_row * k.row_code_bytes;
+  auto row = [&](int r) { return base + int64_t{rows.row[r]} * k.row_code_bytes; };
+  const __m512i low = _mm512_load_si512(kNibbleColumnsLow.idx), high = _mm512_load_si512(kNibbleColumnsHigh.idx);
+  const __m512i nibble = _mm512_set1_epi8(15);
+  // Y[2a] 128-bit lane k: dword k of rows 4a .. 4a + 3 (Y[2a + 1]: dword k + 4).
+  const __m512i first = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
+  for (int c = 0; c < head_dim / 64; ++c) {
+    __m512i y[8];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; ++a) {
+      const __m512i x0 = two_rows32(row(4 * a) + 32 * c, row(4 * a + 1) + 32 * c);
+      const __m512i x1 = two_rows32(row(4 * a + 2) + 32 * c, row(4 * a + 3) + 32 * c);
+      y[2 * a] = _mm512_maskz_permutex2var_epi32(kAll, x0, first, x1);
+      y[2 * a + 1] = _mm512_maskz_permutex2var_epi32(kAll, x0, second, x1);
+    }
+    __m512i* out = cols + 16 * c;
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const __m512i e0 = _mm512_maskz_shuffle_i32x4(kAll, y[half], y[2 + half], 0x44);
+      const __m512i e1 = _mm512_maskz_shuffle_i32x4(kAll, y[half], y[2 + half], 0xEE);
+      const __m512i e2 = _mm512_maskz_shuffle_i32x4(kAll, y[4 + half], y[6 + half], 0x44);
+      const __m512i e3 = _mm512_maskz_shuffle_i32x4(kAll, y[4 + half], y[6 + half], 0xEE);
+      const __m512i t[4] = {_mm512_maskz_shuffle_i32x4(kAll, e0, e2, 0x88), _mm512_maskz_shuffle_i32x4(kAll, e0, e2, 0xDD),
+                            _mm512_maskz_shuffle_i32x4(kAll, e1, e3, 0x88), _mm512_maskz_shuffle_i32x4(kAll, e1, e3, 0xDD)};
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {  // dword 4 half + kk: dims 8 (4 half + kk) + [0, 8)
+        const int col = 2 * (4 * half + kk);
+        out[col] = _mm512_and_si512(multishift_bytes(low, t[kk]), nibble);
+        out[col + 1] = _mm512_and_si512(multishift_bytes(high, t[kk]), nibble);
+      }
+    }
+  }
+}
+
+// The quads [q_lo, q_hi) of a tile's 4-bit values (rows clamped into [u_lo,
+// u_hi): rows outside weigh 0) as INT8 value quads of the codes - 8
+// (kv_kernels.h, value_quad_byte; quad q at quads + q * 4 * head_dim).
+inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, uint8_t* quads) {
+  const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
+  auto row = [&](int r) { return base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * v.row_code_bytes; };
+  const __m512i shift = _mm512_load_si512(kQuadNibbleShift.idx), nibble = _mm512_set1_epi8(15),
+                eight = _mm512_set1_epi8(8);
+  __m512i source[4];
+  for (int x = 0; x < 4; ++x) source[x] = _mm512_load_si512(kQuadNibbleSource[x].idx);
+  for (int q = u_lo / 4; q < (u_hi + 3) / 4; ++q) {
+    uint8_t* out = quads + int64_t{q} * 4 * head_dim;
+    for (int c = 0; c < head_dim / 64; ++c, out += 256) {
+      const __m512i a = two_rows32(row(4 * q) + 32 * c, row(4 * q + 1) + 32 * c);
+      const __m512i b = two_rows32(row(4 * q + 2) + 32 * c, row(4 * q + 3) + 32 * c);
+#pragma GCC unroll 4
+      for (int x = 0; x < 4; ++x) {
+        const __m512i bytes = multishift_bytes(shift, permute2_bytes(a, source[x], b));
+        _mm512_store_si512(out + 64 * x, _mm512_sub_epi8(_mm512_and_si512(bytes, nibble), eight));
+      }
+    }
+  }
+}
+
+// attend_tile_q4_positions for head_dim = NB * kQ8Block (NB even): the
+// tile's 4-bit keys made into key columns and its values into value quads
+// once for the call, then q8_tile_positions' steps on them (the value-quad
+// path), with the mins' terms (kv_kernels.h).
+template <int NB>
+void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                       const TilePositions& pos, int n_q, float* m, float* l, float* acc, float* scratch) {
+  constexpr int head_dim = NB * kQ8Block, kBlocks = kAttentionTileRows / 16;
+  int u_lo = kAttentionTileRows, u_hi = 0;
+  for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
+  const int heads = pos.n * n_q, v_groups = head_dim / v.group, k_groups = head_dim / k.group;
+  float* s = scratch;  // [heads, kAttentionTileRows]: scores
+  auto* wq = reinterpret_cast<int16_t*>(scratch + int64_t{heads} * kAttentionTileRows);  // [heads, v_groups, 64]
+  float* steps = scratch + int64_t{heads} * kAttentionTileRows * (1 + v_groups);          // [heads, v_groups]
+  float* msums = steps + int64_t{heads} * v_groups;                                       // [heads, v_groups]
+  constexpr int kValueHeads = value_heads(2 * NB);
+  const int first = u_lo / 16, n_blocks = (u_hi + 15) / 16 - first;
+  const int first_pass = std::min(heads, 16), value_runs = first_pass / kValueHeads + first_pass % kValueHeads;
+  const int n_quads = (u_hi + 3) / 4 - u_lo / 4;
+  TilePrefetchSpread next(pos.next, n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
+                                        value_runs * NB * ((n_quads + kValueQuadsPerStep - 1) / kValueQuadsPerStep));
+  // Keys: columns, group scales and mins' = mins + 8 scales per union block.
+  alignas(64) __m512i cols[kBlocks * head_dim / 4];
+  __m512 ks[kBlocks * NB], kmin[kBlocks * NB];
+  KvHeadRows k_mins = k;
+  k_mins.scales = k.mins;
+  const __m512 eight = _mm512_set1_ps(8.0f);
+  for (int bi = 0; bi < n_blocks; ++bi) {
+    const BlockRows rows(16 * (first + bi), u_lo, u_hi);
+    for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
+    q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+    __m512 sc[NB] = {}, mn[NB] = {};
+    block_scales16(k, tile_row, rows, k_groups, sc);
+    block_scales16(k_mins, tile_row, rows, k_groups, mn);
+    for (int g = 0; g < k_groups; ++g) {
+      ks[bi * NB + g] = sc[g];
+      kmin[bi * NB + g] = _mm512_fmadd_ps(eight, sc[g], mn[g]);
+    }
+  }
+  // Values: the quads of the union, group scales and mins' per union block.
+  KvHeadRows vt = v;
+  vt.codes += tile_row * v.row_code_bytes;
+  vt.scales += tile_row * v.row_groups;
+  vt.mins += tile_row * v.row_groups;
+  KvHeadRows v_mins = vt;
+  v_mins.scales = vt.mins;
+  __m512 vs[kBlocks][kQ8MaxHeadDim / 32], vmin[kBlocks][kQ8MaxHeadDim / 32];
+  for (int bi = 0; bi < n_blocks; ++bi) {
+    const BlockRows rows(16 * (first + bi), u_lo, u_hi);
+    block_scales16(vt, 0, rows, v_groups, vs[bi]);
+    __m512 mn[kQ8MaxHeadDim / 32];
+    block_scales16(v_mins, 0, rows, v_groups, mn);
+    for (int g = 0; g < v_groups; ++g) vmin[bi][g] = _mm512_fmadd_ps(eight, vs[bi][g], mn[g]);
+  }
+  PositionScales ps[kQ8MaxPositions];
+  for (int j = 0; j < pos.n; ++j) {
+    if (j > 0 && pos.lo[j] == pos.lo[j - 1] && pos.hi[j] == pos.hi[j - 1]) {
+      ps[j] = ps[j - 1];
+      continue;
+    }
+    position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
+  }
+  alignas(64) uint8_t quads[kAttentionTileRows * head_dim];
+  q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
+  KvHeadRows vq = vt;
+  vq.codes = quads;
+  vq.row_code_bytes = head_dim;
+  vq.value_quads = true;
+  const ValueRows value_rows(vq, 0, u_lo, u_hi);
+  int k_block[NB];
+  for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k.group;
+  for (int h0 = 0; h0 < heads; h0 += 16) {
+    const int nh = std::min(16, heads - h0);
+    q8_head_scores<NB, 4>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
+    // The keys' mins: per block in order, fma(mn'_g(b), qs_b * sum(codes_b), score).
+    for (int h = h0; h < h0 + nh; ++h) {
+      const int j = h / n_q, i = h % n_q;
+      const QueryQ8 qj = position_query<NB>(q, pos, j);
+      __m512 qm[NB];
+      for (int b = 0; b < NB; ++b) {
+        qm[b] = _mm512_set1_ps(qj.scales[i * NB + b] * static_cast<float>(qj.bias[i * NB + b] / -128));
+      }
+      float* sh = s + int64_t{h} * kAttentionTileRows;
+      const int b_lo = std::max(pos.lo[j] / 16, first), b_hi = (pos.hi[j] + 15) / 16;
+      for (int b16 = b_lo; b16 < b_hi; ++b16) {
+        __m512 x = _mm512_loadu_ps(sh + 16 * b16);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; ++b) x = _mm512_fmadd_ps(kmin[(b16 - first) * NB + k_block[b]], qm[b], x);
+        _mm512_storeu_ps(sh + 16 * b16, x);
+      }
+    }
+    bool full = u_lo == 0 && u_hi == kAttentionTileRows;
+    for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
+    auto softmax = [&]<bool kFull, int VG>() {
+      softmax_codes16<kFull, VG, true, true>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc,
+                                             wq, steps, next, vmin, msums);
+    };
+    if (!full) {
+      softmax.template operator()<false, 0>();
+    } else if (v_groups == 2) {
+      softmax.template operator()<true, 2>();
+    } else {
+      softmax.template operator()<true, 1>();
+    }
+    int h = h0;
+    for (; h + kValueHeads <= h0 + nh; h += kValueHeads) {
+      q8_values_quads_heads<kValueHeads, NB>(value_rows, pos, n_q, h, wq, steps, v_groups, v.group, acc, next);
+    }
+    for (; h < h0 + nh; ++h) {
+      q8_values_quads_heads<1, NB>(value_rows, pos, n_q, h, wq, steps, v_groups, v.group, acc, next);
+    }
+    // The values' mins: acc[d] += sum_r p_r mn'_r(g) per value group.
+    for (h = h0; h < h0 + nh; ++h) {
+      const int j = h / n_q, i = h % n_q;
+      float* a = acc + (j * pos.state_stride + i) * head_dim;
+      for (int d = 0; d < head_dim; d += 16) {
+        const __m512 add = _mm512_set1_ps(msums[int64_t{h} * v_groups + d / v.group]);
+        _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), add));
+      }
+    }
+  }
+  next.finish();
+}
+
 }  // namespace
+
+void attend_tile_q4_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                     const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                     float* scratch) {
+  switch (head_dim / kQ8Block) {
+    case 2: return q4_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 4: return q4_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 6: return q4_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    default: return q4_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+  }
+}
 
 void attend_tile_q8_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                      const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
@@ -2034,6 +2314,7 @@ KvKernels kv_kernels_avx512() {
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
+  set.attend_tile_q4_positions = attend_tile_q4_positions_avx512;
   set.q8_spreads_prefetch = true;
   set.q8_reads_key_blocks = true;
   set.q8_reads_value_quads = true;

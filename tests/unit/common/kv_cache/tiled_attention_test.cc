@@ -118,10 +118,31 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
   }
 
   // True when the store attends with quantized queries (attend_tile_q8).
+  // INT4 K and V where the set reads them in place (attend_tile_q4_positions).
   bool quantizes_queries() const {
-    if (quantized_ == nullptr || kv_kernels_impl::kv_kernels().attend_tile_q8 == nullptr) return false;
+    if (quantized_ == nullptr) return false;
     const KvCodecConfig& c = quantized_->config();
-    return c.bits_for(true) == KvCodecConfig::Bits::kInt8 && c.bits_for(false) == KvCodecConfig::Bits::kInt8;
+    if (int4_in_place()) return true;
+    return kv_kernels_impl::kv_kernels().attend_tile_q8 != nullptr && c.bits_for(true) == KvCodecConfig::Bits::kInt8 &&
+           c.bits_for(false) == KvCodecConfig::Bits::kInt8;
+  }
+
+  // INT4 K and V read in place (q4_tile_supported on this store's rows).
+  bool int4_in_place() const {
+    if (quantized_ == nullptr || kv_kernels_impl::kv_kernels().attend_tile_q4_positions == nullptr ||
+        !kv_kernels_impl::q4_in_place_allowed()) {
+      return false;
+    }
+    const KvCodecConfig& c = quantized_->config();
+    static const uint16_t kHalf = 0;
+    auto rows = [&](bool is_key) {
+      kv_kernels_impl::KvHeadRows r;
+      r.bits = c.bits_for(is_key) == KvCodecConfig::Bits::kInt4 ? 4 : 8;
+      r.scales = r.mins = &kHalf;
+      r.group = c.group_size_for(is_key);
+      return r;
+    };
+    return kv_kernels_impl::q4_tile_supported(rows(true), rows(false), geometry().head_dim);
   }
 
   // The queries as the store multiplies them with its keys, in the model's
@@ -174,6 +195,9 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
       }
       bound += static_cast<double>(hi - lo) * p_max * amax * 0.51 / kv_kernels_impl::kQ8WeightMax;
     }
+    // INT4 values: codes - 8 reach 8 steps, a row's largest magnitude at
+    // least 7.5 (its group's range is 15 steps).
+    if (int4_in_place()) bound *= 8.0 / 7.5;
     return hadamard ? bound * std::sqrt(static_cast<double>(g.head_dim)) : bound;
   }
 
@@ -272,7 +296,7 @@ TEST_P(TiledAttentionQ8, QuantizedQueriesStayWithinTheBoundTheirQuantizationImpl
   const KvGeometry g = geometry();
   const int64_t context = 1000;
   const std::unique_ptr<KvCache> kv = make_store(context);
-  ASSERT_TRUE(quantizes_queries()) << "the case list holds INT8 K and V stores only";
+  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V of this shape are dequantized here (no AVX-512 VBMI, or over 2 value groups): no quantized query";
   std::mt19937 rng(12);
   const std::vector<float> q = random_rows(rng, 1, g.q_dim(), 2.0f);
   const int gqa = g.n_head / g.n_head_kv, blocks = g.head_dim / kv_kernels_impl::kQ8Block;
@@ -330,7 +354,7 @@ TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
   const KvGeometry g = geometry();
   const int64_t context = 1000;
   const std::unique_ptr<KvCache> kv = make_store(context);
-  ASSERT_TRUE(quantizes_queries()) << "the case list holds INT8 K and V stores only";
+  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V of this shape are dequantized here (no AVX-512 VBMI, or over 2 value groups): no quantized query";
   double worst_err = 0, worst_ratio = 0, worst_codes = 0;
   for (const float sigma : {2.0f, 8.0f}) {
     std::mt19937 rng(13);
@@ -398,7 +422,8 @@ TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
 
 std::vector<AttentionCase> all_cases() {
   std::vector<AttentionCase> cases;
-  for (const char* store : {"f32", "f16", "int8-g32", "int8-g32-had", "int4-g32", "int4-g32-had", "int4-k8-g32-hk"}) {
+  for (const char* store :
+       {"f32", "f16", "int8-g32", "int8-g32-had", "int4-g32", "int4-g32-had", "int4-g64", "int4-k8-g32-hk"}) {
     for (int gqa : {1, 4, 8}) {
       for (int head_dim : {64, 128}) cases.push_back(AttentionCase{store, gqa, head_dim});
     }
@@ -408,11 +433,13 @@ std::vector<AttentionCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Stores, TiledAttention, ::testing::ValuesIn(all_cases()), case_name);
 
-// The stores whose keys and values are INT8 (attend_tile_q8).
+// The stores whose keys and values are INT8 (attend_tile_q8) or INT4 in
+// rows (attend_tile_q4_positions where the set has it; the tests skip
+// where it does not or the shape does not fit it).
 std::vector<AttentionCase> q8_cases() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : all_cases()) {
-    if (c.store.rfind("int8", 0) == 0) cases.push_back(c);
+    if (c.store.rfind("int8", 0) == 0 || (c.store.rfind("int4-g", 0) == 0)) cases.push_back(c);
   }
   return cases;
 }
