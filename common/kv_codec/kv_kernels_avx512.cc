@@ -576,11 +576,14 @@ inline __m512i permute_bytes(__m512i idx, __m512i x) {
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
 // folded in order, so a head's score never depends on the other heads.
-// Block b's key scales are ks[k_block[b]]. kBiasShift: the accumulators
-// start at bias >> kBiasShift (4: INT4 keys, codes - 8 for the INT8 + 128).
+// Block b's key scales are ks[k_block[b]]. kBiasShift 4 (INT4 keys,
+// attend_tile_q4_positions): the accumulators start at bias >> 4 (the codes
+// - 8 where INT8's are + 128), and each score then takes the keys' mins'
+// term, block by block in order: fma(kmin[k_block[b]], qs_b * sum(codes_b),
+// score) (sum(codes_b) = bias_b / -128).
 template <int R, int NB, int kBiasShift = 0>
 inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, const int* k_block,
-                      __m512* out) {
+                      __m512* out, const __m512* kmin = nullptr) {
   constexpr int head_dim = NB * kQ8Block;
   __m512i acc[R][NB];
 #pragma GCC unroll 4
@@ -607,6 +610,17 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) out[i] = fold_block_score(out[i], acc[i][b], q.scales[(h0 + i) * NB + b], ks[k_block[b]], b);
   }
+  if constexpr (kBiasShift != 0) {
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b) {
+        const int e = (h0 + i) * NB + b;
+        const float qm = q.scales[e] * static_cast<float>(q.bias[e] / -128);
+        out[i] = _mm512_fmadd_ps(kmin[k_block[b]], _mm512_set1_ps(qm), out[i]);
+      }
+    }
+  }
 }
 
 // Position j's query heads of the call's query (QueryQ8 per head: head_dim
@@ -622,15 +636,15 @@ inline QueryQ8 position_query(const QueryQ8& q, const TilePositions& pos, int j)
 // time, then one by one.
 template <int R, int NB, int kBiasShift = 0>
 inline void q8_block_scores(const __m512i* block, const QueryQ8& qj, int i_begin, int i_end, const __m512* kb,
-                            const int* k_block, float* out) {
+                            const int* k_block, float* out, const __m512* kmin = nullptr) {
   __m512 x[R];
   int i = i_begin;
   for (; i + R <= i_end; i += R) {
-    q8_scores<R, NB, kBiasShift>(block, qj, i, kb, k_block, x);
+    q8_scores<R, NB, kBiasShift>(block, qj, i, kb, k_block, x, kmin);
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i + r) * kAttentionTileRows, x[r]);
   }
   for (; i < i_end; ++i) {
-    q8_scores<1, NB, kBiasShift>(block, qj, i, kb, k_block, x);
+    q8_scores<1, NB, kBiasShift>(block, qj, i, kb, k_block, x, kmin);
     _mm512_storeu_ps(out + i * kAttentionTileRows, x[0]);
   }
 }
@@ -667,7 +681,8 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
 // head, so a head's scores are the same bits whatever else the call holds.
 template <int NB, int kBiasShift = 0>
 void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
-                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next) {
+                    int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next,
+                    const __m512* kmin = nullptr) {
   constexpr int head_dim = NB * kQ8Block;
   constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1;  // R x NB accumulators in registers, next to the columns
   int k_block[NB];  // query block b's key group (its scale in ks): once here, not a division per block and head
@@ -692,7 +707,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
       for (int x = 0; x < kScoreBlockSteps; ++x) next.step();  // (every block of the union, as below)
       if (b < b_lo || b >= b_hi) continue;
       q8_block_scores<R, NB, kBiasShift>(cols + (b - first) * (head_dim / 4), qj, i_begin, i_end,
-                                         ks + (b - first) * NB, k_block, sj + 16 * b);
+                                         ks + (b - first) * NB, k_block, sj + 16 * b,
+                                         kmin == nullptr ? nullptr : kmin + (b - first) * NB);
     }
     return;
   }
@@ -713,7 +729,8 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
       if (g0 + 16 <= pos.lo[j] || g0 >= pos.hi[j]) continue;
       const int i_begin = std::max(h0 - j * n_q, 0), i_end = std::min(h0 + nh - j * n_q, n_q);
       q8_block_scores<R, NB, kBiasShift>(block, position_query<NB>(q, pos, j), i_begin, i_end, kb, k_block,
-                                         s + int64_t{j} * n_q * kAttentionTileRows + g0);
+                                         s + int64_t{j} * n_q * kAttentionTileRows + g0,
+                                         kmin == nullptr ? nullptr : kmin + bi * NB);
     }
   }
 }
@@ -1959,28 +1976,10 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   vq.row_code_bytes = head_dim;
   vq.value_quads = true;
   const ValueRows value_rows(vq, 0, u_lo, u_hi);
-  int k_block[NB];
-  for (int b = 0; b < NB; ++b) k_block[b] = b * kQ8Block / k.group;
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
-    q8_head_scores<NB, 4>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next);
-    // The keys' mins: per block in order, fma(mn'_g(b), qs_b * sum(codes_b), score).
-    for (int h = h0; h < h0 + nh; ++h) {
-      const int j = h / n_q, i = h % n_q;
-      const QueryQ8 qj = position_query<NB>(q, pos, j);
-      __m512 qm[NB];
-      for (int b = 0; b < NB; ++b) {
-        qm[b] = _mm512_set1_ps(qj.scales[i * NB + b] * static_cast<float>(qj.bias[i * NB + b] / -128));
-      }
-      float* sh = s + int64_t{h} * kAttentionTileRows;
-      const int b_lo = std::max(pos.lo[j] / 16, first), b_hi = (pos.hi[j] + 15) / 16;
-      for (int b16 = b_lo; b16 < b_hi; ++b16) {
-        __m512 x = _mm512_loadu_ps(sh + 16 * b16);
-#pragma GCC unroll 8
-        for (int b = 0; b < NB; ++b) x = _mm512_fmadd_ps(kmin[(b16 - first) * NB + k_block[b]], qm[b], x);
-        _mm512_storeu_ps(sh + 16 * b16, x);
-      }
-    }
+    // (The keys' mins' terms inside: q8_scores, kBiasShift 4.)
+    q8_head_scores<NB, 4>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next, kmin);
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
     auto softmax = [&]<bool kFull, int VG>() {

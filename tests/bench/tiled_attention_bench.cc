@@ -186,7 +186,7 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
 }
 BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgNames({"bits", "ctx", "threads", "blocked"})
-    ->ArgsProduct({{8}, {512, 1024}, {1, 2}, {1, 0}})
+    ->ArgsProduct({{8, 4}, {512, 1024}, {1, 2}, {1, 0}})
     ->UseRealTime();
 
 // Decode attention's tile kernel (kv_kernels().attend_tile_q8_positions,
