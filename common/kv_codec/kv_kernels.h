@@ -230,8 +230,8 @@ void set_q8_key_blocks_allowed(bool allowed);
 //     value group acc[d] += sum_r p_r mn'_r(g) (the float weights).
 // q4_tile_supported: INT4 keys and values in rows (no mins missing), key
 // and value groups multiples of kQ8Block, head_dim a multiple of 64 (at most
-// kQ8MaxHeadDim) holding at most 2 value groups, and the CPU allows the
-// value quads (q8_value_quads_active). Other INT4 stores dequantize tiles.
+// kQ8MaxHeadDim), and the CPU allows the value quads (q8_value_quads_active).
+// Other INT4 stores dequantize tiles.
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // Whether attention may take the in-place INT4 kernel where the set has it
 // (default: allowed; tests and benches compare it with the dequantizing path).

@@ -1322,6 +1322,14 @@ void q8_values_quads_heads(const ValueRows& rows, const TilePositions& pos, int 
   }
   const int16_t* w0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
   if (rows.quads) {
+    // 4 and 8 groups: INT4 values at head_dim 128 / 256 in groups of 32
+    // (attend_tile_q4_positions; INT8 quads hold at most 2).
+    if constexpr (NB >= 4) {
+      if (v_groups == 4) return q8_values_quads_in_place<R, NB, 4>(rows, w0, v_group, step_i, acc_i, next);
+    }
+    if constexpr (NB >= 8) {
+      if (v_groups == 8) return q8_values_quads_in_place<R, NB, 8>(rows, w0, v_group, step_i, acc_i, next);
+    }
     return v_groups == 2 ? q8_values_quads_in_place<R, NB, 2>(rows, w0, v_group, step_i, acc_i, next)
                          : q8_values_quads_in_place<R, NB, 1>(rows, w0, v_group, step_i, acc_i, next);
   }
@@ -1990,8 +1998,10 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
       softmax.template operator()<false, 0>();
     } else if (v_groups == 2) {
       softmax.template operator()<true, 2>();
-    } else {
+    } else if (v_groups == 1) {
       softmax.template operator()<true, 1>();
+    } else {
+      softmax.template operator()<true, 0>();
     }
     int h = h0;
     for (; h + kValueHeads <= h0 + nh; h += kValueHeads) {

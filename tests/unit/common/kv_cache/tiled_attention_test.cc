@@ -428,6 +428,10 @@ std::vector<AttentionCase> all_cases() {
       for (int head_dim : {64, 128}) cases.push_back(AttentionCase{store, gqa, head_dim});
     }
   }
+  // The in-place INT4 kernel's other head sizes (8 and 6 blocks of 32: 8 and
+  // 3 value groups).
+  cases.push_back(AttentionCase{"int4-g32", 2, 256});
+  cases.push_back(AttentionCase{"int4-g64", 4, 192});
   return cases;
 }
 
