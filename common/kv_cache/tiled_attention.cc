@@ -671,7 +671,8 @@ void attend_blocks(const LayerAttention& a, int n_head_kv, int64_t n, float* out
 
 // Every query head of the call quantized (quantize_query_q8), in per-thread
 // buffers that only grow.
-QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const float* q) {
+// nibble_order: in attend_tile_q4_positions' order (q4_query_order).
+QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const float* q, bool nibble_order) {
   thread_local std::vector<int8_t> codes;
   thread_local std::vector<float> scales;
   thread_local std::vector<int32_t> bias;
@@ -688,6 +689,7 @@ QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const fl
                                          scales.data() + h * n_blocks, bias.data() + h * n_blocks);
     }
   }
+  if (nibble_order) kv_kernels_impl::q4_query_order(codes.data(), heads * g.head_dim);
   return QueriesQ8{codes.data(), scales.data(), bias.data()};
 }
 
@@ -706,7 +708,7 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
                        kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim);
   const bool q4_rows = kern.attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
                        kv_kernels_impl::q4_tile_supported(rows.k, rows.v, geometry.head_dim);
-  const QueriesQ8 q8 = q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q) : QueriesQ8{};
+  const QueriesQ8 q8 = q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q, q4_rows) : QueriesQ8{};
   const LayerAttention a(geometry, window, scale, rows, pos, q, q8, n);
   BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
   if (n <= kSplitMaxQueries) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "common/util/cpu_features.h"
 #include "common/util/fp16.h"
@@ -270,6 +271,14 @@ std::atomic<bool> g_q4_in_place_allowed{true};
 bool q4_in_place_allowed() { return g_q4_in_place_allowed.load(std::memory_order_relaxed); }
 
 void set_q4_in_place_allowed(bool allowed) { g_q4_in_place_allowed.store(allowed, std::memory_order_relaxed); }
+
+void q4_query_order(int8_t* codes, int64_t n) {
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    int8_t x[8];
+    std::memcpy(x, codes + i, sizeof x);
+    for (int j = 0; j < 4; ++j) codes[i + j] = x[2 * j], codes[i + 4 + j] = x[2 * j + 1];
+  }
+}
 
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
   return k.bits == 4 && v.bits == 4 && k.mins != nullptr && v.mins != nullptr && k.scales != nullptr &&

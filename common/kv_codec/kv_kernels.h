@@ -228,11 +228,17 @@ void set_q8_key_blocks_allowed(bool allowed);
 //   the weights, their codes and steps as attend_tile_q8 with the value
 //     scales s_r and the value codes c - 8 (exact int32 sums), then per
 //     value group acc[d] += sum_r p_r mn'_r(g) (the float weights).
+// The query codes go in nibble order (q4_query_order), what the keys' nibbles
+// give without a byte shuffle: the same products, so the same integers.
 // q4_tile_supported: INT4 keys and values in rows (no mins missing), key
 // and value groups multiples of kQ8Block, head_dim a multiple of 64 (at most
 // kQ8MaxHeadDim), and the CPU allows the value quads (q8_value_quads_active).
 // Other INT4 stores dequantize tiles.
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
+// Puts quantized query codes (n bytes, n % 8 == 0) in the nibble order
+// attend_tile_q4_positions takes: within each 8 dims, dims 0, 2, 4, 6, then
+// 1, 3, 5, 7 (a block's scale and bias stay: the order stays in its block).
+void q4_query_order(int8_t* codes, int64_t n);
 // Whether attention may take the in-place INT4 kernel where the set has it
 // (default: allowed; tests and benches compare it with the dequantizing path).
 bool q4_in_place_allowed();

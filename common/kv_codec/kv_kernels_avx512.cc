@@ -1806,29 +1806,11 @@ inline __m512i permute2_bytes(__m512i a, __m512i idx, __m512i b) {
   return r;
 }
 
-// vpmultishiftqb: out byte j = the 8 bits of x's qword (j / 8) from bit
-// (ctrl byte j & 63) on, wrapping; AVX-512 VBMI, written out.
-inline __m512i multishift_bytes(__m512i ctrl, __m512i x) {
-  __m512i r;
-  asm("vpmultishiftqb %2, %1, %0" : "=v"(r) : "v"(ctrl), "v"(x));
-  return r;
-}
-
-// Key columns from 4-bit rows: a dword lane holds a row's 8 nibbles of dims
-// 8k .. 8k + 7 (nibble n at bit 4n). Column 2k takes nibbles 0-3 (dims 8k +
-// [0, 4)), column 2k + 1 nibbles 4-7, one per byte (then & 15).
-constexpr ByteIndex make_nibble_columns(int first) {
-  ByteIndex x{};
-  for (int j = 0; j < 64; ++j) x.idx[j] = static_cast<uint8_t>(32 * ((j % 8) / 4) + 4 * (first + j % 4));
-  return x;
-}
-constexpr ByteIndex kNibbleColumnsLow = make_nibble_columns(0), kNibbleColumnsHigh = make_nibble_columns(4);
-
 // Value quads from 4-bit rows: of 4 rows' 64 dims (a = rows 0, 1; b = rows
 // 2, 3; 32 bytes a row), the vector of block `half_block` (dims 32 s' + 16
 // h + t, s' = half_block / 2, h = half_block % 2): byte 4t + i is the byte
-// of row i holding dim 32 s' + 16 h + t (kQuadNibbleSource), and the
-// nibble's bit in its qword (kQuadNibbleShift).
+// of row i holding dim 32 s' + 16 h + t, its low nibble for even t (even
+// dwords), its high nibble for odd t (odd dwords).
 constexpr ByteIndex make_quad_nibble_source(int half_block) {
   ByteIndex x{};
   const int sb = half_block / 2, h = half_block % 2;
@@ -1841,34 +1823,29 @@ constexpr ByteIndex make_quad_nibble_source(int half_block) {
 }
 constexpr ByteIndex kQuadNibbleSource[4] = {make_quad_nibble_source(0), make_quad_nibble_source(1),
                                             make_quad_nibble_source(2), make_quad_nibble_source(3)};
-constexpr ByteIndex make_quad_nibble_shift() {
-  ByteIndex x{};
-  for (int t = 0; t < 16; ++t) {
-    for (int i = 0; i < 4; ++i) x.idx[4 * t + i] = static_cast<uint8_t>(36 * (t % 2) + 8 * i);
-  }
-  return x;
-}
-constexpr ByteIndex kQuadNibbleShift = make_quad_nibble_shift();
 
 // The 16 rows of a block (clamped, BlockRows) of 4-bit keys as key columns
-// (cols[j] lane r: the codes of dims 4j .. 4j + 3 of row r, one a byte,
-// in [0, 15]): per 64 dims, the rows' 8 dwords transposed (vpermi2d per 4
-// rows, then 128-bit lanes) and their nibbles spread by vpmultishiftqb.
+// in the query's nibble order (kv_kernels.h, q4_query_order): per 64 dims,
+// the rows' 8 dwords transposed (vpermi2d per 4 rows, then 128-bit lanes),
+// then dword k's low nibbles (dims 8k + 0, 2, 4, 6, one a byte, in [0, 15])
+// are column 2k and its high nibbles (dims 8k + 1, 3, 5, 7) column 2k + 1.
 inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const BlockRows& rows, int head_dim,
                                  __m512i* cols) {
   const uint8_t* base = k.codes + tile_row * k.row_code_bytes;
   auto row = [&](int r) { return base + int64_t{rows.row[r]} * k.row_code_bytes; };
-  const __m512i low = _mm512_load_si512(kNibbleColumnsLow.idx), high = _mm512_load_si512(kNibbleColumnsHigh.idx);
   const __m512i nibble = _mm512_set1_epi8(15);
   // Y[2a] 128-bit lane k: dword k of rows 4a .. 4a + 3 (Y[2a + 1]: dword k + 4).
   const __m512i first = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
+  // Rows of 32 bytes (head_dim 64), the block whole: two rows per load.
+  const bool dense = rows.full && k.row_code_bytes == 32 && head_dim == 64;
   for (int c = 0; c < head_dim / 64; ++c) {
     __m512i y[8];
 #pragma GCC unroll 4
     for (int a = 0; a < 4; ++a) {
-      const __m512i x0 = two_rows32(row(4 * a) + 32 * c, row(4 * a + 1) + 32 * c);
-      const __m512i x1 = two_rows32(row(4 * a + 2) + 32 * c, row(4 * a + 3) + 32 * c);
+      const __m512i x0 = dense ? _mm512_loadu_si512(row(4 * a)) : two_rows32(row(4 * a) + 32 * c, row(4 * a + 1) + 32 * c);
+      const __m512i x1 =
+          dense ? _mm512_loadu_si512(row(4 * a + 2)) : two_rows32(row(4 * a + 2) + 32 * c, row(4 * a + 3) + 32 * c);
       y[2 * a] = _mm512_maskz_permutex2var_epi32(kAll, x0, first, x1);
       y[2 * a + 1] = _mm512_maskz_permutex2var_epi32(kAll, x0, second, x1);
     }
@@ -1884,8 +1861,8 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
 #pragma GCC unroll 4
       for (int kk = 0; kk < 4; ++kk) {  // dword 4 half + kk: dims 8 (4 half + kk) + [0, 8)
         const int col = 2 * (4 * half + kk);
-        out[col] = _mm512_and_si512(multishift_bytes(low, t[kk]), nibble);
-        out[col + 1] = _mm512_and_si512(multishift_bytes(high, t[kk]), nibble);
+        out[col] = _mm512_and_si512(t[kk], nibble);
+        out[col + 1] = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, t[kk], 4), nibble);
       }
     }
   }
@@ -1893,23 +1870,31 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
 
 // The quads [q_lo, q_hi) of a tile's 4-bit values (rows clamped into [u_lo,
 // u_hi): rows outside weigh 0) as INT8 value quads of the codes - 8
-// (kv_kernels.h, value_quad_byte; quad q at quads + q * 4 * head_dim).
+// (kv_kernels.h, value_quad_byte; quad q at quads + q * 4 * head_dim): per
+// vector one vpermi2b, the odd dims' high nibbles shifted down and blended
+// in (no second shuffle: the shuffle port bounds this conversion). Rows of
+// 32 bytes (head_dim 64) in the union: two rows per load.
 inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, uint8_t* quads) {
   const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
   auto row = [&](int r) { return base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * v.row_code_bytes; };
-  const __m512i shift = _mm512_load_si512(kQuadNibbleShift.idx), nibble = _mm512_set1_epi8(15),
-                eight = _mm512_set1_epi8(8);
+  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+  constexpr __mmask16 kOddDwords = 0xAAAA;
+  const bool dense = v.row_code_bytes == 32 && head_dim == 64;
   __m512i source[4];
   for (int x = 0; x < 4; ++x) source[x] = _mm512_load_si512(kQuadNibbleSource[x].idx);
   for (int q = u_lo / 4; q < (u_hi + 3) / 4; ++q) {
     uint8_t* out = quads + int64_t{q} * 4 * head_dim;
+    const bool whole = dense && 4 * q >= u_lo && 4 * q + 4 <= u_hi;
     for (int c = 0; c < head_dim / 64; ++c, out += 256) {
-      const __m512i a = two_rows32(row(4 * q) + 32 * c, row(4 * q + 1) + 32 * c);
-      const __m512i b = two_rows32(row(4 * q + 2) + 32 * c, row(4 * q + 3) + 32 * c);
+      const __m512i a = whole ? _mm512_loadu_si512(row(4 * q)) : two_rows32(row(4 * q) + 32 * c, row(4 * q + 1) + 32 * c);
+      const __m512i b =
+          whole ? _mm512_loadu_si512(row(4 * q + 2)) : two_rows32(row(4 * q + 2) + 32 * c, row(4 * q + 3) + 32 * c);
 #pragma GCC unroll 4
       for (int x = 0; x < 4; ++x) {
-        const __m512i bytes = multishift_bytes(shift, permute2_bytes(a, source[x], b));
-        _mm512_store_si512(out + 64 * x, _mm512_sub_epi8(_mm512_and_si512(bytes, nibble), eight));
+        const __m512i bytes = permute2_bytes(a, source[x], b);
+        const __m512i codes =
+            _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
+        _mm512_store_si512(out + 64 * x, _mm512_sub_epi8(_mm512_and_si512(codes, nibble), eight));
       }
     }
   }

@@ -89,9 +89,35 @@ std::vector<float> random_queries(int64_t n, int64_t q_dim) {
 
 // The label: the codec, "key blocks" and "value quads" where the store
 // keeps its keys and values so.
-std::string store_label(int bits, const QuantizedKvCache& store) {
+// INT4 stores: "blocked" 1 reads the tiles in place where the kernel set
+// can (attend_tile_q4_positions), 0 dequantizes them (the path before it);
+// for the benchmark's time, then allowed again.
+class Int4InPlace {
+ public:
+  Int4InPlace(int bits, bool allowed) : set_(bits == 4) {
+    if (set_) kv_kernels_impl::set_q4_in_place_allowed(allowed);
+  }
+  ~Int4InPlace() {
+    if (set_) kv_kernels_impl::set_q4_in_place_allowed(true);
+  }
+  Int4InPlace(const Int4InPlace&) = delete;
+  Int4InPlace& operator=(const Int4InPlace&) = delete;
+
+ private:
+  bool set_;
+};
+
+std::string store_label(int bits, const QuantizedKvCache& store, bool blocked = true) {
+  const KvGeometry& g = store.geometry();
+  kv_kernels_impl::KvHeadRows rows;  // the shape attend_tile_q4_positions takes (q4_tile_supported)
+  rows.bits = 4;
+  rows.scales = rows.mins = reinterpret_cast<const uint16_t*>(&g);
+  rows.group = store.config().group_size_for(true);
+  const bool int4_in_place = bits == 4 && blocked && kv_kernels_impl::kv_kernels().attend_tile_q4_positions != nullptr &&
+                             kv_kernels_impl::q4_tile_supported(rows, rows, g.head_dim);
   return std::string(codec_name(bits)) + (store.key_blocks() ? " key blocks" : "") +
-         (store.value_quads() ? " value quads" : "");
+         (store.value_quads() ? " value quads" : "") + (int4_in_place ? " in place" : "") +
+         (bits == 4 && !int4_in_place ? " dequantized" : "");
 }
 
 // What `baton bench decode` runs before it times attention (and a decode
@@ -136,6 +162,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   // with a pinning pool) while the step runs.
   std::optional<ThreadPool::Hot> hot;
   if (pool != nullptr) hot.emplace(*pool);
+  const Int4InPlace int4_in_place(bits, state.range(4) != 0);
   double best_pass = 0.0;  // bytes/s: the best of the evicting read passes
   double timed = 0.0;      // seconds of attention
   for (auto _ : state) {
@@ -153,13 +180,13 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(context * store->bytes_per_token());
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
   set_pass_counters(state, bytes, timed, best_pass);
-  state.SetLabel(store_label(bits, *store));
+  state.SetLabel(store_label(bits, *store, state.range(4) != 0));
 }
 BENCHMARK(BM_TiledAttentionDecode)
     ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked", "evict"})
     ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}, {0}})
-    ->ArgsProduct({{8}, {4096, 16384}, {64}, {1, 2}, {0}, {0}})
-    ->ArgsProduct({{8}, {4096, 16384}, {64}, {2}, {1}, {1}})
+    ->ArgsProduct({{8, 4}, {4096, 16384}, {64}, {1, 2}, {0}, {0}})
+    ->ArgsProduct({{8, 4}, {4096, 16384}, {64}, {2}, {1}, {1}})
     ->UseRealTime();
 
 // Args: bits, context, threads, blocked. The compute ceiling of decode attention: one
@@ -177,12 +204,13 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
   std::vector<float> out(q.size());
   std::optional<ThreadPool::Hot> hot;
   if (pool != nullptr) hot.emplace(*pool);
+  const Int4InPlace int4_in_place(bits, state.range(3) != 0);
   for (auto _ : state) {
     store->attend(0, context - 1, 1, q.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
-  state.SetLabel(store_label(bits, *store));
+  state.SetLabel(store_label(bits, *store, state.range(3) != 0));
 }
 BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgNames({"bits", "ctx", "threads", "blocked"})
