@@ -216,10 +216,11 @@ bool q8_key_blocks_active();
 // Tests and benches compare the two layouts in one process (default: allowed).
 void set_q8_key_blocks_allowed(bool allowed);
 
-// INT4 K and V read in place (attend_tile_q4_positions, the AVX-512 set
-// with VBMI): the INT8 kernel's integer steps over the 4-bit codes, each
-// tile's rows unpacked in registers (keys into key columns, values into
-// value quads), with the groups' mins as float terms. With x = s c + mn (c
+// INT4 K and V read in place (attend_tile_q4_positions: the AVX-512 set
+// with VBMI, else the AVX2 set's): the INT8 kernel's integer steps over the
+// 4-bit codes, each tile's rows unpacked once per call (AVX-512: keys into
+// key columns, values into value quads; AVX2: widened rows and row pairs),
+// with the groups' mins as float terms. With x = s c + mn (c
 // in [0, 15]) = s (c - 8) + mn', mn' = mn + 8 s:
 //   score = sum_b fma(float(sum_b) * qs_b, ks_g(b), .) (blocks in order, as
 //     attend_tile_q8), sum_b = -8 * sum(codes_b) + sum_d code_d * c_d
@@ -232,8 +233,7 @@ void set_q8_key_blocks_allowed(bool allowed);
 // give without a byte shuffle: the same products, so the same integers.
 // q4_tile_supported: INT4 keys and values in rows (no mins missing), key
 // and value groups multiples of kQ8Block, head_dim a multiple of 64 (at most
-// kQ8MaxHeadDim), and the CPU allows the value quads (q8_value_quads_active).
-// Other INT4 stores dequantize tiles.
+// kQ8MaxHeadDim). Other INT4 stores (and the scalar set) dequantize tiles.
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // Puts quantized query codes (n bytes, n % 8 == 0) in the nibble order
 // attend_tile_q4_positions takes: within each 8 dims, dims 0, 2, 4, 6, then
@@ -499,6 +499,9 @@ KvKernels kv_kernels_avx2();
 void attend_tile_q8_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
                          int head_dim, int lo, int hi, float* m, float* l, float* acc, float* scratch);
 void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* scratch);
+void attend_tile_q4_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* scratch);
 // The AVX2 set with affine_rows at 16 lanes and the attention tile steps

@@ -11,6 +11,7 @@
 #include "common/cpu/simd_avx2.h"
 #include "common/kv_codec/kv_kernels.h"
 #include "common/kv_codec/kv_quant.h"
+#include "common/util/cpu_features.h"
 #include "common/util/fp16.h"
 
 namespace baton::kv_kernels_impl {
@@ -2308,7 +2309,8 @@ KvKernels kv_kernels_avx512() {
   set.dequantize_head_rows = dequantize_head_rows_avx512;
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
-  set.attend_tile_q4_positions = attend_tile_q4_positions_avx512;
+  // INT4 in place needs VBMI (vpermi2b); without it the AVX2 set's kernel.
+  if (cpu_features().avx512vbmi) set.attend_tile_q4_positions = attend_tile_q4_positions_avx512;
   set.q8_spreads_prefetch = true;
   set.q8_reads_key_blocks = true;
   set.q8_reads_value_quads = true;

@@ -11,6 +11,11 @@
 // fma of the score, the weight code's products, the value fma), except the
 // weights exp(s - m') (a polynomial, exp256) and the sums of l (8 lanes, then
 // a fixed tree), as attend_tile_avx2.
+// INT4 K and V (attend_tile_q4_positions, kv_kernels.h): the same steps on
+// the codes - 8 (the keys in the query's nibble order), with the mins' terms:
+// each score then takes fma(mn'_g(b), qs_b * sum(codes_b), .) per block in
+// order, each head's acc[d] the sum over the rows of p_r mn'_r(g) (8 lanes,
+// then the tree of hsum256).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -68,6 +73,9 @@ struct Q8Tile {
   alignas(32) int16_t value_pairs[kTile * HeadDim];
   alignas(32) float key_scales[kGroups][kTile];    // [key group][row]
   alignas(32) float value_scales[kGroups][kTile];  // [value group][row]
+  // INT4 only: the groups' mins' (mn + 8 scale), [group][row].
+  alignas(32) float key_mins[kGroups][kTile];
+  alignas(32) float value_mins[kGroups][kTile];
 };
 
 // The f16 scales of 8 consecutive rows, 2 groups per row (head_dim 64 in
@@ -124,7 +132,58 @@ void value_pair(const uint8_t* a, const uint8_t* b, int16_t* out) {
   }
 }
 
+// INT4: 32 dims of a row (16 bytes at p) as their codes - 8, widened: the
+// keys in the query's nibble order (q4_query_order: per 8 dims the low
+// nibbles, then the high), out[0, 32).
+inline void widen_key_nibbles32(const uint8_t* p, int16_t* out) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), nibble = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(x, nibble), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
+  const __m128i eight = _mm_set1_epi8(8);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_unpacklo_epi32(lo, hi), eight)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out + 16),
+                     _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_unpackhi_epi32(lo, hi), eight)));
+}
+
+// INT4: rows a and b's value codes - 8 interleaved and widened, as
+// value_pair (dword d of out = (a[d], b[d]), dims in order).
 template <int HeadDim>
+void value_pair_nibbles(const uint8_t* a, const uint8_t* b, int16_t* out) {
+  const __m128i nibble = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  // 32 dims of a row in order, as two 16-dim halves of codes - 8.
+  auto dims = [&](const uint8_t* p, __m128i* d0, __m128i* d1) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i lo = _mm_and_si128(x, nibble), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
+    *d0 = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+    *d1 = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight);
+  };
+  for (int d = 0; d < HeadDim; d += 32) {
+    __m128i a0, a1, b0, b1;
+    dims(a + d / 2, &a0, &a1);
+    dims(b + d / 2, &b0, &b1);
+    __m256i* o = reinterpret_cast<__m256i*>(out + 2 * d);
+    _mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a0, b0)));
+    _mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a0, b0)));
+    _mm256_store_si256(o + 2, _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a1, b1)));
+    _mm256_store_si256(o + 3, _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a1, b1)));
+  }
+}
+
+// INT4: the mins' of rows [g0, g0 + 8) into out[g][g0..] (mins as the
+// scales, load_scales, then + 8 x the scales already in scales[g]).
+template <int HeadDim>
+void load_mins(const KvHeadRows& h, int64_t tile_row, int g0, int u_lo, int u_hi, const float (*scales)[kTile],
+               float (*out)[kTile]) {
+  KvHeadRows mins = h;
+  mins.scales = h.mins;
+  load_scales<HeadDim>(mins, tile_row, g0, u_lo, u_hi, out);
+  for (int g = 0; g < HeadDim / h.group; ++g) {
+    _mm256_store_ps(out[g] + g0, _mm256_fmadd_ps(_mm256_set1_ps(8.0f), _mm256_load_ps(scales[g] + g0),
+                                                 _mm256_load_ps(out[g] + g0)));
+  }
+}
+
+template <int HeadDim, bool kInt4 = false>
 void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, Q8Tile<HeadDim>* t) {
   t->g_lo = u_lo / 8 * 8;
   t->g_hi = (u_hi + 7) / 8 * 8;
@@ -133,6 +192,17 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
     const bool in = r >= u_lo && r < u_hi;
     const int64_t row = tile_row + r;
     const uint8_t* codes = k.codes + row * k.row_code_bytes;
+    if constexpr (kInt4) {
+      for (int d = 0; d < HeadDim; d += 32) {
+        if (in) {
+          widen_key_nibbles32(codes + d / 2, kr + d);
+        } else {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d), _mm256_setzero_si256());
+          _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d + 16), _mm256_setzero_si256());
+        }
+      }
+      continue;
+    }
     for (int d = 0; d < HeadDim; d += 16) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(kr + d), in ? widen16(codes + d) : _mm256_setzero_si256());
     }
@@ -140,18 +210,29 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
   for (int g0 = t->g_lo; g0 < t->g_hi; g0 += 8) {
     load_scales<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales);
     load_scales<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales);
+    if constexpr (kInt4) {
+      load_mins<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales, t->key_mins);
+      load_mins<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales, t->value_mins);
+    }
   }
   // Pairs with both rows in the union go by pointer steps; the ends clamp.
   const int64_t stride = v.row_code_bytes;
   const int p_in_lo = std::max((u_lo + 1) / 2, t->g_lo / 2), p_in_hi = std::max(u_hi / 2, p_in_lo);
+  auto pair = [](const uint8_t* a, const uint8_t* b, int16_t* out) {
+    if constexpr (kInt4) {
+      value_pair_nibbles<HeadDim>(a, b, out);
+    } else {
+      value_pair<HeadDim>(a, b, out);
+    }
+  };
   auto clamped_pair = [&](int p) {
     const int64_t r0 = tile_row + std::clamp(2 * p, u_lo, u_hi - 1), r1 = tile_row + std::clamp(2 * p + 1, u_lo, u_hi - 1);
-    value_pair<HeadDim>(v.codes + r0 * stride, v.codes + r1 * stride, t->value_pairs + p * 2 * HeadDim);
+    pair(v.codes + r0 * stride, v.codes + r1 * stride, t->value_pairs + p * 2 * HeadDim);
   };
   for (int p = t->g_lo / 2; p < p_in_lo; ++p) clamped_pair(p);
   const uint8_t* a = v.codes + (tile_row + 2 * p_in_lo) * stride;
   int16_t* out = t->value_pairs + p_in_lo * 2 * HeadDim;
-  for (int p = p_in_lo; p < p_in_hi; ++p, a += 2 * stride, out += 2 * HeadDim) value_pair<HeadDim>(a, a + stride, out);
+  for (int p = p_in_lo; p < p_in_hi; ++p, a += 2 * stride, out += 2 * HeadDim) pair(a, a + stride, out);
   for (int p = p_in_hi; p < t->g_hi / 2; ++p) clamped_pair(p);
 }
 
@@ -183,9 +264,11 @@ void position_scales(const Q8Tile<HeadDim>& t, int v_groups, int lo, int hi, Pos
 // (the scalar's), q_b . k_r the exact integer dot of block b. Lanes of rows
 // outside [lo, hi) hold finite values the caller masks. Returns the max over
 // [lo, hi).
-template <int HeadDim>
+// kInt4: then per block in order fma(key_mins, qm[b], .) (qm: qs_b x the
+// block's code sum).
+template <int HeadDim, bool kInt4 = false>
 float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs, int k_group, int lo, int hi,
-                  float* s) {
+                  float* s, const float* qm = nullptr) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
     __m256 dot = _mm256_setzero_ps();
@@ -196,6 +279,12 @@ float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs,
       const __m256i dots = block_dots8<HeadDim>(t.keys + g0 * HeadDim + b * kQ8Block, q0, q1);
       const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(qs[b]));
       dot = _mm256_fmadd_ps(sum, _mm256_load_ps(t.key_scales[b * kQ8Block / k_group] + g0), dot);
+    }
+    if constexpr (kInt4) {
+#pragma GCC unroll 8
+      for (int b = 0; b < HeadDim / kQ8Block; ++b) {
+        dot = _mm256_fmadd_ps(_mm256_load_ps(t.key_mins[b * kQ8Block / k_group] + g0), _mm256_set1_ps(qm[b]), dot);
+      }
     }
     _mm256_store_ps(s + g0, dot);
     vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, dot), rows_mask8(g0, lo, hi));
@@ -251,14 +340,19 @@ GroupMap group_map(int head_dim, int v_group) {
 // scores, the online-softmax step (m, l, the rescaled acc), the weight codes
 // and the value product. Reads only its own q, state and rows; each 8-row
 // step also issues its share of the call's prefetch (next).
-template <int HeadDim>
-void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int k_group, const GroupMap& map,
-               const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc, TilePrefetchSpread& next) {
+template <int HeadDim, bool kInt4 = false>
+void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, const int32_t* qb, int k_group,
+               const GroupMap& map, const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc,
+               TilePrefetchSpread& next) {
   constexpr int kGroups = HeadDim / kQ8Block;
   alignas(32) int16_t q16[HeadDim];
   for (int d = 0; d < HeadDim; d += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(q16 + d), widen16(qc + d));
   alignas(32) float s[kTile];
-  const float tile_max = head_scores(t, q16, qs, k_group, lo, hi, s);
+  float qm[kGroups] = {};  // INT4: qs_b x the block's code sum (bias_b / -128)
+  if constexpr (kInt4) {
+    for (int b = 0; b < kGroups; ++b) qm[b] = qs[b] * static_cast<float>(qb[b] / -128);
+  }
+  const float tile_max = head_scores<HeadDim, kInt4>(t, q16, qs, k_group, lo, hi, s, qm);
   const float m_new = std::max(*m, tile_max);
   // 0 for the empty state (m = -inf); exactly 1 when the max holds, the
   // common case: no exp call, no rescale (x * 1 == x).
@@ -271,11 +365,16 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
   alignas(32) int16_t wq[kGroups][kTile];
   const __m256 vm = _mm256_set1_ps(m_new), vc = _mm256_set1_ps(c);
   __m256 vsum = _mm256_setzero_ps();
+  __m256 msum[kInt4 ? kGroups : 1];  // INT4: sum_r p_r mn'_r(g), 8 lanes
+  for (__m256& x : msum) x = _mm256_setzero_ps();
   for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
     next.step();
     // Rows outside [lo, hi) weigh exactly 0, so their codes are 0.
     const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp256(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
     vsum = _mm256_add_ps(vsum, p);
+    if constexpr (kInt4) {
+      for (int g = 0; g < v_groups; ++g) msum[g] = _mm256_fmadd_ps(p, _mm256_load_ps(t.value_mins[g] + g0), msum[g]);
+    }
     const __m256 a = _mm256_mul_ps(p, vc);
     for (int g = 0; g < v_groups; ++g) {
       const __m256 u = _mm256_mul_ps(_mm256_load_ps(t.value_scales[g] + g0), _mm256_set1_ps(ps.ratio[g]));
@@ -304,16 +403,25 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, int 
       head_values<HeadDim, 4>(t, d0, p_lo, p_hi, block_w + b0, block_step + b0, acc);
     }
   }
+  if constexpr (kInt4) {
+    const int v_group = HeadDim / v_groups;
+    for (int g = 0; g < v_groups; ++g) {
+      const __m256 add = _mm256_set1_ps(hsum256(msum[g]));
+      for (int d = g * v_group; d < (g + 1) * v_group; d += 8) {
+        _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), add));
+      }
+    }
+  }
 }
 
-template <int NB>
+template <int NB, bool kInt4 = false>
 void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                        const TilePositions& pos, int n_q, float* m, float* l, float* acc) {
   constexpr int head_dim = NB * kQ8Block;
   int u_lo = kTile, u_hi = 0;
   for (int j = 0; j < pos.n; ++j) u_lo = std::min(u_lo, pos.lo[j]), u_hi = std::max(u_hi, pos.hi[j]);
   Q8Tile<head_dim> tile;
-  load_tile(k, v, tile_row, u_lo, u_hi, &tile);
+  load_tile<head_dim, kInt4>(k, v, tile_row, u_lo, u_hi, &tile);
   const GroupMap map = group_map(head_dim, v.group);
   PositionScales ps;
   // Over the 32 steps of a decode call (4 heads x 8 steps of 8 rows).
@@ -324,8 +432,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     if (lo != ps.lo || hi != ps.hi) position_scales(tile, map.v_groups, lo, hi, &ps);
     for (int i = 0; i < n_q; ++i) {
       const int64_t qh = j * pos.q_heads_stride + i, sh = j * pos.state_stride + i;
-      head_step(tile, q.codes + qh * head_dim, q.scales + qh * NB, k.group, map, ps, lo, hi, m + sh, l + sh,
-                acc + sh * head_dim, next);
+      head_step<head_dim, kInt4>(tile, q.codes + qh * head_dim, q.scales + qh * NB, q.bias + qh * NB, k.group, map,
+                                 ps, lo, hi, m + sh, l + sh, acc + sh * head_dim, next);
     }
   }
   next.finish();  // a call of fewer rows has fewer steps
@@ -345,6 +453,17 @@ void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int
     case 6: return q8_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc);
     case 7: return q8_tile_positions<7>(k, v, tile_row, q, pos, n_q, m, l, acc);
     default: return q8_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc);
+  }
+}
+
+void attend_tile_q4_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                                   const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
+                                   float* /*scratch*/) {
+  switch (head_dim / kQ8Block) {  // q4_tile_supported: head_dim a multiple of 64
+    case 2: return q8_tile_positions<2, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 4: return q8_tile_positions<4, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 6: return q8_tile_positions<6, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    default: return q8_tile_positions<8, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
   }
 }
 

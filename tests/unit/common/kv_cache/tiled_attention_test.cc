@@ -296,7 +296,7 @@ TEST_P(TiledAttentionQ8, QuantizedQueriesStayWithinTheBoundTheirQuantizationImpl
   const KvGeometry g = geometry();
   const int64_t context = 1000;
   const std::unique_ptr<KvCache> kv = make_store(context);
-  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V of this shape are dequantized here (no AVX-512 VBMI, or over 2 value groups): no quantized query";
+  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V are dequantized here (a set without attend_tile_q4_positions: no AVX2): no quantized query";
   std::mt19937 rng(12);
   const std::vector<float> q = random_rows(rng, 1, g.q_dim(), 2.0f);
   const int gqa = g.n_head / g.n_head_kv, blocks = g.head_dim / kv_kernels_impl::kQ8Block;
@@ -354,7 +354,7 @@ TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
   const KvGeometry g = geometry();
   const int64_t context = 1000;
   const std::unique_ptr<KvCache> kv = make_store(context);
-  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V of this shape are dequantized here (no AVX-512 VBMI, or over 2 value groups): no quantized query";
+  if (!quantizes_queries()) GTEST_SKIP() << "INT4 K and V are dequantized here (a set without attend_tile_q4_positions: no AVX2): no quantized query";
   double worst_err = 0, worst_ratio = 0, worst_codes = 0;
   for (const float sigma : {2.0f, 8.0f}) {
     std::mt19937 rng(13);

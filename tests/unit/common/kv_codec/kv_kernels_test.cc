@@ -866,6 +866,103 @@ std::vector<Case> in_place_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Stores, AttendTileInPlace, testing::ValuesIn(in_place_cases()), case_name);
 
+// INT4 K and V read in place (attend_tile_q4_positions), every set that has
+// it (AVX2; AVX-512 with VBMI): the query quantized by quantize_query_q8 and
+// handed over in nibble order (q4_query_order), two tiles stepped from a
+// window's edge (a part tile, then a whole one). Equal to a double-precision
+// softmax over the dequantized rows with that quantized query within 2e-5
+// of the output's magnitude plus the integer value product's bound (per
+// tile: max p_r x max vs_r x 0.51 / kQ8WeightMax x sum |c_r - 8|); a head's
+// result the same bits stepped with the others or alone.
+TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
+  std::vector<std::pair<std::string, KvKernels>> sets;
+  if (best_simd_level() >= SimdLevel::kAvx2) sets.emplace_back("avx2", kv_kernels_avx2());
+  if (kv_kernels().attend_tile_q4_positions != nullptr) sets.emplace_back("dispatched", kv_kernels());
+  if (sets.empty()) GTEST_SKIP() << "no AVX2: INT4 tiles are dequantized (no in-place kernel)";
+  for (const Case& c : {Case{4, 64, 32, 4, 200}, Case{4, 128, 32, 2, 256}, Case{4, 128, 64, 4, 150},
+                        Case{4, 256, 32, 2, 140}}) {
+    SCOPED_TRACE(case_name(testing::TestParamInfo<Case>(c, 0)));
+    std::mt19937 rng(static_cast<unsigned>(c.head_dim + c.group + c.n_ctx));
+    const Plane k = make_plane(c, rng), v = make_plane(c, rng);
+    ASSERT_TRUE(q4_tile_supported(k.head, v.head, c.head_dim));
+    const int blocks = c.head_dim / kQ8Block;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    std::vector<float> q(static_cast<size_t>(c.n_q * c.head_dim));
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<int8_t> codes(q.size());
+    std::vector<float> q_scales(static_cast<size_t>(c.n_q * blocks)), q_used(q.size());
+    std::vector<int32_t> q_bias(q_scales.size());
+    for (int h = 0; h < c.n_q; ++h) {
+      quantize_query_q8(q.data() + h * c.head_dim, c.head_dim, scale, codes.data() + h * c.head_dim,
+                        q_scales.data() + h * blocks, q_bias.data() + h * blocks);
+      for (int d = 0; d < c.head_dim; ++d) {
+        q_used[h * c.head_dim + d] = codes[h * c.head_dim + d] * q_scales[h * blocks + d / kQ8Block];
+      }
+    }
+    q4_query_order(codes.data(), static_cast<int64_t>(codes.size()));
+    const KvKernels scalar = kv_kernels_scalar();
+    std::vector<float> kf(static_cast<size_t>(c.n_ctx * c.head_dim)), vf(kf.size());
+    scalar.dequantize_head_rows(k.head, 0, c.n_ctx, c.head_dim, kf.data());
+    scalar.dequantize_head_rows(v.head, 0, c.n_ctx, c.head_dim, vf.data());
+    const int64_t first = 40;  // rows [first, n_ctx): the first tile in part
+    for (const auto& [name, kern] : sets) {
+      SCOPED_TRACE(name);
+      auto run = [&, &kernels = kern](int head0, int n_heads, float* out) {
+        std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
+        std::vector<float> scratch(static_cast<size_t>(attend_tile_q4_scratch_floats(n_heads, c.head_dim)), -5.0f);
+        for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
+          const int lo = static_cast<int>(std::max<int64_t>(first - t0, 0));
+          const int hi = static_cast<int>(std::min<int64_t>(c.n_ctx - t0, kAttentionTileRows));
+          const QueryQ8 qh{codes.data() + head0 * c.head_dim, q_scales.data() + head0 * blocks,
+                           q_bias.data() + head0 * blocks};
+          const TilePositions pos = tile_positions(1, 0, 0, &lo, &hi);
+          kernels.attend_tile_q4_positions(k.head, v.head, t0, qh, pos, n_heads, c.head_dim, m.data(), l.data(),
+                                           acc.data(), scratch.data());
+        }
+        for (int h = 0; h < n_heads; ++h) {
+          for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
+        }
+      };
+      std::vector<float> together(q.size()), alone(q.size());
+      run(0, c.n_q, together.data());
+      for (int h = 0; h < c.n_q; ++h) run(h, 1, alone.data() + h * c.head_dim);
+      ASSERT_EQ(std::memcmp(together.data(), alone.data(), sizeof(float) * q.size()), 0);
+      for (int h = 0; h < c.n_q; ++h) {
+        std::vector<double> e;
+        double max_s = -INFINITY, sum = 0;
+        for (int64_t j = first; j < c.n_ctx; ++j) {
+          double dot = 0;
+          for (int d = 0; d < c.head_dim; ++d) dot += double{q_used[h * c.head_dim + d]} * kf[j * c.head_dim + d];
+          e.push_back(dot);
+          max_s = std::max(max_s, dot);
+        }
+        for (double& x : e) sum += (x = std::exp(x - max_s));
+        for (int d = 0; d < c.head_dim; ++d) {
+          double want = 0, magnitude = 0, bound = 0;
+          for (int64_t j = first; j < c.n_ctx; ++j) {
+            const double p = e[static_cast<size_t>(j - first)] / sum;
+            want += p * vf[j * c.head_dim + d];
+            magnitude += p * std::fabs(vf[j * c.head_dim + d]);
+          }
+          const int g = d / c.group;
+          for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
+            double p_max = 0, vs_max = 0, reach = 0;
+            for (int64_t j = std::max(t0, first); j < std::min(c.n_ctx, t0 + kAttentionTileRows); ++j) {
+              p_max = std::max(p_max, e[static_cast<size_t>(j - first)] / sum);
+              vs_max = std::max(vs_max, double{fp16_to_fp32(v.head.scales[j * v.head.row_groups + g])});
+              const uint8_t byte = v.head.codes[j * v.head.row_code_bytes + d / 2];
+              reach += std::abs((d % 2 == 0 ? byte & 15 : byte >> 4) - 8);
+            }
+            bound += p_max * vs_max * 0.51 / kQ8WeightMax * reach;
+          }
+          ASSERT_NEAR(together[h * c.head_dim + d], want, 2e-5 * magnitude + 1e-6 + bound) << "head " << h << " d " << d;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace baton::kv_kernels_impl
 
