@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "common/util/cpu_features.h"
 #include "common/util/fp16.h"
@@ -265,7 +267,13 @@ namespace {
 std::atomic<bool> g_q8_amx_allowed{true};
 std::atomic<bool> g_q8_value_quads_allowed{true};
 std::atomic<bool> g_q8_key_blocks_allowed{true};
-std::atomic<bool> g_q4_in_place_allowed{true};
+// BATON_INT4_IN_PLACE=0 starts with it off (README, Build options: the
+// dequantizing path, for comparisons).
+bool int4_in_place_env() {
+  const char* env = std::getenv("BATON_INT4_IN_PLACE");
+  return env == nullptr || std::string_view(env) != "0";
+}
+std::atomic<bool> g_q4_in_place_allowed{int4_in_place_env()};
 }  // namespace
 
 bool q4_in_place_allowed() { return g_q4_in_place_allowed.load(std::memory_order_relaxed); }

@@ -240,7 +240,8 @@ bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // 1, 3, 5, 7 (a block's scale and bias stay: the order stays in its block).
 void q4_query_order(int8_t* codes, int64_t n);
 // Whether attention may take the in-place INT4 kernel where the set has it
-// (default: allowed; tests and benches compare it with the dequantizing path).
+// (default: allowed unless the environment has BATON_INT4_IN_PLACE=0; tests
+// and benches compare it with the dequantizing path).
 bool q4_in_place_allowed();
 void set_q4_in_place_allowed(bool allowed);
 // Scratch floats of attend_tile_q4_positions for n_q heads: attend_tile_q8's
