@@ -839,6 +839,19 @@ void position_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], int lo, int 
   }
 }
 
+// position_weight_scales of every position of a call (out[j]); rows [lo,
+// hi) of neighbouring positions are mostly the same (the whole tile).
+void positions_weight_scales(const __m512 (*vs)[kQ8MaxHeadDim / 32], const TilePositions& pos, int u_lo, int u_hi,
+                             int v_groups, PositionScales* out) {
+  for (int j = 0; j < pos.n; ++j) {
+    if (j > 0 && pos.lo[j] == pos.lo[j - 1] && pos.hi[j] == pos.hi[j - 1]) {
+      out[j] = out[j - 1];
+      continue;
+    }
+    position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &out[j]);
+  }
+}
+
 // The online-softmax step and the weight codes of heads [h0, h0 + nh) of a
 // call (nh <= 16; head h = j * n_q + i is position j's query head i, its
 // scores at s + h * kAttentionTileRows, its state at j * state_stride + i),
@@ -1727,15 +1740,8 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   for (int g0 = u_lo / 16 * 16; g0 < u_hi; g0 += 16) {
     block_scales16(vt, 0, BlockRows(g0, u_lo, u_hi), v_groups, vs[g0 / 16 - u_lo / 16]);
   }
-  // Rows [lo, hi) of neighbouring positions are mostly the same (the whole tile).
   PositionScales ps[kQ8MaxPositions];
-  for (int j = 0; j < pos.n; ++j) {
-    if (j > 0 && pos.lo[j] == pos.lo[j - 1] && pos.hi[j] == pos.hi[j - 1]) {
-      ps[j] = ps[j - 1];
-      continue;
-    }
-    position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
-  }
+  positions_weight_scales(vs, pos, u_lo, u_hi, v_groups, ps);
   alignas(64) __m512i vp[kAttentionTileRows / 2 * (head_dim / 16)];
   alignas(64) int8_t keys[kBlocks * head_dim / 4 * 64];       // AMX: the signed key columns
   alignas(64) int8_t quads[head_dim / 16 * (kAttentionTileRows / 4) * 64];  // AMX: the value quads
@@ -1956,13 +1962,7 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     for (int g = 0; g < v_groups; ++g) vmin[bi][g] = _mm512_fmadd_ps(eight, vs[bi][g], mn[g]);
   }
   PositionScales ps[kQ8MaxPositions];
-  for (int j = 0; j < pos.n; ++j) {
-    if (j > 0 && pos.lo[j] == pos.lo[j - 1] && pos.hi[j] == pos.hi[j - 1]) {
-      ps[j] = ps[j - 1];
-      continue;
-    }
-    position_weight_scales(vs, pos.lo[j], pos.hi[j], u_lo, u_hi, v_groups, &ps[j]);
-  }
+  positions_weight_scales(vs, pos, u_lo, u_hi, v_groups, ps);
   alignas(64) uint8_t quads[kAttentionTileRows * head_dim];
   q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
   KvHeadRows vq = vt;

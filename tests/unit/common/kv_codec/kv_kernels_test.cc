@@ -77,6 +77,13 @@ Plane make_plane(const Case& c, std::mt19937& rng) {
   return p;
 }
 
+// Each head's output acc / l (heads of head_dim, as many as l holds) into out.
+void write_normalized(const std::vector<float>& acc, const std::vector<float>& l, int head_dim, float* out) {
+  for (size_t h = 0; h < l.size(); ++h) {
+    for (int d = 0; d < head_dim; ++d) out[h * head_dim + d] = acc[h * head_dim + d] / l[h];
+  }
+}
+
 // The query positions of an attend_tile_q8_positions call: n positions,
 // their query heads q_stride apart, their states s_stride apart, rows [lo[j], hi[j]).
 TilePositions tile_positions(int n, int64_t q_stride, int64_t s_stride, const int* lo, const int* hi) {
@@ -255,9 +262,7 @@ TEST_P(AttendTile, DequantizedRowsAndTileStepsMatchTheReferenceInEverySet) {
                             q.data() + head0 * c.head_dim, n_heads, c.head_dim, scale, lo, hi, m.data(), l.data(),
                             acc.data(), scratch.data());
       }
-      for (int h = 0; h < n_heads; ++h) {
-        for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
-      }
+      write_normalized(acc, l, c.head_dim, out);
     };
     std::vector<float> together(q.size()), alone(q.size());
     run(0, c.n_q, together.data());
@@ -397,9 +402,7 @@ TEST_P(AttendTileInPlace, MatchesTheReferenceAndIsTheSameBitsForEachHeadAlone) {
                                   hi, m.data(), l.data(), acc.data(), scratch.data(), next);
         }
       }
-      for (int h = 0; h < n_heads; ++h) {
-        for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
-      }
+      write_normalized(acc, l, c.head_dim, out);
     };
     std::vector<float> together(q.size()), alone(q.size());
     run(0, c.n_q, true, together.data(), /*prefetch=*/true);
@@ -920,9 +923,7 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
           kernels.attend_tile_q4_positions(k.head, v.head, t0, qh, pos, n_heads, c.head_dim, m.data(), l.data(),
                                            acc.data(), scratch.data());
         }
-        for (int h = 0; h < n_heads; ++h) {
-          for (int d = 0; d < c.head_dim; ++d) out[h * c.head_dim + d] = acc[h * c.head_dim + d] / l[h];
-        }
+        write_normalized(acc, l, c.head_dim, out);
       };
       std::vector<float> together(q.size()), alone(q.size());
       run(0, c.n_q, together.data());
