@@ -290,7 +290,7 @@ void q4_query_order(int8_t* codes, int64_t n) {
 
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
   return k.bits == 4 && v.bits == 4 && k.mins != nullptr && v.mins != nullptr && k.scales != nullptr &&
-         v.scales != nullptr && !k.key_blocks && !v.value_quads && head_dim % 64 == 0 && head_dim <= kQ8MaxHeadDim &&
+         v.scales != nullptr && !k.key_blocks && !v.value_quads && head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim &&
          k.group > 0 && k.group % kQ8Block == 0 && head_dim % k.group == 0 && v.group > 0 && v.group % kQ8Block == 0 &&
          head_dim % v.group == 0;
 }

@@ -2018,7 +2018,10 @@ void attend_tile_q4_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, i
     case 2: return q4_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 4: return q4_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 6: return q4_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
-    default: return q4_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 8: return q4_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    // An odd number of 32-dim blocks (head_dim 96: Phi-3): the unpacking
+    // here goes 64 dims at a time; the AVX2 kernel's (32 at a time) runs.
+    default: return attend_tile_q4_positions_avx2(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc, scratch);
   }
 }
 

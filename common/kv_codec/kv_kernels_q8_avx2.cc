@@ -459,10 +459,14 @@ void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int
 void attend_tile_q4_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* /*scratch*/) {
-  switch (head_dim / kQ8Block) {  // q4_tile_supported: head_dim a multiple of 64
+  switch (head_dim / kQ8Block) {
+    case 1: return q8_tile_positions<1, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
     case 2: return q8_tile_positions<2, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 3: return q8_tile_positions<3, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
     case 4: return q8_tile_positions<4, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 5: return q8_tile_positions<5, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
     case 6: return q8_tile_positions<6, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 7: return q8_tile_positions<7, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
     default: return q8_tile_positions<8, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
   }
 }

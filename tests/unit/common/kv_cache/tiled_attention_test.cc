@@ -428,10 +428,11 @@ std::vector<AttentionCase> all_cases() {
       for (int head_dim : {64, 128}) cases.push_back(AttentionCase{store, gqa, head_dim});
     }
   }
-  // The in-place INT4 kernel's other head sizes (8 and 6 blocks of 32: 8 and
-  // 3 value groups).
+  // The in-place INT4 kernel's other head sizes (8, 6 and 3 blocks of 32: 8,
+  // 3 and 3 value groups).
   cases.push_back(AttentionCase{"int4-g32", 2, 256});
   cases.push_back(AttentionCase{"int4-g64", 4, 192});
+  cases.push_back(AttentionCase{"int4-g32", 4, 96});  // Phi-3's head: 3 blocks (the AVX2 kernel on AVX-512)
   return cases;
 }
 

@@ -883,7 +883,7 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
   if (kv_kernels().attend_tile_q4_positions != nullptr) sets.emplace_back("dispatched", kv_kernels());
   if (sets.empty()) GTEST_SKIP() << "no AVX2: INT4 tiles are dequantized (no in-place kernel)";
   for (const Case& c : {Case{4, 64, 32, 4, 200}, Case{4, 128, 32, 2, 256}, Case{4, 128, 64, 4, 150},
-                        Case{4, 256, 32, 2, 140}}) {
+                        Case{4, 256, 32, 2, 140}, Case{4, 96, 32, 4, 180}}) {
     SCOPED_TRACE(case_name(testing::TestParamInfo<Case>(c, 0)));
     std::mt19937 rng(static_cast<unsigned>(c.head_dim + c.group + c.n_ctx));
     const Plane k = make_plane(c, rng), v = make_plane(c, rng);
