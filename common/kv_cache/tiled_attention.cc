@@ -124,7 +124,7 @@ class LayerAttention {
         pos_(pos),
         q_(q),
         q8_(q8),
-        q4_(q8.codes != nullptr && rows.k.bits == 4),
+        q4_(q8.codes != nullptr && rows.v.bits == 4),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
         key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
         value_quads_in_place_(q8.codes != nullptr && kern_.q8_reads_value_quads &&
@@ -522,7 +522,8 @@ class LayerAttention {
   const int64_t pos_;
   const float* q_;
   const QueriesQ8 q8_;
-  // INT4 K and V in place (attend_tile_q4_positions) on the quantized queries.
+  // INT4 values (and INT4 or INT8 keys) in place (attend_tile_q4_positions)
+  // on the quantized queries.
   const bool q4_;
   const bool f16_rows_;
   // The INT8 kernel reads keys in key column blocks in place; else a tile's
@@ -708,7 +709,8 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
                        kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim);
   const bool q4_rows = kern.attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
                        kv_kernels_impl::q4_tile_supported(rows.k, rows.v, geometry.head_dim);
-  const QueriesQ8 q8 = q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q, q4_rows) : QueriesQ8{};
+  const QueriesQ8 q8 =
+      q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q, q4_rows && rows.k.bits == 4) : QueriesQ8{};
   const LayerAttention a(geometry, window, scale, rows, pos, q, q8, n);
   BATON_CHECK(a.first_key(0) >= rows.first_position, "the rows do not hold the keys of the queries");
   if (n <= kSplitMaxQueries) {

@@ -289,10 +289,16 @@ void q4_query_order(int8_t* codes, int64_t n) {
 }
 
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
-  return k.bits == 4 && v.bits == 4 && k.mins != nullptr && v.mins != nullptr && k.scales != nullptr &&
-         v.scales != nullptr && !k.key_blocks && !v.value_quads && head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim &&
-         k.group > 0 && k.group % kQ8Block == 0 && head_dim % k.group == 0 && v.group > 0 && v.group % kQ8Block == 0 &&
-         head_dim % v.group == 0;
+  // Keys INT4 in rows, or INT8 (int4-k8; in rows or key column blocks, as
+  // the INT8 kernels take them); values INT4 in rows.
+  // (INT8 keys in key column blocks only where the AVX-512 kernel takes the
+  // head whole, head_dim a multiple of 64: it hands the others to the AVX2
+  // kernel, which reads rows.)
+  const bool keys = k.bits == 4 ? k.mins != nullptr && !k.key_blocks
+                                : k.bits == 8 && (!k.key_blocks || head_dim % 64 == 0);
+  return keys && v.bits == 4 && v.mins != nullptr && k.scales != nullptr && v.scales != nullptr && !v.value_quads &&
+         head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim && k.group > 0 && k.group % kQ8Block == 0 &&
+         head_dim % k.group == 0 && v.group > 0 && v.group % kQ8Block == 0 && head_dim % v.group == 0;
 }
 
 bool q8_amx_active() { return g_q8_amx_allowed.load(std::memory_order_relaxed) && amx_int8_usable(); }

@@ -231,11 +231,11 @@ void set_q8_key_blocks_allowed(bool allowed);
 //     value group acc[d] += sum_r p_r mn'_r(g) (the float weights).
 // The query codes go in nibble order (q4_query_order), what the keys' nibbles
 // give without a byte shuffle: the same products, so the same integers.
-// q4_tile_supported: INT4 keys and values in rows (no mins missing), key
-// and value groups multiples of kQ8Block, head_dim a multiple of kQ8Block (at
+// q4_tile_supported: INT4 values in rows (no mins missing), INT4 keys in
+// rows or INT8 keys (int4-k8: the INT8 kernel's keys, bias and scores, no
+// mins' term), key and value groups multiples of kQ8Block, head_dim a multiple of kQ8Block (at
 // most kQ8MaxHeadDim; the AVX-512 kernel takes multiples of 64 and hands the
-// others, head_dim 96 say, to the AVX2 one). Other INT4 stores (int4-k8, the
-// scalar set) dequantize tiles.
+// others, head_dim 96 say, to the AVX2 one). The scalar set dequantizes.
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // Puts quantized query codes (n bytes, n % 8 == 0) in the nibble order
 // attend_tile_q4_positions takes: within each 8 dims, dims 0, 2, 4, 6, then

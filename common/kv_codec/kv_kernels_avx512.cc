@@ -1911,7 +1911,9 @@ inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int 
 // tile's 4-bit keys made into key columns and its values into value quads
 // once for the call, then q8_tile_positions' steps on them (the value-quad
 // path), with the mins' terms (kv_kernels.h).
-template <int NB>
+// kKeys4 false: int4-k8 (INT8 keys, as q8_tile_positions reads them: key
+// column blocks in place, else rows made into columns; INT4 values).
+template <int NB, bool kKeys4 = true>
 void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                        const TilePositions& pos, int n_q, float* m, float* l, float* acc, float* scratch) {
   constexpr int head_dim = NB * kQ8Block, kBlocks = kAttentionTileRows / 16;
@@ -1931,20 +1933,26 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // Keys: columns, group scales and mins' = mins + 8 scales per union block.
   alignas(64) __m512i cols[kBlocks * head_dim / 4];
   __m512 ks[kBlocks * NB], kmin[kBlocks * NB];
-  KvHeadRows k_mins = k;
-  k_mins.scales = k.mins;
+  const __m512i* key_cols = cols;
   const __m512 eight = _mm512_set1_ps(8.0f);
-  for (int bi = 0; bi < n_blocks; ++bi) {
-    const BlockRows rows(16 * (first + bi), u_lo, u_hi);
-    for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
-    q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
-    __m512 sc[NB] = {}, mn[NB] = {};
-    block_scales16(k, tile_row, rows, k_groups, sc);
-    block_scales16(k_mins, tile_row, rows, k_groups, mn);
-    for (int g = 0; g < k_groups; ++g) {
-      ks[bi * NB + g] = sc[g];
-      kmin[bi * NB + g] = _mm512_fmadd_ps(eight, sc[g], mn[g]);
+  if constexpr (kKeys4) {
+    KvHeadRows k_mins = k;
+    k_mins.scales = k.mins;
+    for (int bi = 0; bi < n_blocks; ++bi) {
+      const BlockRows rows(16 * (first + bi), u_lo, u_hi);
+      for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
+      q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+      __m512 sc[NB] = {}, mn[NB] = {};
+      block_scales16(k, tile_row, rows, k_groups, sc);
+      block_scales16(k_mins, tile_row, rows, k_groups, mn);
+      for (int g = 0; g < k_groups; ++g) {
+        ks[bi * NB + g] = sc[g];
+        kmin[bi * NB + g] = _mm512_fmadd_ps(eight, sc[g], mn[g]);
+      }
     }
+  } else {
+    q8_key_columns<NB>(k, tile_row, u_lo, u_hi, cols, ks, next);
+    if (k.key_blocks) key_cols = reinterpret_cast<const __m512i*>(k.codes + (tile_row + u_lo / 16 * 16) * head_dim);
   }
   // Values: the quads of the union, group scales and mins' per union block.
   KvHeadRows vt = v;
@@ -1973,7 +1981,8 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     // (The keys' mins' terms inside: q8_scores, kBiasShift 4.)
-    q8_head_scores<NB, 4>(cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next, kmin);
+    q8_head_scores<NB, kKeys4 ? 4 : 0>(key_cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next,
+                                       kKeys4 ? kmin : nullptr);
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
     auto softmax = [&]<bool kFull, int VG>() {
@@ -2014,6 +2023,15 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
 void attend_tile_q4_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                      const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                      float* scratch) {
+  if (k.bits == 8) {  // int4-k8
+    switch (head_dim / kQ8Block) {
+      case 2: return q4_tile_positions<2, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+      case 4: return q4_tile_positions<4, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+      case 6: return q4_tile_positions<6, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+      case 8: return q4_tile_positions<8, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+      default: return attend_tile_q4_positions_avx2(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc, scratch);
+    }
+  }
   switch (head_dim / kQ8Block) {
     case 2: return q4_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 4: return q4_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);

@@ -35,6 +35,10 @@ using simd_avx2::rows_mask8;
 
 constexpr int kTile = kAttentionTileRows;
 
+// Which planes of a tile hold INT4 codes (attend_tile_q4_positions): none
+// (INT8 K and V), the values only (int4-k8: INT8 keys), or both.
+constexpr int kNoInt4 = 0, kInt4Values = 1, kInt4KeysValues = 2;
+
 // Lane r of the result = the exact int32 dot of the 32 widened codes at
 // k + r * HeadDim with q (q0: its first 16, q1: the next 16), r < 8. Each
 // pair of rows is folded (hadd) as soon as both are done, so a few vectors
@@ -183,7 +187,8 @@ void load_mins(const KvHeadRows& h, int64_t tile_row, int g0, int u_lo, int u_hi
   }
 }
 
-template <int HeadDim, bool kInt4 = false>
+// kInt4: which planes hold INT4 codes (Int4Planes).
+template <int HeadDim, int kInt4 = kNoInt4>
 void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, Q8Tile<HeadDim>* t) {
   t->g_lo = u_lo / 8 * 8;
   t->g_hi = (u_hi + 7) / 8 * 8;
@@ -192,7 +197,7 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
     const bool in = r >= u_lo && r < u_hi;
     const int64_t row = tile_row + r;
     const uint8_t* codes = k.codes + row * k.row_code_bytes;
-    if constexpr (kInt4) {
+    if constexpr (kInt4 == kInt4KeysValues) {
       for (int d = 0; d < HeadDim; d += 32) {
         if (in) {
           widen_key_nibbles32(codes + d / 2, kr + d);
@@ -210,16 +215,14 @@ void load_tile(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, int u
   for (int g0 = t->g_lo; g0 < t->g_hi; g0 += 8) {
     load_scales<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales);
     load_scales<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales);
-    if constexpr (kInt4) {
-      load_mins<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales, t->key_mins);
-      load_mins<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales, t->value_mins);
-    }
+    if constexpr (kInt4 == kInt4KeysValues) load_mins<HeadDim>(k, tile_row, g0, u_lo, u_hi, t->key_scales, t->key_mins);
+    if constexpr (kInt4 != kNoInt4) load_mins<HeadDim>(v, tile_row, g0, u_lo, u_hi, t->value_scales, t->value_mins);
   }
   // Pairs with both rows in the union go by pointer steps; the ends clamp.
   const int64_t stride = v.row_code_bytes;
   const int p_in_lo = std::max((u_lo + 1) / 2, t->g_lo / 2), p_in_hi = std::max(u_hi / 2, p_in_lo);
   auto pair = [](const uint8_t* a, const uint8_t* b, int16_t* out) {
-    if constexpr (kInt4) {
+    if constexpr (kInt4 != kNoInt4) {
       value_pair_nibbles<HeadDim>(a, b, out);
     } else {
       value_pair<HeadDim>(a, b, out);
@@ -264,9 +267,9 @@ void position_scales(const Q8Tile<HeadDim>& t, int v_groups, int lo, int hi, Pos
 // (the scalar's), q_b . k_r the exact integer dot of block b. Lanes of rows
 // outside [lo, hi) hold finite values the caller masks. Returns the max over
 // [lo, hi).
-// kInt4: then per block in order fma(key_mins, qm[b], .) (qm: qs_b x the
-// block's code sum).
-template <int HeadDim, bool kInt4 = false>
+// kInt4Keys: then per block in order fma(key_mins, qm[b], .) (qm: qs_b x
+// the block's code sum).
+template <int HeadDim, bool kInt4Keys = false>
 float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs, int k_group, int lo, int hi,
                   float* s, const float* qm = nullptr) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
@@ -280,7 +283,7 @@ float head_scores(const Q8Tile<HeadDim>& t, const int16_t* q16, const float* qs,
       const __m256 sum = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(qs[b]));
       dot = _mm256_fmadd_ps(sum, _mm256_load_ps(t.key_scales[b * kQ8Block / k_group] + g0), dot);
     }
-    if constexpr (kInt4) {
+    if constexpr (kInt4Keys) {
 #pragma GCC unroll 8
       for (int b = 0; b < HeadDim / kQ8Block; ++b) {
         dot = _mm256_fmadd_ps(_mm256_load_ps(t.key_mins[b * kQ8Block / k_group] + g0), _mm256_set1_ps(qm[b]), dot);
@@ -340,7 +343,7 @@ GroupMap group_map(int head_dim, int v_group) {
 // scores, the online-softmax step (m, l, the rescaled acc), the weight codes
 // and the value product. Reads only its own q, state and rows; each 8-row
 // step also issues its share of the call's prefetch (next).
-template <int HeadDim, bool kInt4 = false>
+template <int HeadDim, int kInt4 = kNoInt4>
 void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, const int32_t* qb, int k_group,
                const GroupMap& map, const PositionScales& ps, int lo, int hi, float* m, float* l, float* acc,
                TilePrefetchSpread& next) {
@@ -348,11 +351,11 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, cons
   alignas(32) int16_t q16[HeadDim];
   for (int d = 0; d < HeadDim; d += 16) _mm256_store_si256(reinterpret_cast<__m256i*>(q16 + d), widen16(qc + d));
   alignas(32) float s[kTile];
-  float qm[kGroups] = {};  // INT4: qs_b x the block's code sum (bias_b / -128)
-  if constexpr (kInt4) {
+  float qm[kGroups] = {};  // INT4 keys: qs_b x the block's code sum (bias_b / -128)
+  if constexpr (kInt4 == kInt4KeysValues) {
     for (int b = 0; b < kGroups; ++b) qm[b] = qs[b] * static_cast<float>(qb[b] / -128);
   }
-  const float tile_max = head_scores<HeadDim, kInt4>(t, q16, qs, k_group, lo, hi, s, qm);
+  const float tile_max = head_scores<HeadDim, kInt4 == kInt4KeysValues>(t, q16, qs, k_group, lo, hi, s, qm);
   const float m_new = std::max(*m, tile_max);
   // 0 for the empty state (m = -inf); exactly 1 when the max holds, the
   // common case: no exp call, no rescale (x * 1 == x).
@@ -365,14 +368,14 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, cons
   alignas(32) int16_t wq[kGroups][kTile];
   const __m256 vm = _mm256_set1_ps(m_new), vc = _mm256_set1_ps(c);
   __m256 vsum = _mm256_setzero_ps();
-  __m256 msum[kInt4 ? kGroups : 1];  // INT4: sum_r p_r mn'_r(g), 8 lanes
+  __m256 msum[kInt4 != kNoInt4 ? kGroups : 1];  // INT4 values: sum_r p_r mn'_r(g), 8 lanes
   for (__m256& x : msum) x = _mm256_setzero_ps();
   for (int g0 = lo / 8 * 8; g0 < hi; g0 += 8) {
     next.step();
     // Rows outside [lo, hi) weigh exactly 0, so their codes are 0.
     const __m256 p = _mm256_and_ps(rows_mask8(g0, lo, hi), exp256(_mm256_sub_ps(_mm256_load_ps(s + g0), vm)));
     vsum = _mm256_add_ps(vsum, p);
-    if constexpr (kInt4) {
+    if constexpr (kInt4 != kNoInt4) {
       for (int g = 0; g < v_groups; ++g) msum[g] = _mm256_fmadd_ps(p, _mm256_load_ps(t.value_mins[g] + g0), msum[g]);
     }
     const __m256 a = _mm256_mul_ps(p, vc);
@@ -403,7 +406,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, cons
       head_values<HeadDim, 4>(t, d0, p_lo, p_hi, block_w + b0, block_step + b0, acc);
     }
   }
-  if constexpr (kInt4) {
+  if constexpr (kInt4 != kNoInt4) {
     const int v_group = HeadDim / v_groups;
     for (int g = 0; g < v_groups; ++g) {
       const __m256 add = _mm256_set1_ps(hsum256(msum[g]));
@@ -414,7 +417,7 @@ void head_step(const Q8Tile<HeadDim>& t, const int8_t* qc, const float* qs, cons
   }
 }
 
-template <int NB, bool kInt4 = false>
+template <int NB, int kInt4 = kNoInt4>
 void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                        const TilePositions& pos, int n_q, float* m, float* l, float* acc) {
   constexpr int head_dim = NB * kQ8Block;
@@ -459,15 +462,27 @@ void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int
 void attend_tile_q4_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* /*scratch*/) {
+  if (k.bits == 8) {  // int4-k8: INT8 keys (in rows here), INT4 values
+    switch (head_dim / kQ8Block) {
+      case 1: return q8_tile_positions<1, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 2: return q8_tile_positions<2, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 3: return q8_tile_positions<3, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 4: return q8_tile_positions<4, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 5: return q8_tile_positions<5, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 6: return q8_tile_positions<6, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      case 7: return q8_tile_positions<7, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+      default: return q8_tile_positions<8, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    }
+  }
   switch (head_dim / kQ8Block) {
-    case 1: return q8_tile_positions<1, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 2: return q8_tile_positions<2, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 3: return q8_tile_positions<3, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 4: return q8_tile_positions<4, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 5: return q8_tile_positions<5, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 6: return q8_tile_positions<6, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 7: return q8_tile_positions<7, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    default: return q8_tile_positions<8, true>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 1: return q8_tile_positions<1, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 2: return q8_tile_positions<2, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 3: return q8_tile_positions<3, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 4: return q8_tile_positions<4, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 5: return q8_tile_positions<5, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 6: return q8_tile_positions<6, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 7: return q8_tile_positions<7, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    default: return q8_tile_positions<8, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
   }
 }
 

@@ -438,13 +438,13 @@ std::vector<AttentionCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Stores, TiledAttention, ::testing::ValuesIn(all_cases()), case_name);
 
-// The stores whose keys and values are INT8 (attend_tile_q8) or INT4 in
-// rows (attend_tile_q4_positions where the set has it; the tests skip
-// where it does not or the shape does not fit it).
+// The stores whose keys and values are INT8 (attend_tile_q8) or whose values
+// are INT4 (attend_tile_q4_positions, INT4 or INT8 keys, where the set has
+// it; the tests skip where it does not).
 std::vector<AttentionCase> q8_cases() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : all_cases()) {
-    if (c.store.rfind("int8", 0) == 0 || (c.store.rfind("int4-g", 0) == 0)) cases.push_back(c);
+    if (c.store.rfind("int8", 0) == 0 || c.store.rfind("int4", 0) == 0) cases.push_back(c);
   }
   return cases;
 }

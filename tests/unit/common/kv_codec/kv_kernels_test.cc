@@ -883,10 +883,13 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
   if (kv_kernels().attend_tile_q4_positions != nullptr) sets.emplace_back("dispatched", kv_kernels());
   if (sets.empty()) GTEST_SKIP() << "no AVX2: INT4 tiles are dequantized (no in-place kernel)";
   for (const Case& c : {Case{4, 64, 32, 4, 200}, Case{4, 128, 32, 2, 256}, Case{4, 128, 64, 4, 150},
-                        Case{4, 256, 32, 2, 140}, Case{4, 96, 32, 4, 180}}) {
-    SCOPED_TRACE(case_name(testing::TestParamInfo<Case>(c, 0)));
+                        Case{4, 256, 32, 2, 140}, Case{4, 96, 32, 4, 180}})
+  for (const bool k8 : {false, true}) {  // k8: INT8 keys in rows (int4-k8)
+    SCOPED_TRACE(case_name(testing::TestParamInfo<Case>(c, 0)) + (k8 ? " int8 keys" : ""));
     std::mt19937 rng(static_cast<unsigned>(c.head_dim + c.group + c.n_ctx));
-    const Plane k = make_plane(c, rng), v = make_plane(c, rng);
+    Case key_case = c;
+    if (k8) key_case.bits = 8;
+    const Plane k = make_plane(key_case, rng), v = make_plane(c, rng);
     ASSERT_TRUE(q4_tile_supported(k.head, v.head, c.head_dim));
     const int blocks = c.head_dim / kQ8Block;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -903,7 +906,7 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
         q_used[h * c.head_dim + d] = codes[h * c.head_dim + d] * q_scales[h * blocks + d / kQ8Block];
       }
     }
-    q4_query_order(codes.data(), static_cast<int64_t>(codes.size()));
+    if (!k8) q4_query_order(codes.data(), static_cast<int64_t>(codes.size()));
     const KvKernels scalar = kv_kernels_scalar();
     std::vector<float> kf(static_cast<size_t>(c.n_ctx * c.head_dim)), vf(kf.size());
     scalar.dequantize_head_rows(k.head, 0, c.n_ctx, c.head_dim, kf.data());
@@ -911,7 +914,8 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
     const int64_t first = 40;  // rows [first, n_ctx): the first tile in part
     for (const auto& [name, kern] : sets) {
       SCOPED_TRACE(name);
-      auto run = [&, &kernels = kern](int head0, int n_heads, float* out) {
+      auto run = [&, &kernels = kern](int head0, int n_heads, float* out, const KvHeadRows* keys = nullptr) {
+        const KvHeadRows& k_rows = keys != nullptr ? *keys : k.head;
         std::vector<float> m(n_heads, -INFINITY), l(n_heads, 0.0f), acc(static_cast<size_t>(n_heads * c.head_dim));
         std::vector<float> scratch(static_cast<size_t>(attend_tile_q4_scratch_floats(n_heads, c.head_dim)), -5.0f);
         for (int64_t t0 = 0; t0 < c.n_ctx; t0 += kAttentionTileRows) {
@@ -920,7 +924,7 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
           const QueryQ8 qh{codes.data() + head0 * c.head_dim, q_scales.data() + head0 * blocks,
                            q_bias.data() + head0 * blocks};
           const TilePositions pos = tile_positions(1, 0, 0, &lo, &hi);
-          kernels.attend_tile_q4_positions(k.head, v.head, t0, qh, pos, n_heads, c.head_dim, m.data(), l.data(),
+          kernels.attend_tile_q4_positions(k_rows, v.head, t0, qh, pos, n_heads, c.head_dim, m.data(), l.data(),
                                            acc.data(), scratch.data());
         }
         write_normalized(acc, l, c.head_dim, out);
@@ -929,6 +933,25 @@ TEST(AttendTileQ4, EverySetMatchesTheReferenceWithinItsBounds) {
       run(0, c.n_q, together.data());
       for (int h = 0; h < c.n_q; ++h) run(h, 1, alone.data() + h * c.head_dim);
       ASSERT_EQ(std::memcmp(together.data(), alone.data(), sizeof(float) * q.size()), 0);
+      if (k8 && kern.q8_reads_key_blocks && q8_key_blocks_active() && c.head_dim % 64 == 0) {
+        // INT8 keys in key column blocks (the store's layout where the set
+        // reads them, a whole number of blocks): the rows' bits.
+        const int64_t rows = (c.n_ctx + kKeyBlockRows - 1) / kKeyBlockRows * kKeyBlockRows;
+        struct alignas(64) Line {  // the kernel loads whole aligned vectors, as from the store's planes
+          uint8_t bytes[64];
+        };
+        std::vector<Line> key_columns(static_cast<size_t>(rows * c.head_dim / 64));
+        auto* columns = reinterpret_cast<uint8_t*>(key_columns.data());
+        key_blocks_from_rows(reinterpret_cast<const int8_t*>(k.head.codes), k.head.row_code_bytes, 0, c.n_ctx,
+                             c.head_dim, columns);
+        KvHeadRows blocked = k.head;
+        blocked.codes = columns;
+        blocked.row_code_bytes = c.head_dim;
+        blocked.key_blocks = true;
+        std::vector<float> from_blocks(q.size());
+        run(0, c.n_q, from_blocks.data(), &blocked);
+        ASSERT_EQ(std::memcmp(together.data(), from_blocks.data(), sizeof(float) * q.size()), 0) << "key blocks";
+      }
       for (int h = 0; h < c.n_q; ++h) {
         std::vector<double> e;
         double max_s = -INFINITY, sum = 0;
