@@ -702,8 +702,9 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   BATON_CHECK(geometry.n_head_kv > 0 && geometry.n_head % geometry.n_head_kv == 0);
   BATON_CHECK(rows.k.bits != 32 || rows.first_position == 0, "F32 rows start at position 0");
   // INT8 K and V in place where the kernel set has it (AVX-512, AVX2 and
-  // the scalar reference level), INT4 where it has attend_tile_q4_positions
-  // (AVX-512 with VBMI), with the queries quantized once per call.
+  // the scalar reference level), INT4 values (INT4 or INT8 keys) where it
+  // has attend_tile_q4_positions (AVX-512, AVX2), with the queries quantized
+  // once per call (INT4 keys: in nibble order).
   const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
   const bool q8_rows = kern.attend_tile_q8_positions != nullptr &&
                        kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim);
