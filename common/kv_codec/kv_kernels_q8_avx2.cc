@@ -442,48 +442,36 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   next.finish();  // a call of fewer rows has fewer steps
 }
 
+// q8_tile_positions for head_dim = NB * kQ8Block, NB from head_dim.
+template <int kInt4>
+void tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
+                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc) {
+  switch (head_dim / kQ8Block) {
+    case 1: return q8_tile_positions<1, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 2: return q8_tile_positions<2, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 3: return q8_tile_positions<3, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 4: return q8_tile_positions<4, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 5: return q8_tile_positions<5, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 6: return q8_tile_positions<6, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    case 7: return q8_tile_positions<7, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+    default: return q8_tile_positions<8, kInt4>(k, v, tile_row, q, pos, n_q, m, l, acc);
+  }
+}
+
 }  // namespace
 
 void attend_tile_q8_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* /*scratch*/) {
-  switch (head_dim / kQ8Block) {
-    case 1: return q8_tile_positions<1>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 2: return q8_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 3: return q8_tile_positions<3>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 4: return q8_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 5: return q8_tile_positions<5>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 6: return q8_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 7: return q8_tile_positions<7>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    default: return q8_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc);
-  }
+  tile_positions<kNoInt4>(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc);
 }
 
 void attend_tile_q4_positions_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* /*scratch*/) {
-  if (k.bits == 8) {  // int4-k8: INT8 keys (in rows here), INT4 values
-    switch (head_dim / kQ8Block) {
-      case 1: return q8_tile_positions<1, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 2: return q8_tile_positions<2, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 3: return q8_tile_positions<3, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 4: return q8_tile_positions<4, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 5: return q8_tile_positions<5, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 6: return q8_tile_positions<6, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      case 7: return q8_tile_positions<7, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-      default: return q8_tile_positions<8, kInt4Values>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    }
-  }
-  switch (head_dim / kQ8Block) {
-    case 1: return q8_tile_positions<1, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 2: return q8_tile_positions<2, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 3: return q8_tile_positions<3, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 4: return q8_tile_positions<4, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 5: return q8_tile_positions<5, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 6: return q8_tile_positions<6, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    case 7: return q8_tile_positions<7, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-    default: return q8_tile_positions<8, kInt4KeysValues>(k, v, tile_row, q, pos, n_q, m, l, acc);
-  }
+  // int4-k8: INT8 keys (in rows here), INT4 values.
+  if (k.bits == 8) return tile_positions<kInt4Values>(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc);
+  tile_positions<kInt4KeysValues>(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc);
 }
 
 void attend_tile_q8_avx2(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q, int n_q,
