@@ -237,6 +237,27 @@ absl::Status QuantizedKvCache::store(int layer, int64_t pos, int64_t n, const fl
   return absl::OkStatus();
 }
 
+// K and V may differ in bits and group (int4-k8): each plane has its own
+// row strides. The layer's run (Plane, Run): row j of head kv_h at codes +
+// (kv_h * rows + j) * head_code_bytes, scales (mins) + (kv_h * rows + j) *
+// head_groups.
+kv_kernels_impl::KvHeadRows QuantizedKvCache::head0_rows(const Plane& p, const Run& run) {
+  return kv_kernels_impl::KvHeadRows{p.bits == Bits::kF16 ? 16 : p.bits == Bits::kInt8 ? 8 : 4,
+                                     p.codes.data() + run.first * p.row_code_bytes,
+                                     p.head_code_bytes(),
+                                     p.scales.empty() ? nullptr : p.scales.data() + run.first * p.row_groups,
+                                     p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
+                                     p.head_groups(),
+                                     p.group,
+                                     p.key_blocks,
+                                     p.value_quads};
+}
+
+bool QuantizedKvCache::int4_in_place() const {
+  const Run run = layer_run(0);
+  return attends_int4_in_place(head0_rows(k_, run), head0_rows(v_, run), geometry_.head_dim);
+}
+
 void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q, float* out,
                               ThreadPool* pool) const {
   const KvGeometry& g = geometry_;
@@ -247,25 +268,9 @@ void QuantizedKvCache::attend(int layer, int64_t pos, int64_t n, const float* q,
   const Run run = layer_run(layer);
   BATON_CHECK(first_visible_key(layer, pos) >= layer_base_[layer] && pos + n <= layer_base_[layer] + layer_rows_[layer],
               "sliding-window KV store does not hold the keys of the queries");
-  // K and V may differ in bits and group (int4-k8): each plane has its own
-  // row strides. The layer's run (Plane, Run): row j of head kv_h at codes +
-  // (kv_h * rows + j) * head_code_bytes, scales (mins) + (kv_h * rows + j) *
-  // head_groups.
-  auto head0_rows = [&](const Plane& p) {
-    return kv_kernels_impl::KvHeadRows{
-        p.bits == Bits::kF16 ? 16 : p.bits == Bits::kInt8 ? 8 : 4,
-        p.codes.data() + run.first * p.row_code_bytes,
-        p.head_code_bytes(),
-        p.scales.empty() ? nullptr : p.scales.data() + run.first * p.row_groups,
-        p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
-        p.head_groups(),
-        p.group,
-        p.key_blocks,
-        p.value_quads};
-  };
   AttentionRows rows;
-  rows.k = head0_rows(k_);
-  rows.v = head0_rows(v_);
+  rows.k = head0_rows(k_, run);
+  rows.v = head0_rows(v_, run);
   rows.k_head_code_bytes = k_.head_code_bytes();
   rows.k_head_groups = k_.head_groups();
   rows.v_head_code_bytes = v_.head_code_bytes();

@@ -105,6 +105,10 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   static bool uses_value_quads(const KvCodecConfig& config, const KvGeometry& geometry);
   bool key_blocks() const { return k_.key_blocks; }
   bool value_quads() const { return v_.value_quads; }
+  // Whether attend() reads this store's INT4 values in place on quantized
+  // queries now (attends_int4_in_place, tiled_attention.h), not dequantizing
+  // each tile.
+  bool int4_in_place() const;
   // Positions [first, end) whose rows `layer` holds now: [0, capacity) on a
   // full layer.
   std::pair<int64_t, int64_t> held_positions(int layer) const;
@@ -168,6 +172,8 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     bool blocked() const { return key_blocks || value_quads; }
   };
   Run layer_run(int layer) const { return Run{layer_offset_[layer], run_rows(layer_rows_[layer], blocked())}; }
+  // KV head 0's rows of a plane's run, as attention reads them.
+  static kv_kernels_impl::KvHeadRows head0_rows(const Plane& p, const Run& run);
   // Keys in key column blocks or values in value quads: runs of whole blocks.
   bool blocked() const { return k_.blocked() || v_.blocked(); }
   // Rows a layer's run takes for `rows` rows: whole key column blocks (16

@@ -696,6 +696,12 @@ QueriesQ8 quantize_queries(const KvGeometry& g, float scale, int64_t n, const fl
 
 }  // namespace
 
+bool attends_int4_in_place(const kv_kernels_impl::KvHeadRows& k, const kv_kernels_impl::KvHeadRows& v,
+                           int head_dim) {
+  return kv_kernels_impl::kv_kernels().attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
+         kv_kernels_impl::q4_tile_supported(k, v, head_dim);
+}
+
 void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const AttentionRows& rows, int64_t pos,
                   int64_t n, const float* q, float* out, ThreadPool* pool) {
   if (n <= 0) return;
@@ -708,8 +714,7 @@ void attend_tiled(const KvGeometry& geometry, int32_t window, float scale, const
   const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
   const bool q8_rows = kern.attend_tile_q8_positions != nullptr &&
                        kv_kernels_impl::q8_tile_supported(rows.k, rows.v, geometry.head_dim);
-  const bool q4_rows = kern.attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
-                       kv_kernels_impl::q4_tile_supported(rows.k, rows.v, geometry.head_dim);
+  const bool q4_rows = attends_int4_in_place(rows.k, rows.v, geometry.head_dim);
   const QueriesQ8 q8 =
       q8_rows || q4_rows ? quantize_queries(geometry, scale, n, q, q4_rows && rows.k.bits == 4) : QueriesQ8{};
   const LayerAttention a(geometry, window, scale, rows, pos, q, q8, n);

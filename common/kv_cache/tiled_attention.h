@@ -67,6 +67,12 @@ struct AttentionRows {
   int64_t first_position = 0;
 };
 
+// Whether attend_tiled reads INT4 values (with INT4 or INT8 keys) in place
+// on quantized queries (attend_tile_q4_positions: a kernel set that has it,
+// q4_in_place_allowed, q4_tile_supported) rather than dequantizing each tile.
+bool attends_int4_in_place(const kv_kernels_impl::KvHeadRows& k, const kv_kernels_impl::KvHeadRows& v,
+                           int head_dim);
+
 // Causal attention of queries at positions [pos, pos + n) as KvCache::attend
 // specifies: query i sees positions [first, pos + i] with first = 0, or
 // max(0, pos + i - window + 1) when window > 0; every position it sees must

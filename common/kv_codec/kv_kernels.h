@@ -233,9 +233,10 @@ void set_q8_key_blocks_allowed(bool allowed);
 // give without a byte shuffle: the same products, so the same integers.
 // q4_tile_supported: INT4 values in rows (no mins missing), INT4 keys in
 // rows or INT8 keys (int4-k8: the INT8 kernel's keys, bias and scores, no
-// mins' term), key and value groups multiples of kQ8Block, head_dim a multiple of kQ8Block (at
-// most kQ8MaxHeadDim; the AVX-512 kernel takes multiples of 64 and hands the
-// others, head_dim 96 say, to the AVX2 one). The scalar set dequantizes.
+// mins' term; in key column blocks only at head_dim a multiple of 64), key
+// and value groups multiples of kQ8Block, head_dim a multiple of kQ8Block
+// (at most kQ8MaxHeadDim; the AVX-512 kernel takes multiples of 64 and hands
+// the others, head_dim 96 say, to the AVX2 one). The scalar set dequantizes.
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim);
 // Puts quantized query codes (n bytes, n % 8 == 0) in the nibble order
 // attend_tile_q4_positions takes: within each 8 dims, dims 0, 2, 4, 6, then
@@ -459,9 +460,9 @@ struct KvKernels {
   // attend_tile_q8_positions takes INT8 values in value quads
   // (KvHeadRows::value_quads), in place where it can (AVX-512); false: rows only.
   bool q8_reads_value_quads = false;
-  // attend_tile_q8_positions's call over INT4 K and V rows
-  // (q4_tile_supported; see above): null in sets without it (the caller
-  // dequantizes each tile). scratch: attend_tile_q4_scratch_floats.
+  // attend_tile_q8_positions's call over INT4 values in rows and INT4 or
+  // INT8 keys (q4_tile_supported; see above): null in sets without it (the
+  // caller dequantizes each tile). scratch: attend_tile_q4_scratch_floats.
   void (*attend_tile_q4_positions)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* scratch) = nullptr;

@@ -575,12 +575,12 @@ void dequantize_head_rows_avx2(const KvHeadRows& h, int64_t first_row, int64_t n
 
 KvKernels kv_kernels_avx2() {
   KvKernels set{dot_f16_avx2,         dot_int8_avx2,     dot_int4_avx2,
-                   axpy_f16_avx2,        axpy_int8_avx2,    axpy_int4_avx2,
-                   dequantize_int8_avx2, dequantize_int4_avx2, hadamard_rows_avx2,
-                   attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
-                   f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
-                   affine_u8_rows_avx2,  attend_tile_q8_avx2, attend_tile_q8_positions_avx2,  // kv_kernels_q8_avx2.cc
-                   nullptr,              /*q8_spreads_prefetch=*/true};
+                axpy_f16_avx2,        axpy_int8_avx2,    axpy_int4_avx2,
+                dequantize_int8_avx2, dequantize_int4_avx2, hadamard_rows_avx2,
+                attend_heads_avx2,    dequantize_head_rows_avx2, attend_tile_avx2,
+                f32_to_f16_avx2,      f16_to_f32_avx2,   affine_rows_avx2,
+                affine_u8_rows_avx2,  attend_tile_q8_avx2, attend_tile_q8_positions_avx2,  // kv_kernels_q8_avx2.cc
+                nullptr,              /*q8_spreads_prefetch=*/true};
   set.attend_tile_q4_positions = attend_tile_q4_positions_avx2;  // kv_kernels_q8_avx2.cc
   return set;
 }

@@ -107,14 +107,9 @@ class Int4InPlace {
   bool set_;
 };
 
-std::string store_label(int bits, const QuantizedKvCache& store, bool blocked = true) {
-  const KvGeometry& g = store.geometry();
-  kv_kernels_impl::KvHeadRows rows;  // the shape attend_tile_q4_positions takes (q4_tile_supported)
-  rows.bits = 4;
-  rows.scales = rows.mins = reinterpret_cast<const uint16_t*>(&g);
-  rows.group = store.config().group_size_for(true);
-  const bool int4_in_place = bits == 4 && blocked && kv_kernels_impl::kv_kernels().attend_tile_q4_positions != nullptr &&
-                             kv_kernels_impl::q4_tile_supported(rows, rows, g.head_dim);
+// (Called while the benchmark's Int4InPlace holds: INT4 in place as it ran.)
+std::string store_label(int bits, const QuantizedKvCache& store) {
+  const bool int4_in_place = store.int4_in_place();
   return std::string(codec_name(bits)) + (store.key_blocks() ? " key blocks" : "") +
          (store.value_quads() ? " value quads" : "") + (int4_in_place ? " in place" : "") +
          (bits == 4 && !int4_in_place ? " dequantized" : "");
@@ -180,7 +175,7 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(context * store->bytes_per_token());
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
   set_pass_counters(state, bytes, timed, best_pass);
-  state.SetLabel(store_label(bits, *store, state.range(4) != 0));
+  state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecode)
     ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked", "evict"})
@@ -210,7 +205,7 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * context * store->bytes_per_token());
-  state.SetLabel(store_label(bits, *store, state.range(3) != 0));
+  state.SetLabel(store_label(bits, *store));
 }
 BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgNames({"bits", "ctx", "threads", "blocked"})

@@ -75,35 +75,27 @@ void copy_dequantized(const QuantizedKvCache& q, F32KvCache& f, int64_t n_tokens
 }
 
 // Whether the store reads its tiles in place on quantized queries: INT8 K
-// and V (attend_tile_q8), or INT4 values (attend_tile_q4_positions, where the
-// set has it and allows it; key_blocks: the store's INT8 keys are in key
-// column blocks).
-bool quantizes_queries(const KvCodecConfig& c, const KvGeometry& g, bool key_blocks) {
-  static const uint16_t kHalf = 0;
-  kv_kernels_impl::KvHeadRows k, v;  // what q8_tile_supported / q4_tile_supported look at
-  auto bits = [&](bool is_key) {
-    const KvCodecConfig::Bits b = c.bits_for(is_key);
-    return b == KvCodecConfig::Bits::kInt8 ? 8 : b == KvCodecConfig::Bits::kInt4 ? 4 : 16;
-  };
-  k.bits = bits(true), v.bits = bits(false);
+// and V (attend_tile_q8), or INT4 values (the store's own answer,
+// QuantizedKvCache::int4_in_place).
+bool quantizes_queries(const QuantizedKvCache& store) {
+  if (store.int4_in_place()) return true;
+  const KvCodecConfig& c = store.config();
+  kv_kernels_impl::KvHeadRows k, v;  // what q8_tile_supported looks at: bits and groups
+  k.bits = c.bits_for(true) == KvCodecConfig::Bits::kInt8 ? 8 : 0;
+  v.bits = c.bits_for(false) == KvCodecConfig::Bits::kInt8 ? 8 : 0;
   k.group = c.key_group_size > 0 ? c.key_group_size : c.group_size;
   v.group = c.group_size;
-  k.scales = k.mins = v.scales = v.mins = &kHalf;
-  k.key_blocks = key_blocks;
-  const kv_kernels_impl::KvKernels& kern = kv_kernels_impl::kv_kernels();
-  if (kern.attend_tile_q4_positions != nullptr && kv_kernels_impl::q4_in_place_allowed() &&
-      kv_kernels_impl::q4_tile_supported(k, v, g.head_dim)) {
-    return true;
-  }
-  return kern.attend_tile_q8 != nullptr && kv_kernels_impl::q8_tile_supported(k, v, g.head_dim);
+  return kv_kernels_impl::kv_kernels().attend_tile_q8 != nullptr &&
+         kv_kernels_impl::q8_tile_supported(k, v, store.geometry().head_dim);
 }
 
 // The queries as such a store multiplies them with its keys: each head in
 // the keys' domain (Hadamard-rotated when the keys are), quantized like a
 // Q8_0 activation, dequantized and rotated back. Other stores: q itself.
-std::vector<float> attended_queries(const KvCodecConfig& c, const KvGeometry& g, const std::vector<float>& q,
-                                    bool key_blocks) {
-  if (!quantizes_queries(c, g, key_blocks)) return q;
+std::vector<float> attended_queries(const QuantizedKvCache& store, const std::vector<float>& q) {
+  if (!quantizes_queries(store)) return q;
+  const KvCodecConfig& c = store.config();
+  const KvGeometry& g = store.geometry();
   const int64_t heads = static_cast<int64_t>(q.size()) / g.head_dim;
   std::vector<float> x = q;
   if (c.hadamard_keys) kv_quant::hadamard_rows(x.data(), heads, g.head_dim);
@@ -193,7 +185,7 @@ TEST_P(QuantizedAttend, EqualsF32AttendOnTheDequantizedData) {
   for (int layer = 0; layer < g.n_layer; ++layer) {
     std::vector<float> expected(queries.size()), got(queries.size()), got_pool(queries.size());
     // INT8 K and V, INT4 values: the F32 cache gets the queries as the store quantizes them.
-    const std::vector<float> as_multiplied = attended_queries(c, g, queries, q.key_blocks());
+    const std::vector<float> as_multiplied = attended_queries(q, queries);
     f.attend(layer, pos, n_q, as_multiplied.data(), expected.data(), nullptr);
     q.attend(layer, pos, n_q, queries.data(), got.data(), nullptr);
     q.attend(layer, pos, n_q, queries.data(), got_pool.data(), &pool);

@@ -127,23 +127,8 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
            c.bits_for(false) == KvCodecConfig::Bits::kInt8;
   }
 
-  // INT4 K and V read in place (q4_tile_supported on this store's rows).
-  bool int4_in_place() const {
-    if (quantized_ == nullptr || kv_kernels_impl::kv_kernels().attend_tile_q4_positions == nullptr ||
-        !kv_kernels_impl::q4_in_place_allowed()) {
-      return false;
-    }
-    const KvCodecConfig& c = quantized_->config();
-    static const uint16_t kHalf = 0;
-    auto rows = [&](bool is_key) {
-      kv_kernels_impl::KvHeadRows r;
-      r.bits = c.bits_for(is_key) == KvCodecConfig::Bits::kInt4 ? 4 : 8;
-      r.scales = r.mins = &kHalf;
-      r.group = c.group_size_for(is_key);
-      return r;
-    };
-    return kv_kernels_impl::q4_tile_supported(rows(true), rows(false), geometry().head_dim);
-  }
+  // INT4 values read in place (the store's own answer, QuantizedKvCache::int4_in_place).
+  bool int4_in_place() const { return quantized_ != nullptr && quantized_->int4_in_place(); }
 
   // The queries as the store multiplies them with its keys, in the model's
   // domain: q itself, or (INT8 K and V) each head rotated as the stored keys
