@@ -90,11 +90,24 @@ int64_t QuantizedKvCache::bytes_per_token(const KvCodecConfig& config, const KvG
 
 namespace {
 
-// INT8 codes of this kind a blocked layout may hold: every layer full (a
-// sliding window moves rows off block edges) and head_dim what the INT8
-// kernels take.
+// INT4 codes the INT4 kernel reads in place in blocked layouts
+// (kv_kernels.h, q4_reads_blocks): INT4 values with INT4 or INT8 keys, groups
+// of whole 32-dim blocks, head_dim a multiple of 64, the in-place path allowed
+// (BATON_INT4_IN_PLACE=0 keeps rows, the dequantizing path's layout).
+bool q4_blockable(const KvCodecConfig& config, const KvGeometry& geometry) {
+  const Bits k = config.bits_for(/*is_key=*/true), v = config.bits_for(/*is_key=*/false);
+  return kv_kernels_impl::kv_kernels().q4_reads_blocks && kv_kernels_impl::q4_in_place_allowed() &&
+         v == Bits::kInt4 && (k == Bits::kInt4 || k == Bits::kInt8) && geometry.head_dim % 64 == 0 &&
+         config.group_size_for(/*is_key=*/true) % kv_kernels_impl::kQ8Block == 0 &&
+         config.group_size_for(/*is_key=*/false) % kv_kernels_impl::kQ8Block == 0;
+}
+
+// INT8 (or INT4: q4_blockable) codes of this kind a blocked layout may hold:
+// every layer full (a sliding window moves rows off block edges) and
+// head_dim what the INT8 kernels take.
 bool blockable(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key) {
-  if (config.bits_for(is_key) != Bits::kInt8) return false;
+  const Bits bits = config.bits_for(is_key);
+  if (bits != Bits::kInt8 && !(bits == Bits::kInt4 && q4_blockable(config, geometry))) return false;
   if (geometry.head_dim % kv_kernels_impl::kQ8Block != 0 || geometry.head_dim > kv_kernels_impl::kQ8MaxHeadDim) {
     return false;
   }
@@ -170,7 +183,25 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
   };
   const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
   for (int h = 0; h < plane.heads; ++h) {
-    if (plane.blocked()) {  // INT8: hb = head_dim codes a row
+    if (plane.blocked() && plane.bits == Bits::kInt4) {  // hb = head_dim / 2 bytes a row
+      auto* head = plane.codes.data() + plane.code_at(run, h, 0);
+      const int head_dim = static_cast<int>(2 * hb);
+      if constexpr (kIntoRun) {
+        const auto* rows = reinterpret_cast<const uint8_t*>(codes) + h * hb;
+        if (plane.key_blocks) {
+          kv_kernels_impl::q4_key_blocks_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
+        } else {
+          kv_kernels_impl::q4_value_quads_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
+        }
+      } else {
+        auto* rows = reinterpret_cast<uint8_t*>(codes) + h * hb;
+        if (plane.key_blocks) {
+          kv_kernels_impl::q4_key_rows_from_blocks(head, r, n, head_dim, rows, plane.row_code_bytes);
+        } else {
+          kv_kernels_impl::q4_value_rows_from_quads(head, r, n, head_dim, rows, plane.row_code_bytes);
+        }
+      }
+    } else if (plane.blocked()) {  // INT8: hb = head_dim codes a row
       auto* head = plane.codes.data() + plane.code_at(run, h, 0);
       const int head_dim = static_cast<int>(hb);
       if constexpr (kIntoRun) {

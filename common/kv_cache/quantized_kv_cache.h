@@ -102,6 +102,10 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // The same for INT8 values in value quads (KvHeadRows::value_quads): INT8
   // values in groups of whole 32-dim blocks, every layer full, and the
   // AVX-512 kernels' decode value product takes quads (q8_value_quads_active).
+  // INT4 codes the same (nibble key blocks, nibble quads: kv_kernels.h
+  // q4_key_blocks_from_rows) where the INT4 kernel reads them in place
+  // (q4_reads_blocks, q4_in_place_allowed): INT4 values with INT4 or INT8
+  // keys, groups of whole 32-dim blocks, head_dim a multiple of 64.
   static bool uses_value_quads(const KvCodecConfig& config, const KvGeometry& geometry);
   bool key_blocks() const { return k_.key_blocks; }
   bool value_quads() const { return v_.value_quads; }
@@ -150,8 +154,8 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     int64_t row_code_bytes;        // code bytes per token per layer: kv_dim * bits / 8
     int64_t row_groups;            // scale groups per token per layer: kv_dim / group (0 for F16)
     int heads;                     // KV heads
-    bool key_blocks = false;       // INT8 keys: each head's codes in key column blocks (uses_key_blocks)
-    bool value_quads = false;      // INT8 values: each head's codes in value quads (uses_value_quads)
+    bool key_blocks = false;       // INT8 / INT4 keys: each head's codes in key column blocks (uses_key_blocks)
+    bool value_quads = false;      // INT8 / INT4 values: each head's codes in value quads (uses_value_quads)
     std::vector<uint8_t, PlaneAllocator<uint8_t>> codes;  // [rows, row_code_bytes] in runs, head-major in a run
     std::vector<uint16_t, PlaneAllocator<uint16_t>> scales;  // f16 [rows, row_groups], the same runs
     std::vector<uint16_t, PlaneAllocator<uint16_t>> mins;    // f16, INT4 only, same shape

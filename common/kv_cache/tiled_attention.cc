@@ -129,6 +129,7 @@ class LayerAttention {
         key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
         value_quads_in_place_(q8.codes != nullptr && kern_.q8_reads_value_quads &&
                               kv_kernels_impl::q8_value_quads_active()),
+        q4_blocks_in_place_(q4_ && kern_.q4_reads_blocks),
         spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_ && n <= kSplitMaxQueries) &&
                 rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
@@ -303,8 +304,9 @@ class LayerAttention {
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {
     const int64_t tile_row = t0 - rows_.first_position;
-    const bool keys_as_rows = k_rows.key_blocks && !key_blocks_in_place_;
-    const bool values_as_rows = v_rows.value_quads && !value_quads_in_place_;
+    const bool keys_as_rows = k_rows.key_blocks && !(key_blocks_in_place_ && (k_rows.bits != 4 || q4_blocks_in_place_));
+    const bool values_as_rows =
+        v_rows.value_quads && !(value_quads_in_place_ && (v_rows.bits != 4 || q4_blocks_in_place_));
     if (q8() && (keys_as_rows || values_as_rows)) {
       // The rows the call's queries see, out of the blocks (quads): the
       // kernel then reads the tile from its row 0 (the other plane's rows
@@ -494,17 +496,25 @@ class LayerAttention {
   // that read rows only: into `buffer` ([kTile, head_dim], row r of the tile
   // at r * head_dim); the result's row 0 is the tile's first (its scales the
   // store's).
+  // INT4 codes (nibble key blocks, nibble quads) as packed rows of head_dim
+  // / 2 bytes.
   KvHeadRows as_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, int8_t* buffer) const {
     const int64_t first = lo - rows_.first_position;
-    int8_t* out = buffer + (lo - t0) * head_dim_;
-    if (h.key_blocks) {
-      kv_kernels_impl::key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out, head_dim_);
+    const int64_t row_bytes = h.bits == 4 ? head_dim_ / 2 : head_dim_;
+    int8_t* out = buffer + (lo - t0) * row_bytes;
+    auto* out4 = reinterpret_cast<uint8_t*>(out);
+    if (h.bits == 4 && h.key_blocks) {
+      kv_kernels_impl::q4_key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out4, row_bytes);
+    } else if (h.bits == 4) {
+      kv_kernels_impl::q4_value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out4, row_bytes);
+    } else if (h.key_blocks) {
+      kv_kernels_impl::key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out, row_bytes);
     } else {
-      kv_kernels_impl::value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out, head_dim_);
+      kv_kernels_impl::value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out, row_bytes);
     }
     KvHeadRows rows = at_row(h, t0 - rows_.first_position);
     rows.codes = reinterpret_cast<const uint8_t*>(buffer);
-    rows.row_code_bytes = head_dim_;
+    rows.row_code_bytes = row_bytes;
     rows.key_blocks = rows.value_quads = false;
     return rows;
   }
@@ -533,6 +543,11 @@ class LayerAttention {
   // its decode path, as rows on its others) and they are allowed; else a
   // tile's values in quads go through as_rows first.
   const bool value_quads_in_place_;
+  // The INT4 kernel reads INT4 keys in key column blocks and INT4 values in
+  // nibble quads in place (q4_reads_blocks; where key_blocks_in_place_ and
+  // value_quads_in_place_ allow, as for INT8); else such a tile goes through
+  // as_rows first.
+  const bool q4_blocks_in_place_;
   // The kernel spreads the prefetch of the rows it reads next over its
   // steps (INT8: TilePositions::next; F16: attend_tile_f16's next, in calls
   // of up to kSplitMaxQueries queries: a prefill tile's 64 one-query F16

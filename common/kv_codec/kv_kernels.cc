@@ -289,14 +289,14 @@ void q4_query_order(int8_t* codes, int64_t n) {
 }
 
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
-  // Keys INT4 in rows, or INT8 (int4-k8; in rows or key column blocks, as
-  // the INT8 kernels take them); values INT4 in rows.
-  // (INT8 keys in key column blocks only where the AVX-512 kernel takes the
-  // head whole, head_dim a multiple of 64: it hands the others to the AVX2
-  // kernel, which reads rows.)
-  const bool keys = k.bits == 4 ? k.mins != nullptr && !k.key_blocks
-                                : k.bits == 8 && (!k.key_blocks || head_dim % 64 == 0);
-  return keys && v.bits == 4 && v.mins != nullptr && k.scales != nullptr && v.scales != nullptr && !v.value_quads &&
+  // Keys INT4 or INT8 (int4-k8, as the INT8 kernels take them), values
+  // INT4. Keys in key column blocks and values in nibble quads only where
+  // the AVX-512 kernel takes the head whole, head_dim a multiple of 64: it
+  // hands the others to the AVX2 kernel, which reads rows.
+  const bool whole = head_dim % 64 == 0;
+  const bool keys = (k.bits == 4 ? k.mins != nullptr : k.bits == 8) && (!k.key_blocks || whole);
+  return keys && v.bits == 4 && v.mins != nullptr && k.scales != nullptr && v.scales != nullptr &&
+         (!v.value_quads || whole) &&
          head_dim % kQ8Block == 0 && head_dim <= kQ8MaxHeadDim && k.group > 0 && k.group % kQ8Block == 0 &&
          head_dim % k.group == 0 && v.group > 0 && v.group % kQ8Block == 0 && head_dim % v.group == 0;
 }
@@ -351,6 +351,49 @@ void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, i
     int8_t* row = rows + i * row_stride;
     for (int d = 0; d < head_dim; ++d) {
       row[d] = static_cast<int8_t>(blocks[key_block_byte(first_row + i, d, head_dim)] - 128);
+    }
+  }
+}
+
+void q4_key_blocks_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                             uint8_t* blocks) {
+  const int row_bytes = head_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* row = rows + i * row_stride;
+    for (int j = 0; j < row_bytes; ++j) blocks[key_block_byte(first_row + i, j, row_bytes)] = row[j];
+  }
+}
+
+void q4_key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
+                             int64_t row_stride) {
+  const int row_bytes = head_dim / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* row = rows + i * row_stride;
+    for (int j = 0; j < row_bytes; ++j) row[j] = blocks[key_block_byte(first_row + i, j, row_bytes)];
+  }
+}
+
+void q4_value_quads_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                              uint8_t* quads) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) {
+      uint8_t& byte = quads[q4_value_quad_byte(first_row + i, d, head_dim)];
+      const int shift = q4_value_quad_shift(d);
+      const int code = (row[d / 2] >> (4 * (d % 2))) & 15;
+      byte = static_cast<uint8_t>((byte & ~(15 << shift)) | (code << shift));
+    }
+  }
+}
+
+void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
+                              int64_t row_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; d += 2) {
+      const int lo = (quads[q4_value_quad_byte(first_row + i, d, head_dim)] >> q4_value_quad_shift(d)) & 15;
+      const int hi = (quads[q4_value_quad_byte(first_row + i, d + 1, head_dim)] >> q4_value_quad_shift(d + 1)) & 15;
+      row[d / 2] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }
 }

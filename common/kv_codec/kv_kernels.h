@@ -25,6 +25,8 @@ struct KvHeadRows {
   const uint16_t* mins = nullptr;    // f16, INT4 only
   int64_t row_groups = 0;            // stride between rows, scale entries
   int group = 0;                     // elements per scale group (INT8 / INT4)
+  // (At bits 4 the INT4 layouts of the same names: q4_key_blocks_from_rows,
+  // q4_value_quads_from_rows.)
   // INT8 keys in key column blocks (see kKeyBlockRows), not rows: the codes
   // of rows [16b, 16b + 16) fill bytes [16b, 16b + 16) x row_code_bytes
   // (row_code_bytes = head_dim: a head's rows consecutive) in the order the
@@ -81,6 +83,33 @@ void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_
                           uint8_t* blocks);
 void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
                           int64_t row_stride);
+
+// INT4 codes in the same two layouts (AVX-512 with VBMI, q4_reads_blocks):
+// keys in key column blocks of the packed bytes (a row's head_dim / 2 bytes,
+// two codes a byte, low nibble first) at key_block_byte(r, j, head_dim / 2)
+// for byte j of row r, not offset (the codes are unsigned): each 64 bytes
+// the dword of 4 bytes (8 dims) of 16 rows, what the INT4 kernel splits into
+// its low- and high-nibble key columns with two masks and a shift instead of
+// transposing 16 rows per block. Values in nibble quads: quad q (rows 4q ..
+// 4q + 3) holds 2 * head_dim bytes, its block s (dims 32s .. 32s + 31) 64
+// of them, byte 4t + i = code(row 4q + i, dim 32s + t) | code(row 4q + i,
+// dim 32s + 16 + t) << 4 (t < 16): the low nibbles are the INT8 value
+// quad's first vector of the block, the high ones its second.
+inline int64_t q4_value_quad_byte(int64_t r, int d, int head_dim) {
+  return r / kValueQuadRows * (2 * int64_t{head_dim}) + (d / 32) * 64 + (d % 16) * 4 + r % kValueQuadRows;
+}
+inline int q4_value_quad_shift(int d) { return d % 32 >= 16 ? 4 : 0; }
+// Rows [first_row, first_row + n) of a head's INT4 codes (packed rows of
+// head_dim / 2 bytes, row i at rows + i * row_stride) into key column
+// blocks or nibble quads (the head's row 0 at out) and back.
+void q4_key_blocks_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                             uint8_t* blocks);
+void q4_key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
+                             int64_t row_stride);
+void q4_value_quads_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                              uint8_t* quads);
+void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
+                              int64_t row_stride);
 
 // Scratch floats attend_heads needs.
 inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx) {
@@ -231,9 +260,10 @@ void set_q8_key_blocks_allowed(bool allowed);
 //     value group acc[d] += sum_r p_r mn'_r(g) (the float weights).
 // The query codes go in nibble order (q4_query_order), what the keys' nibbles
 // give without a byte shuffle: the same products, so the same integers.
-// q4_tile_supported: INT4 values in rows (no mins missing), INT4 keys in
-// rows or INT8 keys (int4-k8: the INT8 kernel's keys, bias and scores, no
-// mins' term; in key column blocks only at head_dim a multiple of 64), key
+// q4_tile_supported: INT4 values (no mins missing), INT4 keys or INT8 keys
+// (int4-k8: the INT8 kernel's keys, bias and scores, no mins' term); keys
+// in key column blocks and INT4 values in nibble quads only at head_dim a
+// multiple of 64 (the AVX-512 kernel reads them, q4_reads_blocks), key
 // and value groups multiples of kQ8Block, head_dim a multiple of kQ8Block
 // (at most kQ8MaxHeadDim; the AVX-512 kernel takes multiples of 64 and hands
 // the others, head_dim 96 say, to the AVX2 one). The scalar set dequantizes.
@@ -466,6 +496,11 @@ struct KvKernels {
   void (*attend_tile_q4_positions)(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_row, const QueryQ8& q,
                                    const TilePositions& pos, int n_q, int head_dim, float* m, float* l, float* acc,
                                    float* scratch) = nullptr;
+  // attend_tile_q4_positions reads INT4 keys in key column blocks and INT4
+  // values in nibble quads (KvHeadRows::key_blocks / value_quads at bits 4)
+  // in place (AVX-512 with VBMI); false: INT4 rows only (tiled_attention.cc
+  // turns a tile back into rows first).
+  bool q4_reads_blocks = false;
   // Per-token group quantization, the same bytes as kv_quant.h's
   // quantize_int8_groups / quantize_int4_groups (the scales computed the
   // same way, the codes rounded to nearest even by the vector unit instead

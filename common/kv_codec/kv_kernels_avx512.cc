@@ -1875,6 +1875,39 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
   }
 }
 
+// q4_key_columns_block from keys in key column blocks (kv_kernels.h,
+// q4_key_blocks_from_rows): the block at row0 of the head (a multiple of
+// kKeyBlockRows), each of its vectors already a dword of 16 rows, only split
+// into its nibbles (rows outside the union are masked later, as with INT8
+// key blocks).
+inline void q4_key_columns_from_blocks(const KvHeadRows& k, int64_t row0, int head_dim, __m512i* cols) {
+  const uint8_t* block = k.codes + row0 * (head_dim / 2);
+  const __m512i nibble = _mm512_set1_epi8(15);
+  for (int x = 0; x < head_dim / 8; ++x) {
+    const __m512i v = _mm512_loadu_si512(block + 64 * x);
+    cols[2 * x] = _mm512_and_si512(v, nibble);
+    cols[2 * x + 1] = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, v, 4), nibble);
+  }
+}
+
+// q4_value_quads from values in nibble quads (kv_kernels.h,
+// q4_value_quads_from_rows; v's row 0 the tile's): each 64 bytes the low
+// nibbles of a quad's first vector of a 32-dim block and the high of its
+// second, each - 8. Whole quads: rows outside the union weigh 0.
+inline void q4_value_quads_from_nibbles(const KvHeadRows& v, int u_lo, int u_hi, int head_dim, uint8_t* quads) {
+  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+  for (int q = u_lo / 4; q < (u_hi + 3) / 4; ++q) {
+    const uint8_t* in = v.codes + int64_t{q} * 2 * head_dim;
+    uint8_t* out = quads + int64_t{q} * 4 * head_dim;
+    for (int s = 0; s < head_dim / 32; ++s, in += 64, out += 128) {
+      const __m512i x = _mm512_loadu_si512(in);
+      _mm512_store_si512(out, _mm512_sub_epi8(_mm512_and_si512(x, nibble), eight));
+      _mm512_store_si512(out + 64, _mm512_sub_epi8(
+                                       _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble), eight));
+    }
+  }
+}
+
 // The quads [q_lo, q_hi) of a tile's 4-bit values (rows clamped into [u_lo,
 // u_hi): rows outside weigh 0) as INT8 value quads of the codes - 8
 // (kv_kernels.h, value_quad_byte; quad q at quads + q * 4 * head_dim): per
@@ -1941,7 +1974,11 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
     for (int bi = 0; bi < n_blocks; ++bi) {
       const BlockRows rows(16 * (first + bi), u_lo, u_hi);
       for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
-      q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+      if (k.key_blocks) {
+        q4_key_columns_from_blocks(k, tile_row + 16 * (first + bi), head_dim, cols + bi * (head_dim / 4));
+      } else {
+        q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
+      }
       __m512 sc[NB] = {}, mn[NB] = {};
       block_scales16(k, tile_row, rows, k_groups, sc);
       block_scales16(k_mins, tile_row, rows, k_groups, mn);
@@ -1972,7 +2009,11 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   PositionScales ps[kQ8MaxPositions];
   positions_weight_scales(vs, pos, u_lo, u_hi, v_groups, ps);
   alignas(64) uint8_t quads[kAttentionTileRows * head_dim];
-  q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
+  if (v.value_quads) {
+    q4_value_quads_from_nibbles(vt, u_lo, u_hi, head_dim, quads);
+  } else {
+    q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
+  }
   KvHeadRows vq = vt;
   vq.codes = quads;
   vq.row_code_bytes = head_dim;
@@ -2331,7 +2372,10 @@ KvKernels kv_kernels_avx512() {
   set.attend_tile_q8 = attend_tile_q8_avx512;
   set.attend_tile_q8_positions = attend_tile_q8_positions_avx512;
   // INT4 in place needs VBMI (vpermi2b); without it the AVX2 set's kernel.
-  if (cpu_features().avx512vbmi) set.attend_tile_q4_positions = attend_tile_q4_positions_avx512;
+  if (cpu_features().avx512vbmi) {
+    set.attend_tile_q4_positions = attend_tile_q4_positions_avx512;
+    set.q4_reads_blocks = true;
+  }
   set.q8_spreads_prefetch = true;
   set.q8_reads_key_blocks = true;
   set.q8_reads_value_quads = true;

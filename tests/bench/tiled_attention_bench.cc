@@ -90,8 +90,11 @@ std::vector<float> random_queries(int64_t n, int64_t q_dim) {
 // The label: the codec, "key blocks" and "value quads" where the store
 // keeps its keys and values so.
 // INT4 stores: "blocked" 1 reads the tiles in place where the kernel set
-// can (attend_tile_q4_positions), 0 dequantizes them (the path before it);
-// for the benchmark's time, then allowed again.
+// can (attend_tile_q4_positions; the store in its INT4 layouts where the set
+// reads them, q4_reads_blocks), 2 the same over a store that keeps rows
+// (the forty-third session's layout: each tile unpacked per call), 0
+// dequantizes them (rows; the path before the forty-third session); for
+// the benchmark's time (the store made under it), then allowed again.
 class Int4InPlace {
  public:
   Int4InPlace(int bits, bool allowed) : set_(bits == 4) {
@@ -138,8 +141,8 @@ void set_pass_counters(benchmark::State& state, double bytes, double timed, doub
   state.counters["of_pass"] = bytes / timed / best_pass;
 }
 
-// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in
-// rows), evict (1: the caches evicted before each iteration, untimed, by a
+// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in rows; INT4: Int4InPlace), evict (1: the
+// caches evicted before each iteration, untimed, by a
 // read pass whose best rate the counters divide by: of_pass).
 void BM_TiledAttentionDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
@@ -148,7 +151,8 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   ThreadPool* pool = pool_of(static_cast<int>(state.range(3)));
   const bool evict = state.range(5) != 0;
   constexpr int kLayers = 16;
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, state.range(4) != 0);
+  const Int4InPlace int4_in_place(bits, state.range(4) != 0);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, state.range(4) == 1);
   if (store == nullptr) return state.SkipWithError("store");
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(1, q_dim);
@@ -157,7 +161,6 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   // with a pinning pool) while the step runs.
   std::optional<ThreadPool::Hot> hot;
   if (pool != nullptr) hot.emplace(*pool);
-  const Int4InPlace int4_in_place(bits, state.range(4) != 0);
   double best_pass = 0.0;  // bytes/s: the best of the evicting read passes
   double timed = 0.0;      // seconds of attention
   for (auto _ : state) {
@@ -182,6 +185,8 @@ BENCHMARK(BM_TiledAttentionDecode)
     ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}, {0}})
     ->ArgsProduct({{8, 4}, {4096, 16384}, {64}, {1, 2}, {0}, {0}})
     ->ArgsProduct({{8, 4}, {4096, 16384}, {64}, {2}, {1}, {1}})
+    ->ArgsProduct({{4}, {4096, 16384}, {64}, {1, 2}, {2}, {0}})
+    ->ArgsProduct({{4}, {16384}, {64}, {2}, {2}, {1}})
     ->UseRealTime();
 
 // Args: bits, context, threads, blocked. The compute ceiling of decode attention: one
@@ -193,13 +198,13 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t context = state.range(1);
   ThreadPool* pool = pool_of(static_cast<int>(state.range(2)));
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, context, state.range(3) != 0);
+  const Int4InPlace int4_in_place(bits, state.range(3) != 0);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, 64, 1, context, state.range(3) == 1);
   if (store == nullptr) return state.SkipWithError("store");
   const std::vector<float> q = random_queries(1, store->geometry().q_dim());
   std::vector<float> out(q.size());
   std::optional<ThreadPool::Hot> hot;
   if (pool != nullptr) hot.emplace(*pool);
-  const Int4InPlace int4_in_place(bits, state.range(3) != 0);
   for (auto _ : state) {
     store->attend(0, context - 1, 1, q.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
@@ -210,6 +215,7 @@ void BM_TiledAttentionDecodeInCache(benchmark::State& state) {
 BENCHMARK(BM_TiledAttentionDecodeInCache)
     ->ArgNames({"bits", "ctx", "threads", "blocked"})
     ->ArgsProduct({{8, 4}, {512, 1024}, {1, 2}, {1, 0}})
+    ->ArgsProduct({{4}, {512, 1024}, {1, 2}, {2}})
     ->UseRealTime();
 
 // Decode attention's tile kernel (kv_kernels().attend_tile_q8_positions,

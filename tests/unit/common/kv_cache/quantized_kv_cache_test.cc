@@ -276,20 +276,30 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
 // through rows; after a reserve and a shrink too; and its memory counts each
 // layer's rows up to whole blocks. Values INT8 (the in-place kernel) and
 // INT4 (keys dequantized), keys in groups of 16 (both dequantized),
-// Hadamard keys.
+// Hadamard keys. INT4 keys and values in their layouts (nibble key blocks,
+// nibble quads) where the INT4 kernel reads them in place (q4_reads_blocks),
+// with INT8 keys too (int4-k8), at head_dim 64 and 128.
 TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
   if (!kv_kernels_impl::q8_key_blocks_active()) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
   }
-  const KvGeometry g{2, 8, 2, 64, {}};
   constexpr int64_t kCapacity = 300, kStored = 250;
   auto allow = [](bool allowed) {
     kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
     kv_kernels_impl::set_q8_value_quads_allowed(allowed);
   };
-  for (const char* name : {"int8-g32", "int8-g32-had", "int4-k8-g32", "int8-kg64-g32", "int8-kg16-g32"}) {
-    SCOPED_TRACE(name);
+  const bool q4_blocks = kv_kernels_impl::kv_kernels().q4_reads_blocks && kv_kernels_impl::q4_in_place_allowed();
+  using Bits = KvCodecConfig::Bits;
+  for (const auto& [name, head_dim] : {std::pair{"int8-g32", 64}, std::pair{"int8-g32-had", 64},
+                                       std::pair{"int4-k8-g32", 64}, std::pair{"int8-kg64-g32", 64},
+                                       std::pair{"int8-kg16-g32", 64}, std::pair{"int4-g32", 64},
+                                       std::pair{"int4-g64", 64}, std::pair{"int4-g32-had", 64},
+                                       std::pair{"int4-g32", 128}, std::pair{"int4-k8-g32", 128}}) {
+    SCOPED_TRACE(std::string(name) + " head_dim " + std::to_string(head_dim));
+    const KvGeometry g{2, 8, 2, head_dim, {}};
     const KvCodecConfig c = parse(name);
+    const bool int4_keys = c.bits_for(/*is_key=*/true) == Bits::kInt4;
+    if (int4_keys && !q4_blocks) continue;  // (INT4 keys stay in rows)
     allow(false);
     auto rows = QuantizedKvCache::Create(g, kCapacity, c);
     allow(true);
@@ -298,8 +308,13 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
     ASSERT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
     ASSERT_TRUE((*blocks)->key_blocks());
     EXPECT_TRUE(QuantizedKvCache::uses_key_blocks(c, g));
-    const bool int8_values = c.bits_for(/*is_key=*/false) == KvCodecConfig::Bits::kInt8;
-    EXPECT_EQ((*blocks)->value_quads(), int8_values && kv_kernels_impl::q8_value_quads_active());
+    const Bits value_bits = c.bits_for(/*is_key=*/false);
+    EXPECT_EQ((*blocks)->value_quads(), (value_bits == Bits::kInt8 || (value_bits == Bits::kInt4 && q4_blocks)) &&
+                                            kv_kernels_impl::q8_value_quads_active());
+    // INT4 values in nibble quads: attention reads them in place.
+    if (value_bits == Bits::kInt4 && q4_blocks) {
+      EXPECT_TRUE((*blocks)->int4_in_place());
+    }
     // Each layer's 300 rows run to 304 (19 blocks).
     const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
     EXPECT_EQ((*rows)->memory_bytes(), g.n_layer * kCapacity * row_bytes);
