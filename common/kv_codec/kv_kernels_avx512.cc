@@ -582,7 +582,12 @@ inline __m512i permute_bytes(__m512i idx, __m512i x) {
 // - 8 where INT8's are + 128), and each score then takes the keys' mins'
 // term, block by block in order: fma(kmin[k_block[b]], qs_b * sum(codes_b),
 // score) (sum(codes_b) = bias_b / -128).
-template <int R, int NB, int kBiasShift = 0>
+// kNibbles: cols is a block of INT4 keys in key column blocks (kv_kernels.h,
+// q4_key_blocks_from_rows: head_dim / 8 vectors, each a dword of the 16
+// rows' packed bytes), split into its low- and high-nibble columns here, in
+// registers (q4_key_columns_from_blocks' columns: the same products in the
+// same order per accumulator).
+template <int R, int NB, int kBiasShift = 0, bool kNibbles = false>
 inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m512* ks, const int* k_block,
                       __m512* out, const __m512* kmin = nullptr) {
   constexpr int head_dim = NB * kQ8Block;
@@ -595,14 +600,33 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   // Four query codes as one dword, broadcast straight from memory.
   using Word = int32_t __attribute__((may_alias, aligned(1)));
   const Word* qw = reinterpret_cast<const Word*>(q.codes + h0 * head_dim);
-#pragma GCC unroll 8
-  for (int j = 0; j < kQ8Block / 4; ++j) {
-#pragma GCC unroll 8
-    for (int b = 0; b < NB; ++b) {
+  if constexpr (kNibbles) {
+    const __m512i nibble = _mm512_set1_epi8(15);
 #pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
-        acc[i][b] = dpbusd_broadcast(acc[i][b], cols[b * (kQ8Block / 4) + j], &qw[w]);
+    for (int j = 0; j < kQ8Block / 4; j += 2) {
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b) {
+        const __m512i x = _mm512_loadu_si512(cols + b * (kQ8Block / 8) + j / 2);
+        const __m512i low = _mm512_and_si512(x, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
+          acc[i][b] = dpbusd_broadcast(acc[i][b], low, &qw[w]);
+          acc[i][b] = dpbusd_broadcast(acc[i][b], high, &qw[w + 1]);
+        }
+      }
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int j = 0; j < kQ8Block / 4; ++j) {
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
+          acc[i][b] = dpbusd_broadcast(acc[i][b], cols[b * (kQ8Block / 4) + j], &qw[w]);
+        }
       }
     }
   }
@@ -635,17 +659,17 @@ inline QueryQ8 position_query(const QueryQ8& q, const TilePositions& pos, int j)
 // One 16-row block's scores of one position's query heads [i_begin, i_end)
 // (its query qj): head i's 16 at out + i * kAttentionTileRows. R heads at a
 // time, then one by one.
-template <int R, int NB, int kBiasShift = 0>
+template <int R, int NB, int kBiasShift = 0, bool kNibbles = false>
 inline void q8_block_scores(const __m512i* block, const QueryQ8& qj, int i_begin, int i_end, const __m512* kb,
                             const int* k_block, float* out, const __m512* kmin = nullptr) {
   __m512 x[R];
   int i = i_begin;
   for (; i + R <= i_end; i += R) {
-    q8_scores<R, NB, kBiasShift>(block, qj, i, kb, k_block, x, kmin);
+    q8_scores<R, NB, kBiasShift, kNibbles>(block, qj, i, kb, k_block, x, kmin);
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i + r) * kAttentionTileRows, x[r]);
   }
   for (; i < i_end; ++i) {
-    q8_scores<1, NB, kBiasShift>(block, qj, i, kb, k_block, x, kmin);
+    q8_scores<1, NB, kBiasShift, kNibbles>(block, qj, i, kb, k_block, x, kmin);
     _mm512_storeu_ps(out + i * kAttentionTileRows, x[0]);
   }
 }
@@ -680,7 +704,9 @@ void q8_key_columns(const KvHeadRows& k, int64_t tile_row, int u_lo, int u_hi, _
 // columns (q8_key_columns). A position skips the blocks outside its own
 // rows (their lanes are masked later); a lane depends only on its row and
 // head, so a head's scores are the same bits whatever else the call holds.
-template <int NB, int kBiasShift = 0>
+// kNibbles: cols the union's INT4 key column blocks as the store holds them
+// (q8_scores' kNibbles), a call of one position only.
+template <int NB, int kBiasShift = 0, bool kNibbles = false>
 void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const QueryQ8& q, const TilePositions& pos,
                     int n_q, int u_lo, int u_hi, int h0, int nh, float* s, TilePrefetchSpread& next,
                     const __m512* kmin = nullptr) {
@@ -707,12 +733,13 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     for (int b = first; b < b_end; ++b) {
       for (int x = 0; x < kScoreBlockSteps; ++x) next.step();  // (every block of the union, as below)
       if (b < b_lo || b >= b_hi) continue;
-      q8_block_scores<R, NB, kBiasShift>(cols + (b - first) * (head_dim / 4), qj, i_begin, i_end,
-                                         ks + (b - first) * NB, k_block, sj + 16 * b,
-                                         kmin == nullptr ? nullptr : kmin + (b - first) * NB);
+      q8_block_scores<R, NB, kBiasShift, kNibbles>(cols + (b - first) * (head_dim / (kNibbles ? 8 : 4)), qj, i_begin,
+                                                   i_end, ks + (b - first) * NB, k_block, sj + 16 * b,
+                                                   kmin == nullptr ? nullptr : kmin + (b - first) * NB);
     }
     return;
   }
+  if constexpr (kNibbles) return;  // (never: the caller's calls of INT4 key blocks are one position's)
   // Block by block, every position of the step over it: for head_dim <= 64
   // the block's key columns (NB x 8 vectors) go to registers once for all
   // of them, not once per position.
@@ -747,10 +774,11 @@ struct ValueRows {
   const uint8_t* base;  // the tile's row 0
   int64_t stride;
   int u_lo, u_hi;
-  bool quads;  // value quads (kv_kernels.h), read by q8_values_quads only
+  bool quads;    // value quads (kv_kernels.h), read by q8_values_quads only
+  bool nibbles;  // INT4 values in nibble quads (q4_value_quads_from_rows), read so too
   ValueRows(const KvHeadRows& v, int64_t tile_row, int lo, int hi)
       : base(v.codes + tile_row * v.row_code_bytes), stride(v.row_code_bytes), u_lo(lo), u_hi(hi),
-        quads(v.value_quads) {}
+        quads(v.value_quads), nibbles(v.value_quads && v.bits == 4) {}
   // Pair k (rows 2k and 2k + 1, clamped into the union) as vp[(k - k_lo) *
   // (head_dim / 16) + c], c = 0 .. head_dim / 16 - 1.
   inline void pair(int k, int head_dim, __m512i* out) const {
@@ -1296,11 +1324,15 @@ void q8_values_quads(const ValueRows& rows, const int16_t* w0, int v_group, cons
 // each quad's 32 dims of block s are its two vectors 128 s bytes on, the
 // vectors the quad loads above make from rows (rows outside the union weigh
 // 0: the softmax step writes the codes of the union's every block). The
-// same products in the same order, so the same bits.
-template <int R, int NB, int VG>
+// same products in the same order, so the same bits. kNibbles: INT4 values
+// in nibble quads (ValueRows::nibbles), each quad's block one vector whose
+// low nibbles - 8 are its first vector and high nibbles - 8 its second.
+template <int R, int NB, int VG, bool kNibbles = false>
 void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_group, const float* const* step,
                               float* const* acc, TilePrefetchSpread& next) {
-  constexpr int64_t kHeadBytes = int64_t{VG} * kAttentionTileRows * 2, kQuadBytes = 4 * NB * kQ8Block;
+  constexpr int64_t kHeadBytes = int64_t{VG} * kAttentionTileRows * 2;
+  constexpr int64_t kQuadBytes = (kNibbles ? 2 : 4) * NB * kQ8Block, kBlockBytes = kNibbles ? 64 : 128;
+  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
   const int q_lo = rows.u_lo / 4, q_hi = (rows.u_hi + 3) / 4;
   for (int s = 0; s < NB; ++s) {
     const uint8_t* wg = reinterpret_cast<const uint8_t*>(w0) + int64_t{s * kQ8Block / v_group} * kAttentionTileRows * 2;
@@ -1309,10 +1341,17 @@ void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_gr
     for (int i = 0; i < R; ++i) {
       low[i][0] = low[i][1] = high[i][0] = high[i][1] = _mm512_setzero_si512();
     }
-    const uint8_t* p = rows.base + int64_t{q_lo} * kQuadBytes + 128 * s;
+    const uint8_t* p = rows.base + int64_t{q_lo} * kQuadBytes + kBlockBytes * s;
     for (int q = q_lo; q < q_hi; ++q, p += kQuadBytes) {
       if (q % kValueQuadsPerStep == 0) next.step();
-      const __m512i x0 = _mm512_load_si512(p), x1 = _mm512_load_si512(p + 64);
+      __m512i x0, x1;
+      if constexpr (kNibbles) {
+        const __m512i x = _mm512_loadu_si512(p);
+        x0 = _mm512_sub_epi8(_mm512_and_si512(x, nibble), eight);
+        x1 = _mm512_sub_epi8(_mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble), eight);
+      } else {
+        x0 = _mm512_load_si512(p), x1 = _mm512_load_si512(p + 64);
+      }
       const uint8_t* w = wg + split_quad_offset(q);
       quad_products<R, kHeadBytes>(x0, x1, w, low, high);
     }
@@ -1336,16 +1375,19 @@ void q8_values_quads_heads(const ValueRows& rows, const TilePositions& pos, int 
   }
   const int16_t* w0 = wq + int64_t{h0} * v_groups * kAttentionTileRows;
   if (rows.quads) {
+    auto in_place = [&]<int VG>() {
+      return rows.nibbles ? q8_values_quads_in_place<R, NB, VG, true>(rows, w0, v_group, step_i, acc_i, next)
+                          : q8_values_quads_in_place<R, NB, VG>(rows, w0, v_group, step_i, acc_i, next);
+    };
     // 4 and 8 groups: INT4 values at head_dim 128 / 256 in groups of 32
     // (attend_tile_q4_positions; INT8 quads hold at most 2).
     if constexpr (NB >= 4) {
-      if (v_groups == 4) return q8_values_quads_in_place<R, NB, 4>(rows, w0, v_group, step_i, acc_i, next);
+      if (v_groups == 4) return in_place.template operator()<4>();
     }
     if constexpr (NB >= 8) {
-      if (v_groups == 8) return q8_values_quads_in_place<R, NB, 8>(rows, w0, v_group, step_i, acc_i, next);
+      if (v_groups == 8) return in_place.template operator()<8>();
     }
-    return v_groups == 2 ? q8_values_quads_in_place<R, NB, 2>(rows, w0, v_group, step_i, acc_i, next)
-                         : q8_values_quads_in_place<R, NB, 1>(rows, w0, v_group, step_i, acc_i, next);
+    return v_groups == 2 ? in_place.template operator()<2>() : in_place.template operator()<1>();
   }
   const bool dense = rows.stride == head_dim;
   if (v_groups == 2) {
@@ -1968,6 +2010,14 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   __m512 ks[kBlocks * NB], kmin[kBlocks * NB];
   const __m512i* key_cols = cols;
   const __m512 eight = _mm512_set1_ps(8.0f);
+  // A decode step's call (one position) over INT4 keys in key column blocks
+  // and values in nibble quads: both read from the store as they lie, their
+  // nibbles split in registers by the scores and the value product, nothing
+  // written per call. A prefill call's positions read each block many times:
+  // its columns and quads are made once into the call's buffers instead.
+  const bool nibble_keys = kKeys4 && k.key_blocks && pos.n == 1;
+  const bool nibble_values = v.value_quads && pos.n == 1;
+  if (nibble_keys) key_cols = reinterpret_cast<const __m512i*>(k.codes + (tile_row + 16 * first) * (head_dim / 2));
   if constexpr (kKeys4) {
     KvHeadRows k_mins = k;
     k_mins.scales = k.mins;
@@ -1975,7 +2025,8 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
       const BlockRows rows(16 * (first + bi), u_lo, u_hi);
       for (int x = 0; x < kKeyBlockSteps; ++x) next.step();
       if (k.key_blocks) {
-        q4_key_columns_from_blocks(k, tile_row + 16 * (first + bi), head_dim, cols + bi * (head_dim / 4));
+        // (nibble_keys: the columns are split in the scores, q8_head_scores' kNibbles.)
+        if (!nibble_keys) q4_key_columns_from_blocks(k, tile_row + 16 * (first + bi), head_dim, cols + bi * (head_dim / 4));
       } else {
         q4_key_columns_block(k, tile_row, rows, head_dim, cols + bi * (head_dim / 4));
       }
@@ -2009,21 +2060,28 @@ void q4_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   PositionScales ps[kQ8MaxPositions];
   positions_weight_scales(vs, pos, u_lo, u_hi, v_groups, ps);
   alignas(64) uint8_t quads[kAttentionTileRows * head_dim];
-  if (v.value_quads) {
-    q4_value_quads_from_nibbles(vt, u_lo, u_hi, head_dim, quads);
-  } else {
-    q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
+  KvHeadRows vq = vt;  // INT8 value quads of the codes - 8, or the store's nibble quads (nibble_values)
+  if (!nibble_values) {
+    if (v.value_quads) {
+      q4_value_quads_from_nibbles(vt, u_lo, u_hi, head_dim, quads);
+    } else {
+      q4_value_quads(vt, 0, u_lo, u_hi, head_dim, quads);
+    }
+    vq.bits = 8;
+    vq.codes = quads;
+    vq.row_code_bytes = head_dim;
+    vq.value_quads = true;
   }
-  KvHeadRows vq = vt;
-  vq.codes = quads;
-  vq.row_code_bytes = head_dim;
-  vq.value_quads = true;
   const ValueRows value_rows(vq, 0, u_lo, u_hi);
   for (int h0 = 0; h0 < heads; h0 += 16) {
     const int nh = std::min(16, heads - h0);
     // (The keys' mins' terms inside: q8_scores, kBiasShift 4.)
-    q8_head_scores<NB, kKeys4 ? 4 : 0>(key_cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next,
-                                       kKeys4 ? kmin : nullptr);
+    if (nibble_keys) {
+      q8_head_scores<NB, 4, true>(key_cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next, kmin);
+    } else {
+      q8_head_scores<NB, kKeys4 ? 4 : 0>(key_cols, ks, k.group, q, pos, n_q, u_lo, u_hi, h0, nh, s, next,
+                                         kKeys4 ? kmin : nullptr);
+    }
     bool full = u_lo == 0 && u_hi == kAttentionTileRows;
     for (int j = h0 / n_q; full && j * n_q < h0 + nh; ++j) full = pos.lo[j] == 0 && pos.hi[j] == kAttentionTileRows;
     auto softmax = [&]<bool kFull, int VG>() {
