@@ -183,41 +183,16 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
   };
   const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
   for (int h = 0; h < plane.heads; ++h) {
-    if (plane.blocked() && plane.bits == Bits::kInt4) {  // hb = head_dim / 2 bytes a row
+    if (plane.blocked()) {  // hb = head_dim codes a row (INT8), head_dim / 2 bytes (INT4)
       auto* head = plane.codes.data() + plane.code_at(run, h, 0);
-      const int head_dim = static_cast<int>(2 * hb);
+      const int bits = plane.bits == Bits::kInt4 ? 4 : 8;
+      const int head_dim = static_cast<int>(bits == 4 ? 2 * hb : hb);
       if constexpr (kIntoRun) {
-        const auto* rows = reinterpret_cast<const uint8_t*>(codes) + h * hb;
-        if (plane.key_blocks) {
-          kv_kernels_impl::q4_key_blocks_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
-        } else {
-          kv_kernels_impl::q4_value_quads_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
-        }
+        kv_kernels_impl::blocked_from_rows(bits, plane.key_blocks, reinterpret_cast<const uint8_t*>(codes) + h * hb,
+                                           plane.row_code_bytes, r, n, head_dim, head);
       } else {
-        auto* rows = reinterpret_cast<uint8_t*>(codes) + h * hb;
-        if (plane.key_blocks) {
-          kv_kernels_impl::q4_key_rows_from_blocks(head, r, n, head_dim, rows, plane.row_code_bytes);
-        } else {
-          kv_kernels_impl::q4_value_rows_from_quads(head, r, n, head_dim, rows, plane.row_code_bytes);
-        }
-      }
-    } else if (plane.blocked()) {  // INT8: hb = head_dim codes a row
-      auto* head = plane.codes.data() + plane.code_at(run, h, 0);
-      const int head_dim = static_cast<int>(hb);
-      if constexpr (kIntoRun) {
-        const auto* rows = reinterpret_cast<const int8_t*>(codes) + h * hb;
-        if (plane.key_blocks) {
-          kv_kernels_impl::key_blocks_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
-        } else {
-          kv_kernels_impl::value_quads_from_rows(rows, plane.row_code_bytes, r, n, head_dim, head);
-        }
-      } else {
-        auto* rows = reinterpret_cast<int8_t*>(codes) + h * hb;
-        if (plane.key_blocks) {
-          kv_kernels_impl::key_rows_from_blocks(head, r, n, head_dim, rows, plane.row_code_bytes);
-        } else {
-          kv_kernels_impl::value_rows_from_quads(head, r, n, head_dim, rows, plane.row_code_bytes);
-        }
+        kv_kernels_impl::rows_from_blocked(bits, plane.key_blocks, head, r, n, head_dim,
+                                           reinterpret_cast<uint8_t*>(codes) + h * hb, plane.row_code_bytes);
       }
     }
     for (int64_t i = 0; i < n; ++i) {

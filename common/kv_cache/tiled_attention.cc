@@ -501,17 +501,8 @@ class LayerAttention {
   KvHeadRows as_rows(const KvHeadRows& h, int64_t t0, int64_t lo, int64_t hi, int8_t* buffer) const {
     const int64_t first = lo - rows_.first_position;
     const int64_t row_bytes = h.bits == 4 ? head_dim_ / 2 : head_dim_;
-    int8_t* out = buffer + (lo - t0) * row_bytes;
-    auto* out4 = reinterpret_cast<uint8_t*>(out);
-    if (h.bits == 4 && h.key_blocks) {
-      kv_kernels_impl::q4_key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out4, row_bytes);
-    } else if (h.bits == 4) {
-      kv_kernels_impl::q4_value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out4, row_bytes);
-    } else if (h.key_blocks) {
-      kv_kernels_impl::key_rows_from_blocks(h.codes, first, hi - lo, head_dim_, out, row_bytes);
-    } else {
-      kv_kernels_impl::value_rows_from_quads(h.codes, first, hi - lo, head_dim_, out, row_bytes);
-    }
+    kv_kernels_impl::rows_from_blocked(h.bits, h.key_blocks, h.codes, first, hi - lo, head_dim_,
+                                       reinterpret_cast<uint8_t*>(buffer) + (lo - t0) * row_bytes, row_bytes);
     KvHeadRows rows = at_row(h, t0 - rows_.first_position);
     rows.codes = reinterpret_cast<const uint8_t*>(buffer);
     rows.row_code_bytes = row_bytes;

@@ -398,4 +398,26 @@ void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n
   }
 }
 
+void blocked_from_rows(int bits, bool keys, const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n,
+                       int head_dim, uint8_t* blocked) {
+  const auto* rows8 = reinterpret_cast<const int8_t*>(rows);
+  if (bits == 4) {
+    return keys ? q4_key_blocks_from_rows(rows, row_stride, first_row, n, head_dim, blocked)
+                : q4_value_quads_from_rows(rows, row_stride, first_row, n, head_dim, blocked);
+  }
+  return keys ? key_blocks_from_rows(rows8, row_stride, first_row, n, head_dim, blocked)
+              : value_quads_from_rows(rows8, row_stride, first_row, n, head_dim, blocked);
+}
+
+void rows_from_blocked(int bits, bool keys, const uint8_t* blocked, int64_t first_row, int64_t n, int head_dim,
+                       uint8_t* rows, int64_t row_stride) {
+  auto* rows8 = reinterpret_cast<int8_t*>(rows);
+  if (bits == 4) {
+    return keys ? q4_key_rows_from_blocks(blocked, first_row, n, head_dim, rows, row_stride)
+                : q4_value_rows_from_quads(blocked, first_row, n, head_dim, rows, row_stride);
+  }
+  return keys ? key_rows_from_blocks(blocked, first_row, n, head_dim, rows8, row_stride)
+              : value_rows_from_quads(blocked, first_row, n, head_dim, rows8, row_stride);
+}
+
 }  // namespace baton::kv_kernels_impl

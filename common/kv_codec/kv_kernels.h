@@ -111,6 +111,13 @@ void q4_value_quads_from_rows(const uint8_t* rows, int64_t row_stride, int64_t f
 void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
                               int64_t row_stride);
 
+// The four layouts' conversions by a plane's bits (8 or 4) and kind (keys:
+// key column blocks; values: quads), rows as bytes (INT8 codes as int8).
+void blocked_from_rows(int bits, bool keys, const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n,
+                       int head_dim, uint8_t* blocked);
+void rows_from_blocked(int bits, bool keys, const uint8_t* blocked, int64_t first_row, int64_t n, int head_dim,
+                       uint8_t* rows, int64_t row_stride);
+
 // Scratch floats attend_heads needs.
 inline int64_t attend_heads_scratch_floats(int n_q, int head_dim, int64_t n_ctx) {
   return int64_t{n_q} * n_ctx + 2 * int64_t{head_dim};
