@@ -6,7 +6,8 @@
 // What the decode tile kernel's port bound is counted with (README,
 // "Fortieth session"): on Zen 5 vpdpbusd shares its two pipes with vmulps
 // and vfmadd231ps, not with vaddps; vscalefps and vreduceps run at 1 a
-// cycle. Written in assembly (AT&T), so the file needs no ISA flags; run
+// cycle; vpdpbusd with a broadcast dword or a whole vector from L1 as its
+// source (mixes 9, 10) at 2 a cycle too. Written in assembly (AT&T), so the file needs no ISA flags; run
 // only where the CPU has AVX-512 VNNI and VBMI.
 //   build/bin/baton_microbench --benchmark_filter=BM_VectorPorts
 #include <benchmark/benchmark.h>
@@ -34,9 +35,27 @@ namespace {
 #define BATON_LOOP(body) \
   asm volatile("1:\n\t" body "sub $1, %0\n\tjnz 1b" : "+r"(n) : : BATON_PORTS_CLOBBERS)
 
+// The same with a memory source (%1: 64 aligned bytes in L1), `m` its
+// operand form: a dword broadcast ("(%1)%{1to16%}") or the whole vector
+// ("(%1)"): 8 dwords of one line, or the 4 lines of g_line twice.
+#define BATON_MEM(a, m, off, r) a " " #off m ", %%zmm21, %%zmm" #r "\n\t"
+#define BATON_EIGHT_MEM(a, m)                                                                              \
+  BATON_MEM(a, m, 0, 0) BATON_MEM(a, m, 4, 1) BATON_MEM(a, m, 8, 2) BATON_MEM(a, m, 12, 3) BATON_MEM(a, m, 16, 4) \
+  BATON_MEM(a, m, 20, 5) BATON_MEM(a, m, 24, 6) BATON_MEM(a, m, 28, 7)
+#define BATON_EIGHT_MEM512(a)                                                                                \
+  BATON_MEM(a, "(%1)", 0, 0) BATON_MEM(a, "(%1)", 64, 1) BATON_MEM(a, "(%1)", 128, 2) BATON_MEM(a, "(%1)", 192, 3)     \
+  BATON_MEM(a, "(%1)", 0, 4) BATON_MEM(a, "(%1)", 64, 5) BATON_MEM(a, "(%1)", 128, 6) BATON_MEM(a, "(%1)", 192, 7)
+#define BATON_LOOP_MEM(body) \
+  asm volatile("1:\n\t" body "sub $1, %0\n\tjnz 1b" : "+r"(n) : "r"(line) : BATON_PORTS_CLOBBERS, "memory")
+
+alignas(64) int32_t g_line[64];
+
 // The loop for mix m, n iterations; returns the instructions per iteration.
 int run_mix(int mix, int64_t n) {
+  const int32_t* line = g_line;
   switch (mix) {
+    case 9: BATON_LOOP_MEM(BATON_EIGHT_MEM("vpdpbusd", "(%1)%{1to16%}")); return 8;
+    case 10: BATON_LOOP_MEM(BATON_EIGHT_MEM512("vpdpbusd")); return 8;
     case 0: BATON_LOOP(BATON_EIGHT("vpdpbusd")); return 8;
     case 1: BATON_LOOP(BATON_EIGHT("vmulps")); return 8;
     case 2: BATON_LOOP(BATON_EIGHT("vaddps")); return 8;
@@ -51,7 +70,8 @@ int run_mix(int mix, int64_t n) {
 
 const char* const kMixNames[] = {"vpdpbusd",          "vmulps",           "vaddps",
                                  "vpdpbusd+vmulps",   "vpdpbusd+vfmadd",  "vpdpbusd+vaddps",
-                                 "vpdpbusd+vpermb",   "vscalefps",        "vpdpbusd+vscalefps"};
+                                 "vpdpbusd+vpermb",   "vscalefps",        "vpdpbusd+vscalefps",
+                                 "vpdpbusd m32{1to16}", "vpdpbusd m512"};
 
 // Args: mix (0-8, kMixNames). items/s: instructions per second.
 void BM_VectorPorts(benchmark::State& state) {
@@ -66,7 +86,7 @@ void BM_VectorPorts(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kIterations * per_iteration);
   state.SetLabel(kMixNames[mix]);
 }
-BENCHMARK(BM_VectorPorts)->ArgName("mix")->DenseRange(0, 8)->UseRealTime();
+BENCHMARK(BM_VectorPorts)->ArgName("mix")->DenseRange(0, 10)->UseRealTime();
 
 }  // namespace
 }  // namespace baton
