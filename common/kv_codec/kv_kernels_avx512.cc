@@ -1749,8 +1749,13 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
   // turned back into rows per call: BM_TiledAttentionPrefill/pos:8192 (1
   // thread, min of 3, 3 runs) 22.0-23.4 against 21.4-21.9 ms over rows;
   // `baton bench prefill` at 8192 245.6-246.0 against 248.6-261.0 tok/s.
-  const bool value_quads = (fused || (v.value_quads && !amx && (v_groups == 1 || v_groups == 2))) &&
-                           v.group % kQ8Block == 0 && q8_value_quads_active();
+  // Stored quads take any number of value groups (head_dim 128 / 256 in
+  // groups of 32: 4 / 8); until the forty-fourth session only 1 or 2 did, and
+  // a decode step at head_dim 128 over int8-g32 turned every tile's quads
+  // back into rows for the int16 row pairs: BM_TiledAttentionDecode (INT8,
+  // head_dim 128, context 16384, 2 threads) 26.8-27.2 ms, against INT4's
+  // 13.1-13.5.
+  const bool value_quads = (fused || (v.value_quads && !amx)) && v.group % kQ8Block == 0 && q8_value_quads_active();
   const int n_quads = (u_hi + 3) / 4 - u_lo / 4;
   TilePrefetchSpread next(pos.next,
                           n_blocks * (kKeyBlockSteps + kScoreBlockSteps) + first_pass * kSoftmaxHeadSteps +
@@ -1808,13 +1813,15 @@ void q8_tile_positions(const KvHeadRows& k, const KvHeadRows& v, int64_t tile_ro
       softmax_codes16<kFull, VG, kSplit>(s, pos, n_q, head_dim, h0, nh, u_lo, u_hi, vs, ps, v_groups, m, l, acc, wq,
                                          steps, next);
     };
-    if (value_quads) {  // v_groups 1 or 2 (fused)
+    if (value_quads) {
       if (!full) {
         softmax.template operator()<false, 0, true>();
       } else if (v_groups == 2) {
         softmax.template operator()<true, 2, true>();
-      } else {
+      } else if (v_groups == 1) {
         softmax.template operator()<true, 1, true>();
+      } else {
+        softmax.template operator()<true, 0, true>();
       }
     } else if (full) {
       if (v_groups == 2) {

@@ -278,7 +278,9 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
 // INT4 (keys dequantized), keys in groups of 16 (both dequantized),
 // Hadamard keys. INT4 keys and values in their layouts (nibble key blocks,
 // nibble quads) where the INT4 kernel reads them in place (q4_reads_blocks),
-// with INT8 keys too (int4-k8), at head_dim 64 and 128.
+// with INT8 keys too (int4-k8), at head_dim 64 and 128; INT8 and INT4 at
+// head_dim 128 and 256 in groups of 32 (4 and 8 value groups: the quads'
+// value product since the forty-fourth session for INT8 too).
 TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
   if (!kv_kernels_impl::q8_key_blocks_active()) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
@@ -294,7 +296,9 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
                                        std::pair{"int4-k8-g32", 64}, std::pair{"int8-kg64-g32", 64},
                                        std::pair{"int8-kg16-g32", 64}, std::pair{"int4-g32", 64},
                                        std::pair{"int4-g64", 64}, std::pair{"int4-g32-had", 64},
-                                       std::pair{"int4-g32", 128}, std::pair{"int4-k8-g32", 128}}) {
+                                       std::pair{"int4-g32", 128}, std::pair{"int4-k8-g32", 128},
+                                       std::pair{"int8-g32", 128}, std::pair{"int8-g32", 256},
+                                       std::pair{"int4-g32", 256}}) {
     SCOPED_TRACE(std::string(name) + " head_dim " + std::to_string(head_dim));
     const KvGeometry g{2, 8, 2, head_dim, {}};
     const KvCodecConfig c = parse(name);
