@@ -1379,10 +1379,18 @@ void q8_values_quads_heads(const ValueRows& rows, const TilePositions& pos, int 
       return rows.nibbles ? q8_values_quads_in_place<R, NB, VG, true>(rows, w0, v_group, step_i, acc_i, next)
                           : q8_values_quads_in_place<R, NB, VG>(rows, w0, v_group, step_i, acc_i, next);
     };
-    // 4 and 8 groups: INT4 values at head_dim 128 / 256 in groups of 32
-    // (attend_tile_q4_positions; INT8 quads hold at most 2).
+    // VG: the heads' stride in the weight codes, so every count of value
+    // groups a run of R > 1 heads can meet (groups of whole 32-dim blocks:
+    // head_dim 96 in 3, 128 in 4, 192 in 6, 256 in 8); a run of one head
+    // (head_dim 160 / 224: R = 1) never strides.
+    if constexpr (NB >= 3) {
+      if (v_groups == 3) return in_place.template operator()<3>();
+    }
     if constexpr (NB >= 4) {
       if (v_groups == 4) return in_place.template operator()<4>();
+    }
+    if constexpr (NB >= 6) {
+      if (v_groups == 6) return in_place.template operator()<6>();
     }
     if constexpr (NB >= 8) {
       if (v_groups == 8) return in_place.template operator()<8>();

@@ -279,8 +279,9 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
 // Hadamard keys. INT4 keys and values in their layouts (nibble key blocks,
 // nibble quads) where the INT4 kernel reads them in place (q4_reads_blocks),
 // with INT8 keys too (int4-k8), at head_dim 64 and 128; INT8 and INT4 at
-// head_dim 128 and 256 in groups of 32 (4 and 8 value groups: the quads'
-// value product since the forty-fourth session for INT8 too).
+// head_dim 128, 192 and 256 in groups of 32 (4, 6 and 8 value groups: the
+// quads' value product since the forty-fourth session for INT8 too), INT8
+// at 96 (3 groups, 2 heads a value run).
 TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
   if (!kv_kernels_impl::q8_key_blocks_active()) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
@@ -298,7 +299,8 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
                                        std::pair{"int4-g64", 64}, std::pair{"int4-g32-had", 64},
                                        std::pair{"int4-g32", 128}, std::pair{"int4-k8-g32", 128},
                                        std::pair{"int8-g32", 128}, std::pair{"int8-g32", 256},
-                                       std::pair{"int4-g32", 256}}) {
+                                       std::pair{"int4-g32", 256}, std::pair{"int8-g32", 96},
+                                       std::pair{"int8-g32", 192}, std::pair{"int4-g32", 192}}) {
     SCOPED_TRACE(std::string(name) + " head_dim " + std::to_string(head_dim));
     const KvGeometry g{2, 8, 2, head_dim, {}};
     const KvCodecConfig c = parse(name);
