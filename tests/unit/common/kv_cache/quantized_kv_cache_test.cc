@@ -238,10 +238,17 @@ TEST(QuantizedKvCache, BytesPerTokenCountCodesAndScales) {
                    QuantizedKvCache::bytes_per_token(parse("int4-k8-kg16-g32"), g));
 }
 
+// (head_dim 64 too: the INT4 store layouts where the kernels read them,
+// KeyBlocksAndValueQuadsKeepTheRowsBits; ingested rows start and end inside
+// their blocks.)
 TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
-  const KvGeometry g = test_geometry();
-  for (const char* wire_name : {"int4-g32-z3", "int8-g16-had-rows", "f16-z1", "int4-k8-g32-z3", "int4-k8-kg16-g32-hk"}) {
-    SCOPED_TRACE(wire_name);
+  for (const auto& [wire_name, head_dim] :
+       {std::pair{"int4-g32-z3", 32}, std::pair{"int8-g16-had-rows", 32}, std::pair{"f16-z1", 32},
+        std::pair{"int4-k8-g32-z3", 32}, std::pair{"int4-k8-kg16-g32-hk", 32}, std::pair{"int4-g32-z3", 64},
+        std::pair{"int4-k8-g32-z3", 64}, std::pair{"int8-g32-z3", 64}}) {
+    SCOPED_TRACE(std::string(wire_name) + " head_dim " + std::to_string(head_dim));
+    KvGeometry g = test_geometry();
+    g.head_dim = head_dim;
     const KvCodecConfig wire = parse(wire_name);
     auto a = QuantizedKvCache::Create(g, 32, QuantizedKvCache::store_config_for(wire));
     auto b = QuantizedKvCache::Create(g, 32, QuantizedKvCache::store_config_for(wire));
