@@ -739,7 +739,9 @@ void q8_head_scores(const __m512i* cols, const __m512* ks, int k_group, const Qu
     }
     return;
   }
-  if constexpr (kNibbles) return;  // (never: the caller's calls of INT4 key blocks are one position's)
+  // The caller's calls over INT4 key blocks are one position's (above);
+  // the blocks' columns are made into cols for any other.
+  if constexpr (kNibbles) __builtin_trap();
   // Block by block, every position of the step over it: for head_dim <= 64
   // the block's key columns (NB x 8 vectors) go to registers once for all
   // of them, not once per position.
