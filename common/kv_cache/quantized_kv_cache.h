@@ -103,7 +103,7 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // values in groups of whole 32-dim blocks, every layer full, and the
   // AVX-512 kernels' decode value product takes quads (q8_value_quads_active).
   // INT4 codes the same (nibble key blocks, nibble quads: kv_kernels.h
-  // q4_key_blocks_from_rows) where the INT4 kernel reads them in place
+  // blocked_from_rows) where the INT4 kernel reads them in place
   // (q4_reads_blocks, q4_in_place_allowed): INT4 values with INT4 or INT8
   // keys, groups of whole 32-dim blocks, head_dim a multiple of 64.
   static bool uses_value_quads(const KvCodecConfig& config, const KvGeometry& geometry);

@@ -126,10 +126,11 @@ class LayerAttention {
         q8_(q8),
         q4_(q8.codes != nullptr && rows.v.bits == 4),
         f16_rows_(kern_.attend_tile_f16 != nullptr && kv_kernels_impl::f16_tile_supported(rows.k, rows.v, head_dim_)),
-        key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active()),
+        key_blocks_in_place_(q8.codes != nullptr && kv_kernels_impl::q8_key_blocks_active() &&
+                             (rows.k.bits != 4 || (q4_ && kern_.q4_reads_blocks))),
         value_quads_in_place_(q8.codes != nullptr && kern_.q8_reads_value_quads &&
-                              kv_kernels_impl::q8_value_quads_active()),
-        q4_blocks_in_place_(q4_ && kern_.q4_reads_blocks),
+                              kv_kernels_impl::q8_value_quads_active() &&
+                              (rows.v.bits != 4 || (q4_ && kern_.q4_reads_blocks))),
         spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_ && n <= kSplitMaxQueries) &&
                 rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
 
@@ -304,9 +305,8 @@ class LayerAttention {
                          int64_t i1, int64_t t0, const kv_kernels_impl::TilePrefetch& next, StateSpan s,
                          TileScratch& scratch) const {
     const int64_t tile_row = t0 - rows_.first_position;
-    const bool keys_as_rows = k_rows.key_blocks && !(key_blocks_in_place_ && (k_rows.bits != 4 || q4_blocks_in_place_));
-    const bool values_as_rows =
-        v_rows.value_quads && !(value_quads_in_place_ && (v_rows.bits != 4 || q4_blocks_in_place_));
+    const bool keys_as_rows = k_rows.key_blocks && !key_blocks_in_place_;
+    const bool values_as_rows = v_rows.value_quads && !value_quads_in_place_;
     if (q8() && (keys_as_rows || values_as_rows)) {
       // The rows the call's queries see, out of the blocks (quads): the
       // kernel then reads the tile from its row 0 (the other plane's rows
@@ -527,18 +527,15 @@ class LayerAttention {
   // on the quantized queries.
   const bool q4_;
   const bool f16_rows_;
-  // The INT8 kernel reads keys in key column blocks in place; else a tile's
-  // keys in blocks go through keys_as_rows first.
+  // The kernel reads keys in key column blocks in place (INT8: the INT8
+  // kernel; INT4: the INT4 kernel where it reads blocks, q4_reads_blocks);
+  // else a tile's keys in blocks go through keys_as_rows first.
   const bool key_blocks_in_place_;
-  // The INT8 kernel takes values in value quads (reading them in place on
-  // its decode path, as rows on its others) and they are allowed; else a
-  // tile's values in quads go through as_rows first.
+  // The kernel takes values in value quads (INT8: reading them in place on
+  // its decode path, as rows on its others; INT4 nibble quads: where the INT4
+  // kernel reads blocks) and they are allowed; else a tile's values in quads
+  // go through as_rows first.
   const bool value_quads_in_place_;
-  // The INT4 kernel reads INT4 keys in key column blocks and INT4 values in
-  // nibble quads in place (q4_reads_blocks; where key_blocks_in_place_ and
-  // value_quads_in_place_ allow, as for INT8); else such a tile goes through
-  // as_rows first.
-  const bool q4_blocks_in_place_;
   // The kernel spreads the prefetch of the rows it reads next over its
   // steps (INT8: TilePositions::next; F16: attend_tile_f16's next, in calls
   // of up to kSplitMaxQueries queries: a prefill tile's 64 one-query F16

@@ -317,61 +317,38 @@ bool q8_key_blocks_active() {
 
 void set_q8_key_blocks_allowed(bool allowed) { g_q8_key_blocks_allowed.store(allowed, std::memory_order_relaxed); }
 
-void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
-                          uint8_t* blocks) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int8_t* row = rows + i * row_stride;
-    for (int d = 0; d < head_dim; ++d) {
-      blocks[key_block_byte(first_row + i, d, head_dim)] = static_cast<uint8_t>(row[d] + 128);
-    }
-  }
-}
+namespace {
 
-void value_quads_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
-                           uint8_t* quads) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int8_t* row = rows + i * row_stride;
-    for (int d = 0; d < head_dim; ++d) {
-      quads[value_quad_byte(first_row + i, d, head_dim)] = static_cast<uint8_t>(row[d]);
-    }
-  }
-}
-
-void value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
-                           int64_t row_stride) {
-  for (int64_t i = 0; i < n; ++i) {
-    int8_t* row = rows + i * row_stride;
-    for (int d = 0; d < head_dim; ++d) row[d] = static_cast<int8_t>(quads[value_quad_byte(first_row + i, d, head_dim)]);
-  }
-}
-
-void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
-                          int64_t row_stride) {
-  for (int64_t i = 0; i < n; ++i) {
-    int8_t* row = rows + i * row_stride;
-    for (int d = 0; d < head_dim; ++d) {
-      row[d] = static_cast<int8_t>(blocks[key_block_byte(first_row + i, d, head_dim)] - 128);
-    }
-  }
-}
-
-void q4_key_blocks_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
-                             uint8_t* blocks) {
-  const int row_bytes = head_dim / 2;
+// Rows of row_bytes bytes (row i at rows + i * row_stride) into key column
+// blocks of those bytes (key_block_byte), each byte + offset (mod 256), and
+// back: INT8 keys (offset 128: the codes as u8) and INT4 keys' packed bytes
+// (offset 0).
+void key_bytes_to_blocks(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int row_bytes,
+                         uint8_t offset, uint8_t* blocks) {
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* row = rows + i * row_stride;
-    for (int j = 0; j < row_bytes; ++j) blocks[key_block_byte(first_row + i, j, row_bytes)] = row[j];
+    for (int j = 0; j < row_bytes; ++j) {
+      blocks[key_block_byte(first_row + i, j, row_bytes)] = static_cast<uint8_t>(row[j] + offset);
+    }
   }
 }
 
-void q4_key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
-                             int64_t row_stride) {
-  const int row_bytes = head_dim / 2;
+void key_bytes_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int row_bytes, uint8_t offset,
+                           uint8_t* rows, int64_t row_stride) {
   for (int64_t i = 0; i < n; ++i) {
     uint8_t* row = rows + i * row_stride;
-    for (int j = 0; j < row_bytes; ++j) row[j] = blocks[key_block_byte(first_row + i, j, row_bytes)];
+    for (int j = 0; j < row_bytes; ++j) {
+      row[j] = static_cast<uint8_t>(blocks[key_block_byte(first_row + i, j, row_bytes)] - offset);
+    }
   }
 }
+
+// INT4 values in nibble quads (kv_kernels.h, blocked_from_rows): the byte
+// holding dim d of row r of the head, and the nibble (shift 0 or 4).
+int64_t q4_value_quad_byte(int64_t r, int d, int head_dim) {
+  return r / kValueQuadRows * (2 * int64_t{head_dim}) + (d / 32) * 64 + (d % 16) * 4 + r % kValueQuadRows;
+}
+int q4_value_quad_shift(int d) { return d % 32 >= 16 ? 4 : 0; }
 
 void q4_value_quads_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
                               uint8_t* quads) {
@@ -398,26 +375,55 @@ void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n
   }
 }
 
+}  // namespace
+
+void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                          uint8_t* blocks) {
+  key_bytes_to_blocks(reinterpret_cast<const uint8_t*>(rows), row_stride, first_row, n, head_dim, 128, blocks);
+}
+
+void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                          int64_t row_stride) {
+  key_bytes_from_blocks(blocks, first_row, n, head_dim, 128, reinterpret_cast<uint8_t*>(rows), row_stride);
+}
+
+void value_quads_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
+                           uint8_t* quads) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) {
+      quads[value_quad_byte(first_row + i, d, head_dim)] = static_cast<uint8_t>(row[d]);
+    }
+  }
+}
+
+void value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
+                           int64_t row_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    int8_t* row = rows + i * row_stride;
+    for (int d = 0; d < head_dim; ++d) row[d] = static_cast<int8_t>(quads[value_quad_byte(first_row + i, d, head_dim)]);
+  }
+}
+
 void blocked_from_rows(int bits, bool keys, const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n,
                        int head_dim, uint8_t* blocked) {
-  const auto* rows8 = reinterpret_cast<const int8_t*>(rows);
   if (bits == 4) {
-    return keys ? q4_key_blocks_from_rows(rows, row_stride, first_row, n, head_dim, blocked)
+    return keys ? key_bytes_to_blocks(rows, row_stride, first_row, n, head_dim / 2, 0, blocked)
                 : q4_value_quads_from_rows(rows, row_stride, first_row, n, head_dim, blocked);
   }
-  return keys ? key_blocks_from_rows(rows8, row_stride, first_row, n, head_dim, blocked)
-              : value_quads_from_rows(rows8, row_stride, first_row, n, head_dim, blocked);
+  return keys ? key_bytes_to_blocks(rows, row_stride, first_row, n, head_dim, 128, blocked)
+              : value_quads_from_rows(reinterpret_cast<const int8_t*>(rows), row_stride, first_row, n, head_dim,
+                                      blocked);
 }
 
 void rows_from_blocked(int bits, bool keys, const uint8_t* blocked, int64_t first_row, int64_t n, int head_dim,
                        uint8_t* rows, int64_t row_stride) {
-  auto* rows8 = reinterpret_cast<int8_t*>(rows);
   if (bits == 4) {
-    return keys ? q4_key_rows_from_blocks(blocked, first_row, n, head_dim, rows, row_stride)
+    return keys ? key_bytes_from_blocks(blocked, first_row, n, head_dim / 2, 0, rows, row_stride)
                 : q4_value_rows_from_quads(blocked, first_row, n, head_dim, rows, row_stride);
   }
-  return keys ? key_rows_from_blocks(blocked, first_row, n, head_dim, rows8, row_stride)
-              : value_rows_from_quads(blocked, first_row, n, head_dim, rows8, row_stride);
+  return keys ? key_bytes_from_blocks(blocked, first_row, n, head_dim, 128, rows, row_stride)
+              : value_rows_from_quads(blocked, first_row, n, head_dim, reinterpret_cast<int8_t*>(rows), row_stride);
 }
 
 }  // namespace baton::kv_kernels_impl

@@ -25,8 +25,7 @@ struct KvHeadRows {
   const uint16_t* mins = nullptr;    // f16, INT4 only
   int64_t row_groups = 0;            // stride between rows, scale entries
   int group = 0;                     // elements per scale group (INT8 / INT4)
-  // (At bits 4 the INT4 layouts of the same names: q4_key_blocks_from_rows,
-  // q4_value_quads_from_rows.)
+  // (At bits 4 the INT4 layouts of the same names: blocked_from_rows.)
   // INT8 keys in key column blocks (see kKeyBlockRows), not rows: the codes
   // of rows [16b, 16b + 16) fill bytes [16b, 16b + 16) x row_code_bytes
   // (row_code_bytes = head_dim: a head's rows consecutive) in the order the
@@ -84,35 +83,20 @@ void key_blocks_from_rows(const int8_t* rows, int64_t row_stride, int64_t first_
 void key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, int8_t* rows,
                           int64_t row_stride);
 
-// INT4 codes in the same two layouts (AVX-512 with VBMI, q4_reads_blocks):
-// keys in key column blocks of the packed bytes (a row's head_dim / 2 bytes,
-// two codes a byte, low nibble first) at key_block_byte(r, j, head_dim / 2)
-// for byte j of row r, not offset (the codes are unsigned): each 64 bytes
-// the dword of 4 bytes (8 dims) of 16 rows, what the INT4 kernel splits into
-// its low- and high-nibble key columns with two masks and a shift instead of
-// transposing 16 rows per block. Values in nibble quads: quad q (rows 4q ..
-// 4q + 3) holds 2 * head_dim bytes, its block s (dims 32s .. 32s + 31) 64
-// of them, byte 4t + i = code(row 4q + i, dim 32s + t) | code(row 4q + i,
-// dim 32s + 16 + t) << 4 (t < 16): the low nibbles are the INT8 value
-// quad's first vector of the block, the high ones its second.
-inline int64_t q4_value_quad_byte(int64_t r, int d, int head_dim) {
-  return r / kValueQuadRows * (2 * int64_t{head_dim}) + (d / 32) * 64 + (d % 16) * 4 + r % kValueQuadRows;
-}
-inline int q4_value_quad_shift(int d) { return d % 32 >= 16 ? 4 : 0; }
-// Rows [first_row, first_row + n) of a head's INT4 codes (packed rows of
-// head_dim / 2 bytes, row i at rows + i * row_stride) into key column
-// blocks or nibble quads (the head's row 0 at out) and back.
-void q4_key_blocks_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
-                             uint8_t* blocks);
-void q4_key_rows_from_blocks(const uint8_t* blocks, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
-                             int64_t row_stride);
-void q4_value_quads_from_rows(const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n, int head_dim,
-                              uint8_t* quads);
-void q4_value_rows_from_quads(const uint8_t* quads, int64_t first_row, int64_t n, int head_dim, uint8_t* rows,
-                              int64_t row_stride);
-
 // The four layouts' conversions by a plane's bits (8 or 4) and kind (keys:
-// key column blocks; values: quads), rows as bytes (INT8 codes as int8).
+// key column blocks; values: quads), rows as bytes (INT8 codes as int8, INT4
+// packed rows of head_dim / 2 bytes), rows [first_row, first_row + n) of a
+// head (row i at rows + i * row_stride; the head's row 0 at blocked). INT4
+// (AVX-512 with VBMI, q4_reads_blocks): keys in key column blocks of the
+// packed bytes (two codes a byte, low nibble first) at key_block_byte(r, j,
+// head_dim / 2) for byte j of row r, not offset (the codes are unsigned):
+// each 64 bytes the dword of 4 bytes (8 dims) of 16 rows, what the INT4
+// kernel splits into its low- and high-nibble key columns with two masks and
+// a shift instead of transposing 16 rows per block. Values in nibble quads:
+// quad q (rows 4q .. 4q + 3) holds 2 * head_dim bytes, its block s (dims 32s
+// .. 32s + 31) 64 of them, byte 4t + i = code(row 4q + i, dim 32s + t) |
+// code(row 4q + i, dim 32s + 16 + t) << 4 (t < 16): the low nibbles are the
+// INT8 value quad's first vector of the block, the high ones its second.
 void blocked_from_rows(int bits, bool keys, const uint8_t* rows, int64_t row_stride, int64_t first_row, int64_t n,
                        int head_dim, uint8_t* blocked);
 void rows_from_blocked(int bits, bool keys, const uint8_t* blocked, int64_t first_row, int64_t n, int head_dim,

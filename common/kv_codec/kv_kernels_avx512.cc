@@ -573,6 +573,12 @@ inline __m512i permute_bytes(__m512i idx, __m512i x) {
   return r;
 }
 
+// INT4 codes packed two a byte (low nibble first): each byte's low, or high,
+// nibble, in [0, 15]; centred: codes - 8, the values' signed codes.
+inline __m512i low_nibbles(__m512i x) { return _mm512_and_si512(x, _mm512_set1_epi8(15)); }
+inline __m512i high_nibbles(__m512i x) { return low_nibbles(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4)); }
+inline __m512i centred(__m512i codes) { return _mm512_sub_epi8(codes, _mm512_set1_epi8(8)); }
+
 // Scores of 16 tile rows for heads [h0, h0 + R), NB = head_dim / kQ8Block
 // blocks: out[i] lane r. Each block's integer dot is exact (its R x NB
 // accumulators are independent chains, summed in chunk order); blocks are
@@ -583,7 +589,7 @@ inline __m512i permute_bytes(__m512i idx, __m512i x) {
 // term, block by block in order: fma(kmin[k_block[b]], qs_b * sum(codes_b),
 // score) (sum(codes_b) = bias_b / -128).
 // kNibbles: cols is a block of INT4 keys in key column blocks (kv_kernels.h,
-// q4_key_blocks_from_rows: head_dim / 8 vectors, each a dword of the 16
+// blocked_from_rows: head_dim / 8 vectors, each a dword of the 16
 // rows' packed bytes), split into its low- and high-nibble columns here, in
 // registers (q4_key_columns_from_blocks' columns: the same products in the
 // same order per accumulator).
@@ -601,14 +607,12 @@ inline void q8_scores(const __m512i* cols, const QueryQ8& q, int h0, const __m51
   using Word = int32_t __attribute__((may_alias, aligned(1)));
   const Word* qw = reinterpret_cast<const Word*>(q.codes + h0 * head_dim);
   if constexpr (kNibbles) {
-    const __m512i nibble = _mm512_set1_epi8(15);
 #pragma GCC unroll 4
     for (int j = 0; j < kQ8Block / 4; j += 2) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         const __m512i x = _mm512_loadu_si512(cols + b * (kQ8Block / 8) + j / 2);
-        const __m512i low = _mm512_and_si512(x, nibble);
-        const __m512i high = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble);
+        const __m512i low = low_nibbles(x), high = high_nibbles(x);
 #pragma GCC unroll 4
         for (int i = 0; i < R; ++i) {
           const int w = i * (head_dim / 4) + b * (kQ8Block / 4) + j;
@@ -777,7 +781,7 @@ struct ValueRows {
   int64_t stride;
   int u_lo, u_hi;
   bool quads;    // value quads (kv_kernels.h), read by q8_values_quads only
-  bool nibbles;  // INT4 values in nibble quads (q4_value_quads_from_rows), read so too
+  bool nibbles;  // INT4 values in nibble quads (blocked_from_rows), read so too
   ValueRows(const KvHeadRows& v, int64_t tile_row, int lo, int hi)
       : base(v.codes + tile_row * v.row_code_bytes), stride(v.row_code_bytes), u_lo(lo), u_hi(hi),
         quads(v.value_quads), nibbles(v.value_quads && v.bits == 4) {}
@@ -1334,7 +1338,6 @@ void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_gr
                               float* const* acc, TilePrefetchSpread& next) {
   constexpr int64_t kHeadBytes = int64_t{VG} * kAttentionTileRows * 2;
   constexpr int64_t kQuadBytes = (kNibbles ? 2 : 4) * NB * kQ8Block, kBlockBytes = kNibbles ? 64 : 128;
-  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
   const int q_lo = rows.u_lo / 4, q_hi = (rows.u_hi + 3) / 4;
   for (int s = 0; s < NB; ++s) {
     const uint8_t* wg = reinterpret_cast<const uint8_t*>(w0) + int64_t{s * kQ8Block / v_group} * kAttentionTileRows * 2;
@@ -1349,8 +1352,7 @@ void q8_values_quads_in_place(const ValueRows& rows, const int16_t* w0, int v_gr
       __m512i x0, x1;
       if constexpr (kNibbles) {
         const __m512i x = _mm512_loadu_si512(p);
-        x0 = _mm512_sub_epi8(_mm512_and_si512(x, nibble), eight);
-        x1 = _mm512_sub_epi8(_mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble), eight);
+        x0 = centred(low_nibbles(x)), x1 = centred(high_nibbles(x));
       } else {
         x0 = _mm512_load_si512(p), x1 = _mm512_load_si512(p + 64);
       }
@@ -1899,7 +1901,6 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
                                  __m512i* cols) {
   const uint8_t* base = k.codes + tile_row * k.row_code_bytes;
   auto row = [&](int r) { return base + int64_t{rows.row[r]} * k.row_code_bytes; };
-  const __m512i nibble = _mm512_set1_epi8(15);
   // Y[2a] 128-bit lane k: dword k of rows 4a .. 4a + 3 (Y[2a + 1]: dword k + 4).
   const __m512i first = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
@@ -1927,42 +1928,39 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
 #pragma GCC unroll 4
       for (int kk = 0; kk < 4; ++kk) {  // dword 4 half + kk: dims 8 (4 half + kk) + [0, 8)
         const int col = 2 * (4 * half + kk);
-        out[col] = _mm512_and_si512(t[kk], nibble);
-        out[col + 1] = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, t[kk], 4), nibble);
+        out[col] = low_nibbles(t[kk]);
+        out[col + 1] = high_nibbles(t[kk]);
       }
     }
   }
 }
 
 // q4_key_columns_block from keys in key column blocks (kv_kernels.h,
-// q4_key_blocks_from_rows): the block at row0 of the head (a multiple of
+// blocked_from_rows): the block at row0 of the head (a multiple of
 // kKeyBlockRows), each of its vectors already a dword of 16 rows, only split
 // into its nibbles (rows outside the union are masked later, as with INT8
 // key blocks).
 inline void q4_key_columns_from_blocks(const KvHeadRows& k, int64_t row0, int head_dim, __m512i* cols) {
   const uint8_t* block = k.codes + row0 * (head_dim / 2);
-  const __m512i nibble = _mm512_set1_epi8(15);
   for (int x = 0; x < head_dim / 8; ++x) {
     const __m512i v = _mm512_loadu_si512(block + 64 * x);
-    cols[2 * x] = _mm512_and_si512(v, nibble);
-    cols[2 * x + 1] = _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, v, 4), nibble);
+    cols[2 * x] = low_nibbles(v);
+    cols[2 * x + 1] = high_nibbles(v);
   }
 }
 
 // q4_value_quads from values in nibble quads (kv_kernels.h,
-// q4_value_quads_from_rows; v's row 0 the tile's): each 64 bytes the low
+// blocked_from_rows; v's row 0 the tile's): each 64 bytes the low
 // nibbles of a quad's first vector of a 32-dim block and the high of its
 // second, each - 8. Whole quads: rows outside the union weigh 0.
 inline void q4_value_quads_from_nibbles(const KvHeadRows& v, int u_lo, int u_hi, int head_dim, uint8_t* quads) {
-  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
   for (int q = u_lo / 4; q < (u_hi + 3) / 4; ++q) {
     const uint8_t* in = v.codes + int64_t{q} * 2 * head_dim;
     uint8_t* out = quads + int64_t{q} * 4 * head_dim;
     for (int s = 0; s < head_dim / 32; ++s, in += 64, out += 128) {
       const __m512i x = _mm512_loadu_si512(in);
-      _mm512_store_si512(out, _mm512_sub_epi8(_mm512_and_si512(x, nibble), eight));
-      _mm512_store_si512(out + 64, _mm512_sub_epi8(
-                                       _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, x, 4), nibble), eight));
+      _mm512_store_si512(out, centred(low_nibbles(x)));
+      _mm512_store_si512(out + 64, centred(high_nibbles(x)));
     }
   }
 }
@@ -1976,7 +1974,6 @@ inline void q4_value_quads_from_nibbles(const KvHeadRows& v, int u_lo, int u_hi,
 inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int u_hi, int head_dim, uint8_t* quads) {
   const uint8_t* base = v.codes + tile_row * v.row_code_bytes;
   auto row = [&](int r) { return base + int64_t{std::min(std::max(r, u_lo), u_hi - 1)} * v.row_code_bytes; };
-  const __m512i nibble = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
   constexpr __mmask16 kOddDwords = 0xAAAA;
   const bool dense = v.row_code_bytes == 32 && head_dim == 64;
   __m512i source[4];
@@ -1993,7 +1990,7 @@ inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int 
         const __m512i bytes = permute2_bytes(a, source[x], b);
         const __m512i codes =
             _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
-        _mm512_store_si512(out + 64 * x, _mm512_sub_epi8(_mm512_and_si512(codes, nibble), eight));
+        _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
       }
     }
   }
