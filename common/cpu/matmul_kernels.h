@@ -300,5 +300,8 @@ void scale_f32_avx512(float* y, float a, int64_t n);
 void silu_mul_f32_scalar(float* gate, const float* up, int64_t n);
 void silu_mul_f32_avx2(float* gate, const float* up, int64_t n);
 void silu_mul_f32_avx512(float* gate, const float* up, int64_t n);
+void gelu_mul_f32_scalar(float* gate, const float* up, int64_t n);
+void gelu_mul_f32_avx2(float* gate, const float* up, int64_t n);
+void gelu_mul_f32_avx512(float* gate, const float* up, int64_t n);
 
 }  // namespace baton::cpu_kernels

@@ -89,13 +89,7 @@ void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool n
 
 void silu_mul(float* gate, const float* up, int64_t n) { silu_mul_f32(gate, up, n); }
 
-void gelu_mul(float* gate, const float* up, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
-  }
-}
+void gelu_mul(float* gate, const float* up, int64_t n) { gelu_mul_f32(gate, up, n); }
 
 void scale_inplace(float* x, float factor, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;

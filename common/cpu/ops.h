@@ -46,7 +46,9 @@ void rope_rows_table(float* x, int64_t n_rows, int n_heads, int head_dim, bool n
 void silu_mul(float* gate, const float* up, int64_t n);
 
 // gate[i] = gelu(gate[i]) * up[i], n elements, GELU in its tanh approximation
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GeGLU: gemma3).
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GeGLU: gemma3), computed
+// as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (gelu_mul_f32: silu_exp.h's
+// e^x, vectorized, the same bits at every SIMD level).
 void gelu_mul(float* gate, const float* up, int64_t n);
 
 // x[i] *= factor

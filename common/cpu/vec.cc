@@ -12,6 +12,7 @@ struct VecKernels {
   void (*axpy)(float, const float*, float*, int64_t);
   void (*scale)(float*, float, int64_t);
   void (*silu_mul)(float*, const float*, int64_t);
+  void (*gelu_mul)(float*, const float*, int64_t);
 };
 
 const VecKernels& vec_kernels() {
@@ -19,15 +20,18 @@ const VecKernels& vec_kernels() {
     switch (active_simd_level()) {
       case SimdLevel::kAvx512:
         return VecKernels{cpu_kernels::dot_f32_avx512, cpu_kernels::axpy_f32_avx512,
-                          cpu_kernels::scale_f32_avx512, cpu_kernels::silu_mul_f32_avx512};
+                          cpu_kernels::scale_f32_avx512, cpu_kernels::silu_mul_f32_avx512,
+                          cpu_kernels::gelu_mul_f32_avx512};
       case SimdLevel::kAvx2:
         return VecKernels{cpu_kernels::dot_f32_avx2, cpu_kernels::axpy_f32_avx2,
-                          cpu_kernels::scale_f32_avx2, cpu_kernels::silu_mul_f32_avx2};
+                          cpu_kernels::scale_f32_avx2, cpu_kernels::silu_mul_f32_avx2,
+                          cpu_kernels::gelu_mul_f32_avx2};
       case SimdLevel::kScalar:
         break;
     }
     return VecKernels{cpu_kernels::dot_f32_scalar, cpu_kernels::axpy_f32_scalar,
-                      cpu_kernels::scale_f32_scalar, cpu_kernels::silu_mul_f32_scalar};
+                      cpu_kernels::scale_f32_scalar, cpu_kernels::silu_mul_f32_scalar,
+                      cpu_kernels::gelu_mul_f32_scalar};
   }();
   return kernels;
 }
@@ -38,6 +42,7 @@ float dot_f32(const float* a, const float* b, int64_t n) { return vec_kernels().
 void axpy_f32(float a, const float* x, float* y, int64_t n) { vec_kernels().axpy(a, x, y, n); }
 void scale_f32(float* y, float a, int64_t n) { vec_kernels().scale(y, a, n); }
 void silu_mul_f32(float* gate, const float* up, int64_t n) { vec_kernels().silu_mul(gate, up, n); }
+void gelu_mul_f32(float* gate, const float* up, int64_t n) { vec_kernels().gelu_mul(gate, up, n); }
 
 namespace cpu_kernels {
 
@@ -57,6 +62,10 @@ void scale_f32_scalar(float* y, float a, int64_t n) {
 
 void silu_mul_f32_scalar(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate[i] = silu_exp::silu_times(gate[i], up[i]);
+}
+
+void gelu_mul_f32_scalar(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = silu_exp::gelu_times(gate[i], up[i]);
 }
 
 }  // namespace cpu_kernels

@@ -1,6 +1,6 @@
 // Small dispatched f32 vector kernels (attention's inner loops).
 // Dispatched on active_simd_level(); results differ across levels only by
-// float summation order (silu_mul_f32: not at all).
+// float summation order (silu_mul_f32, gelu_mul_f32: not at all).
 #pragma once
 
 #include <cstdint>
@@ -16,5 +16,8 @@ void scale_f32(float* y, float a, int64_t n);
 // gate[i] = silu(gate[i]) * up[i] (SwiGLU), exp as silu_exp.h computes it:
 // the same bits at every level.
 void silu_mul_f32(float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i] (GeGLU, GELU in its tanh approximation),
+// as silu_exp.h's gelu_times: the same bits at every level.
+void gelu_mul_f32(float* gate, const float* up, int64_t n);
 
 }  // namespace baton

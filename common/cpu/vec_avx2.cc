@@ -42,11 +42,11 @@ void scale_f32_avx2(float* y, float a, int64_t n) {
 
 namespace {
 
-// silu(g) * up over 8 lanes: silu_exp::exp(-g) step by step (vmaxps /
-// vminps pick as its scalar form does).
-inline __m256 silu8(__m256 g, __m256 up) {
+// g / (1 + e^x) * up over 8 lanes, e^x as silu_exp::exp step by step
+// (vmaxps / vminps pick as its scalar form does): silu at x = -g, gelu at
+// x = silu_exp::gelu_exp_arg(g).
+inline __m256 sigmoid_gate8(__m256 g, __m256 x, __m256 up) {
   namespace se = silu_exp;
-  __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
   x = _mm256_max_ps(x, _mm256_set1_ps(se::kLo));
   const __m256 overflow = _mm256_cmp_ps(x, _mm256_set1_ps(se::kHi), _CMP_GT_OQ);
   x = _mm256_min_ps(x, _mm256_set1_ps(se::kHi));
@@ -62,11 +62,21 @@ inline __m256 silu8(__m256 g, __m256 up) {
   return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), up);
 }
 
-}  // namespace
+inline __m256 silu8(__m256 g, __m256 up) { return sigmoid_gate8(g, _mm256_sub_ps(_mm256_setzero_ps(), g), up); }
 
-void silu_mul_f32_avx2(float* gate, const float* up, int64_t n) {
+inline __m256 gelu8(__m256 g, __m256 up) {
+  namespace se = silu_exp;
+  const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+  const __m256 x = _mm256_mul_ps(_mm256_fmadd_ps(_mm256_set1_ps(se::kGeluCubic), cube, g),
+                                 _mm256_set1_ps(se::kGeluMinusTwoSqrtTwoOverPi));
+  return sigmoid_gate8(g, x, up);
+}
+
+// gate[i] = lanes(gate[i], up[i]) over n elements.
+template <__m256 (*kLanes)(__m256, __m256)>
+void gate_mul(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, silu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, kLanes(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   if (i == n) return;
   // The tail through the same lanes (silu_exp.h's scalar form is not
   // called from this AVX2 file: its inline copy could stand in for the
@@ -74,8 +84,13 @@ void silu_mul_f32_avx2(float* gate, const float* up, int64_t n) {
   float g[8] = {}, u[8] = {};
   std::copy(gate + i, gate + n, g);
   std::copy(up + i, up + n, u);
-  _mm256_storeu_ps(g, silu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+  _mm256_storeu_ps(g, kLanes(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
   std::copy(g, g + (n - i), gate + i);
 }
+
+}  // namespace
+
+void silu_mul_f32_avx2(float* gate, const float* up, int64_t n) { gate_mul<silu8>(gate, up, n); }
+void gelu_mul_f32_avx2(float* gate, const float* up, int64_t n) { gate_mul<gelu8>(gate, up, n); }
 
 }  // namespace baton::cpu_kernels
