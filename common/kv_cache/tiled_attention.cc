@@ -18,7 +18,6 @@ using kv_kernels_impl::KvKernels;
 using kv_kernels_impl::QueryQ8;
 
 constexpr int64_t kTile = kv_kernels_impl::kAttentionTileRows;
-constexpr int64_t kSegment = kAttentionSegmentRows;
 // Calls with at most this many queries (decode steps, short drafts) split
 // each query's context across tasks by segment; longer ones (prefill) give
 // each task a block of queries, so a tile read once serves the whole block.
@@ -117,6 +116,7 @@ class LayerAttention {
         heads_per_kv_(g.n_head / g.n_head_kv),
         q_dim_(g.q_dim()),
         window_(window),
+        segment_(attention_segment_rows(g.n_head_kv)),
         scale_(scale),
         rows_(with_head_strides(rows)),
         consecutive_(rows.k.row_code_bytes == rows.k_head_code_bytes &&
@@ -142,8 +142,9 @@ class LayerAttention {
   // Keys query i sees: positions [first_key(i), end_key(i)).
   int64_t first_key(int64_t i) const { return window_first_kept_position(window_, pos_ + i); }
   int64_t end_key(int64_t i) const { return pos_ + i + 1; }
-  int64_t first_segment(int64_t i) const { return first_key(i) / kSegment; }
-  int64_t last_segment(int64_t i) const { return (end_key(i) - 1) / kSegment; }
+  int64_t first_segment(int64_t i) const { return first_key(i) / segment_; }
+  int64_t last_segment(int64_t i) const { return (end_key(i) - 1) / segment_; }
+  int64_t segment_rows() const { return segment_; }
 
   // Folds segment `seg` of KV heads [h0, h1) into the states of queries
   // [i0, i1): state of (query i, KV head kv_h) at
@@ -162,9 +163,9 @@ class LayerAttention {
   // the segment's first tile was not prefetched (the task's first segment).
   void run_segment(int h0, int h1, int64_t i0, int64_t i1, int64_t seg, StateSpan s, TileScratch& scratch,
                    int64_t stream_end = 0, bool cold = true) const {
-    const int64_t seg_begin = seg * kSegment;
+    const int64_t seg_begin = seg * segment_;
     const int64_t block_lo = std::max(first_key(i0), seg_begin);
-    const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + kSegment);
+    const int64_t block_hi = std::min(end_key(i1 - 1), seg_begin + segment_);
     if (block_lo >= block_hi) return;
     const int64_t prefetch_hi = std::max(block_hi, std::min(stream_end, end_key(i1 - 1)));
     if (consecutive_ && spread_ && in_place()) {
@@ -515,6 +516,7 @@ class LayerAttention {
   const int heads_per_kv_;
   const int64_t q_dim_;
   const int32_t window_;
+  const int64_t segment_;  // attention_segment_rows(n_head_kv)
   const float scale_;
   const AttentionRows rows_;
   // Each head's rows are consecutive (the edge store; or one KV head):
@@ -623,7 +625,7 @@ void attend_split(const LayerAttention& a, int n_head_kv, int64_t n, float* out,
         const StateSpan s{m_all + state * task_stride, l_all + state * task_stride,
                           acc_all + state * task_heads * hd};
         reset_states(s, task_heads, hd);
-        a.run_segment(h0, h1, 0, n, seg_lo + seg, s, scratch, (seg_lo + s_end) * kSegment, seg == s_begin);
+        a.run_segment(h0, h1, 0, n, seg_lo + seg, s, scratch, (seg_lo + s_end) * a.segment_rows(), seg == s_begin);
       }
       if (runs > 1) continue;
       for (int kv_h = h0; kv_h < h1; ++kv_h) {

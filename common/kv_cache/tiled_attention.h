@@ -22,7 +22,7 @@
 // Determinism (KvCache::attend's contract): every boundary of the arithmetic
 // is a fixed absolute position: tiles start at multiples of
 // kAttentionTileRows, and each query's tiles are folded into per-segment
-// states (kAttentionSegmentRows positions) that are merged in segment order.
+// states (attention_segment_rows positions) that are merged in segment order.
 // A query's output is therefore a function of its own position, q and the
 // rows it sees: the same bits alone or with other queries, with one thread or
 // many (threads only choose which (KV head, segment) or (KV head, query
@@ -49,6 +49,17 @@ class ThreadPool;
 // A whole number of tiles (32 of 128 positions; 64 of 64 before the tiles grew).
 inline constexpr int64_t kAttentionSegmentRows = 4096;
 static_assert(kAttentionSegmentRows % kv_kernels_impl::kAttentionTileRows == 0);
+// A model with one KV head (Gemma 3 1B) has no heads to split a decode step
+// between threads, only segments: with 4096-row segments one thread folded a
+// whole context up to 4096 and every sliding-window layer (Gemma 3 1B's 22 of
+// 26, window 512) alone while the other waited. Its segments are 256 rows (2
+// tiles), so a window of 512 spans 2-3 tasks. A function of the geometry
+// only: a model's boundaries stay fixed positions (the contract above).
+inline constexpr int64_t kAttentionSegmentRowsOneKvHead = 256;
+static_assert(kAttentionSegmentRowsOneKvHead % kv_kernels_impl::kAttentionTileRows == 0);
+inline int64_t attention_segment_rows(int n_head_kv) {
+  return n_head_kv == 1 ? kAttentionSegmentRowsOneKvHead : kAttentionSegmentRows;
+}
 
 // One layer's K and V as the attention reads them.
 struct AttentionRows {

@@ -39,13 +39,17 @@ struct AttentionCase {
   std::string store;  // "f32" or a codec name for QuantizedKvCache
   int gqa;            // query heads per KV head
   int head_dim;
+  int heads_kv = kHeadsKv;  // 1: one KV head, attention_segment_rows' short segments
 };
 
-void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.store << "/gqa" << c.gqa << "/d" << c.head_dim; }
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.store << "/gqa" << c.gqa << "/d" << c.head_dim << "/kv" << c.heads_kv;
+}
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   std::string name = info.param.store + "_gqa" + std::to_string(info.param.gqa) + "_d" +
-                     std::to_string(info.param.head_dim);
+                     std::to_string(info.param.head_dim) +
+                     (info.param.heads_kv == kHeadsKv ? "" : "_kv" + std::to_string(info.param.heads_kv));
   for (char& c : name) {
     if (c == '-') c = '_';
   }
@@ -63,7 +67,7 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
  protected:
   KvGeometry geometry() const {
     const AttentionCase& c = GetParam();
-    return KvGeometry{2, kHeadsKv * c.gqa, kHeadsKv, c.head_dim, {0, kWindow}};
+    return KvGeometry{2, c.heads_kv * c.gqa, c.heads_kv, c.head_dim, {0, kWindow}};
   }
 
   // A store of `context` tokens of random K/V in both layers.
@@ -236,11 +240,14 @@ class TiledAttention : public ::testing::TestWithParam<AttentionCase> {
 };
 
 // Contexts on both sides of the 128-position tiles and past one and two
-// segment boundaries (kAttentionSegmentRows): 1, 127, 128, 129, 1000, 4097, 8200.
+// segment boundaries (kAttentionSegmentRows: 1, 127, 128, 129, 1000, 4097,
+// 8200; with one KV head 256-row segments, which every context past 256
+// crosses, 1000 four times).
 TEST_P(TiledAttention, EqualsDoublePrecisionReferenceAcrossTileBoundariesAndWindows) {
   const KvGeometry g = geometry();
   double worst = 0;
-  static_assert(kAttentionSegmentRows == 4096, "the contexts below straddle its boundaries");
+  static_assert(kAttentionSegmentRows == 4096 && kAttentionSegmentRowsOneKvHead == 256,
+                "the contexts below straddle its boundaries");
   static_assert(kv_kernels_impl::kAttentionTileRows == 128, "the contexts below straddle its boundaries");
   for (int64_t context : {1, 127, 128, 129, 1000, 4097, 8200}) {
     SCOPED_TRACE("context " + std::to_string(context));
@@ -380,7 +387,7 @@ TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
   struct Run {
     int64_t pos, n;
   };
-  constexpr int64_t kSeg = kAttentionSegmentRows;
+  const int64_t kSeg = attention_segment_rows(g.n_head_kv);
   for (const Run run : {Run{60, 3}, Run{kSeg - 3, 4}, Run{kSeg - 12, 37}, Run{1000, 64}, Run{3 * kSeg + 10, 2}}) {
     SCOPED_TRACE("pos " + std::to_string(run.pos) + " n " + std::to_string(run.n));
     const std::unique_ptr<KvCache> kv = make_store(run.pos + run.n);
@@ -418,6 +425,11 @@ std::vector<AttentionCase> all_cases() {
   cases.push_back(AttentionCase{"int4-g32", 2, 256});
   cases.push_back(AttentionCase{"int4-g64", 4, 192});
   cases.push_back(AttentionCase{"int4-g32", 4, 96});  // Phi-3's head: 3 blocks (the AVX2 kernel on AVX-512)
+  // One KV head (Gemma 3 1B: 4 query heads, head_dim 256): 256-row segments.
+  for (const char* store : {"f32", "f16", "int8-g32", "int4-g32", "int4-k8-g32-hk"}) {
+    cases.push_back(AttentionCase{store, 4, 64, 1});
+  }
+  cases.push_back(AttentionCase{"int8-g32", 4, 256, 1});
   return cases;
 }
 
