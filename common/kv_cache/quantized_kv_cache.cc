@@ -103,8 +103,9 @@ bool q4_blockable(const KvCodecConfig& config, const KvGeometry& geometry) {
 }
 
 // INT8 (or INT4: q4_blockable) codes of this kind a blocked layout may hold:
-// every layer full (a sliding window moves rows off block edges) and
-// head_dim what the INT8 kernels take.
+// head_dim what the INT8 kernels take, and a full layer to hold them (a
+// sliding-window layer keeps rows: its window moves rows off block edges;
+// layer_blocked).
 bool blockable(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key) {
   const Bits bits = config.bits_for(is_key);
   if (bits != Bits::kInt8 && !(bits == Bits::kInt4 && q4_blockable(config, geometry))) return false;
@@ -112,9 +113,9 @@ bool blockable(const KvCodecConfig& config, const KvGeometry& geometry, bool is_
     return false;
   }
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
-    if (geometry.window(layer) > 0) return false;
+    if (geometry.window(layer) <= 0) return true;
   }
-  return true;
+  return false;
 }
 
 }  // namespace
@@ -182,8 +183,9 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
     }
   };
   const int64_t hb = plane.head_code_bytes(), hg = plane.head_groups();
+  const bool blocked = plane.blocked_in(run);
   for (int h = 0; h < plane.heads; ++h) {
-    if (plane.blocked()) {  // hb = head_dim codes a row (INT8), head_dim / 2 bytes (INT4)
+    if (blocked) {  // hb = head_dim codes a row (INT8), head_dim / 2 bytes (INT4)
       auto* head = plane.codes.data() + plane.code_at(run, h, 0);
       const int bits = plane.bits == Bits::kInt4 ? 4 : 8;
       const int head_dim = static_cast<int>(bits == 4 ? 2 * hb : hb);
@@ -196,7 +198,7 @@ void QuantizedKvCache::move_rows(PlaneT& plane, Run run, int64_t r, int64_t n, B
       }
     }
     for (int64_t i = 0; i < n; ++i) {
-      if (!plane.blocked()) {
+      if (!blocked) {
         copy(plane.codes.data() + plane.code_at(run, h, r + i), codes + i * plane.row_code_bytes + h * hb, hb);
       }
       if (hg == 0) continue;
@@ -255,12 +257,14 @@ kv_kernels_impl::KvHeadRows QuantizedKvCache::head0_rows(const Plane& p, const R
                                      p.mins.empty() ? nullptr : p.mins.data() + run.first * p.row_groups,
                                      p.head_groups(),
                                      p.group,
-                                     p.key_blocks,
-                                     p.value_quads};
+                                     p.key_blocks_in(run),
+                                     p.value_quads_in(run)};
 }
 
 bool QuantizedKvCache::int4_in_place() const {
-  const Run run = layer_run(0);
+  int layer = 0;  // a full layer's layout, where there is one
+  while (layer + 1 < geometry_.n_layer && geometry_.window(layer) > 0) ++layer;
+  const Run run = layer_run(layer);
   return attends_int4_in_place(head0_rows(k_, run), head0_rows(v_, run), geometry_.head_dim);
 }
 
@@ -345,7 +349,8 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
       skip = held - kept;
     }
     layer_base_[layer] = old_base[layer] + skip;
-    const Run from{old_offset[layer], run_rows(old_rows[layer], blocked())};
+    const bool blocked = layer_blocked(layer);  // (a layer's layout does not change)
+    const Run from{old_offset[layer], run_rows(old_rows[layer], blocked), blocked};
     copy_rows(old_k, from, skip, k_, layer_run(layer), 0, kept);
     copy_rows(old_v, from, skip, v_, layer_run(layer), 0, kept);
   }

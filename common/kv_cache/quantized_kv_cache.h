@@ -141,6 +141,11 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // the rows a rollback keeps aside and a restore gathers.
   struct Run {
     int64_t first = 0, count = 0;
+    // The run holds its plane's blocked layouts (the plane's key_blocks /
+    // value_quads): a full layer of a store that uses them. A sliding-window
+    // layer keeps rows (its window moves rows off block edges), as do the
+    // rows kept aside for a rollback and gathered back.
+    bool blocked = false;
   };
   // All layers' K or V: per token and KV head a row of codes and a row of
   // group scales, in runs of rows (Run): a layer's rows, head by head inside
@@ -174,8 +179,18 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
       return Plane{bits, group, row_code_bytes, row_groups, heads, key_blocks, value_quads, {}, {}, {}};
     }
     bool blocked() const { return key_blocks || value_quads; }
+    // Keys in key column blocks / values in value quads in `run`.
+    bool key_blocks_in(const Run& run) const { return key_blocks && run.blocked; }
+    bool value_quads_in(const Run& run) const { return value_quads && run.blocked; }
+    bool blocked_in(const Run& run) const { return blocked() && run.blocked; }
   };
-  Run layer_run(int layer) const { return Run{layer_offset_[layer], run_rows(layer_rows_[layer], blocked())}; }
+  // Whether a layer holds the blocked layouts: the store uses them and the
+  // layer is full (a sliding-window layer keeps rows).
+  bool layer_blocked(int layer) const { return blocked() && geometry_.window(layer) <= 0; }
+  Run layer_run(int layer) const {
+    const bool blocked = layer_blocked(layer);
+    return Run{layer_offset_[layer], run_rows(layer_rows_[layer], blocked), blocked};
+  }
   // KV head 0's rows of a plane's run, as attention reads them.
   static kv_kernels_impl::KvHeadRows head0_rows(const Plane& p, const Run& run);
   // Keys in key column blocks or values in value quads: runs of whole blocks.

@@ -34,7 +34,7 @@ int64_t QuantizedKvCache::memory_bytes_for(const KvCodecConfig& config, const Kv
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
     const int32_t window = geometry.window(layer);
     const int64_t kept = layer_rows(window, capacity_tokens);
-    rows += run_rows(kept, blocked);
+    rows += run_rows(kept, blocked && window <= 0);  // (a windowed layer keeps rows)
     // A layer that slides keeps up to window - 1 rows aside for a rollback.
     if (window > 0 && kept < capacity_tokens) rows += window - 1;
   }
@@ -55,11 +55,12 @@ void QuantizedKvCache::copy_rows(const Plane& from, Run from_run, int64_t from_r
   auto move = [](auto* dst, const auto* src, size_t bytes) {
     if (bytes > 0) std::memmove(dst, src, bytes);
   };
-  if (from.blocked()) {
+  BATON_CHECK(from.blocked_in(from_run) == to.blocked_in(to_run), "rows move between runs of one layout");
+  if (from.blocked_in(from_run)) {
     // Key column blocks or value quads (full layers only: a relayout's whole
     // layers, from row 0 to row 0): whole blocks, the rows past n in the last
     // one too (rows past what a layer keeps, which nothing reads).
-    BATON_CHECK(from_row == 0 && to_row == 0 && to.blocked(), "blocked planes move by whole blocks");
+    BATON_CHECK(from_row == 0 && to_row == 0, "blocked planes move by whole blocks");
     n = run_rows(n, true);
   }
   // Head by head: each head's rows are consecutive in a run.
@@ -83,7 +84,7 @@ void QuantizedKvCache::lay_out(int64_t capacity_tokens) {
   for (int layer = 0; layer < n_layer; ++layer) {
     layer_offset_[layer] = rows;
     layer_rows_[layer] = layer_rows(geometry_.window(layer), capacity_tokens);
-    rows += run_rows(layer_rows_[layer], blocked());
+    rows += run_rows(layer_rows_[layer], layer_blocked(layer));
   }
   resize_plane(k_, rows);
   resize_plane(v_, rows);

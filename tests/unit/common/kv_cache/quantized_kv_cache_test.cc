@@ -381,6 +381,101 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
   allow(true);
 }
 
+// A model with sliding-window layers (Gemma 3): its full layers hold the
+// blocked layouts, its windowed layers rows (a window moves rows off block
+// edges). Through writes that slide the window, a rollback that gathers the
+// rows kept aside back, a reserve and a shrink, every layer exports the same
+// rows and attends to the same bits as a store that keeps rows everywhere.
+TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsBits) {
+  if (!kv_kernels_impl::q8_key_blocks_active()) {
+    GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
+  }
+  auto allow = [](bool allowed) {
+    kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
+    kv_kernels_impl::set_q8_value_quads_allowed(allowed);
+  };
+  constexpr int64_t kCapacity = 300, kStored = 250, kTurn = 200;
+  constexpr int32_t kWindow = 100;
+  const KvGeometry g{3, 8, 2, 64, {0, kWindow, 0}};
+  const bool q4_blocks = kv_kernels_impl::kv_kernels().q4_reads_blocks && kv_kernels_impl::q4_in_place_allowed();
+  for (const char* name : {"int8-g32", "int4-g32", "int4-k8-g32"}) {
+    SCOPED_TRACE(name);
+    const KvCodecConfig c = parse(name);
+    if (c.bits_for(/*is_key=*/false) == KvCodecConfig::Bits::kInt4 && !q4_blocks) continue;
+    allow(false);
+    auto rows = QuantizedKvCache::Create(g, kCapacity, c);
+    allow(true);
+    auto blocks = QuantizedKvCache::Create(g, kCapacity, c);
+    ASSERT_TRUE(rows.ok() && blocks.ok());
+    ASSERT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
+    ASSERT_TRUE((*blocks)->key_blocks() && (*blocks)->value_quads());
+    // Full layers run to 304 rows (19 blocks); the windowed one keeps 164
+    // rows, and 99 aside for a rollback, in either store.
+    const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
+    const int64_t windowed_rows = QuantizedKvCache::layer_rows(kWindow, kCapacity) + kWindow - 1;
+    EXPECT_EQ((*rows)->memory_bytes(), (2 * kCapacity + windowed_rows) * row_bytes);
+    EXPECT_EQ((*blocks)->memory_bytes(), (2 * 304 + windowed_rows) * row_bytes);
+    const auto k = random_rows(kStored, g.kv_dim(), 17), v = random_rows(kStored, g.kv_dim(), 18);
+    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+      // A turn, then the next one's rows (the window slides past the pinned
+      // point: rows kept aside), in pieces that start and end inside blocks.
+      for (const auto& [first, n] : {std::pair{0, 120}, std::pair{120, 80}}) {
+        for (int layer = 0; layer < g.n_layer; ++layer) {
+          ASSERT_TRUE(store->store(layer, first, n, k.data() + first * g.kv_dim(), v.data() + first * g.kv_dim()).ok());
+        }
+        store->set_size(first + n);
+      }
+      store->pin_rollback_point();
+      for (const auto& [first, n] : {std::pair{kTurn, 1}, std::pair{kTurn + 1, 49}}) {
+        for (int layer = 0; layer < g.n_layer; ++layer) {
+          ASSERT_TRUE(store->store(layer, first, n, k.data() + first * g.kv_dim(), v.data() + first * g.kv_dim()).ok());
+        }
+      }
+      store->set_size(kStored);
+    }
+    auto expect_same = [&](const std::string& what, int64_t size) {
+      SCOPED_TRACE(what);
+      for (int layer = 0; layer < g.n_layer; ++layer) {
+        const int64_t first = g.window(layer) > 0 ? size - kWindow : 0;
+        for (const bool is_key : {true, false}) {
+          auto a = (*rows)->export_block(layer, is_key, first, size - first);
+          auto b = (*blocks)->export_block(layer, is_key, first, size - first);
+          ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+          ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
+          ASSERT_EQ(a->scales, b->scales);
+          ASSERT_EQ(a->mins, b->mins);
+        }
+        // A decode step, and a block of queries (on the windowed layer those
+        // whose windows it holds: after the rollback only the last one's).
+        const int64_t block_first = std::max(size - 40, (*rows)->held_positions(layer).first + g.window(layer) - 1);
+        for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{size - 1, 1},
+                                     std::pair<int64_t, int64_t>{block_first, size - block_first}}) {
+          const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
+          std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
+          (*rows)->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
+          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
+              << "layer " << layer << " queries at " << pos << " .. " << pos + n;
+        }
+      }
+    };
+    expect_same("as stored", kStored);
+    ASSERT_TRUE((*blocks)->reserve(517).ok());
+    ASSERT_TRUE((*rows)->reserve(517).ok());
+    expect_same("after a reserve", kStored);
+    // Back to the pinned point: the windowed layer gathers the rows it kept aside.
+    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+      store->set_size(kTurn);
+      ASSERT_TRUE(store->holds_window_for(kTurn));
+    }
+    expect_same("after a rollback", kTurn);
+    ASSERT_TRUE((*blocks)->shrink_to(kTurn + 3).ok());
+    ASSERT_TRUE((*rows)->shrink_to(kTurn + 3).ok());
+    expect_same("after a shrink", kTurn);
+  }
+  allow(true);
+}
+
 TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {
   const KvGeometry g = test_geometry();
   auto cache = QuantizedKvCache::Create(g, 16, parse("int4-g32"));

@@ -44,7 +44,11 @@ TEST(MemoryPlanWindowTest, WindowedLayersCostAFixedWindow) {
   EXPECT_EQ(full.capacity[0].kv_bytes_per_token, 26 * kRow);
   EXPECT_EQ(full.capacity[0].kv_window_bytes, 0u);
   EXPECT_EQ(windowed.capacity[0].kv_bytes_per_token, 4 * kRow);  // layers 5, 11, 17, 23 are global
-  EXPECT_EQ(windowed.capacity[0].kv_window_bytes, 22 * (512 + 64 + 511) * kRow);
+  // The windowed layers' rows, and the global layers' rows past the 577
+  // tokens the planner sizes the windows at up to whole 16-row key blocks
+  // (their INT8 keys in key column blocks: 592 rows, 15 more a layer; the
+  // windowed layers keep rows).
+  EXPECT_EQ(windowed.capacity[0].kv_window_bytes, (22 * (512 + 64 + 511) + 4 * (592 - 577)) * kRow);
   EXPECT_EQ(windowed.capacity[0].max_context_tokens,
             std::min<uint64_t>(131072, (windowed.kv_budget_bytes - windowed.capacity[0].kv_window_bytes) / (4 * kRow)));
   EXPECT_GT(windowed.capacity[0].max_context_tokens, 3 * full.capacity[0].max_context_tokens);
