@@ -275,6 +275,29 @@ TEST(QuantizedKvCache, IngestedWireBlocksEqualStoredRows) {
   }
 }
 
+// The switches that turn the blocked layouts (key column blocks, value
+// quads) on and off; a store takes them when it is made.
+void allow_blocked_layouts(bool allowed) {
+  kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
+  kv_kernels_impl::set_q8_value_quads_allowed(allowed);
+}
+
+// A store that keeps rows and one that holds the blocked layouts, of one
+// geometry and codec (the switches left on).
+struct RowsAndBlocks {
+  std::unique_ptr<QuantizedKvCache> rows, blocks;
+};
+RowsAndBlocks rows_and_blocks(const KvGeometry& g, int64_t capacity, const KvCodecConfig& c) {
+  allow_blocked_layouts(false);
+  auto rows = QuantizedKvCache::Create(g, capacity, c);
+  allow_blocked_layouts(true);
+  auto blocks = QuantizedKvCache::Create(g, capacity, c);
+  EXPECT_TRUE(rows.ok() && blocks.ok());
+  if (!rows.ok() || !blocks.ok()) return {};
+  EXPECT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
+  return {std::move(*rows), std::move(*blocks)};
+}
+
 // A store that keeps its INT8 keys in key column blocks and its INT8 values
 // in value quads (where the kernels read them in place: AVX-512, quads with
 // VBMI) against one made with them disallowed (rows): the same rows
@@ -294,10 +317,6 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
   }
   constexpr int64_t kCapacity = 300, kStored = 250;
-  auto allow = [](bool allowed) {
-    kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
-    kv_kernels_impl::set_q8_value_quads_allowed(allowed);
-  };
   const bool q4_blocks = kv_kernels_impl::kv_kernels().q4_reads_blocks && kv_kernels_impl::q4_in_place_allowed();
   using Bits = KvCodecConfig::Bits;
   for (const auto& [name, head_dim] : {std::pair{"int8-g32", 64}, std::pair{"int8-g32-had", 64},
@@ -313,28 +332,24 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
     const KvCodecConfig c = parse(name);
     const bool int4_keys = c.bits_for(/*is_key=*/true) == Bits::kInt4;
     if (int4_keys && !q4_blocks) continue;  // (INT4 keys stay in rows)
-    allow(false);
-    auto rows = QuantizedKvCache::Create(g, kCapacity, c);
-    allow(true);
-    auto blocks = QuantizedKvCache::Create(g, kCapacity, c);
-    ASSERT_TRUE(rows.ok() && blocks.ok());
-    ASSERT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
-    ASSERT_TRUE((*blocks)->key_blocks());
+    auto [rows, blocks] = rows_and_blocks(g, kCapacity, c);
+    ASSERT_TRUE(rows != nullptr && blocks != nullptr);
+    ASSERT_TRUE(blocks->key_blocks());
     EXPECT_TRUE(QuantizedKvCache::uses_key_blocks(c, g));
     const Bits value_bits = c.bits_for(/*is_key=*/false);
-    EXPECT_EQ((*blocks)->value_quads(), (value_bits == Bits::kInt8 || (value_bits == Bits::kInt4 && q4_blocks)) &&
+    EXPECT_EQ(blocks->value_quads(), (value_bits == Bits::kInt8 || (value_bits == Bits::kInt4 && q4_blocks)) &&
                                             kv_kernels_impl::q8_value_quads_active());
     // INT4 values in nibble quads: attention reads them in place.
     if (value_bits == Bits::kInt4 && q4_blocks) {
-      EXPECT_TRUE((*blocks)->int4_in_place());
+      EXPECT_TRUE(blocks->int4_in_place());
     }
     // Each layer's 300 rows run to 304 (19 blocks).
     const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
-    EXPECT_EQ((*rows)->memory_bytes(), g.n_layer * kCapacity * row_bytes);
-    EXPECT_EQ((*blocks)->memory_bytes(), g.n_layer * 304 * row_bytes);
-    EXPECT_EQ(QuantizedKvCache::memory_bytes_for(c, g, kCapacity), (*blocks)->memory_bytes());
+    EXPECT_EQ(rows->memory_bytes(), g.n_layer * kCapacity * row_bytes);
+    EXPECT_EQ(blocks->memory_bytes(), g.n_layer * 304 * row_bytes);
+    EXPECT_EQ(QuantizedKvCache::memory_bytes_for(c, g, kCapacity), blocks->memory_bytes());
     const auto k = random_rows(kStored, g.kv_dim(), 7), v = random_rows(kStored, g.kv_dim(), 8);
-    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+    for (QuantizedKvCache* store : {rows.get(), blocks.get()}) {
       for (int layer = 0; layer < g.n_layer; ++layer) {
         // Rows that start and end inside blocks; one row alone.
         for (const auto& [first, n] : {std::pair{0, 100}, std::pair{100, 1}, std::pair{101, 149}}) {
@@ -347,8 +362,8 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
       SCOPED_TRACE(what);
       for (int layer = 0; layer < g.n_layer; ++layer) {
         for (const bool is_key : {true, false}) {
-          auto a = (*rows)->export_block(layer, is_key, 0, kStored);
-          auto b = (*blocks)->export_block(layer, is_key, 0, kStored);
+          auto a = rows->export_block(layer, is_key, 0, kStored);
+          auto b = blocks->export_block(layer, is_key, 0, kStored);
           ASSERT_TRUE(a.ok() && b.ok());
           ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
           ASSERT_EQ(a->scales, b->scales);
@@ -358,27 +373,27 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
         for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{kStored - 1, 1}, std::pair<int64_t, int64_t>{200, 50}}) {
           const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
           std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
-          (*rows)->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
-          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          rows->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
+          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
           ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
               << "layer " << layer << " queries at " << pos << " .. " << pos + n;
           // Blocks and quads the kernels no longer read in place: each tile through rows.
-          allow(false);
-          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
-          allow(true);
+          allow_blocked_layouts(false);
+          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          allow_blocked_layouts(true);
           ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
               << "through rows: layer " << layer << " queries at " << pos << " .. " << pos + n;
         }
       }
     };
     expect_same("as stored");
-    ASSERT_TRUE((*blocks)->reserve(517).ok());
+    ASSERT_TRUE(blocks->reserve(517).ok());
     expect_same("after a reserve");
-    ASSERT_TRUE((*blocks)->shrink_to(kStored + 3).ok());
-    EXPECT_EQ((*blocks)->memory_bytes(), g.n_layer * 256 * row_bytes);
+    ASSERT_TRUE(blocks->shrink_to(kStored + 3).ok());
+    EXPECT_EQ(blocks->memory_bytes(), g.n_layer * 256 * row_bytes);
     expect_same("after a shrink");
   }
-  allow(true);
+  allow_blocked_layouts(true);
 }
 
 // A model with sliding-window layers (Gemma 3): its full layers hold the
@@ -390,10 +405,6 @@ TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsB
   if (!kv_kernels_impl::q8_key_blocks_active()) {
     GTEST_SKIP() << "the active kernels read no key column blocks (AVX-512 only): every store keeps rows";
   }
-  auto allow = [](bool allowed) {
-    kv_kernels_impl::set_q8_key_blocks_allowed(allowed);
-    kv_kernels_impl::set_q8_value_quads_allowed(allowed);
-  };
   constexpr int64_t kCapacity = 300, kStored = 250, kTurn = 200;
   constexpr int32_t kWindow = 100;
   const KvGeometry g{3, 8, 2, 64, {0, kWindow, 0}};
@@ -402,21 +413,17 @@ TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsB
     SCOPED_TRACE(name);
     const KvCodecConfig c = parse(name);
     if (c.bits_for(/*is_key=*/false) == KvCodecConfig::Bits::kInt4 && !q4_blocks) continue;
-    allow(false);
-    auto rows = QuantizedKvCache::Create(g, kCapacity, c);
-    allow(true);
-    auto blocks = QuantizedKvCache::Create(g, kCapacity, c);
-    ASSERT_TRUE(rows.ok() && blocks.ok());
-    ASSERT_FALSE((*rows)->key_blocks() || (*rows)->value_quads());
-    ASSERT_TRUE((*blocks)->key_blocks() && (*blocks)->value_quads());
+    auto [rows, blocks] = rows_and_blocks(g, kCapacity, c);
+    ASSERT_TRUE(rows != nullptr && blocks != nullptr);
+    ASSERT_TRUE(blocks->key_blocks() && blocks->value_quads());
     // Full layers run to 304 rows (19 blocks); the windowed one keeps 164
     // rows, and 99 aside for a rollback, in either store.
     const int64_t row_bytes = QuantizedKvCache::bytes_per_token(c, g) / g.n_layer;
     const int64_t windowed_rows = QuantizedKvCache::layer_rows(kWindow, kCapacity) + kWindow - 1;
-    EXPECT_EQ((*rows)->memory_bytes(), (2 * kCapacity + windowed_rows) * row_bytes);
-    EXPECT_EQ((*blocks)->memory_bytes(), (2 * 304 + windowed_rows) * row_bytes);
+    EXPECT_EQ(rows->memory_bytes(), (2 * kCapacity + windowed_rows) * row_bytes);
+    EXPECT_EQ(blocks->memory_bytes(), (2 * 304 + windowed_rows) * row_bytes);
     const auto k = random_rows(kStored, g.kv_dim(), 17), v = random_rows(kStored, g.kv_dim(), 18);
-    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+    for (QuantizedKvCache* store : {rows.get(), blocks.get()}) {
       // A turn, then the next one's rows (the window slides past the pinned
       // point: rows kept aside), in pieces that start and end inside blocks.
       for (const auto& [first, n] : {std::pair{0, 120}, std::pair{120, 80}}) {
@@ -438,8 +445,8 @@ TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsB
       for (int layer = 0; layer < g.n_layer; ++layer) {
         const int64_t first = g.window(layer) > 0 ? size - kWindow : 0;
         for (const bool is_key : {true, false}) {
-          auto a = (*rows)->export_block(layer, is_key, first, size - first);
-          auto b = (*blocks)->export_block(layer, is_key, first, size - first);
+          auto a = rows->export_block(layer, is_key, first, size - first);
+          auto b = blocks->export_block(layer, is_key, first, size - first);
           ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
           ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
           ASSERT_EQ(a->scales, b->scales);
@@ -447,33 +454,33 @@ TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsB
         }
         // A decode step, and a block of queries (on the windowed layer those
         // whose windows it holds: after the rollback only the last one's).
-        const int64_t block_first = std::max(size - 40, (*rows)->held_positions(layer).first + g.window(layer) - 1);
+        const int64_t block_first = std::max(size - 40, rows->held_positions(layer).first + g.window(layer) - 1);
         for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{size - 1, 1},
                                      std::pair<int64_t, int64_t>{block_first, size - block_first}}) {
           const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
           std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
-          (*rows)->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
-          (*blocks)->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+          rows->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
+          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
           ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
               << "layer " << layer << " queries at " << pos << " .. " << pos + n;
         }
       }
     };
     expect_same("as stored", kStored);
-    ASSERT_TRUE((*blocks)->reserve(517).ok());
-    ASSERT_TRUE((*rows)->reserve(517).ok());
+    ASSERT_TRUE(blocks->reserve(517).ok());
+    ASSERT_TRUE(rows->reserve(517).ok());
     expect_same("after a reserve", kStored);
     // Back to the pinned point: the windowed layer gathers the rows it kept aside.
-    for (QuantizedKvCache* store : {rows->get(), blocks->get()}) {
+    for (QuantizedKvCache* store : {rows.get(), blocks.get()}) {
       store->set_size(kTurn);
       ASSERT_TRUE(store->holds_window_for(kTurn));
     }
     expect_same("after a rollback", kTurn);
-    ASSERT_TRUE((*blocks)->shrink_to(kTurn + 3).ok());
-    ASSERT_TRUE((*rows)->shrink_to(kTurn + 3).ok());
+    ASSERT_TRUE(blocks->shrink_to(kTurn + 3).ok());
+    ASSERT_TRUE(rows->shrink_to(kTurn + 3).ok());
     expect_same("after a shrink", kTurn);
   }
-  allow(true);
+  allow_blocked_layouts(true);
 }
 
 TEST(QuantizedKvCache, IngestChecksCompatibilityShapeAndRange) {
