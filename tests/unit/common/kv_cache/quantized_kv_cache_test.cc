@@ -298,6 +298,36 @@ RowsAndBlocks rows_and_blocks(const KvGeometry& g, int64_t capacity, const KvCod
   return {std::move(*rows), std::move(*blocks)};
 }
 
+// Layer `layer` of a rows store and a blocked one: the same rows exported
+// over [first, end), and the same attention bits for a decode step at end - 1
+// and a block of queries [block_first, end); through_rows: the blocked store
+// again with the switches off (each tile turned back into rows).
+void expect_same_layer(QuantizedKvCache& rows, QuantizedKvCache& blocks, const KvGeometry& g, int layer,
+                       int64_t first, int64_t end, int64_t block_first, bool through_rows) {
+  for (const bool is_key : {true, false}) {
+    auto a = rows.export_block(layer, is_key, first, end - first);
+    auto b = blocks.export_block(layer, is_key, first, end - first);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
+    ASSERT_EQ(a->scales, b->scales);
+    ASSERT_EQ(a->mins, b->mins);
+  }
+  for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{end - 1, 1}, std::pair<int64_t, int64_t>{block_first, end - block_first}}) {
+    const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
+    std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
+    rows.attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
+    blocks.attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+    ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
+        << "layer " << layer << " queries at " << pos << " .. " << pos + n;
+    if (!through_rows) continue;
+    allow_blocked_layouts(false);
+    blocks.attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
+    allow_blocked_layouts(true);
+    ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
+        << "through rows: layer " << layer << " queries at " << pos << " .. " << pos + n;
+  }
+}
+
 // A store that keeps its INT8 keys in key column blocks and its INT8 values
 // in value quads (where the kernels read them in place: AVX-512, quads with
 // VBMI) against one made with them disallowed (rows): the same rows
@@ -358,33 +388,10 @@ TEST(QuantizedKvCache, KeyBlocksAndValueQuadsKeepTheRowsBits) {
       }
       store->set_size(kStored);
     }
+    // A decode step at the last row, a prefill block's 50 queries; in place and through rows.
     auto expect_same = [&](const std::string& what) {
       SCOPED_TRACE(what);
-      for (int layer = 0; layer < g.n_layer; ++layer) {
-        for (const bool is_key : {true, false}) {
-          auto a = rows->export_block(layer, is_key, 0, kStored);
-          auto b = blocks->export_block(layer, is_key, 0, kStored);
-          ASSERT_TRUE(a.ok() && b.ok());
-          ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
-          ASSERT_EQ(a->scales, b->scales);
-          ASSERT_EQ(a->mins, b->mins);
-        }
-        // A decode step at the last row, a prefill block's 50 queries.
-        for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{kStored - 1, 1}, std::pair<int64_t, int64_t>{200, 50}}) {
-          const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
-          std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
-          rows->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
-          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
-          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
-              << "layer " << layer << " queries at " << pos << " .. " << pos + n;
-          // Blocks and quads the kernels no longer read in place: each tile through rows.
-          allow_blocked_layouts(false);
-          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
-          allow_blocked_layouts(true);
-          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
-              << "through rows: layer " << layer << " queries at " << pos << " .. " << pos + n;
-        }
-      }
+      for (int layer = 0; layer < g.n_layer; ++layer) expect_same_layer(*rows, *blocks, g, layer, 0, kStored, 200, true);
     };
     expect_same("as stored");
     ASSERT_TRUE(blocks->reserve(517).ok());
@@ -443,27 +450,11 @@ TEST(QuantizedKvCache, WindowedLayersKeepRowsBesideBlockedFullLayersWithTheRowsB
     auto expect_same = [&](const std::string& what, int64_t size) {
       SCOPED_TRACE(what);
       for (int layer = 0; layer < g.n_layer; ++layer) {
+        // The windowed layer's window; a block of queries (there those whose
+        // windows it holds: after the rollback only the last one's).
         const int64_t first = g.window(layer) > 0 ? size - kWindow : 0;
-        for (const bool is_key : {true, false}) {
-          auto a = rows->export_block(layer, is_key, first, size - first);
-          auto b = blocks->export_block(layer, is_key, first, size - first);
-          ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
-          ASSERT_EQ(a->codes, b->codes) << "layer " << layer << (is_key ? " keys" : " values");
-          ASSERT_EQ(a->scales, b->scales);
-          ASSERT_EQ(a->mins, b->mins);
-        }
-        // A decode step, and a block of queries (on the windowed layer those
-        // whose windows it holds: after the rollback only the last one's).
         const int64_t block_first = std::max(size - 40, rows->held_positions(layer).first + g.window(layer) - 1);
-        for (const auto& [pos, n] : {std::pair<int64_t, int64_t>{size - 1, 1},
-                                     std::pair<int64_t, int64_t>{block_first, size - block_first}}) {
-          const auto q = random_rows(n, g.q_dim(), static_cast<uint32_t>(pos + layer), 0.0f);
-          std::vector<float> out_rows(q.size()), out_blocks(q.size(), 1.0f);
-          rows->attend(layer, pos, n, q.data(), out_rows.data(), nullptr);
-          blocks->attend(layer, pos, n, q.data(), out_blocks.data(), nullptr);
-          ASSERT_EQ(std::memcmp(out_rows.data(), out_blocks.data(), sizeof(float) * q.size()), 0)
-              << "layer " << layer << " queries at " << pos << " .. " << pos + n;
-        }
+        expect_same_layer(*rows, *blocks, g, layer, first, size, block_first, false);
       }
     };
     expect_same("as stored", kStored);
