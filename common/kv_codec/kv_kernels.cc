@@ -291,9 +291,10 @@ void q4_query_order(int8_t* codes, int64_t n) {
 bool q4_tile_supported(const KvHeadRows& k, const KvHeadRows& v, int head_dim) {
   // Keys INT4 or INT8 (int4-k8, as the INT8 kernels take them), values
   // INT4. Keys in key column blocks and values in nibble quads only where
-  // the AVX-512 kernel takes the head whole, head_dim a multiple of 64: it
-  // hands the others to the AVX2 kernel, which reads rows.
-  const bool whole = head_dim % 64 == 0;
+  // the AVX-512 kernel takes the head, head_dim a multiple of 64 or 96 (a
+  // last 32 dims unpacked on their own): it hands the others to the AVX2
+  // kernel, which reads rows.
+  const bool whole = head_dim % 64 == 0 || head_dim == 3 * kQ8Block;
   const bool keys = (k.bits == 4 ? k.mins != nullptr : k.bits == 8) && (!k.key_blocks || whole);
   return keys && v.bits == 4 && v.mins != nullptr && k.scales != nullptr && v.scales != nullptr &&
          (!v.value_quads || whole) &&

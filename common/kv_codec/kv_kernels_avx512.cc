@@ -1220,6 +1220,12 @@ inline __m512i two_rows32(const uint8_t* a, const uint8_t* b) {
   return r;
 }
 
+// 16 bytes of two rows at bytes 0 and 32 of one vector (the rest 0).
+inline __m512i two_rows16(const uint8_t* a, const uint8_t* b) {
+  const __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  return _mm512_mask_broadcast_i32x4(x, 0x0f00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+}
+
 // One quad's 32 dims (x0: dims 32s + t, x1: 32s + 16 + t; a dword the 4
 // rows of a dim) against R heads' split weight codes (w: head 0's low bytes
 // of the quad, head i's kHeadBytes on; the high bytes 32 on): the low and
@@ -1933,6 +1939,22 @@ inline void q4_key_columns_block(const KvHeadRows& k, int64_t tile_row, const Bl
       }
     }
   }
+  if (head_dim % 64 != 0) {
+    // A last 32 dims (head_dim 96: Phi-3): each row's 4 dwords there, dword
+    // k of the 16 rows gathered into one vector, its nibbles columns 2k and
+    // 2k + 1 of the block (as the whole chunks': the query's nibble order is
+    // per dword).
+    const __m512i at = _mm512_maskz_mullo_epi32(kAll, _mm512_load_si512(rows.row),
+                                                _mm512_set1_epi32(static_cast<int>(k.row_code_bytes / 4)));
+    const auto* tail = reinterpret_cast<const int*>(base + head_dim / 64 * 32);
+    __m512i* out = cols + 16 * (head_dim / 64);
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; ++kk) {
+      const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, at, tail + kk, 4);
+      out[2 * kk] = low_nibbles(d);
+      out[2 * kk + 1] = high_nibbles(d);
+    }
+  }
 }
 
 // q4_key_columns_block from keys in key column blocks (kv_kernels.h,
@@ -1993,10 +2015,26 @@ inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int 
         _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
       }
     }
+    if (head_dim % 64 != 0) {
+      // A last 32 dims (head_dim 96): each row's 16 bytes there where a whole
+      // chunk's first 16 lie (rows 0, 1 at bytes 0 and 32 of a; rows 2, 3 of
+      // b), so the first two sources pick them.
+      const int64_t c = head_dim / 64 * 32;
+      const __m512i a = two_rows16(row(4 * q) + c, row(4 * q + 1) + c);
+      const __m512i b = two_rows16(row(4 * q + 2) + c, row(4 * q + 3) + c);
+#pragma GCC unroll 2
+      for (int x = 0; x < 2; ++x) {
+        const __m512i bytes = permute2_bytes(a, source[x], b);
+        const __m512i codes =
+            _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
+        _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
+      }
+    }
   }
 }
 
-// attend_tile_q4_positions for head_dim = NB * kQ8Block (NB even): the
+// attend_tile_q4_positions for head_dim = NB * kQ8Block (NB even, or 3: a last
+// 32 dims unpacked on their own): the
 // tile's 4-bit keys made into key columns and its values into value quads
 // once for the call, then q8_tile_positions' steps on them (the value-quad
 // path), with the mins' terms (kv_kernels.h).
@@ -2139,6 +2177,7 @@ void attend_tile_q4_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, i
   if (k.bits == 8) {  // int4-k8
     switch (head_dim / kQ8Block) {
       case 2: return q4_tile_positions<2, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+      case 3: return q4_tile_positions<3, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
       case 4: return q4_tile_positions<4, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
       case 6: return q4_tile_positions<6, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
       case 8: return q4_tile_positions<8, false>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
@@ -2147,11 +2186,11 @@ void attend_tile_q4_positions_avx512(const KvHeadRows& k, const KvHeadRows& v, i
   }
   switch (head_dim / kQ8Block) {
     case 2: return q4_tile_positions<2>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
+    case 3: return q4_tile_positions<3>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 4: return q4_tile_positions<4>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 6: return q4_tile_positions<6>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
     case 8: return q4_tile_positions<8>(k, v, tile_row, q, pos, n_q, m, l, acc, scratch);
-    // An odd number of 32-dim blocks (head_dim 96: Phi-3): the unpacking
-    // here goes 64 dims at a time; the AVX2 kernel's (32 at a time) runs.
+    // Other head sizes (odd numbers of 32-dim blocks past 3): the AVX2 kernel.
     default: return attend_tile_q4_positions_avx2(k, v, tile_row, q, pos, n_q, head_dim, m, l, acc, scratch);
   }
 }

@@ -424,7 +424,11 @@ std::vector<AttentionCase> all_cases() {
   // 3 and 3 value groups).
   cases.push_back(AttentionCase{"int4-g32", 2, 256});
   cases.push_back(AttentionCase{"int4-g64", 4, 192});
-  cases.push_back(AttentionCase{"int4-g32", 4, 96});  // Phi-3's head: 3 blocks (the AVX2 kernel on AVX-512)
+  // Phi-3's head: 3 blocks (a last 32 dims unpacked on their own on AVX-512), and its
+  // one query head per KV head, with INT4 and INT8 keys.
+  cases.push_back(AttentionCase{"int4-g32", 4, 96});
+  cases.push_back(AttentionCase{"int4-g32", 1, 96});
+  cases.push_back(AttentionCase{"int4-k8-g32", 1, 96});
   // One KV head (Gemma 3 1B: 4 query heads, head_dim 256): 256-row segments.
   for (const char* store : {"f32", "f16", "int8-g32", "int4-g32", "int4-k8-g32-hk"}) {
     cases.push_back(AttentionCase{store, 4, 64, 1});
