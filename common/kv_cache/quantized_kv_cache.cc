@@ -105,7 +105,7 @@ bool q4_blockable(const KvCodecConfig& config, const KvGeometry& geometry) {
 // INT8 (or INT4: q4_blockable) codes of this kind a blocked layout may hold:
 // head_dim what the INT8 kernels take, and a full layer to hold them (a
 // sliding-window layer keeps rows: its window moves rows off block edges;
-// layer_blocked).
+// layer_holds_blocks).
 bool blockable(const KvCodecConfig& config, const KvGeometry& geometry, bool is_key) {
   const Bits bits = config.bits_for(is_key);
   if (bits != Bits::kInt8 && !(bits == Bits::kInt4 && q4_blockable(config, geometry))) return false;
@@ -349,8 +349,7 @@ void QuantizedKvCache::relayout(int64_t new_capacity_tokens) {
       skip = held - kept;
     }
     layer_base_[layer] = old_base[layer] + skip;
-    const bool blocked = layer_blocked(layer);  // (a layer's layout does not change)
-    const Run from{old_offset[layer], run_rows(old_rows[layer], blocked), blocked};
+    const Run from = run_at(old_offset[layer], old_rows[layer], layer_blocked(layer));  // (its layout stays)
     copy_rows(old_k, from, skip, k_, layer_run(layer), 0, kept);
     copy_rows(old_v, from, skip, v_, layer_run(layer), 0, kept);
   }

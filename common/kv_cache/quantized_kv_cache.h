@@ -91,16 +91,17 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
   // included (what the memory planner counts).
   static int64_t memory_bytes_for(const KvCodecConfig& config, const KvGeometry& geometry, int64_t capacity_tokens);
   // Whether a store made now with this config keeps its INT8 keys in key
-  // column blocks (kv_kernels.h KvHeadRows::key_blocks): INT8 keys, every
-  // layer full (a sliding window moves rows off block edges), head_dim a
+  // column blocks (kv_kernels.h KvHeadRows::key_blocks): INT8 keys, a full
+  // layer to hold them (its full layers do; a sliding-window layer keeps rows:
+  // its window moves rows off block edges, layer_holds_blocks), head_dim a
   // multiple of kQ8Block, and the active kernels read the blocks in place
-  // (q8_key_blocks_active). Each layer's rows then run to a multiple of
+  // (q8_key_blocks_active). Each such layer's rows then run to a multiple of
   // kKeyBlockRows (memory_bytes_for counts them). export_block and
   // ingest_block move rows in and out of the blocks: the wire, a saved
   // session and attention's bits do not depend on it.
   static bool uses_key_blocks(const KvCodecConfig& config, const KvGeometry& geometry);
   // The same for INT8 values in value quads (KvHeadRows::value_quads): INT8
-  // values in groups of whole 32-dim blocks, every layer full, and the
+  // values in groups of whole 32-dim blocks, a full layer, and the
   // AVX-512 kernels' decode value product takes quads (q8_value_quads_active).
   // INT4 codes the same (nibble key blocks, nibble quads: kv_kernels.h
   // blocked_from_rows) where the INT4 kernel reads them in place
@@ -184,13 +185,13 @@ class QuantizedKvCache final : public KvCache, public KvBlockIngest {
     bool value_quads_in(const Run& run) const { return value_quads && run.blocked; }
     bool blocked_in(const Run& run) const { return blocked() && run.blocked; }
   };
-  // Whether a layer holds the blocked layouts: the store uses them and the
-  // layer is full (a sliding-window layer keeps rows).
-  bool layer_blocked(int layer) const { return blocked() && geometry_.window(layer) <= 0; }
-  Run layer_run(int layer) const {
-    const bool blocked = layer_blocked(layer);
-    return Run{layer_offset_[layer], run_rows(layer_rows_[layer], blocked), blocked};
-  }
+  // Whether a layer holds the blocked layouts: the store uses them
+  // (store_blocked) and the layer is full (a sliding-window layer keeps rows).
+  static bool layer_holds_blocks(bool store_blocked, int32_t window) { return store_blocked && window <= 0; }
+  bool layer_blocked(int layer) const { return layer_holds_blocks(blocked(), geometry_.window(layer)); }
+  // A layer's run at `offset` for `rows` rows (whole blocks when blocked).
+  static Run run_at(int64_t offset, int64_t rows, bool blocked) { return Run{offset, run_rows(rows, blocked), blocked}; }
+  Run layer_run(int layer) const { return run_at(layer_offset_[layer], layer_rows_[layer], layer_blocked(layer)); }
   // KV head 0's rows of a plane's run, as attention reads them.
   static kv_kernels_impl::KvHeadRows head0_rows(const Plane& p, const Run& run);
   // Keys in key column blocks or values in value quads: runs of whole blocks.

@@ -34,7 +34,7 @@ int64_t QuantizedKvCache::memory_bytes_for(const KvCodecConfig& config, const Kv
   for (int layer = 0; layer < geometry.n_layer; ++layer) {
     const int32_t window = geometry.window(layer);
     const int64_t kept = layer_rows(window, capacity_tokens);
-    rows += run_rows(kept, blocked && window <= 0);  // (a windowed layer keeps rows)
+    rows += run_rows(kept, layer_holds_blocks(blocked, window));
     // A layer that slides keeps up to window - 1 rows aside for a rollback.
     if (window > 0 && kept < capacity_tokens) rows += window - 1;
   }

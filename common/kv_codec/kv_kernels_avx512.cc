@@ -2000,6 +2000,16 @@ inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int 
   const bool dense = v.row_code_bytes == 32 && head_dim == 64;
   __m512i source[4];
   for (int x = 0; x < 4; ++x) source[x] = _mm512_load_si512(kQuadNibbleSource[x].idx);
+  // The first kVectors vectors of a 64-dim chunk (a: rows 0, 1; b: rows 2, 3).
+  auto chunk = [&]<int kVectors>(__m512i a, __m512i b, uint8_t* out) {
+#pragma GCC unroll 4
+    for (int x = 0; x < kVectors; ++x) {
+      const __m512i bytes = permute2_bytes(a, source[x], b);
+      const __m512i codes =
+          _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
+      _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
+    }
+  };
   for (int q = u_lo / 4; q < (u_hi + 3) / 4; ++q) {
     uint8_t* out = quads + int64_t{q} * 4 * head_dim;
     const bool whole = dense && 4 * q >= u_lo && 4 * q + 4 <= u_hi;
@@ -2007,28 +2017,15 @@ inline void q4_value_quads(const KvHeadRows& v, int64_t tile_row, int u_lo, int 
       const __m512i a = whole ? _mm512_loadu_si512(row(4 * q)) : two_rows32(row(4 * q) + 32 * c, row(4 * q + 1) + 32 * c);
       const __m512i b =
           whole ? _mm512_loadu_si512(row(4 * q + 2)) : two_rows32(row(4 * q + 2) + 32 * c, row(4 * q + 3) + 32 * c);
-#pragma GCC unroll 4
-      for (int x = 0; x < 4; ++x) {
-        const __m512i bytes = permute2_bytes(a, source[x], b);
-        const __m512i codes =
-            _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
-        _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
-      }
+      chunk.template operator()<4>(a, b, out);
     }
     if (head_dim % 64 != 0) {
       // A last 32 dims (head_dim 96): each row's 16 bytes there where a whole
       // chunk's first 16 lie (rows 0, 1 at bytes 0 and 32 of a; rows 2, 3 of
       // b), so the first two sources pick them.
       const int64_t c = head_dim / 64 * 32;
-      const __m512i a = two_rows16(row(4 * q) + c, row(4 * q + 1) + c);
-      const __m512i b = two_rows16(row(4 * q + 2) + c, row(4 * q + 3) + c);
-#pragma GCC unroll 2
-      for (int x = 0; x < 2; ++x) {
-        const __m512i bytes = permute2_bytes(a, source[x], b);
-        const __m512i codes =
-            _mm512_mask_blend_epi32(kOddDwords, bytes, _mm512_maskz_srli_epi16(~__mmask32{0}, bytes, 4));
-        _mm512_store_si512(out + 64 * x, centred(low_nibbles(codes)));
-      }
+      chunk.template operator()<2>(two_rows16(row(4 * q) + c, row(4 * q + 1) + c),
+                                   two_rows16(row(4 * q + 2) + c, row(4 * q + 3) + c), out);
     }
   }
 }
