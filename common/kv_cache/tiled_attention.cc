@@ -132,7 +132,8 @@ class LayerAttention {
                               kv_kernels_impl::q8_value_quads_active() &&
                               (rows.v.bits != 4 || (q4_ && kern_.q4_reads_blocks))),
         spread_((q8.codes != nullptr ? kern_.q8_spreads_prefetch : f16_rows_ && n <= kSplitMaxQueries) &&
-                rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes) {}
+                rows.k.row_code_bytes == rows.v.row_code_bytes && rows.k_head_code_bytes == rows.v_head_code_bytes),
+        nta_(spread_ && n <= kSplitMaxQueries && kv_kernels_impl::attention_prefetch_nta()) {}
 
   int heads_per_kv() const { return heads_per_kv_; }
   int head_dim() const { return head_dim_; }
@@ -281,6 +282,7 @@ class LayerAttention {
     p.stride = rows_.k.row_code_bytes;
     p.rows = static_cast<int>(hi - lo);
     p.lines = static_cast<int>(((h1 - h0) * rows_.k_head_code_bytes + 63) / 64);
+    p.nta = nta_;
     return p;
   }
 
@@ -298,6 +300,7 @@ class LayerAttention {
     p.rows = 1;
     p.lines = static_cast<int>((skew + (hi - lo) * rows_.k.row_code_bytes + 63) / 64);
     p.stride = int64_t{p.lines} * 64;
+    p.nta = nta_;
     return p;
   }
 
@@ -545,6 +548,9 @@ class LayerAttention {
   // prefill at 8192 tokens over an F16 store 0.1835 / 0.1884 of the int8
   // peak that way against 0.1813 / 0.1862 spread, alternating runs).
   const bool spread_;
+  // The spread prefetch goes to L1 as non-temporal (TilePrefetch::nta): a
+  // decode-sized call, where kv_kernels_impl::attention_prefetch_nta().
+  const bool nta_;
 };
 
 TileScratch& thread_scratch(int head_dim, int heads_per_kv, bool in_place) {

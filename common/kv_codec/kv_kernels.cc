@@ -267,6 +267,7 @@ namespace {
 std::atomic<bool> g_q8_amx_allowed{true};
 std::atomic<bool> g_q8_value_quads_allowed{true};
 std::atomic<bool> g_q8_key_blocks_allowed{true};
+std::atomic<int> g_attention_prefetch_nta{-1};  // -1: the vendor default
 // BATON_INT4_IN_PLACE=0 starts with it off (README, Build options: the
 // dequantizing path, for comparisons).
 bool int4_in_place_env() {
@@ -317,6 +318,13 @@ bool q8_key_blocks_active() {
 }
 
 void set_q8_key_blocks_allowed(bool allowed) { g_q8_key_blocks_allowed.store(allowed, std::memory_order_relaxed); }
+
+void set_attention_prefetch_nta(int nta) { g_attention_prefetch_nta.store(nta, std::memory_order_relaxed); }
+
+bool attention_prefetch_nta() {
+  const int nta = g_attention_prefetch_nta.load(std::memory_order_relaxed);
+  return nta >= 0 ? nta != 0 : cpu_features().amd;
+}
 
 namespace {
 

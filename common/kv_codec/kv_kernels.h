@@ -294,26 +294,46 @@ inline int64_t attend_tile_q8_scratch_floats(int n_q, int head_dim) {
 // bytes apart, `lines` cache lines each. A kernel that takes them spreads them
 // over its steps: a burst of them at once fills the core's miss buffers and
 // stalls it until they drain, so the memory stream would not overlap the
-// arithmetic.
+// arithmetic. nta: to L1 as non-temporal (prefetchnta) instead of to L2
+// (prefetcht1); tiled_attention.cc sets it for decode-sized calls where
+// attention_prefetch_nta() holds.
 struct TilePrefetch {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
   int64_t stride = 0;
   int rows = 0;
   int lines = 0;
+  bool nta = false;
 };
 
+// Whether decode-sized attention calls (tiled_attention.cc: at most
+// kSplitMaxQueries queries, the calls that read each tile once) prefetch
+// the next tile non-temporally (TilePrefetch::nta), process-wide: 1 yes, 0
+// no (prefetcht1, to L2), -1 the vendor's default: yes on AMD, as the
+// packed weights' near prefetch (matmul.h, set_packed_near_nta). Measured
+// on Zen 5 (BM_TiledAttentionDecodePrefetch, context 16384 streamed from
+// memory, 2 threads, alternating runs): INT8 6.00-6.76 against 7.04-7.47 ms
+// in fast phases, the same in slow ones; INT4 and F16 1-4% faster; 1 thread
+// 3-8% (README, "Forty-sixth session"). A tile's lines
+// go to L1 without a copy left in L2 or L3 (each is read once per token;
+// the next tile's 17 KiB beside this one's fit in L1). Prefill calls read
+// a tile over many heads' passes and keep prefetcht1. Where the lines come
+// from only: the same bits either way.
+void set_attention_prefetch_nta(int nta);
+bool attention_prefetch_nta();
+
 // Issues a TilePrefetch a few lines at a time, so a kernel spreads it over
-// its steps: each step() prefetches (to L2: prefetcht1) the next lines of
-// the K rows and as many of the V rows, in address order, so that `steps`
-// steps issue them all, evenly (L lines over S steps: L / S per step, one
-// more at the steps where the remainder's running sum passes S); finish()
-// the lines still left.
+// its steps: each step() prefetches (to L2: prefetcht1; nta: prefetchnta)
+// the next lines of the K rows and as many of the V rows, in address order,
+// so that `steps` steps issue them all, evenly (L lines over S steps: L / S
+// per step, one more at the steps where the remainder's running sum passes
+// S); finish() the lines still left.
 class TilePrefetchSpread {
  public:
   TilePrefetchSpread(const TilePrefetch& p, int steps)
       : k_(p.k),
         v_(p.v),
+        nta_(p.nta),
         row_skip_(p.stride - 64 * int64_t{p.lines - 1}),
         left_(p.rows * p.lines),
         lines_(p.lines),
@@ -346,8 +366,13 @@ class TilePrefetchSpread {
     int64_t offset = offset_;
     int in_row = in_row_;
     for (; n > 0; --n) {
-      __builtin_prefetch(k_ + offset, 0, 2);
-      __builtin_prefetch(v_ + offset, 0, 2);
+      if (nta_) {
+        __builtin_prefetch(k_ + offset, 0, 0);
+        __builtin_prefetch(v_ + offset, 0, 0);
+      } else {
+        __builtin_prefetch(k_ + offset, 0, 2);
+        __builtin_prefetch(v_ + offset, 0, 2);
+      }
       int64_t advance = 64;
       if (--in_row == 0) in_row = lines_, advance = row_skip_;
       offset += advance;
@@ -357,6 +382,7 @@ class TilePrefetchSpread {
 
   const uint8_t* k_;
   const uint8_t* v_;
+  bool nta_;
   int64_t offset_ = 0;  // of the next line from k_ (and v_)
   int64_t row_skip_;    // from a row's last line to the next row's first
   int left_;            // lines of K (and as many of V) not yet issued

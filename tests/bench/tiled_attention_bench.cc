@@ -141,18 +141,16 @@ void set_pass_counters(benchmark::State& state, double bytes, double timed, doub
   state.counters["of_pass"] = bytes / timed / best_pass;
 }
 
-// Args: bits, context, head_dim, threads, blocked (0: INT8 keys and values in rows; INT4: Int4InPlace), evict (1: the
-// caches evicted before each iteration, untimed, by a
-// read pass whose best rate the counters divide by: of_pass).
-void BM_TiledAttentionDecode(benchmark::State& state) {
-  const int bits = static_cast<int>(state.range(0));
-  const int64_t context = state.range(1);
-  const int head_dim = static_cast<int>(state.range(2));
-  ThreadPool* pool = pool_of(static_cast<int>(state.range(3)));
-  const bool evict = state.range(5) != 0;
+// One decode step's attention over every layer of a store, timed: blocked
+// 0: INT8 keys and values in rows; INT4: Int4InPlace; evict: the caches
+// evicted before each iteration, untimed, by a read pass whose best rate
+// the counters divide by (of_pass).
+void decode_attention(benchmark::State& state, int bits, int64_t context, int head_dim, int threads, int blocked,
+                      bool evict) {
+  ThreadPool* pool = pool_of(threads);
   constexpr int kLayers = 16;
-  const Int4InPlace int4_in_place(bits, state.range(4) != 0);
-  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, state.range(4) == 1);
+  const Int4InPlace int4_in_place(bits, blocked != 0);
+  const std::unique_ptr<QuantizedKvCache> store = make_store(bits, head_dim, kLayers, context, blocked == 1);
   if (store == nullptr) return state.SkipWithError("store");
   const int64_t q_dim = store->geometry().q_dim();
   const std::vector<float> q = random_queries(1, q_dim);
@@ -180,6 +178,12 @@ void BM_TiledAttentionDecode(benchmark::State& state) {
   set_pass_counters(state, bytes, timed, best_pass);
   state.SetLabel(store_label(bits, *store));
 }
+
+// Args: bits, context, head_dim, threads, blocked, evict (decode_attention).
+void BM_TiledAttentionDecode(benchmark::State& state) {
+  decode_attention(state, static_cast<int>(state.range(0)), state.range(1), static_cast<int>(state.range(2)),
+                   static_cast<int>(state.range(3)), static_cast<int>(state.range(4)), state.range(5) != 0);
+}
 BENCHMARK(BM_TiledAttentionDecode)
     ->ArgNames({"bits", "ctx", "head_dim", "threads", "blocked", "evict"})
     ->ArgsProduct({{16, 8, 4}, {512, 4096, 16384}, {64, 128}, {1, 2}, {1}, {0}})
@@ -187,6 +191,23 @@ BENCHMARK(BM_TiledAttentionDecode)
     ->ArgsProduct({{8, 4}, {4096, 16384}, {64}, {2}, {1}, {1}})
     ->ArgsProduct({{4}, {4096, 16384}, {64, 128}, {1, 2}, {2}, {0}})
     ->ArgsProduct({{4}, {16384}, {64}, {2}, {2}, {1}})
+    ->UseRealTime();
+
+// Args: bits, context, threads, nta. Where decode attention prefetches the
+// next tile (kv_kernels.h, set_attention_prefetch_nta): nta 1 to L1 as
+// non-temporal (the AMD default), 0 to L2; the store's blocked layouts
+// (INT4 in place), streamed from memory (evicted before each iteration).
+// The host's bandwidth moves between phases within minutes: run the pairs
+// several times, alternating, and compare within a run.
+void BM_TiledAttentionDecodePrefetch(benchmark::State& state) {
+  kv_kernels_impl::set_attention_prefetch_nta(static_cast<int>(state.range(3)));
+  decode_attention(state, static_cast<int>(state.range(0)), state.range(1), /*head_dim=*/64,
+                   static_cast<int>(state.range(2)), /*blocked=*/1, /*evict=*/true);
+  kv_kernels_impl::set_attention_prefetch_nta(-1);
+}
+BENCHMARK(BM_TiledAttentionDecodePrefetch)
+    ->ArgNames({"bits", "ctx", "threads", "nta"})
+    ->ArgsProduct({{16, 8, 4}, {16384}, {1, 2}, {0, 1}})
     ->UseRealTime();
 
 // Args: bits, context, threads, blocked. The compute ceiling of decode attention: one

@@ -375,6 +375,15 @@ TEST_P(TiledAttentionQ8, IntegerValueProductStaysWithinItsBound) {
               GetParam().store.c_str(), worst_err, worst_ratio, worst_codes);
 }
 
+// set_attention_prefetch_nta(nta) while it lives, then the vendor default.
+class PrefetchNta {
+ public:
+  explicit PrefetchNta(int nta) { kv_kernels_impl::set_attention_prefetch_nta(nta); }
+  ~PrefetchNta() { kv_kernels_impl::set_attention_prefetch_nta(-1); }
+  PrefetchNta(const PrefetchNta&) = delete;
+  PrefetchNta& operator=(const PrefetchNta&) = delete;
+};
+
 // Queries attended alone, in one call of many (both the split and the
 // query-block schedules), and with 0, 1, 2 or 3 threads (decode tasks take
 // blocks of KV heads, then runs of segments where a pool wants more tasks
@@ -402,11 +411,16 @@ TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
       ASSERT_EQ(std::memcmp(batched.data(), batched_one.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
       ASSERT_EQ(std::memcmp(batched.data(), batched_two.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
       ASSERT_EQ(std::memcmp(batched.data(), batched_three.data(), sizeof(float) * q.size()), 0) << "layer " << layer;
+      // A query alone (a decode step), its next tiles prefetched to L2 and
+      // to L1 as non-temporal (kv_kernels.h, set_attention_prefetch_nta).
       for (int64_t i = 0; i < run.n; ++i) {
-        std::vector<float> alone(static_cast<size_t>(g.q_dim()));
-        kv->attend(layer, run.pos + i, 1, q.data() + i * g.q_dim(), alone.data(), &two);
-        ASSERT_EQ(std::memcmp(alone.data(), batched.data() + i * g.q_dim(), sizeof(float) * g.q_dim()), 0)
-            << "layer " << layer << " query " << i;
+        for (const int nta : {0, 1}) {
+          const PrefetchNta where(nta);
+          std::vector<float> alone(static_cast<size_t>(g.q_dim()));
+          kv->attend(layer, run.pos + i, 1, q.data() + i * g.q_dim(), alone.data(), &two);
+          ASSERT_EQ(std::memcmp(alone.data(), batched.data() + i * g.q_dim(), sizeof(float) * g.q_dim()), 0)
+              << "layer " << layer << " query " << i << " nta " << nta;
+        }
       }
     }
   }
