@@ -687,12 +687,12 @@ int packed_near_blocks() {
 void set_packed_load_ahead(int ahead) { g_packed_load_ahead.store(ahead, std::memory_order_relaxed); }
 bool packed_load_ahead() {
   const int ahead = g_packed_load_ahead.load(std::memory_order_relaxed);
-  return ahead >= 0 ? ahead != 0 : cpu_features().amd;
+  return switch_or_amd_default(ahead);
 }
 void set_packed_near_nta(int nta) { g_packed_near_nta.store(nta, std::memory_order_relaxed); }
 bool packed_near_nta() {
   const int nta = g_packed_near_nta.load(std::memory_order_relaxed);
-  return nta >= 0 ? nta != 0 : cpu_features().amd;
+  return switch_or_amd_default(nta);
 }
 
 int64_t packed_weight_bytes(GgmlType type, int64_t rows, int64_t cols) {

@@ -323,7 +323,7 @@ void set_attention_prefetch_nta(int nta) { g_attention_prefetch_nta.store(nta, s
 
 bool attention_prefetch_nta() {
   const int nta = g_attention_prefetch_nta.load(std::memory_order_relaxed);
-  return nta >= 0 ? nta != 0 : cpu_features().amd;
+  return switch_or_amd_default(nta);
 }
 
 namespace {

@@ -33,6 +33,11 @@ struct CpuFeatures {
 // Detected once, on first use.
 const CpuFeatures& cpu_features();
 
+// A process-wide tri-state kernel switch (set_packed_near_nta,
+// set_packed_load_ahead, set_attention_prefetch_nta): 1 on, 0 off, -1 the
+// vendor's default, which for these is on where the CPU is AMD's.
+inline bool switch_or_amd_default(int setting) { return setting >= 0 ? setting != 0 : cpu_features().amd; }
+
 // True when this process may run AMX-INT8 tile instructions: the CPU and OS
 // have them (CpuFeatures::amx_int8), Linux granted the process the tile data
 // state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once, on first use), and the

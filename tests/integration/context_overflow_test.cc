@@ -73,7 +73,7 @@ void put_pack(Cloud& cloud, const std::vector<uint32_t>& tokens, const std::stri
   std::vector<v1::KvStreamMessage> pack;
   {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(30));
+    live_call(context, 30);
     auto reader = cloud.stub->Prefill(&context, request);
     v1::KvStreamMessage message;
     while (reader->Read(&message)) pack.push_back(message);
@@ -83,7 +83,7 @@ void put_pack(Cloud& cloud, const std::vector<uint32_t>& tokens, const std::stri
   ASSERT_FALSE(pack.empty());
   pack.front().mutable_header()->set_pack_id(id);
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(30));
+  live_call(context, 30);
   v1::PutPrefixResponse put;
   auto writer = cloud.stub->PutPrefix(&context, &put);
   for (const v1::KvStreamMessage& m : pack) ASSERT_TRUE(writer->Write(m));
@@ -94,7 +94,7 @@ void put_pack(Cloud& cloud, const std::vector<uint32_t>& tokens, const std::stri
 
 void pull_pack(Edge& edge, const std::string& id) {
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(30));
+  live_call(context, 30);
   v1::PullPackRequest request;
   request.set_pack_id(id);
   auto reader = edge.stub->PullPack(&context, request);
@@ -377,7 +377,7 @@ TEST(ContextOverflowCancelTest, ATruncatingTurnCancelledBeforeItsAnswerLeavesThe
     bool saw_text = false;
     {
       grpc::ClientContext context;
-      context.set_deadline(deadline_in(60));
+      live_call(context, 60);
       v1::GenerateRequest request = turn(1000, 50 + attempt, id, 100);
       request.set_progress(true);
       auto reader = edge->stub->Generate(&context, request);

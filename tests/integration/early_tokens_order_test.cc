@@ -55,7 +55,7 @@ TEST(EarlyTokensOrderTest, EarlyTokensOvertakeQueuedBlocksInTheOrderTheyWereSamp
   *request.mutable_early_tokens() = early_tokens_request(sampler, kEarly, prompt.back(), std::nullopt);
 
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  edge_test::live_call(context, 60);
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub->Prefill(&context, request);
   // The cloud prefills and samples meanwhile; what the window does not hold waits in its queue.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

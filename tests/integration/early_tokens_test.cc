@@ -396,7 +396,7 @@ TEST_F(EarlyTokensTest, ARawPrefillStreamCarriesTheEarlyTokensBetweenHeaderAndTr
   Sampler sampler(SamplingParams{});
   *request.mutable_early_tokens() = early_tokens_request(sampler, 3, static_cast<int32_t>(ids.back()), std::nullopt);
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(60));
+  live_call(context, 60);
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = cloud_->stub->Prefill(&context, request);
   std::vector<v1::KvStreamMessage::ItemCase> order;
   v1::KvStreamMessage message;

@@ -53,7 +53,7 @@ EdgeServiceOptions keyed_options() {
 
 // A context with a deadline and, when `key` is not empty, the key.
 void prepare(grpc::ClientContext& context, const std::string& key) {
-  context.set_deadline(deadline_in(60));
+  live_call(context, 60);
   if (!key.empty()) context.AddMetadata("authorization", "Bearer " + key);
 }
 

@@ -138,7 +138,7 @@ TEST(EdgeBatchTest, ATurnCancelledDuringItsPrefillLeavesTheOthersIdenticalAndIts
   grpc::Status long_status;
   std::thread canceller([&] {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(60));
+    live_call(context, 60);
     auto reader = batched->stub->Generate(&context, long_turn);
     v1::GenerateResponse response;
     while (reader->Read(&response)) {
@@ -187,7 +187,7 @@ TEST(EdgeBatchTest, AClientLeavingMidAnswerLeavesTheOthersIdenticalAndItsSession
   grpc::Status leaving_status;
   std::thread leaver([&] {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(60));
+    live_call(context, 60);
     auto reader = batched->stub->Generate(&context, leaving);
     v1::GenerateResponse response;
     while (reader->Read(&response)) {

@@ -72,7 +72,7 @@ class ScriptedPrefill final : public v1::Prefill::Service {
     }
     std::vector<v1::KvStreamMessage> messages;
     grpc::ClientContext upstream;
-    upstream.set_deadline(deadline_in(30));
+    live_call(upstream, 30);
     auto reader = stub_->Prefill(&upstream, upstream_request);
     v1::KvStreamMessage message;
     while (reader->Read(&message)) messages.push_back(message);
@@ -178,7 +178,7 @@ std::unique_ptr<ScriptedCloud> start_scripted_cloud(ScriptedPrefill::Lie lie, in
 
 std::optional<v1::SessionInfo> session_info(v1::Edge::Stub& stub, const std::string& id) {
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(10));
+  live_call(context, 10);
   v1::ListSessionsResponse response;
   EXPECT_TRUE(stub.ListSessions(&context, v1::ListSessionsRequest(), &response).ok());
   for (const v1::SessionInfo& info : response.sessions()) {
@@ -333,7 +333,7 @@ TEST(EdgeAffinityHeaderTest, EveryCloudCallCarriesTheFirstBlockDigestOrThePackId
 
   // PullPack's GetPrefix hashes on the pack id.
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(30));
+  live_call(context, 30);
   v1::PullPackRequest pull;
   pull.set_pack_id("handbook-v2");
   auto reader = edge->stub->PullPack(&context, pull);

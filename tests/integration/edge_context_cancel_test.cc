@@ -23,7 +23,7 @@ v1::SessionInfo idle_session(v1::Edge::Stub& stub, const std::string& id) {
   v1::SessionInfo found;
   for (int attempt = 0; attempt < 500; ++attempt) {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(10));
+    live_call(context, 10);
     v1::ListSessionsResponse response;
     EXPECT_TRUE(stub.ListSessions(&context, v1::ListSessionsRequest(), &response).ok());
     for (const v1::SessionInfo& info : response.sessions()) {
@@ -60,7 +60,7 @@ TEST(EdgeContextLimitTest, MaxTokensPastTheContextIsClampedWithAWarningFirst) {
   std::unique_ptr<Edge> edge = start_edge(edge_model_path("tiny"), edge_options(""));
   v1::GenerateRequest request = greedy_request(prompt(2040, 2), "edge", v1::SPLIT_POLICY_LOCAL, 50);
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(60));
+  live_call(context, 60);
   auto reader = edge->stub->Generate(&context, request);
   v1::GenerateResponse response;
   std::string warning;
@@ -97,7 +97,7 @@ TEST(EdgeCancelTest, CancelMidAnswerKeepsThePromptAndTheTokensGeneratedSoFar) {
   std::vector<uint32_t> seen;
   {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(60));
+    live_call(context, 60);
     auto reader = edge->stub->Generate(&context, greedy_request(turn1, "k", v1::SPLIT_POLICY_LOCAL, kMaxTokens));
     v1::GenerateResponse response;
     bool cancelled = false;
@@ -150,7 +150,7 @@ TEST(EdgeCancelTest, CancelBeforeTheFirstTokenLeavesTheSessionAsItWas) {
     bool saw_text = false;
     {
       grpc::ClientContext context;
-      context.set_deadline(deadline_in(60));
+      live_call(context, 60);
       v1::GenerateRequest request = greedy_request(prompt(1900, 31), id, v1::SPLIT_POLICY_LOCAL, 100);
       request.set_progress(true);
       auto reader = edge->stub->Generate(&context, request);

@@ -225,7 +225,7 @@ TEST(EdgeHandoffTest, ClientLeavingDuringAStalledCloudStreamFreesTheAgent) {
 
   std::future<void> stalled = stalling->service->stalled();
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(120));
+  live_call(context, 120);
   auto call = std::async(std::launch::async, [&] {
     auto reader = edge->stub->Generate(&context, greedy_request(prompt(40, 2), "s", v1::SPLIT_POLICY_CLOUD));
     v1::GenerateResponse response;
@@ -242,7 +242,7 @@ TEST(EdgeHandoffTest, ClientLeavingDuringAStalledCloudStreamFreesTheAgent) {
   GenerateResult result;
   {
     grpc::ClientContext next_context;
-    next_context.set_deadline(deadline_in(20));
+    live_call(next_context, 20);
     auto reader = edge->stub->Generate(&next_context, next);
     v1::GenerateResponse response;
     while (reader->Read(&response)) {

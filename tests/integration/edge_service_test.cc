@@ -334,7 +334,7 @@ TEST(EdgeServiceTest, PulledPackStartsASessionWithoutComputingItsTokens) {
     for (uint32_t id : system) request.mutable_tokens()->add_ids(id);
     request.mutable_codec()->set_codec(v1::KV_CODEC_F16);
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(30));
+    live_call(context, 30);
     auto reader = stub->Prefill(&context, request);
     v1::KvStreamMessage message;
     while (reader->Read(&message)) pack.push_back(message);
@@ -343,7 +343,7 @@ TEST(EdgeServiceTest, PulledPackStartsASessionWithoutComputingItsTokens) {
     pack.front().mutable_header()->set_pack_id("sys");
     pack.front().mutable_header()->set_description("test system prompt");
     grpc::ClientContext put_context;
-    put_context.set_deadline(deadline_in(30));
+    live_call(put_context, 30);
     v1::PutPrefixResponse put;
     auto writer = stub->PutPrefix(&put_context, &put);
     for (const v1::KvStreamMessage& m : pack) ASSERT_TRUE(writer->Write(m));
@@ -358,7 +358,7 @@ TEST(EdgeServiceTest, PulledPackStartsASessionWithoutComputingItsTokens) {
   // PullPack: progress, then the stored pack.
   {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(30));
+    live_call(context, 30);
     v1::PullPackRequest request;
     request.set_pack_id("sys");
     auto reader = edge->stub->PullPack(&context, request);
@@ -382,7 +382,7 @@ TEST(EdgeServiceTest, PulledPackStartsASessionWithoutComputingItsTokens) {
   }
   {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(10));
+    live_call(context, 10);
     v1::ListPacksResponse packs;
     ASSERT_TRUE(edge->stub->ListPacks(&context, v1::ListPacksRequest(), &packs).ok());
     ASSERT_EQ(packs.packs_size(), 1);
@@ -436,7 +436,7 @@ TEST(EdgeServiceTest, DeleteSessionFreesItAndUnknownIsNotFound) {
   ASSERT_TRUE(generate(*edge->stub, greedy_request(prompt(10, 1), "d", v1::SPLIT_POLICY_LOCAL)).status.ok());
   EXPECT_GT(session_tokens(*edge->stub, "d"), 0);
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(10));
+  live_call(context, 10);
   v1::DeleteSessionRequest request;
   request.set_session_id("d");
   v1::DeleteSessionResponse response;
@@ -444,7 +444,7 @@ TEST(EdgeServiceTest, DeleteSessionFreesItAndUnknownIsNotFound) {
   EXPECT_GT(response.freed_bytes(), 0u);
   EXPECT_EQ(session_tokens(*edge->stub, "d"), -1);
   grpc::ClientContext again;
-  again.set_deadline(deadline_in(10));
+  live_call(again, 10);
   EXPECT_EQ(edge->stub->DeleteSession(&again, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 

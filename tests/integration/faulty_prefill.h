@@ -55,7 +55,7 @@ class FaultyPrefill final : public v1::Prefill::Service {
     std::vector<v1::KvStreamMessage> messages;
     {
       grpc::ClientContext upstream;
-      upstream.set_deadline(deadline_in(30));
+      live_call(upstream, 30);
       v1::PrefillRequest asked = *request;
       if (fault_ == Fault::kShiftFirstPosition && asked.first_position() > 0) {
         asked.set_first_position(asked.first_position() - 1);

@@ -621,7 +621,7 @@ struct GrpcAnswer {
 GrpcAnswer grpc_generate(v1::Edge::Stub& stub, const v1::GenerateRequest& request) {
   GrpcAnswer answer;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  edge_test::live_call(context, 60);
   auto reader = stub.Generate(&context, request);
   v1::GenerateResponse response;
   while (reader->Read(&response)) {

@@ -60,7 +60,7 @@ Answer prefill(v1::Prefill::Stub& stub, const std::vector<uint32_t>& tokens, con
   request.set_cache_salt(cache_salt);
   Answer answer;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  edge_test::live_call(context, 60);
   auto reader = stub.Prefill(&context, request);
   v1::KvStreamMessage message;
   while (reader->Read(&message)) answer.messages.push_back(message);

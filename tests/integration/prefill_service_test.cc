@@ -60,7 +60,7 @@ class PrefillServiceTest : public ::testing::Test {
   }
 
   static void set_deadline(grpc::ClientContext& context) {
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    edge_test::live_call(context, 30);
   }
 
   static std::vector<int32_t> prompt(int n) {
@@ -358,7 +358,7 @@ TEST(PrefillServiceEncodeThreadsTest, AnyNumberOfEncodeWorkersSendsTheSameStream
         request.set_first_position(first);
         *request.mutable_codec() = *params;
         grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        edge_test::live_call(context, 30);
         auto reader = cloud->stub->Prefill(&context, request);
         std::vector<v1::KvStreamMessage> messages;
         v1::KvStreamMessage message;
@@ -386,14 +386,14 @@ TEST(PrefillServiceNotReadyTest, PrefillBeforeReadyIsUnavailableWithARetryHint) 
                                                        grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    edge_test::live_call(context, 30);
     v1::HealthResponse health;
     ASSERT_TRUE(stub->Health(&context, v1::HealthRequest(), &health).ok());
     EXPECT_EQ(health.state(), v1::SERVING_STATE_LOADING);
     EXPECT_GT(health.retry_after_ms(), 0u);
   }
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  edge_test::live_call(context, 30);
   v1::PrefillRequest request;
   request.mutable_tokens()->add_ids(1);
   auto reader = stub->Prefill(&context, request);

@@ -30,8 +30,8 @@
 namespace baton {
 namespace {
 
-using edge_test::deadline_in;
 using edge_test::edge_model_path;
+using edge_test::live_call;
 
 constexpr char kTokenA[] = "tenant-a-token-0123456789";
 constexpr char kTokenB[] = "tenant-b-token-0123456789";
@@ -93,7 +93,7 @@ std::unique_ptr<v1::Prefill::Stub> stub_for(const edge_test::Cloud& cloud, const
 }
 
 void prepare(grpc::ClientContext& context, const std::string& token = "") {
-  context.set_deadline(deadline_in(60));
+  live_call(context, 60);
   if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
 }
 

@@ -42,7 +42,7 @@ const testing::TinyModel& tiny() { return testing::shared_tiny_model(GgmlType::k
 std::vector<int32_t> prompt(int n, int seed) { return testing::seeded_prompt(tiny(), n, seed); }
 
 void set_call(grpc::ClientContext& context, const std::string& token) {
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  edge_test::live_call(context, 60);
   context.AddMetadata("authorization", "Bearer " + token);
 }
 

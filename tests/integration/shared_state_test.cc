@@ -75,7 +75,7 @@ struct Call {
 
 Call call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& request, const std::string& token = "") {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  edge_test::live_call(context, 60);
   if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
   Call call;
   auto reader = stub.Prefill(&context, request);
@@ -87,7 +87,7 @@ Call call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& request, co
 
 v1::StateTier health_of(v1::Prefill::Stub& stub) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  edge_test::live_call(context, 10);
   v1::HealthResponse health;
   EXPECT_TRUE(stub.Health(&context, v1::HealthRequest(), &health).ok());
   return health.state_tier();

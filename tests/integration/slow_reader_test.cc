@@ -70,7 +70,7 @@ std::unique_ptr<Edge> start_edge(std::chrono::milliseconds write_stall_timeout) 
 // A short Generate from another client; returns its status and how long it took.
 std::pair<grpc::Status, double> timed_generate(v1::Edge::Stub& stub) {
   grpc::ClientContext context;
-  context.set_deadline(edge_test::deadline_in(other_client_wait_s()));
+  edge_test::live_call(context, other_client_wait_s());
   const v1::GenerateRequest request =
       edge_test::greedy_request(edge_test::prompt(4, /*salt=*/3), "", v1::SPLIT_POLICY_LOCAL, /*max_tokens=*/4);
   const SteadyClock::time_point start = SteadyClock::now();
@@ -147,7 +147,7 @@ std::unique_ptr<Cloud> start_cloud(std::chrono::milliseconds write_stall_timeout
 
 v1::HealthResponse cloud_health(v1::Prefill::Stub& stub) {
   grpc::ClientContext context;
-  context.set_deadline(edge_test::deadline_in(10));
+  edge_test::live_call(context, 10);
   v1::HealthResponse response;
   const grpc::Status status = stub.Health(&context, v1::HealthRequest(), &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -156,7 +156,7 @@ v1::HealthResponse cloud_health(v1::Prefill::Stub& stub) {
 
 std::pair<grpc::Status, double> timed_prefill(v1::Prefill::Stub& stub) {
   grpc::ClientContext context;
-  context.set_deadline(edge_test::deadline_in(other_client_wait_s()));
+  edge_test::live_call(context, other_client_wait_s());
   const SteadyClock::time_point start = SteadyClock::now();
   std::unique_ptr<grpc::ClientReader<v1::KvStreamMessage>> reader = stub.Prefill(&context, prefill_request(8, 2));
   v1::KvStreamMessage message;
@@ -222,7 +222,7 @@ TEST(PrefillSlowReaderTest, StalledGetPrefixIsCancelledAfterTheWriteStallTimeout
   std::vector<v1::KvStreamMessage> pack;
   {
     grpc::ClientContext context;
-    context.set_deadline(edge_test::deadline_in(30));
+    edge_test::live_call(context, 30);
     auto reader = stub->Prefill(&context, prefill_request(64, 3));
     v1::KvStreamMessage message;
     while (reader->Read(&message)) pack.push_back(message);
@@ -232,7 +232,7 @@ TEST(PrefillSlowReaderTest, StalledGetPrefixIsCancelledAfterTheWriteStallTimeout
   pack.front().mutable_header()->set_pack_id("stalled-pack");
   {
     grpc::ClientContext context;
-    context.set_deadline(edge_test::deadline_in(30));
+    edge_test::live_call(context, 30);
     v1::PutPrefixResponse put;
     auto writer = stub->PutPrefix(&context, &put);
     for (const v1::KvStreamMessage& message : pack) ASSERT_TRUE(writer->Write(message));

@@ -73,7 +73,7 @@ v1::GenerateRequest cloud_request(int n_tokens) {
 grpc::Status call_prefill(v1::Prefill::Stub& stub, const v1::PrefillRequest& request,
                           std::vector<v1::KvStreamMessage>* messages) {
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(60));
+  live_call(context, 60);
   auto reader = stub.Prefill(&context, request);
   v1::KvStreamMessage message;
   while (reader->Read(&message)) messages->push_back(message);
@@ -89,7 +89,7 @@ TEST(TransformCodecServiceTest, CloudWithoutCalibrationRefusesTcAndHasNoneToHand
   EXPECT_THAT(status.error_message(), HasSubstr("holds no KV calibration (--kv-calibration)"));
 
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(30));
+  live_call(context, 30);
   auto reader = cloud->stub->GetKvCalibration(&context, v1::GetKvCalibrationRequest());
   v1::KvCalibrationChunk chunk;
   EXPECT_FALSE(reader->Read(&chunk));
@@ -178,7 +178,7 @@ TEST_F(CloudWithCalibration, ARequestNamingAnotherCalibrationIsFailedPreconditio
 
 TEST_F(CloudWithCalibration, GetKvCalibrationStreamsTheFileInChunks) {
   grpc::ClientContext context;
-  context.set_deadline(deadline_in(30));
+  live_call(context, 30);
   auto reader = cloud_->stub->GetKvCalibration(&context, v1::GetKvCalibrationRequest());
   v1::KvCalibrationChunk chunk;
   std::string bytes;
@@ -216,7 +216,7 @@ TEST(TransformCodecServiceTest, GetKvCalibrationNeedsAToken) {
   ASSERT_NE(cloud->stub, nullptr);
   for (const std::string token : {"", "wrong-token-000000000000", kToken}) {
     grpc::ClientContext context;
-    context.set_deadline(deadline_in(30));
+    live_call(context, 30);
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     auto reader = cloud->stub->GetKvCalibration(&context, v1::GetKvCalibrationRequest());
     v1::KvCalibrationChunk chunk;

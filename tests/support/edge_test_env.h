@@ -55,15 +55,17 @@ inline std::chrono::system_clock::time_point deadline_in(int seconds) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
 }
 
-// A call of the helpers below to the test's own edge, which listens before
-// its stub exists: within `seconds`, and waiting for the channel to connect
+// A call to a server the test started and that listens (its edge, its
+// cloud): within `seconds`, and waiting for the channel to connect
 // (wait_for_ready) instead of failing at the first connection attempt that
 // does not get through. Clean-clone CI once failed a Generate at once that
 // way ("failed to connect to all addresses; last error: UNKNOWN:
 // ipv4:127.0.0.1:44873: No such file or directory", with ~3,200 tests run
-// in parallel). What the edge answers (UNAVAILABLE while it loads, its
-// cloud's refusals) comes back as before.
-inline void edge_call(grpc::ClientContext& context, int seconds) {
+// in parallel). What the server answers (UNAVAILABLE while it loads,
+// UNAUTHENTICATED, a cloud's refusals) comes back as before. Not for calls
+// that expect the connection itself to fail (a stopped server, plaintext to
+// TLS): those would wait out their deadline.
+inline void live_call(grpc::ClientContext& context, int seconds) {
   context.set_deadline(deadline_in(seconds));
   context.set_wait_for_ready(true);
 }
@@ -183,7 +185,7 @@ inline std::unique_ptr<Edge> start_edge(const std::string& model_path, const Edg
 
 inline v1::EdgeHealthResponse health(v1::Edge::Stub& stub) {
   grpc::ClientContext context;
-  edge_call(context, 10);
+  live_call(context, 10);
   v1::EdgeHealthResponse response;
   grpc::Status status = stub.Health(&context, v1::HealthRequest(), &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -217,7 +219,7 @@ struct GenerateResult {
 inline GenerateResult generate(v1::Edge::Stub& stub, const v1::GenerateRequest& request) {
   GenerateResult result;
   grpc::ClientContext context;
-  edge_call(context, 60);
+  live_call(context, 60);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
@@ -274,7 +276,7 @@ inline v1::GenerateRequest greedy_request(const std::vector<uint32_t>& tokens, c
 // ListSessions' row of `id` (empty when not listed).
 inline v1::SessionInfo session_info(v1::Edge::Stub& stub, const std::string& id) {
   grpc::ClientContext context;
-  edge_call(context, 10);
+  live_call(context, 10);
   v1::ListSessionsResponse response;
   const grpc::Status status = stub.ListSessions(&context, v1::ListSessionsRequest(), &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
