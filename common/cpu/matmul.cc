@@ -217,6 +217,18 @@ constexpr int64_t kPanelMinTokens = 2;
 std::atomic<int> g_packed_near_blocks{-1};
 std::atomic<int> g_packed_near_nta{-1};
 std::atomic<int> g_packed_load_ahead{-1};
+// Two streams a thread in one-token calls on AMD (set_packed_two_streams):
+// the call's row tasks go in pairs, task k with task k + half, and a
+// thread multiplies both pairs of strips block by block side by side
+// (packed_two_pairs_avx512), so each thread keeps two places of the
+// weights in flight instead of one (each core's own limit on the lines it
+// has in flight is what held a fast phase's stream to 0.71-0.79 of the
+// read pass inside its calls: README, "Forty-eighth session"). Zen 5
+// (2026-12-07, BM_MatmulDecodeSequence, 2 threads, both ways in
+// alternation, a temporary switch): 8192 x 2048 0.94 / 1.04 / 0.85 of the
+// read pass beside each run against 0.75 / 0.89 / 0.78, 2048 x 2048 0.92 /
+// 0.95 / 0.84 against 0.72 / 0.81 / 0.69. Not measured on Intel: off there.
+std::atomic<int> g_packed_two_streams{-1};
 int vendor_near_blocks() { return cpu_features().amd ? 12 : 16; }
 void set_packed_prefetch(MatmulProblem& p) {
   p.packed_far_prefetch = !cpu_features().amd;
@@ -667,7 +679,39 @@ void matmul_group(SimdLevel level, std::span<const WeightMatrix* const> ws, cons
     // Prefill: 1/(2 n_threads) of the tasks left, down to single tasks (~15
     // us and up), so the threads end within a task of each other; fixed
     // chunks of 1/16 of the call left one thread idle for up to ~3%.
-    if (decode_order || n_tokens < kPanelMinTokens) {
+    // One token over packed Q4_0 only, on the kernel that loads ahead:
+    // two streams a thread (set_packed_two_streams), the pairs of tasks
+    // handed out as single tasks were; a pair whose tasks are not both
+    // whole 32-row pairs of strips runs them one after the other.
+    bool two_streams = n_tokens == 1 && level == SimdLevel::kAvx512 && packed_two_streams() && n_tasks >= 2;
+    for (size_t i = 0; two_streams && i < n_matrices; ++i) {
+      two_streams = packeds[i] && ws[i]->type == GgmlType::kQ4_0 && problems[i].packed_load_ahead &&
+                    !problems[i].packed_far_prefetch;
+    }
+    if (two_streams) {
+      const int64_t half = (n_tasks + 1) / 2;
+      auto whole_pair = [&](int64_t task, size_t* matrix, int64_t* r0) {
+        size_t i = 0;
+        while (task >= first_task[i + 1]) ++i;
+        const TaskSplit& sp = splits[i];
+        *matrix = i;
+        *r0 = sp.row_task(task - first_task[i]) * sp.rows_per_task;
+        return sp.rows_per_task == 2 * cpu_kernels::kPackedStripRows && *r0 + sp.rows_per_task <= problems[i].rows;
+      };
+      auto run_pairs = [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          size_t ia = 0, ib = 0;
+          int64_t ra = 0, rb = 0;
+          if (k + half < n_tasks && whole_pair(k, &ia, &ra) && whole_pair(k + half, &ib, &rb)) {
+            cpu_kernels::packed_two_pairs_avx512(problems[ia], ra, problems[ib], rb);
+            continue;
+          }
+          run_tasks(k, k + 1);
+          if (k + half < n_tasks) run_tasks(k + half, k + half + 1);
+        }
+      };
+      pool->parallel_for_stealing(half, std::ref(run_pairs));
+    } else if (decode_order || n_tokens < kPanelMinTokens) {
       pool->parallel_for_stealing(n_tasks, std::ref(run_tasks));  // std::ref: no std::function allocation
     } else {
       pool->parallel_for_guided(n_tasks, 1, std::ref(run_tasks));
@@ -689,6 +733,8 @@ bool packed_load_ahead() {
   const int ahead = g_packed_load_ahead.load(std::memory_order_relaxed);
   return switch_or_amd_default(ahead);
 }
+void set_packed_two_streams(int two) { g_packed_two_streams.store(two, std::memory_order_relaxed); }
+bool packed_two_streams() { return switch_or_amd_default(g_packed_two_streams.load(std::memory_order_relaxed)); }
 void set_packed_near_nta(int nta) { g_packed_near_nta.store(nta, std::memory_order_relaxed); }
 bool packed_near_nta() {
   const int nta = g_packed_near_nta.load(std::memory_order_relaxed);

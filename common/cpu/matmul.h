@@ -74,6 +74,12 @@ bool packed_near_nta();
 // Process-wide, the same bits either way.
 void set_packed_load_ahead(int ahead);
 bool packed_load_ahead();
+// Whether one-token calls over packed Q4_0 weights at the AVX-512 level,
+// where the kernel loads a block ahead (packed_load_ahead), stream two
+// places of the matrices at once on each thread (1) or one (0); -1: the
+// vendor's default, two on AMD. Process-wide, the same bits either way.
+void set_packed_two_streams(int two);
+bool packed_two_streams();
 // Packs w (its GGUF rows) into out (packed_weight_bytes(...) bytes, 64-byte
 // aligned). Strips are independent: pool (may be null) splits them.
 void pack_weight_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool* pool);

@@ -202,10 +202,13 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
 // packed_kernel, not as a branch of it: inside it (the held lines beside its
 // unswitched prefetch paths) the same loads read at 0.76-0.82x of the plain
 // kernel's rate, here at 1.06-1.09x.
+//
+// Its body is ahead_strips: the strips `at` (S of them, from one pair or
+// from two: packed_two_pairs_avx512) into out[s] under masks[s].
 template <int S, bool kNearNta>
-void packed_kernel_ahead(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
+void ahead_strips(const MatmulProblem& p, const Strips<S>& at, int64_t t0, float* const (&out)[S],
+                  const __mmask16 (&masks)[S]) {
   const int64_t n_blocks = p.cols / kQK8_0;
-  const Strips<S> at = strips_at<S>(p, r0 / kPackedStripRows);
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   const int64_t near_blocks = p.packed_near_blocks;
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b: xq + b n 32
@@ -245,10 +248,18 @@ void packed_kernel_ahead(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask
       for (int j = 0; j < 4; ++j) lines[s][j] = next_lines[s][j];
     }
   }
+  for (int s = 0; s < S; ++s) _mm512_mask_storeu_ps(out[s], masks[s], acc[s]);
+}
+
+template <int S, bool kNearNta>
+void packed_kernel_ahead(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
+  float* out[S];
+  __mmask16 masks[S];
   for (int s = 0; s < S; ++s) {
-    _mm512_mask_storeu_ps(p.y + t0 * p.rows + r0 + s * kPackedStripRows,
-                          s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff), acc[s]);
+    out[s] = p.y + t0 * p.rows + r0 + s * kPackedStripRows;
+    masks[s] = s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff);
   }
+  ahead_strips<S, kNearNta>(p, strips_at<S>(p, r0 / kPackedStripRows), t0, out, masks);
 }
 
 // packed_kernel for up to 4 tokens, whose lines each step reads once: the
@@ -489,6 +500,22 @@ void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_
       packed_tokens<1>(p, r, tok_begin, tok_end, last_mask);
     }
   }
+}
+
+void packed_two_pairs_avx512(const MatmulProblem& a, int64_t ra, const MatmulProblem& b, int64_t rb) {
+  const Strips<2> pa = strips_at<2>(a, ra / kPackedStripRows), pb = strips_at<2>(b, rb / kPackedStripRows);
+  Strips<4> at;
+  float* out[4];
+  constexpr __mmask16 kAll16 = 0xffff;
+  const __mmask16 masks[4] = {kAll16, kAll16, kAll16, kAll16};
+  for (int s = 0; s < 2; ++s) {
+    at.nib[s] = pa.nib[s], at.scl[s] = pa.scl[s], at.stride[s] = pa.stride[s];
+    at.nib[2 + s] = pb.nib[s], at.scl[2 + s] = pb.scl[s], at.stride[2 + s] = pb.stride[s];
+    out[s] = a.y + ra + s * kPackedStripRows;
+    out[2 + s] = b.y + rb + s * kPackedStripRows;
+  }
+  if (a.packed_near_nta) return ahead_strips<4, true>(a, at, 0, out, masks);
+  ahead_strips<4, false>(a, at, 0, out, masks);
 }
 
 }  // namespace baton::cpu_kernels

@@ -519,6 +519,63 @@ TEST(Matmul, PackedQ4_0KernelsEqualTheirArithmeticWrittenOutBitForBit) {
   }
 }
 
+// set_packed_two_streams moves which places of the weights a thread reads
+// at once, never what a one-token call computes: single matrices and a
+// group of three (Q/K/V-like, the pairs of tasks crossing from one matrix to
+// the next), with whole 32-row tasks, a 16-row tail and odd task counts,
+// give the same bits on 2 threads with two streams as on one thread with
+// one, and -1 gives back the vendor's default.
+TEST(Matmul, PackedTwoStreamsKeepTheBits) {
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "two streams are the AVX-512 packed kernel's";
+  std::mt19937 rng(78);
+  const int64_t cols = 512;
+  std::vector<float> x(static_cast<size_t>(cols));
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (float& v : x) v = dist(rng);
+  std::vector<TestWeights> weights;
+  std::vector<PackedCopy> copies;
+  const std::vector<int64_t> shapes = {2048, 96, 80, 48, 96, 32, 64};
+  weights.reserve(shapes.size());
+  copies.reserve(shapes.size());
+  for (const int64_t rows : shapes) {
+    weights.push_back(make_weights(GgmlType::kQ4_0, rows, cols, rng));
+    copies.push_back(packed_copy(WeightMatrix{GgmlType::kQ4_0, weights.back().bytes.data(), rows, cols}));
+    ASSERT_TRUE(copies.back().ok);
+  }
+  EXPECT_EQ(packed_two_streams(), cpu_features().amd);
+  ThreadPool pool(2);
+  // Every matrix alone, then the last three as one group.
+  auto run = [&](ThreadPool* on, bool group) {
+    std::vector<std::vector<float>> out;
+    for (size_t i = 0; i < shapes.size(); ++i) out.emplace_back(static_cast<size_t>(shapes[i]), -1.0f);
+    if (group) {
+      const WeightMatrix* ws[] = {&copies[4].matrix, &copies[5].matrix, &copies[6].matrix};
+      float* const ys[] = {out[4].data(), out[5].data(), out[6].data()};
+      matmul_many(ws, x.data(), 1, ys, on);
+      out.resize(4);
+      return out;
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) matmul(copies[i].matrix, x.data(), 1, out[i].data(), on);
+    return out;
+  };
+  set_packed_load_ahead(1);
+  for (const bool group : {false, true}) {
+    set_packed_two_streams(0);
+    const std::vector<std::vector<float>> want = run(nullptr, group);
+    set_packed_two_streams(1);
+    EXPECT_TRUE(packed_two_streams());
+    const std::vector<std::vector<float>> got = run(&pool, group);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), sizeof(float) * got[i].size()), 0)
+          << "matrix " << i << (group ? " (the group's)" : "");
+    }
+  }
+  set_packed_two_streams(-1);
+  set_packed_load_ahead(-1);
+  EXPECT_EQ(packed_two_streams(), cpu_features().amd);
+}
+
 // set_packed_near_blocks / set_packed_near_nta move where the packed Q4_0
 // AVX-512 decode reads its lines from, never what it computes: one token's
 // outputs are the same bits at every distance (none, shorter and longer
