@@ -166,16 +166,16 @@ void pack_q4_0_strips_avx2(const MatmulProblem& p, int64_t strip_begin, int64_t 
 // a call on that token alone: weights unpacked once serve several tokens.
 // The AVX2 kernel's outputs are the same bits as the AVX-512 one's (each
 // block's exact int32 sum, then the same float operations in the same order).
+void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                               int64_t tok_end);
+void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
+                             int64_t tok_end);
 // One token over two whole pairs of packed Q4_0 strips at once, rows [ra,
 // ra + 32) of a's matrix and [rb, rb + 32) of b's (the same x: a and b are
 // matrices of one call, or the same one), their lines in two streams side by
 // side (matmul.cc set_packed_two_streams says why). Each strip's products
 // and sums as the one-pair decode kernel makes them: the same bits.
 void packed_two_pairs_avx512(const MatmulProblem& a, int64_t ra, const MatmulProblem& b, int64_t rb);
-void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
-                               int64_t tok_end);
-void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t tok_begin,
-                             int64_t tok_end);
 
 // Q8_0 weights packed at load on AVX2 (not AVX-512: that level keeps its
 // kernels, the VNNI panels for prefill and its GGUF-row decode tile).

@@ -34,7 +34,8 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 // A process-wide tri-state kernel switch (set_packed_near_nta,
-// set_packed_load_ahead, set_attention_prefetch_nta): 1 on, 0 off, -1 the
+// set_packed_load_ahead, set_packed_two_streams,
+// set_attention_prefetch_nta): 1 on, 0 off, -1 the
 // vendor's default, which for these is on where the CPU is AMD's.
 inline bool switch_or_amd_default(int setting) { return setting >= 0 ? setting != 0 : cpu_features().amd; }
 

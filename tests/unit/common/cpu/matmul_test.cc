@@ -545,14 +545,16 @@ TEST(Matmul, PackedTwoStreamsKeepTheBits) {
   EXPECT_EQ(packed_two_streams(), cpu_features().amd);
   ThreadPool pool(2);
   // Every matrix alone, then the last three as one group.
+  constexpr size_t kGroupFirst = 4;
   auto run = [&](ThreadPool* on, bool group) {
     std::vector<std::vector<float>> out;
-    for (size_t i = 0; i < shapes.size(); ++i) out.emplace_back(static_cast<size_t>(shapes[i]), -1.0f);
+    for (size_t i = group ? kGroupFirst : 0; i < shapes.size(); ++i) {
+      out.emplace_back(static_cast<size_t>(shapes[i]), -1.0f);
+    }
     if (group) {
       const WeightMatrix* ws[] = {&copies[4].matrix, &copies[5].matrix, &copies[6].matrix};
-      float* const ys[] = {out[4].data(), out[5].data(), out[6].data()};
+      float* const ys[] = {out[0].data(), out[1].data(), out[2].data()};
       matmul_many(ws, x.data(), 1, ys, on);
-      out.resize(4);
       return out;
     }
     for (size_t i = 0; i < shapes.size(); ++i) matmul(copies[i].matrix, x.data(), 1, out[i].data(), on);
@@ -568,7 +570,7 @@ TEST(Matmul, PackedTwoStreamsKeepTheBits) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), sizeof(float) * got[i].size()), 0)
-          << "matrix " << i << (group ? " (the group's)" : "");
+          << "matrix " << (group ? kGroupFirst + i : i) << (group ? " (in the group)" : "");
     }
   }
   set_packed_two_streams(-1);
