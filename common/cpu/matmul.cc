@@ -213,7 +213,13 @@ constexpr int64_t kPanelMinTokens = 2;
 // 1.069x and 1.078x (fast stretches 1.093x and 1.104x, slow 1.050x and
 // 1.051x); whole decode steps (BM_DecodeStepNearPair, 150 pairs) 1.035x,
 // 1.037x and 1.040x (a first form of the kernel: 1.100x, 1.102x and
-// 1.022x). Not measured on Intel: its kernel stays as it was.
+// 1.022x). Not measured on Intel: its kernel stays as it was. Since the
+// 49th session the kernel behind this switch walks whole pairs of strips
+// with one pointer each and loads a pair's next block right after its
+// products (matmul_packed_avx512.cc pairs_stream; 1.15-1.20x the kernel
+// above in one stream, ~1.06x in whole steps with two streams); pairs that
+// are not whole (a matrix's last 16-31 rows, tasks from an odd strip) take
+// packed_kernel.
 std::atomic<int> g_packed_near_blocks{-1};
 std::atomic<int> g_packed_near_nta{-1};
 std::atomic<int> g_packed_load_ahead{-1};

@@ -173,8 +173,10 @@ void packed_decode_tile_avx2(const MatmulProblem& p, int64_t row_begin, int64_t 
 // One token over two whole pairs of packed Q4_0 strips at once, rows [ra,
 // ra + 32) of a's matrix and [rb, rb + 32) of b's (the same x: a and b are
 // matrices of one call, or the same one), their lines in two streams side by
-// side (matmul.cc set_packed_two_streams says why). Each strip's products
-// and sums as the one-pair decode kernel makes them: the same bits.
+// side (matmul.cc set_packed_two_streams says why), by the one-pair
+// kernel's body (matmul_packed_avx512.cc pairs_stream) over both. Each
+// strip's block sums are packed_kernel's exact int32s and its float steps
+// the same: the same bits.
 void packed_two_pairs_avx512(const MatmulProblem& a, int64_t ra, const MatmulProblem& b, int64_t rb);
 
 // Q8_0 weights packed at load on AVX2 (not AVX-512: that level keeps its

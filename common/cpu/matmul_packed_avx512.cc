@@ -28,6 +28,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <type_traits>
+
 #include "common/cpu/matmul_kernels.h"
 
 namespace baton::cpu_kernels {
@@ -192,74 +194,110 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
   }
 }
 
-// One token over S strips with each block's nibble lines loaded into
-// registers while the block before is multiplied (p.packed_load_ahead;
-// matmul.cc says why), so the loads are in flight while the core computes;
-// the last block loads itself again rather than read past the strips. The
-// near prefetch as packed_kernel's; no far prefetch and no L2 lines (the
-// callers that ask for those take packed_kernel). The same products in the
-// same order as packed_kernel<S, 1>, so the same bits. Written apart from
-// packed_kernel, not as a branch of it: inside it (the held lines beside its
-// unswitched prefetch paths) the same loads read at 0.76-0.82x of the plain
-// kernel's rate, here at 1.06-1.09x.
-//
-// Its body is ahead_strips: the strips `at` (S of them, from one pair or
-// from two: packed_two_pairs_avx512) into out[s] under masks[s].
-template <int S, bool kNearNta>
-void ahead_strips(const MatmulProblem& p, const Strips<S>& at, int64_t t0, float* const (&out)[S],
-                  const __mmask16 (&masks)[S]) {
+// One token over N whole pairs of strips (32 rows each; N = 2: two places
+// of the weights side by side, matmul.cc set_packed_two_streams), each
+// pair's next block loaded into registers right after its products of this
+// block (p.packed_load_ahead; matmul.cc says why), so the loads are in
+// flight while the core computes. A whole pair's block is 576 contiguous
+// bytes (strip 0's nibbles, strip 1's at +256, both scales in the line at
+// +512), so one pointer a pair walks it (the kernel it replaced held a
+// nibble pointer, a scale pointer and a stride a strip and spilled them
+// with two pairs) and its near prefetch asks for the block's 9 lines once
+// (that one asked for the scales' line twice a pair). High nibbles are
+// masked in place (v & 0xf0 = 16 n, no shift): their chain sums 16 x what
+// packed_kernel's high chain sums, exactly (|16 x sum| < 2^19), and an
+// arithmetic shift by 4 gives it back before the two chains are added, so a
+// block's int32 sum, and every float operation after it, is packed_kernel<2,
+// 1>'s: the same bits. x's quants enter vpdpbusd as broadcast memory
+// operands and the masks as broadcast constants (no registers held for
+// them: with them in registers GCC 12 kept the lines on the stack).
+// Measured on the Zen 5 host (2026-12-07, BM_MatmulDecodeNearPair-style
+// pairs in one process, 60 pairs each, a temporary switch): one stream
+// 1.145x / 1.200x the kernel it replaced, two streams 1.057x / 1.070x /
+// 1.095x; whole decode steps (BM_DecodeStepNearPair, 150 pairs) 1.053x /
+// 1.060x.
+alignas(4) constexpr uint32_t kLowNibbles4 = 0x0f0f0f0fu, kHighNibbles4 = 0xf0f0f0f0u;
+constexpr int64_t kPairStride = 2 * (kBlockNibbleBytes + kPackedBlockScaleBytes);
+constexpr int kPairLines = kPairStride / 64;
+
+// acc + u (u8) . (the dword at w, s8, broadcast): vpdpbusd with its memory
+// operand {1to16}.
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i u, const void* w) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(w)));
+  return acc;
+}
+// u & (the dword at m, broadcast): vpandd with its memory operand {1to16}.
+inline __m512i and_broadcast(__m512i u, const uint32_t* m) {
+  __m512i r;
+  asm("vpandd %2%{1to16%}, %1, %0" : "=v"(r) : "v"(u), "m"(*m));
+  return r;
+}
+
+// Token t0 over the pairs whose block 0 is at base[k], into out[k] (32
+// floats each).
+template <int N, bool kNearNta>
+void pairs_stream(const MatmulProblem& p, const uint8_t* const (&base)[N], float* const (&out)[N], int64_t t0) {
   const int64_t n_blocks = p.cols / kQK8_0;
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  const int64_t near_blocks = p.packed_near_blocks;
+  const int64_t n = p.n_tokens;
   const int8_t* xq = p.xq_blocks + t0 * kQK8_0;  // block b: xq + b n 32
   const int32_t* xbias = p.xbias_blocks + t0;
   const float* xd = p.xd_blocks + t0;
-  const int64_t n = p.n_tokens;
-  __m512 acc[S];
-  __m512i lines[S][4];  // block b's nibbles
-  for (int s = 0; s < S; ++s) {
-    acc[s] = _mm512_setzero_ps();
-    for (int j = 0; j < 4; ++j) lines[s][j] = _mm512_loadu_si512(at.nib[s] + 64 * j);
+  const uint8_t* at[N];
+  const char* ahead[N];  // the near prefetch's block
+  __m512 acc[N][2];
+  __m512i lines[N][kPairLines - 1];  // the block's nibbles
+#pragma GCC unroll 4
+  for (int k = 0; k < N; ++k) {
+    at[k] = base[k];
+    ahead[k] = reinterpret_cast<const char*>(base[k] + p.packed_near_blocks * kPairStride);
+    acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int j = 0; j < kPairLines - 1; ++j) lines[k][j] = _mm512_loadu_si512(at[k] + 64 * j);
   }
-  for (int64_t b = 0; b < n_blocks; ++b, xq += n * kQK8_0, xbias += n, xd += n) {
-    for (int s = 0; s < S; ++s) {
-      prefetch_strip_block<kNearNta ? _MM_HINT_NTA : _MM_HINT_T0>(at.nib[s], at.scl[s], at.stride[s], b + near_blocks);
-    }
-    const int64_t next = b + 1 < n_blocks ? b + 1 : b;
-    __m512i next_lines[S][4];
-    for (int s = 0; s < S; ++s)
-      for (int j = 0; j < 4; ++j) next_lines[s][j] = _mm512_loadu_si512(at.nib[s] + next * at.stride[s] + 64 * j);
-    __m512i low[S], high[S];  // packed_kernel's two chains
-    for (int s = 0; s < S; ++s) low[s] = _mm512_set1_epi32(xbias[0]), high[s] = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      const __m512i x_low = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(xq + 4 * j));
-      const __m512i x_high = _mm512_set1_epi32(*reinterpret_cast<const UnalignedInt32*>(xq + 4 * j + 16));
-      for (int s = 0; s < S; ++s) {
-        low[s] = _mm512_dpbusd_epi32(low[s], _mm512_and_si512(lines[s][j], low_nibbles), x_low);
-        high[s] = _mm512_dpbusd_epi32(high[s], _mm512_and_si512(_mm512_srli_epi16(lines[s][j], 4), low_nibbles),
-                                      x_high);
+  // One block; load_next (std::true_type): the next block's nibbles into
+  // lines (not after the last block).
+  auto block = [&](auto load_next) {
+    const __m512i bias = _mm512_set1_epi32(xbias[0]);
+    const __m512 xd_b = _mm512_set1_ps(xd[0]);
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) {
+#pragma GCC unroll 9
+      for (int line = 0; line < kPairLines; ++line) {
+        _mm_prefetch(ahead[k] + 64 * line, kNearNta ? _MM_HINT_NTA : _MM_HINT_T0);
       }
+      __m512i low[2] = {bias, bias}, high[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 2
+        for (int s = 0; s < 2; ++s) {
+          const __m512i v = lines[k][4 * s + j];
+          low[s] = dpbusd_broadcast(low[s], and_broadcast(v, &kLowNibbles4), xq + 4 * j);
+          high[s] = dpbusd_broadcast(high[s], and_broadcast(v, &kHighNibbles4), xq + 4 * j + 16);
+        }
+      }
+      if constexpr (decltype(load_next)::value) {
+#pragma GCC unroll 8
+        for (int j = 0; j < kPairLines - 1; ++j) lines[k][j] = _mm512_loadu_si512(at[k] + kPairStride + 64 * j);
+      }
+      const __m512i scales = _mm512_loadu_si512(at[k] + 2 * kBlockNibbleBytes);
+#pragma GCC unroll 2
+      for (int s = 0; s < 2; ++s) {
+        const __m512 d = _mm512_cvtph_ps(s == 0 ? _mm512_castsi512_si256(scales) : _mm512_extracti64x4_epi64(scales, 1));
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(low[s], _mm512_srai_epi32(high[s], 4)));
+        acc[k][s] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, xd_b), acc[k][s]);
+      }
+      at[k] += kPairStride;
+      ahead[k] += kPairStride;
     }
-    for (int s = 0; s < S; ++s) {
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at.scl[s] + b * at.stride[s])));
-      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(low[s], high[s]));
-      acc[s] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, _mm512_set1_ps(xd[0])), acc[s]);
-      for (int j = 0; j < 4; ++j) lines[s][j] = next_lines[s][j];
-    }
+    xq += n * kQK8_0, xbias += n, xd += n;
+  };
+  for (int64_t b = 0; b + 1 < n_blocks; ++b) block(std::true_type{});
+  block(std::false_type{});
+#pragma GCC unroll 4
+  for (int k = 0; k < N; ++k) {
+    _mm512_storeu_ps(out[k], acc[k][0]);
+    _mm512_storeu_ps(out[k] + kPackedStripRows, acc[k][1]);
   }
-  for (int s = 0; s < S; ++s) _mm512_mask_storeu_ps(out[s], masks[s], acc[s]);
-}
-
-template <int S, bool kNearNta>
-void packed_kernel_ahead(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask) {
-  float* out[S];
-  __mmask16 masks[S];
-  for (int s = 0; s < S; ++s) {
-    out[s] = p.y + t0 * p.rows + r0 + s * kPackedStripRows;
-    masks[s] = s == S - 1 ? last_mask : static_cast<__mmask16>(0xffff);
-  }
-  ahead_strips<S, kNearNta>(p, strips_at<S>(p, r0 / kPackedStripRows), t0, out, masks);
 }
 
 // packed_kernel for up to 4 tokens, whose lines each step reads once: the
@@ -269,10 +307,15 @@ template <int S, int T>
 void packed_kernel_few(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 last_mask, const char* l2_lines,
                        int64_t l2_count) {
   static_assert(T <= 4, "groups of 6 (prefill) find the strips in cache after the first");
-  if constexpr (T == 1) {
-    if (p.packed_load_ahead && l2_count == 0 && !p.packed_far_prefetch) {
-      if (p.packed_near_nta) return packed_kernel_ahead<S, true>(p, r0, t0, last_mask);
-      return packed_kernel_ahead<S, false>(p, r0, t0, last_mask);
+  if constexpr (T == 1 && S == 2) {
+    // A whole pair: both strips' 16 rows, the first strip even (tasks may
+    // start on an odd strip, whose two strips lie in two pairs).
+    if (p.packed_load_ahead && l2_count == 0 && !p.packed_far_prefetch && last_mask == 0xffff &&
+        r0 / kPackedStripRows % 2 == 0) {
+      const uint8_t* const base[1] = {p.packed + r0 / kPackedStripRows * packed_strip_bytes(p.cols)};
+      float* const out[1] = {p.y + t0 * p.rows + r0};
+      if (p.packed_near_nta) return pairs_stream<1, true>(p, base, out, t0);
+      return pairs_stream<1, false>(p, base, out, t0);
     }
   }
   if (p.packed_near_nta) return packed_kernel<S, T, true>(p, r0, t0, last_mask, l2_lines, l2_count);
@@ -503,19 +546,11 @@ void packed_decode_tile_avx512(const MatmulProblem& p, int64_t row_begin, int64_
 }
 
 void packed_two_pairs_avx512(const MatmulProblem& a, int64_t ra, const MatmulProblem& b, int64_t rb) {
-  const Strips<2> pa = strips_at<2>(a, ra / kPackedStripRows), pb = strips_at<2>(b, rb / kPackedStripRows);
-  Strips<4> at;
-  float* out[4];
-  constexpr __mmask16 kAll16 = 0xffff;
-  const __mmask16 masks[4] = {kAll16, kAll16, kAll16, kAll16};
-  for (int s = 0; s < 2; ++s) {
-    at.nib[s] = pa.nib[s], at.scl[s] = pa.scl[s], at.stride[s] = pa.stride[s];
-    at.nib[2 + s] = pb.nib[s], at.scl[2 + s] = pb.scl[s], at.stride[2 + s] = pb.stride[s];
-    out[s] = a.y + ra + s * kPackedStripRows;
-    out[2 + s] = b.y + rb + s * kPackedStripRows;
-  }
-  if (a.packed_near_nta) return ahead_strips<4, true>(a, at, 0, out, masks);
-  ahead_strips<4, false>(a, at, 0, out, masks);
+  const int64_t a_bytes = packed_strip_bytes(a.cols), b_bytes = packed_strip_bytes(b.cols);
+  const uint8_t* const base[2] = {a.packed + ra / kPackedStripRows * a_bytes, b.packed + rb / kPackedStripRows * b_bytes};
+  float* const out[2] = {a.y + ra, b.y + rb};
+  if (a.packed_near_nta) return pairs_stream<2, true>(a, base, out, 0);
+  pairs_stream<2, false>(a, base, out, 0);
 }
 
 }  // namespace baton::cpu_kernels
