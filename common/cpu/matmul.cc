@@ -216,8 +216,8 @@ constexpr int64_t kPanelMinTokens = 2;
 // 1.022x). Not measured on Intel: its kernel stays as it was. Since the
 // 49th session the kernel behind this switch walks whole pairs of strips
 // with one pointer each and loads a pair's next block right after its
-// products (matmul_packed_avx512.cc pairs_stream; 1.15-1.20x the kernel
-// above in one stream, ~1.06x in whole steps with two streams); pairs that
+// products (matmul_packed_avx512.cc pairs_stream; 1.15-1.29x the kernel
+// above in one stream, 1.13x with two, 1.05-1.09x in whole steps); pairs that
 // are not whole (a matrix's last 16-31 rows, tasks from an odd strip) take
 // packed_kernel.
 std::atomic<int> g_packed_near_blocks{-1};

@@ -209,13 +209,15 @@ void packed_kernel(const MatmulProblem& p, int64_t r0, int64_t t0, __mmask16 las
 // arithmetic shift by 4 gives it back before the two chains are added, so a
 // block's int32 sum, and every float operation after it, is packed_kernel<2,
 // 1>'s: the same bits. x's quants enter vpdpbusd as broadcast memory
-// operands and the masks as broadcast constants (no registers held for
-// them: with them in registers GCC 12 kept the lines on the stack).
-// Measured on the Zen 5 host (2026-12-07, BM_MatmulDecodeNearPair-style
-// pairs in one process, 60 pairs each, a temporary switch): one stream
-// 1.145x / 1.200x the kernel it replaced, two streams 1.057x / 1.070x /
-// 1.095x; whole decode steps (BM_DecodeStepNearPair, 150 pairs) 1.053x /
-// 1.060x.
+// operands and the masks as broadcast constants, so that two pairs' 16
+// lines stay in registers (held in registers, x's 8 broadcasts and the two
+// masks left GCC 12 too few, and it kept the lines on the stack).
+// Measured on the Zen 5 host (2026-12-07, a temporary build with both
+// kernels behind a switch, BM_MatmulDecodeNearPair's 32 calls of 8192 x
+// 2048 in 60 alternating pairs in one process): one stream 1.145x /
+// 1.200x / 1.288x the kernel it replaced, two streams 1.127x / 1.135x;
+// whole decode steps (BM_DecodeStepNearPair, F32 cache, 150 pairs) 1.053x /
+// 1.060x / 1.087x at context 512, 1.051x at 4096.
 alignas(4) constexpr uint32_t kLowNibbles4 = 0x0f0f0f0fu, kHighNibbles4 = 0xf0f0f0f0u;
 constexpr int64_t kPairStride = 2 * (kBlockNibbleBytes + kPackedBlockScaleBytes);
 constexpr int kPairLines = kPairStride / 64;
