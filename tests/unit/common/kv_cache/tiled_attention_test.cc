@@ -426,6 +426,44 @@ TEST_P(TiledAttention, EachQueryIsTheSameBitsAloneBatchedAndOnAnyThreadCount) {
   }
 }
 
+// Decode over a long context with 8 KV heads: without a pool the call's
+// tasks are blocks of 2 heads; on two threads, from 12288 rows (here 12300) blocks of one
+// head (attend_split's kOneHeadTaskRows), below them (8000) blocks of 2: every
+// split the same bits (each head's segments fold and merge in the same
+// order whichever heads share its task).
+TEST(TiledAttentionSplit, LongContextDecodeIsTheSameBitsWhateverHeadsShareATask) {
+  const KvGeometry g{1, 32, 8, 64, {0}};
+  ThreadPool two(2), three(3);
+  for (const char* store_name : {"f32", "int8-g32", "int4-g32"}) {
+    for (const int64_t context : {int64_t{8000}, int64_t{12300}}) {
+      SCOPED_TRACE(std::string(store_name) + " context " + std::to_string(context));
+      auto config = parse_kv_codec_config(store_name);
+      std::unique_ptr<KvCache> kv;
+      if (std::string(store_name) == "f32") {
+        kv = std::make_unique<F32KvCache>(g, context);
+      } else {
+        ASSERT_TRUE(config.ok()) << config.status();
+        auto store = QuantizedKvCache::Create(g, context, *config);
+        ASSERT_TRUE(store.ok()) << store.status();
+        kv = std::move(*store);
+      }
+      std::mt19937 rng(static_cast<uint32_t>(context));
+      const std::vector<float> k = random_rows(rng, context, g.kv_dim(), 1.0f);
+      const std::vector<float> v = random_rows(rng, context, g.kv_dim(), 1.0f);
+      ASSERT_TRUE(kv->store(0, 0, context, k.data(), v.data()).ok());
+      kv->set_size(context);
+      const std::vector<float> q = random_rows(rng, 1, g.q_dim(), 2.0f);
+      std::vector<float> alone(q.size()), on_two(q.size()), on_three(q.size());
+      kv->attend(0, context - 1, 1, q.data(), alone.data(), nullptr);
+      kv->attend(0, context - 1, 1, q.data(), on_two.data(), &two);
+      kv->attend(0, context - 1, 1, q.data(), on_three.data(), &three);
+      EXPECT_EQ(std::memcmp(alone.data(), on_two.data(), sizeof(float) * q.size()), 0);
+      EXPECT_EQ(std::memcmp(alone.data(), on_three.data(), sizeof(float) * q.size()), 0);
+      EXPECT_NE(alone[0], 0.0f);
+    }
+  }
+}
+
 std::vector<AttentionCase> all_cases() {
   std::vector<AttentionCase> cases;
   for (const char* store :
