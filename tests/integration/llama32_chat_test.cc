@@ -49,19 +49,20 @@ using namespace edge_test;  // NOLINT
 using Ids = std::vector<int32_t>;
 
 constexpr int32_t kBos = 768, kStartHeader = 774, kEndHeader = 775, kEom = 776, kEot = 777;
+constexpr uint64_t kFirstSeed = 32;  // the synthetic weights' first seed
 const std::vector<ChatMessage> kFirstTurn = {{"system", "Be brief."}, {"user", "Hello, model."}};
 const std::vector<ChatMessage> kSecondTurn = {{"user", "Why?"}};
 
 // The synthetic tiny Llama 3 shape with the vocabulary's 1024 tokens and an
 // output matrix of its own (untied), written with the vocabulary's
-// tokenizer.* metadata in place of the synthetic one.
-absl::Status WriteLlama32Model(const std::string& dir, const std::string& path) {
+// tokenizer.* metadata in place of the synthetic one; `seed` the weights'.
+absl::Status WriteLlama32Model(const std::string& dir, const std::string& path, uint64_t seed) {
   SynthShape shape = *find_synth_shape("tiny-llama3");
   shape.name = "tiny-llama32-chat";
   shape.n_vocab = 1024;
   shape.tied_embeddings = false;
   SynthOptions options;
-  options.seed = 32;
+  options.seed = seed;
   options.n_threads = 1;
   const std::string base_path = dir + "/base.gguf";
   BATON_RETURN_IF_ERROR(synthesize_model(shape, options, base_path));
@@ -180,7 +181,7 @@ TEST(Llama32ChatTest, PromptIsTheTemplatesAndEotIdEndsTheTurn) {
   const std::string dir = testing::make_temp_dir("llama32-chat");
   const std::string plain_path = dir + "/plain.gguf";
   const std::string model_path = dir + "/llama32.gguf";
-  ASSERT_TRUE(WriteLlama32Model(dir, plain_path).ok());
+  ASSERT_TRUE(WriteLlama32Model(dir, plain_path, kFirstSeed).ok());
 
   auto file = GgufFile::Open(plain_path);
   ASSERT_TRUE(file.ok()) << file.status();
@@ -204,12 +205,26 @@ TEST(Llama32ChatTest, PromptIsTheTemplatesAndEotIdEndsTheTurn) {
                               "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"))
       << shown;
 
-  // Make <|eot_id|> the greedy choice at one step of the answer.
-  auto trajectory = Greedy(plain_path, prompt, 10);
-  ASSERT_TRUE(trajectory.ok()) << trajectory.status();
-  const std::optional<Plan> plan = PlanStop(*trajectory);
-  ASSERT_TRUE(plan.has_value()) << "no step where <|eot_id|> can be made the greedy choice";
-  ASSERT_TRUE(ScaleEotRow(plain_path, model_path, plan->token, plan->factor).ok());
+  // Make <|eot_id|> the greedy choice at one step of the answer. The prompt
+  // holds today's date (the agent renders it so too), so whether a given
+  // model's answer has such a step changes with the day (seed 32 had none on
+  // 8 Dec 2026): the first of kSeeds models, the same weights on every day
+  // where the first has one, that has one is taken.
+  constexpr uint64_t kSeeds = 16;
+  std::string plain = plain_path;
+  absl::StatusOr<Trajectory> trajectory;
+  std::optional<Plan> plan;
+  for (uint64_t seed = kFirstSeed; seed < kFirstSeed + kSeeds && !plan.has_value(); ++seed) {
+    if (seed != kFirstSeed) {
+      plain = dir + "/plain-" + std::to_string(seed) + ".gguf";
+      ASSERT_TRUE(WriteLlama32Model(dir, plain, seed).ok());
+    }
+    trajectory = Greedy(plain, prompt, 10);
+    ASSERT_TRUE(trajectory.ok()) << trajectory.status();
+    plan = PlanStop(*trajectory);
+  }
+  ASSERT_TRUE(plan.has_value()) << "no step where <|eot_id|> can be made the greedy choice, " << kSeeds << " seeds";
+  ASSERT_TRUE(ScaleEotRow(plain, model_path, plan->token, plan->factor).ok());
   const Ids answer(trajectory->tokens.begin(), trajectory->tokens.begin() + plan->step);
   std::printf("prompt %zu tokens; <|eot_id|> made the greedy choice at answer step %d (row of token %d x %.3f)\n",
               prompt.size(), plan->step, plan->token, plan->factor);
